@@ -1,0 +1,48 @@
+# Loom: the two set-up commands of the README, and a few more.
+#   make run    create .venv, install Loom, serve the API with SQLite and an example fabric
+#   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql as root), run them
+#   make bench  the benchmark tables (not part of the tests)
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PORT   ?= 8000
+APT_PACKAGES := frr frr-pythontools postgresql iproute2 iputils-ping procps
+
+.PHONY: run test bench lint venv install system-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+venv: $(BIN)/python
+
+# Editable install; re-run when the project's metadata changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+system-deps:
+	@if [ "$$(id -u)" = "0" ]; then \
+	  if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	  fi; \
+	else echo "not root: skipping Debian packages (lab and PostgreSQL tests will skip)"; fi
+
+run: install
+	$(BIN)/loom serve --example --host 127.0.0.1 --port $(PORT)
+
+test: system-deps install
+	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+
+bench: system-deps install
+	$(BIN)/python -m tests.bench $(BENCH_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy controller api solver safety southbound labs
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,59 @@
+"""Shared pieces of the CLI: the typer app, exit codes, output for people and scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from controller.errors import InvalidIntent, LoomError
+from controller.intent import load_intent
+from controller.model import Intent
+
+__all__ = ["EXIT_FAIL", "EXIT_INPUT", "app", "console", "die", "emit_json", "err_console", "read_intent"]
+
+EXIT_FAIL = 1  # the command ran and the answer is "no" (e.g. a safety check failed)
+EXIT_INPUT = 2  # bad input: a located message says where
+
+app = typer.Typer(
+    name="loom",
+    help="Loom: intent-driven controller for data-center fabrics.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def emit_json(data: Any) -> None:
+    """Write ``data`` as JSON on stdout (for scripts)."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def die(message: str, *, code: int = EXIT_INPUT, as_json: bool = False, errors: list[dict[str, str]] | None = None) -> NoReturn:
+    """Print an error for people (stderr) or scripts (JSON on stdout) and exit."""
+    if as_json:
+        emit_json({"error": message, "errors": errors or []})
+    else:
+        err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+        for e in errors or []:
+            loc = e.get("loc", "")
+            err_console.print(f"  {loc + ': ' if loc else ''}{e.get('msg', '')}", highlight=False, markup=False)
+    raise typer.Exit(code)
+
+
+def read_intent(path: Path, *, as_json: bool = False) -> Intent:
+    """Load and validate an intent file, or exit 2 listing every located error."""
+    try:
+        return load_intent(path)
+    except InvalidIntent as exc:
+        die(f"{path}: invalid intent ({len(exc.errors)} error(s))", as_json=as_json,
+            errors=[e.as_dict() for e in exc.errors])
+    except LoomError as exc:
+        die(f"{path}: {exc}", as_json=as_json)

@@ -1,0 +1,494 @@
+"""Intent documents: reading, whole-document validation and writing.
+
+A document is accepted whole or not at all (DESIGN.md, contract 1). Validation
+runs in two passes and reports every error at once, each with its location in
+the document (``links[7].b: unknown device 'leaf-9-9'``):
+
+1. shape: each top-level field and each list element on its own, so one bad
+   device does not hide the errors of the next;
+2. meaning: names, references, ports, prefixes, policies, demands, and for
+   ``routing: bgp`` the RFC 7938 Clos rules (links join adjacent tiers, every
+   lower tier has uplinks, ASN plan of RFC 7938 section 5.2.1: each ToR its own
+   ASN, a pod's leaves one ASN, a plane's spines one ASN, groups distinct).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from controller.errors import IntentError, InvalidIntent
+from controller.model import (
+    POLICY_KINDS,
+    TIER,
+    Defaults,
+    Demand,
+    Device,
+    DrainPolicy,
+    FailureDomain,
+    FailureTolerancePolicy,
+    Intent,
+    Link,
+    PathsPolicy,
+    Prefix,
+    Role,
+    Routing,
+    UtilizationLimitPolicy,
+    WcmpPolicy,
+    parse_link_end,
+)
+
+__all__ = ["dump_intent", "load_intent", "parse_intent_text", "validate_intent", "format_loc"]
+
+_SECTIONS: dict[str, type] = {
+    "devices": Device,
+    "links": Link,
+    "failure_domains": FailureDomain,
+    "prefixes": Prefix,
+    "demands": Demand,
+}
+_POLICY_TYPES: dict[str, type] = {
+    "drain": DrainPolicy,
+    "utilization_limit": UtilizationLimitPolicy,
+    "failure_tolerance": FailureTolerancePolicy,
+    "wcmp": WcmpPolicy,
+    "paths": PathsPolicy,
+}
+_TOP_KEYS = ("name", "routing", "defaults", "devices", "links", "failure_domains", "prefixes",
+             "policies", "demands")
+_REQUIRED = ("name", "devices", "links")
+_SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths")
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def format_loc(parts: tuple[Any, ...] | list[Any]) -> str:
+    """``("links", 7, "b")`` -> ``links[7].b``."""
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += f".{p}" if out else str(p)
+    return out
+
+
+def _message(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "missing":
+        return "required field missing"
+    msg = str(err.get("msg", "invalid"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    if msg[:2].isupper():
+        return msg
+    return msg[:1].lower() + msg[1:]
+
+
+def _shape(model: type, value: Any, base: tuple[Any, ...], errors: list[IntentError]) -> Any | None:
+    adapter = _ADAPTERS.get(model)
+    if adapter is None:
+        adapter = _ADAPTERS[model] = TypeAdapter(model)
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        for e in exc.errors():
+            errors.append(IntentError(format_loc(base + tuple(e["loc"])), _message(e)))
+        return None
+
+
+def _element_name(value: Any) -> str | None:
+    return value.get("name") if isinstance(value, dict) and isinstance(value.get("name"), str) else None
+
+
+def _note_raw_refs(section: str, value: Any, names_seen: dict[str, set[str]]) -> None:
+    """Remember what a malformed element still declares, so that its own error
+    is not followed by 'unknown' errors wherever it is referenced."""
+    if not isinstance(value, dict):
+        return
+    if section == "links":
+        for dev, port in ((value.get("a"), value.get("a_port")), (value.get("b"), value.get("b_port"))):
+            if isinstance(dev, str) and isinstance(port, str):
+                names_seen["ports"].add(f"{dev}:{port}")
+    elif section == "prefixes" and isinstance(value.get("prefix"), str):
+        try:
+            names_seen["prefixes"].add(str(ipaddress.IPv4Network(value["prefix"], strict=False)))
+        except ValueError:
+            pass
+
+
+def _doc_order(err: IntentError) -> tuple[int, int]:
+    head = err.loc.split(".")[0].split("[")[0]
+    m = re.match(r"^[a-z_]+\[(\d+)\]", err.loc)
+    rank = _TOP_KEYS.index(head) if head in _TOP_KEYS else -1
+    return (rank, int(m.group(1)) if m else -1)
+
+
+def validate_intent(doc: Any) -> Intent:
+    """Validate a parsed document (a mapping) and build the frozen :class:`Intent`.
+
+    Raises :class:`InvalidIntent` listing every error, in document order.
+
+    >>> validate_intent({"name": "x", "routing": "isis", "devices": [{"name": "r1"}], "links": []}).name
+    'x'
+    """
+    errors: list[IntentError] = []
+    if not isinstance(doc, dict):
+        raise InvalidIntent([IntentError("", "an intent document must be a mapping of fields")])
+    for key in doc:
+        if key not in _TOP_KEYS:
+            errors.append(IntentError(str(key), f"unknown field (expected one of {', '.join(_TOP_KEYS)})"))
+    for key in _REQUIRED:
+        if key not in doc:
+            errors.append(IntentError(key, "required field missing"))
+
+    top: dict[str, Any] = {}
+    if "name" in doc:
+        if not isinstance(doc["name"], str) or not doc["name"].strip():
+            errors.append(IntentError("name", "must be a non-empty string"))
+        else:
+            top["name"] = doc["name"]
+    routing = Routing.BGP
+    if "routing" in doc:
+        try:
+            routing = Routing(doc["routing"])
+        except (ValueError, TypeError):
+            errors.append(IntentError("routing", f"unknown routing {doc['routing']!r} (expected bgp or isis)"))
+    top["routing"] = routing
+    if "defaults" in doc:
+        d = _shape(Defaults, doc["defaults"], ("defaults",), errors)
+        if d is not None:
+            top["defaults"] = d
+
+    items: dict[str, list[tuple[int, Any]]] = {}
+    names_seen: dict[str, set[str]] = defaultdict(set)  # names even of malformed elements
+    for section in (*_SECTIONS, "policies"):
+        raw = doc.get(section, [])
+        if raw is None:
+            raw = []
+        if not isinstance(raw, list):
+            errors.append(IntentError(section, "must be a list"))
+            items[section] = []
+            continue
+        good: list[tuple[int, Any]] = []
+        for i, value in enumerate(raw):
+            if section == "policies":
+                kind = value.get("kind") if isinstance(value, dict) else None
+                if not isinstance(value, dict):
+                    errors.append(IntentError(f"policies[{i}]", "must be a mapping"))
+                    continue
+                if kind not in _POLICY_TYPES:
+                    msg = ("required field missing" if kind is None else
+                           f"unknown policy kind {kind!r} (expected one of {', '.join(POLICY_KINDS)})")
+                    errors.append(IntentError(f"policies[{i}].kind", msg))
+                    continue
+                obj = _shape(_POLICY_TYPES[kind], value, ("policies", i), errors)
+            else:
+                name = _element_name(value)
+                if name:
+                    names_seen[section].add(name)
+                _note_raw_refs(section, value, names_seen)
+                obj = _shape(_SECTIONS[section], value, (section, i), errors)
+            if obj is not None:
+                good.append((i, obj))
+        items[section] = good
+
+    shape_errors = bool(errors)
+    _check_meaning(routing, items, names_seen, errors, structure=not shape_errors)
+    if errors:
+        errors.sort(key=_doc_order)
+        raise InvalidIntent(errors)
+    return Intent(
+        **top,
+        devices=tuple(o for _, o in items["devices"]),
+        links=tuple(o for _, o in items["links"]),
+        failure_domains=tuple(o for _, o in items["failure_domains"]),
+        prefixes=tuple(o for _, o in items["prefixes"]),
+        policies=tuple(o for _, o in items["policies"]),
+        demands=tuple(o for _, o in items["demands"]),
+    )
+
+
+def _check_meaning(
+    routing: Routing,
+    items: dict[str, list[tuple[int, Any]]],
+    names_seen: dict[str, set[str]],
+    errors: list[IntentError],
+    structure: bool = True,
+) -> None:
+    """Cross-object rules. ``structure`` is False when some element was
+    malformed: rules that need the whole topology (uplinks) are skipped then,
+    since their verdict would only echo the shape error."""
+    devices: dict[str, Device] = {}
+    device_index: dict[str, int] = {}
+    loopbacks: dict[str, str] = {}
+    for i, d in items["devices"]:
+        if d.name in devices:
+            errors.append(IntentError(f"devices[{i}].name",
+                                      f"duplicate device '{d.name}' (first at devices[{device_index[d.name]}])"))
+            continue
+        devices[d.name] = d
+        device_index[d.name] = i
+        if d.loopback is not None:
+            lb = str(d.loopback)
+            if lb in loopbacks:
+                errors.append(IntentError(f"devices[{i}].loopback",
+                                          f"loopback {lb} already used by '{loopbacks[lb]}'"))
+            else:
+                loopbacks[lb] = d.name
+    known = set(devices) | names_seen["devices"]
+
+    def unknown(name: str) -> bool:
+        return name not in known
+
+    # links: references, self-links, ports used twice
+    ports: dict[tuple[str, str], int] = {}
+    good_links: list[tuple[int, Link]] = []
+    for i, link in items["links"]:
+        bad = False
+        for side in ("a", "b"):
+            dev = getattr(link, side)
+            if unknown(dev):
+                errors.append(IntentError(f"links[{i}].{side}", f"unknown device '{dev}'"))
+                bad = True
+        if link.a == link.b:
+            errors.append(IntentError(f"links[{i}].b", f"link from '{link.a}' to itself"))
+            bad = True
+        for dev, port, side in ((link.a, link.a_port, "a_port"), (link.b, link.b_port, "b_port")):
+            if (dev, port) in ports and not (link.a == link.b):
+                errors.append(IntentError(f"links[{i}].{side}",
+                                          f"port '{port}' of '{dev}' already used by links[{ports[dev, port]}]"))
+                bad = True
+            else:
+                ports.setdefault((dev, port), i)
+        if not bad and link.a in devices and link.b in devices:
+            good_links.append((i, link))
+
+    def check_end(loc: str, end: str) -> str | None:
+        try:
+            dev, port = parse_link_end(end)
+        except ValueError as exc:
+            return str(exc)
+        if unknown(dev):
+            return f"unknown device '{dev}' in '{end}'"
+        if (dev, port) not in ports and end not in names_seen["ports"]:
+            return f"'{dev}' has no link on port '{port}'"
+        return None
+
+    # failure domains
+    fd_names: dict[str, int] = {}
+    for i, fd in items["failure_domains"]:
+        if fd.name in fd_names:
+            errors.append(IntentError(f"failure_domains[{i}].name",
+                                      f"duplicate failure domain '{fd.name}' (first at failure_domains[{fd_names[fd.name]}])"))
+        fd_names.setdefault(fd.name, i)
+        if not fd.devices and not fd.links:
+            errors.append(IntentError(f"failure_domains[{i}]", "names no devices and no links"))
+        for j, dev in enumerate(fd.devices):
+            if unknown(dev):
+                errors.append(IntentError(f"failure_domains[{i}].devices[{j}]", f"unknown device '{dev}'"))
+        for j, end in enumerate(fd.links):
+            msg = check_end("", end)
+            if msg:
+                errors.append(IntentError(f"failure_domains[{i}].links[{j}]", msg))
+
+    # prefixes
+    prefix_index: dict[str, int] = {}
+    for i, p in items["prefixes"]:
+        if p.prefix in prefix_index:
+            errors.append(IntentError(
+                f"prefixes[{i}].prefix",
+                f"prefix {p.prefix} already listed at prefixes[{prefix_index[p.prefix]}] "
+                "(list several origins in one entry for anycast)"))
+        else:
+            prefix_index[p.prefix] = i
+        seen: set[str] = set()
+        for j, origin in enumerate(p.origins):
+            if unknown(origin):
+                errors.append(IntentError(f"prefixes[{i}].origins[{j}]", f"unknown device '{origin}'"))
+            elif origin in seen:
+                errors.append(IntentError(f"prefixes[{i}].origins[{j}]", f"origin '{origin}' listed twice"))
+            seen.add(origin)
+
+    # policies
+    singleton: dict[str, int] = {}
+    drains: dict[str, int] = {}
+    for i, pol in items["policies"]:
+        if pol.kind in _SINGLETON_POLICIES:
+            if pol.kind in singleton:
+                errors.append(IntentError(f"policies[{i}].kind",
+                                          f"only one '{pol.kind}' policy is allowed (first at policies[{singleton[pol.kind]}])"))
+            singleton.setdefault(pol.kind, i)
+        if isinstance(pol, DrainPolicy):
+            if ":" in pol.target:
+                msg = check_end("", pol.target)
+                if msg:
+                    errors.append(IntentError(f"policies[{i}].target", msg))
+            elif unknown(pol.target):
+                errors.append(IntentError(f"policies[{i}].target", f"unknown device '{pol.target}'"))
+            if pol.target in drains:
+                errors.append(IntentError(f"policies[{i}].target",
+                                          f"'{pol.target}' already drained by policies[{drains[pol.target]}]"))
+            drains.setdefault(pol.target, i)
+        if isinstance(pol, PathsPolicy) and pol.mode == "loop_free" and routing == Routing.BGP:
+            errors.append(IntentError(f"policies[{i}].mode",
+                                      "paths: loop_free needs routing: isis (BGP installs only its own best paths)"))
+        if isinstance(pol, WcmpPolicy) and pol.realization == "link-bandwidth" and routing == Routing.ISIS:
+            errors.append(IntentError(f"policies[{i}].realization",
+                                      "link-bandwidth is a BGP extended community; routing: isis needs realization: fib"))
+
+    # demands
+    demand_index: dict[tuple[str, str], int] = {}
+    for i, dm in items["demands"]:
+        if unknown(dm.from_):
+            errors.append(IntentError(f"demands[{i}].from", f"unknown device '{dm.from_}'"))
+        if dm.to not in prefix_index and dm.to not in names_seen["prefixes"]:
+            errors.append(IntentError(f"demands[{i}].to", f"no device originates {dm.to} (not in prefixes)"))
+        key = (dm.from_, dm.to)
+        if key in demand_index:
+            errors.append(IntentError(f"demands[{i}]",
+                                      f"duplicate demand from '{dm.from_}' to {dm.to} (first at demands[{demand_index[key]}])"))
+        demand_index.setdefault(key, i)
+
+    if routing == Routing.BGP:
+        _check_clos(devices, device_index, good_links, errors, uplinks=structure)
+
+
+def _asn_group(d: Device) -> tuple[str, Any]:
+    """Devices of one group share an ASN (RFC 7938 section 5.2.1)."""
+    if d.role == Role.TOR:
+        return ("tor", d.name)
+    if d.role == Role.LEAF:
+        return ("leaf", d.name) if d.pod is None else ("pod", d.pod)
+    if d.role == Role.SPINE:
+        return ("plane", d.plane)
+    return ("superspine", None)
+
+
+def _group_text(group: tuple[str, Any]) -> str:
+    kind, key = group
+    return {
+        "tor": f"ToR '{key}'",
+        "leaf": f"leaf '{key}'",
+        "pod": f"the leaves of pod {key}",
+        "plane": "the spines" if key is None else f"the spines of plane {key}",
+        "superspine": "the superspines",
+    }[kind]
+
+
+def _check_clos(
+    devices: dict[str, Device],
+    device_index: dict[str, int],
+    links: list[tuple[int, Link]],
+    errors: list[IntentError],
+    uplinks: bool = True,
+) -> None:
+    clos = {n: d for n, d in devices.items() if d.role != Role.ROUTER}
+    for name, d in devices.items():
+        i = device_index[name]
+        if d.role == Role.ROUTER:
+            errors.append(IntentError(f"devices[{i}].role",
+                                      "role 'router' is not a tier of an RFC 7938 Clos (use routing: isis)"))
+        if d.asn is None:
+            errors.append(IntentError(f"devices[{i}].asn", "required for routing: bgp"))
+
+    uplink_count: dict[str, int] = defaultdict(int)
+    for i, link in links:
+        da, db = devices[link.a], devices[link.b]
+        if da.name not in clos or db.name not in clos:
+            continue
+        ta, tb = TIER[da.role], TIER[db.role]
+        if abs(ta - tb) != 1:
+            errors.append(IntentError(
+                f"links[{i}]",
+                f"'{da.name}' ({da.role}) wired to '{db.name}' ({db.role}): a Clos links only adjacent tiers "
+                "(tor-leaf, leaf-spine, spine-superspine)"))
+            continue
+        low, high = (da, db) if ta < tb else (db, da)
+        uplink_count[low.name] += 1
+        if low.role == Role.TOR and low.pod is not None and high.pod is not None and low.pod != high.pod:
+            errors.append(IntentError(f"links[{i}]",
+                                      f"ToR '{low.name}' of pod {low.pod} wired to leaf '{high.name}' of pod {high.pod}"))
+        if low.role == Role.LEAF and low.plane is not None and high.plane is not None and low.plane != high.plane:
+            errors.append(IntentError(
+                f"links[{i}]",
+                f"leaf '{low.name}' of plane {low.plane} wired to spine '{high.name}' of plane {high.plane}"))
+    if clos and uplinks:
+        top = max(TIER[d.role] for d in clos.values())
+        for name, d in clos.items():
+            if TIER[d.role] < top and uplink_count[name] == 0:
+                errors.append(IntentError(f"devices[{device_index[name]}]",
+                                          f"{d.role} '{name}' has no uplinks to the tier above"))
+
+    # ASN plan
+    group_asn: dict[tuple[str, Any], tuple[int, str]] = {}
+    asn_group: dict[int, tuple[tuple[str, Any], str]] = {}
+    for name, d in clos.items():
+        if d.asn is None:
+            continue
+        i = device_index[name]
+        g = _asn_group(d)
+        if g in group_asn and group_asn[g][0] != d.asn:
+            asn, first = group_asn[g]
+            errors.append(IntentError(
+                f"devices[{i}].asn",
+                f"{d.role} '{name}' has ASN {d.asn} but {_group_text(g)} share one ASN "
+                f"({asn} on '{first}'; RFC 7938 section 5.2.1)"))
+            continue
+        group_asn.setdefault(g, (d.asn, name))
+        if d.asn in asn_group and asn_group[d.asn][0] != g:
+            other_group, other = asn_group[d.asn]
+            errors.append(IntentError(
+                f"devices[{i}].asn",
+                f"ASN {d.asn} of {d.role} '{name}' is already used by '{other}' ({_group_text(other_group)}); "
+                "RFC 7938 gives each ToR, each pod's leaves and each plane's spines their own ASN"))
+            continue
+        asn_group.setdefault(d.asn, (g, name))
+
+
+def parse_intent_text(text: str, fmt: str | None = None) -> Any:
+    """Parse YAML or JSON text (``fmt`` 'yaml'/'json' or guessed) into plain data."""
+    errors: list[IntentError] = []
+    if fmt == "json" or (fmt is None and text.lstrip().startswith(("{", "["))):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            errors.append(IntentError("", f"JSON syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}"))
+    else:
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            errors.append(IntentError("", f"YAML syntax error{where}: {problem}"))
+    raise InvalidIntent(errors)
+
+
+def load_intent(source: str | Path, fmt: str | None = None) -> Intent:
+    """Read and validate an intent document from a file path."""
+    path = Path(source)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidIntent([IntentError("", f"cannot read {path}: {exc.strerror}")]) from None
+    if fmt is None and path.suffix.lower() == ".json":
+        fmt = "json"
+    return validate_intent(parse_intent_text(text, fmt))
+
+
+def dump_intent(intent: Intent, fmt: str = "yaml") -> str:
+    """Write an intent back as YAML or JSON (canonical form; reads back equal)."""
+    doc = intent.to_document()
+    if fmt == "json":
+        return json.dumps(doc, indent=2) + "\n"
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120)

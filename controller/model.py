@@ -1,0 +1,343 @@
+"""The fabric domain model: frozen, strict types for one intent document.
+
+This module owns the vocabulary every other layer speaks: devices (with their
+role in an RFC 7938 Clos), links (undirected, capacity per direction), failure
+domains, originated prefixes, policies and demands, gathered in one
+:class:`Intent`. It is pure: no I/O, no validation across objects (that is
+:mod:`controller.intent`), only the shape of each object and small derived
+views (device and link indexes) that the solver and safety layers use.
+
+Unknown keys are errors and every object is immutable once built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from enum import StrEnum
+from functools import cached_property
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "ASN_MAX",
+    "Defaults",
+    "Demand",
+    "Device",
+    "DrainPolicy",
+    "FailureDomain",
+    "FailureToleranceScope",
+    "FailureTolerancePolicy",
+    "Intent",
+    "Link",
+    "LinkEnd",
+    "PathsPolicy",
+    "Policy",
+    "Prefix",
+    "Role",
+    "Routing",
+    "UtilizationLimitPolicy",
+    "WcmpPolicy",
+    "WcmpRealization",
+    "parse_link_end",
+]
+
+ASN_MAX = 4_294_967_295
+DEFAULT_MAX_ECMP_ENTRIES = 128
+DEFAULT_CAPACITY_GBPS = 100.0
+DEFAULT_METRIC = 10
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class Role(StrEnum):
+    """A device's tier. ``router`` is for non-Clos (``routing: isis``) fabrics."""
+
+    TOR = "tor"
+    LEAF = "leaf"
+    SPINE = "spine"
+    SUPERSPINE = "superspine"
+    ROUTER = "router"
+
+
+#: Tier of each Clos role, bottom up; links must join adjacent tiers.
+TIER: dict[Role, int] = {Role.TOR: 0, Role.LEAF: 1, Role.SPINE: 2, Role.SUPERSPINE: 3}
+
+
+class Routing(StrEnum):
+    BGP = "bgp"
+    ISIS = "isis"
+
+
+class WcmpRealization(StrEnum):
+    LINK_BANDWIDTH = "link-bandwidth"
+    FIB = "fib"
+
+
+class FailureToleranceScope(StrEnum):
+    DOMAINS = "domains"
+    ALL_SINGLE = "all_single"
+    K2 = "k2"
+
+
+class Defaults(_Frozen):
+    """Fabric-wide defaults. ``max_ecmp_entries``: hardware budget per nexthop
+    group, the largest sum of integer weights a group may have (default 128)."""
+
+    max_ecmp_entries: int = Field(DEFAULT_MAX_ECMP_ENTRIES, ge=1, le=65536)
+
+
+class Device(_Frozen):
+    """A switch. ``pod`` groups ToRs and leaves, ``plane`` groups leaves and
+    spines; ``asn`` is required for ``routing: bgp``; ``loopback`` is the router
+    id and the address the device's own services answer on."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    role: Role = Role.ROUTER
+    pod: int | None = Field(None, ge=0)
+    plane: int | None = Field(None, ge=0)
+    asn: int | None = None
+    loopback: ipaddress.IPv4Address | None = None
+    max_ecmp_entries: int | None = Field(None, ge=1, le=65536)
+
+    @field_validator("asn")
+    @classmethod
+    def _asn_range(cls, v: int | None) -> int | None:
+        if v is not None and not (1 <= v <= ASN_MAX):
+            raise ValueError(f"ASN {v} out of range 1..{ASN_MAX}")
+        if v == 23456:
+            raise ValueError("ASN 23456 is AS_TRANS (RFC 6793) and cannot be assigned")
+        return v
+
+
+class Link(_Frozen):
+    """An undirected link between ``a:a_port`` and ``b:b_port``. ``capacity_gbps``
+    is per direction (default 100); ``metric`` is the IS-IS metric (default 10)."""
+
+    a: str = Field(min_length=1)
+    a_port: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")
+    b: str = Field(min_length=1)
+    b_port: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")
+    capacity_gbps: float = Field(DEFAULT_CAPACITY_GBPS, gt=0, allow_inf_nan=False)
+    metric: int = Field(DEFAULT_METRIC, ge=1, le=16_777_215)
+
+    @property
+    def end_a(self) -> str:
+        return f"{self.a}:{self.a_port}"
+
+    @property
+    def end_b(self) -> str:
+        return f"{self.b}:{self.b_port}"
+
+    @property
+    def key(self) -> str:
+        """Stable name of the link: its lower end by name, as safety names it."""
+        return min(self.end_a, self.end_b)
+
+
+LinkEnd = tuple[str, str]
+
+
+def parse_link_end(text: str) -> LinkEnd:
+    """Split ``"device:port"`` into ``(device, port)``; raises ``ValueError``."""
+    device, sep, port = text.partition(":")
+    if not sep or not device or not port:
+        raise ValueError(f"'{text}' is not a link end: expected 'device:port'")
+    return device, port
+
+
+class FailureDomain(_Frozen):
+    """Devices and link ends (``device:port``) that fail together. ``kind`` is
+    free text for people (power, srlg, rack, ...; default ``other``)."""
+
+    name: str = Field(min_length=1, max_length=128)
+    kind: str = "other"
+    devices: tuple[str, ...] = ()
+    links: tuple[str, ...] = ()
+
+
+class Prefix(_Frozen):
+    """An IPv4 prefix and the devices that originate it (several = anycast)."""
+
+    prefix: str
+    origins: tuple[str, ...] = Field(min_length=1)
+
+    @field_validator("prefix")
+    @classmethod
+    def _canonical(cls, v: str) -> str:
+        return canonical_prefix(v)
+
+    @property
+    def network(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.prefix)
+
+
+def canonical_prefix(text: str) -> str:
+    """Validate an IPv4 prefix; host bits set is an error naming the network meant."""
+    if not isinstance(text, str):
+        raise ValueError("expected a prefix string like '10.0.0.0/24'")
+    if "/" not in text:
+        raise ValueError(f"'{text}' has no prefix length: expected a prefix like '10.0.0.0/24'")
+    try:
+        net = ipaddress.IPv4Network(text, strict=False)
+    except ValueError as exc:
+        raise ValueError(f"'{text}' is not an IPv4 prefix ({exc})") from None
+    if str(net) != text:
+        try:
+            ipaddress.IPv4Network(text, strict=True)
+        except ValueError:
+            raise ValueError(f"host bits set in '{text}': did you mean '{net}'?") from None
+    return str(net)
+
+
+class DrainPolicy(_Frozen):
+    """A drained device or link end carries no transit traffic."""
+
+    kind: Literal["drain"]
+    target: str = Field(min_length=1)
+
+
+class UtilizationLimitPolicy(_Frozen):
+    """Largest link utilization allowed in the baseline (no failure)."""
+
+    kind: Literal["utilization_limit"]
+    max: float = Field(gt=0, allow_inf_nan=False)
+
+
+class FailureTolerancePolicy(_Frozen):
+    """Largest link utilization allowed under each failure scenario of ``scope``."""
+
+    kind: Literal["failure_tolerance"]
+    scope: FailureToleranceScope = FailureToleranceScope.DOMAINS
+    max_utilization: float = Field(1.0, gt=0, allow_inf_nan=False)
+
+
+class WcmpPolicy(_Frozen):
+    """WCMP on (default) or plain ECMP. ``realization`` defaults to
+    ``link-bandwidth`` for ``routing: bgp`` and ``fib`` for ``routing: isis``."""
+
+    kind: Literal["wcmp"]
+    enabled: bool = True
+    realization: WcmpRealization | None = None
+
+
+class PathsPolicy(_Frozen):
+    """``shortest`` (default) or ``loop_free`` (isis only: TE may leave shortest paths)."""
+
+    kind: Literal["paths"]
+    mode: Literal["shortest", "loop_free"] = "shortest"
+
+
+Policy = Annotated[
+    DrainPolicy | UtilizationLimitPolicy | FailureTolerancePolicy | WcmpPolicy | PathsPolicy,
+    Field(discriminator="kind"),
+]
+
+POLICY_KINDS = ("drain", "utilization_limit", "failure_tolerance", "wcmp", "paths")
+
+
+class Demand(_Frozen):
+    """Traffic entering the fabric at ``from`` toward the prefix ``to``."""
+
+    from_: str = Field(alias="from", min_length=1)
+    to: str
+    gbps: float = Field(ge=0, allow_inf_nan=False)
+
+    @field_validator("to")
+    @classmethod
+    def _canonical(cls, v: str) -> str:
+        return canonical_prefix(v)
+
+
+class Intent(_Frozen):
+    """One whole intent document (DESIGN.md, contract 1).
+
+    Build it through :func:`controller.intent.load_intent` or
+    :func:`controller.intent.validate_intent` so that cross-object rules are
+    checked; constructing it directly only checks each object's shape.
+    """
+
+    name: str = Field(min_length=1, max_length=128)
+    routing: Routing = Routing.BGP
+    defaults: Defaults = Defaults()
+    devices: tuple[Device, ...]
+    links: tuple[Link, ...]
+    failure_domains: tuple[FailureDomain, ...] = ()
+    prefixes: tuple[Prefix, ...] = ()
+    policies: tuple[Policy, ...] = ()
+    demands: tuple[Demand, ...] = ()
+
+    # -- derived views (cached; the object is immutable) -------------------
+    @cached_property
+    def device_map(self) -> dict[str, Device]:
+        return {d.name: d for d in self.devices}
+
+    @cached_property
+    def drained_devices(self) -> frozenset[str]:
+        return frozenset(
+            p.target for p in self.policies if isinstance(p, DrainPolicy) and ":" not in p.target
+        )
+
+    @cached_property
+    def drained_link_ends(self) -> frozenset[str]:
+        """Drained ``device:port`` ends; a drained end drains its whole link."""
+        return frozenset(p.target for p in self.policies if isinstance(p, DrainPolicy) and ":" in p.target)
+
+    @cached_property
+    def link_by_end(self) -> dict[str, Link]:
+        out: dict[str, Link] = {}
+        for link in self.links:
+            out[link.end_a] = link
+            out[link.end_b] = link
+        return out
+
+    @cached_property
+    def drained_links(self) -> frozenset[str]:
+        """Keys (:attr:`Link.key`) of links drained directly or through an end."""
+        return frozenset(self.link_by_end[e].key for e in self.drained_link_ends if e in self.link_by_end)
+
+    def policy(self, kind: str) -> Any | None:
+        """The first policy of ``kind`` or ``None``."""
+        for p in self.policies:
+            if p.kind == kind:
+                return p
+        return None
+
+    @property
+    def wcmp_enabled(self) -> bool:
+        p = self.policy("wcmp")
+        return True if p is None else bool(p.enabled)
+
+    @property
+    def wcmp_realization(self) -> WcmpRealization:
+        p = self.policy("wcmp")
+        if p is not None and p.realization is not None:
+            return WcmpRealization(p.realization)
+        paths = self.policy("paths")
+        if self.routing == Routing.ISIS or (paths is not None and paths.mode == "loop_free"):
+            return WcmpRealization.FIB
+        return WcmpRealization.LINK_BANDWIDTH
+
+    @property
+    def paths_mode(self) -> str:
+        p = self.policy("paths")
+        return "shortest" if p is None else str(p.mode)
+
+    def max_ecmp_entries(self, device: str) -> int:
+        d = self.device_map[device]
+        return d.max_ecmp_entries if d.max_ecmp_entries is not None else self.defaults.max_ecmp_entries
+
+    # -- serialization ------------------------------------------------------
+    def to_document(self) -> dict[str, Any]:
+        """The canonical document: every field, defaults included, ``None`` left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @cached_property
+    def content_hash(self) -> str:
+        """SHA-256 of the canonical document; equal intents have equal hashes."""
+        blob = json.dumps(self.to_document(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
