@@ -290,7 +290,8 @@ def _check_meaning(
     for i, fd in items["failure_domains"]:
         if fd.name in fd_names:
             errors.append(IntentError(f"failure_domains[{i}].name",
-                                      f"duplicate failure domain '{fd.name}' (first at failure_domains[{fd_names[fd.name]}])"))
+                                      f"duplicate failure domain '{fd.name}' "
+                                      f"(first at failure_domains[{fd_names[fd.name]}])"))
         fd_names.setdefault(fd.name, i)
         if not fd.devices and not fd.links:
             errors.append(IntentError(f"failure_domains[{i}]", "names no devices and no links"))
@@ -327,7 +328,8 @@ def _check_meaning(
         if pol.kind in _SINGLETON_POLICIES:
             if pol.kind in singleton:
                 errors.append(IntentError(f"policies[{i}].kind",
-                                          f"only one '{pol.kind}' policy is allowed (first at policies[{singleton[pol.kind]}])"))
+                                          f"only one '{pol.kind}' policy is allowed "
+                                          f"(first at policies[{singleton[pol.kind]}])"))
             singleton.setdefault(pol.kind, i)
         if isinstance(pol, DrainPolicy):
             if ":" in pol.target:
@@ -345,7 +347,8 @@ def _check_meaning(
                                       "paths: loop_free needs routing: isis (BGP installs only its own best paths)"))
         if isinstance(pol, WcmpPolicy) and pol.realization == "link-bandwidth" and routing == Routing.ISIS:
             errors.append(IntentError(f"policies[{i}].realization",
-                                      "link-bandwidth is a BGP extended community; routing: isis needs realization: fib"))
+                                      "link-bandwidth is a BGP extended community; "
+                                      "routing: isis needs realization: fib"))
 
     # demands
     demand_index: dict[tuple[str, str], int] = {}
@@ -357,7 +360,8 @@ def _check_meaning(
         key = (dm.from_, dm.to)
         if key in demand_index:
             errors.append(IntentError(f"demands[{i}]",
-                                      f"duplicate demand from '{dm.from_}' to {dm.to} (first at demands[{demand_index[key]}])"))
+                                      f"duplicate demand from '{dm.from_}' to {dm.to} "
+                                      f"(first at demands[{demand_index[key]}])"))
         demand_index.setdefault(key, i)
 
     if routing == Routing.BGP:
@@ -418,7 +422,8 @@ def _check_clos(
         uplink_count[low.name] += 1
         if low.role == Role.TOR and low.pod is not None and high.pod is not None and low.pod != high.pod:
             errors.append(IntentError(f"links[{i}]",
-                                      f"ToR '{low.name}' of pod {low.pod} wired to leaf '{high.name}' of pod {high.pod}"))
+                                      f"ToR '{low.name}' of pod {low.pod} wired to "
+                                      f"leaf '{high.name}' of pod {high.pod}"))
         if low.role == Role.LEAF and low.plane is not None and high.plane is not None and low.plane != high.plane:
             errors.append(IntentError(
                 f"links[{i}]",

@@ -36,7 +36,9 @@ def emit_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def die(message: str, *, code: int = EXIT_INPUT, as_json: bool = False, errors: list[dict[str, str]] | None = None) -> NoReturn:
+def die(
+    message: str, *, code: int = EXIT_INPUT, as_json: bool = False, errors: list[dict[str, str]] | None = None
+) -> NoReturn:
     """Print an error for people (stderr) or scripts (JSON on stdout) and exit."""
     if as_json:
         emit_json({"error": message, "errors": errors or []})
