@@ -1,0 +1,197 @@
+"""Routes: the equal-cost next-hop sets that BGP (RFC 7938) or IS-IS would install.
+
+This module owns the routing layer of the solver. ``routing: bgp`` simulates
+the eBGP path-vector outcome of an RFC 7938 Clos as FRR computes it (each link
+an eBGP session; a route is accepted unless its AS path holds the receiver's
+ASN, RFC 4271 section 9.1.2; best = shortest AS path; multipath over every
+neighbor offering an equal-length path, as with ``bestpath as-path
+multipath-relax``; a device advertises its best path with its ASN prepended).
+Drained devices originate their own prefixes but re-advertise nothing; drained
+and failed links carry no session. ``routing: isis`` computes shortest paths by
+link metric with every equal-cost next hop (a drained device is set overloaded:
+no transit). ``paths: loop_free`` widens the IS-IS DAG to every link that
+descends a strict order (distance to the destination, ties broken by index).
+
+Destinations are handled as *route classes*: every prefix originated by the
+same set of devices shares one DAG, so work scales with distinct origin sets.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+
+from controller.model import Intent, Routing
+from solver.fabric import Fabric, build_fabric
+
+__all__ = ["RouteClass", "next_hops", "route_classes"]
+
+
+@dataclass(slots=True)
+class RouteClass:
+    """The prefixes sharing one origin set, and their routes.
+
+    ``nexthops[v]``: arcs (out of ``v``) of the routing's equal-cost next hops,
+    for every device ``v`` that has a route (origins and withdrawn devices are
+    absent). ``dag[v]``: the arcs the traffic engineering may use (equal to
+    ``nexthops`` except for ``paths: loop_free``).
+    """
+
+    origins: tuple[int, ...]
+    prefixes: list[str] = field(default_factory=list)
+    nexthops: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    dag: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+def _bgp_class(fab: Fabric, origins: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """Path-vector outcome toward one origin set: next-hop arcs per device."""
+    asn = fab.asn
+    names = fab.names
+    origin_set = set(origins)
+    dist: dict[int, int] = {o: 0 for o in origins}
+    path: dict[int, tuple[int | None, ...]] = {o: () for o in origins}
+    chosen_from: dict[int, str] = {}
+    nh: dict[int, list[int]] = {}
+    frontier = sorted(origins)
+    k = 0
+    while frontier:
+        k += 1
+        reached: list[int] = []
+        for u in frontier:
+            if u not in origin_set and fab.drained[u]:
+                continue  # a drained device carries no transit: it advertises only its own prefixes
+            adv = (asn[u], *path[u])
+            for arc, w, _port in fab.adj[u]:
+                if w in origin_set or asn[w] in adv:
+                    continue  # own prefix is local; AS-path loop prevention
+                dw = dist.get(w)
+                if dw is None:
+                    dist[w] = k
+                    reached.append(w)
+                    nh[w] = []
+                elif dw != k:
+                    continue
+                nh[w].append(arc ^ 1)  # arc u->w reversed is w->u
+                # best path: deterministic tie-break on the advertising neighbor's name
+                if w not in chosen_from or names[u] < chosen_from[w]:
+                    chosen_from[w] = names[u]
+                    path[w] = adv
+        frontier = reached
+    return {v: tuple(sorted(arcs)) for v, arcs in nh.items()}
+
+
+def _isis_distances(fab: Fabric, origins: tuple[int, ...]) -> dict[int, int]:
+    """Metric distance to the nearest origin; drained devices are not transit."""
+    dist: dict[int, int] = {o: 0 for o in origins}
+    heap = [(0, o) for o in origins]
+    origin_set = set(origins)
+    done: set[int] = set()
+    while heap:
+        d, u = heapq.heappop(heap)
+        if u in done:
+            continue
+        done.add(u)
+        if u not in origin_set and fab.drained[u]:
+            continue
+        for arc, w, _port in fab.adj[u]:
+            nd = d + int(fab.arc_metric[arc])
+            if nd < dist.get(w, 1 << 62):
+                dist[w] = nd
+                heapq.heappush(heap, (nd, w))
+    return dist
+
+
+_Arcs = dict[int, tuple[int, ...]]
+
+
+def _isis_class(fab: Fabric, origins: tuple[int, ...], loop_free: bool) -> tuple[_Arcs, _Arcs]:
+    dist = _isis_distances(fab, origins)
+    origin_set = set(origins)
+    nh: dict[int, tuple[int, ...]] = {}
+    dag: dict[int, tuple[int, ...]] = {}
+    for v, dv in dist.items():
+        if v in origin_set:
+            continue
+        best: list[int] = []
+        wide: list[int] = []
+        for arc, w, _port in fab.adj[v]:
+            dw = dist.get(w)
+            if dw is None or (w not in origin_set and fab.drained[w]):
+                continue
+            if dw + int(fab.arc_metric[arc]) == dv:
+                best.append(arc)
+            if loop_free and (dw, w) < (dv, v):
+                wide.append(arc)
+        if best:
+            nh[v] = tuple(sorted(best))
+            dag[v] = tuple(sorted(wide)) if loop_free else nh[v]
+    return nh, dag
+
+
+def route_classes(fab: Fabric) -> list[RouteClass]:
+    """Group the intent's prefixes by live origin set and compute each class's routes.
+
+    A prefix whose origins have all failed is in a class with no origins and no routes.
+    """
+    intent = fab.intent
+    by_origins: dict[tuple[int, ...], RouteClass] = {}
+    for p in intent.prefixes:
+        origins = tuple(sorted(fab.index[o] for o in p.origins if fab.alive[fab.index[o]]))
+        rc = by_origins.get(origins)
+        if rc is None:
+            rc = by_origins[origins] = RouteClass(origins=origins)
+        rc.prefixes.append(p.prefix)
+    loop_free = intent.routing == Routing.ISIS and intent.paths_mode == "loop_free"
+    for origins, rc in by_origins.items():
+        if not origins:
+            continue
+        if intent.routing == Routing.BGP:
+            rc.nexthops = _bgp_class(fab, origins)
+            rc.dag = rc.nexthops
+        else:
+            rc.nexthops, rc.dag = _isis_class(fab, origins, loop_free)
+    return list(by_origins.values())
+
+
+def next_hops(
+    intent: Intent,
+    *,
+    failed_devices: AbstractSet[str] = frozenset(),
+    failed_links: AbstractSet[str] = frozenset(),
+) -> dict[str, dict[str, tuple[tuple[str, str], ...]]]:
+    """The routing's equal-cost next hops: prefix -> device -> ((port, neighbor), ...).
+
+    Parameters
+    ----------
+    intent : a validated intent (``routing: bgp`` or ``isis``); drains are honoured.
+    failed_devices : names of devices that are down (no routes, no sessions).
+    failed_links : :attr:`Link.key` strings of links that are down.
+
+    Returns
+    -------
+    For each prefix, every device holding a route to it with its next hops as
+    ``(local port, neighbor)`` pairs sorted by port. Origins are absent (they
+    deliver locally) and so are devices where the route is withdrawn.
+
+    Example
+    -------
+    >>> from controller.intent import validate_intent
+    >>> it = validate_intent({"name": "x", "routing": "isis",
+    ...     "devices": [{"name": "r1"}, {"name": "r2"}],
+    ...     "links": [{"a": "r1", "a_port": "e1", "b": "r2", "b_port": "e1"}],
+    ...     "prefixes": [{"prefix": "10.0.0.0/24", "origins": ["r2"]}]})
+    >>> next_hops(it)["10.0.0.0/24"]
+    {'r1': (('e1', 'r2'),)}
+    """
+    fab = build_fabric(intent, failed_devices=failed_devices, failed_links=failed_links)
+    out: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {}
+    names, port, head = fab.names, fab.arc_port, fab.arc_head
+    for rc in route_classes(fab):
+        view = {
+            names[v]: tuple(sorted((port[a], names[int(head[a])]) for a in arcs))
+            for v, arcs in rc.nexthops.items()
+        }
+        for p in rc.prefixes:
+            out[p] = dict(view)
+    return out

@@ -1,0 +1,105 @@
+"""Integer WCMP weights: split ratios to positive integers within a group budget.
+
+This module owns the weight-reduction step of "WCMP: Weighted Cost
+Multipathing for Improving Fairness in Data Centers" (Zhou et al., EuroSys
+2014): given a next-hop group's ideal split ratios and the hardware budget
+(the largest sum of weights a group may have), choose integer weights >= 1
+whose sum fits the budget and that minimize the worst *oversubscription* of
+any next hop, ``max_i (w_i / W) / r_i`` over the members with ``r_i > 0``.
+
+The search is exact: for every total ``W`` from the group size to the budget,
+the best weights with that total are found by water-filling (start every
+member at ``max(1, floor(W * r_i))``, or at 1 if that overshoots ``W``, then give each remaining unit to the
+member whose oversubscription grows least), which is optimal for a fixed
+total; the best total wins, ties going to the smaller total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["oversubscription", "reduce_weights"]
+
+
+def oversubscription(weights: Sequence[int], ratios: Sequence[float]) -> float:
+    """``max_i (w_i / W) / r_i`` over members with a positive ratio (1.0 is perfect)."""
+    w = np.asarray(weights, dtype=np.float64)
+    r = np.asarray(ratios, dtype=np.float64)
+    r = r / r.sum()
+    pos = r > 0
+    return float(np.max((w[pos] / w.sum()) / r[pos]))
+
+
+def _best_for_total(r: np.ndarray, total: int) -> np.ndarray | None:
+    n = len(r)
+    w = np.maximum(1, np.floor(total * r)).astype(np.int64)
+    if int(w.sum()) > total:  # the floor of 1 lifted members: water-fill from all ones
+        w = np.ones(n, dtype=np.int64)
+    left = total - int(w.sum())
+    if left:
+        # give each remaining unit to the member whose (w+1)/r is smallest:
+        # the `left` smallest values among the candidate increments, all at once
+        pos = r > 0
+        if not pos.any():
+            return None
+        ks = np.arange(1, left + 1)
+        inc = (w[pos, None] + ks[None, :]) / r[pos, None]  # member x k-th extra unit
+        flat = np.argsort(inc, axis=None, kind="stable")[:left]
+        extra = np.bincount(flat // left, minlength=int(pos.sum()))
+        w[np.flatnonzero(pos)] += extra
+    assert int(w.sum()) == total and n == len(w)
+    return w
+
+
+def reduce_weights(ratios: Sequence[float], budget: int) -> list[int]:
+    """Positive integer weights for ``ratios`` with sum at most ``budget``.
+
+    Parameters
+    ----------
+    ratios : the ideal split (non-negative; normalized here; at least one positive).
+    budget : the device's ``max_ecmp_entries``; must be at least ``len(ratios)``.
+
+    Returns
+    -------
+    Weights ``w_i >= 1`` with ``sum(w) <= budget`` minimizing
+    ``max_i (w_i/W)/r_i`` over members with ``r_i > 0``; a member with ratio 0
+    gets weight 1 (it stays in the group).
+
+    Raises
+    ------
+    ValueError : fewer budget entries than members, or no positive ratio.
+
+    Example
+    -------
+    >>> reduce_weights([0.5, 0.25, 0.25], 8)
+    [2, 1, 1]
+    >>> reduce_weights([2/3, 1/3], 64)
+    [2, 1]
+    """
+    r = np.asarray(ratios, dtype=np.float64)
+    n = len(r)
+    if n == 0:
+        return []
+    if budget < n:
+        raise ValueError(f"a group of {n} next hops needs a budget of at least {n}, got {budget}")
+    if (r < 0).any() or not np.isfinite(r).all() or r.sum() <= 0:
+        raise ValueError(f"ratios must be finite, non-negative, with a positive sum: {list(ratios)}")
+    r = r / r.sum()
+    if n == 1:
+        return [1]
+    best: np.ndarray | None = None
+    best_val = np.inf
+    pos = r > 0
+    for total in range(n, budget + 1):
+        w = _best_for_total(r, total)
+        if w is None:
+            continue
+        val = float(np.max((w[pos] / total) / r[pos]))
+        if val < best_val - 1e-12:
+            best, best_val = w, val
+            if val <= 1.0 + 1e-12:
+                break  # exact
+    assert best is not None
+    return [int(x) for x in best]
