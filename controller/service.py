@@ -1,0 +1,393 @@
+"""The controller's operations on the revisioned intent: what the API routers
+and the CLI call.
+
+Every write follows one path (:func:`apply_edit`): in one transaction, read the
+head revision, check the caller's ``If-Match``, apply the edit to a copy of the
+head document, validate the WHOLE resulting document
+(:func:`controller.intent.validate_intent`), store a new revision only if the
+content hash changed, and write the audit entry. A failed or invalid write
+leaves no revision; it is still audited, as rejected, in its own transaction.
+Tokens (bearer credentials with a role) are issued, listed, revoked and checked
+here too; their secrets are shown once and stored as SHA-256 hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from controller.errors import Conflict, InvalidIntent, LoomError, NotFound, StaleRevision
+from controller.intent import load_intent, validate_intent
+from controller.model import Intent
+from controller.store import objects, repo
+from controller.store.db import write_transaction
+from controller.store.models import ROLES
+from controller.store.repo import AuditEntry, ConcurrentWrite, Revision, Token
+
+__all__ = [
+    "EXAMPLE_INTENT",
+    "ROLES",
+    "Actor",
+    "NoIntent",
+    "Page",
+    "WriteContext",
+    "WriteResult",
+    "apply_edit",
+    "authenticate",
+    "bootstrap_admin",
+    "create_object",
+    "create_token",
+    "delete_object",
+    "diff_revisions",
+    "get_intent",
+    "get_object",
+    "head",
+    "list_audit",
+    "list_objects",
+    "list_revisions",
+    "list_tokens",
+    "load_example",
+    "replace_intent",
+    "revoke_token",
+    "role_allows",
+    "update_object",
+]
+
+EXAMPLE_INTENT = Path(__file__).parent / "examples" / "dc1.yaml"
+_RANK = {r: i for i, r in enumerate(ROLES)}
+_RETRIES = 3
+Doc = dict[str, Any]
+
+
+class NoIntent(Conflict):
+    """An object write on an empty store: there is no intent to edit yet."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def role_allows(role: str, needed: str) -> bool:
+    """``viewer`` < ``operator`` < ``admin``."""
+    return _RANK.get(role, -1) >= _RANK[needed]
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is calling: a token's name and id (``None`` for settings or CLI), and its role."""
+
+    name: str
+    role: str
+    token_id: str | None = None
+
+
+@dataclass(frozen=True)
+class WriteContext:
+    """Where a write comes from, for ``If-Match`` and the audit log."""
+
+    actor: Actor
+    request_id: str | None = None
+    method: str = "CLI"
+    path: str = ""
+    if_match: str | None = None
+    message: str = ""
+    status: int = 200  # what the caller answers when the write is accepted
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    revision: Revision
+    changed: bool
+    document: Doc
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Any]
+    total: int
+    limit: int
+    offset: int
+    revision: Revision | None = None
+
+
+# -- reading ------------------------------------------------------------------
+def head(*, session: Session) -> Revision | None:
+    return repo.head_revision(session=session)
+
+
+def get_intent(*, session: Session, revision: int | None = None) -> tuple[Revision, Doc]:
+    """The document of ``revision`` (the head by default); :class:`NotFound` on an empty store."""
+    if revision is None:
+        rev = repo.head_revision(session=session)
+        if rev is None:
+            raise NotFound("the store holds no intent yet: PUT /v1/intent (or loom serve --example)")
+    else:
+        rev = repo.get_revision(revision, session=session)
+    return rev, repo.revision_document(rev.id, session=session)
+
+
+def list_objects(kind: str, *, session: Session, filters: dict[str, str | None], limit: int,
+                 offset: int) -> Page:
+    coll = objects.collection(kind)
+    rev = repo.head_revision(session=session)
+    doc = repo.revision_document(rev.id, session=session) if rev else None
+    items = objects.select_elements(coll, doc, filters)
+    page = [_public(coll, e) for e in items[offset:offset + limit]]
+    return Page(page, len(items), limit, offset, rev)
+
+
+def get_object(kind: str, ident: str, *, session: Session) -> tuple[Doc, Revision]:
+    coll = objects.collection(kind)
+    rev, doc = get_intent(session=session)
+    _, element = objects.find_element(coll, doc, objects.parse_object_id(coll, ident))
+    return _public(coll, element), rev
+
+
+def _public(coll: objects.Collection, element: Doc) -> Doc:
+    return {"id": coll.identity(element), **element}
+
+
+def list_revisions(*, session: Session, limit: int, offset: int) -> Page:
+    items, total = repo.list_revisions(session=session, limit=limit, offset=offset)
+    return Page(items, total, limit, offset, repo.head_revision(session=session))
+
+
+def diff_revisions(a: int, b: int, *, session: Session) -> Doc:
+    """Objects added, removed and changed from revision ``a`` to revision ``b``."""
+    old = repo.revision_document(a, session=session)
+    new = repo.revision_document(b, session=session)
+    return {"from": a, "to": b, **objects.diff_documents(old, new)}
+
+
+def list_audit(*, session: Session, limit: int, offset: int, actor: str | None = None,
+               outcome: str | None = None, revision: int | None = None) -> Page:
+    items, total = repo.list_audit(session=session, limit=limit, offset=offset, actor=actor, outcome=outcome,
+                                   revision=revision)
+    return Page(items, total, limit, offset)
+
+
+# -- writing ------------------------------------------------------------------
+def _check_if_match(if_match: str | None, rev: Revision | None) -> None:
+    if if_match is None or not if_match.strip():
+        return
+    current = str(rev.id) if rev else "0"
+    wanted = [t.strip().removeprefix("W/").strip('"') for t in if_match.split(",")]
+    if "*" in wanted and rev is not None:
+        return
+    if current not in wanted:
+        raise StaleRevision(if_match.strip(), f'"{current}"' if rev else None)
+
+
+def _reject_status(exc: LoomError) -> int:
+    if isinstance(exc, InvalidIntent):
+        return 422
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, Conflict):
+        return 409
+    return 400
+
+
+def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: WriteContext, action: str) -> WriteResult:
+    """Apply ``edit`` (head document, or ``None`` on an empty store -> new
+    document) as one transaction: If-Match, whole-document validation, a new
+    revision if the content hash changed, and the audit entry.
+
+    Raises :class:`StaleRevision` (If-Match is not the head), :class:`InvalidIntent`
+    (every located error of the resulting document), or what ``edit`` raises
+    (:class:`NotFound`, :class:`Conflict`). Without If-Match, a write that loses a
+    race with another writer is re-applied on the new head (a few times).
+    """
+    attempts = 1 if ctx.if_match else _RETRIES
+    for attempt in range(attempts):
+        try:
+            with write_transaction(session):
+                rev = repo.head_revision(session=session)
+                _check_if_match(ctx.if_match, rev)
+                base = repo.revision_document(rev.id, session=session) if rev else None
+                intent: Intent = validate_intent(edit(base))
+                doc = intent.to_document()
+                now = _now()
+                changed = rev is None or rev.hash != intent.content_hash
+                if changed:
+                    rev = repo.add_revision(session=session, document=doc, content_hash=intent.content_hash,
+                                            parent=rev.id if rev else None, author=ctx.actor.name,
+                                            message=ctx.message, request_id=ctx.request_id, now=now)
+                assert rev is not None
+                repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
+                               request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
+                               outcome="accepted" if changed else "unchanged", status=ctx.status,
+                               revision=rev.id, detail=ctx.message)
+            return WriteResult(rev, changed, doc)
+        except ConcurrentWrite as exc:
+            if attempt + 1 < attempts:
+                continue
+            _audit_rejected(exc, session=session, ctx=ctx, action=action)
+            raise
+        except LoomError as exc:
+            _audit_rejected(exc, session=session, ctx=ctx, action=action)
+            raise
+    raise AssertionError("unreachable")
+
+
+def _audit_rejected(exc: LoomError, *, session: Session, ctx: WriteContext, action: str) -> None:
+    detail = str(exc)
+    if isinstance(exc, InvalidIntent):
+        detail = json.dumps([e.as_dict() for e in exc.errors][:50])
+    with write_transaction(session):
+        repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
+                       request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
+                       outcome="rejected", status=_reject_status(exc), detail=detail[:4000])
+
+
+def replace_intent(document: Any, *, session: Session, ctx: WriteContext) -> WriteResult:
+    """Replace the whole intent; equal to the head = no new revision."""
+    return apply_edit(lambda _base: document, session=session, ctx=ctx, action="intent.replace")
+
+
+def _require(base: Doc | None) -> Doc:
+    if base is None:
+        raise NoIntent("the store holds no intent yet: PUT /v1/intent first")
+    return base
+
+
+def create_object(kind: str, element: Doc, *, session: Session, ctx: WriteContext) -> tuple[Doc, WriteResult]:
+    coll = objects.collection(kind)
+    ident = coll.identity(element)
+    result = apply_edit(lambda base: objects.insert_element(coll, _require(base), element), session=session,
+                        ctx=ctx, action=f"{coll.kind}.create")
+    _, created = objects.find_element(coll, result.document, ident)
+    return _public(coll, created), result
+
+
+def update_object(kind: str, raw_ident: str, patch: Doc, *, session: Session,
+                  ctx: WriteContext) -> tuple[Doc, WriteResult]:
+    coll = objects.collection(kind)
+    ident = objects.parse_object_id(coll, raw_ident)
+    renamed: list[str] = []
+
+    def edit(base: Doc | None) -> Doc:
+        if base is None:
+            raise NotFound(f"{coll.kind.replace('_', ' ')} {ident!r} does not exist")
+        out, new_ident = objects.update_element(coll, base, ident, patch)
+        renamed.append(new_ident)
+        return out
+
+    result = apply_edit(edit, session=session, ctx=ctx, action=f"{coll.kind}.update")
+    _, updated = objects.find_element(coll, result.document, renamed[-1])
+    return _public(coll, updated), result
+
+
+def delete_object(kind: str, raw_ident: str, *, session: Session, ctx: WriteContext) -> WriteResult:
+    coll = objects.collection(kind)
+    ident = objects.parse_object_id(coll, raw_ident)
+
+    def edit(base: Doc | None) -> Doc:
+        if base is None:
+            raise NotFound(f"{coll.kind.replace('_', ' ')} {ident!r} does not exist")
+        return objects.delete_element(coll, base, ident)
+
+    return apply_edit(edit, session=session, ctx=ctx, action=f"{coll.kind}.delete")
+
+
+def load_example(*, session: Session, ctx: WriteContext, path: Path = EXAMPLE_INTENT) -> WriteResult | None:
+    """Store the example fabric as the first revision, if the store is empty."""
+    if repo.head_revision(session=session) is not None:
+        session.rollback()
+        return None
+    document = load_intent(path).to_document()
+    ctx = WriteContext(ctx.actor, ctx.request_id, ctx.method, ctx.path, if_match='"0"',
+                       message=ctx.message or f"example fabric {path.name}")
+    try:
+        return replace_intent(document, session=session, ctx=ctx)
+    except StaleRevision:
+        return None  # someone stored a first revision meanwhile
+
+
+# -- tokens -------------------------------------------------------------------
+TOKEN_PREFIX = "loom"
+
+
+def _hash_secret(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _new_secret() -> tuple[str, str]:
+    token_id = secrets.token_hex(6)
+    return token_id, f"{TOKEN_PREFIX}_{token_id}_{secrets.token_urlsafe(32)}"
+
+
+def create_token(name: str, role: str, *, session: Session, ctx: WriteContext,
+                 expires_at: datetime | None = None) -> tuple[Token, str]:
+    """Issue a token; returns it and its secret (shown once, stored hashed)."""
+    if role not in ROLES:
+        raise Conflict(f"unknown role {role!r} (expected one of {', '.join(ROLES)})")
+    now = _now()
+    if expires_at is not None:
+        expires_at = expires_at if expires_at.tzinfo else expires_at.replace(tzinfo=UTC)
+        if expires_at <= now:
+            raise Conflict("expires_at is in the past")
+    token_id, secret = _new_secret()
+    with write_transaction(session):
+        token = repo.add_token(session=session, token_id=token_id, name=name, role=role,
+                               secret_hash=_hash_secret(secret), created_by=ctx.actor.name, now=now,
+                               expires_at=expires_at)
+        repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
+                       request_id=ctx.request_id, method=ctx.method, path=ctx.path, action="token.create",
+                       outcome="accepted", status=ctx.status, detail=f"token {token_id} ({name}, {role})")
+    return token, secret
+
+
+def list_tokens(*, session: Session, include_revoked: bool = True) -> list[Token]:
+    return repo.list_tokens(session=session, include_revoked=include_revoked)
+
+
+def revoke_token(token_id: str, *, session: Session, ctx: WriteContext) -> Token:
+    try:
+        with write_transaction(session):
+            token = repo.revoke_token(token_id, session=session, now=_now())
+            repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
+                           request_id=ctx.request_id, method=ctx.method, path=ctx.path, action="token.revoke",
+                           outcome="accepted", status=ctx.status, detail=f"token {token_id} ({token.name})")
+    except LoomError as exc:
+        _audit_rejected(exc, session=session, ctx=ctx, action="token.revoke")
+        raise
+    return token
+
+
+def bootstrap_admin(*, session: Session, ctx: WriteContext, name: str = "bootstrap-admin") -> tuple[Token, str] | None:
+    """Create the first admin token, only if no active admin token exists."""
+    with write_transaction(session):
+        exists = repo.count_active_tokens(session=session, role="admin", now=_now()) > 0
+    if exists:
+        return None
+    return create_token(name, "admin", session=session, ctx=ctx)
+
+
+def authenticate(bearer: str, *, session: Session, admin_token: str | None = None) -> Actor | None:
+    """The actor a bearer token stands for, or ``None`` (unknown, revoked, expired)."""
+    if admin_token and hmac.compare_digest(bearer.encode(), admin_token.encode()):
+        return Actor("admin (LOOM_ADMIN_TOKEN)", "admin")
+    parts = bearer.split("_", 2)
+    if len(parts) != 3 or parts[0] != TOKEN_PREFIX or not parts[1]:
+        return None
+    token = repo.find_token(parts[1], session=session)
+    if token is None or not hmac.compare_digest(token.secret_hash, _hash_secret(bearer)):
+        return None
+    if not token.active(_now()):
+        return None
+    return Actor(token.name, token.role, token.id)
+
+
+def audit_page_items(page: Page) -> list[AuditEntry]:
+    return list(page.items)

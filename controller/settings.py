@@ -1,0 +1,52 @@
+"""Controller settings, read from the environment (prefix ``LOOM_``) by pydantic-settings.
+
+``LOOM_DB_URL`` names the store (SQLite file ``./loom.db`` by default, or a
+PostgreSQL URL); ``LOOM_ADMIN_TOKEN`` optionally names a bootstrap admin bearer
+token. Insecure values are refused rather than accepted quietly: an admin token
+shorter than 32 characters, or one that looks like a placeholder.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from controller.store.db import DEFAULT_URL, normalize_url
+
+__all__ = ["MIN_ADMIN_TOKEN_LENGTH", "Settings"]
+
+MIN_ADMIN_TOKEN_LENGTH = 32
+_PLACEHOLDERS = ("changethis", "changeme", "secret", "password", "token", "admin")
+
+
+class Settings(BaseSettings):
+    """Everything the controller process is configured with."""
+
+    model_config = SettingsConfigDict(env_prefix="LOOM_", extra="ignore")
+
+    db_url: str = Field(DEFAULT_URL, description="SQLAlchemy URL of the store (or a SQLite file path)")
+    admin_token: SecretStr | None = Field(
+        None, description="a bootstrap admin bearer token (at least 32 characters); optional")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    page_limit_max: int = Field(1000, ge=1, description="largest ?limit= a list endpoint accepts")
+    page_limit_default: int = Field(100, ge=1)
+    title: str = "Loom"
+
+    @field_validator("db_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return normalize_url(v)
+
+    @field_validator("admin_token")
+    @classmethod
+    def _strong_token(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None or not v.get_secret_value():
+            return None
+        text = v.get_secret_value()
+        if len(text) < MIN_ADMIN_TOKEN_LENGTH:
+            raise ValueError(f"LOOM_ADMIN_TOKEN must be at least {MIN_ADMIN_TOKEN_LENGTH} characters "
+                             "(try: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        if len(set(text)) < 8 or any(text.lower().startswith(p) for p in _PLACEHOLDERS):
+            raise ValueError("LOOM_ADMIN_TOKEN looks like a placeholder: use a random secret")
+        return v

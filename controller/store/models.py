@@ -1,0 +1,89 @@
+"""The store's tables: SQLAlchemy 2 typed models for revisions, tokens and audit.
+
+A **revision** is an immutable, full snapshot of the intent document (canonical
+JSON, :meth:`controller.model.Intent.to_document`) with its content hash and its
+parent; ids are 1, 2, 3... assigned as ``head + 1`` inside the writing
+transaction, so two writers racing on the same head cannot both commit (the
+loser hits the primary key, and the unique ``parent_id`` for good measure).
+**Tokens** are bearer credentials stored as SHA-256 hashes with a role and an
+optional expiry. The **audit** log records every write: who, when, request id,
+method, path, outcome and the resulting revision. Constraint names follow one
+naming convention so Alembic migrations stay portable between SQLite and
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["AuditRow", "Base", "ROLES", "RevisionRow", "TokenRow", "metadata"]
+
+ROLES = ("viewer", "operator", "admin")
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Base(DeclarativeBase):
+    metadata = metadata
+
+
+class RevisionRow(Base):
+    """One immutable snapshot of the whole intent."""
+
+    __tablename__ = "revisions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("revisions.id"), unique=True)
+    hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    author: Mapped[str] = mapped_column(String(128))
+    message: Mapped[str] = mapped_column(Text, default="")
+    request_id: Mapped[str | None] = mapped_column(String(128))
+    document: Mapped[str] = mapped_column(Text)
+
+
+class TokenRow(Base):
+    """A bearer token: only the SHA-256 of the secret is kept."""
+
+    __tablename__ = "tokens"
+    __table_args__ = (CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="role"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_by: Mapped[str] = mapped_column(String(128))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AuditRow(Base):
+    """One write attempt against the controller."""
+
+    __tablename__ = "audit"
+    __table_args__ = (Index("ix_audit_at", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    actor: Mapped[str] = mapped_column(String(128))
+    token_id: Mapped[str | None] = mapped_column(String(32))
+    request_id: Mapped[str | None] = mapped_column(String(128))
+    method: Mapped[str] = mapped_column(String(16))
+    path: Mapped[str] = mapped_column(String(512))
+    action: Mapped[str] = mapped_column(String(64))
+    outcome: Mapped[str] = mapped_column(String(16))
+    status: Mapped[int] = mapped_column(Integer)
+    revision_id: Mapped[int | None] = mapped_column(ForeignKey("revisions.id"))
+    detail: Mapped[str] = mapped_column(Text, default="")

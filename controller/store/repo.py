@@ -1,0 +1,273 @@
+"""Repository functions: every query the controller makes against the store.
+
+Each function takes the SQLAlchemy session as the keyword ``session`` and
+returns plain frozen records (:class:`Revision`, :class:`Token`,
+:class:`AuditEntry`), never ORM rows, so nothing above this layer builds SQL or
+holds a lazy-loading object. Transactions belong to the caller
+(:func:`controller.store.db.write_transaction`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from controller.errors import Conflict, NotFound
+from controller.store.models import AuditRow, RevisionRow, TokenRow
+
+__all__ = [
+    "AuditEntry",
+    "ConcurrentWrite",
+    "Revision",
+    "Token",
+    "add_audit",
+    "add_revision",
+    "add_token",
+    "count_active_tokens",
+    "find_token",
+    "get_revision",
+    "get_token",
+    "head_revision",
+    "list_audit",
+    "list_revisions",
+    "list_tokens",
+    "revision_document",
+    "revoke_token",
+    "utc",
+]
+
+
+class ConcurrentWrite(Conflict):
+    """Another writer stored a revision on the same head first."""
+
+
+def utc(dt: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes: they were stored in UTC."""
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class Revision:
+    id: int
+    parent: int | None
+    hash: str
+    created_at: datetime
+    author: str
+    message: str
+    request_id: str | None
+
+    @classmethod
+    def of(cls, row: RevisionRow) -> Revision:
+        return cls(row.id, row.parent_id, row.hash, utc(row.created_at) or row.created_at, row.author,
+                   row.message, row.request_id)
+
+
+@dataclass(frozen=True)
+class Token:
+    id: str
+    name: str
+    role: str
+    created_at: datetime
+    created_by: str
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    secret_hash: str
+
+    @classmethod
+    def of(cls, row: TokenRow) -> Token:
+        return cls(row.id, row.name, row.role, utc(row.created_at) or row.created_at, row.created_by,
+                   utc(row.expires_at), utc(row.revoked_at), row.secret_hash)
+
+    def active(self, now: datetime) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    id: int
+    at: datetime
+    actor: str
+    token_id: str | None
+    request_id: str | None
+    method: str
+    path: str
+    action: str
+    outcome: str
+    status: int
+    revision: int | None
+    detail: str
+
+    @classmethod
+    def of(cls, row: AuditRow) -> AuditEntry:
+        return cls(row.id, utc(row.at) or row.at, row.actor, row.token_id, row.request_id, row.method, row.path,
+                   row.action, row.outcome, row.status, row.revision_id, row.detail)
+
+
+# -- revisions ----------------------------------------------------------------
+def head_revision(*, session: Session) -> Revision | None:
+    row = session.scalars(select(RevisionRow).order_by(RevisionRow.id.desc()).limit(1)).first()
+    return Revision.of(row) if row else None
+
+
+def get_revision(rev_id: int, *, session: Session) -> Revision:
+    row = session.get(RevisionRow, rev_id)
+    if row is None:
+        raise NotFound(f"revision {rev_id} does not exist")
+    return Revision.of(row)
+
+
+def revision_document(rev_id: int, *, session: Session) -> dict[str, Any]:
+    doc = session.scalar(select(RevisionRow.document).where(RevisionRow.id == rev_id))
+    if doc is None:
+        raise NotFound(f"revision {rev_id} does not exist")
+    result: dict[str, Any] = json.loads(doc)
+    return result
+
+
+def list_revisions(*, session: Session, limit: int, offset: int) -> tuple[list[Revision], int]:
+    """Newest first, with the total count."""
+    total = session.scalar(select(func.count()).select_from(RevisionRow)) or 0
+    rows = session.scalars(select(RevisionRow).order_by(RevisionRow.id.desc()).limit(limit).offset(offset))
+    return [Revision.of(r) for r in rows], total
+
+
+def add_revision(
+    *,
+    session: Session,
+    document: dict[str, Any],
+    content_hash: str,
+    parent: int | None,
+    author: str,
+    message: str = "",
+    request_id: str | None = None,
+    now: datetime,
+) -> Revision:
+    """Store the child of ``parent`` (id ``parent + 1``). Raises
+    :class:`ConcurrentWrite` when another transaction already did."""
+    row = RevisionRow(
+        id=(parent or 0) + 1,
+        parent_id=parent,
+        hash=content_hash,
+        created_at=now,
+        author=author,
+        message=message,
+        request_id=request_id,
+        document=json.dumps(document, sort_keys=True, separators=(",", ":")),
+    )
+    session.add(row)
+    try:
+        session.flush()
+    except IntegrityError:
+        raise ConcurrentWrite(f"revision {row.id} was written concurrently; retry on the new head") from None
+    return Revision.of(row)
+
+
+# -- tokens -------------------------------------------------------------------
+def add_token(
+    *,
+    session: Session,
+    token_id: str,
+    name: str,
+    role: str,
+    secret_hash: str,
+    created_by: str,
+    now: datetime,
+    expires_at: datetime | None = None,
+) -> Token:
+    row = TokenRow(id=token_id, name=name, role=role, secret_hash=secret_hash, created_at=now,
+                   created_by=created_by, expires_at=expires_at)
+    session.add(row)
+    session.flush()
+    return Token.of(row)
+
+
+def get_token(token_id: str, *, session: Session) -> Token:
+    row = session.get(TokenRow, token_id)
+    if row is None:
+        raise NotFound(f"token {token_id!r} does not exist")
+    return Token.of(row)
+
+
+def find_token(token_id: str, *, session: Session) -> Token | None:
+    row = session.get(TokenRow, token_id)
+    return Token.of(row) if row else None
+
+
+def list_tokens(*, session: Session, include_revoked: bool = True) -> list[Token]:
+    q = select(TokenRow).order_by(TokenRow.created_at, TokenRow.id)
+    if not include_revoked:
+        q = q.where(TokenRow.revoked_at.is_(None))
+    return [Token.of(r) for r in session.scalars(q)]
+
+
+def count_active_tokens(*, session: Session, role: str, now: datetime) -> int:
+    q = select(func.count()).select_from(TokenRow).where(
+        TokenRow.role == role,
+        TokenRow.revoked_at.is_(None),
+        (TokenRow.expires_at.is_(None)) | (TokenRow.expires_at > now),
+    )
+    return session.scalar(q) or 0
+
+
+def revoke_token(token_id: str, *, session: Session, now: datetime) -> Token:
+    row = session.get(TokenRow, token_id)
+    if row is None:
+        raise NotFound(f"token {token_id!r} does not exist")
+    if row.revoked_at is None:
+        row.revoked_at = now
+        session.flush()
+    return Token.of(row)
+
+
+# -- audit --------------------------------------------------------------------
+def add_audit(
+    *,
+    session: Session,
+    now: datetime,
+    actor: str,
+    token_id: str | None,
+    request_id: str | None,
+    method: str,
+    path: str,
+    action: str,
+    outcome: str,
+    status: int,
+    revision: int | None = None,
+    detail: str = "",
+) -> AuditEntry:
+    row = AuditRow(at=now, actor=actor, token_id=token_id, request_id=request_id, method=method,
+                   path=path[:512], action=action, outcome=outcome, status=status, revision_id=revision,
+                   detail=detail)
+    session.add(row)
+    session.flush()
+    return AuditEntry.of(row)
+
+
+def list_audit(
+    *,
+    session: Session,
+    limit: int,
+    offset: int,
+    actor: str | None = None,
+    outcome: str | None = None,
+    revision: int | None = None,
+) -> tuple[list[AuditEntry], int]:
+    """Newest first, with the total count of matching entries."""
+    conds = []
+    if actor is not None:
+        conds.append(AuditRow.actor == actor)
+    if outcome is not None:
+        conds.append(AuditRow.outcome == outcome)
+    if revision is not None:
+        conds.append(AuditRow.revision_id == revision)
+    total = session.scalar(select(func.count()).select_from(AuditRow).where(*conds)) or 0
+    rows = session.scalars(select(AuditRow).where(*conds).order_by(AuditRow.id.desc()).limit(limit).offset(offset))
+    return [AuditEntry.of(r) for r in rows], total
