@@ -1,0 +1,129 @@
+"""Lab generation: from an intent to a containerlab lab directory.
+
+This module owns ``loom lab gen``: for an intent it writes
+``topology.clab.yml`` (a node of kind ``linux`` per device, a link per intent
+link with the intent's port names), each node's ``frr.conf`` rendered by
+:func:`southbound.render.render_frr` (the one source of FRR syntax) and its
+``daemons`` file, and the intent itself as ``intent.yaml``. It also builds the
+documents of 3-tier RFC 7938 Clos intents used by the shipped labs and the
+benchmark (:func:`clos3_document`, :func:`clos2_document`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from controller.intent import dump_intent
+from controller.model import Intent, Routing
+from labs.clab import FILE_NAME, FRR_IMAGE, HOST_PORTS_LABEL, dump_topology
+from southbound.render import device_configs, render_frr
+
+__all__ = ["clos2_document", "clos3_document", "daemons_text", "generate_lab"]
+
+_DAEMONS = ("bgpd", "ospfd", "ospf6d", "ripd", "ripngd", "isisd", "pimd", "ldpd", "nhrpd", "eigrpd",
+            "babeld", "sharpd", "pbrd", "bfdd", "fabricd", "vrrpd", "pathd")
+
+
+def daemons_text(node: str, routing: Routing) -> str:
+    """FRR's ``/etc/frr/daemons`` for a node: zebra and staticd always, plus
+    bgpd for ``routing: bgp`` or isisd for ``routing: isis``."""
+    wanted = {"bgpd"} if routing == Routing.BGP else {"isisd"}
+    lines = [f"# FRR daemons of {node} (Loom lab); zebra and staticd always run"]
+    lines += [f"{d}={'yes' if d in wanted else 'no'}" for d in _DAEMONS]
+    lines += ["vtysh_enable=yes", 'zebra_options="  -A 127.0.0.1 -s 90000000"',
+              'bgpd_options="   -A 127.0.0.1"', 'isisd_options="  -A 127.0.0.1"',
+              'staticd_options="-A 127.0.0.1"']
+    return "\n".join(lines) + "\n"
+
+
+def generate_lab(intent: Intent, out: Path | str, *, name: str | None = None, image: str = FRR_IMAGE) -> Path:
+    """Write the lab for ``intent`` into ``out`` (created; stale node directories
+    of an earlier generation removed) and return the topology file's path.
+    The lab is named ``name`` or after ``out``'s last component."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lab = name or out.resolve().name
+    configs = device_configs(intent)
+    for child in out.iterdir():
+        if child.is_dir() and (child / "frr.conf").exists() and child.name not in configs:
+            shutil.rmtree(child)
+    nodes: dict[str, dict[str, Any]] = {}
+    for dev in intent.devices:
+        cfg = configs[dev.name]
+        ndir = out / dev.name
+        ndir.mkdir(exist_ok=True)
+        (ndir / "frr.conf").write_text(render_frr(cfg))
+        (ndir / "daemons").write_text(daemons_text(dev.name, intent.routing))
+        spec: dict[str, Any] = {"binds": [f"{dev.name}/frr.conf:/etc/frr/frr.conf",
+                                          f"{dev.name}/daemons:/etc/frr/daemons"]}
+        if cfg.host_ports:
+            spec["labels"] = {HOST_PORTS_LABEL: ",".join(cfg.host_ports)}
+            spec["exec"] = [cmd for p in cfg.host_ports
+                            for cmd in (f"ip link add {p} type dummy", f"ip link set {p} up")]
+        nodes[dev.name] = spec
+    links = [(link.a, link.a_port, link.b, link.b_port) for link in intent.links]
+    path = out / FILE_NAME
+    path.write_text(dump_topology(lab, nodes, links, image=image))
+    (out / "intent.yaml").write_text(dump_intent(intent))
+    return path
+
+
+def clos3_document(name: str, *, pods: int, tors: int, planes: int, spines: int,
+                   gbps: float = 10.0) -> dict[str, Any]:
+    """A 3-tier RFC 7938 Clos intent document: ``tor-P-T`` (own ASN, originating
+    ``10.P.T.0/24``), ``leaf-P-Q`` (pod P, plane Q; a pod's leaves share an ASN),
+    ``spine-Q-i`` (a plane's spines share an ASN); a ToR's port ``eth(Q+1)``
+    goes to its pod's plane-Q leaf, a leaf's ports ``eth1..`` go down to its
+    ToRs and the next ones up to its plane's spines, a spine's ``eth(P+1)`` to
+    pod P. Demands: each ToR sends ``gbps`` to the next pod's same ToR and to
+    its pod neighbour."""
+    devices: list[dict[str, Any]] = []
+    links: list[dict[str, Any]] = []
+    prefixes: list[dict[str, Any]] = []
+    for p in range(pods):
+        for t in range(tors):
+            devices.append({"name": f"tor-{p}-{t}", "role": "tor", "pod": p,
+                            "asn": (65100 if pods * tors <= 400 else 4_200_000_000) + p * tors + t})
+            prefixes.append({"prefix": f"10.{p}.{t}.0/24", "origins": [f"tor-{p}-{t}"]})
+        for q in range(planes):
+            devices.append({"name": f"leaf-{p}-{q}", "role": "leaf", "pod": p, "plane": q, "asn": 65010 + p})
+    for q in range(planes):
+        for i in range(spines):
+            devices.append({"name": f"spine-{q}-{i}", "role": "spine", "plane": q, "asn": 65000 + q})
+    for p in range(pods):
+        for t in range(tors):
+            for q in range(planes):
+                links.append({"a": f"tor-{p}-{t}", "a_port": f"eth{q + 1}", "b": f"leaf-{p}-{q}",
+                              "b_port": f"eth{t + 1}", "capacity_gbps": 100})
+    for p in range(pods):
+        for q in range(planes):
+            for i in range(spines):
+                links.append({"a": f"leaf-{p}-{q}", "a_port": f"eth{tors + i + 1}", "b": f"spine-{q}-{i}",
+                              "b_port": f"eth{p + 1}", "capacity_gbps": 100})
+    demands = []
+    for p in range(pods):
+        for t in range(tors):
+            if pods > 1:
+                demands.append({"from": f"tor-{p}-{t}", "to": f"10.{(p + 1) % pods}.{t}.0/24", "gbps": gbps})
+            if tors > 1:
+                demands.append({"from": f"tor-{p}-{t}", "to": f"10.{p}.{(t + 1) % tors}.0/24", "gbps": gbps})
+    return {"name": name, "routing": "bgp", "devices": devices, "links": links, "prefixes": prefixes,
+            "demands": demands}
+
+
+def clos2_document(name: str, *, leaves: int, spines: int, gbps: float = 10.0) -> dict[str, Any]:
+    """A 2-tier (leaf-spine) RFC 7938 Clos: ``leaf-L`` (own ASN, originating
+    ``10.0.L.0/24``, port ``eth(S+1)`` to ``spine-S``), ``spine-S`` (one shared
+    ASN, port ``eth(L+1)`` to ``leaf-L``). Each leaf sends ``gbps`` to the next."""
+    devices: list[dict[str, Any]] = [{"name": f"leaf-{n}", "role": "leaf", "asn": 65100 + n}
+                                     for n in range(leaves)]
+    devices += [{"name": f"spine-{s}", "role": "spine", "asn": 65000} for s in range(spines)]
+    links = [{"a": f"leaf-{n}", "a_port": f"eth{s + 1}", "b": f"spine-{s}", "b_port": f"eth{n + 1}",
+              "capacity_gbps": 100} for n in range(leaves) for s in range(spines)]
+    prefixes = [{"prefix": f"10.0.{n}.0/24", "origins": [f"leaf-{n}"]} for n in range(leaves)]
+    demands = [{"from": f"leaf-{n}", "to": f"10.0.{(n + 1) % leaves}.0/24", "gbps": gbps}
+               for n in range(leaves) if leaves > 1]
+    return {"name": name, "routing": "bgp", "devices": devices, "links": links, "prefixes": prefixes,
+            "demands": demands}

@@ -1,0 +1,532 @@
+"""The lab runner: a containerlab topology realized in Linux network namespaces.
+
+This module owns ``loom lab up|down|status|routes``' side effects. ``up`` gives
+each node a namespace ``loom-<lab>-<node>``, a veth pair per link (made
+straight into the two namespaces under temporary names, renamed there to the
+containerlab interface names), a veth pair kept inside the node per host
+subnet port, forwarding and L4 multipath hashing on, and FRR's daemons (zebra,
+staticd, and bgpd or isisd as the node's ``daemons`` file says) under their own
+UTS namespace with the node's hostname and a run directory owned by ``frr``;
+the node's ``frr.conf`` is loaded with ``vtysh -b``. It then polls until every
+BGP session is established and every expected prefix is in every kernel, with
+a bound. What was created is recorded in a state file first, so ``down`` (and
+``up`` of a half-built lab) can stop every daemon by pid and delete every
+namespace after a crash. Nothing here knows FRR's configuration syntax: the
+files come from :mod:`labs.gen`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.errors import LoomError
+from labs.clab import Topology
+
+__all__ = [
+    "FRR_BIN",
+    "LabError",
+    "LabPrerequisiteError",
+    "NodeObservation",
+    "Observation",
+    "UpReport",
+    "check_prerequisites",
+    "down",
+    "namespace",
+    "node_exec",
+    "observe",
+    "run_dir",
+    "status",
+    "up",
+]
+
+FRR_BIN = Path(os.environ.get("LOOM_FRR_BIN", "/usr/lib/frr"))
+RUN_ROOT = Path(os.environ.get("LOOM_LAB_RUN_DIR", "/run/loom/labs"))
+SYSCTLS = ("net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1",
+           "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
+_ROUTE_PROTOCOLS_SKIPPED = ("kernel",)
+
+
+class LabError(LoomError):
+    """The lab could not be brought up, observed or torn down."""
+
+
+class LabPrerequisiteError(LabError):
+    """Something the runner needs is missing (root, FRR, iproute2)."""
+
+
+def namespace(lab: str, node: str) -> str:
+    """The network namespace of ``node`` in ``lab``."""
+    return f"loom-{lab}-{node}"
+
+
+def run_dir(lab: str) -> Path:
+    """Where a lab keeps its state file and its nodes' FRR directories."""
+    return RUN_ROOT / lab
+
+
+def _state_file(lab: str) -> Path:
+    return run_dir(lab) / "state.json"
+
+
+def check_prerequisites() -> None:
+    """Raise :class:`LabPrerequisiteError` unless root, FRR and iproute2 are here."""
+    if os.geteuid() != 0:
+        raise LabPrerequisiteError("labs need root (network namespaces, veth pairs, FRR daemons): run as root")
+    missing = [str(FRR_BIN / d) for d in ("zebra", "staticd", "bgpd") if not (FRR_BIN / d).exists()]
+    missing += [t for t in ("vtysh", "ip", "unshare") if shutil.which(t) is None]
+    if missing:
+        raise LabPrerequisiteError(
+            f"FRR or tools not installed (missing {', '.join(missing)}): apt-get install frr frr-pythontools iproute2")
+    try:
+        pwd.getpwnam("frr")
+    except KeyError:
+        raise LabPrerequisiteError("user 'frr' missing: install Debian's frr package") from None
+
+
+def _run(args: list[str], *, input: str | None = None, check: bool = True, timeout: float = 30) -> str:
+    proc = subprocess.run(args, input=input, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise LabError(f"{shlex.join(args)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout
+
+
+def node_exec(lab: str, node: str, args: list[str], *, check: bool = True, timeout: float = 30) -> str:
+    """Run ``args`` inside ``node``'s namespace; return its standard output."""
+    return _run(["ip", "netns", "exec", namespace(lab, node), *args], check=check, timeout=timeout)
+
+
+def _daemons(node_daemons_file: Path) -> list[str]:
+    """zebra, staticd and the routing daemons the node's ``daemons`` file enables."""
+    wanted = ["zebra", "staticd"]
+    for line in node_daemons_file.read_text().splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and value.strip() == "yes" and key in ("bgpd", "isisd", "ospfd", "bfdd") and key not in wanted:
+            wanted.append(key)
+    return wanted
+
+
+# -- state -------------------------------------------------------------------
+
+
+def _load_state(lab: str) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(_state_file(lab).read_text())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def _save_state(state: dict[str, Any]) -> None:
+    path = _state_file(state["lab"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+def _existing_namespaces() -> set[str]:
+    out = _run(["ip", "-j", "netns", "list"], check=False) or "[]"
+    try:
+        return {n["name"] for n in json.loads(out)}
+    except ValueError:
+        return set()
+
+
+def _our_pids(directory: Path) -> set[int]:
+    """Processes whose command line names a path inside ``directory`` (our daemons)."""
+    needle = (str(directory) + "/").encode()
+    pids: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "cmdline").read_bytes():
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    return pids - {os.getpid()}
+
+
+def _alive(pid: int, directory: Path) -> bool:
+    try:
+        return (str(directory) + "/").encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+# -- down ----------------------------------------------------------------------
+
+
+@dataclass
+class DownReport:
+    lab: str
+    stopped: int = 0
+    killed: int = 0
+    namespaces: int = 0
+    seconds: float = 0.0
+
+    def to_document(self) -> dict[str, Any]:
+        return {"lab": self.lab, "daemons_stopped": self.stopped, "daemons_killed": self.killed,
+                "namespaces_deleted": self.namespaces, "seconds": round(self.seconds, 2)}
+
+
+def down(lab: str, nodes: Iterable[str] = (), *, grace: float = 10.0) -> DownReport:
+    """Stop every daemon of ``lab`` by pid (waiting for each), delete its
+    namespaces and run directory. Safe to run twice or after a crash: what to
+    remove is the union of the state file, ``nodes`` (from the topology) and
+    the processes whose command line names the lab's run directory."""
+    t0 = time.monotonic()
+    report = DownReport(lab)
+    directory = run_dir(lab)
+    state = _load_state(lab) or {}
+    pids = {int(p) for node in state.get("nodes", {}).values() for p in node.get("pids", {}).values()}
+    pids = {p for p in pids if _alive(p, directory)} | _our_pids(directory)
+    for pid in sorted(pids):
+        try:
+            os.kill(pid, signal.SIGTERM)
+            report.stopped += 1
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        pids = {p for p in pids if _alive(p, directory)}
+        if pids:
+            time.sleep(0.05)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            report.killed += 1
+        except ProcessLookupError:
+            pass
+    while pids and time.monotonic() < deadline + 5:
+        pids = {p for p in pids if _alive(p, directory)}
+        time.sleep(0.05)
+    wanted = set(state.get("namespaces", [])) | {namespace(lab, n) for n in nodes}
+    present = _existing_namespaces() & wanted
+    if present:
+        _run(["ip", "-batch", "-"], input="".join(f"netns del {ns}\n" for ns in sorted(present)), check=False)
+        report.namespaces = len(present)
+    shutil.rmtree(directory, ignore_errors=True)
+    try:
+        RUN_ROOT.rmdir()
+    except OSError:
+        pass
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+# -- observation ---------------------------------------------------------------
+
+
+@dataclass
+class NodeObservation:
+    """What one node shows: daemons alive, BGP sessions, kernel routes."""
+
+    node: str
+    daemons_alive: int = 0
+    daemons: int = 0
+    sessions: dict[str, str] = field(default_factory=dict)  # peer -> state
+    routes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # prefix -> [{port, weight}]
+    error: str | None = None
+
+    @property
+    def established(self) -> int:
+        return sum(1 for s in self.sessions.values() if s == "Established")
+
+
+@dataclass
+class Observation:
+    nodes: dict[str, NodeObservation]
+
+    @property
+    def sessions(self) -> tuple[int, int]:
+        return (sum(n.established for n in self.nodes.values()), sum(len(n.sessions) for n in self.nodes.values()))
+
+    @property
+    def route_count(self) -> int:
+        return sum(len(n.routes) for n in self.nodes.values())
+
+    def routes(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        return {name: dict(sorted(n.routes.items())) for name, n in sorted(self.nodes.items())}
+
+    def signature(self) -> str:
+        return json.dumps({k: (n.sessions, n.routes) for k, n in sorted(self.nodes.items())}, sort_keys=True)
+
+
+def parse_routes(ip_json: str) -> dict[str, list[dict[str, Any]]]:
+    """``ip -j route`` output -> prefix -> sorted ``[{"port", "weight"}]``; routes
+    the kernel made for connected subnets are left out."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in json.loads(ip_json or "[]"):
+        if r.get("protocol") in _ROUTE_PROTOCOLS_SKIPPED or r.get("type", "unicast") != "unicast":
+            continue
+        dst = r.get("dst", "")
+        if dst == "default":
+            dst = "0.0.0.0/0"
+        elif "/" not in dst:
+            dst += "/32"
+        hops = r.get("nexthops")
+        if hops:
+            members = [{"port": h.get("dev", ""), "weight": int(h.get("weight", 1))} for h in hops]
+        elif r.get("dev"):
+            members = [{"port": r["dev"], "weight": 1}]
+        else:
+            continue
+        out[dst] = sorted(members, key=lambda m: m["port"])
+    return out
+
+
+def _observe_node(lab: str, node: str, state: Mapping[str, Any]) -> NodeObservation:
+    info = state.get("nodes", {}).get(node, {})
+    directory = Path(info.get("dir", run_dir(lab) / node))
+    obs = NodeObservation(node, daemons=len(info.get("pids", {})))
+    obs.daemons_alive = sum(1 for p in info.get("pids", {}).values() if _alive(int(p), run_dir(lab)))
+    try:
+        obs.routes = parse_routes(node_exec(lab, node, ["ip", "-j", "route", "show", "table", "main"]))
+        if "bgpd" in info.get("pids", {}):
+            text = _run(["vtysh", "--vty_socket", str(directory), "-c", "show bgp ipv4 unicast summary json"],
+                        check=False, timeout=10)
+            peers = json.loads(text or "{}").get("peers", {})
+            obs.sessions = {p: v.get("state", "?") for p, v in peers.items()}
+    except (LabError, ValueError, subprocess.TimeoutExpired) as exc:
+        obs.error = str(exc)
+    return obs
+
+
+def observe(lab: str, nodes: Iterable[str], *, workers: int = 6) -> Observation:
+    """Sessions and kernel routes of every node (read concurrently)."""
+    state = _load_state(lab) or {}
+    names = list(nodes)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        found = list(pool.map(lambda n: _observe_node(lab, n, state), names))
+    return Observation({o.node: o for o in found})
+
+
+# -- up --------------------------------------------------------------------------
+
+
+@dataclass
+class UpReport:
+    lab: str
+    nodes: int
+    links: int
+    seconds: float
+    converged: bool
+    sessions: tuple[int, int]
+    routes: int
+    expected_routes: int | None
+    observation: Observation | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def to_document(self) -> dict[str, Any]:
+        return {"lab": self.lab, "nodes": self.nodes, "links": self.links, "converged": self.converged,
+                "seconds": round(self.seconds, 2), "sessions_established": self.sessions[0],
+                "sessions": self.sessions[1], "routes": self.routes, "expected_routes": self.expected_routes,
+                "problems": self.problems}
+
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str],
+                 directory: Path, daemons: list[str]) -> str:
+    lines = ["set -e", "ip link set lo up"]
+    for port, _peer, _pp in topo.ports(node):
+        tmp = temp_names[node, port]
+        lines += [f"ip link set {tmp} name {port}", f"ip link set {port} up"]
+    for port in topo.node_map[node].host_ports:
+        peer = f"{port}p"[:15]
+        lines += [f"ip link add {port} type veth peer name {peer}", f"ip link set {port} up", f"ip link set {peer} up"]
+    lines.append("sysctl -q -w " + " ".join(SYSCTLS) + " >/dev/null")
+    starts = []
+    for d in daemons:
+        opts = (f"-d -P 0 --vty_socket {directory} -z {directory}/zserv.api -i {directory}/{d}.pid "
+                f"-f /dev/null --log file:{directory}/{d}.log")
+        if d == "zebra":
+            opts += " -s 90000000"
+        starts.append(f"{FRR_BIN / d} {opts}")
+    inner = f"hostname {shlex.quote(node)}; " + "; ".join(starts)
+    lines.append(f"unshare --uts sh -c {shlex.quote(inner)}")
+    return "\n".join(lines) + "\n"
+
+
+def _wait_files(paths: list[Path], timeout: float) -> list[Path]:
+    deadline = time.monotonic() + timeout
+    missing = list(paths)
+    while missing and time.monotonic() < deadline:
+        missing = [p for p in missing if not p.exists()]
+        if missing:
+            time.sleep(0.05)
+    return missing
+
+
+def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, timeout: float = 60.0,
+       progress: ProgressFn | None = None, poll: float = 0.5) -> UpReport:
+    """Bring ``topo`` up and wait (at most ``timeout`` seconds) until it has converged.
+
+    ``expected``: node -> the prefixes its kernel should hold (from the solver);
+    without it, converged means every session established and the routes
+    unchanged between two polls. Raises :class:`LabPrerequisiteError` or
+    :class:`LabError`; a lab that does not converge in time is returned with
+    ``converged=False`` and the problems found (and left up for inspection).
+    """
+    check_prerequisites()
+    note = progress or (lambda phase, done, total: None)
+    lab = topo.name
+    node_names = [n.name for n in topo.nodes]
+    t0 = time.monotonic()
+    down(lab, node_names)  # a lab that is half there is cleaned first
+    directory = run_dir(lab)
+    state: dict[str, Any] = {"lab": lab, "topology": str(topo.directory), "run_dir": str(directory),
+                             "namespaces": [namespace(lab, n) for n in node_names], "nodes": {}}
+    directory.mkdir(parents=True, exist_ok=True)
+    _save_state(state)  # before anything exists: down after a crash knows what to remove
+    note("namespaces", 0, len(node_names))
+    _run(["ip", "-batch", "-"], input="".join(f"netns add {namespace(lab, n)}\n" for n in node_names))
+    tag = hashlib.sha1(lab.encode()).hexdigest()[:4]
+    temp_names: dict[tuple[str, str], str] = {}
+    batch = []
+    for i, link in enumerate(topo.links):
+        ta, tb = f"lm{tag}{i:x}a", f"lm{tag}{i:x}b"
+        temp_names[link.a, link.a_port] = ta
+        temp_names[link.b, link.b_port] = tb
+        batch.append(f"link add {ta} netns {namespace(lab, link.a)} type veth peer name {tb} "
+                     f"netns {namespace(lab, link.b)}\n")
+    if batch:
+        _run(["ip", "-batch", "-"], input="".join(batch))
+    note("links", len(topo.links), len(topo.links))
+
+    procs: list[tuple[str, subprocess.Popen[str]]] = []
+    node_daemons: dict[str, list[str]] = {}
+    for node in topo.nodes:
+        ndir = directory / node.name
+        ndir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(node.frr_conf, ndir / "frr.conf")
+        (ndir / "vtysh.conf").write_text("service integrated-vtysh-config\n")
+        for p in (ndir, ndir / "frr.conf", ndir / "vtysh.conf"):
+            shutil.chown(p, user="frr", group="frr")
+        node_daemons[node.name] = _daemons(node.daemons_file)
+        state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "dir": str(ndir), "pids": {}}
+        script = _node_script(lab, topo, node.name, temp_names, ndir, node_daemons[node.name])
+        procs.append((node.name, subprocess.Popen(
+            ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", script],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    _save_state(state)
+    failures = []
+    for name, proc in procs:
+        _out, err = proc.communicate(timeout=60)
+        if proc.returncode != 0:
+            failures.append(f"{name}: {err.strip()}")
+    pid_files = [directory / n / f"{d}.pid" for n, ds in node_daemons.items() for d in ds]
+    vty_files = [directory / n / f"{d}.vty" for n, ds in node_daemons.items() for d in ds]
+    missing = _wait_files(pid_files + vty_files, 15.0)
+    for name, ds in node_daemons.items():
+        for d in ds:
+            pid_file = directory / name / f"{d}.pid"
+            if pid_file.exists():
+                state["nodes"][name]["pids"][d] = int(pid_file.read_text().split()[0])
+    _save_state(state)
+    if failures or missing:
+        raise LabError("lab nodes failed to start: " + "; ".join(failures + [f"{m} missing" for m in missing][:10]))
+    note("daemons", len(node_names), len(node_names))
+
+    def load(name: str) -> str | None:
+        nd = directory / name
+        proc = subprocess.run(["vtysh", "--vty_socket", str(nd), "--config_dir", str(nd), "-b"],
+                              capture_output=True, text=True, timeout=60)
+        return None if proc.returncode == 0 else f"{name}: {proc.stdout.strip()} {proc.stderr.strip()}"
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        errors = [e for e in pool.map(load, node_names) if e]
+    if errors:
+        raise LabError("FRR refused a node's configuration: " + "; ".join(errors[:5]))
+    note("config", len(node_names), len(node_names))
+    report = wait_converged(topo, expected=expected, timeout=timeout, progress=note, poll=poll)
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _problems(obs: Observation, expected: Mapping[str, set[str]] | None) -> list[str]:
+    out = []
+    for name, n in sorted(obs.nodes.items()):
+        if n.error:
+            out.append(f"{name}: {n.error}")
+        if n.daemons_alive < n.daemons:
+            out.append(f"{name}: {n.daemons - n.daemons_alive} daemon(s) not running")
+        down_peers = sorted(p for p, s in n.sessions.items() if s != "Established")
+        if down_peers:
+            out.append(f"{name}: sessions not established with {', '.join(down_peers)}")
+        if expected is not None:
+            want = expected.get(name, set())
+            have = set(n.routes)
+            if want - have:
+                out.append(f"{name}: missing {', '.join(sorted(want - have))}")
+            if have - want:
+                out.append(f"{name}: unexpected {', '.join(sorted(have - want))}")
+    return out
+
+
+def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None,
+                   timeout: float = 60.0, progress: ProgressFn | None = None, poll: float = 0.5) -> UpReport:
+    """Poll until converged (see :func:`up`) or ``timeout`` seconds have passed."""
+    note = progress or (lambda phase, done, total: None)
+    want = {k: set(v) for k, v in expected.items()} if expected is not None else None
+    names = [n.name for n in topo.nodes]
+    want_routes = sum(len(v) for v in want.values()) if want is not None else None
+    t0 = time.monotonic()
+    previous = ""
+    obs = observe(topo.name, names)
+    while True:
+        problems = _problems(obs, want)
+        established, total = obs.sessions
+        note("converging", established + obs.route_count, total + (want_routes or obs.route_count))
+        sig = obs.signature()
+        if not problems and (want is not None or sig == previous):
+            converged = True
+            break
+        previous = sig
+        if time.monotonic() - t0 > timeout:
+            converged = False
+            break
+        time.sleep(poll)
+        obs = observe(topo.name, names)
+    return UpReport(topo.name, len(names), len(topo.links), time.monotonic() - t0, converged, obs.sessions,
+                    obs.route_count, want_routes, obs, problems if not converged else [])
+
+
+def status(topo: Topology) -> Observation | None:
+    """The lab's nodes, sessions and routes, or ``None`` when it is not up."""
+    state = _load_state(topo.name)
+    if state is None:
+        return None
+    return observe(topo.name, [n.name for n in topo.nodes])
+
+
+def memory_per_node(lab: str) -> dict[str, int]:
+    """Resident memory (bytes) of each node's daemons, summed per node."""
+    state = _load_state(lab) or {}
+    out: dict[str, int] = {}
+    for name, info in state.get("nodes", {}).items():
+        total = 0
+        for pid in info.get("pids", {}).values():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+            except OSError:
+                continue
+        out[name] = total
+    return out

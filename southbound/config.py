@@ -1,0 +1,189 @@
+"""The declarative configuration of one device: what the southbound pushes.
+
+This module owns :class:`DeviceConfig`, a pure, frozen value that says what a
+switch should be, in the domain's words rather than FRR's: its hostname, ASN
+and router id, its interfaces and their addresses, its BGP neighbors (RFC 7938:
+one eBGP session per link), the prefixes it originates, its drains, its
+multipath settings, and the WCMP state a plan adds (per-neighbor, per-prefix
+BGP link-bandwidth values, or weighted FIB nexthop groups the device agent
+installs over netlink). :mod:`southbound.render` builds these from an intent
+and renders them as FRR configuration; the device agent's protobuf mirrors
+them. No I/O here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "BgpNeighbor",
+    "DeviceConfig",
+    "FibNexthop",
+    "FibRoute",
+    "Interface",
+    "LinkBandwidth",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Interface:
+    """A port: ``name`` as in the intent (``eth1``), ``address`` in CIDR form
+    (``100.64.0.0/31``) or ``None``. ``peer`` names the device at the far end of
+    a fabric link; ``host`` marks a host subnet port (where a prefix lives).
+    ``metric`` is the IS-IS metric of the link; ``drained``: the link is drained."""
+
+    name: str
+    address: str | None = None
+    peer: str | None = None
+    peer_port: str | None = None
+    host: bool = False
+    metric: int = 10
+    drained: bool = False
+
+    def to_document(self) -> dict[str, Any]:
+        return {"name": self.name, "address": self.address, "peer": self.peer,
+                "peer_port": self.peer_port, "host": self.host, "metric": self.metric,
+                "drained": self.drained}
+
+
+@dataclass(frozen=True, slots=True)
+class BgpNeighbor:
+    """One eBGP session over the link on ``port``. ``address`` is the peer's
+    address on the link (``None``: BGP unnumbered on the interface);
+    ``drained``: the link is drained, nothing is sent or accepted on it."""
+
+    port: str
+    peer: str
+    remote_asn: int
+    address: str | None = None
+    drained: bool = False
+
+    @property
+    def key(self) -> str:
+        """How FRR names the neighbor: its address, or the interface when unnumbered."""
+        return self.address if self.address is not None else self.port
+
+    def to_document(self) -> dict[str, Any]:
+        return {"port": self.port, "peer": self.peer, "remote_asn": self.remote_asn,
+                "address": self.address, "drained": self.drained}
+
+
+@dataclass(frozen=True, slots=True)
+class LinkBandwidth:
+    """WCMP by BGP link-bandwidth: this device attaches ``mbps`` as the
+    link-bandwidth extended community when it advertises ``prefix`` to the
+    neighbor on ``port``; that neighbor then weighs its next hops by it."""
+
+    port: str
+    prefix: str
+    mbps: int
+
+    def to_document(self) -> dict[str, Any]:
+        return {"port": self.port, "prefix": self.prefix, "mbps": self.mbps}
+
+
+@dataclass(frozen=True, slots=True)
+class FibNexthop:
+    """A weighted member of a FIB nexthop group: out of ``port`` to ``gateway``."""
+
+    port: str
+    gateway: str
+    weight: int
+
+    def to_document(self) -> dict[str, Any]:
+        return {"port": self.port, "gateway": self.gateway, "weight": self.weight}
+
+
+@dataclass(frozen=True, slots=True)
+class FibRoute:
+    """WCMP by FIB: a route the device agent installs over netlink with a
+    weighted nexthop group (``group`` is the group's id), preferred over BGP's."""
+
+    prefix: str
+    group: str
+    nexthops: tuple[FibNexthop, ...]
+
+    def to_document(self) -> dict[str, Any]:
+        return {"prefix": self.prefix, "group": self.group,
+                "nexthops": [h.to_document() for h in self.nexthops]}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConfig:
+    """Everything one device should be (see the module docstring).
+
+    ``routing`` is ``bgp`` or ``isis``; ``drained``: the device carries no
+    transit (it advertises only the prefixes it originates); ``originated``:
+    its prefixes, each living on a host port; ``maximum_paths`` and
+    ``multipath_relax``: ECMP over equal-length AS paths of different ASNs
+    (RFC 7938 section 6.3); ``timers``: BGP keepalive and hold seconds.
+    """
+
+    hostname: str
+    asn: int | None
+    router_id: str
+    interfaces: tuple[Interface, ...] = ()
+    neighbors: tuple[BgpNeighbor, ...] = ()
+    originated: tuple[str, ...] = ()
+    routing: str = "bgp"
+    drained: bool = False
+    maximum_paths: int = 64
+    multipath_relax: bool = True
+    timers: tuple[int, int] = (1, 3)
+    link_bandwidth: tuple[LinkBandwidth, ...] = ()
+    fib_routes: tuple[FibRoute, ...] = ()
+
+    def interface(self, name: str) -> Interface:
+        for i in self.interfaces:
+            if i.name == name:
+                return i
+        raise KeyError(name)
+
+    @property
+    def host_ports(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.interfaces if i.host)
+
+    @property
+    def fabric_ports(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.interfaces if i.peer is not None)
+
+    def to_document(self) -> dict[str, Any]:
+        """A JSON-ready mapping (stable order), for golden files and the wire."""
+        return {
+            "hostname": self.hostname,
+            "asn": self.asn,
+            "router_id": self.router_id,
+            "routing": self.routing,
+            "interfaces": [i.to_document() for i in self.interfaces],
+            "neighbors": [n.to_document() for n in self.neighbors],
+            "originated": list(self.originated),
+            "drained": self.drained,
+            "maximum_paths": self.maximum_paths,
+            "multipath_relax": self.multipath_relax,
+            "timers": list(self.timers),
+            "link_bandwidth": [b.to_document() for b in self.link_bandwidth],
+            "fib_routes": [r.to_document() for r in self.fib_routes],
+        }
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> DeviceConfig:
+        """The inverse of :meth:`to_document`."""
+        return cls(
+            hostname=doc["hostname"],
+            asn=doc.get("asn"),
+            router_id=doc["router_id"],
+            routing=doc.get("routing", "bgp"),
+            interfaces=tuple(Interface(**i) for i in doc.get("interfaces", ())),
+            neighbors=tuple(BgpNeighbor(**n) for n in doc.get("neighbors", ())),
+            originated=tuple(doc.get("originated", ())),
+            drained=bool(doc.get("drained", False)),
+            maximum_paths=int(doc.get("maximum_paths", 64)),
+            multipath_relax=bool(doc.get("multipath_relax", True)),
+            timers=(int(doc.get("timers", (1, 3))[0]), int(doc.get("timers", (1, 3))[1])),
+            link_bandwidth=tuple(LinkBandwidth(**b) for b in doc.get("link_bandwidth", ())),
+            fib_routes=tuple(
+                FibRoute(prefix=r["prefix"], group=r["group"],
+                         nexthops=tuple(FibNexthop(**h) for h in r["nexthops"]))
+                for r in doc.get("fib_routes", ())),
+        )

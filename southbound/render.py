@@ -1,0 +1,281 @@
+"""From intent (and plan) to device configs, and from a device config to FRR.
+
+This module is the one place that knows FRR's configuration syntax. It owns
+two pure functions: :func:`device_configs` derives every device's
+:class:`~southbound.config.DeviceConfig` from an intent, deterministically (a
+/31 per link from a pool in link order, the lower address on the link's ``a``
+end; loopbacks from the intent or a pool; a host port per originated prefix
+holding the prefix's first address; one eBGP session per link as RFC 7938
+prescribes), and, given a plan, the WCMP state it realizes; and
+:func:`render_frr` turns one config into FRR's integrated configuration text
+(``frr.conf``). ``loom lab gen`` writes lab files with it and the device agent
+renders the changes it pushes with it, so lab and switch speak the same FRR.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import defaultdict
+
+from controller.model import Intent, Role, Routing, WcmpRealization
+from solver.plan import Plan
+from southbound.config import (
+    BgpNeighbor,
+    DeviceConfig,
+    FibNexthop,
+    FibRoute,
+    Interface,
+    LinkBandwidth,
+)
+
+__all__ = [
+    "LINK_POOL",
+    "LOOPBACK_POOL",
+    "device_configs",
+    "host_address",
+    "isis_net",
+    "render_frr",
+]
+
+#: /31s for fabric links, one per link in intent order.
+LINK_POOL = ipaddress.IPv4Network("100.64.0.0/11")
+#: Loopbacks (router ids) of devices whose intent gives none, by device order.
+LOOPBACK_POOL = ipaddress.IPv4Network("100.127.0.0/16")
+ISIS_AREA = "49.0001"
+ISIS_TAG = "loom"
+_DENY = "LOOM-DENY"
+_LOCAL = "LOOM-LOCAL"
+
+
+def host_address(prefix: str) -> str:
+    """The address a device originating ``prefix`` holds on its host port: the
+    prefix's first address, in CIDR form (``10.0.0.0/24`` -> ``10.0.0.1/24``)."""
+    net = ipaddress.IPv4Network(prefix)
+    first = net.network_address if net.num_addresses <= 2 else net.network_address + 1
+    return f"{first}/{net.prefixlen}"
+
+
+def isis_net(router_id: str) -> str:
+    """An IS-IS NET from a router id: ``10.255.0.1`` -> ``49.0001.0102.5500.0001.00``."""
+    digits = "".join(f"{int(o):03d}" for o in router_id.split("."))
+    return f"{ISIS_AREA}.{digits[0:4]}.{digits[4:8]}.{digits[8:12]}.00"
+
+
+def _link_addresses(index: int) -> tuple[str, str]:
+    base = LINK_POOL.network_address + 2 * index
+    if base + 1 > LINK_POOL.broadcast_address:
+        raise ValueError(f"more than {LINK_POOL.num_addresses // 2} links: the /31 pool {LINK_POOL} is exhausted")
+    return f"{base}/31", f"{base + 1}/31"
+
+
+def _router_id(intent: Intent, index: int) -> str:
+    d = intent.devices[index]
+    if d.loopback is not None:
+        return str(d.loopback)
+    return str(LOOPBACK_POOL.network_address + index + 1)
+
+
+def device_configs(intent: Intent, plan: Plan | None = None) -> dict[str, DeviceConfig]:
+    """Every device's config for ``intent``; with ``plan``, its WCMP state too.
+
+    The realization follows ``intent.wcmp_realization`` when WCMP is enabled:
+    ``link-bandwidth`` makes each next hop M of device N for prefix P attach
+    the plan's weight as the link-bandwidth of P toward N; ``fib`` gives each
+    device weighted nexthop groups for the agent to install.
+
+    >>> from controller.intent import validate_intent
+    >>> i = validate_intent({"name": "x", "devices": [
+    ...     {"name": "t0", "role": "tor", "asn": 65100}, {"name": "s0", "role": "leaf", "asn": 65000}],
+    ...     "links": [{"a": "t0", "a_port": "eth1", "b": "s0", "b_port": "eth1"}],
+    ...     "prefixes": [{"prefix": "10.0.0.0/24", "origins": ["t0"]}]})
+    >>> device_configs(i)["t0"].neighbors[0].address
+    '100.64.0.1'
+    """
+    ports: dict[str, list[Interface]] = defaultdict(list)
+    neighbors: dict[str, list[BgpNeighbor]] = defaultdict(list)
+    gateway: dict[tuple[str, str], str] = {}  # (device, port) -> the peer's address on that link
+    drained_links = intent.drained_links
+    dmap = intent.device_map
+    for i, link in enumerate(intent.links):
+        addr_a, addr_b = _link_addresses(i)
+        drained = link.key in drained_links
+        ports[link.a].append(Interface(link.a_port, addr_a, peer=link.b, peer_port=link.b_port,
+                                       metric=link.metric, drained=drained))
+        ports[link.b].append(Interface(link.b_port, addr_b, peer=link.a, peer_port=link.a_port,
+                                       metric=link.metric, drained=drained))
+        gateway[link.a, link.a_port] = addr_b.split("/")[0]
+        gateway[link.b, link.b_port] = addr_a.split("/")[0]
+        if intent.routing == Routing.BGP:
+            asn_a, asn_b = dmap[link.a].asn, dmap[link.b].asn
+            assert asn_a is not None and asn_b is not None  # validated: routing bgp needs ASNs
+            neighbors[link.a].append(BgpNeighbor(link.a_port, link.b, asn_b, addr_b.split("/")[0], drained))
+            neighbors[link.b].append(BgpNeighbor(link.b_port, link.a, asn_a, addr_a.split("/")[0], drained))
+    originated: dict[str, list[str]] = defaultdict(list)
+    for p in intent.prefixes:
+        for origin in p.origins:
+            originated[origin].append(p.prefix)
+
+    lbw: dict[str, list[LinkBandwidth]] = defaultdict(list)
+    fib: dict[str, list[FibRoute]] = defaultdict(list)
+    if plan is not None and intent.wcmp_enabled:
+        realization = intent.wcmp_realization
+        for name, dp in sorted(plan.devices.items()):
+            for prefix, gid in sorted(dp.routes.items()):
+                hops = dp.groups[gid]
+                if realization == WcmpRealization.LINK_BANDWIDTH:
+                    for h in hops:
+                        link = intent.link_by_end.get(f"{name}:{h.port}")
+                        if link is None:
+                            continue
+                        far_port = link.b_port if (link.a, link.a_port) == (name, h.port) else link.a_port
+                        lbw[h.neighbor].append(LinkBandwidth(far_port, prefix, max(1, min(25600, h.weight))))
+                else:
+                    fib[name].append(FibRoute(prefix, gid, tuple(
+                        FibNexthop(h.port, gateway.get((name, h.port), ""), h.weight) for h in hops)))
+
+    out: dict[str, DeviceConfig] = {}
+    for index, d in enumerate(intent.devices):
+        host = tuple(Interface(f"host{k}", host_address(p), host=True) for k, p in enumerate(originated[d.name]))
+        out[d.name] = DeviceConfig(
+            hostname=d.name,
+            asn=d.asn if intent.routing == Routing.BGP else None,
+            router_id=_router_id(intent, index),
+            interfaces=tuple(ports[d.name]) + host,
+            neighbors=tuple(neighbors[d.name]),
+            originated=tuple(originated[d.name]),
+            routing=intent.routing.value,
+            drained=d.name in intent.drained_devices,
+            link_bandwidth=tuple(lbw[d.name]),
+            fib_routes=tuple(fib[d.name]),
+        )
+    return out
+
+
+def _name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "-", text)
+
+
+def _out_map(config: DeviceConfig, port: str) -> str:
+    return f"LOOM-OUT-{_name(port)}"
+
+
+def _policy_lines(config: DeviceConfig) -> tuple[list[str], dict[str, str]]:
+    """Prefix lists, as-path lists and route maps; returns the lines and, per
+    port, the outbound route map its neighbor uses."""
+    lines: list[str] = []
+    out_maps: dict[str, str] = {}
+    by_port: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for b in config.link_bandwidth:
+        by_port[b.port][b.mbps].append(b.prefix)
+    if config.drained:
+        lines += [f"bgp as-path access-list {_LOCAL} seq 5 permit ^$", "!"]
+    if any(n.drained for n in config.neighbors):
+        lines += [f"route-map {_DENY} deny 10", "exit", "!"]
+    for n in config.neighbors:
+        if n.drained or not (config.drained or n.port in by_port):
+            continue
+        rmap = _out_map(config, n.port)
+        out_maps[n.port] = rmap
+        seq = 10
+        for mbps, prefixes in sorted(by_port.get(n.port, {}).items()):
+            plist = f"LOOM-LB-{_name(n.port)}-{mbps}"
+            for k, p in enumerate(sorted(prefixes)):
+                lines.append(f"ip prefix-list {plist} seq {5 * (k + 1)} permit {p}")
+            lines.append(f"route-map {rmap} permit {seq}")
+            lines.append(f" match ip address prefix-list {plist}")
+            if config.drained:
+                lines.append(f" match as-path {_LOCAL}")
+            lines += [f" set extcommunity bandwidth {mbps}", "exit", "!"]
+            seq += 10
+        lines.append(f"route-map {rmap} permit 65000")
+        if config.drained:
+            lines.append(f" match as-path {_LOCAL}")
+        lines += ["exit", "!"]
+    return lines, out_maps
+
+
+def render_frr(config: DeviceConfig) -> str:
+    """FRR 8.4 integrated configuration (``frr.conf``) for ``config``.
+
+    BGP (RFC 7938): one eBGP session per link to the peer's /31 address,
+    ``maximum-paths`` with ``bgp bestpath as-path multipath-relax``, fast timers,
+    ``network`` for each originated prefix. A drained device advertises only
+    what it originates (outbound route maps matching an empty AS path); a
+    drained link neither sends nor accepts routes. IS-IS: a level-2
+    point-to-point adjacency per link with the link's metric; a drained device
+    sets the overload bit, a drained link has no adjacency.
+    """
+    lines = [
+        "frr defaults datacenter",
+        f"hostname {config.hostname}",
+        "ip forwarding",
+        "service integrated-vtysh-config",
+        "!",
+        "interface lo",
+        f" ip address {config.router_id}/32",
+        "exit",
+        "!",
+    ]
+    isis = config.routing == Routing.ISIS.value
+    for itf in config.interfaces:
+        lines.append(f"interface {itf.name}")
+        if itf.peer is not None:
+            lines.append(f" description to {itf.peer}:{itf.peer_port}")
+        elif itf.host:
+            lines.append(" description host subnet")
+        if itf.address is not None:
+            lines.append(f" ip address {itf.address}")
+        if isis and not itf.drained:
+            lines.append(f" ip router isis {ISIS_TAG}")
+            if itf.host:
+                lines.append(" isis passive")
+            else:
+                lines += [" isis network point-to-point", f" isis metric {itf.metric}"]
+        lines += ["exit", "!"]
+    if isis:
+        lines += [f"router isis {ISIS_TAG}", f" net {isis_net(config.router_id)}",
+                  " is-type level-2-only", " metric-style wide"]
+        if config.drained:
+            lines.append(" set-overload-bit")
+        lines += ["exit", "!"]
+        return "\n".join(lines) + "\n"
+    if config.asn is None:
+        raise ValueError(f"{config.hostname}: routing bgp needs an ASN")
+    policy, out_maps = _policy_lines(config)
+    lines += policy
+    keepalive, hold = config.timers
+    lines += [
+        f"router bgp {config.asn}",
+        f" bgp router-id {config.router_id}",
+        " no bgp ebgp-requires-policy",
+        " no bgp default ipv4-unicast",
+    ]
+    if config.multipath_relax:
+        lines.append(" bgp bestpath as-path multipath-relax")
+    lines.append(f" timers bgp {keepalive} {hold}")
+    for n in config.neighbors:
+        key = n.key
+        if n.address is None:
+            lines.append(f" neighbor {key} interface remote-as {n.remote_asn}")
+        else:
+            lines.append(f" neighbor {key} remote-as {n.remote_asn}")
+        lines += [f" neighbor {key} description {n.peer} via {n.port}",
+                  f" neighbor {key} timers connect 1",
+                  f" neighbor {key} advertisement-interval 0"]
+    lines += [" !", " address-family ipv4 unicast"]
+    for p in config.originated:
+        lines.append(f"  network {p}")
+    for n in config.neighbors:
+        lines.append(f"  neighbor {n.key} activate")
+        if n.drained:
+            lines += [f"  neighbor {n.key} route-map {_DENY} in", f"  neighbor {n.key} route-map {_DENY} out"]
+        elif n.port in out_maps:
+            lines.append(f"  neighbor {n.key} route-map {out_maps[n.port]} out")
+    lines += [f"  maximum-paths {config.maximum_paths}", " exit-address-family", "exit", "!"]
+    return "\n".join(lines) + "\n"
+
+
+def role_order(role: Role) -> int:
+    """Sort key of a role, bottom tier first (for listings)."""
+    return [Role.TOR, Role.LEAF, Role.SPINE, Role.SUPERSPINE, Role.ROUTER].index(role)
