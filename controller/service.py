@@ -31,7 +31,7 @@ from controller.model import Intent
 from controller.store import objects, repo
 from controller.store.db import write_transaction
 from controller.store.models import ROLES
-from controller.store.repo import AuditEntry, ConcurrentWrite, Revision, Token
+from controller.store.repo import ConcurrentWrite, Revision, Token
 
 __all__ = [
     "EXAMPLE_INTENT",
@@ -50,6 +50,7 @@ __all__ = [
     "diff_revisions",
     "get_intent",
     "get_object",
+    "get_token",
     "head",
     "list_audit",
     "list_objects",
@@ -348,6 +349,10 @@ def create_token(name: str, role: str, *, session: Session, ctx: WriteContext,
     return token, secret
 
 
+def get_token(token_id: str, *, session: Session) -> Token:
+    return repo.get_token(token_id, session=session)
+
+
 def list_tokens(*, session: Session, include_revoked: bool = True) -> list[Token]:
     return repo.list_tokens(session=session, include_revoked=include_revoked)
 
@@ -387,7 +392,3 @@ def authenticate(bearer: str, *, session: Session, admin_token: str | None = Non
     if not token.active(_now()):
         return None
     return Actor(token.name, token.role, token.id)
-
-
-def audit_page_items(page: Page) -> list[AuditEntry]:
-    return list(page.items)

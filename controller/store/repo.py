@@ -160,7 +160,7 @@ def add_revision(
         author=author,
         message=message,
         request_id=request_id,
-        document=json.dumps(document, sort_keys=True, separators=(",", ":")),
+        document=json.dumps(document, separators=(",", ":")),
     )
     session.add(row)
     try:

@@ -1,0 +1,113 @@
+"""The FastAPI application: :func:`create_app` builds it from :class:`Settings`.
+
+No import-time globals: each app owns its :class:`controller.store.db.Database`
+(given, or made from ``settings.db_url``), migrates it at startup, tags every
+request with an id (``X-Request-ID``, echoed or generated) and mounts one
+router per resource under ``/v1`` (DESIGN.md section 4). Room is left for
+``changes``, ``plans`` and device state, which later routers add.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api import problems
+from api.routers import (
+    audit,
+    demands,
+    devices,
+    failure_domains,
+    health,
+    intent,
+    links,
+    policies,
+    prefixes,
+    revisions,
+    tokens,
+)
+from controller.settings import Settings
+from controller.store.db import Database
+
+__all__ = ["create_app"]
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class RequestIdMiddleware:
+    """Give each request an id (the client's ``X-Request-ID`` if sane) and echo it."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def create_app(settings: Settings | None = None, *, database: Database | None = None) -> FastAPI:
+    """Build the API. ``database`` defaults to one made from ``settings.db_url``
+    (and disposed of at shutdown); it is migrated to the newest schema at startup."""
+    settings = settings or Settings()
+    owned = database is None
+    db = database or Database(settings.db_url)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db.migrate()
+        yield
+        if owned:
+            db.dispose()
+
+    app = FastAPI(
+        title=settings.title,
+        version="1.0.0",
+        description=(
+            "Loom's REST API: the fabric intent (devices, links, failure domains, prefixes, policies, demands), "
+            "its revisions and their diffs, tokens and the audit log. Authenticate with "
+            "`Authorization: Bearer <token>`; writes honour `If-Match` with the revision's ETag. "
+            "Errors are RFC 9457 problem details."
+        ),
+        lifespan=lifespan,
+        separate_input_output_schemas=False,
+    )
+    app.state.settings = settings
+    app.state.database = db
+    app.add_middleware(RequestIdMiddleware)
+    problems.install(app)
+    app.include_router(health.router)
+    app.include_router(intent.router)
+    for module in (devices, links, failure_domains, prefixes, policies, demands):
+        app.include_router(module.router)
+    app.include_router(revisions.router)
+    app.include_router(tokens.router)
+    app.include_router(audit.router)
+    return app
+
+
+def routes_summary(app: FastAPI) -> list[dict[str, Any]]:
+    """Every route's method and path (for tests and docs)."""
+    out = []
+    for route in app.routes:
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if method != "HEAD":
+                out.append({"method": method, "path": getattr(route, "path", "")})
+    return out

@@ -1,0 +1,147 @@
+"""Errors as RFC 9457 problem details (``application/problem+json``).
+
+This is the one place where Loom's exceptions become HTTP: ``InvalidIntent`` is
+422 with every located error of the resulting document (``links[7].b``), a
+malformed request is 422 with request locations (``body.asn``, ``query.limit``),
+``NotFound`` 404, ``StaleRevision`` and other ``Conflict`` 409, a missing or bad
+token 401 (with ``WWW-Authenticate: Bearer``), the wrong role 403. Unexpected
+exceptions are 500 problems that name the request id, never a traceback. The
+OpenAPI document is rewritten so every error response is described as a
+``Problem`` under ``application/problem+json``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.schemas import Problem
+from controller.errors import Conflict, InvalidIntent, LoomError, NotFound, StaleRevision
+from controller.intent import format_loc
+
+__all__ = ["PROBLEM", "ProblemException", "error_responses", "install", "problem_response"]
+
+PROBLEM = "application/problem+json"
+_TYPE = "urn:loom:problem:"
+log = logging.getLogger("loom.api")
+
+
+class ProblemException(Exception):
+    """Raised by the API layer for HTTP-only conditions (401, 403, 503...)."""
+
+    def __init__(self, status: int, title: str, detail: str | None = None, *, kind: str | None = None,
+                 headers: dict[str, str] | None = None):
+        self.status, self.title, self.detail, self.kind, self.headers = status, title, detail, kind, headers
+        super().__init__(detail or title)
+
+
+def problem_response(request: Request, status: int, title: str, detail: str | None = None, *,
+                     kind: str | None = None, errors: list[dict[str, str]] | None = None,
+                     headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    body = Problem(
+        type=_TYPE + kind if kind else "about:blank",
+        title=title,
+        status=status,
+        detail=detail,
+        instance=request.url.path,
+        request_id=getattr(request.state, "request_id", None),
+        errors=errors or [],
+        **extra,
+    ).model_dump(mode="json", exclude_none=True)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def _request_loc(loc: tuple[Any, ...] | list[Any]) -> str:
+    return format_loc(list(loc)) if loc else ""
+
+
+def install(app: FastAPI) -> None:
+    """Register the exception handlers and the OpenAPI rewrite on ``app``."""
+
+    @app.exception_handler(InvalidIntent)
+    async def _invalid(request: Request, exc: InvalidIntent) -> JSONResponse:
+        return problem_response(request, 422, "Invalid intent",
+                                f"the resulting intent has {len(exc.errors)} error(s); nothing was stored",
+                                kind="invalid-intent", errors=[e.as_dict() for e in exc.errors])
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": _request_loc(e.get("loc", ())), "msg": str(e.get("msg", "invalid"))} for e in exc.errors()]
+        return problem_response(request, 422, "Invalid request", f"{len(errors)} error(s) in the request",
+                                kind="invalid-request", errors=errors)
+
+    @app.exception_handler(StaleRevision)
+    async def _stale(request: Request, exc: StaleRevision) -> JSONResponse:
+        head = (exc.actual or "").strip('"')
+        return problem_response(request, 409, "Stale revision",
+                                f"If-Match {exc.expected} does not name the head revision ({exc.actual or 'none'}); "
+                                "read the intent again and retry", kind="stale-revision",
+                                revision=int(head) if head.isdigit() and head != "0" else None)
+
+    @app.exception_handler(Conflict)
+    async def _conflict(request: Request, exc: Conflict) -> JSONResponse:
+        return problem_response(request, 409, "Conflict", str(exc), kind="conflict")
+
+    @app.exception_handler(NotFound)
+    async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
+        return problem_response(request, 404, "Not found", str(exc), kind="not-found")
+
+    @app.exception_handler(LoomError)
+    async def _loom(request: Request, exc: LoomError) -> JSONResponse:
+        return problem_response(request, 400, "Bad request", str(exc), kind="bad-request")
+
+    @app.exception_handler(ProblemException)
+    async def _problem(request: Request, exc: ProblemException) -> JSONResponse:
+        return problem_response(request, exc.status, exc.title, exc.detail, kind=exc.kind, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
+        detail = exc.detail if isinstance(exc.detail, str) else None
+        return problem_response(request, exc.status_code, title, detail, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return problem_response(request, 500, "Internal error",
+                                "the controller failed unexpectedly; the request id is in the server log",
+                                kind="internal")
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                             routes=app.routes, separate_input_output_schemas=False)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.setdefault("Problem", Problem.model_json_schema(ref_template="#/components/schemas/{model}"))
+        for defn in Problem.model_json_schema(ref_template="#/components/schemas/{model}").get("$defs", {}).items():
+            components.setdefault(*defn)
+        components["Problem"].pop("$defs", None)
+        for ops in schema.get("paths", {}).values():
+            for op in ops.values():
+                for code, resp in op.get("responses", {}).items():
+                    if code.isdigit() and int(code) >= 400:
+                        resp["content"] = {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the problem statuses a route can answer."""
+    text = {
+        400: "Bad request", 401: "Missing, invalid, expired or revoked bearer token",
+        403: "The token's role may not do this", 404: "No such object or revision",
+        409: "Stale If-Match, or a conflicting object", 422: "Invalid request or invalid resulting intent",
+        503: "Not ready",
+    }
+    return {c: {"description": text.get(c, "Error"), "model": Problem} for c in codes}

@@ -1,0 +1,31 @@
+"""``/v1/audit``: every write attempt, newest first: who, when, request id,
+method, path, outcome (accepted, unchanged, rejected) and the resulting revision."""
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+
+from api.deps import PagingDep, SessionDep, Viewer, page_body
+from api.problems import error_responses
+from api.schemas import AuditPublic, Page
+from controller import service
+
+router = APIRouter(prefix="/v1/audit", tags=["audit"])
+
+
+@router.get("", response_model=Page[AuditPublic], summary="The audit log, newest first",
+            responses=error_responses(401, 403, 422))
+def list_audit(
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    _actor: Viewer,
+    paging: PagingDep,
+    actor: Annotated[str | None, Query(description="the token name that wrote")] = None,
+    outcome: Annotated[Literal["accepted", "unchanged", "rejected"] | None, Query()] = None,
+    revision: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="writes that made this revision")] = None,
+) -> Any:
+    page = service.list_audit(session=session, limit=paging.limit, offset=paging.offset, actor=actor,
+                              outcome=outcome, revision=revision)
+    items = [{**e.__dict__} for e in page.items]
+    return page_body(request, response, page, items)

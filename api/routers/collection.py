@@ -1,0 +1,90 @@
+"""CRUD routes for one intent collection (devices, links, failure domains,
+prefixes, policies, demands), built once per resource by :func:`collection_router`.
+
+``GET /v1/<name>`` lists with filters and ``?limit=&offset=`` paging,
+``POST`` creates, ``GET/PATCH/DELETE /v1/<name>/{id}`` read, update and delete
+one object. Every write re-validates the whole resulting intent (422 with the
+locations in that document), honours ``If-Match`` (409 when stale) and answers
+with the new revision's ``ETag``. The routes call :mod:`controller.service`; no SQL here.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads these signatures at runtime.
+
+from collections.abc import Callable
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Body, Depends, Path, Request, Response
+
+from api.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body, set_etag, with_status
+from api.problems import error_responses
+from api.schemas import SCHEMAS, Page
+from controller import service
+from controller.store import objects
+
+__all__ = ["collection_router"]
+
+Filters = dict[str, str | None]
+
+
+def collection_router(name: str, filters: Callable[..., Filters], *, id_help: str) -> APIRouter:
+    """The router of collection ``name`` (``devices``...); ``filters`` is a
+    dependency returning the list filters from the query string."""
+    schemas = SCHEMAS[name]
+    coll = objects.collection(name)
+    what = coll.kind.replace("_", " ")
+    router = APIRouter(prefix=f"/v1/{name}", tags=[name])
+    FiltersDep = Annotated[Filters, Depends(filters)]
+    ObjectId = Annotated[str, Path(description=id_help, min_length=1, max_length=300)]
+    CreateBody = Annotated[schemas.create, Body()]
+    UpdateBody = Annotated[schemas.update, Body()]
+
+    item = "/{object_id:path}" if coll.key in ("prefixes", "demands") else "/{object_id}"
+
+    def location(request: Request, ident: str) -> str:
+        return str(request.url_for(f"get_{coll.kind}", object_id=quote(ident, safe=":,")))
+
+    @router.get("", response_model=Page[schemas.public], response_model_exclude_none=True,
+                name=f"list_{name.replace('-', '_')}", summary=f"List {name}",
+                responses=error_responses(401, 403, 422))
+    def list_objects(request: Request, response: Response, session: SessionDep, _actor: Viewer,
+                     paging: PagingDep, where: FiltersDep) -> Any:
+        page = service.list_objects(name, session=session, filters=where, limit=paging.limit, offset=paging.offset)
+        set_etag(response, page.revision)
+        return page_body(request, response, page, page.items)
+
+    @router.post("", status_code=201, response_model=schemas.public, response_model_exclude_none=True,
+                 name=f"create_{coll.kind}", summary=f"Create a {what}",
+                 responses=error_responses(401, 403, 409, 422))
+    def create_object(request: Request, response: Response, session: SessionDep, ctx: OperatorWrite,
+                      body: CreateBody) -> Any:
+        element = body.model_dump(mode="json", by_alias=True, exclude_none=True)
+        obj, result = service.create_object(name, element, session=session, ctx=with_status(ctx, 201))
+        set_etag(response, result.revision)
+        response.headers["Location"] = location(request, obj["id"])
+        return obj
+
+    @router.get(item, response_model=schemas.public, response_model_exclude_none=True,
+                name=f"get_{coll.kind}", summary=f"Read a {what}", responses=error_responses(401, 403, 404, 422))
+    def get_object(response: Response, session: SessionDep, _actor: Viewer, object_id: ObjectId) -> Any:
+        obj, rev = service.get_object(name, object_id, session=session)
+        set_etag(response, rev)
+        return obj
+
+    @router.patch(item, response_model=schemas.public, response_model_exclude_none=True,
+                  name=f"update_{coll.kind}", summary=f"Change fields of a {what} (null clears a field)",
+                  responses=error_responses(401, 403, 404, 409, 422))
+    def update_object(response: Response, session: SessionDep, ctx: OperatorWrite, object_id: ObjectId,
+                      body: UpdateBody) -> Any:
+        patch = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        obj, result = service.update_object(name, object_id, patch, session=session, ctx=ctx)
+        set_etag(response, result.revision)
+        return obj
+
+    @router.delete(item, status_code=204, name=f"delete_{coll.kind}", summary=f"Delete a {what}",
+                   responses=error_responses(401, 403, 404, 409, 422))
+    def delete_object(session: SessionDep, ctx: OperatorWrite, object_id: ObjectId) -> Response:
+        result = service.delete_object(name, object_id, session=session, ctx=with_status(ctx, 204))
+        return Response(status_code=204, headers={"ETag": f'"{result.revision.id}"'})
+
+    return router

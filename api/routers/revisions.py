@@ -1,0 +1,54 @@
+"""``/v1/revisions``: the immutable snapshots of the intent, newest first; one
+revision's metadata and document; and the diff between two revisions (objects
+added, removed and changed, by kind and name)."""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Request, Response
+
+from api.deps import PagingDep, SessionDep, Viewer, page_body, set_etag
+from api.problems import error_responses
+from api.routers.intent import _CONTENT, document_response
+from api.schemas import Page, RevisionDiff, RevisionPublic
+from controller import service
+from controller.model import Intent
+from controller.store.repo import Revision
+
+router = APIRouter(prefix="/v1/revisions", tags=["revisions"])
+RevisionId = Annotated[int, Path(ge=1, le=2**31 - 1, description="revision id (1, 2, 3...)")]
+
+
+def public(rev: Revision) -> dict[str, Any]:
+    return {"id": rev.id, "parent": rev.parent, "hash": rev.hash, "created_at": rev.created_at,
+            "author": rev.author, "message": rev.message, "request_id": rev.request_id}
+
+
+@router.get("", response_model=Page[RevisionPublic], summary="List revisions, newest first",
+            responses=error_responses(401, 403, 422))
+def list_revisions(request: Request, response: Response, session: SessionDep, _actor: Viewer,
+                   paging: PagingDep) -> Any:
+    page = service.list_revisions(session=session, limit=paging.limit, offset=paging.offset)
+    set_etag(response, page.revision)
+    return page_body(request, response, page, [public(r) for r in page.items])
+
+
+@router.get("/{revision}", response_model=RevisionPublic, summary="One revision's metadata",
+            responses=error_responses(401, 403, 404, 422))
+def get_revision(response: Response, session: SessionDep, _actor: Viewer, revision: RevisionId) -> Any:
+    rev, _ = service.get_intent(session=session, revision=revision)
+    set_etag(response, rev)
+    return public(rev)
+
+
+@router.get("/{revision}/intent", response_model=Intent, summary="One revision's intent document (JSON or YAML)",
+            responses={200: {"content": _CONTENT}, **error_responses(401, 403, 404, 422)})
+def get_revision_intent(session: SessionDep, _actor: Viewer, revision: RevisionId,
+                        accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
+    rev, doc = service.get_intent(session=session, revision=revision)
+    return document_response(doc, rev.id, accept)
+
+
+@router.get("/{a}/diff/{b}", response_model=RevisionDiff, summary="What changed from revision a to revision b",
+            responses=error_responses(401, 403, 404, 422))
+def diff(session: SessionDep, _actor: Viewer, a: RevisionId, b: RevisionId) -> Any:
+    return service.diff_revisions(a, b, session=session)

@@ -1,0 +1,51 @@
+"""``/v1/tokens`` (admin only): issue bearer tokens with a role and an optional
+expiry (the secret is shown once), list them, read one, revoke one."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Response
+
+from api.deps import Admin, AdminWrite, SessionDep, with_status
+from api.problems import error_responses
+from api.schemas import TokenCreate, TokenCreated, TokenPublic
+from controller import service
+from controller.store.repo import Token
+
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+TokenId = Annotated[str, Path(min_length=1, max_length=32, description="the token's id (loom_<id>_...)")]
+
+
+def public(token: Token) -> dict[str, Any]:
+    return {"id": token.id, "name": token.name, "role": token.role, "created_at": token.created_at,
+            "created_by": token.created_by, "expires_at": token.expires_at, "revoked_at": token.revoked_at,
+            "active": token.active(datetime.now(UTC))}
+
+
+@router.get("", response_model=list[TokenPublic], summary="List tokens (never their secrets)",
+            responses=error_responses(401, 403))
+def list_tokens(session: SessionDep, _actor: Admin) -> Any:
+    return [public(t) for t in service.list_tokens(session=session)]
+
+
+@router.post("", status_code=201, response_model=TokenCreated, summary="Issue a token; its secret is shown once",
+             responses=error_responses(401, 403, 422))
+def create_token(response: Response, session: SessionDep, ctx: AdminWrite, body: TokenCreate) -> Any:
+    expires = None
+    if body.expires_in_seconds is not None:
+        expires = datetime.now(UTC) + timedelta(seconds=body.expires_in_seconds)
+    token, secret = service.create_token(body.name, body.role, session=session, ctx=with_status(ctx, 201),
+                                         expires_at=expires)
+    response.headers["Location"] = f"/v1/tokens/{token.id}"
+    return {**public(token), "token": secret}
+
+
+@router.get("/{token_id}", response_model=TokenPublic, summary="One token", responses=error_responses(401, 403, 404))
+def get_token(session: SessionDep, _actor: Admin, token_id: TokenId) -> Any:
+    return public(service.get_token(token_id, session=session))
+
+
+@router.delete("/{token_id}", response_model=TokenPublic, summary="Revoke a token (it stays listed)",
+               responses=error_responses(401, 403, 404))
+def revoke_token(session: SessionDep, ctx: AdminWrite, token_id: TokenId) -> Any:
+    return public(service.revoke_token(token_id, session=session, ctx=ctx))

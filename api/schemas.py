@@ -1,0 +1,239 @@
+"""Request and response schemas of the REST API, one family per resource.
+
+For each intent collection: ``XCreate`` (the object as the intent document
+spells it; unknown fields are errors), ``XUpdate`` (every field optional, for
+PATCH; ``null`` clears an optional field) and ``XPublic`` (the object with its
+``id``, the identity used in URLs and revision diffs). Around them: list pages,
+revisions and their diff, tokens, audit entries and RFC 9457 problem details.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from controller.model import (
+    Demand,
+    Device,
+    DrainPolicy,
+    FailureDomain,
+    FailureTolerancePolicy,
+    Link,
+    PathsPolicy,
+    Prefix,
+    UtilizationLimitPolicy,
+    WcmpPolicy,
+)
+
+__all__ = [
+    "AuditPublic", "CollectionSchemas", "DiffEntry", "Health", "Page", "Problem", "ProblemError",
+    "RevisionDiff", "RevisionPublic", "SCHEMAS", "TokenCreate", "TokenCreated", "TokenPublic",
+]
+
+
+T = TypeVar("T")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+
+# -- problem details (RFC 9457) --------------------------------------------------
+class ProblemError(_Out):
+    loc: str = Field(description="where, e.g. links[7].b (in the resulting intent) or body.name (in the request)")
+    msg: str
+
+
+class Problem(_Out):
+    """``application/problem+json``: what went wrong, and where."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    request_id: str | None = None
+    errors: list[ProblemError] = Field(default_factory=list)
+    revision: int | None = Field(None, description="the head revision, on a 409 for a stale If-Match")
+
+
+# -- intent collections -------------------------------------------------------
+def _public(base: type[BaseModel], name: str) -> type[BaseModel]:
+    model: type[BaseModel] = create_model(
+        name, __base__=base,
+        id=(str, Field(description="identity of the object in URLs and revision diffs")),
+    )
+    return model
+
+
+def _update(base: type[BaseModel], name: str, skip: tuple[str, ...] = ()) -> type[BaseModel]:
+    """Every field of ``base`` optional (constraints kept); ``None`` clears it."""
+    fields: dict[str, Any] = {}
+    for fname, info in base.model_fields.items():
+        if fname in skip:
+            continue
+        annotation: Any = info.annotation
+        if info.metadata:
+            annotation = Annotated[(annotation, *info.metadata)]
+        fields[fname] = (annotation | None, Field(None, alias=info.alias, description=info.description))
+    model: type[BaseModel] = create_model(
+        name, __config__=ConfigDict(extra="forbid", populate_by_name=True), **fields)
+    return model
+
+
+class DeviceCreate(Device):
+    """A device as the intent document spells it."""
+
+
+class LinkCreate(Link):
+    """A link as the intent document spells it."""
+
+
+class FailureDomainCreate(FailureDomain):
+    """A failure domain as the intent document spells it."""
+
+
+class PrefixCreate(Prefix):
+    """An originated prefix as the intent document spells it."""
+
+
+class DemandCreate(Demand):
+    """A demand as the intent document spells it (``from`` is the ingress device)."""
+
+
+PolicyCreate = Annotated[
+    DrainPolicy | UtilizationLimitPolicy | FailureTolerancePolicy | WcmpPolicy | PathsPolicy,
+    Field(discriminator="kind"),
+]
+
+DevicePublic = _public(Device, "DevicePublic")
+LinkPublic = _public(Link, "LinkPublic")
+FailureDomainPublic = _public(FailureDomain, "FailureDomainPublic")
+PrefixPublic = _public(Prefix, "PrefixPublic")
+DemandPublic = _public(Demand, "DemandPublic")
+PolicyPublic = Annotated[
+    _public(DrainPolicy, "DrainPolicyPublic") | _public(UtilizationLimitPolicy, "UtilizationLimitPolicyPublic")
+    | _public(FailureTolerancePolicy, "FailureTolerancePolicyPublic") | _public(WcmpPolicy, "WcmpPolicyPublic")
+    | _public(PathsPolicy, "PathsPolicyPublic"),
+    Field(discriminator="kind"),
+]
+
+DeviceUpdate = _update(Device, "DeviceUpdate")
+LinkUpdate = _update(Link, "LinkUpdate")
+FailureDomainUpdate = _update(FailureDomain, "FailureDomainUpdate")
+PrefixUpdate = _update(Prefix, "PrefixUpdate")
+DemandUpdate = _update(Demand, "DemandUpdate")
+
+
+class PolicyUpdate(BaseModel):
+    """Fields to change on a policy (those of its kind; the kind itself stays)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str | None = Field(None, min_length=1)
+    max: float | None = Field(None, gt=0, allow_inf_nan=False)
+    scope: Literal["domains", "all_single", "k2"] | None = None
+    max_utilization: float | None = Field(None, gt=0, allow_inf_nan=False)
+    enabled: bool | None = None
+    realization: Literal["link-bandwidth", "fib"] | None = None
+    mode: Literal["shortest", "loop_free"] | None = None
+
+
+class CollectionSchemas:
+    """The schema family of one collection."""
+
+    def __init__(self, create: Any, update: Any, public: Any):
+        self.create, self.update, self.public = create, update, public
+
+
+SCHEMAS: dict[str, CollectionSchemas] = {
+    "devices": CollectionSchemas(DeviceCreate, DeviceUpdate, DevicePublic),
+    "links": CollectionSchemas(LinkCreate, LinkUpdate, LinkPublic),
+    "failure-domains": CollectionSchemas(FailureDomainCreate, FailureDomainUpdate, FailureDomainPublic),
+    "prefixes": CollectionSchemas(PrefixCreate, PrefixUpdate, PrefixPublic),
+    "policies": CollectionSchemas(PolicyCreate, PolicyUpdate, PolicyPublic),
+    "demands": CollectionSchemas(DemandCreate, DemandUpdate, DemandPublic),
+}
+
+
+# -- pages, revisions, diffs ---------------------------------------------------------
+class Page(_Out, Generic[T]):
+    """One page of a list: ``next`` is the URL of the following page, if any."""
+
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+    next: str | None = None
+
+
+class RevisionPublic(_Out):
+    id: int
+    parent: int | None
+    hash: str = Field(description="SHA-256 of the canonical intent document")
+    created_at: datetime
+    author: str
+    message: str
+    request_id: str | None
+
+
+class DiffEntry(_Out):
+    kind: str = Field(description="device, link, failure_domain, prefix, policy or demand")
+    name: str = Field(description="the object's identity (its id)")
+    fields: dict[str, list[Any]] | None = Field(None, description="changed fields: [old, new]")
+
+
+class RevisionDiff(_Out):
+    from_: int = Field(alias="from")
+    to: int
+    fields: dict[str, list[Any]] = Field(description="top-level fields (name, routing, defaults): [old, new]")
+    added: list[DiffEntry]
+    removed: list[DiffEntry]
+    changed: list[DiffEntry]
+
+
+# -- tokens and audit ---------------------------------------------------------------
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    role: Literal["viewer", "operator", "admin"]
+    expires_in_seconds: int | None = Field(None, ge=60, le=10 * 365 * 86400,
+                                           description="lifetime; none = no expiry")
+
+
+class TokenPublic(_Out):
+    id: str
+    name: str
+    role: Literal["viewer", "operator", "admin"]
+    created_at: datetime
+    created_by: str
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    active: bool
+
+
+class TokenCreated(TokenPublic):
+    token: str = Field(description="the bearer secret: shown once, stored only as a hash")
+
+
+class AuditPublic(_Out):
+    id: int
+    at: datetime
+    actor: str
+    token_id: str | None
+    request_id: str | None
+    method: str
+    path: str
+    action: str
+    outcome: Literal["accepted", "unchanged", "rejected"]
+    status: int
+    revision: int | None
+    detail: str
+
+
+class Health(_Out):
+    status: str
+    schema_revision: str | None = None
