@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ FRR_BIN = Path(os.environ.get("LOOM_FRR_BIN", "/usr/lib/frr"))
 RUN_ROOT = Path(os.environ.get("LOOM_LAB_RUN_DIR", "/run/loom/labs"))
 SYSCTLS = ("net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1",
            "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
+HASH_SEED = "/proc/sys/net/ipv4/fib_multipath_hash_seed"
 _ROUTE_PROTOCOLS_SKIPPED = ("kernel",)
 
 
@@ -351,6 +353,9 @@ def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[
         peer = f"{port}p"[:15]
         lines += [f"ip link add {port} type veth peer name {peer}", f"ip link set {port} up", f"ip link set {peer} up"]
     lines.append("sysctl -q -w " + " ".join(SYSCTLS) + " >/dev/null")
+    # a per-node hash seed (kernel 6.11+) keeps nodes from hashing alike: no polarization
+    seed = zlib.crc32(node.encode()) or 1
+    lines.append(f"if [ -e {HASH_SEED} ]; then echo {seed} > {HASH_SEED}; fi")
     starts = []
     for d in daemons:
         opts = (f"-d -P 0 --vty_socket {directory} -z {directory}/zserv.api -i {directory}/{d}.pid "

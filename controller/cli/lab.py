@@ -1,0 +1,235 @@
+"""``loom lab``: containerlab labs of FRR routers, realized in network namespaces.
+
+This module owns the lab commands (DESIGN.md, contract 3): ``gen`` writes a
+lab directory from an intent; ``up`` brings a lab up with :mod:`labs.runner`
+and waits until BGP has converged to what the solver expects (every session
+established, every prefix the solver routes in every node's kernel);
+``status`` shows nodes, sessions and route counts; ``down`` removes
+everything; ``routes`` prints the kernel routes of every node as
+``{"NODE": {"PREFIX": [{"port": "eth1", "weight": 1}, ...]}}``. Bad input
+(not a containerlab file, a missing bind file, not root, no FRR) exits 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, err_console, read_intent
+from controller.errors import InvalidIntent, LoomError
+from controller.intent import load_intent
+from labs.clab import InvalidLab, Topology, load_topology, topology_path
+from labs.runner import LabError, LabPrerequisiteError, Observation, ProgressFn
+
+__all__ = ["expected_prefixes", "lab_app"]
+
+lab_app = typer.Typer(help="Labs of FRR routers from containerlab topologies, run in network namespaces.",
+                      no_args_is_help=True)
+app.add_typer(lab_app, name="lab")
+
+LabArg = Annotated[Path, typer.Argument(help="the lab directory (labs/<name>) or its topology.clab.yml")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def expected_prefixes(lab_dir: Path) -> dict[str, set[str]] | None:
+    """Per node, the prefixes the solver routes there, from the lab's
+    ``intent.yaml`` (``None`` when the lab has no intent)."""
+    from solver.routing import next_hops
+
+    path = lab_dir / "intent.yaml"
+    if not path.exists():
+        return None
+    intent = load_intent(path)
+    out: dict[str, set[str]] = {d.name: set() for d in intent.devices}
+    for prefix, devices in next_hops(intent).items():
+        for device, hops in devices.items():
+            if hops:
+                out[device].add(prefix)
+    return out
+
+
+def _topology(lab: Path, as_json: bool) -> Topology:
+    try:
+        return load_topology(lab)
+    except InvalidLab as exc:
+        die(str(exc), as_json=as_json, errors=[e.as_dict() for e in exc.errors])
+
+
+@contextmanager
+def _progress(as_json: bool) -> Iterator[ProgressFn]:
+    """Rich progress on a terminal, plain lines on stderr otherwise."""
+    if not as_json and console.is_terminal:
+        with Progress(TextColumn("{task.description:<11}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            tasks: dict[str, Any] = {}
+
+            def show(phase: str, done: int, total: int) -> None:
+                if phase not in tasks:
+                    tasks[phase] = bar.add_task(phase, total=max(total, 1))
+                bar.update(tasks[phase], completed=done, total=max(total, 1))
+
+            yield show
+        return
+    last: dict[str, tuple[int, int]] = {}
+
+    def plain(phase: str, done: int, total: int) -> None:
+        if last.get(phase) == (done, total):
+            return
+        last[phase] = (done, total)
+        sys.stderr.write(f"  {phase}: {done}/{total}\n")
+        sys.stderr.flush()
+
+    yield plain
+
+
+@lab_app.command("gen")
+def gen(
+    intent_path: Annotated[Path, typer.Argument(metavar="INTENT", help="the intent document (YAML or JSON)")],
+    out: Annotated[Path, typer.Option("--out", help="the lab directory to write (labs/<name>)")],
+    name: Annotated[str | None, typer.Option(help="lab name (default: the directory's name)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a containerlab lab for INTENT: topology.clab.yml, FRR configs, daemons, intent.yaml."""
+    from labs.gen import generate_lab
+
+    intent = read_intent(intent_path, as_json=as_json)
+    try:
+        path = generate_lab(intent, out, name=name)
+    except (OSError, ValueError) as exc:
+        die(f"cannot write the lab: {exc}", as_json=as_json)
+    topo = load_topology(path)
+    if as_json:
+        emit_json({"lab": topo.name, "topology": str(path), "nodes": len(topo.nodes), "links": len(topo.links)})
+    else:
+        console.print(f"wrote {path}: lab {topo.name}, {len(topo.nodes)} nodes, {len(topo.links)} links")
+
+
+@lab_app.command("up")
+def up(
+    lab: LabArg,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for BGP to converge")] = 60.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Bring a lab up in network namespaces and wait until BGP has converged."""
+    from labs import runner
+
+    topo = _topology(lab, as_json)
+    lab_dir = topology_path(lab).parent
+    try:
+        expected = expected_prefixes(lab_dir)
+    except InvalidIntent as exc:
+        die(f"{lab_dir / 'intent.yaml'}: invalid intent", as_json=as_json, errors=[e.as_dict() for e in exc.errors])
+    if not as_json:
+        console.print(f"lab {topo.name}: {len(topo.nodes)} nodes, {len(topo.links)} links, "
+                      f"namespaces loom-{topo.name}-*", highlight=False, soft_wrap=True)
+    try:
+        with _progress(as_json) as show:
+            report = runner.up(topo, expected=expected, timeout=timeout, progress=show)
+    except LabPrerequisiteError as exc:
+        die(str(exc), as_json=as_json)
+    except LabError as exc:
+        runner.down(topo.name, [n.name for n in topo.nodes])
+        die(str(exc), code=EXIT_FAIL, as_json=as_json)
+    doc = report.to_document()
+    doc["memory_mb_per_node"] = round(
+        sum(runner.memory_per_node(topo.name).values()) / max(1, len(topo.nodes)) / 2**20, 1)
+    if as_json:
+        emit_json(doc)
+    else:
+        est, total = report.sessions
+        routes = (f"{report.routes}/{report.expected_routes} routes as the solver expects"
+                  if report.expected_routes is not None else f"{report.routes} routes")
+        verdict = "converged" if report.converged else "NOT converged"
+        console.print(f"{verdict} in {report.seconds:.1f} s: {est}/{total} BGP sessions established, {routes}",
+                      highlight=False, soft_wrap=True)
+        console.print(f"memory: {doc['memory_mb_per_node']} MB per node (RSS of its FRR daemons)",
+                      highlight=False, soft_wrap=True)
+        for problem in report.problems[:20]:
+            err_console.print(f"  {problem}", highlight=False, markup=False, soft_wrap=True)
+        if report.converged:
+            console.print(f"next: loom lab status|routes|down {lab}", highlight=False, markup=False, soft_wrap=True)
+    if not report.converged:
+        raise typer.Exit(EXIT_FAIL)
+
+
+@lab_app.command("down")
+def down(lab: LabArg, as_json: JsonOpt = False) -> None:
+    """Stop every daemon of a lab, delete its namespaces and files (safe to repeat)."""
+    from labs import runner
+
+    topo = _topology(lab, as_json)
+    try:
+        runner.check_prerequisites()
+        report = runner.down(topo.name, [n.name for n in topo.nodes])
+    except LabPrerequisiteError as exc:
+        die(str(exc), as_json=as_json)
+    except LoomError as exc:
+        die(str(exc), code=EXIT_FAIL, as_json=as_json)
+    if as_json:
+        emit_json(report.to_document())
+    else:
+        console.print(f"lab {topo.name} down: {report.stopped} daemons stopped, {report.namespaces} namespaces "
+                      f"deleted ({report.seconds:.1f} s)", highlight=False)
+
+
+def _observe(lab: Path, as_json: bool) -> tuple[Topology, Observation]:
+    from labs import runner
+
+    topo = _topology(lab, as_json)
+    try:
+        runner.check_prerequisites()
+        obs = runner.status(topo)
+    except LabPrerequisiteError as exc:
+        die(str(exc), as_json=as_json)
+    if obs is None:
+        die(f"lab {topo.name} is not up (loom lab up {lab})", code=EXIT_FAIL, as_json=as_json)
+    return topo, obs
+
+
+@lab_app.command("status")
+def status(lab: LabArg, as_json: JsonOpt = False) -> None:
+    """Nodes, BGP sessions and route counts of a running lab."""
+    from labs import runner
+
+    topo, obs = _observe(lab, as_json)
+    if as_json:
+        emit_json({"lab": topo.name, "nodes": {
+            name: {"namespace": runner.namespace(topo.name, name), "daemons": n.daemons,
+                   "daemons_running": n.daemons_alive, "sessions": n.sessions, "routes": len(n.routes),
+                   "error": n.error}
+            for name, n in obs.nodes.items()}})
+        return
+    table = Table(title=f"lab {topo.name}")
+    for col in ("node", "namespace", "daemons", "BGP sessions", "routes"):
+        table.add_column(col, justify="right" if col in ("daemons", "BGP sessions", "routes") else "left")
+    for name, n in obs.nodes.items():
+        table.add_row(name, runner.namespace(topo.name, name), f"{n.daemons_alive}/{n.daemons}",
+                      f"{n.established}/{len(n.sessions)}", str(len(n.routes)))
+    console.print(table)
+    est, total = obs.sessions
+    console.print(f"{len(obs.nodes)} nodes, {est}/{total} sessions established, {obs.route_count} routes",
+                  highlight=False)
+
+
+@lab_app.command("routes")
+def routes(lab: LabArg, as_json: JsonOpt = False) -> None:
+    """Every node's kernel routes with next-hop ports and weights."""
+    _topo, obs = _observe(lab, as_json)
+    data = obs.routes()
+    if as_json:
+        emit_json(data)
+        return
+    table = Table()
+    for col in ("node", "prefix", "next hops (port weight)"):
+        table.add_column(col)
+    for node, prefixes in data.items():
+        for prefix, hops in prefixes.items():
+            table.add_row(node, prefix, ", ".join(f"{h['port']} {h['weight']}" for h in hops))
+    console.print(table)
