@@ -29,8 +29,6 @@ class Settings(BaseSettings):
         None, description="a bootstrap admin bearer token (at least 32 characters); optional")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    page_limit_max: int = Field(1000, ge=1, description="largest ?limit= a list endpoint accepts")
-    page_limit_default: int = Field(100, ge=1)
     title: str = "Loom"
 
     @field_validator("db_url")
