@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 PORT   ?= 8000
 APT_PACKAGES := frr frr-pythontools postgresql iproute2 iputils-ping procps
 
-.PHONY: run test bench lint venv install system-deps clean
+.PHONY: run test bench lint venv install system-deps clean proto
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,16 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed proto
+
+# gRPC stubs of the device agent, generated at build time into southbound/_gen/ (git-ignored).
+PROTOS := $(shell find southbound/proto -name '*.proto')
+proto: southbound/_gen/.stamp
+southbound/_gen/.stamp: $(PROTOS) | $(VENV)/.installed
+	rm -rf southbound/_gen && mkdir -p southbound/_gen
+	$(BIN)/python -m grpc_tools.protoc -I southbound/proto --python_out=southbound/_gen \
+	  --pyi_out=southbound/_gen --grpc_python_out=southbound/_gen $(PROTOS)
+	touch $@
 
 system-deps:
 	@if [ "$$(id -u)" = "0" ]; then \

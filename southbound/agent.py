@@ -1,0 +1,422 @@
+"""The Loom device agent: one per switch, the only thing that changes it.
+
+This module owns the agent's transaction state machine and its gRPC server.
+:class:`AgentCore` takes a declarative :class:`~southbound.config.DeviceConfig`,
+renders it (:func:`southbound.render.render_frr`), shows the diff on
+``Prepare``, applies it on ``Commit`` through an :class:`~southbound.frr_apply.FrrBackend`,
+and rolls the commit back by itself when ``Confirm`` does not arrive in time
+(Junos' ``commit confirmed``). Everything it needs to survive its own restart
+is on disk in ``state_dir`` and written atomically before each side effect: the
+running config (``running.json``), the prepared change (``prepared.json``), the
+journal of a commit in flight (``journal.json``: phase ``applying``,
+``committed`` or ``rolling_back``, the previous config, the confirm deadline)
+and a short history for ``Rollback``. On start, a half-applied config is undone
+and an unconfirmed commit whose deadline passed is rolled back. :func:`serve`
+runs it on a unix socket or TCP (mutual TLS) with the gRPC health service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from southbound.config import DeviceConfig
+from southbound.frr_apply import FibHop, FrrBackend, FrrError, Rendered, atomic_write_json, read_json
+from southbound.state import AgentError, AgentInfo, DeviceState, Outcome
+
+__all__ = ["AGENT_VERSION", "AgentCore", "build_rendered", "serve"]
+
+AGENT_VERSION = "0.1.0"
+HISTORY = 16
+log = logging.getLogger("loom.agent")
+
+
+def build_rendered(config: DeviceConfig) -> Rendered:
+    """What the agent applies for ``config``: FRR text, fib routes, link-bandwidth signature per BGP peer."""
+    from southbound.render import render_frr
+
+    fib = {r.prefix: tuple(FibHop(h.port, r.group, h.weight, h.gateway) for h in r.nexthops)
+           for r in config.fib_routes}
+    lb_peers: dict[str, str] = {}
+    for n in config.neighbors:
+        entries = sorted(f"{b.prefix}={b.mbps}" for b in config.link_bandwidth if b.port == n.port)
+        if entries:
+            lb_peers[n.key] = ",".join(entries)
+    return Rendered(config.hostname, render_frr(config), fib, lb_peers)
+
+
+@dataclass
+class _Journal:
+    change: str
+    phase: str  # applying | committed | rolling_back
+    previous: Rendered | None
+    target: Rendered
+    deadline: float
+
+    def to_document(self) -> dict[str, Any]:
+        return {"change": self.change, "phase": self.phase, "deadline": self.deadline,
+                "previous": self.previous.to_document() if self.previous else None,
+                "target": self.target.to_document()}
+
+    @classmethod
+    def from_document(cls, d: dict[str, Any]) -> _Journal:
+        prev = Rendered.from_document(d["previous"]) if d.get("previous") else None
+        return cls(d["change"], d["phase"], prev, Rendered.from_document(d["target"]), float(d["deadline"]))
+
+
+class AgentCore:
+    """The agent's logic in domain types; one change at a time (an asyncio lock)."""
+
+    def __init__(self, backend: FrrBackend, state_dir: Path, hostname: str, *,
+                 build: Callable[[DeviceConfig], Rendered] = build_rendered,
+                 clock: Callable[[], float] = time.time):
+        self.backend = backend
+        self.dir = state_dir
+        self.hostname = hostname
+        self.build = build
+        self.clock = clock
+        self._lock = asyncio.Lock()
+        self._timer: asyncio.Task[None] | None = None
+        self.running: Rendered | None = None
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    # -- disk ---------------------------------------------------------------------
+    def _path(self, name: str) -> Path:
+        return self.dir / name
+
+    def _journal(self) -> _Journal | None:
+        d = read_json(self._path("journal.json"))
+        return _Journal.from_document(d) if d else None
+
+    def _write_journal(self, j: _Journal) -> None:
+        atomic_write_json(self._path("journal.json"), j.to_document())
+
+    def _drop(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(name).unlink()
+
+    def _set_running(self, r: Rendered | None) -> None:
+        self.running = r
+        if r is not None:
+            atomic_write_json(self._path("running.json"), r.to_document())
+            atomic_write_json(self._path("history") / f"{r.hash}.json", r.to_document())
+            self._trim_history()
+
+    def _trim_history(self) -> None:
+        files = sorted(self._path("history").glob("*.json"), key=lambda p: p.stat().st_mtime)
+        for p in files[:-HISTORY]:
+            p.unlink(missing_ok=True)
+
+    def _log_change(self, change: str, previous: Rendered | None, target: Rendered) -> None:
+        doc = read_json(self._path("changes.json")) or []
+        doc = [c for c in doc if c["change"] != change][-(HISTORY - 1):]
+        doc.append({"change": change, "previous": previous.hash if previous else "", "hash": target.hash})
+        atomic_write_json(self._path("changes.json"), doc)
+
+    def _prepared(self) -> dict[str, Any] | None:
+        d = read_json(self._path("prepared.json"))
+        return d if isinstance(d, dict) else None
+
+    # -- side effects, in a thread ------------------------------------------------
+    async def _apply(self, current: Rendered | None, target: Rendered) -> str:
+        return await asyncio.to_thread(self.backend.apply, current, target)
+
+    # -- life cycle ---------------------------------------------------------------
+    async def start(self) -> None:
+        """Load state from disk and finish or undo what a previous run left half done."""
+        async with self._lock:
+            d = read_json(self._path("running.json"))
+            if d:
+                self.running = Rendered.from_document(d)
+            else:
+                self._set_running(await asyncio.to_thread(self.backend.snapshot, self.hostname))
+            j = self._journal()
+            if j is None:
+                return
+            if j.phase in ("applying", "rolling_back"):
+                log.warning("recovering: change %s was %s when the agent stopped; restoring the previous config",
+                            j.change, j.phase)
+                await self._restore(j)
+            elif j.phase == "committed":
+                if j.deadline and self.clock() >= j.deadline:
+                    log.warning("recovering: change %s was not confirmed in time; rolling back", j.change)
+                    await self._restore(j)
+                else:
+                    self.running = j.target
+                    self._arm(j.change, j.deadline)
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._timer
+            self._timer = None
+
+    async def _restore(self, j: _Journal) -> str:
+        """Apply the journal's previous config (lock held). Keeps the journal until it is done."""
+        if j.phase != "rolling_back":
+            j.phase = "rolling_back"
+            self._write_journal(j)
+        previous = j.previous if j.previous is not None else Rendered(self.hostname, "")
+        diff = await self._apply(j.target, previous)
+        self._set_running(previous)
+        self._drop("journal.json")
+        return diff
+
+    def _arm(self, change: str, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if deadline:
+            self._timer = asyncio.get_running_loop().create_task(self._expire(change, deadline))
+
+    async def _expire(self, change: str, deadline: float) -> None:
+        await asyncio.sleep(max(0.0, deadline - self.clock()))
+        async with self._lock:
+            j = self._journal()
+            if j is None or j.change != change or j.phase != "committed":
+                return
+            log.warning("change %s was not confirmed by its deadline: rolling back", change)
+            self._timer = None
+            try:
+                await self._restore(j)
+            except FrrError as exc:
+                log.error("automatic rollback of %s failed: %s (will retry on restart)", change, exc)
+
+    # -- calls --------------------------------------------------------------------
+    async def info(self) -> AgentInfo:
+        j = self._journal()
+        p = self._prepared()
+        return AgentInfo(self.hostname, AGENT_VERSION, await asyncio.to_thread(self.backend.version),
+                         self.backend.dry, self.running.hash if self.running else "",
+                         j.change if j else "", p["change"] if p else "")
+
+    async def prepare(self, change: str, config: DeviceConfig) -> Outcome:
+        if not change:
+            raise AgentError("invalid_argument", "a change id is required")
+        if config.hostname != self.hostname:
+            raise AgentError("invalid_argument", f"config is for {config.hostname!r}, this is {self.hostname!r}")
+        async with self._lock:
+            j = self._journal()
+            if j is not None and j.change != change:
+                raise AgentError("failed_precondition", f"busy: change {j.change} is {j.phase}, not yet confirmed")
+            if j is not None:
+                raise AgentError("failed_precondition", f"change {change} is already {j.phase}")
+            try:
+                target = self.build(config)
+            except (ValueError, KeyError) as exc:
+                raise AgentError("invalid_argument", f"config does not render: {exc}") from exc
+            try:
+                diff = await asyncio.to_thread(self.backend.diff, self.running, target)
+            except FrrError as exc:
+                raise AgentError("internal", f"FRR refused the candidate config: {exc}") from exc
+            atomic_write_json(self._path("prepared.json"), {"change": change, "target": target.to_document()})
+            changed = self.running is None or target.hash != self.running.hash
+            return Outcome(changed, diff, target.hash)
+
+    async def commit(self, change: str, confirm_within: float) -> Outcome:
+        async with self._lock:
+            p = self._prepared()
+            j = self._journal()
+            if j is not None and j.change == change:
+                return Outcome(False, "", j.target.hash, j.deadline)  # a retried Commit: already done
+            if p is None or p["change"] != change:
+                held = p["change"] if p else "nothing"
+                raise AgentError("failed_precondition", f"change {change} is not prepared here ({held} is)")
+            target = Rendered.from_document(p["target"])
+            previous = self.running
+            deadline = self.clock() + confirm_within if confirm_within > 0 else 0.0
+            j = _Journal(change, "applying", previous, target, deadline)
+            self._write_journal(j)
+            self._drop("prepared.json")
+            try:
+                diff = await self._apply(previous, target)
+            except Exception as exc:
+                log.error("commit %s failed: %s; restoring the previous config", change, exc)
+                try:
+                    await self._restore(j)
+                except Exception as exc2:  # the journal stays: a restart retries the restore
+                    raise AgentError("internal", f"apply failed ({exc}) and so did the restore ({exc2})") from exc2
+                raise AgentError("internal", f"apply failed, previous config restored: {exc}") from exc
+            self._set_running(target)
+            self._log_change(change, previous, target)
+            if deadline:
+                j.phase = "committed"
+                self._write_journal(j)
+                self._arm(change, deadline)
+            else:
+                self._drop("journal.json")
+            changed = previous is None or previous.hash != target.hash
+            return Outcome(changed, diff, target.hash, deadline)
+
+    async def confirm(self, change: str) -> Outcome:
+        async with self._lock:
+            j = self._journal()
+            if j is not None and j.change == change and j.phase == "committed":
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                self._drop("journal.json")
+                return Outcome(False, "", j.target.hash)
+            if j is None and self.running is not None and self._last_change(change) == self.running.hash:
+                return Outcome(False, "", self.running.hash)  # a retried Confirm: already done
+            state = f"{j.change} is {j.phase}" if j else "no commit awaits confirmation"
+            raise AgentError("failed_precondition", f"cannot confirm {change}: {state} (rolled back in time?)")
+
+    def _last_change(self, change: str) -> str:
+        for c in read_json(self._path("changes.json")) or []:
+            if c["change"] == change:
+                return str(c["hash"])
+        return ""
+
+    async def abort(self, change: str) -> bool:
+        async with self._lock:
+            j = self._journal()
+            if j is not None and j.change == change:
+                raise AgentError("failed_precondition", f"change {change} is {j.phase}: roll it back instead")
+            p = self._prepared()
+            if p is not None and (p["change"] == change or not change):
+                self._drop("prepared.json")
+                return True
+            return False
+
+    async def rollback(self, change: str, to_hash: str) -> Outcome:
+        async with self._lock:
+            j = self._journal()
+            if j is not None and (j.change == change or not change):
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                diff = await self._restore_checked(j)
+                return Outcome(True, diff, self.running.hash if self.running else "")
+            if not to_hash and change:
+                p = self._prepared()
+                if p is not None and p["change"] == change:
+                    self._drop("prepared.json")
+                for c in read_json(self._path("changes.json")) or []:
+                    if c["change"] == change:
+                        if self.running is None or self.running.hash != c["hash"]:
+                            # something else ran since (or it was already undone): nothing to do
+                            return Outcome(False, "", self.running.hash if self.running else "")
+                        to_hash = c["previous"]
+                        break
+                else:
+                    return Outcome(False, "", self.running.hash if self.running else "")
+            if not to_hash:
+                raise AgentError("invalid_argument", "Rollback needs a change or a config hash")
+            doc = read_json(self._path("history") / f"{to_hash}.json")
+            if doc is None:
+                raise AgentError("not_found", f"config {to_hash[:12]} is not in this agent's history")
+            target = Rendered.from_document(doc)
+            if self.running is not None and target.hash == self.running.hash:
+                return Outcome(False, "", target.hash)
+            jr = _Journal(change or f"rollback-{to_hash[:12]}", "applying", self.running, target, 0.0)
+            self._write_journal(jr)
+            try:
+                diff = await self._apply(self.running, target)
+            except Exception as exc:
+                await self._restore_checked(jr)
+                raise AgentError("internal", f"rollback failed, config left as it was: {exc}") from exc
+            self._set_running(target)
+            self._drop("journal.json")
+            return Outcome(True, diff, target.hash)
+
+    async def _restore_checked(self, j: _Journal) -> str:
+        try:
+            return await self._restore(j)
+        except Exception as exc:
+            raise AgentError("internal", f"restoring the previous config failed: {exc}") from exc
+
+    async def state(self, prefixes: tuple[str, ...]) -> DeviceState:
+        observed, routes = await asyncio.to_thread(self.backend.read_routes, prefixes, self.running)
+        sessions = await asyncio.to_thread(self.backend.read_sessions)
+        j = self._journal()
+        return DeviceState(self.hostname, self.running.hash if self.running else "", observed, routes, sessions,
+                           j.change if j else "", j.deadline if j else 0.0)
+
+
+# -- the server ------------------------------------------------------------------
+async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callable[[], None] | None = None,
+                stop: asyncio.Event | None = None) -> None:
+    """Run ``core`` on ``listen`` (``unix:PATH`` or ``HOST:PORT``) until ``stop`` is set or SIGTERM/SIGINT.
+
+    ``tls`` (a :class:`southbound.pki.ServerTls`) is required for TCP: mutual TLS, client certificates required.
+    """
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_health.v1._async import HealthServicer
+
+    from southbound.grpc_adapter import SERVICE_NAME, add_agent_servicer
+
+    await core.start()
+    server = grpc.aio.server()
+    add_agent_servicer(server, core)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    if listen.startswith("unix:"):
+        path = Path(listen.removeprefix("unix:").removeprefix("//"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        server.add_insecure_port(f"unix:{path}")
+    else:
+        if tls is None:
+            raise ValueError("an agent on TCP needs --tls (mutual TLS with a private CA)")
+        server.add_secure_port(listen, tls.server_credentials())
+    await server.start()
+    for svc in ("", SERVICE_NAME):
+        await health.set(svc, health_pb2.HealthCheckResponse.SERVING)
+    log.info("agent %s listening on %s (%s)", core.hostname, listen, "dry-frr" if core.backend.dry else "frr")
+    if ready is not None:
+        ready()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await health.enter_graceful_shutdown()
+    await server.stop(grace=1.0)
+    await core.close()
+
+
+def run_agent(*, hostname: str, frr_dir: Path, listen: str, state_dir: Path | None = None, dry_frr: bool = False,
+              tls: Any = None, prepare_delay: float = 0.0, apply_delay: float = 0.0) -> None:
+    """Blocking entry point of ``loom agent``."""
+    from southbound.frr_apply import DryFrr, FrrReload
+
+    state = state_dir or (frr_dir / "agent")
+    backend: FrrBackend
+    if dry_frr:
+        backend = DryFrr(state / "dry", prepare_delay=prepare_delay, apply_delay=apply_delay)
+    else:
+        backend = FrrReload(frr_dir, state / "work")
+    logging.basicConfig(level=os.environ.get("LOOM_LOG", "INFO"), format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(serve(AgentCore(backend, state, hostname), listen, tls=tls))
+
+
+async def serve_dry_fleet(names: list[str], base: Path, *, ready_file: Path | None = None) -> None:
+    """Many ``--dry-frr`` agents in one process, each its own gRPC server on ``base/NAME/agent.sock``
+    with its own state directory: the 200-agent scale test and benchmark. Stops on SIGTERM/SIGINT."""
+    from southbound.frr_apply import DryFrr
+
+    stop = asyncio.Event()
+    started = 0
+
+    def one_ready() -> None:
+        nonlocal started
+        started += 1
+        if started == len(names) and ready_file is not None:
+            ready_file.write_text(str(os.getpid()))
+
+    tasks = [asyncio.create_task(serve(AgentCore(DryFrr(base / n / "agent" / "dry"), base / n / "agent", n),
+                                       f"unix:{base / n / 'agent.sock'}", ready=one_ready, stop=stop))
+             for n in names]
+    await asyncio.gather(*tasks)

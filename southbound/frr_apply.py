@@ -1,0 +1,307 @@
+"""How the device agent touches a switch: FRR through ``frr-reload.py`` and ``vtysh``, the kernel over netlink.
+
+This module owns the agent's side effects and nothing else. A
+:class:`Rendered` value is what the agent applies: FRR's integrated config
+text, the ``fib`` WCMP routes (weighted nexthop groups the agent installs over
+netlink, preferred over BGP's routes), and per BGP peer a signature of the
+link-bandwidth route-maps toward it, so a change to them triggers a soft
+outbound clear (``clear bgp ipv4 unicast PEER soft out``, DESIGN.md
+"Southbound"). Two backends implement :class:`FrrBackend`:
+:class:`FrrReload` drives real FRR daemons (``frr-reload.py --test`` for the
+diff, ``--reload`` to apply) and reads routes from the kernel; :class:`DryFrr`
+renders and records only, for scale tests with hundreds of agents.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from southbound.state import BgpSession, KernelNextHop, KernelRoute
+
+__all__ = ["DryFrr", "FibHop", "FrrBackend", "FrrError", "FrrReload", "Rendered", "atomic_write_json",
+           "read_json"]
+
+#: Route protocol number of Loom's own (``fib``) routes; ``ip route`` shows it as a number.
+LOOM_RT_PROTO = 250
+#: Kernel metric of Loom's routes: below zebra's (20 for BGP), so the kernel prefers them.
+LOOM_RT_METRIC = 10
+#: First nexthop object id the agent owns (well above zebra's ids).
+LOOM_NH_BASE = 4_000_000
+FRR_RELOAD = "/usr/lib/frr/frr-reload.py"
+
+
+class FrrError(Exception):
+    """FRR refused or failed to apply a configuration."""
+
+
+@dataclass(frozen=True, slots=True)
+class FibHop:
+    port: str
+    neighbor: str
+    weight: int
+    via: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """Everything the agent applies for one configuration; its :attr:`hash` names it."""
+
+    hostname: str
+    frr_text: str
+    fib: Mapping[str, tuple[FibHop, ...]] = field(default_factory=dict)
+    lb_peers: Mapping[str, str] = field(default_factory=dict)  # FRR peer name -> route-map signature
+
+    @property
+    def hash(self) -> str:
+        blob = json.dumps({"frr": self.frr_text, "fib": self._fib_doc()}, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _fib_doc(self) -> dict[str, list[list[Any]]]:
+        return {p: [[h.port, h.neighbor, h.weight, h.via] for h in hops] for p, hops in sorted(self.fib.items())}
+
+    def to_document(self) -> dict[str, Any]:
+        return {"hostname": self.hostname, "frr_text": self.frr_text, "fib": self._fib_doc(),
+                "lb_peers": dict(self.lb_peers)}
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any]) -> Rendered:
+        fib = {p: tuple(FibHop(str(h[0]), str(h[1]), int(h[2]), str(h[3])) for h in hops)
+               for p, hops in doc.get("fib", {}).items()}
+        return cls(str(doc["hostname"]), str(doc["frr_text"]), fib, dict(doc.get("lb_peers", {})))
+
+    def fib_lines(self) -> list[str]:
+        return [f"fib {p} " + " ".join(f"{h.port}:{h.weight}" for h in hops) for p, hops in sorted(self.fib.items())]
+
+
+def changed_peers(old: Rendered | None, new: Rendered) -> list[str]:
+    """BGP peers whose link-bandwidth route-maps differ between two configurations."""
+    before = dict(old.lb_peers) if old else {}
+    return sorted(p for p in set(before) | set(new.lb_peers) if before.get(p) != new.lb_peers.get(p))
+
+
+def text_diff(old: Rendered | None, new: Rendered) -> str:
+    a = (old.frr_text.splitlines() + old.fib_lines()) if old else []
+    b = new.frr_text.splitlines() + new.fib_lines()
+    return "\n".join(difflib.unified_diff(a, b, "running", "candidate", lineterm="", n=1))
+
+
+def atomic_write_json(path: Path, doc: Any) -> None:
+    """Write ``doc`` so that a crash leaves either the old or the new file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def read_json(path: Path) -> Any | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+class FrrBackend(Protocol):
+    """What the agent needs from a switch. Methods block; the agent runs them in a thread."""
+
+    dry: bool
+
+    def version(self) -> str: ...
+
+    def snapshot(self, hostname: str) -> Rendered:
+        """The configuration running now, for a first start with no history."""
+        ...
+
+    def diff(self, current: Rendered | None, target: Rendered) -> str: ...
+
+    def apply(self, current: Rendered | None, target: Rendered) -> str:
+        """Make ``target`` run; returns what changed. Raises :class:`FrrError`."""
+        ...
+
+    def read_routes(self, prefixes: Iterable[str], recorded: Rendered | None) -> tuple[bool, dict[str, KernelRoute]]:
+        """(observed, routes): kernel routes installed by BGP or Loom."""
+        ...
+
+    def read_sessions(self) -> tuple[BgpSession, ...]: ...
+
+
+class DryFrr:
+    """Renders and records, calls no FRR: ``--dry-frr``, only for scale tests.
+
+    ``prepare_delay``/``apply_delay`` (seconds) stretch the calls so that fault
+    tests can kill an agent while a call is in flight.
+    """
+
+    dry = True
+
+    def __init__(self, record_dir: Path, *, prepare_delay: float = 0.0, apply_delay: float = 0.0):
+        self.record_dir = record_dir
+        self.prepare_delay = prepare_delay
+        self.apply_delay = apply_delay
+
+    def version(self) -> str:
+        return "dry"
+
+    def snapshot(self, hostname: str) -> Rendered:
+        path = self.record_dir / "frr.conf"
+        return Rendered(hostname, path.read_text() if path.exists() else "")
+
+    def diff(self, current: Rendered | None, target: Rendered) -> str:
+        if self.prepare_delay:
+            time.sleep(self.prepare_delay)
+        return text_diff(current, target)
+
+    def apply(self, current: Rendered | None, target: Rendered) -> str:
+        if self.apply_delay:
+            time.sleep(self.apply_delay)
+        self.record_dir.mkdir(parents=True, exist_ok=True)
+        (self.record_dir / "frr.conf").write_text(target.frr_text)
+        atomic_write_json(self.record_dir / "fib.json", target.to_document()["fib"])
+        cleared = changed_peers(current, target)
+        if cleared:
+            with open(self.record_dir / "clears.log", "a") as fh:
+                fh.write(" ".join(cleared) + "\n")
+        return text_diff(current, target)
+
+    def read_routes(self, prefixes: Iterable[str], recorded: Rendered | None) -> tuple[bool, dict[str, KernelRoute]]:
+        wanted = set(prefixes)
+        fib = recorded.fib if recorded else {}
+        routes = {p: KernelRoute(p, "loom", tuple(KernelNextHop(h.port, h.via, h.weight) for h in hops))
+                  for p, hops in fib.items() if not wanted or p in wanted}
+        return False, routes
+
+    def read_sessions(self) -> tuple[BgpSession, ...]:
+        return ()
+
+
+def _run(argv: list[str], *, timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip()[-2000:]
+        raise FrrError(f"{' '.join(argv[:3])} ... exited {proc.returncode}: {detail}")
+    return proc
+
+
+class FrrReload:
+    """Real FRR: the daemons' vty sockets are in ``vty_dir``; the agent runs in the switch's namespace."""
+
+    dry = False
+
+    def __init__(self, vty_dir: Path, work_dir: Path, *, vtysh: str | None = None, frr_reload: str = FRR_RELOAD):
+        self.vty_dir = vty_dir
+        self.work_dir = work_dir
+        self.vtysh = vtysh or shutil.which("vtysh") or "/usr/bin/vtysh"
+        self.frr_reload = frr_reload
+
+    # -- vtysh --------------------------------------------------------------
+    def vtysh_cmd(self, *commands: str, check: bool = True) -> str:
+        argv = [self.vtysh, "--vty_socket", str(self.vty_dir)]
+        for c in commands:
+            argv += ["-c", c]
+        return _run(argv, check=check).stdout
+
+    def version(self) -> str:
+        out = self.vtysh_cmd("show version", check=False)
+        first = out.strip().splitlines()[0] if out.strip() else ""
+        return first.removeprefix("FRRouting ").split(" ")[0] if first else "unknown"
+
+    def snapshot(self, hostname: str) -> Rendered:
+        text = self.vtysh_cmd("show running-config")
+        skip = ("Building configuration", "Current configuration")
+        lines = [ln for ln in text.splitlines() if not ln.startswith(skip)]
+        return Rendered(hostname, "\n".join(lines).strip() + "\n")
+
+    # -- frr-reload.py --------------------------------------------------------
+    def _reload(self, target: Rendered, mode: str) -> str:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        conf = self.work_dir / "candidate.conf"
+        conf.write_text(target.frr_text)
+        bindir = str(Path(self.vtysh).parent)
+        argv = ["python3", self.frr_reload, mode, "--stdout", "--vty_socket", str(self.vty_dir),
+                "--bindir", bindir, "--confdir", str(self.work_dir), "--rundir", str(self.work_dir), str(conf)]
+        proc = _run(argv, timeout=120, check=False)
+        if proc.returncode != 0:
+            detail = (proc.stderr + proc.stdout).strip()[-2000:]
+            raise FrrError(f"frr-reload.py {mode} exited {proc.returncode}: {detail}")
+        return proc.stdout
+
+    def diff(self, current: Rendered | None, target: Rendered) -> str:
+        out = self._reload(target, "--test")
+        fib_old = current.fib_lines() if current else []
+        fib_diff = "\n".join(difflib.unified_diff(fib_old, target.fib_lines(), "running", "candidate", lineterm=""))
+        return (out.strip() + ("\n" + fib_diff if fib_diff else "")).strip()
+
+    def apply(self, current: Rendered | None, target: Rendered) -> str:
+        diff = self.diff(current, target)
+        self._reload(target, "--reload")
+        for peer in changed_peers(current, target):
+            self.vtysh_cmd(f"clear bgp ipv4 unicast {peer} soft out", check=False)
+        from southbound import fib as fib_mod  # netlink, imported only where a kernel is touched
+
+        fib_mod.install(current.fib if current else {}, target.fib)
+        return diff
+
+    # -- reading state ----------------------------------------------------------
+    def read_routes(self, prefixes: Iterable[str], recorded: Rendered | None) -> tuple[bool, dict[str, KernelRoute]]:
+        wanted = set(prefixes)
+        proc = _run(["ip", "-j", "route", "show", "table", "main"], check=True)
+        routes: dict[str, KernelRoute] = {}
+        metrics: dict[str, int] = {}
+        for r in json.loads(proc.stdout or "[]"):
+            route = kernel_route_from_ip_json(r)
+            if route is None or (wanted and route.prefix not in wanted):
+                continue
+            metric = int(r.get("metric", 0) or 0)
+            if route.prefix not in routes or metric < metrics[route.prefix]:  # the kernel forwards on the lowest
+                routes[route.prefix] = route
+                metrics[route.prefix] = metric
+        return True, routes
+
+    def read_sessions(self) -> tuple[BgpSession, ...]:
+        out = self.vtysh_cmd("show bgp ipv4 unicast summary json", check=False)
+        try:
+            doc = json.loads(out or "{}")
+        except json.JSONDecodeError:
+            return ()
+        peers = doc.get("peers", {}) if isinstance(doc, dict) else {}
+        return tuple(BgpSession(name, str(p.get("state", "")), int(p.get("remoteAs", 0) or 0),
+                                int(p.get("pfxRcd", 0) or 0)) for name, p in sorted(peers.items()))
+
+
+_PROTO_NAMES = {"bgp": "bgp", "186": "bgp", "isis": "isis", "187": "isis", str(LOOM_RT_PROTO): "loom", "loom": "loom"}
+
+
+def kernel_route_from_ip_json(r: Mapping[str, Any]) -> KernelRoute | None:
+    """One ``ip -j route`` entry as a :class:`KernelRoute`, or ``None`` if neither BGP, IS-IS nor Loom made it."""
+    proto = _PROTO_NAMES.get(str(r.get("protocol", "")))
+    if proto is None:
+        return None
+    dst = str(r.get("dst", ""))
+    if dst == "default":
+        dst = "0.0.0.0/0"
+    elif "/" not in dst:
+        dst += "/32"
+    if "nexthops" in r:
+        hops = tuple(KernelNextHop(str(h.get("dev", "")), str(h.get("gateway", "")), int(h.get("weight", 1)))
+                     for h in r["nexthops"])
+    else:
+        hops = (KernelNextHop(str(r.get("dev", "")), str(r.get("gateway", "")), 1),)
+    return KernelRoute(dst, proto, hops)

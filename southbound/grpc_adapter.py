@@ -1,0 +1,211 @@
+"""The one module that speaks the agent's wire format (``loom.agent.v1``).
+
+It owns the generated gRPC stubs (made at build time by ``make proto`` into
+``southbound/_gen/``, never at import time) and the conversions between their
+messages and Loom's domain values: :class:`~southbound.config.DeviceConfig`,
+:class:`~southbound.state.DeviceState`, :class:`~southbound.state.AgentInfo`,
+:class:`~southbound.state.Outcome`. The agent registers its logic on a server
+through :func:`add_agent_servicer`; the driver calls agents through
+:class:`AgentClient`. Everything outside this module speaks domain types only
+(CONVENTIONS 2).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+
+from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
+from southbound.state import AgentError, AgentInfo, BgpSession, DeviceState, KernelNextHop, KernelRoute, Outcome
+
+_GEN = Path(__file__).resolve().parent / "_gen"
+if not (_GEN / "loom" / "agent" / "v1" / "agent_pb2.py").exists():
+    raise ImportError(f"the agent's gRPC stubs are missing in {_GEN}: run `make proto` (part of `make install`)")
+if str(_GEN) not in sys.path:
+    sys.path.insert(0, str(_GEN))
+
+from loom.agent.v1 import agent_pb2 as pb  # noqa: E402
+from loom.agent.v1 import agent_pb2_grpc as pb_grpc  # noqa: E402
+
+__all__ = ["SERVICE_NAME", "AgentClient", "AgentService", "add_agent_servicer", "config_from_proto",
+           "config_to_proto", "state_from_proto", "state_to_proto"]
+
+SERVICE_NAME = "loom.agent.v1.Agent"
+
+_CODES = {
+    "failed_precondition": grpc.StatusCode.FAILED_PRECONDITION,
+    "invalid_argument": grpc.StatusCode.INVALID_ARGUMENT,
+    "not_found": grpc.StatusCode.NOT_FOUND,
+    "internal": grpc.StatusCode.INTERNAL,
+    "aborted": grpc.StatusCode.ABORTED,
+}
+
+
+# -- DeviceConfig ----------------------------------------------------------------
+def config_to_proto(c: DeviceConfig) -> Any:
+    msg = pb.DeviceConfig(
+        hostname=c.hostname, router_id=c.router_id, originated=list(c.originated), routing=c.routing,
+        drained=c.drained, maximum_paths=c.maximum_paths, multipath_relax=c.multipath_relax,
+        keepalive_seconds=c.timers[0], hold_seconds=c.timers[1],
+        interfaces=[pb.Interface(name=i.name, address=i.address, peer=i.peer, peer_port=i.peer_port, host=i.host,
+                                 metric=i.metric, drained=i.drained) for i in c.interfaces],
+        neighbors=[pb.BgpNeighbor(port=n.port, peer=n.peer, remote_asn=n.remote_asn, address=n.address,
+                                  drained=n.drained) for n in c.neighbors],
+        link_bandwidth=[pb.LinkBandwidth(port=b.port, prefix=b.prefix, mbps=b.mbps) for b in c.link_bandwidth],
+        fib_routes=[pb.FibRoute(prefix=r.prefix, group=r.group, nexthops=[
+            pb.FibNexthop(port=h.port, gateway=h.gateway, weight=h.weight) for h in r.nexthops]) for r in c.fib_routes],
+    )
+    if c.asn is not None:
+        msg.asn = c.asn
+    return msg
+
+
+def _opt(msg: Any, name: str) -> Any:
+    return getattr(msg, name) if msg.HasField(name) else None
+
+
+def config_from_proto(m: Any) -> DeviceConfig:
+    return DeviceConfig(
+        hostname=m.hostname, asn=_opt(m, "asn"), router_id=m.router_id,
+        interfaces=tuple(Interface(i.name, _opt(i, "address"), _opt(i, "peer"), _opt(i, "peer_port"), i.host,
+                                   i.metric, i.drained) for i in m.interfaces),
+        neighbors=tuple(BgpNeighbor(n.port, n.peer, n.remote_asn, _opt(n, "address"), n.drained)
+                        for n in m.neighbors),
+        originated=tuple(m.originated), routing=m.routing or "bgp", drained=m.drained,
+        maximum_paths=m.maximum_paths or 64, multipath_relax=m.multipath_relax,
+        timers=(m.keepalive_seconds or 1, m.hold_seconds or 3),
+        link_bandwidth=tuple(LinkBandwidth(b.port, b.prefix, b.mbps) for b in m.link_bandwidth),
+        fib_routes=tuple(FibRoute(r.prefix, r.group, tuple(FibNexthop(h.port, h.gateway, h.weight)
+                                                           for h in r.nexthops)) for r in m.fib_routes),
+    )
+
+
+# -- state -----------------------------------------------------------------------
+def state_to_proto(s: DeviceState) -> Any:
+    return pb.DeviceState(
+        hostname=s.hostname, running_hash=s.running_hash, observed=s.observed,
+        routes=[pb.KernelRoute(prefix=r.prefix, protocol=r.protocol, nexthops=[
+            pb.KernelNextHop(port=h.port, via=h.via, weight=h.weight) for h in r.nexthops])
+            for _, r in sorted(s.routes.items())],
+        sessions=[pb.BgpSession(neighbor=x.neighbor, state=x.state, remote_asn=x.remote_asn,
+                                prefixes_received=x.prefixes_received) for x in s.sessions],
+        pending_change=s.pending_change, confirm_deadline_unix=s.confirm_deadline,
+    )
+
+
+def state_from_proto(m: Any) -> DeviceState:
+    return DeviceState(
+        hostname=m.hostname, running_hash=m.running_hash, observed=m.observed,
+        routes={r.prefix: KernelRoute(r.prefix, r.protocol, tuple(KernelNextHop(h.port, h.via, h.weight)
+                                                                  for h in r.nexthops)) for r in m.routes},
+        sessions=tuple(BgpSession(x.neighbor, x.state, x.remote_asn, x.prefixes_received) for x in m.sessions),
+        pending_change=m.pending_change, confirm_deadline=m.confirm_deadline_unix,
+    )
+
+
+def _info_to_proto(i: AgentInfo) -> Any:
+    return pb.AgentInfo(hostname=i.hostname, agent_version=i.agent_version, frr_version=i.frr_version,
+                        dry_frr=i.dry_frr, running_hash=i.running_hash, pending_change=i.pending_change,
+                        prepared_change=i.prepared_change)
+
+
+def _info_from_proto(m: Any) -> AgentInfo:
+    return AgentInfo(m.hostname, m.agent_version, m.frr_version, m.dry_frr, m.running_hash, m.pending_change,
+                     m.prepared_change)
+
+
+# -- server side -----------------------------------------------------------------
+class AgentService(Protocol):
+    """The agent's logic, in domain types (implemented by :class:`southbound.agent.AgentCore`)."""
+
+    async def info(self) -> AgentInfo: ...
+    async def prepare(self, change: str, config: DeviceConfig) -> Outcome: ...
+    async def commit(self, change: str, confirm_within: float) -> Outcome: ...
+    async def confirm(self, change: str) -> Outcome: ...
+    async def abort(self, change: str) -> bool: ...
+    async def rollback(self, change: str, to_hash: str) -> Outcome: ...
+    async def state(self, prefixes: tuple[str, ...]) -> DeviceState: ...
+
+
+class _Servicer(pb_grpc.AgentServicer):  # type: ignore[misc]
+    def __init__(self, core: AgentService):
+        self.core = core
+
+    async def _call(self, context: Any, coro: Any) -> Any:
+        try:
+            return await coro
+        except AgentError as exc:
+            await context.abort(_CODES.get(exc.code, grpc.StatusCode.INTERNAL), str(exc))
+
+    async def GetInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return _info_to_proto(await self._call(context, self.core.info()))
+
+    async def Prepare(self, request: Any, context: Any) -> Any:  # noqa: N802
+        try:
+            config = config_from_proto(request.config)
+        except (TypeError, ValueError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad DeviceConfig: {exc}")
+        o = await self._call(context, self.core.prepare(request.change, config))
+        return pb.PrepareResponse(changed=o.changed, diff=o.diff, config_hash=o.config_hash)
+
+    async def Commit(self, request: Any, context: Any) -> Any:  # noqa: N802
+        o = await self._call(context, self.core.commit(request.change, request.confirm_within_seconds))
+        return pb.CommitResponse(changed=o.changed, diff=o.diff, config_hash=o.config_hash,
+                                 confirm_deadline_unix=o.confirm_deadline)
+
+    async def Confirm(self, request: Any, context: Any) -> Any:  # noqa: N802
+        o = await self._call(context, self.core.confirm(request.change))
+        return pb.ConfirmResponse(config_hash=o.config_hash)
+
+    async def Abort(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return pb.AbortResponse(dropped=await self._call(context, self.core.abort(request.change)))
+
+    async def Rollback(self, request: Any, context: Any) -> Any:  # noqa: N802
+        o = await self._call(context, self.core.rollback(request.change, request.to_hash))
+        return pb.RollbackResponse(changed=o.changed, diff=o.diff, config_hash=o.config_hash)
+
+    async def GetState(self, request: Any, context: Any) -> Any:  # noqa: N802
+        return state_to_proto(await self._call(context, self.core.state(tuple(request.prefixes))))
+
+
+def add_agent_servicer(server: grpc.aio.Server, core: AgentService) -> None:
+    """Serve ``core`` as ``loom.agent.v1.Agent`` on ``server``."""
+    pb_grpc.add_AgentServicer_to_server(_Servicer(core), server)
+
+
+# -- client side -----------------------------------------------------------------
+class AgentClient:
+    """Calls one agent over an open ``grpc.aio`` channel; every call takes a deadline (``timeout``, seconds)."""
+
+    def __init__(self, channel: grpc.aio.Channel):
+        self._stub = pb_grpc.AgentStub(channel)
+
+    async def info(self, *, timeout: float) -> AgentInfo:
+        return _info_from_proto(await self._stub.GetInfo(pb.GetInfoRequest(), timeout=timeout))
+
+    async def prepare(self, change: str, config: DeviceConfig, *, timeout: float) -> Outcome:
+        r = await self._stub.Prepare(pb.PrepareRequest(change=change, config=config_to_proto(config)), timeout=timeout)
+        return Outcome(r.changed, r.diff, r.config_hash)
+
+    async def commit(self, change: str, confirm_within: float, *, timeout: float) -> Outcome:
+        r = await self._stub.Commit(pb.CommitRequest(change=change, confirm_within_seconds=confirm_within),
+                                    timeout=timeout)
+        return Outcome(r.changed, r.diff, r.config_hash, r.confirm_deadline_unix)
+
+    async def confirm(self, change: str, *, timeout: float) -> Outcome:
+        r = await self._stub.Confirm(pb.ConfirmRequest(change=change), timeout=timeout)
+        return Outcome(False, "", r.config_hash)
+
+    async def abort(self, change: str, *, timeout: float) -> bool:
+        r = await self._stub.Abort(pb.AbortRequest(change=change), timeout=timeout)
+        return bool(r.dropped)
+
+    async def rollback(self, change: str, to_hash: str = "", *, timeout: float) -> Outcome:
+        r = await self._stub.Rollback(pb.RollbackRequest(change=change, to_hash=to_hash), timeout=timeout)
+        return Outcome(r.changed, r.diff, r.config_hash)
+
+    async def state(self, prefixes: tuple[str, ...] = (), *, timeout: float) -> DeviceState:
+        return state_from_proto(await self._stub.GetState(pb.GetStateRequest(prefixes=list(prefixes)), timeout=timeout))

@@ -1,0 +1,126 @@
+"""Domain values the device agent and the controller-side driver exchange.
+
+This module owns the southbound vocabulary that is not configuration: what a
+switch reports it installed (kernel routes with weighted next hops, BGP
+sessions, the running configuration's hash), who an agent is, and the
+per-device result every transaction step returns (changed, diff, failed,
+error; CONVENTIONS 4). The gRPC adapter converts these to and from the wire;
+nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["AgentError", "AgentInfo", "BgpSession", "DeviceState", "KernelNextHop", "KernelRoute", "Outcome",
+           "StepResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelNextHop:
+    """One installed next hop: the local ``port``, the gateway ``via`` (may be empty), its weight."""
+
+    port: str
+    via: str = ""
+    weight: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRoute:
+    """A route in the switch's kernel and who installed it (``bgp``, ``loom``, ...)."""
+
+    prefix: str
+    protocol: str
+    nexthops: tuple[KernelNextHop, ...]
+
+    def weights(self) -> dict[str, int]:
+        """Weight per port (several next hops over one port add up)."""
+        out: dict[str, int] = {}
+        for nh in self.nexthops:
+            out[nh.port] = out.get(nh.port, 0) + nh.weight
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class BgpSession:
+    neighbor: str
+    state: str
+    remote_asn: int = 0
+    prefixes_received: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceState:
+    """What a switch really runs. ``observed`` is false for an agent in ``--dry-frr`` mode,
+    whose routes are the ones it recorded rather than read from a kernel."""
+
+    hostname: str
+    running_hash: str
+    observed: bool
+    routes: Mapping[str, KernelRoute] = field(default_factory=dict)
+    sessions: tuple[BgpSession, ...] = ()
+    pending_change: str = ""
+    confirm_deadline: float = 0.0
+
+    def to_document(self) -> dict[str, Any]:
+        """JSON form, routes as ``{"PREFIX": [{"port": .., "weight": ..}]}`` like ``loom lab routes``."""
+        return {
+            "hostname": self.hostname,
+            "running_hash": self.running_hash,
+            "observed": self.observed,
+            "routes": {p: [{"port": nh.port, "via": nh.via, "weight": nh.weight} for nh in r.nexthops]
+                       for p, r in sorted(self.routes.items())},
+            "sessions": [{"neighbor": s.neighbor, "state": s.state, "remote_asn": s.remote_asn,
+                          "prefixes_received": s.prefixes_received} for s in self.sessions],
+            "pending_change": self.pending_change,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    hostname: str
+    agent_version: str
+    frr_version: str
+    dry_frr: bool
+    running_hash: str
+    pending_change: str = ""
+    prepared_change: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """One device's outcome of one transaction step (prepare, commit, verify, confirm, abort, rollback)."""
+
+    device: str
+    step: str
+    changed: bool = False
+    diff: str = ""
+    failed: bool = False
+    error: str = ""
+    config_hash: str = ""
+
+    def to_document(self) -> dict[str, Any]:
+        return {"device": self.device, "step": self.step, "changed": self.changed, "diff": self.diff,
+                "failed": self.failed, "error": self.error, "config_hash": self.config_hash}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an agent answers to Prepare, Commit, Confirm or Rollback."""
+
+    changed: bool = False
+    diff: str = ""
+    config_hash: str = ""
+    confirm_deadline: float = 0.0
+
+
+class AgentError(Exception):
+    """A call the agent refuses or fails. ``code`` is the gRPC status name in lower case:
+    ``failed_precondition`` (wrong transaction state), ``invalid_argument`` (a config that
+    does not render), ``not_found`` (unknown rollback target), ``internal`` (FRR failed)."""
+
+    def __init__(self, code: str, message: str):
+        self.code = code
+        super().__init__(message)

@@ -1,0 +1,198 @@
+"""The network-wide transaction: a change lands on every device or on none.
+
+This module owns :func:`commit`, the controller side of DESIGN.md's
+southbound transaction, over any :class:`~southbound.driver.DeviceDriver`:
+Prepare on every device (each shows its diff); if any fails, Abort everywhere
+and report which device said what; otherwise Commit everywhere with a confirm
+timer, read back ``GetState`` on every device and hold it against the plan
+(routes, next hops, weights within the realization's rounding,
+:func:`southbound.wcmp.compare`), then Confirm. If anything fails after the
+first Commit, every device that was sent a Commit is rolled back (a device
+that never applied it answers that nothing changed). Devices that hear nothing
+roll back by themselves when their confirm timer expires. Every step returns
+a per-device :class:`~southbound.state.StepResult`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.model import Intent
+from solver.plan import Plan
+from southbound.config import DeviceConfig
+from southbound.driver import DeviceDriver, error_text
+from southbound.state import DeviceState, StepResult
+from southbound.wcmp import compare
+
+__all__ = ["Progress", "TransactionResult", "commit", "commit_plan", "new_change_id"]
+
+#: ``progress(step, device, result)``: called with ``None`` before a call is sent, then with its result.
+Progress = Callable[[str, str, StepResult | None], None]
+
+
+def new_change_id() -> str:
+    return f"chg-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class TransactionResult:
+    """How a transaction ended: ``stage`` is the last step run (``prepare``, ``commit``, ``verify``,
+    ``confirm``), ``ok`` whether the change is in place and confirmed everywhere; ``steps`` holds
+    every device's result of every step, ``seconds`` the time each step took."""
+
+    change: str
+    ok: bool = False
+    stage: str = "prepare"
+    dry_run: bool = False
+    steps: dict[str, dict[str, StepResult]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    error: str = ""
+
+    def failures(self, step: str | None = None) -> list[StepResult]:
+        return [r for s, per in self.steps.items() if step in (None, s) for r in per.values() if r.failed]
+
+    def changed_devices(self) -> list[str]:
+        return sorted(d for d, r in self.steps.get("prepare", {}).items() if r.changed)
+
+    def to_document(self) -> dict[str, Any]:
+        return {"change": self.change, "ok": self.ok, "stage": self.stage, "dry_run": self.dry_run,
+                "error": self.error, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+                "steps": {s: {d: r.to_document() for d, r in sorted(per.items())} for s, per in self.steps.items()}}
+
+
+async def _each(step: str, devices: list[str], call: Callable[[str], Awaitable[StepResult]],
+                progress: Progress | None, result: TransactionResult) -> dict[str, StepResult]:
+    async def one(device: str) -> StepResult:
+        if progress:
+            progress(step, device, None)
+        try:
+            r = await call(device)
+        except Exception as exc:  # a driver that raises instead of returning a failed result
+            r = StepResult(device, step, failed=True, error=f"{type(exc).__name__}: {exc}")
+        if progress:
+            progress(step, device, r)
+        return r
+
+    t0 = time.perf_counter()
+    got = await asyncio.gather(*(one(d) for d in devices))
+    result.seconds[step] = result.seconds.get(step, 0.0) + time.perf_counter() - t0
+    per = dict(zip(devices, got, strict=True))
+    result.steps[step] = per
+    return per
+
+
+def _summary(step: str, failed: list[StepResult]) -> str:
+    head = "; ".join(f"{r.device}: {r.error}" for r in failed[:5])
+    more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
+    return f"{step} failed on {len(failed)} device(s): {head}{more}"
+
+
+async def _verify(driver: DeviceDriver, devices: list[str], hashes: Mapping[str, str], plan: Plan | None,
+                  check: Callable[[str, DeviceState], list[str]], timeout: float, interval: float,
+                  progress: Progress | None, result: TransactionResult) -> dict[str, StepResult]:
+    """Poll every device's state until it matches (config hash, and the plan where routes are observed)."""
+    deadline = time.monotonic() + timeout
+    pending = list(devices)
+    done: dict[str, StepResult] = {}
+    t0 = time.perf_counter()
+    for d in devices:
+        if progress:
+            progress("verify", d, None)
+    while True:
+        got = await asyncio.gather(*(driver.state(d) for d in pending), return_exceptions=True)
+        still: list[str] = []
+        for d, st in zip(pending, got, strict=True):
+            if isinstance(st, BaseException):
+                problems = [f"GetState failed: {error_text(st)}"]
+            elif st.running_hash != hashes.get(d, st.running_hash):
+                problems = [f"running config {st.running_hash[:12]} is not the committed {hashes[d][:12]}"]
+            elif plan is not None and st.observed:
+                problems = check(d, st)
+            else:
+                problems = []
+            if problems:
+                still.append(d)
+                done[d] = StepResult(d, "verify", failed=True, error="; ".join(problems[:8]))
+            else:
+                done[d] = StepResult(d, "verify", config_hash=hashes.get(d, ""))
+        pending = still
+        if not pending or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(interval)
+    result.seconds["verify"] = time.perf_counter() - t0
+    for d in devices:
+        if progress:
+            progress("verify", d, done[d])
+    result.steps["verify"] = done
+    return done
+
+
+async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan: Plan | None = None, *,
+                 realization: str = "link-bandwidth", wcmp: bool = True, change: str | None = None,
+                 confirm_within: float = 60.0, verify_timeout: float = 30.0, verify_interval: float = 0.25,
+                 dry_run: bool = False, progress: Progress | None = None) -> TransactionResult:
+    """Push ``configs`` (device -> config) to their agents as one all-or-nothing change.
+
+    Parameters: ``plan`` (optional) is what the kernels must show afterwards, compared with
+    ``realization`` (``link-bandwidth`` or ``fib``) rounding; ``wcmp=False`` means plain ECMP;
+    ``confirm_within`` is each agent's confirm timer in seconds (it rolls back by itself after);
+    ``verify_timeout`` bounds the wait for the kernels to converge; ``dry_run`` stops after
+    Prepare (every device's diff) and aborts. Returns a :class:`TransactionResult`; never raises
+    for a device's failure.
+    """
+    change = change or new_change_id()
+    result = TransactionResult(change, dry_run=dry_run)
+    devices = sorted(configs)
+
+    prepared = await _each("prepare", devices, lambda d: driver.prepare(d, change, configs[d]), progress, result)
+    failed = [r for r in prepared.values() if r.failed]
+    if failed or dry_run:
+        await _each("abort", devices, lambda d: driver.abort(d, change), progress, result)
+        result.error = _summary("prepare", failed) if failed else ""
+        result.ok = not failed
+        return result
+
+    hashes = {d: r.config_hash for d, r in prepared.items()}
+    result.stage = "commit"
+    committed = await _each("commit", devices, lambda d: driver.commit(d, change, confirm_within), progress, result)
+    failed = [r for r in committed.values() if r.failed]
+    if not failed:
+        result.stage = "verify"
+        fabric = sorted({p for dp in (plan.devices.values() if plan else ()) for p in dp.routes})
+
+        def check(d: str, st: DeviceState) -> list[str]:
+            assert plan is not None
+            dp = plan.devices.get(d)
+            if dp is None:
+                return []
+            return compare(dp, st, realization=realization, wcmp=wcmp, fabric_prefixes=fabric,
+                           originated=configs[d].originated)
+
+        verified = await _verify(driver, devices, hashes, plan, check, verify_timeout, verify_interval,
+                                 progress, result)
+        failed = [r for r in verified.values() if r.failed]
+        if not failed:
+            result.stage = "confirm"
+            confirmed = await _each("confirm", devices, lambda d: driver.confirm(d, change), progress, result)
+            failed = [r for r in confirmed.values() if r.failed]
+            if not failed:
+                result.ok = True
+                return result
+    result.error = _summary(result.stage, failed)
+    await _each("rollback", devices, lambda d: driver.rollback(d, change), progress, result)
+    return result
+
+
+async def commit_plan(driver: DeviceDriver, intent: Intent, plan: Plan, **kwargs: Any) -> TransactionResult:
+    """:func:`commit` of the device configs that realize ``plan`` for ``intent`` (``southbound.render``)."""
+    from southbound.render import device_configs
+
+    configs = {d: c for d, c in device_configs(intent, plan).items() if d in set(driver.devices)}
+    kwargs.setdefault("realization", intent.wcmp_realization.value)
+    kwargs.setdefault("wcmp", intent.wcmp_enabled)
+    return await commit(driver, configs, plan, **kwargs)

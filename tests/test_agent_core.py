@@ -1,0 +1,173 @@
+"""The device agent in process: wire conversions, the transaction state machine, its timer, its recovery.
+
+A real gRPC server on a unix socket in a temp dir, with the ``--dry-frr``
+backend (no FRR here; the lab tests run the agent against real FRR).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from southbound.agent import AgentCore, build_rendered, serve
+from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
+from southbound.driver import AgentDriver
+from southbound.frr_apply import DryFrr, Rendered
+from southbound.grpc_adapter import config_from_proto, config_to_proto
+from southbound.state import AgentError
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_config(name: str = "tor-0", weight: int = 1, *, lb: bool = True) -> DeviceConfig:
+    return DeviceConfig(
+        hostname=name, asn=65100, router_id="10.255.0.1",
+        interfaces=(Interface("eth1", "100.64.0.0/31", peer="leaf-0", peer_port="eth1"),
+                    Interface("eth2", "100.64.0.2/31", peer="leaf-1", peer_port="eth1"),
+                    Interface("host0", "10.0.0.1/24", host=True)),
+        neighbors=(BgpNeighbor("eth1", "leaf-0", 65010, "100.64.0.1"),
+                   BgpNeighbor("eth2", "leaf-1", 65010, None, drained=True)),
+        originated=("10.0.0.0/24",),
+        link_bandwidth=(LinkBandwidth("eth1", "10.1.0.0/24", weight),) if lb else (),
+        fib_routes=(FibRoute("10.2.0.0/24", "g1", (FibNexthop("eth1", "100.64.0.1", weight),
+                                                   FibNexthop("eth2", "100.64.0.3", 1))),),
+    )
+
+
+def test_device_config_survives_the_wire() -> None:
+    for cfg in (make_config(), make_config(weight=7, lb=False),
+                DeviceConfig(hostname="r1", asn=None, router_id="10.0.0.9", routing="isis")):
+        assert config_from_proto(config_to_proto(cfg)) == cfg
+
+
+def test_rendered_names_peers_whose_link_bandwidth_changed() -> None:
+    a, b = build_rendered(make_config(weight=1)), build_rendered(make_config(weight=3))
+    assert a.hash != b.hash
+    assert a.lb_peers.keys() == {"100.64.0.1"}
+    assert a.lb_peers != b.lb_peers
+    assert "set extcommunity bandwidth 3" in b.frr_text
+    assert Rendered.from_document(json.loads(json.dumps(b.to_document()))) == b
+
+
+def _core(tmp: Path, **kw: float) -> AgentCore:
+    return AgentCore(DryFrr(tmp / "dry", **kw), tmp / "state", "tor-0")
+
+
+async def test_prepare_commit_confirm_and_rollback(tmp_path: Path) -> None:
+    core = _core(tmp_path)
+    await core.start()
+    empty = core.running
+    assert empty is not None
+    o = await core.prepare("c1", make_config(weight=1))
+    assert o.changed and "+hostname tor-0" in o.diff
+    c = await core.commit("c1", 30)
+    assert c.config_hash == o.config_hash and c.confirm_deadline > 0
+    assert (await core.info()).pending_change == "c1"
+    await core.confirm("c1")
+    assert (await core.info()).pending_change == ""
+    assert (tmp_path / "dry" / "frr.conf").read_text() == build_rendered(make_config(weight=1)).frr_text
+    # a second change, committed without a timer, then rolled back by change id
+    o2 = await core.prepare("c2", make_config(weight=5))
+    assert "bandwidth 5" in o2.diff
+    await core.commit("c2", 0)
+    assert "100.64.0.1" in (tmp_path / "dry" / "clears.log").read_text()
+    r = await core.rollback("c2", "")
+    assert r.changed and r.config_hash == c.config_hash
+    assert (await core.rollback("c2", "")).changed is False  # idempotent
+    # and back to the very first (empty) config by hash
+    r0 = await core.rollback("", empty.hash)
+    assert r0.config_hash == empty.hash
+    await core.close()
+
+
+async def test_state_machine_refuses_out_of_order_calls(tmp_path: Path) -> None:
+    core = _core(tmp_path)
+    await core.start()
+    with pytest.raises(AgentError) as e:
+        await core.commit("nope", 10)
+    assert e.value.code == "failed_precondition"
+    with pytest.raises(AgentError) as e:
+        await core.prepare("c1", make_config(name="someone-else"))
+    assert e.value.code == "invalid_argument"
+    await core.prepare("c1", make_config())
+    await core.commit("c1", 30)
+    with pytest.raises(AgentError) as e:
+        await core.prepare("c2", make_config(weight=2))
+    assert e.value.code == "failed_precondition" and "c1" in str(e.value)
+    with pytest.raises(AgentError):
+        await core.confirm("c2")
+    assert await core.abort("c9") is False
+    await core.close()
+
+
+async def test_unconfirmed_commit_rolls_back_by_itself(tmp_path: Path) -> None:
+    core = _core(tmp_path)
+    await core.start()
+    before = core.running.hash if core.running else ""
+    await core.prepare("c1", make_config())
+    await core.commit("c1", 0.3)
+    assert core.running is not None and core.running.hash != before
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if core.running.hash == before and not (tmp_path / "state" / "journal.json").exists():
+            break
+    assert core.running.hash == before
+    with pytest.raises(AgentError):
+        await core.confirm("c1")
+    await core.close()
+
+
+async def test_restart_resumes_timer_or_rolls_back_after_deadline(tmp_path: Path) -> None:
+    now = [1000.0]
+    core = AgentCore(DryFrr(tmp_path / "dry"), tmp_path / "state", "tor-0", clock=lambda: now[0])
+    await core.start()
+    before = core.running.hash if core.running else ""
+    await core.prepare("c1", make_config())
+    o = await core.commit("c1", 3600)
+    await core.close()  # the agent stops with the commit unconfirmed
+    again = AgentCore(DryFrr(tmp_path / "dry"), tmp_path / "state", "tor-0", clock=lambda: now[0])
+    await again.start()
+    assert again.running is not None and again.running.hash == o.config_hash
+    assert (await again.info()).pending_change == "c1"
+    await again.close()
+    now[0] += 7200  # restarts after the deadline: rolls back at once
+    late = AgentCore(DryFrr(tmp_path / "dry"), tmp_path / "state", "tor-0", clock=lambda: now[0])
+    await late.start()
+    assert late.running is not None and late.running.hash == before
+    assert (tmp_path / "dry" / "frr.conf").read_text() == ""
+    await late.close()
+
+
+async def test_grpc_round_trip_and_health(tmp_path: Path) -> None:
+    core = _core(tmp_path)
+    sock = tmp_path / "agent.sock"
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+    server = asyncio.create_task(serve(core, f"unix:{sock}", ready=ready.set, stop=stop))
+    await asyncio.wait_for(ready.wait(), 10)
+    try:
+        async with AgentDriver({"tor-0": f"unix:{sock}"}, timeout=5) as drv:
+            assert await drv.healthy("tor-0")
+            info = await drv.info("tor-0")
+            assert info.hostname == "tor-0" and info.dry_frr
+            p = await drv.prepare("tor-0", "c1", make_config())
+            assert not p.failed and p.changed and p.diff
+            bad = await drv.commit("tor-0", "other", 10)
+            assert bad.failed and bad.error.startswith("FAILED_PRECONDITION")
+            assert not (await drv.commit("tor-0", "c1", 10)).failed
+            st = await drv.state("tor-0")
+            assert st.running_hash == p.config_hash and st.pending_change == "c1" and not st.observed
+            assert st.routes["10.2.0.0/24"].weights() == {"eth1": 1, "eth2": 1}
+            assert not (await drv.confirm("tor-0", "c1")).failed
+            assert (await drv.state("tor-0")).pending_change == ""
+    finally:
+        stop.set()
+        await server
