@@ -1,0 +1,173 @@
+"""The FRR renderer: device configs derived from intents, FRR text frozen by golden files.
+
+Golden files under ``tests/golden/frr/`` are the FRR configuration for a few
+devices (plain ToR, drained leaf with a drained link, WCMP by link-bandwidth
+from a plan, IS-IS router) and one ``DeviceConfig`` document. Regenerate them
+with ``LOOM_UPDATE_GOLDEN=1`` after a deliberate change and review the diff.
+Every golden FRR text is also checked by FRR's own parser (``vtysh -C``).
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from controller.intent import validate_intent
+from labs.gen import clos3_document
+from solver.plan import DevicePlan, NextHop, Plan, PlanSummary
+from southbound.config import DeviceConfig
+from southbound.render import device_configs, host_address, isis_net, render_frr
+
+GOLDEN = Path(__file__).parent / "golden" / "frr"
+UPDATE = os.environ.get("LOOM_UPDATE_GOLDEN") == "1"
+
+
+def _clos3(**extra: object) -> dict:
+    doc = clos3_document("g", pods=2, tors=2, planes=2, spines=2)
+    doc.update(extra)
+    return doc
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if not UPDATE:
+            pytest.fail(f"golden file {path} was missing and has been written; review it and run again")
+    assert text == path.read_text(), f"rendering differs from {path} (LOOM_UPDATE_GOLDEN=1 to accept)"
+
+
+def _plan_for_wcmp() -> Plan:
+    """tor-0-0 splits 10.1.0.0/24 3:1 over its leaves; leaf-0-0 splits it 1:2 over its spines."""
+    devices = {
+        "tor-0-0": DevicePlan(groups={"g1": (NextHop("eth1", "leaf-0-0", 3), NextHop("eth2", "leaf-0-1", 1))},
+                              routes={"10.1.0.0/24": "g1"}),
+        "leaf-0-0": DevicePlan(groups={"g1": (NextHop("eth3", "spine-0-0", 1), NextHop("eth4", "spine-0-1", 2))},
+                               routes={"10.1.0.0/24": "g1"}),
+    }
+    return Plan("g", PlanSummary(0.5, 0.5, 0.6, 0.1, 2, 2), devices, ())
+
+
+CASES = {
+    "clos3-tor-0-0.conf": lambda: render_frr(device_configs(validate_intent(_clos3()))["tor-0-0"]),
+    "clos3-drained-leaf.conf": lambda: render_frr(device_configs(validate_intent(_clos3(policies=[
+        {"kind": "drain", "target": "leaf-0-0"}, {"kind": "drain", "target": "tor-0-1:eth1"}])))["leaf-0-0"]),
+    "wcmp-link-bandwidth-leaf-0-0.conf": lambda: render_frr(
+        device_configs(validate_intent(_clos3()), _plan_for_wcmp())["leaf-0-0"]),
+    "wcmp-link-bandwidth-spine-0-1.conf": lambda: render_frr(
+        device_configs(validate_intent(_clos3()), _plan_for_wcmp())["spine-0-1"]),
+    "isis-r1.conf": lambda: render_frr(device_configs(validate_intent({
+        "name": "ring", "routing": "isis",
+        "devices": [{"name": "r1", "loopback": "10.255.0.1"}, {"name": "r2"}, {"name": "r3"}],
+        "links": [{"a": "r1", "a_port": "eth1", "b": "r2", "b_port": "eth1", "metric": 20},
+                  {"a": "r2", "a_port": "eth2", "b": "r3", "b_port": "eth1"},
+                  {"a": "r3", "a_port": "eth2", "b": "r1", "b_port": "eth2"}],
+        "prefixes": [{"prefix": "10.9.0.0/24", "origins": ["r1"]}],
+        "policies": [{"kind": "drain", "target": "r1:eth2"}]}))["r1"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rendered_frr_config_matches_golden(name: str) -> None:
+    _golden(name, CASES[name]())
+
+
+def test_device_config_document_matches_golden() -> None:
+    cfg = device_configs(validate_intent(_clos3()), _plan_for_wcmp())["spine-0-1"]
+    _golden("device-config-spine-0-1.json", json.dumps(cfg.to_document(), indent=2) + "\n")
+
+
+@pytest.mark.lab
+@pytest.mark.skipif(shutil.which("vtysh") is None, reason="FRR's vtysh is not installed")
+@pytest.mark.parametrize("name", sorted(n for n in CASES if n.endswith(".conf")))
+def test_frr_parses_every_golden_config(name: str) -> None:
+    proc = subprocess.run(["vtysh", "-C", "-f", str(GOLDEN / name)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_frr_parser_check_is_real(tmp_path: Path) -> None:
+    """The check above can fail: a misspelt command is refused."""
+    if shutil.which("vtysh") is None:
+        pytest.skip("FRR's vtysh is not installed")
+    bad = tmp_path / "bad.conf"
+    bad.write_text(CASES["clos3-tor-0-0.conf"]().replace("remote-as", "remote-az"))
+    assert subprocess.run(["vtysh", "-C", "-f", str(bad)], capture_output=True, timeout=30).returncode != 0
+
+
+def test_device_config_round_trips_through_its_document() -> None:
+    configs = device_configs(validate_intent(_clos3(policies=[{"kind": "drain", "target": "spine-0-0"}])),
+                             _plan_for_wcmp())
+    for cfg in configs.values():
+        assert DeviceConfig.from_document(copy.deepcopy(cfg.to_document())) == cfg
+
+
+def test_addressing_is_consistent_across_the_fabric() -> None:
+    intent = validate_intent(_clos3())
+    configs = device_configs(intent)
+    seen: set[str] = set()
+    for link in intent.links:
+        a = configs[link.a].interface(link.a_port)
+        b = configs[link.b].interface(link.b_port)
+        ia, ib = ipaddress.IPv4Interface(a.address), ipaddress.IPv4Interface(b.address)
+        assert ia.network == ib.network and ia.network.prefixlen == 31 and ia.ip != ib.ip
+        assert (a.peer, a.peer_port, b.peer, b.peer_port) == (link.b, link.b_port, link.a, link.a_port)
+        assert str(ia.ip) not in seen and str(ib.ip) not in seen
+        seen |= {str(ia.ip), str(ib.ip)}
+        # each end's BGP neighbor is the other end, with the other device's ASN
+        na = next(n for n in configs[link.a].neighbors if n.port == link.a_port)
+        assert (na.address, na.remote_asn, na.peer) == (str(ib.ip), intent.device_map[link.b].asn, link.b)
+    ids = [c.router_id for c in configs.values()]
+    assert len(set(ids)) == len(ids)
+    assert configs["tor-0-0"].originated == ("10.0.0.0/24",)
+    assert configs["tor-0-0"].interface("host0").address == "10.0.0.1/24"
+    assert configs["leaf-0-0"].originated == () and configs["leaf-0-0"].host_ports == ()
+
+
+def test_addressing_is_deterministic() -> None:
+    a = device_configs(validate_intent(_clos3()))
+    b = device_configs(validate_intent(_clos3()))
+    assert {k: render_frr(v) for k, v in a.items()} == {k: render_frr(v) for k, v in b.items()}
+
+
+def test_drains_become_config() -> None:
+    intent = validate_intent(_clos3(policies=[{"kind": "drain", "target": "spine-0-0"},
+                                              {"kind": "drain", "target": "leaf-1-1:eth4"}]))
+    configs = device_configs(intent)
+    assert configs["spine-0-0"].drained and not configs["spine-0-1"].drained
+    drained = {(d, n.port) for d, c in configs.items() for n in c.neighbors if n.drained}
+    assert drained == {("leaf-1-1", "eth4"), ("spine-1-1", "eth2")}
+    text = render_frr(configs["spine-0-0"])
+    assert "match as-path LOOM-LOCAL" in text and "permit ^$" in text
+
+
+def test_link_bandwidth_is_attached_by_the_next_hop() -> None:
+    """Device N's weight for next hop M is the bandwidth M attaches toward N."""
+    configs = device_configs(validate_intent(_clos3()), _plan_for_wcmp())
+    lb = {(d, b.port, b.prefix): b.mbps for d, c in configs.items() for b in c.link_bandwidth}
+    assert lb == {("leaf-0-0", "eth1", "10.1.0.0/24"): 3, ("leaf-0-1", "eth1", "10.1.0.0/24"): 1,
+                  ("spine-0-0", "eth1", "10.1.0.0/24"): 1, ("spine-0-1", "eth1", "10.1.0.0/24"): 2}
+
+
+def test_fib_realization_gives_weighted_groups_with_gateways() -> None:
+    intent = validate_intent(_clos3(policies=[{"kind": "wcmp", "realization": "fib"}]))
+    configs = device_configs(intent, _plan_for_wcmp())
+    (route,) = configs["tor-0-0"].fib_routes
+    assert route.prefix == "10.1.0.0/24"
+    assert [(h.port, h.weight) for h in route.nexthops] == [("eth1", 3), ("eth2", 1)]
+    leaf_addr = configs["leaf-0-0"].interface("eth1").address
+    assert route.nexthops[0].gateway == leaf_addr.split("/")[0]
+    assert all(not c.link_bandwidth for c in configs.values())
+
+
+def test_small_helpers() -> None:
+    assert host_address("10.0.0.0/24") == "10.0.0.1/24"
+    assert host_address("10.0.0.7/32") == "10.0.0.7/32"
+    assert isis_net("10.255.0.1") == "49.0001.0102.5500.0001.00"
