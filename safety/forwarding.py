@@ -1,0 +1,353 @@
+"""Forwarding state as arrays, and vectorized traffic propagation through it.
+
+This module owns the compiled form of a plan that the safety replay works on.
+Devices and directed *edges* are indexed (edge ``2*i`` runs ``a -> b`` of
+link ``i``, edge ``2*i+1`` runs ``b -> a``); every prefix that carries demand
+is a destination *class*; a forwarding table gives, per class and device, the
+weighted next hops as split fractions (weights normalized per group). Demand is
+propagated for all classes at once, hop by hop (``x = d + P^T x`` unrolled on
+the DAG, numpy scatter-adds over ``(class, device)`` keys): the result is a
+:class:`Flow`, the sub-DAG of *active states* (class, device) that carry
+traffic, with the arrival at each, every positive-flow *transition* (state,
+edge, fraction) indexed by source state, destination state and edge, the load
+of every edge and what was black-holed where. Traffic still moving after as
+many hops as there are devices is in a forwarding loop.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from controller.model import Intent
+from solver.plan import Plan
+
+__all__ = ["Flow", "Table", "Topology", "build_topology", "plan_table", "propagate", "ranges"]
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Index of an intent's devices, links and directed edges."""
+
+    names: tuple[str, ...]
+    index: dict[str, int]
+    link_keys: tuple[str, ...]
+    link_index: dict[str, int]
+    edge_src: np.ndarray  # int64 per edge
+    edge_dst: np.ndarray  # int64 per edge
+    edge_cap: np.ndarray  # float64 per edge (gbps, per direction)
+    port_edge: dict[tuple[int, str], int]  # (device, local port) -> outgoing edge
+    dev_indptr: np.ndarray  # CSR device -> incident edges (both directions)
+    dev_edges: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.edge_src)
+
+    def failed_edges(self, devices: frozenset[str] | set[str], links: frozenset[str] | set[str]) -> np.ndarray:
+        """Directed edges that are down when ``devices`` and ``links`` (keys) fail."""
+        parts: list[np.ndarray] = []
+        for key in links:
+            i = self.link_index[key]
+            parts.append(np.array([2 * i, 2 * i + 1], dtype=np.int64))
+        for name in devices:
+            v = self.index[name]
+            parts.append(self.dev_edges[self.dev_indptr[v]:self.dev_indptr[v + 1]])
+        if not parts:
+            return np.empty(0, dtype=np.int64)
+        return np.unique(np.concatenate(parts))
+
+
+def build_topology(intent: Intent) -> Topology:
+    names = tuple(d.name for d in intent.devices)
+    index = {n: i for i, n in enumerate(names)}
+    m = len(intent.links)
+    src = np.empty(2 * m, dtype=np.int64)
+    dst = np.empty(2 * m, dtype=np.int64)
+    cap = np.empty(2 * m, dtype=np.float64)
+    port_edge: dict[tuple[int, str], int] = {}
+    for i, link in enumerate(intent.links):
+        a, b = index[link.a], index[link.b]
+        src[2 * i], dst[2 * i], src[2 * i + 1], dst[2 * i + 1] = a, b, b, a
+        cap[2 * i] = cap[2 * i + 1] = link.capacity_gbps
+        port_edge[(a, link.a_port)] = 2 * i
+        port_edge[(b, link.b_port)] = 2 * i + 1
+    ends = np.concatenate([src, dst])
+    edges = np.concatenate([np.arange(2 * m), np.arange(2 * m)])
+    order = np.argsort(ends, kind="stable")
+    indptr = np.zeros(len(names) + 1, dtype=np.int64)
+    np.add.at(indptr, ends + 1, 1)
+    keys = tuple(link.key for link in intent.links)
+    return Topology(names, index, keys, {k: i for i, k in enumerate(keys)}, src, dst, cap, port_edge,
+                    np.cumsum(indptr), edges[order])
+
+
+@dataclass(slots=True)
+class Table:
+    """A forwarding table over destination classes.
+
+    ``prefixes[c]`` and ``origins[c]`` (device indexes) describe class ``c``;
+    ``route[c, v]`` is the group index device ``v`` uses for class ``c`` (-1:
+    no route; origins always -1, they deliver); group ``g`` splits over
+    ``g_edge[g_indptr[g]:g_indptr[g+1]]`` with fractions ``g_frac`` (summing
+    to 1); ``demand`` is ``(class, device, gbps)`` arrays. ``budget_errors``
+    lists groups over their device's budget or with non-positive weights.
+    """
+
+    prefixes: list[str]
+    origins: list[frozenset[int]]
+    route: np.ndarray  # int32 [classes, devices]
+    g_indptr: np.ndarray
+    g_edge: np.ndarray
+    g_frac: np.ndarray
+    g_weight: np.ndarray
+    demand_class: np.ndarray
+    demand_device: np.ndarray
+    demand_gbps: np.ndarray
+    budget_errors: list[str]
+
+
+def _demand_classes(intent: Intent) -> tuple[list[str], list[frozenset[int]], dict[str, int], dict[tuple[int, int], float]]:
+    index = {d.name: i for i, d in enumerate(intent.devices)}
+    total: dict[tuple[str, int], float] = defaultdict(float)
+    for dm in intent.demands:
+        if dm.gbps > 0:
+            total[(dm.to, index[dm.from_])] += dm.gbps
+    origins_of = {p.prefix: frozenset(index[o] for o in p.origins) for p in intent.prefixes}
+    prefixes = sorted({p for p, _ in total})
+    cls = {p: c for c, p in enumerate(prefixes)}
+    demand = {(cls[p], v): g for (p, v), g in total.items()}
+    return prefixes, [origins_of[p] for p in prefixes], cls, demand
+
+
+def plan_table(intent: Intent, plan: Plan, topo: Topology) -> Table:
+    """Compile ``plan`` (for ``intent``'s topology) into a :class:`Table`.
+
+    Raises ``ValueError`` when the plan names an unknown device, a port the
+    device does not have, or a neighbor that is not behind that port.
+    """
+    prefixes, origins, cls, demand = _demand_classes(intent)
+    n = topo.n
+    route = np.full((len(prefixes), n), -1, dtype=np.int32)
+    g_edges: list[int] = []
+    g_weights: list[int] = []
+    g_indptr = [0]
+    budget_errors: list[str] = []
+    for name, dp in plan.devices.items():
+        u = topo.index.get(name)
+        if u is None:
+            raise ValueError(f"plan: unknown device '{name}'")
+        budget = intent.max_ecmp_entries(name)
+        gmap: dict[str, int] = {}
+        for gid, hops in dp.groups.items():
+            total = 0
+            for h in hops:
+                e = topo.port_edge.get((u, h.port))
+                if e is None:
+                    raise ValueError(f"plan: device '{name}' group {gid}: no link on port '{h.port}'")
+                if topo.names[topo.edge_dst[e]] != h.neighbor:
+                    raise ValueError(f"plan: device '{name}' group {gid}: port '{h.port}' leads to "
+                                     f"'{topo.names[topo.edge_dst[e]]}', not '{h.neighbor}'")
+                if h.weight <= 0:
+                    budget_errors.append(f"{name} group {gid}: weight {h.weight} on {h.port} is not positive")
+                g_edges.append(e)
+                g_weights.append(max(h.weight, 0))
+                total += h.weight
+            if total > budget:
+                budget_errors.append(f"{name} group {gid}: weights sum to {total} > max_ecmp_entries {budget}")
+            gmap[gid] = len(g_indptr) - 1
+            g_indptr.append(len(g_edges))
+        row = route[:, u]
+        for prefix, gid in dp.routes.items():
+            c = cls.get(prefix)
+            if c is not None and gid in gmap:
+                row[c] = gmap[gid]
+    for c, orig in enumerate(origins):
+        route[c, list(orig)] = -1
+    indptr = np.asarray(g_indptr, dtype=np.int64)
+    weight = np.asarray(g_weights, dtype=np.float64)
+    sums = np.add.reduceat(weight, indptr[:-1]) if len(weight) else np.empty(0)
+    lens = np.diff(indptr)
+    frac = weight / np.repeat(np.where(sums > 0, sums, 1.0), lens) if len(weight) else weight
+    dkeys = sorted(demand)
+    return Table(prefixes, origins, route, indptr, np.asarray(g_edges, dtype=np.int64), frac, weight,
+                 np.array([k[0] for k in dkeys], dtype=np.int64), np.array([k[1] for k in dkeys], dtype=np.int64),
+                 np.array([demand[k] for k in dkeys], dtype=np.float64), budget_errors)
+
+
+def ranges(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenated ``arange(indptr[r], indptr[r+1])`` for each row, and each row's length."""
+    starts = indptr[rows]
+    lens = indptr[rows + 1] - starts
+    total = int(lens.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64), lens
+    offs = np.repeat(starts - (np.cumsum(lens) - lens), lens)
+    return offs + np.arange(total, dtype=np.int64), lens
+
+
+def _aggregate(keys: np.ndarray, amounts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    uniq, inv = np.unique(keys, return_inverse=True)
+    return uniq, np.bincount(inv, weights=amounts, minlength=len(uniq))
+
+
+@dataclass(slots=True)
+class Flow:
+    """Traffic of a table: active states, transitions, edge loads, drops, loops.
+
+    States are ``key = class * n + device`` with positive arrival, sorted by
+    key (so by class). Transitions are sorted by source state; ``t_indptr``
+    indexes them per state, ``in_indptr``/``in_trans`` per destination state,
+    ``e_indptr``/``e_trans`` per edge.
+    """
+
+    n: int
+    keys: np.ndarray
+    x: np.ndarray  # arrival per state (gbps)
+    d: np.ndarray  # demand entering at the state
+    sink: np.ndarray  # bool: no route and not an origin (black hole)
+    t_src: np.ndarray
+    t_dst: np.ndarray
+    t_edge: np.ndarray
+    t_frac: np.ndarray
+    t_indptr: np.ndarray
+    in_indptr: np.ndarray
+    in_trans: np.ndarray
+    e_indptr: np.ndarray
+    e_trans: np.ndarray
+    dev_indptr: np.ndarray  # CSR device -> states
+    dev_states: np.ndarray
+    load: np.ndarray  # per edge
+    loops: list[tuple[int, tuple[int, ...]]]  # (class, devices still carrying traffic)
+
+    @property
+    def state_class(self) -> np.ndarray:
+        return self.keys // self.n
+
+    @property
+    def state_device(self) -> np.ndarray:
+        return self.keys % self.n
+
+    def drops(self) -> dict[tuple[int, int], float]:
+        """Black-holed gbps by (class, device)."""
+        idx = np.flatnonzero(self.sink)
+        return {(int(k // self.n), int(k % self.n)): float(a)
+                for k, a in zip(self.keys[idx], self.x[idx], strict=True) if a > 0}
+
+
+def _csr(rows: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(rows, kind="stable")
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.add.at(indptr, rows + 1, 1)
+    return np.cumsum(indptr), order
+
+
+def propagate(table: Table, topo: Topology) -> Flow:
+    """Push every demand of ``table`` through it; see :class:`Flow`."""
+    n, n_cls = topo.n, len(table.prefixes)
+    route = table.route.reshape(-1)
+    acc = np.zeros(n_cls * n, dtype=np.float64)
+    fk, fa = _aggregate(table.demand_class * n + table.demand_device, table.demand_gbps)
+    loops: list[tuple[int, tuple[int, ...]]] = []
+    for _level in range(n + 1):
+        keep = fa != 0
+        fk, fa = fk[keep], fa[keep]
+        if not len(fk):
+            break
+        acc[fk] += fa
+        g = route[fk]
+        routed = g >= 0
+        fk, fa, g = fk[routed], fa[routed], g[routed]
+        hop, lens = ranges(table.g_indptr, g.astype(np.int64))
+        cls = np.repeat(fk // n, lens)
+        nk = cls * n + topo.edge_dst[table.g_edge[hop]]
+        fk, fa = _aggregate(nk, np.repeat(fa, lens) * table.g_frac[hop])
+    else:
+        by_class: dict[int, list[int]] = defaultdict(list)
+        for k in fk:
+            by_class[int(k // n)].append(int(k % n))
+        loops = [(c, tuple(sorted(v))) for c, v in sorted(by_class.items())]
+    keys = np.flatnonzero(acc > 0).astype(np.int64)
+    x = acc[keys]
+    d_acc = np.zeros(n_cls * n)
+    np.add.at(d_acc, table.demand_class * n + table.demand_device, table.demand_gbps)
+    d = d_acc[keys]
+    del acc, d_acc
+    g = route[keys].astype(np.int64)
+    routed = np.flatnonzero(g >= 0)
+    hop, lens = ranges(table.g_indptr, g[routed])
+    t_src = np.repeat(routed, lens)
+    t_edge = table.g_edge[hop]
+    t_frac = table.g_frac[hop]
+    nk = (keys[t_src] // n) * n + topo.edge_dst[t_edge]
+    pos = np.searchsorted(keys, nk)
+    pos = np.minimum(pos, len(keys) - 1) if len(keys) else pos
+    found = keys[pos] == nk if len(keys) else np.zeros(0, dtype=bool)
+    t_src, t_edge, t_frac, t_dst = t_src[found], t_edge[found], t_frac[found], pos[found]
+    origin = np.zeros(len(keys), dtype=bool)
+    st_cls, st_dev = keys // n, keys % n
+    for c, orig in enumerate(table.origins):
+        lo, hi = np.searchsorted(keys, [c * n, (c + 1) * n])
+        if hi > lo and orig:
+            origin[lo:hi] = np.isin(st_dev[lo:hi], list(orig))
+    sink = (g < 0) & ~origin
+    t_indptr = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.add.at(t_indptr, t_src + 1, 1)
+    t_indptr = np.cumsum(t_indptr)
+    in_indptr, in_trans = _csr(t_dst, len(keys))
+    e_indptr, e_trans = _csr(t_edge, topo.n_edges)
+    dev_indptr, dev_states = _csr(st_dev, n)
+    load = np.bincount(t_edge, weights=x[t_src] * t_frac, minlength=topo.n_edges)
+    del st_cls
+    return Flow(n, keys, x, d, sink, t_src, t_dst, t_edge, t_frac, t_indptr, in_indptr, in_trans,
+                e_indptr, e_trans, dev_indptr, dev_states, load, loops)
+
+
+def table_from_routes(intent: Intent, topo: Topology, base: Table,
+                      routes: Mapping[str, Mapping[str, tuple[tuple[str, str], ...]]]) -> Table:
+    """A table with ``routes`` (prefix -> device -> ((port, neighbor), ...), as the
+    solver's ``routing.next_hops`` returns) and the weights of ``base``: next hops
+    that ``base`` has keep their planned weight; new ones get the mean weight of
+    the group's surviving members (1 when none survive)."""
+    n = topo.n
+    route = np.full_like(base.route, -1)
+    g_edges: list[int] = []
+    g_weights: list[float] = []
+    g_indptr = [0]
+    memo: dict[tuple[int, int, tuple[int, ...]], int] = {}
+    for c, prefix in enumerate(base.prefixes):
+        for name, hops in routes.get(prefix, {}).items():
+            u = topo.index[name]
+            if u in base.origins[c]:
+                continue
+            edges = tuple(sorted(topo.port_edge[(u, port)] for port, _nb in hops))
+            g0 = int(base.route[c, u])
+            key = (u, g0, edges)
+            gi = memo.get(key)
+            if gi is None:
+                planned: dict[int, float] = {}
+                if g0 >= 0:
+                    lo, hi = base.g_indptr[g0], base.g_indptr[g0 + 1]
+                    planned = dict(zip(base.g_edge[lo:hi].tolist(), base.g_weight[lo:hi].tolist(), strict=True))
+                kept = [planned[e] for e in edges if e in planned]
+                fill = float(np.mean(kept)) if kept else 1.0
+                g_edges.extend(edges)
+                g_weights.extend(planned.get(e, fill) for e in edges)
+                gi = memo[key] = len(g_indptr) - 1
+                g_indptr.append(len(g_edges))
+            route[c, u] = gi
+    indptr = np.asarray(g_indptr, dtype=np.int64)
+    weight = np.asarray(g_weights, dtype=np.float64)
+    lens = np.diff(indptr)
+    sums = np.add.reduceat(weight, indptr[:-1]) if len(weight) else np.empty(0)
+    frac = weight / np.repeat(sums, lens) if len(weight) else weight
+    del n
+    return Table(base.prefixes, base.origins, route, indptr, np.asarray(g_edges, dtype=np.int64), frac, weight,
+                 base.demand_class, base.demand_device, base.demand_gbps, [])

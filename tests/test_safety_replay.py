@@ -1,0 +1,244 @@
+"""Safety replay: scenario names, incremental replay against full propagation of the
+failed plan, the withdrawal model against the solver's routing on failed topologies,
+the independent checker on failed-topology plans, and hand-made unsafe fabrics."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from controller.intent import validate_intent
+from controller.model import Intent
+from safety.forwarding import build_topology, plan_table, propagate
+from safety.replay import Replayer, replay
+from safety.scenarios import Scenario, count_scenarios, scenarios
+from solver.plan import DevicePlan, NextHop, Plan, PlanSummary
+from solver.routing import next_hops
+
+
+def clos_doc(pods: int, tors: int, planes: int, spines: int, *, ls_cap: float = 100.0, tl_cap: float = 100.0,
+             demands: list[dict[str, Any]] | None = None, domains: list[dict[str, Any]] | None = None,
+             policies: list[dict[str, Any]] | None = None, missing: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A small RFC 7938 Clos: tor-P-T, leaf-P-L (one per plane and pod), spine-L-S."""
+    devices: list[dict[str, Any]] = []
+    links: list[dict[str, Any]] = []
+    prefixes = []
+    for p in range(pods):
+        for t in range(tors):
+            devices.append({"name": f"tor-{p}-{t}", "role": "tor", "pod": p, "asn": 65200 + p * tors + t})
+            prefixes.append({"prefix": f"10.{p}.{t}.0/24", "origins": [f"tor-{p}-{t}"]})
+        for lp in range(planes):
+            devices.append({"name": f"leaf-{p}-{lp}", "role": "leaf", "pod": p, "plane": lp, "asn": 65100 + p})
+    for lp in range(planes):
+        for s in range(spines):
+            devices.append({"name": f"spine-{lp}-{s}", "role": "spine", "plane": lp, "asn": 65000 + lp})
+    for p in range(pods):
+        for t in range(tors):
+            for lp in range(planes):
+                links.append({"a": f"tor-{p}-{t}", "a_port": f"eth{lp + 1}", "b": f"leaf-{p}-{lp}",
+                              "b_port": f"eth{t + 1}", "capacity_gbps": tl_cap})
+        for lp in range(planes):
+            for s in range(spines):
+                a = f"leaf-{p}-{lp}:eth{tors + s + 1}"
+                if a in missing:
+                    continue
+                links.append({"a": f"leaf-{p}-{lp}", "a_port": f"eth{tors + s + 1}", "b": f"spine-{lp}-{s}",
+                              "b_port": f"eth{p + 1}", "capacity_gbps": ls_cap})
+    if demands is None:
+        demands = [{"from": f"tor-{p}-{t}", "to": f"10.{q}.{u}.0/24", "gbps": 10.0}
+                   for p in range(pods) for t in range(tors) for q in range(pods) for u in range(tors)
+                   if (p, t) != (q, u)]
+    return {"name": "t", "routing": "bgp", "devices": devices, "links": links, "prefixes": prefixes,
+            "failure_domains": domains or [], "policies": policies or [], "demands": demands}
+
+
+def routed_plan(intent: Intent, weight: Any = None, seed: int = 0) -> Plan:
+    """A plan on the routing's next hops; weights from ``weight(device, prefix, hop)`` or random 1..5."""
+    rng = random.Random(seed)
+    devices: dict[str, tuple[dict[tuple[Any, ...], str], dict[str, str]]] = {}
+    for prefix, per in sorted(next_hops(intent).items()):
+        for dev, hops in sorted(per.items()):
+            ws = tuple(weight(dev, prefix, h) if weight else rng.randint(1, 5) for h in hops)
+            groups, routes = devices.setdefault(dev, ({}, {}))
+            key = tuple(zip(hops, ws, strict=True))
+            routes[prefix] = groups.setdefault(key, f"g{len(groups) + 1}")
+    out = {d: DevicePlan({gid: tuple(NextHop(p, nb, w) for (p, nb), w in key) for key, gid in groups.items()},
+                         routes) for d, (groups, routes) in devices.items()}
+    return Plan(intent.name, PlanSummary(0, 0, 0, 0, 0, 0), out, ())
+
+
+def failed_plan(plan: Plan, intent: Intent, sc: Scenario,
+                keep: dict[str, dict[str, tuple[tuple[str, str], ...]]] | None = None) -> Plan:
+    """The plan as the fabric runs it under ``sc``: dead next hops removed (the ratio of
+    the survivors' integer weights is the renormalized split), routes left empty removed;
+    with ``keep`` (prefix -> device -> next hops) only those next hops stay."""
+    dead_dev = set(sc.devices)
+    dead_ends: set[str] = set()
+    for link in intent.links:
+        if link.key in sc.links or link.a in dead_dev or link.b in dead_dev:
+            dead_ends |= {link.end_a, link.end_b}
+    devices = {}
+    for name, dp in plan.devices.items():
+        if name in dead_dev:
+            continue
+        groups: dict[str, tuple[NextHop, ...]] = {}
+        routes: dict[str, str] = {}
+        for prefix, gid in dp.routes.items():
+            hops = tuple(h for h in dp.groups[gid] if f"{name}:{h.port}" not in dead_ends)
+            if keep is not None:
+                allowed = set(keep.get(prefix, {}).get(name, ()))
+                hops = tuple(h for h in hops if (h.port, h.neighbor) in allowed)
+            if hops:
+                gkey = f"{gid}:{'/'.join(h.port for h in hops)}"
+                groups[gkey] = hops
+                routes[prefix] = gkey
+        devices[name] = DevicePlan(groups, routes)
+    return Plan(plan.fabric, plan.summary, devices, ())
+
+
+def surviving_intent(intent: Intent, sc: Scenario) -> Intent:
+    """The intent without demands from failed devices or to prefixes whose origins all failed."""
+    doc = intent.to_document()
+    gone = {p.prefix for p in intent.prefixes if set(p.origins) <= set(sc.devices)}
+    doc["demands"] = [d for d in doc["demands"] if d["from"] not in sc.devices and d["to"] not in gone]
+    return validate_intent(doc)
+
+
+def full_loads(intent: Intent, plan: Plan) -> tuple[np.ndarray, float]:
+    topo = build_topology(intent)
+    flow = propagate(plan_table(intent, plan, topo), topo)
+    return flow.load, sum(flow.drops().values())
+
+
+@pytest.fixture(scope="module")
+def fabric() -> Intent:
+    doc = clos_doc(3, 2, 2, 2, missing=("leaf-1-0:eth4",),
+                   domains=[{"name": "plane-1-power", "kind": "power", "devices": ["spine-1-0", "spine-1-1"]},
+                            {"name": "optics", "links": ["leaf-2-1:eth3", "tor-0-0:eth1"]}],
+                   policies=[{"kind": "failure_tolerance", "scope": "all_single", "max_utilization": 1.0}])
+    doc["demands"] = [dict(d, gbps=float(1 + (i * 7) % 13)) for i, d in enumerate(doc["demands"])]
+    return validate_intent(doc)
+
+
+def test_scenario_names_and_counts(fabric: Intent) -> None:
+    names = [s.name for s in scenarios(fabric)]
+    assert names[0] == "baseline"
+    assert names[1:3] == ["plane-1-power", "optics"]
+    assert "link:leaf-0-0:eth1" in names and "device:spine-0-1" in names
+    assert len(names) == 1 + 2 + len(fabric.links) + len(fabric.devices) == count_scenarios(fabric)["total"]
+    optics = next(s for s in scenarios(fabric) if s.name == "optics")
+    assert optics.links == {"leaf-2-1:eth3", "leaf-0-0:eth1"}  # an end names its whole link, by its key
+    k2 = list(scenarios(fabric, "k2"))
+    assert [s.name for s in k2 if s.kind == "domain_pair"] == ["plane-1-power+optics"]
+    assert count_scenarios(fabric, "k2")["domain_pair"] == 1
+
+
+def test_incremental_replay_matches_full_propagation_of_the_failed_plan(fabric: Intent) -> None:
+    plan = routed_plan(fabric, seed=3)
+    rp = Replayer(fabric, plan)
+    assert rp.model == "withdrawal"
+    for sc in scenarios(fabric):
+        imm, rec = rp.outcomes(sc)
+        ref_intent = surviving_intent(fabric, sc)
+        load, dropped = full_loads(ref_intent, failed_plan(plan, fabric, sc))
+        assert np.allclose(imm.load, load, rtol=0, atol=1e-9), sc.name
+        assert abs(sum(imm.drops.values()) - dropped) < 1e-9, sc.name
+        routes = next_hops(fabric, failed_devices=sc.devices, failed_links=sc.links)
+        load, dropped = full_loads(ref_intent, failed_plan(plan, fabric, sc, keep=routes))
+        assert np.allclose(rec.load, load, rtol=0, atol=1e-9), sc.name
+        assert abs(sum(rec.drops.values()) - dropped) < 1e-9, sc.name
+
+
+def test_withdrawal_model_agrees_with_rerouting(fabric: Intent) -> None:
+    plan = routed_plan(fabric, seed=5)
+    fast = Replayer(fabric, plan)
+    slow = Replayer(fabric, plan, model="routing")
+    for sc in scenarios(fabric):
+        a, b = fast.outcomes(sc)[1], slow.outcomes(sc)[1]
+        assert np.allclose(a.load, b.load, rtol=0, atol=1e-9), sc.name
+        assert a.drops.keys() == b.drops.keys(), sc.name
+
+
+def test_replay_agrees_with_the_independent_checker(fabric: Intent) -> None:
+    checker = pytest.importorskip("checker", reason="tests/checker.py (the solver's checker) not present")
+    plan = routed_plan(fabric, seed=11)
+    rp = Replayer(fabric, plan)
+    topo = rp.topo
+    sample = [s for i, s in enumerate(scenarios(fabric)) if i % 3 == 0]
+    for sc in sample:
+        imm, rec = rp.outcomes(sc)
+        ref_intent = surviving_intent(fabric, sc)
+        routes = next_hops(fabric, failed_devices=sc.devices, failed_links=sc.links)
+        for out, fp in ((imm, failed_plan(plan, fabric, sc)), (rec, failed_plan(plan, fabric, sc, keep=routes))):
+            loads = checker_loads(checker, ref_intent, fp)
+            for i, link in enumerate(fabric.links):
+                ab, ba = loads.get((link.a, link.b), 0.0), loads.get((link.b, link.a), 0.0)
+                assert abs(out.load[2 * i] - ab) < 1e-9 and abs(out.load[2 * i + 1] - ba) < 1e-9, sc.name
+        del topo
+
+
+def checker_loads(checker: Any, intent: Intent, plan: Plan) -> dict[tuple[str, str], float]:
+    """Directed link loads (by device pair) as the independent checker propagates them."""
+    fn = getattr(checker, "propagate", None) or checker.link_loads
+    res = fn(intent, plan)
+    loads = getattr(res, "loads", res)
+    out: dict[tuple[str, str], float] = {}
+    for k, v in loads.items():
+        out[(k[0], k[1])] = out.get((k[0], k[1]), 0.0) + float(v)
+    return out
+
+
+def test_draining_a_spine_pushes_a_link_over_the_limit() -> None:
+    demands = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 150.0}]
+    drain = [{"kind": "drain", "target": "spine-0-1"}, {"kind": "utilization_limit", "max": 0.8}]
+    tight = validate_intent(clos_doc(2, 1, 1, 2, tl_cap=400, demands=demands, policies=drain))
+    rep = replay(tight, routed_plan(tight))
+    assert rep.verdict == "unsafe"
+    assert {(f.scenario, f.stage, f.invariant) for f in rep.failing} == {
+        ("baseline", "immediate", "utilization"), ("baseline", "reconverged", "utilization")}
+    hot = rep.scenario("baseline").immediate.hottest[0]
+    assert hot.utilization == pytest.approx(1.5) and "spine-0-0" in (hot.src, hot.dst)
+    roomy = validate_intent(clos_doc(2, 1, 1, 2, tl_cap=400, ls_cap=200, demands=demands, policies=drain))
+    assert replay(roomy, routed_plan(roomy)).verdict == "safe"
+
+
+def test_losing_a_power_domain_black_holes_a_prefix() -> None:
+    demands = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 10.0},
+               {"from": "tor-1-0", "to": "10.0.0.0/24", "gbps": 10.0}]
+    domains = [{"name": "pod-1-power", "kind": "power", "devices": ["leaf-1-0"]}]
+    single = validate_intent(clos_doc(2, 1, 1, 2, demands=demands, domains=domains))
+    rep = replay(single, routed_plan(single))
+    assert {(f.scenario, f.stage, f.invariant) for f in rep.failing} == {("pod-1-power", "reconverged", "delivery")}
+    rec = rep.scenario("pod-1-power").reconverged
+    # tor-0-0 loses its route to 10.1.0.0/24 and drops at the source; tor-1-0's own demand
+    # is lost too, though it only lost its uplink: both are surviving devices
+    assert {(d.prefix, d.device) for d in rec.dropped} == {("10.1.0.0/24", "tor-0-0"), ("10.0.0.0/24", "tor-1-0")}
+    assert rep.scenario("pod-1-power").immediate.dropped  # reported, not gating
+    dual = validate_intent(clos_doc(2, 1, 2, 2, demands=demands, domains=domains))
+    rep = replay(dual, routed_plan(dual))
+    assert rep.verdict == "safe", rep.failing
+
+
+def test_failed_devices_demands_are_not_counted() -> None:
+    demands = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 10.0},
+               {"from": "tor-1-0", "to": "10.0.0.0/24", "gbps": 10.0}]
+    domains = [{"name": "rack-1", "devices": ["tor-1-0"]}]
+    it = validate_intent(clos_doc(2, 1, 1, 2, demands=demands, domains=domains))
+    rep = replay(it, routed_plan(it))
+    assert rep.verdict == "safe", rep.failing
+    assert rep.scenario("rack-1").reconverged.max_utilization == 0.0
+
+
+def test_loops_in_a_plan_are_found() -> None:
+    it = validate_intent(clos_doc(2, 1, 1, 2, demands=[{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 5.0}]))
+    plan = routed_plan(it)
+    leaf = plan.devices["leaf-1-0"]
+    # leaf-1-0 sends 10.1.0.0/24 back up to spine-0-0, which sends it down to leaf-1-0
+    bad = DevicePlan({**leaf.groups, "up": (NextHop("eth2", "spine-0-0", 1),)}, {**leaf.routes, "10.1.0.0/24": "up"})
+    plan = Plan(plan.fabric, plan.summary, {**plan.devices, "leaf-1-0": bad}, ())
+    rep = replay(it, plan)
+    loop = rep.scenario("baseline").immediate.invariant("loop")
+    assert loop is not None and not loop.ok and "10.1.0.0/24" in loop.detail
