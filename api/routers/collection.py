@@ -44,7 +44,7 @@ def collection_router(name: str, filters: Callable[..., Filters], *, id_help: st
     def location(request: Request, ident: str) -> str:
         return str(request.url_for(f"get_{coll.kind}", object_id=quote(ident, safe=":,")))
 
-    @router.get("", response_model=Page[schemas.public], response_model_exclude_none=True,
+    @router.get("", response_model=Page[schemas.public],
                 name=f"list_{name.replace('-', '_')}", summary=f"List {name}",
                 responses=error_responses(401, 403, 422))
     def list_objects(request: Request, response: Response, session: SessionDep, _actor: Viewer,
@@ -53,7 +53,7 @@ def collection_router(name: str, filters: Callable[..., Filters], *, id_help: st
         set_etag(response, page.revision)
         return page_body(request, response, page, page.items)
 
-    @router.post("", status_code=201, response_model=schemas.public, response_model_exclude_none=True,
+    @router.post("", status_code=201, response_model=schemas.public,
                  name=f"create_{coll.kind}", summary=f"Create a {what}",
                  responses=error_responses(401, 403, 409, 422))
     def create_object(request: Request, response: Response, session: SessionDep, ctx: OperatorWrite,
@@ -64,14 +64,14 @@ def collection_router(name: str, filters: Callable[..., Filters], *, id_help: st
         response.headers["Location"] = location(request, obj["id"])
         return obj
 
-    @router.get(item, response_model=schemas.public, response_model_exclude_none=True,
+    @router.get(item, response_model=schemas.public,
                 name=f"get_{coll.kind}", summary=f"Read a {what}", responses=error_responses(401, 403, 404, 422))
     def get_object(response: Response, session: SessionDep, _actor: Viewer, object_id: ObjectId) -> Any:
         obj, rev = service.get_object(name, object_id, session=session)
         set_etag(response, rev)
         return obj
 
-    @router.patch(item, response_model=schemas.public, response_model_exclude_none=True,
+    @router.patch(item, response_model=schemas.public,
                   name=f"update_{coll.kind}", summary=f"Change fields of a {what} (null clears a field)",
                   responses=error_responses(401, 403, 404, 409, 422))
     def update_object(response: Response, session: SessionDep, ctx: OperatorWrite, object_id: ObjectId,

@@ -48,7 +48,8 @@ def get_revision_intent(session: SessionDep, _actor: Viewer, revision: RevisionI
     return document_response(doc, rev.id, accept)
 
 
-@router.get("/{a}/diff/{b}", response_model=RevisionDiff, summary="What changed from revision a to revision b",
+@router.get("/{a}/diff/{b}", response_model=RevisionDiff, response_model_exclude_none=True,
+            summary="What changed from revision a to revision b",
             responses=error_responses(401, 403, 404, 422))
 def diff(session: SessionDep, _actor: Viewer, a: RevisionId, b: RevisionId) -> Any:
     return service.diff_revisions(a, b, session=session)
