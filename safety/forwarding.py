@@ -114,7 +114,9 @@ class Table:
     budget_errors: list[str]
 
 
-def _demand_classes(intent: Intent) -> tuple[list[str], list[frozenset[int]], dict[str, int], dict[tuple[int, int], float]]:
+def _demand_classes(
+    intent: Intent,
+) -> tuple[list[str], list[frozenset[int]], dict[str, int], dict[tuple[int, int], float]]:
     index = {d.name: i for i, d in enumerate(intent.devices)}
     total: dict[tuple[str, int], float] = defaultdict(float)
     for dm in intent.demands:

@@ -1,0 +1,183 @@
+"""``loom check``: the safety report of an intent's plan, for people and scripts.
+
+``loom check INTENT [--plan PLAN] [--against OLD_INTENT [--against-plan OLD_PLAN]]
+[--scope SCOPE] [--json]`` compiles the intent (or reads ``--plan``, a plan
+document), replays it under every failure scenario (:mod:`safety.replay`) and
+prints a verdict line, the failing scenarios (scenario, stage, invariant,
+detail) and then the hottest links; with ``--against`` it also reviews the
+change from the old intent (per-device route and weight differences, per-link
+utilization before and after). ``--json`` prints the report (or review)
+document. Exit status: 0 safe, 1 when any invariant fails, 2 on bad input
+(an invalid intent or plan, a plan that does not fit the intent, an intent
+the solver cannot route), with located messages.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, err_console, read_intent
+from controller.errors import Infeasible
+from controller.model import Intent
+from safety.report import SafetyReport
+from safety.scenarios import count_scenarios
+from solver.plan import Plan
+
+__all__ = ["check", "read_plan"]
+
+LARGE = 2000  # scenario counts worth announcing before the replay
+
+
+def read_plan(path: Path, *, as_json: bool = False) -> Plan:
+    """Read a plan document, or exit 2 saying what is wrong with it."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        die(f"{path}: cannot read plan: {exc.strerror}", as_json=as_json)
+    except json.JSONDecodeError as exc:
+        die(f"{path}: invalid plan", as_json=as_json,
+            errors=[{"loc": "", "msg": f"JSON syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}"}])
+    try:
+        return Plan.from_document(doc)
+    except KeyError as exc:
+        die(f"{path}: invalid plan", as_json=as_json,
+            errors=[{"loc": str(exc.args[0]), "msg": "required field missing"}])
+    except (TypeError, ValueError, AttributeError) as exc:
+        die(f"{path}: invalid plan", as_json=as_json, errors=[{"loc": "", "msg": str(exc)}])
+
+
+def _solve(intent: Intent, label: str, as_json: bool) -> Plan:
+    from solver import solve
+
+    try:
+        return solve(intent)
+    except Infeasible as exc:
+        die(f"{label}: cannot plan: {exc}", as_json=as_json,
+            errors=[{"loc": str(d.get("loc", "")), "msg": str(d.get("msg", d))} for d in exc.details])
+
+
+def _replay(intent: Intent, plan: Plan, scope: str | None, label: str, as_json: bool) -> SafetyReport:
+    from safety.replay import replay
+
+    total = count_scenarios(intent, scope)["total"]
+    if total >= LARGE:
+        err_console.print(f"{label}: {total} scenarios to replay", highlight=False)
+    try:
+        if err_console.is_terminal and not as_json:
+            with Progress(TextColumn("replaying scenarios"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=err_console, transient=True) as bar:
+                task = bar.add_task("replay", total=total)
+                return replay(intent, plan, scope=scope, progress=lambda done, _n: bar.update(task, completed=done))
+        last = [0]
+
+        def plain(done: int, n: int) -> None:
+            if n >= 200 and (done * 10 // n > last[0] or done == n):
+                last[0] = done * 10 // n
+                print(f"replayed {done}/{n} scenarios", file=sys.stderr, flush=True)
+
+        return replay(intent, plan, scope=scope, progress=plain)
+    except ValueError as exc:
+        die(f"{label}: the plan does not fit the intent", as_json=as_json, errors=[{"loc": "plan", "msg": str(exc)}])
+
+
+def _print_report(rep: SafetyReport) -> None:
+    c = rep.counts
+    kinds = ", ".join(f"{c[k]} {k.replace('_', ' ')}" for k in ("domain", "domain_pair", "link", "device") if c.get(k))
+    colour = "green" if rep.safe else "red"
+    console.print(f"[bold {colour}]{rep.verdict.upper()}[/] {rep.fabric}: {c['scenarios']} scenarios "
+                  f"(baseline{', ' + kinds if kinds else ''}), {c['failing_scenarios']} failing; "
+                  f"limits {rep.limits['baseline']:g} baseline, {rep.limits['failure']:g} under failure; "
+                  f"reconvergence model {rep.model}; {rep.seconds:.2f} s", highlight=False)
+    if rep.failing:
+        t = Table(title="failing scenarios", title_justify="left")
+        for col in ("scenario", "stage", "invariant", "detail"):
+            t.add_column(col, overflow="fold")
+        for f in rep.failing[:200]:
+            t.add_row(f.scenario, f.stage, f.invariant, f.detail)
+        console.print(t)
+        if len(rep.failing) > 200:
+            console.print(f"... and {len(rep.failing) - 200} more failures (use --json for all)")
+    transient = c.get("transient_black_holes", 0)
+    if transient:
+        console.print(f"{transient} scenario(s) black-hole traffic until routing reconverges "
+                      "(immediate stage; reported, not gating)", highlight=False)
+    t = Table(title="hottest links", title_justify="left")
+    for col in ("link", "gbps", "capacity", "util", "scenario", "stage"):
+        t.add_column(col, justify="right" if col in ("gbps", "capacity", "util") else "left", overflow="fold")
+    for scen, stage, h in rep.hottest(10):
+        t.add_row(f"{h.src}->{h.dst}", f"{h.gbps:.2f}", f"{h.capacity_gbps:g}", f"{h.utilization:.3f}", scen, stage)
+    console.print(t)
+
+
+def _print_review(rv: Any) -> None:
+    console.print(f"change: {len(rv.devices)} device(s), {rv.routes_changed} route(s) changed, "
+                  f"{len(rv.links)} link(s) change utilization", highlight=False)
+    if rv.devices:
+        t = Table(title="route changes", title_justify="left")
+        for col in ("device", "added", "withdrawn", "re-weighted"):
+            t.add_column(col, justify="left" if col == "device" else "right")
+        for d in rv.devices[:30]:
+            t.add_row(d.device, str(d.added), str(d.removed), str(d.reweighted))
+        console.print(t)
+    if rv.links:
+        t = Table(title="link utilization (baseline)", title_justify="left")
+        for col in ("link", "before", "after", "delta"):
+            t.add_column(col, justify="left" if col == "link" else "right")
+        def fmt(v: float | None) -> str:
+            return "-" if v is None else f"{v:.3f}"
+
+        for x in rv.links[:20]:
+            t.add_row(x.link, fmt(x.before), fmt(x.after), f"{x.delta:+.3f}")
+        console.print(t)
+
+
+@app.command()
+def check(
+    intent_path: Annotated[Path, typer.Argument(metavar="INTENT", help="intent document (YAML or JSON)")],
+    plan_path: Annotated[Path | None, typer.Option(
+        "--plan", help="plan document to judge (default: compile INTENT)")] = None,
+    against: Annotated[Path | None, typer.Option(
+        "--against", help="the active intent: review the change from it")] = None,
+    against_plan: Annotated[Path | None, typer.Option(
+        "--against-plan", help="the active plan (default: compile --against)")] = None,
+    scope: Annotated[str | None, typer.Option(
+        "--scope", help="override failure_tolerance scope: domains, all_single, k2")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report document")] = False,
+) -> None:
+    """Replay the plan under every failure scenario; exit 1 when any invariant fails."""
+    if scope is not None and scope not in ("domains", "all_single", "k2"):
+        die(f"--scope: unknown scope '{scope}' (expected domains, all_single or k2)", as_json=as_json)
+    if against_plan is not None and against is None:
+        die("--against-plan needs --against (the intent the active plan was made for)", as_json=as_json)
+    intent = read_intent(intent_path, as_json=as_json)
+    plan = read_plan(plan_path, as_json=as_json) if plan_path is not None else _solve(intent, str(intent_path), as_json)
+    report = _replay(intent, plan, scope, str(intent_path), as_json)
+    if against is not None:
+        from safety.review import review
+
+        old = read_intent(against, as_json=as_json)
+        old_plan = (read_plan(against_plan, as_json=as_json) if against_plan is not None
+                    else _solve(old, str(against), as_json))
+        try:
+            rv = review(old, old_plan, intent, plan, report=report)
+        except ValueError as exc:
+            die(f"{against}: the active plan does not fit its intent", as_json=as_json,
+                errors=[{"loc": "plan", "msg": str(exc)}])
+        if as_json:
+            emit_json(rv.to_document())
+        else:
+            _print_report(report)
+            _print_review(rv)
+    elif as_json:
+        emit_json(report.to_document())
+    else:
+        _print_report(report)
+    if not report.safe:
+        raise typer.Exit(EXIT_FAIL)

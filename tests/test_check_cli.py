@@ -1,0 +1,135 @@
+"""``loom check``: exit status, the failing scenario and invariant named, JSON report,
+review against an active intent, located errors for bad input. Plans come from the
+real solver."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_safety_replay import clos_doc
+from typer.testing import CliRunner
+
+from controller.cli import _register
+from controller.cli.common import app
+
+_register()
+runner = CliRunner()
+
+TIGHT = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 150.0}]
+LIMIT = [{"kind": "utilization_limit", "max": 0.8}]
+
+
+def write(tmp_path: Path, name: str, doc: dict[str, Any]) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def run(*args: str) -> Any:
+    return runner.invoke(app, ["check", *args])
+
+
+def test_draining_a_spine_fails_baseline_utilization(tmp_path: Path) -> None:
+    drained = write(tmp_path, "drained.yaml", clos_doc(2, 1, 1, 2, tl_cap=400, demands=TIGHT,
+                                                        policies=[*LIMIT, {"kind": "drain", "target": "spine-0-1"}]))
+    res = run(str(drained))
+    assert res.exit_code == 1, res.output
+    assert "UNSAFE" in res.output and "baseline" in res.output and "utilization" in res.output
+    res = run(str(drained), "--json")
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    assert doc["verdict"] == "unsafe"
+    assert {(f["scenario"], f["invariant"]) for f in doc["failing"]} == {("baseline", "utilization")}
+
+
+def test_enough_capacity_passes(tmp_path: Path) -> None:
+    roomy = write(tmp_path, "roomy.yaml", clos_doc(2, 1, 1, 2, tl_cap=400, ls_cap=200, demands=TIGHT,
+                                                    policies=[*LIMIT, {"kind": "drain", "target": "spine-0-1"}]))
+    res = run(str(roomy), "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["verdict"] == "safe" and doc["failing"] == []
+    assert [s["name"] for s in doc["scenarios"]] == ["baseline"]
+
+
+def test_power_domain_black_hole_is_named(tmp_path: Path) -> None:
+    demands = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 10.0}]
+    domains = [{"name": "pod-1-power", "kind": "power", "devices": ["leaf-1-0"]}]
+    single = write(tmp_path, "single.yaml", clos_doc(2, 1, 1, 2, demands=demands, domains=domains))
+    res = run(str(single), "--json")
+    assert res.exit_code == 1
+    failing = json.loads(res.stdout)["failing"]
+    assert [(f["scenario"], f["stage"], f["invariant"]) for f in failing] == [
+        ("pod-1-power", "reconverged", "delivery")]
+    assert "10.1.0.0/24 at tor-0-0" in failing[0]["detail"]
+    res = run(str(single))
+    assert res.exit_code == 1 and "pod-1-power" in res.output and "delivery" in res.output
+    dual = write(tmp_path, "dual.yaml", clos_doc(2, 1, 2, 2, demands=demands, domains=domains))
+    assert run(str(dual)).exit_code == 0
+
+
+def test_single_failures_scope_names_the_spine(tmp_path: Path) -> None:
+    policies = [{"kind": "failure_tolerance", "scope": "all_single", "max_utilization": 0.9}]
+    doc = clos_doc(2, 1, 1, 2, tl_cap=400, demands=[{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 120.0}],
+                   policies=policies)
+    res = run(str(write(tmp_path, "f.yaml", doc)), "--json")
+    assert res.exit_code == 1
+    rep = json.loads(res.stdout)
+    assert rep["counts"]["scenarios"] == 1 + len(doc["links"]) + len(doc["devices"])
+    failing = {(f["scenario"], f["invariant"]) for f in rep["failing"]}
+    # losing either spine (or one of its links) puts 120 gbps on one 100 gbps leaf-spine link;
+    # each pod's single leaf (and the ToR's only uplink) cuts the demand off
+    assert failing == {(s, "utilization") for s in ("device:spine-0-0", "device:spine-0-1", "link:leaf-0-0:eth2",
+                                                    "link:leaf-0-0:eth3", "link:leaf-1-0:eth2", "link:leaf-1-0:eth3")
+                       } | {(s, "delivery") for s in ("device:leaf-0-0", "device:leaf-1-0", "link:leaf-0-0:eth1",
+                                                      "link:leaf-1-0:eth1")}
+
+
+def test_review_against_the_active_intent(tmp_path: Path) -> None:
+    old = write(tmp_path, "old.yaml", clos_doc(2, 1, 1, 2, tl_cap=400, demands=TIGHT, policies=LIMIT))
+    new = write(tmp_path, "new.yaml", clos_doc(2, 1, 1, 2, tl_cap=400, demands=TIGHT,
+                                                policies=[*LIMIT, {"kind": "drain", "target": "spine-0-1"}]))
+    res = run(str(new), "--against", str(old), "--json")
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.stdout)
+    assert doc["verdict"] == "unsafe" and doc["safety"]["verdict"] == "unsafe"
+    changed = {d["device"] for d in doc["devices"]}
+    assert "leaf-0-0" in changed  # its route toward pod 1 no longer uses spine-0-1
+    links = {x["link"]: x for x in doc["links"]}
+    assert links["leaf-0-0:eth3"]["after"] == 0.0 and links["leaf-0-0:eth2"]["after"] == pytest.approx(1.5)
+    res = run(str(new), "--against", str(old))
+    assert res.exit_code == 1 and "route changes" in res.output
+
+
+def test_plan_file_is_judged(tmp_path: Path) -> None:
+    from controller.intent import load_intent
+    from solver import solve
+
+    demands = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 10}]
+    path = write(tmp_path, "i.yaml", clos_doc(2, 1, 1, 2, demands=demands))
+    plan = solve(load_intent(path))
+    doc = plan.to_document()
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    assert run(str(path), "--plan", str(tmp_path / "p.json")).exit_code == 0
+    # a plan whose group points at a port the device does not have
+    dev = next(iter(doc["devices"].values()))
+    next(iter(dev["groups"].values()))[0]["port"] = "eth99"
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    res = run(str(path), "--plan", str(tmp_path / "bad.json"), "--json")
+    assert res.exit_code == 2 and "eth99" in res.stdout
+    (tmp_path / "broken.json").write_text("{")
+    assert run(str(path), "--plan", str(tmp_path / "broken.json")).exit_code == 2
+
+
+def test_bad_intent_exits_2_with_locations(tmp_path: Path) -> None:
+    doc = clos_doc(2, 1, 1, 2)
+    doc["links"][0]["b"] = "leaf-9-9"
+    res = run(str(write(tmp_path, "bad.yaml", doc)), "--json")
+    assert res.exit_code == 2
+    errs = json.loads(res.stdout)["errors"]
+    assert any(e["loc"] == "links[0].b" and "leaf-9-9" in e["msg"] for e in errs)
+    assert run(str(write(tmp_path, "ok.yaml", clos_doc(2, 1, 1, 2))), "--scope", "bogus").exit_code == 2
