@@ -23,10 +23,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from controller.errors import Conflict, InvalidIntent, LoomError, NotFound, StaleRevision
-from controller.intent import load_intent, validate_intent
+from controller.errors import Conflict, IntentError, InvalidIntent, LoomError, NotFound, StaleRevision
+from controller.intent import format_loc, load_intent, validate_intent
 from controller.model import Intent
 from controller.store import objects, repo
 from controller.store.db import write_transaction
@@ -189,6 +190,15 @@ def _check_if_match(if_match: str | None, rev: Revision | None) -> None:
         raise StaleRevision(if_match.strip(), f'"{current}"' if rev else None)
 
 
+def _validated(document: Any) -> Intent:
+    """:func:`validate_intent`, with any shape error that slipped past its first
+    pass (pydantic's, when the whole Intent is built) reported as located errors too."""
+    try:
+        return validate_intent(document)
+    except ValidationError as exc:
+        raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"])) for e in exc.errors()]) from None
+
+
 def _reject_status(exc: LoomError) -> int:
     if isinstance(exc, InvalidIntent):
         return 422
@@ -216,7 +226,7 @@ def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: Writ
                 rev = repo.head_revision(session=session)
                 _check_if_match(ctx.if_match, rev)
                 base = repo.revision_document(rev.id, session=session) if rev else None
-                intent: Intent = validate_intent(edit(base))
+                intent = _validated(edit(base))
                 doc = intent.to_document()
                 now = _now()
                 changed = rev is None or rev.hash != intent.content_hash
