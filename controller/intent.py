@@ -156,6 +156,8 @@ def validate_intent(doc: Any) -> Intent:
     if "name" in doc:
         if not isinstance(doc["name"], str) or not doc["name"].strip():
             errors.append(IntentError("name", "must be a non-empty string"))
+        elif len(doc["name"]) > 128:
+            errors.append(IntentError("name", "must be at most 128 characters"))
         else:
             top["name"] = doc["name"]
     routing = Routing.BGP
@@ -187,7 +189,7 @@ def validate_intent(doc: Any) -> Intent:
                 if not isinstance(value, dict):
                     errors.append(IntentError(f"policies[{i}]", "must be a mapping"))
                     continue
-                if kind not in _POLICY_TYPES:
+                if not isinstance(kind, str) or kind not in _POLICY_TYPES:
                     msg = ("required field missing" if kind is None else
                            f"unknown policy kind {kind!r} (expected one of {', '.join(POLICY_KINDS)})")
                     errors.append(IntentError(f"policies[{i}].kind", msg))
