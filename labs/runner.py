@@ -222,10 +222,12 @@ def down(lab: str, nodes: Iterable[str] = (), *, grace: float = 10.0) -> DownRep
         _run(["ip", "-batch", "-"], input="".join(f"netns del {ns}\n" for ns in sorted(present)), check=False)
         report.namespaces = len(present)
     shutil.rmtree(directory, ignore_errors=True)
-    try:
-        RUN_ROOT.rmdir()
-    except OSError:
-        pass
+    for empty in (RUN_ROOT, RUN_ROOT.parent if RUN_ROOT.parent.name == "loom" else None):
+        try:
+            if empty is not None:
+                empty.rmdir()  # only when empty: another lab or agent may still live there
+        except OSError:
+            break
     report.seconds = time.monotonic() - t0
     return report
 
