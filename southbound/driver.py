@@ -29,11 +29,11 @@ __all__ = ["SERVICE_CONFIG", "AgentDriver", "DeviceDriver", "DriverRegistry", "d
 T = TypeVar("T")
 
 
-def service_config(max_attempts: int = 4) -> str:
+def service_config(max_attempts: int = 5) -> str:
     """The channel's service config: retry UNAVAILABLE only, with exponential backoff."""
     return json.dumps({"methodConfig": [{
         "name": [{"service": SERVICE_NAME}],
-        "retryPolicy": {"maxAttempts": max_attempts, "initialBackoff": "0.1s", "maxBackoff": "1s",
+        "retryPolicy": {"maxAttempts": max_attempts, "initialBackoff": "0.2s", "maxBackoff": "2s",
                         "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]},
     }]})
 
@@ -98,14 +98,17 @@ class AgentDriver:
     """
 
     def __init__(self, endpoints: Mapping[str, str], *, tls: Any = None, timeout: float = 10.0,
-                 commit_timeout: float = 120.0, max_attempts: int = 4):
+                 commit_timeout: float = 120.0, max_attempts: int = 5):
         self.endpoints = dict(endpoints)
         self.devices = tuple(sorted(self.endpoints))
         self.tls = tls
         self.timeout = timeout
         self.commit_timeout = commit_timeout
         self._options = [("grpc.service_config", service_config(max_attempts)), ("grpc.enable_retries", 1),
-                         ("grpc.max_receive_message_length", 64 << 20)]
+                         ("grpc.max_receive_message_length", 64 << 20),
+                         # an agent that restarts is back within a second or two: reconnect quickly
+                         ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                         ("grpc.max_reconnect_backoff_ms", 2000)]
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._clients: dict[str, AgentClient] = {}
 

@@ -178,13 +178,15 @@ def add_agent_servicer(server: grpc.aio.Server, core: AgentService) -> None:
 
 # -- client side -----------------------------------------------------------------
 class AgentClient:
-    """Calls one agent over an open ``grpc.aio`` channel; every call takes a deadline (``timeout``, seconds)."""
+    """Calls one agent over an open ``grpc.aio`` channel; every call takes a deadline (``timeout``, seconds).
+    Reads (GetInfo, GetState) wait for the channel to connect within that deadline; calls that change
+    the device fail fast when the agent is unreachable (after the channel's UNAVAILABLE retries)."""
 
     def __init__(self, channel: grpc.aio.Channel):
         self._stub = pb_grpc.AgentStub(channel)
 
     async def info(self, *, timeout: float) -> AgentInfo:
-        return _info_from_proto(await self._stub.GetInfo(pb.GetInfoRequest(), timeout=timeout))
+        return _info_from_proto(await self._stub.GetInfo(pb.GetInfoRequest(), timeout=timeout, wait_for_ready=True))
 
     async def prepare(self, change: str, config: DeviceConfig, *, timeout: float) -> Outcome:
         r = await self._stub.Prepare(pb.PrepareRequest(change=change, config=config_to_proto(config)), timeout=timeout)
@@ -208,4 +210,5 @@ class AgentClient:
         return Outcome(r.changed, r.diff, r.config_hash)
 
     async def state(self, prefixes: tuple[str, ...] = (), *, timeout: float) -> DeviceState:
-        return state_from_proto(await self._stub.GetState(pb.GetStateRequest(prefixes=list(prefixes)), timeout=timeout))
+        request = pb.GetStateRequest(prefixes=list(prefixes))
+        return state_from_proto(await self._stub.GetState(request, timeout=timeout, wait_for_ready=True))
