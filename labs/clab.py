@@ -143,7 +143,8 @@ def _parse(doc: Any, base: Path, errors: list[IntentError]) -> Topology | None:
     if not isinstance(topo, dict):
         errors.append(IntentError("topology", "required: a mapping with 'nodes' and 'links'"))
         return None
-    defaults = topo.get("defaults") if isinstance(topo.get("defaults"), dict) else {}
+    raw_defaults = topo.get("defaults")
+    defaults: dict[str, Any] = raw_defaults if isinstance(raw_defaults, dict) else {}
     raw_nodes = topo.get("nodes")
     if not isinstance(raw_nodes, dict) or not raw_nodes:
         errors.append(IntentError("topology.nodes", "required: a mapping of node name to node"))

@@ -223,9 +223,12 @@ def down(lab: str, nodes: Iterable[str] = (), *, grace: float = 10.0) -> DownRep
         report.namespaces = len(present)
     shutil.rmtree(directory, ignore_errors=True)
     for empty in (RUN_ROOT, RUN_ROOT.parent if RUN_ROOT.parent.name == "loom" else None):
+        if empty is None:
+            continue
         try:
-            if empty is not None:
-                empty.rmdir()  # only when empty: another lab or agent may still live there
+            empty.rmdir()  # only when empty: another lab or agent may still live there
+        except FileNotFoundError:
+            continue
         except OSError:
             break
     report.seconds = time.monotonic() - t0

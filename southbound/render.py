@@ -125,10 +125,11 @@ def device_configs(intent: Intent, plan: Plan | None = None) -> dict[str, Device
                 hops = dp.groups[gid]
                 if realization == WcmpRealization.LINK_BANDWIDTH:
                     for h in hops:
-                        link = intent.link_by_end.get(f"{name}:{h.port}")
-                        if link is None:
+                        hop_link = intent.link_by_end.get(f"{name}:{h.port}")
+                        if hop_link is None:
                             continue
-                        far_port = link.b_port if (link.a, link.a_port) == (name, h.port) else link.a_port
+                        far_port = hop_link.b_port if (hop_link.a, hop_link.a_port) == (name, h.port) \
+                            else hop_link.a_port
                         lbw[h.neighbor].append(LinkBandwidth(far_port, prefix, max(1, min(25600, h.weight))))
                 else:
                     fib[name].append(FibRoute(prefix, gid, tuple(
