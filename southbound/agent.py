@@ -86,6 +86,7 @@ class AgentCore:
         self._lock = asyncio.Lock()
         self._timer: asyncio.Task[None] | None = None
         self.running: Rendered | None = None
+        self.port = 0  # the TCP port :func:`serve` bound (for HOST:0)
         self.dir.mkdir(parents=True, exist_ok=True)
 
     # -- disk ---------------------------------------------------------------------
@@ -369,7 +370,7 @@ async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callabl
     else:
         if tls is None:
             raise ValueError("an agent on TCP needs --tls (mutual TLS with a private CA)")
-        server.add_secure_port(listen, tls.server_credentials())
+        core.port = server.add_secure_port(listen, tls.server_credentials())
     await server.start()
     for svc in ("", SERVICE_NAME):
         await health.set(svc, health_pb2.HealthCheckResponse.SERVING)

@@ -30,12 +30,12 @@ T = TypeVar("T")
 
 
 def service_config(max_attempts: int = 5) -> str:
-    """The channel's service config: retry UNAVAILABLE only, with exponential backoff."""
-    return json.dumps({"methodConfig": [{
-        "name": [{"service": SERVICE_NAME}],
-        "retryPolicy": {"maxAttempts": max_attempts, "initialBackoff": "0.2s", "maxBackoff": "2s",
-                        "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]},
-    }]})
+    """The channel's service config: retry UNAVAILABLE only, with exponential backoff (``max_attempts`` < 2: none)."""
+    method: dict[str, Any] = {"name": [{"service": SERVICE_NAME}]}
+    if max_attempts >= 2:
+        method["retryPolicy"] = {"maxAttempts": max_attempts, "initialBackoff": "0.2s", "maxBackoff": "2s",
+                                 "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+    return json.dumps({"methodConfig": [method]})
 
 
 SERVICE_CONFIG = service_config()

@@ -279,7 +279,8 @@ def spawn_fleet(base: Path, names: list[str]) -> subprocess.Popen[bytes]:
     """``len(names)`` dry agents, each its own gRPC server and state, in one child process."""
     ready = base / "fleet.ready"
     code = ("import asyncio, sys; from pathlib import Path; from southbound.agent import serve_dry_fleet; "
-            "asyncio.run(serve_dry_fleet(sys.argv[2:], Path(sys.argv[1]), ready_file=Path(sys.argv[1]) / 'fleet.ready'))")
+            "base = Path(sys.argv[1]); "
+            "asyncio.run(serve_dry_fleet(sys.argv[2:], base, ready_file=base / 'fleet.ready'))")
     log = open(base / "fleet.log", "ab")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-c", code, str(base), *names], stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
