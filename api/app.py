@@ -66,7 +66,7 @@ class RequestIdMiddleware:
 def create_app(settings: Settings | None = None, *, database: Database | None = None) -> FastAPI:
     """Build the API. ``database`` defaults to one made from ``settings.db_url``
     (and disposed of at shutdown); it is migrated to the newest schema at startup."""
-    settings = settings or Settings()
+    settings = settings or Settings()  # type: ignore[call-arg]  # fields come from the environment
     owned = database is None
     db = database or Database(settings.db_url)
 

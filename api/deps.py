@@ -10,7 +10,7 @@ the ``If-Match`` header. Nothing here builds SQL.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Annotated
 
@@ -131,7 +131,7 @@ def set_etag(response: Response, revision: Revision | None) -> None:
         response.headers["ETag"] = f'"{revision.id}"'
 
 
-def page_body(request: Request, response: Response, page: Page, items: list[object]) -> dict[str, object]:
+def page_body(request: Request, response: Response, page: Page, items: Sequence[object]) -> dict[str, object]:
     """The page as JSON, with ``next`` (and a ``Link: rel="next"`` header) when more remain."""
     nxt = None
     if page.offset + page.limit < page.total:

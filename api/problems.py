@@ -21,7 +21,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.schemas import Problem
+from api.schemas import Problem, ProblemError
 from controller.errors import Conflict, InvalidIntent, LoomError, NotFound, StaleRevision
 from controller.intent import format_loc
 
@@ -51,7 +51,7 @@ def problem_response(request: Request, status: int, title: str, detail: str | No
         detail=detail,
         instance=request.url.path,
         request_id=getattr(request.state, "request_id", None),
-        errors=errors or [],
+        errors=[ProblemError(**e) for e in errors or []],
         **extra,
     ).model_dump(mode="json", exclude_none=True)
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)

@@ -60,14 +60,6 @@ class Problem(_Out):
 
 
 # -- intent collections -------------------------------------------------------
-def _public(base: type[BaseModel], name: str) -> type[BaseModel]:
-    model: type[BaseModel] = create_model(
-        name, __base__=base,
-        id=(str, Field(description="identity of the object in URLs and revision diffs")),
-    )
-    return model
-
-
 def _update(base: type[BaseModel], name: str, skip: tuple[str, ...] = ()) -> type[BaseModel]:
     """Every field of ``base`` optional (constraints kept); ``None`` clears it."""
     fields: dict[str, Any] = {}
@@ -108,15 +100,52 @@ PolicyCreate = Annotated[
     Field(discriminator="kind"),
 ]
 
-DevicePublic = _public(Device, "DevicePublic")
-LinkPublic = _public(Link, "LinkPublic")
-FailureDomainPublic = _public(FailureDomain, "FailureDomainPublic")
-PrefixPublic = _public(Prefix, "PrefixPublic")
-DemandPublic = _public(Demand, "DemandPublic")
+_ID = Field(description="identity of the object in URLs and revision diffs")
+
+
+class DevicePublic(Device):
+    id: str = _ID
+
+
+class LinkPublic(Link):
+    id: str = _ID
+
+
+class FailureDomainPublic(FailureDomain):
+    id: str = _ID
+
+
+class PrefixPublic(Prefix):
+    id: str = _ID
+
+
+class DemandPublic(Demand):
+    id: str = _ID
+
+
+class DrainPolicyPublic(DrainPolicy):
+    id: str = _ID
+
+
+class UtilizationLimitPolicyPublic(UtilizationLimitPolicy):
+    id: str = _ID
+
+
+class FailureTolerancePolicyPublic(FailureTolerancePolicy):
+    id: str = _ID
+
+
+class WcmpPolicyPublic(WcmpPolicy):
+    id: str = _ID
+
+
+class PathsPolicyPublic(PathsPolicy):
+    id: str = _ID
+
+
 PolicyPublic = Annotated[
-    _public(DrainPolicy, "DrainPolicyPublic") | _public(UtilizationLimitPolicy, "UtilizationLimitPolicyPublic")
-    | _public(FailureTolerancePolicy, "FailureTolerancePolicyPublic") | _public(WcmpPolicy, "WcmpPolicyPublic")
-    | _public(PathsPolicy, "PathsPolicyPublic"),
+    DrainPolicyPublic | UtilizationLimitPolicyPublic | FailureTolerancePolicyPublic | WcmpPolicyPublic
+    | PathsPolicyPublic,
     Field(discriminator="kind"),
 ]
 

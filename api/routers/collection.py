@@ -36,15 +36,15 @@ def collection_router(name: str, filters: Callable[..., Filters], *, id_help: st
     router = APIRouter(prefix=f"/v1/{name}", tags=[name])
     FiltersDep = Annotated[Filters, Depends(filters)]
     ObjectId = Annotated[str, Path(description=id_help, min_length=1, max_length=300)]
-    CreateBody = Annotated[schemas.create, Body()]
-    UpdateBody = Annotated[schemas.update, Body()]
+    CreateBody = Annotated[schemas.create, Body()]  # type: ignore[name-defined]
+    UpdateBody = Annotated[schemas.update, Body()]  # type: ignore[name-defined]
 
     item = "/{object_id:path}" if coll.key in ("prefixes", "demands") else "/{object_id}"
 
     def location(request: Request, ident: str) -> str:
         return str(request.url_for(f"get_{coll.kind}", object_id=quote(ident, safe=":,")))
 
-    @router.get("", response_model=Page[schemas.public],
+    @router.get("", response_model=Page[schemas.public],  # type: ignore[name-defined]
                 name=f"list_{name.replace('-', '_')}", summary=f"List {name}",
                 responses=error_responses(401, 403, 422))
     def list_objects(request: Request, response: Response, session: SessionDep, _actor: Viewer,
