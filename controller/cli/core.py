@@ -59,7 +59,7 @@ def _open_store(settings: Settings, as_json: bool) -> Database:
     try:
         db.migrate()
     except Exception as exc:  # noqa: BLE001 - any failure to open the store is told, not traced
-        die(f"cannot open the store {db!r}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+        die(f"cannot open the store {db.display_url}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             code=EXIT_FAIL, as_json=as_json)
     return db
 
@@ -96,7 +96,7 @@ def serve(
     settings = _settings(as_json, db_url=db, host=host, port=port)
     database = _open_store(settings, as_json)
     url = f"http://{host}:{port}"
-    info: dict[str, Any] = {"url": url, "docs": f"{url}/docs", "store": repr(database)}
+    info: dict[str, Any] = {"url": url, "docs": f"{url}/docs", "store": database.display_url}
     with database.session() as session:
         if example:
             loaded = service.load_example(session=session, ctx=_cli_ctx("loom serve --example: example fabric dc1"))

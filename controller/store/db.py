@@ -72,8 +72,13 @@ class Database:
             _sqlite_setup(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
+    @property
+    def display_url(self) -> str:
+        """The URL with any password hidden, for messages."""
+        return make_url(self.url).render_as_string(hide_password=True)
+
     def __repr__(self) -> str:
-        return f"Database({make_url(self.url).render_as_string(hide_password=True)!r})"
+        return f"Database({self.display_url!r})"
 
     def session(self) -> Session:
         return self.sessions()
