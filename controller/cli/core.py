@@ -59,8 +59,9 @@ def _open_store(settings: Settings, as_json: bool) -> Database:
     try:
         db.migrate()
     except Exception as exc:  # noqa: BLE001 - any failure to open the store is told, not traced
-        die(f"cannot open the store {db.display_url}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            code=EXIT_FAIL, as_json=as_json)
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        die(f"cannot open the store {db.display_url}: {type(exc).__name__}: {first_line}", code=EXIT_FAIL,
+            as_json=as_json)
     return db
 
 
