@@ -133,13 +133,21 @@ def find_element(coll: Collection, doc: Doc | None, ident: str) -> tuple[int, Do
     raise NotFound(f"{coll.kind.replace('_', ' ')} {ident!r} does not exist")
 
 
+def _with_list(doc: Doc, key: str) -> Doc:
+    """A copy of ``doc`` whose list ``key`` is new (the elements are shared, not
+    copied: edits replace elements, never change them in place)."""
+    out = dict(doc)
+    out[key] = list(doc.get(key) or [])
+    return out
+
+
 def insert_element(coll: Collection, doc: Doc, element: Doc) -> Doc:
     """A copy of ``doc`` with ``element`` appended; :class:`Conflict` if its identity is taken."""
     ident = coll.identity(element)
     if any(coll.identity(e) == ident for e in doc.get(coll.key) or []):
         raise Conflict(f"{coll.kind.replace('_', ' ')} {ident!r} already exists")
-    out = copy.deepcopy(doc)
-    out.setdefault(coll.key, []).append(copy.deepcopy(element))
+    out = _with_list(doc, coll.key)
+    out[coll.key].append(copy.deepcopy(element))
     return out
 
 
@@ -157,14 +165,14 @@ def update_element(coll: Collection, doc: Doc, ident: str, patch: Doc) -> tuple[
     new_ident = coll.identity(merged)
     if new_ident != ident and any(coll.identity(e) == new_ident for e in doc.get(coll.key) or []):
         raise Conflict(f"{coll.kind.replace('_', ' ')} {new_ident!r} already exists")
-    out = copy.deepcopy(doc)
+    out = _with_list(doc, coll.key)
     out[coll.key][i] = merged
     return out, new_ident
 
 
 def delete_element(coll: Collection, doc: Doc, ident: str) -> Doc:
     i, _ = find_element(coll, doc, ident)
-    out = copy.deepcopy(doc)
+    out = _with_list(doc, coll.key)
     del out[coll.key][i]
     return out
 
