@@ -470,7 +470,9 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
 
 
 def _problems(obs: Observation, expected: Mapping[str, set[str]] | None) -> list[str]:
+    """Why ``obs`` is not converged yet; only the expected prefixes' routes are judged."""
     out = []
+    universe = set().union(*expected.values()) if expected else set()
     for name, n in sorted(obs.nodes.items()):
         if n.error:
             out.append(f"{name}: {n.error}")
@@ -481,7 +483,7 @@ def _problems(obs: Observation, expected: Mapping[str, set[str]] | None) -> list
             out.append(f"{name}: sessions not established with {', '.join(down_peers)}")
         if expected is not None:
             want = expected.get(name, set())
-            have = set(n.routes)
+            have = set(n.routes) & universe  # e.g. IS-IS also carries the links' own subnets
             if want - have:
                 out.append(f"{name}: missing {', '.join(sorted(want - have))}")
             if have - want:
@@ -502,7 +504,9 @@ def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | No
     while True:
         problems = _problems(obs, want)
         established, total = obs.sessions
-        note("converging", established + obs.route_count, total + (want_routes or obs.route_count))
+        routes = obs.route_count if want is None else sum(
+            len(set(n.routes) & want.get(k, set())) for k, n in obs.nodes.items())
+        note("converging", established + routes, total + (want_routes or routes))
         sig = obs.signature()
         if not problems and (want is not None or sig == previous):
             converged = True
@@ -513,8 +517,10 @@ def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | No
             break
         time.sleep(poll)
         obs = observe(topo.name, names)
+    routes = obs.route_count if want is None else sum(
+        len(set(n.routes) & want.get(k, set())) for k, n in obs.nodes.items())
     return UpReport(topo.name, len(names), len(topo.links), time.monotonic() - t0, converged, obs.sessions,
-                    obs.route_count, want_routes, obs, problems if not converged else [])
+                    routes, want_routes, obs, problems if not converged else [])
 
 
 def status(topo: Topology) -> Observation | None:

@@ -232,11 +232,13 @@ def render_frr(config: DeviceConfig) -> str:
             if itf.host:
                 lines.append(" isis passive")
             else:
-                lines += [" isis network point-to-point", f" isis metric {itf.metric}"]
+                keepalive, hold = config.timers
+                lines += [" isis network point-to-point", f" isis metric {itf.metric}",
+                          f" isis hello-interval {keepalive}", f" isis hello-multiplier {max(2, hold // keepalive)}"]
         lines += ["exit", "!"]
     if isis:
         lines += [f"router isis {ISIS_TAG}", f" net {isis_net(config.router_id)}",
-                  " is-type level-2-only", " metric-style wide"]
+                  " is-type level-2-only", " metric-style wide", " lsp-gen-interval 1", " spf-interval 1"]
         if config.drained:
             lines.append(" set-overload-bit")
         lines += ["exit", "!"]

@@ -69,7 +69,19 @@ def _variant_cut(doc: dict) -> dict:
     return doc
 
 
-VARIANTS = {"clos-2x2": None, "clos3-small": None, "c3-drained": _variant_drained, "c3-cut": _variant_cut}
+def _variant_isis(doc: dict) -> dict:
+    """Not a Clos: an IS-IS ring of five routers with unequal metrics and two prefixes."""
+    names = [f"r{i}" for i in range(1, 6)]
+    links = [{"a": names[i], "a_port": "eth1", "b": names[(i + 1) % 5], "b_port": "eth2", "metric": 10}
+             for i in range(5)]
+    links[0]["metric"] = 20  # r1 reaches r3 two equal ways (30 each); r4 reaches r1 one way (20, not 40)
+    return {"name": "isis-ring", "routing": "isis", "devices": [{"name": n} for n in names], "links": links,
+            "prefixes": [{"prefix": "10.9.1.0/24", "origins": ["r1"]},
+                         {"prefix": "10.9.3.0/24", "origins": ["r3"]}]}
+
+
+VARIANTS = {"clos-2x2": None, "clos3-small": None, "c3-drained": _variant_drained, "c3-cut": _variant_cut,
+            "isis-ring": _variant_isis}
 
 
 @dataclass
@@ -134,7 +146,8 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 def test_up_reports_convergence(lab: Lab) -> None:
     r = lab.report
     assert r["converged"] and r["lab"] == lab.name
-    assert r["sessions"] == 2 * len(lab.intent.links) == r["sessions_established"]
+    bgp_sessions = 2 * len(lab.intent.links) if lab.intent.routing.value == "bgp" else 0
+    assert r["sessions"] == bgp_sessions == r["sessions_established"]
     want = sum(len(p) for p in expected_ports(lab.intent).values())
     assert r["expected_routes"] == want == r["routes"]
     assert r["memory_mb_per_node"] > 1
@@ -143,12 +156,15 @@ def test_up_reports_convergence(lab: Lab) -> None:
 def test_kernel_routes_equal_the_solver(lab: Lab) -> None:
     """Polled with a bound (BGP may still be settling multipath), then compared exactly."""
     want = expected_ports(lab.intent)
+    prefixes = {p.prefix for p in lab.intent.prefixes}  # IS-IS also carries the links' own /31s
     deadline = time.monotonic() + 20
     while True:
         proc = loom_here("lab", "routes", str(lab.path), "--json")
         assert proc.exit_code == 0, proc.output
         routes = json.loads(proc.stdout)
-        have = installed_ports(routes)
+        if lab.intent.routing.value == "bgp":  # BGP carries the intent's prefixes and nothing else
+            assert all(set(t) <= prefixes for t in routes.values()), routes
+        have = {n: {p: v for p, v in t.items() if p in prefixes} for n, t in installed_ports(routes).items()}
         if have == want or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -193,9 +209,11 @@ def test_status_shows_nodes_sessions_and_hostnames(lab: Lab) -> None:
     nodes = json.loads(proc.stdout)["nodes"]
     assert set(nodes) == {d.name for d in lab.intent.devices}
     for name, n in nodes.items():
-        assert n["daemons_running"] == n["daemons"] == 3
+        assert n["daemons_running"] == n["daemons"] == 3  # zebra, staticd, bgpd or isisd
         assert n["namespace"] == f"loom-{lab.name}-{name}"
-        assert set(n["sessions"].values()) == {"Established"}
+        assert set(n["sessions"].values()) == ({"Established"} if lab.intent.routing.value == "bgp" else set())
+    if lab.intent.routing.value != "bgp":
+        return
     # each node runs under its own hostname: peers learn it through BGP's hostname capability
     node = lab.intent.links[0].a
     text = subprocess.run(["vtysh", "--vty_socket", str(runner.run_dir(lab.name) / node), "-c",

@@ -147,7 +147,8 @@ def up(
         routes = (f"{report.routes}/{report.expected_routes} routes as the solver expects"
                   if report.expected_routes is not None else f"{report.routes} routes")
         verdict = "converged" if report.converged else "NOT converged"
-        console.print(f"{verdict} in {report.seconds:.1f} s: {est}/{total} BGP sessions established, {routes}",
+        sessions = f"{est}/{total} BGP sessions established, " if total else ""
+        console.print(f"{verdict} in {report.seconds:.1f} s: {sessions}{routes}",
                       highlight=False, soft_wrap=True)
         console.print(f"memory: {doc['memory_mb_per_node']} MB per node (RSS of its FRR daemons)",
                       highlight=False, soft_wrap=True)
