@@ -283,6 +283,14 @@ def test_health_needs_no_token(api: Api) -> None:
     assert ready.status_code == 200 and ready.json()["schema_revision"] == "0001"
 
 
+def test_readyz_is_503_when_the_store_does_not_answer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    db = Database(f"postgresql://nobody@/nodb?host={tmp_path}")
+    client = TestClient(create_app(Settings(db_url=db.url), database=db))  # no lifespan: nothing migrates
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json()["type"].endswith("not-ready")
+    assert client.get("/healthz").status_code == 200
+
+
 def test_unknown_route_is_a_problem(api: Api) -> None:
     r = api("GET", "/v1/nothing-here", role="viewer")
     assert r.status_code == 404 and r.headers["content-type"] == "application/problem+json"

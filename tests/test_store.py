@@ -264,8 +264,19 @@ def test_tokens_hash_expiry_revocation(database: Database) -> None:
         assert listed[token.id].revoked_at is not None and listed[short.id].expires_at is not None
         actions = [e.action for e in service.list_audit(session=s, limit=10, offset=0).items]
     assert actions.count("token.create") == 2 and "token.revoke" in actions
-    # an expired token stops working: check against a clock past its expiry
     assert not listed[short.id].active(datetime.now(UTC) + timedelta(seconds=5))
+
+
+def test_an_expired_token_is_refused(database: Database) -> None:
+    secret = "loom_0123456789ab_an-expired-secret"
+    past = datetime.now(UTC) - timedelta(minutes=1)
+    with database.session() as s, s.begin():
+        repo.add_token(session=s, token_id="0123456789ab", name="old", role="admin",
+                       secret_hash=service._hash_secret(secret), created_by="test", now=past - timedelta(days=1),
+                       expires_at=past)
+    with database.session() as s:
+        assert service.authenticate(secret, session=s) is None
+        assert service.bootstrap_admin(session=s, ctx=ctx()) is not None  # an expired admin does not count
 
 
 def test_settings_admin_token_authenticates_without_a_row(database: Database) -> None:
