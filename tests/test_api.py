@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from fastapi.routing import APIRoute
+from sqlalchemy import event
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx versions
@@ -264,6 +265,25 @@ def test_paging_and_filters(api: Api) -> None:
     assert ids("/v1/failure-domains?device=spine-0-1") == ["plane-0-power"]
     assert api("GET", "/v1/devices?limit=0", role="viewer").status_code == 422
     assert api("GET", "/v1/devices?role=router-ish", role="viewer").json()["errors"][0]["loc"] == "query.role"
+
+
+def test_list_query_count_does_not_grow_with_the_page(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    db, tokens = make_store(tmp_path)
+    counted: list[str] = []
+    event.listen(db.engine, "before_cursor_execute",
+                 lambda *args: None if args[2].startswith("BEGIN") else counted.append(args[2]))
+    app = create_app(Settings(db_url=db.url), database=db)
+    with TestClient(app) as client:
+        api = Api(client, tokens, app)
+        per_page = {}
+        for path in ("/v1/devices?limit=1", "/v1/devices?limit=12", "/v1/links?limit=16", "/v1/revisions",
+                     "/v1/audit?limit=50"):
+            counted.clear()
+            assert api("GET", path, role="viewer").status_code == 200
+            per_page[path] = len(counted)
+    assert per_page["/v1/devices?limit=1"] == per_page["/v1/devices?limit=12"] == per_page["/v1/links?limit=16"]
+    assert max(per_page.values()) <= 4, per_page  # token, head, document (or count, page)
+    db.dispose()
 
 
 def test_audit_records_who_when_request_and_revision(api: Api) -> None:
