@@ -13,7 +13,6 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -102,12 +101,3 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.include_router(audit.router)
     return app
 
-
-def routes_summary(app: FastAPI) -> list[dict[str, Any]]:
-    """Every route's method and path (for tests and docs)."""
-    out = []
-    for route in app.routes:
-        for method in sorted(getattr(route, "methods", None) or ()):
-            if method != "HEAD":
-                out.append({"method": method, "path": getattr(route, "path", "")})
-    return out

@@ -2,10 +2,10 @@
 
 ``SessionDep`` is a SQLAlchemy session for the request; ``CurrentUser`` is the
 :class:`controller.service.Actor` behind the bearer token (401 without a valid
-one); ``Viewer``, ``Operator`` and ``Admin`` add the role check (403);
-``ReadCtx``-free writes use ``OperatorWrite``/``AdminWrite``, a
-:class:`controller.service.WriteContext` carrying the actor, the request id and
-the ``If-Match`` header. Nothing here builds SQL.
+one); ``Viewer``, ``Operator`` and ``Admin`` add the role check (403). Writes
+take ``OperatorWrite`` or ``AdminWrite``: a :class:`controller.service.WriteContext`
+carrying the actor, the request id and the ``If-Match`` header, for the
+service's revision check and the audit log. Nothing here builds SQL.
 """
 
 from __future__ import annotations
