@@ -51,7 +51,7 @@ def fuzz_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
 
 
 @schema.parametrize()
-@settings(max_examples=EXAMPLES, deadline=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 def test_api_conforms_to_its_schema(case: Any, fuzz_store: dict[str, Any]) -> None:
     case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_store['token']}"},
