@@ -64,8 +64,10 @@ def reduce_weights(ratios: Sequence[float], budget: int) -> list[int]:
     Returns
     -------
     Weights ``w_i >= 1`` with ``sum(w) <= budget`` minimizing
-    ``max_i (w_i/W)/r_i`` over members with ``r_i > 0``; a member with ratio 0
-    gets weight 1 (it stays in the group).
+    ``max_i (w_i/W)/r_i`` (EuroSys 2014). A member with ratio 0 stays in the
+    group with weight 1; then the positive members' weights (total ``W``)
+    minimize ``max_i (w_i/W)/r_i + z/(W+z)`` for ``z`` such members, the second
+    term being the share they leak.
 
     Raises
     ------
@@ -77,6 +79,8 @@ def reduce_weights(ratios: Sequence[float], budget: int) -> list[int]:
     [2, 1, 1]
     >>> reduce_weights([2/3, 1/3], 64)
     [2, 1]
+    >>> reduce_weights([0.0, 1.0], 10)
+    [1, 9]
     """
     r = np.asarray(ratios, dtype=np.float64)
     n = len(r)
@@ -89,17 +93,23 @@ def reduce_weights(ratios: Sequence[float], budget: int) -> list[int]:
     r = r / r.sum()
     if n == 1:
         return [1]
+    pos = r > 0
+    zeros = n - int(pos.sum())
+    rp = r[pos]
     best: np.ndarray | None = None
     best_val = np.inf
-    pos = r > 0
-    for total in range(n, budget + 1):
-        w = _best_for_total(r, total)
+    for total in range(len(rp), budget - zeros + 1):
+        w = _best_for_total(rp, total)
         if w is None:
             continue
-        val = float(np.max((w[pos] / total) / r[pos]))
+        # the paper's objective; with zero-ratio members (weight 1 each) add the
+        # share they leak, so larger totals are preferred when they dilute it
+        val = float(np.max((w / total) / rp)) + zeros / (total + zeros)
         if val < best_val - 1e-12:
             best, best_val = w, val
             if val <= 1.0 + 1e-12:
                 break  # exact
     assert best is not None
-    return [int(x) for x in best]
+    out = np.ones(n, dtype=np.int64)
+    out[pos] = best
+    return [int(x) for x in out]

@@ -1,0 +1,176 @@
+"""Synthetic 3-tier Clos fabrics: the intent documents behind ``loom gen clos``.
+
+This module owns the generator (pure: parameters and a seed in, a document
+dict out). Layout: ``pods`` pods of ``tors`` ToRs; every pod has one leaf per
+plane; every leaf of plane ``l`` links to all ``spines`` spines of plane ``l``;
+every ToR links to every leaf of its pod. ASNs follow RFC 7938 section 5.2.1
+(each ToR its own 4-byte private ASN, a pod's leaves one ASN, a plane's spines
+one ASN). Failure domains: each spine; each plane's spines as one power domain;
+random SRLGs of leaf-spine links. A fraction ``missing`` of leaf-spine links is
+left out (every leaf keeps an uplink and every spine a downlink) and a fraction
+``hetero`` has half or double capacity. Each ToR originates one /24.
+
+Demand: every ToR sends to ``fanout`` other ToRs (all of them when ``fanout``
+is ``None`` and the fabric has at most :data:`ALL_PAIRS_MAX_TORS` ToRs, else
+:data:`DEFAULT_FANOUT` chosen at random), with sizes ``uniform``, ``gravity``
+(product of random per-ToR masses) or ``hotspot`` (a few destinations draw
+ten times more). The matrix is scaled so that plain ECMP's maximum link
+utilization is ``load``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+__all__ = ["ALL_PAIRS_MAX_TORS", "DEFAULT_FANOUT", "clos_document"]
+
+ALL_PAIRS_MAX_TORS = 256
+DEFAULT_FANOUT = 32
+SPINE_ASN_BASE = 64512  # + plane
+LEAF_ASN_BASE = 64768  # + pod (pods < 256)
+TOR_ASN_BASE = 4_200_000_000  # + ToR number (RFC 6996 4-byte private range)
+BASE_CAPACITY = 100.0
+
+DemandKind = Literal["uniform", "gravity", "hotspot"]
+
+
+def tor_name(p: int, t: int) -> str:
+    return f"tor-{p}-{t}"
+
+
+def leaf_name(p: int, lp: int) -> str:
+    return f"leaf-{p}-{lp}"
+
+
+def spine_name(lp: int, s: int) -> str:
+    return f"spine-{lp}-{s}"
+
+
+def _leaf_spine_links(
+    pods: int, planes: int, spines: int, missing: float, rng: random.Random,
+) -> list[tuple[int, int, int]]:
+    """(pod, plane, spine) triples that exist, after removing ``missing`` of them."""
+    all_links = [(p, lp, s) for p in range(pods) for lp in range(planes) for s in range(spines)]
+    n_drop = int(round(missing * len(all_links)))
+    order = list(range(len(all_links)))
+    rng.shuffle(order)
+    up = {(p, lp): spines for p in range(pods) for lp in range(planes)}
+    down = {(lp, s): pods for lp in range(planes) for s in range(spines)}
+    dropped: set[int] = set()
+    for i in order:
+        if len(dropped) >= n_drop:
+            break
+        p, lp, s = all_links[i]
+        if up[(p, lp)] > 1 and down[(lp, s)] > 1:
+            up[(p, lp)] -= 1
+            down[(lp, s)] -= 1
+            dropped.add(i)
+    return [x for i, x in enumerate(all_links) if i not in dropped]
+
+
+def clos_document(
+    *, pods: int, tors: int, planes: int, spines: int, seed: int = 0, missing: float = 0.0, hetero: float = 0.0,
+    demand: DemandKind = "uniform", load: float = 0.5, fanout: int | None = None, srlgs: int | None = None,
+    max_ecmp_entries: int = 128, scale_to_ecmp: bool = True,
+) -> dict[str, Any]:
+    """A 3-tier Clos intent document (see the module docstring).
+
+    ``scale_to_ecmp`` (default) routes the unit matrix with plain ECMP through the
+    solver and scales demands so ECMP's maximum utilization equals ``load``.
+
+    Example
+    -------
+    >>> doc = clos_document(pods=2, tors=2, planes=2, spines=2, scale_to_ecmp=False)
+    >>> len(doc["devices"]), len(doc["links"]), len(doc["demands"])
+    (12, 16, 12)
+    """
+    if min(pods, tors, planes, spines) < 1:
+        raise ValueError("pods, tors, planes and spines must all be at least 1")
+    if pods > 256 or tors > 256:
+        raise ValueError("at most 256 pods and 256 ToRs per pod (prefixes are 10.POD.TOR.0/24)")
+    if not (0 <= missing < 1 and 0 <= hetero <= 1):
+        raise ValueError("missing must be in [0, 1) and hetero in [0, 1]")
+    rng = random.Random(seed)
+    devices: list[dict[str, Any]] = []
+    links: list[dict[str, Any]] = []
+    prefixes: list[dict[str, Any]] = []
+    for lp in range(planes):
+        for s in range(spines):
+            devices.append({"name": spine_name(lp, s), "role": "spine", "plane": lp, "asn": SPINE_ASN_BASE + lp})
+    for p in range(pods):
+        for lp in range(planes):
+            devices.append({"name": leaf_name(p, lp), "role": "leaf", "pod": p, "plane": lp, "asn": LEAF_ASN_BASE + p})
+        for t in range(tors):
+            devices.append({"name": tor_name(p, t), "role": "tor", "pod": p, "asn": TOR_ASN_BASE + p * tors + t})
+            prefixes.append({"prefix": f"10.{p}.{t}.0/24", "origins": [tor_name(p, t)]})
+            for lp in range(planes):
+                links.append({"a": tor_name(p, t), "a_port": f"eth{lp + 1}", "b": leaf_name(p, lp),
+                              "b_port": f"eth{t + 1}", "capacity_gbps": BASE_CAPACITY})
+    ls_links = _leaf_spine_links(pods, planes, spines, missing, rng)
+    hetero_idx = set(rng.sample(range(len(ls_links)), int(round(hetero * len(ls_links)))))
+    ls_names: list[str] = []
+    for i, (p, lp, s) in enumerate(ls_links):
+        cap = BASE_CAPACITY * (rng.choice((0.5, 2.0)) if i in hetero_idx else 1.0)
+        links.append({"a": leaf_name(p, lp), "a_port": f"eth{tors + 1 + s}", "b": spine_name(lp, s),
+                      "b_port": f"eth{p + 1}", "capacity_gbps": cap})
+        ls_names.append(f"{leaf_name(p, lp)}:eth{tors + 1 + s}")
+    domains: list[dict[str, Any]] = []
+    for lp in range(planes):
+        for s in range(spines):
+            domains.append({"name": f"{spine_name(lp, s)}", "kind": "device", "devices": [spine_name(lp, s)]})
+        domains.append({"name": f"plane-{lp}-power", "kind": "power",
+                        "devices": [spine_name(lp, s) for s in range(spines)]})
+    n_srlg = srlgs if srlgs is not None else max(1, planes)
+    per = max(2, min(8, len(ls_names) // max(1, 4 * n_srlg)))
+    for g in range(n_srlg):
+        if len(ls_names) >= per:
+            domains.append({"name": f"srlg-{g}", "kind": "srlg", "links": sorted(rng.sample(ls_names, per))})
+    demands = _demands(pods, tors, rng, demand, fanout)
+    doc: dict[str, Any] = {
+        "name": f"clos-{pods}x{tors}-{planes}x{spines}-s{seed}", "routing": "bgp",
+        "defaults": {"max_ecmp_entries": max_ecmp_entries},
+        "devices": devices, "links": links, "failure_domains": domains, "prefixes": prefixes,
+        "policies": [{"kind": "wcmp", "enabled": True}], "demands": demands,
+    }
+    if scale_to_ecmp and demands:
+        doc = scale_demands(doc, load)
+    return doc
+
+
+def _demands(pods: int, tors: int, rng: random.Random, kind: DemandKind, fanout: int | None) -> list[dict[str, Any]]:
+    all_tors = [(p, t) for p in range(pods) for t in range(tors)]
+    n = len(all_tors)
+    if fanout is None:
+        fanout = n - 1 if n <= ALL_PAIRS_MAX_TORS else DEFAULT_FANOUT
+    fanout = max(0, min(fanout, n - 1))
+    mass = [rng.lognormvariate(0.0, 0.8) for _ in all_tors] if kind == "gravity" else [1.0] * n
+    if kind == "hotspot":
+        for i in rng.sample(range(n), max(1, n // 16)):
+            mass[i] = 10.0
+    out: list[dict[str, Any]] = []
+    for i, (p, t) in enumerate(all_tors):
+        if fanout >= n - 1:
+            dests = [j for j in range(n) if j != i]
+        else:
+            dests = [j for j in rng.sample(range(n - 1), fanout)]
+            dests = [j + 1 if j >= i else j for j in dests]
+        for j in dests:
+            q, u = all_tors[j]
+            size = mass[j] * (mass[i] if kind == "gravity" else 1.0)
+            out.append({"from": tor_name(p, t), "to": f"10.{q}.{u}.0/24", "gbps": round(size, 6)})
+    return out
+
+
+def scale_demands(doc: dict[str, Any], load: float) -> dict[str, Any]:
+    """Scale ``doc``'s demands so plain ECMP's maximum utilization is ``load``."""
+    from controller.intent import validate_intent
+    from solver.ecmp import ecmp_max_utilization
+
+    mlu = ecmp_max_utilization(validate_intent(doc))
+    if mlu <= 0:
+        return doc
+    k = load / mlu
+    doc = dict(doc)
+    doc["demands"] = [{**d, "gbps": round(d["gbps"] * k, 6)} for d in doc["demands"]]
+    return doc

@@ -1,0 +1,35 @@
+"""Plain ECMP loads: the baseline every plan reports beside its WCMP result.
+
+This module owns the quick answer "what would equal splitting over the
+routing's next hops do": route classes, commodities and one propagation, no
+LP. The Clos generator uses it to scale demand matrices to a target load.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from controller.model import Intent
+from solver.fabric import build_fabric
+from solver.routing import route_classes
+from solver.wcmp import build_commodities, ecmp_ratios, propagate
+
+__all__ = ["ecmp_loads", "ecmp_max_utilization"]
+
+
+def ecmp_loads(intent: Intent) -> np.ndarray:
+    """Gbps per arc (``2*i``: link ``i`` from ``a`` to ``b``; ``2*i+1``: back) under equal splits.
+
+    Raises ``controller.errors.Infeasible`` for unroutable demands.
+    """
+    fab = build_fabric(intent)
+    com = build_commodities(fab, route_classes(fab))
+    return propagate(com, ecmp_ratios(com))[1]
+
+
+def ecmp_max_utilization(intent: Intent) -> float:
+    """The largest link utilization (either direction) under plain ECMP."""
+    fab = build_fabric(intent)
+    com = build_commodities(fab, route_classes(fab))
+    loads = propagate(com, ecmp_ratios(com))[1]
+    return float((loads / fab.arc_cap).max()) if len(loads) else 0.0

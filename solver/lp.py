@@ -1,0 +1,123 @@
+"""LP backends: one sparse-matrix LP, solved by the backend the caller names.
+
+This module owns the boundary to the LP solvers. The solver's models are built
+as numpy/scipy arrays (never element by element) and handed here as
+``min c.x  s.t.  row_lb <= A x <= row_ub,  col_lb <= x <= col_ub``. Backends:
+``glop`` (OR-Tools' simplex, the default), ``pdlp`` (OR-Tools' first-order
+method, for very large models), ``highs`` (HiGHS through OR-Tools'
+``ModelBuilder``) and ``scipy-highs`` (HiGHS through SciPy: an independent
+build, used by tests as a second opinion).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from controller.errors import Infeasible
+
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "LpResult", "solve_lp"]
+
+BACKENDS: tuple[str, ...] = ("glop", "pdlp", "highs", "scipy-highs")
+DEFAULT_BACKEND = "glop"
+
+_PDLP_PARAMS = (
+    "termination_criteria { simple_optimality_criteria { eps_optimal_relative: 1e-8 "
+    "eps_optimal_absolute: 1e-8 } } num_threads: 2"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LpResult:
+    x: np.ndarray
+    objective: float
+    seconds: float
+
+
+def _ortools(backend: str, c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np.ndarray,
+             col_lb: np.ndarray, col_ub: np.ndarray) -> LpResult:
+    from ortools.linear_solver.python import model_builder as mb
+    from ortools.linear_solver.python import model_builder_helper as mbh
+
+    model = mb.Model()
+    model.helper.fill_model_from_sparse_data(col_lb, col_ub, c, row_lb, row_ub, a)
+    helper = mbh.ModelSolverHelper(backend.upper())
+    if not helper.solver_is_supported():
+        raise ValueError(f"LP backend {backend!r} is not available in this OR-Tools build")
+    if backend == "pdlp":
+        helper.set_solver_specific_parameters(_PDLP_PARAMS)
+    elif backend == "highs":
+        helper.set_solver_specific_parameters("output_flag=false")
+    t0 = time.perf_counter()
+    helper.solve(model.helper)
+    seconds = time.perf_counter() - t0
+    status = mb.SolveStatus(helper.status())
+    if status not in (mb.SolveStatus.OPTIMAL,):
+        if status == mb.SolveStatus.FEASIBLE and backend == "pdlp":
+            pass  # PDLP stops at its tolerance; its iterate is the answer
+        else:
+            raise Infeasible(f"the LP backend {backend} stopped with status {status.name}",
+                             [{"backend": backend, "status": status.name}])
+    return LpResult(np.asarray(helper.variable_values(), dtype=np.float64),
+                    float(helper.objective_value()), seconds)
+
+
+def _scipy(c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np.ndarray,
+           col_lb: np.ndarray, col_ub: np.ndarray) -> LpResult:
+    from scipy.optimize import linprog
+
+    eq = row_lb == row_ub
+    ub_rows = ~eq & np.isfinite(row_ub)
+    lb_rows = ~eq & np.isfinite(row_lb)
+    a_ub = sp.vstack([a[ub_rows], -a[lb_rows]]).tocsr()
+    b_ub = np.concatenate([row_ub[ub_rows], -row_lb[lb_rows]])
+    t0 = time.perf_counter()
+    res = linprog(c, A_ub=a_ub if a_ub.shape[0] else None, b_ub=b_ub if a_ub.shape[0] else None,
+                  A_eq=a[eq] if eq.any() else None, b_eq=row_lb[eq] if eq.any() else None,
+                  bounds=np.column_stack([col_lb, np.where(np.isfinite(col_ub), col_ub, np.inf)]),
+                  method="highs")
+    if res.status != 0:
+        raise Infeasible(f"the LP backend scipy-highs stopped: {res.message}",
+                         [{"backend": "scipy-highs", "status": int(res.status)}])
+    return LpResult(np.asarray(res.x, dtype=np.float64), float(res.fun), time.perf_counter() - t0)
+
+
+def solve_lp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarray,
+             col_lb: np.ndarray, col_ub: np.ndarray, *, backend: str = DEFAULT_BACKEND) -> LpResult:
+    """Minimize ``c.x`` subject to ``row_lb <= A x <= row_ub`` and ``col_lb <= x <= col_ub``.
+
+    Parameters
+    ----------
+    c, col_lb, col_ub : per variable (use ``np.inf`` for no upper bound).
+    a : the constraint matrix (any scipy sparse format).
+    row_lb, row_ub : per row (``-np.inf``/``np.inf`` for a free side; equal for an equality).
+    backend : one of :data:`BACKENDS`.
+
+    Returns
+    -------
+    :class:`LpResult` with the optimal ``x``.
+
+    Raises
+    ------
+    ValueError : an unknown backend.
+    Infeasible : the backend found no optimum (infeasible, unbounded, numerical trouble).
+
+    Example
+    -------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> r = solve_lp(np.array([1.0, 1.0]), sp.csr_matrix([[1.0, 2.0]]), np.array([2.0]),
+    ...              np.array([np.inf]), np.zeros(2), np.full(2, np.inf))
+    >>> round(r.objective, 6)
+    1.0
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown LP backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    csr = sp.csr_matrix(a, dtype=np.float64)
+    args = (np.asarray(c, np.float64), csr, np.asarray(row_lb, np.float64), np.asarray(row_ub, np.float64),
+            np.asarray(col_lb, np.float64), np.asarray(col_ub, np.float64))
+    if backend == "scipy-highs":
+        return _scipy(*args)
+    return _ortools(backend, *args)

@@ -1,0 +1,202 @@
+"""From a validated intent to a forwarding plan: routes, LP, integer weights, loads.
+
+This module owns the orchestration of one solve and the assembly of the
+:class:`~solver.plan.Plan` (DESIGN.md, contract 2). Stages: route classes
+(:mod:`solver.routing`), commodities and the WCMP LP (:mod:`solver.wcmp`),
+integer weights per next-hop group within the device's budget
+(:mod:`solver.weights`; ``min(max_ecmp_entries, 100)`` where the realization
+is BGP link-bandwidth, since FRR scales bandwidths to kernel weights out of
+100), deduplication of identical weighted groups per device, and the loads
+after rounding, recomputed by propagating every demand through the integer
+weights. The ECMP baseline is propagated the same way. With ``wcmp: enabled:
+false`` the plan *is* the ECMP plan (every weight 1) and no LP is solved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from controller.model import Intent, WcmpRealization
+from solver.fabric import Fabric, build_fabric
+from solver.lp import DEFAULT_BACKEND
+from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
+from solver.routing import route_classes
+from solver.wcmp import Commodities, build_commodities, ecmp_ratios, propagate, solve_wcmp
+from solver.weights import reduce_weights
+
+__all__ = ["solve"]
+
+Progress = Callable[[str, float], None]
+_LINK_BANDWIDTH_BUDGET = 100
+
+
+class _Weights:
+    """``reduce_weights`` with a cache on (rounded ratios, budget): groups repeat a lot."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[tuple[float, ...], int], tuple[int, ...]] = {}
+
+    def __call__(self, ratios: np.ndarray, budget: int) -> tuple[int, ...]:
+        if len(ratios) == 1:
+            return (1,)
+        r = ratios / ratios.sum()
+        key = (tuple(np.round(r, 9).tolist()), budget)
+        hit = self.cache.get(key)
+        if hit is None:
+            if np.allclose(r, r[0], rtol=0, atol=1e-12):
+                hit = (1,) * len(r)
+            else:
+                hit = tuple(reduce_weights(r, max(budget, len(r))))
+            self.cache[key] = hit
+        return hit
+
+
+def _budgets(intent: Intent) -> list[int]:
+    lb = intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH
+    return [min(intent.max_ecmp_entries(d.name), _LINK_BANDWIDTH_BUDGET) if lb else intent.max_ecmp_entries(d.name)
+            for d in intent.devices]
+
+
+def _link_loads(fab: Fabric, loads: np.ndarray) -> tuple[tuple[LinkLoad, ...], float]:
+    util = loads / fab.arc_cap
+    out = []
+    for i, link in enumerate(fab.intent.links):
+        out.append(LinkLoad(link.a, link.a_port, link.b, link.b_port, float(loads[2 * i]), float(loads[2 * i + 1]),
+                            float(max(util[2 * i], util[2 * i + 1]))))
+    return tuple(out), float(util.max()) if len(util) else 0.0
+
+
+def _groups(
+    fab: Fabric, com: Commodities, lp_ratio: np.ndarray | None, fib: bool, budgets: list[int], progress: Progress,
+) -> tuple[dict[str, DevicePlan], np.ndarray, int]:
+    """Weighted groups and routes per device, and the rounded ratio per commodity edge."""
+    names, port, head = fab.names, fab.arc_port, fab.arc_head
+    weigh = _Weights()
+    group_ids: list[dict[tuple[tuple[str, str, int], ...], str]] = [{} for _ in names]
+    routes: list[dict[str, str]] = [{} for _ in names]
+    rounded = np.zeros(len(com.e_arc))
+    node_of: dict[tuple[int, int], int] = {}
+    for k in range(com.n_nodes):
+        node_of[(int(com.commodity_class[com.node_c[k]]), int(com.node_v[k]))] = k
+    n_routes = 0
+
+    def group_id(v: int, members: tuple[tuple[str, str, int], ...]) -> str:
+        ids = group_ids[v]
+        gid = ids.get(members)
+        if gid is None:
+            gid = ids[members] = f"g{len(ids) + 1}"
+        return gid
+
+    for ci, rc in enumerate(com.classes):
+        if ci % 64 == 0:
+            progress("weights", ci / max(len(com.classes), 1))
+        for v, arcs in rc.nexthops.items():
+            k = node_of.get((ci, v))
+            members: tuple[tuple[str, str, int], ...]
+            if k is None or lp_ratio is None or np.isnan(lp_ratio[com.node_start[k]]):
+                hop_arcs: tuple[int, ...] = arcs
+                weights: tuple[int, ...] = (1,) * len(arcs)
+            else:
+                s, e = int(com.node_start[k]), int(com.node_start[k + 1])
+                r = lp_ratio[s:e]
+                keep = r > 1e-9 if fib else com.e_route[s:e]
+                idx = np.flatnonzero(keep & (r >= 0))
+                if not idx.size or r[idx].sum() <= 0:
+                    idx = np.flatnonzero(com.e_route[s:e])
+                    r = np.ones(e - s)
+                hop_arcs = tuple(int(a) for a in com.e_arc[s:e][idx])
+                weights = weigh(np.maximum(r[idx], 0.0), budgets[v])
+            if k is not None:
+                s = int(com.node_start[k])
+                pos = {int(a): j for j, a in enumerate(com.e_arc[s:int(com.node_start[k + 1])])}
+                tot = float(sum(weights))
+                for a, w in zip(hop_arcs, weights, strict=True):
+                    rounded[s + pos[a]] = w / tot
+            members = tuple(sorted((port[a], names[int(head[a])], w) for a, w in zip(hop_arcs, weights, strict=True)))
+            gid = group_id(v, members)
+            for p in rc.prefixes:
+                routes[v][p] = gid
+            n_routes += len(rc.prefixes)
+    devices: dict[str, DevicePlan] = {}
+    for v, name in enumerate(names):
+        groups = {gid: tuple(NextHop(p, nb, w) for p, nb, w in members) for members, gid in group_ids[v].items()}
+        devices[name] = DevicePlan(groups=groups, routes=routes[v])
+    return devices, rounded, n_routes
+
+
+def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress | None = None) -> Plan:
+    """Compile ``intent`` into a forwarding plan.
+
+    Parameters
+    ----------
+    intent : a validated intent.
+    backend : the LP backend, one of :data:`solver.BACKENDS`.
+    progress : called as ``progress(stage, fraction)`` while solving.
+
+    Returns
+    -------
+    The :class:`~solver.plan.Plan`: groups and routes per device, loads per
+    link, and a summary with ``max_utilization`` after rounding, the LP optimum
+    ``lp_bound`` and ECMP's ``ecmp_max_utilization``.
+
+    Raises
+    ------
+    controller.errors.Infeasible : a demand cannot be routed (``details`` names each).
+    ValueError : an unknown backend.
+
+    Example
+    -------
+    >>> from controller.intent import validate_intent
+    >>> it = validate_intent({"name": "x", "routing": "isis",
+    ...     "devices": [{"name": "r1"}, {"name": "r2"}],
+    ...     "links": [{"a": "r1", "a_port": "e1", "b": "r2", "b_port": "e1", "capacity_gbps": 10}],
+    ...     "prefixes": [{"prefix": "10.0.0.0/24", "origins": ["r2"]}],
+    ...     "demands": [{"from": "r1", "to": "10.0.0.0/24", "gbps": 5}]})
+    >>> solve(it).summary.max_utilization
+    0.5
+    """
+    t0 = time.perf_counter()
+    say: Progress = progress or (lambda stage, frac: None)
+    from solver.lp import BACKENDS
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown LP backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    say("routes", 0.0)
+    fab = build_fabric(intent)
+    classes = route_classes(fab)
+    say("routes", 1.0)
+    com = build_commodities(fab, classes)
+    ecmp = ecmp_ratios(com)
+    _, ecmp_loads = propagate(com, ecmp)
+    ecmp_mlu = float((ecmp_loads / fab.arc_cap).max()) if fab.n_arcs else 0.0
+    lp_ratio: np.ndarray | None = None
+    extra: dict[str, Any] = {"backend": backend}
+    if intent.wcmp_enabled:
+        say("lp", 0.0)
+        fib = intent.wcmp_realization == WcmpRealization.FIB
+        share = None if fib else 1.0 / np.asarray(_budgets(intent), dtype=np.float64)
+        sol = solve_wcmp(com, backend=backend, min_share=share)
+        lp_ratio, lp_bound = sol.ratio, sol.mlu
+        extra["lp_seconds"] = round(sol.seconds, 3)
+        say("lp", 1.0)
+    else:
+        lp_bound = ecmp_mlu
+        extra["wcmp"] = False
+    fib = intent.wcmp_realization == WcmpRealization.FIB
+    devices, rounded, n_routes = _groups(fab, com, lp_ratio, fib, _budgets(intent), say)
+    say("loads", 0.0)
+    _, loads = propagate(com, rounded)
+    links, mlu = _link_loads(fab, loads)
+    say("loads", 1.0)
+    n_groups = sum(len(dp.groups) for dp in devices.values())
+    summary = PlanSummary(max_utilization=mlu, lp_bound=lp_bound, ecmp_max_utilization=ecmp_mlu,
+                          solve_seconds=time.perf_counter() - t0, groups=n_groups, routes=n_routes, extra=extra)
+    return Plan(fabric=intent.name, summary=summary, devices=_as_mapping(devices), links=links)
+
+
+def _as_mapping(devices: dict[str, DevicePlan]) -> Mapping[str, DevicePlan]:
+    return devices
