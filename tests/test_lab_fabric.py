@@ -34,6 +34,7 @@ from controller.model import Intent
 from labs import runner
 from labs.clab import load_topology
 from solver.routing import next_hops
+from solver.solve import solve
 
 REPO = Path(__file__).resolve().parent.parent
 LOOM = [str(Path(sys.executable).with_name("loom"))] if Path(sys.executable).with_name("loom").exists() \
@@ -160,7 +161,8 @@ def test_up_reports_convergence(lab: Lab) -> None:
 
 
 def test_kernel_routes_equal_the_solver(lab: Lab) -> None:
-    """Polled with a bound (BGP may still be settling multipath), then compared exactly."""
+    """Polled with a bound (BGP may still be settling multipath), then compared exactly
+    with the solver's routing and with the plan it compiles (WCMP disabled)."""
     want = expected_ports(lab.intent)
     prefixes = {p.prefix for p in lab.intent.prefixes}  # IS-IS also carries the links' own /31s
     deadline = time.monotonic() + 20
@@ -180,6 +182,19 @@ def test_kernel_routes_equal_the_solver(lab: Lab) -> None:
             for prefix in sorted(set(want.get(node, {})) | set(have.get(node, {})))
             if have.get(node, {}).get(prefix) != want.get(node, {}).get(prefix)]
     assert not diff, "\n".join(diff)
+    # what `loom plan` compiles for the intent with WCMP disabled: the same next hops, with
+    # weights in the same proportions as the kernel's
+    doc = lab.intent.to_document()
+    doc["policies"] = [p for p in doc.get("policies", []) if p["kind"] != "wcmp"] + [{"kind": "wcmp", "enabled": False}]
+    plan = solve(validate_intent(doc))
+    for node, table in have.items():
+        dp = plan.devices.get(node)
+        planned = {p: {h.port: h.weight for h in dp.nexthops(p)} for p in dp.routes} if dp else {}
+        assert set(planned) == set(table), (node, sorted(planned), sorted(table))
+        for prefix, hops in planned.items():
+            kernel = {h["port"]: h["weight"] for h in routes[node][prefix]}
+            assert set(kernel) == set(hops), (node, prefix, kernel, hops)
+            assert all(kernel[a] * hops[b] == kernel[b] * hops[a] for a in hops for b in hops), (node, prefix)
     # plain ECMP: every installed weight is equal within a route
     for node, prefixes in routes.items():
         for prefix, hops in prefixes.items():
