@@ -4,8 +4,10 @@ Each lab (the two shipped ones, and clos3-small with a drained spine plus a
 drained link, and with a missing leaf-spine link) is brought up once with
 ``loom lab up`` and torn down in a finalizer even when a test fails. For every
 node and prefix, the next-hop ports FRR installed in the kernel
-(``loom lab routes --json``) must equal the solver's (``solver.routing.next_hops``,
-plain ECMP), including where valley-free rules and drains withdraw a route.
+(``loom lab routes --json``) must equal the solver's (``solver.routing.next_hops``)
+and the plan ``loom plan`` writes with WCMP disabled, including where
+valley-free rules and drains withdraw a route. An IS-IS ring is held to the
+same standard.
 Then a few thousand UDP flows from one ToR's host subnet to another's show, by
 interface counters, the split the routes promise at the source and at the
 next hop.
@@ -33,8 +35,8 @@ from controller.intent import load_intent, validate_intent
 from controller.model import Intent
 from labs import runner
 from labs.clab import load_topology
+from solver.plan import Plan
 from solver.routing import next_hops
-from solver.solve import solve
 
 REPO = Path(__file__).resolve().parent.parent
 LOOM = [str(Path(sys.executable).with_name("loom"))] if Path(sys.executable).with_name("loom").exists() \
@@ -160,9 +162,9 @@ def test_up_reports_convergence(lab: Lab) -> None:
     assert r["memory_mb_per_node"] > 1
 
 
-def test_kernel_routes_equal_the_solver(lab: Lab) -> None:
+def test_kernel_routes_equal_the_solver(lab: Lab, tmp_path: Path) -> None:
     """Polled with a bound (BGP may still be settling multipath), then compared exactly
-    with the solver's routing and with the plan it compiles (WCMP disabled)."""
+    with the solver's routing and with the plan ``loom plan`` compiles (WCMP disabled)."""
     want = expected_ports(lab.intent)
     prefixes = {p.prefix for p in lab.intent.prefixes}  # IS-IS also carries the links' own /31s
     deadline = time.monotonic() + 20
@@ -182,11 +184,14 @@ def test_kernel_routes_equal_the_solver(lab: Lab) -> None:
             for prefix in sorted(set(want.get(node, {})) | set(have.get(node, {})))
             if have.get(node, {}).get(prefix) != want.get(node, {}).get(prefix)]
     assert not diff, "\n".join(diff)
-    # what `loom plan` compiles for the intent with WCMP disabled: the same next hops, with
+    # the plan `loom plan` writes for the intent with WCMP disabled: the same next hops, with
     # weights in the same proportions as the kernel's
     doc = lab.intent.to_document()
     doc["policies"] = [p for p in doc.get("policies", []) if p["kind"] != "wcmp"] + [{"kind": "wcmp", "enabled": False}]
-    plan = solve(validate_intent(doc))
+    (tmp_path / "ecmp.yaml").write_text(yaml.safe_dump(doc))
+    planned_run = loom_here("plan", str(tmp_path / "ecmp.yaml"), "--out", str(tmp_path / "plan.json"), "--json")
+    assert planned_run.exit_code == 0, planned_run.output
+    plan = Plan.from_document(json.loads((tmp_path / "plan.json").read_text()))
     for node, table in have.items():
         dp = plan.devices.get(node)
         planned = {p: {h.port: h.weight for h in dp.nexthops(p)} for p in dp.routes} if dp else {}
