@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from southbound.config import DeviceConfig
-from southbound.frr_apply import FibHop, FrrBackend, FrrError, Rendered, atomic_write_json, read_json
+from southbound.frr_apply import FibHop, FrrBackend, FrrError, Rendered, atomic_write_json, read_json, text_diff
 from southbound.state import AgentError, AgentInfo, DeviceState, Outcome
 
 __all__ = ["AGENT_VERSION", "AgentCore", "build_rendered", "serve"]
@@ -142,6 +142,7 @@ class AgentCore:
             j = self._journal()
             if j is None:
                 return
+            await asyncio.to_thread(self.backend.settle)
             if j.phase in ("applying", "rolling_back"):
                 log.warning("recovering: change %s was %s when the agent stopped; restoring the previous config",
                             j.change, j.phase)
@@ -167,10 +168,10 @@ class AgentCore:
             j.phase = "rolling_back"
             self._write_journal(j)
         previous = j.previous if j.previous is not None else Rendered(self.hostname, "")
-        diff = await self._apply(j.target, previous)
+        await self._apply(j.target, previous)
         self._set_running(previous)
         self._drop("journal.json")
-        return diff
+        return text_diff(j.target, previous)
 
     def _arm(self, change: str, deadline: float) -> None:
         if self._timer is not None:
@@ -218,7 +219,8 @@ class AgentCore:
                 diff = await asyncio.to_thread(self.backend.diff, self.running, target)
             except FrrError as exc:
                 raise AgentError("internal", f"FRR refused the candidate config: {exc}") from exc
-            atomic_write_json(self._path("prepared.json"), {"change": change, "target": target.to_document()})
+            atomic_write_json(self._path("prepared.json"),
+                              {"change": change, "target": target.to_document(), "diff": diff})
             changed = self.running is None or target.hash != self.running.hash
             return Outcome(changed, diff, target.hash)
 
@@ -238,7 +240,8 @@ class AgentCore:
             self._write_journal(j)
             self._drop("prepared.json")
             try:
-                diff = await self._apply(previous, target)
+                await self._apply(previous, target)
+                diff = str(p.get("diff", ""))  # what Prepare showed is what was applied
             except Exception as exc:
                 log.error("commit %s failed: %s; restoring the previous config", change, exc)
                 try:
@@ -321,7 +324,8 @@ class AgentCore:
             jr = _Journal(change or f"rollback-{to_hash[:12]}", "applying", self.running, target, 0.0)
             self._write_journal(jr)
             try:
-                diff = await self._apply(self.running, target)
+                await self._apply(self.running, target)
+                diff = text_diff(self.running, target)
             except Exception as exc:
                 await self._restore_checked(jr)
                 raise AgentError("internal", f"rollback failed, config left as it was: {exc}") from exc

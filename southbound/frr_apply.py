@@ -133,7 +133,7 @@ class FrrBackend(Protocol):
     def diff(self, current: Rendered | None, target: Rendered) -> str: ...
 
     def apply(self, current: Rendered | None, target: Rendered) -> str:
-        """Make ``target`` run; returns what changed. Raises :class:`FrrError`."""
+        """Make ``target`` run; returns the backend's account of it. Raises :class:`FrrError`."""
         ...
 
     def read_routes(self, prefixes: Iterable[str], recorded: Rendered | None) -> tuple[bool, dict[str, KernelRoute]]:
@@ -141,6 +141,10 @@ class FrrBackend(Protocol):
         ...
 
     def read_sessions(self) -> tuple[BgpSession, ...]: ...
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Wait for side effects a previous agent process left running (after a crash)."""
+        ...
 
 
 class DryFrr:
@@ -190,6 +194,9 @@ class DryFrr:
 
     def read_sessions(self) -> tuple[BgpSession, ...]:
         return ()
+
+    def settle(self, timeout: float = 60.0) -> None:
+        return None
 
 
 def _run(argv: list[str], *, timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -250,14 +257,32 @@ class FrrReload:
         return (out.strip() + ("\n" + fib_diff if fib_diff else "")).strip()
 
     def apply(self, current: Rendered | None, target: Rendered) -> str:
-        diff = self.diff(current, target)
-        self._reload(target, "--reload")
+        out = self._reload(target, "--reload")
         for peer in changed_peers(current, target):
             self.vtysh_cmd(f"clear bgp ipv4 unicast {peer} soft out", check=False)
         from southbound import fib as fib_mod  # netlink, imported only where a kernel is touched
 
         fib_mod.install(current.fib if current else {}, target.fib)
-        return diff
+        return out.strip()
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Wait until no ``frr-reload.py`` of ours (one a crashed agent left behind) is still running."""
+        needle = str(self.work_dir).encode()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            busy = False
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit() and int(entry.name) != os.getpid():
+                    try:
+                        cmd = (entry / "cmdline").read_bytes()
+                    except OSError:
+                        continue
+                    if b"frr-reload" in cmd and needle in cmd:
+                        busy = True
+                        break
+            if not busy:
+                return
+            time.sleep(0.1)
 
     # -- reading state ----------------------------------------------------------
     def read_routes(self, prefixes: Iterable[str], recorded: Rendered | None) -> tuple[bool, dict[str, KernelRoute]]:

@@ -134,7 +134,7 @@ async def _verify(driver: DeviceDriver, devices: list[str], hashes: Mapping[str,
 
 async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan: Plan | None = None, *,
                  realization: str = "link-bandwidth", wcmp: bool = True, change: str | None = None,
-                 confirm_within: float = 60.0, verify_timeout: float = 30.0, verify_interval: float = 0.25,
+                 confirm_within: float = 60.0, verify_timeout: float = 30.0, verify_interval: float = 0.5,
                  dry_run: bool = False, progress: Progress | None = None) -> TransactionResult:
     """Push ``configs`` (device -> config) to their agents as one all-or-nothing change.
 

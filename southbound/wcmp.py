@@ -50,9 +50,14 @@ def weight_budget(intent: Intent, device: str) -> int:
 
 
 def expected_weights(hops: Iterable[NextHop], realization: str, wcmp: bool = True) -> dict[str, int]:
-    """Kernel weight per port the plan's ``hops`` should produce under ``realization``."""
+    """Kernel weight per port the plan's ``hops`` should produce under ``realization``.
+
+    >>> from solver.plan import NextHop
+    >>> expected_weights([NextHop("eth1", "a", 4), NextHop("eth2", "b", 1)], "link-bandwidth")
+    {'eth1': 80, 'eth2': 20}
+    """
     hops = list(hops)
-    if not wcmp:
+    if not wcmp or len(hops) == 1:  # a single path carries no weight in the kernel
         return {h.port: 1 for h in hops}
     if realization == WcmpRealization.LINK_BANDWIDTH.value:
         return dict(zip((h.port for h in hops), frr_weights([h.weight for h in hops]), strict=True))

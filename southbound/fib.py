@@ -1,0 +1,57 @@
+"""The ``fib`` WCMP realization: weighted multipath routes the agent installs over netlink.
+
+This module owns the agent's only direct write to the kernel's FIB, through
+pyroute2: for every ``fib`` route of the running config, a multipath route
+in the main table whose next hops carry the plan's weights (``rtnh_hops`` =
+weight - 1, what ``ip route ... nexthop via G dev P weight W`` sets), with
+Loom's own route protocol number and a metric below zebra's, so the kernel
+prefers it over BGP's or IS-IS's route for the same prefix while theirs stays
+underneath as the fallback: when Loom removes its route, FRR's is used again.
+(pyroute2 0.9 has no ``RTM_NEWNEXTHOP`` messages, so the groups are the
+routes' own multipath next hops rather than shared nexthop objects.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from southbound.frr_apply import LOOM_RT_METRIC, LOOM_RT_PROTO, FibHop, FrrError
+
+__all__ = ["install"]
+
+MAIN_TABLE = 254
+
+
+def install(old: Mapping[str, tuple[FibHop, ...]], new: Mapping[str, tuple[FibHop, ...]]) -> list[str]:
+    """Make the kernel hold exactly ``new``'s Loom routes (replacing ``old``'s); returns what changed."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    changed: list[str] = []
+    with IPRoute() as ipr:
+        index = {str(link.get_attr("IFLA_IFNAME")): int(link["index"]) for link in ipr.get_links()}
+        for prefix, hops in sorted(new.items()):
+            multipath: list[dict[str, Any]] = []
+            for h in hops:
+                if h.port not in index:
+                    raise FrrError(f"fib route {prefix}: no interface {h.port}")
+                nh: dict[str, Any] = {"oif": index[h.port], "hops": max(0, min(255, h.weight - 1))}
+                if h.via:
+                    nh["gateway"] = h.via
+                multipath.append(nh)
+            try:
+                ipr.route("replace", dst=prefix, multipath=multipath, proto=LOOM_RT_PROTO,
+                          priority=LOOM_RT_METRIC, table=MAIN_TABLE)
+            except NetlinkError as exc:
+                raise FrrError(f"fib route {prefix}: netlink error {exc}") from exc
+            if old.get(prefix) != hops:
+                changed.append(prefix)
+        for prefix in sorted(set(old) - set(new)):
+            try:
+                ipr.route("del", dst=prefix, proto=LOOM_RT_PROTO, priority=LOOM_RT_METRIC, table=MAIN_TABLE)
+            except NetlinkError as exc:
+                if exc.code != 3:  # ESRCH: already gone
+                    raise FrrError(f"fib route {prefix}: netlink error {exc}") from exc
+            changed.append(prefix)
+    return changed

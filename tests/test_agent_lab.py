@@ -1,0 +1,326 @@
+"""The device agents against real FRR: a WCMP plan pushed to a clos3-small lab as one transaction.
+
+A clos3-small fabric with two thin links and a skewed demand (so the plan's
+weights are far from ECMP) is brought up in network namespaces with the lab
+runner, and one ``loom agent`` per node is started inside the node's
+namespace on a unix socket in its run directory. The tests push plans through
+the driver and the transaction, then read every kernel directly: weights
+equal the plan's within FRR's link-bandwidth rounding; UDP flows split over
+the uplinks as the weights say; killing an agent mid-Commit or vanishing
+before Confirm leaves (or brings back) every device on the old config; the
+``fib`` realization installs Loom's own weighted routes over BGP's and a
+rollback removes them. Everything is torn down in finalizers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.intent import load_intent, validate_intent
+from controller.model import Intent
+from labs import runner
+from labs.clab import Topology, load_topology
+from solver import solve
+from solver.plan import Plan
+from southbound.driver import AgentDriver
+from southbound.state import StepResult
+from southbound.transaction import commit_plan
+from southbound.wcmp import expected_weights
+
+REPO = Path(__file__).resolve().parent.parent
+LOOM = [sys.executable, "-c", "from controller.cli import main; main()"]
+LAB = "sbwcmp"
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(os.geteuid() != 0, reason="lab tests need root (network namespaces)"),
+    pytest.mark.skipif(not (runner.FRR_BIN / "zebra").exists() or shutil.which("vtysh") is None
+                       or not Path("/usr/lib/frr/frr-reload.py").exists(),
+                       reason="FRR is not installed (apt-get install frr frr-pythontools)"),
+    pytest.mark.anyio,
+]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def wcmp_intent_doc(name: str = LAB) -> dict:
+    """clos3-small with two thin links and skewed demand: the WCMP plan is far from ECMP."""
+    doc = yaml.safe_load((REPO / "labs" / "clos3-small" / "intent.yaml").read_text())
+    doc["name"] = name
+    for lk in doc["links"]:
+        if (lk["a"], lk["b"]) in (("tor-0-0", "leaf-0-1"), ("leaf-0-0", "spine-0-1")):
+            lk["capacity_gbps"] = 25.0
+    doc["demands"] = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 40},
+                      {"from": "tor-1-0", "to": "10.0.0.0/24", "gbps": 40},
+                      {"from": "tor-0-1", "to": "10.1.1.0/24", "gbps": 20}]
+    return doc
+
+
+def with_wcmp(doc: dict, **policy: object) -> Intent:
+    d = json.loads(json.dumps(doc))
+    d["policies"] = [{"kind": "wcmp", **policy}]
+    return validate_intent(d)
+
+
+class LabAgents:
+    """One ``loom agent`` per lab node, inside the node's namespace, on ``RUN/NODE/agent.sock``."""
+
+    def __init__(self, lab: str, nodes: list[str]):
+        self.lab = lab
+        self.nodes = nodes
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def dir(self, node: str) -> Path:
+        return runner.run_dir(self.lab) / node
+
+    def endpoints(self) -> dict[str, str]:
+        return {n: f"unix:{self.dir(n) / 'agent.sock'}" for n in self.nodes}
+
+    def launch(self, node: str) -> None:
+        d = self.dir(node)
+        (d / "agent.sock").unlink(missing_ok=True)
+        log = open(d / "agent.log", "ab")  # noqa: SIM115 - the child holds it
+        self.procs[node] = subprocess.Popen(
+            ["ip", "netns", "exec", runner.namespace(self.lab, node), *LOOM, "agent", "--frr-dir", str(d),
+             "--listen", f"unix:{d / 'agent.sock'}", "--hostname", node, "--state-dir", str(d / "agent")],
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def wait(self, node: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not (self.dir(node) / "agent.sock").exists():
+            if self.procs[node].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"agent {node} did not start: {(self.dir(node) / 'agent.log').read_text()[-2000:]}")
+            time.sleep(0.05)
+
+    def start_all(self) -> None:
+        for n in self.nodes:
+            self.launch(n)
+        for n in self.nodes:
+            self.wait(n)
+
+    def kill(self, node: str) -> None:
+        p = self.procs[node]
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait(10)
+
+    def journal(self, node: str) -> dict | None:
+        try:
+            return json.loads((self.dir(node) / "agent" / "journal.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+
+@dataclass
+class WcmpLab:
+    topo: Topology
+    doc: dict
+    agents: LabAgents
+
+
+def bring_up(base: Path, name: str = LAB) -> tuple[Topology, dict]:
+    doc = wcmp_intent_doc(name)
+    (base / "intent.yaml").write_text(yaml.safe_dump(doc))
+    path = base / name
+    gen = subprocess.run([*LOOM, "lab", "gen", str(base / "intent.yaml"), "--out", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    topo = load_topology(path)
+    report = runner.up(topo, timeout=90)
+    assert report.converged, report.problems
+    return topo, doc
+
+
+@pytest.fixture(scope="module")
+def wlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WcmpLab]:
+    base = tmp_path_factory.mktemp("sbwcmp")
+    nodes: list[str] = []
+    agents = LabAgents(LAB, nodes)
+    try:
+        topo, doc = bring_up(base)
+        nodes += [n.name for n in topo.nodes]
+        agents.start_all()
+        yield WcmpLab(topo, doc, agents)
+    finally:
+        agents.stop_all()
+        runner.down(LAB, nodes or [d["name"] for d in wcmp_intent_doc()["devices"]])
+
+
+def kernel_weights(lab: str, node: str) -> dict[str, dict[str, int]]:
+    """prefix -> port -> weight of the route the kernel forwards on (lowest metric), BGP's or Loom's."""
+    routes = json.loads(runner.node_exec(lab, node, ["ip", "-j", "route", "show", "table", "main"]))
+    best: dict[str, tuple[int, dict[str, int]]] = {}
+    for r in routes:
+        if str(r.get("protocol")) not in ("bgp", "250"):
+            continue
+        hops = r.get("nexthops") or [{"dev": r.get("dev"), "weight": 1}]
+        metric = int(r.get("metric", 0))
+        if r["dst"] not in best or metric < best[r["dst"]][0]:
+            best[r["dst"]] = (metric, {h["dev"]: int(h.get("weight", 1)) for h in hops})
+    return {p: w for p, (_m, w) in best.items()}
+
+
+def plan_mismatches(lab: str, intent: Intent, plan: Plan) -> list[str]:
+    out = []
+    realization, wcmp = intent.wcmp_realization.value, intent.wcmp_enabled
+    tol = 1 if wcmp and realization == "link-bandwidth" else 0
+    for node, dp in plan.devices.items():
+        have = kernel_weights(lab, node)
+        for prefix, gid in dp.routes.items():
+            want = expected_weights(dp.groups[gid], realization, wcmp)
+            got = have.get(prefix, {})
+            if set(got) != set(want) or any(abs(got[p] - want[p]) > tol for p in want):
+                out.append(f"{node} {prefix}: kernel {got} plan {want}")
+    return out
+
+
+async def push(wlab: WcmpLab, intent: Intent, **kw: object) -> tuple[Plan, object]:
+    plan = solve(intent)
+    async with AgentDriver(wlab.agents.endpoints(), timeout=20, commit_timeout=120) as drv:
+        result = await commit_plan(drv, intent, plan, confirm_within=kw.pop("confirm_within", 90),
+                                   verify_timeout=kw.pop("verify_timeout", 45), **kw)  # type: ignore[arg-type]
+    return plan, result
+
+
+async def test_wcmp_plan_lands_in_every_kernel_within_frr_rounding(wlab: WcmpLab) -> None:
+    intent = with_wcmp(wlab.doc, enabled=True, realization="link-bandwidth")
+    plan, r = await push(wlab, intent)
+    assert r.ok, r.error  # type: ignore[attr-defined]
+    weights = {w for dp in plan.devices.values() for hops in dp.groups.values() for w in (h.weight for h in hops)}
+    assert len(weights) > 1, "the plan should not be plain ECMP"
+    assert plan_mismatches(LAB, intent, plan) == []
+    # and the split is really unequal somewhere: tor-0-0 toward 10.1.0.0/24
+    tw = kernel_weights(LAB, "tor-0-0")["10.1.0.0/24"]
+    assert len(set(tw.values())) > 1, tw
+
+
+async def test_udp_flows_split_over_the_uplinks_as_weighted(wlab: WcmpLab) -> None:
+    intent = with_wcmp(wlab.doc, enabled=True, realization="link-bandwidth")
+    _plan, r = await push(wlab, intent)
+    assert r.ok, r.error  # type: ignore[attr-defined]
+    weights = kernel_weights(LAB, "tor-0-0")["10.1.0.0/24"]
+    sender = ("import socket, sys\nfor p in range(int(sys.argv[1]), int(sys.argv[1]) + int(sys.argv[2])):\n"
+              "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('10.0.0.1', p))\n"
+              "    s.sendto(b'loom-wcmp' * 8, ('10.1.0.77', 5001)); s.close()\n")
+    send = ["ip", "netns", "exec", runner.namespace(LAB, "tor-0-0"), sys.executable, "-c", sender]
+    subprocess.run([*send, "10000", "50"], check=True, timeout=60)  # ARP warm-up
+
+    def tx() -> dict[str, int]:
+        links = json.loads(runner.node_exec(LAB, "tor-0-0", ["ip", "-s", "-j", "link"]))
+        return {li["ifname"]: li["stats64"]["tx"]["packets"] for li in links}
+
+    flows = 4000
+    before = tx()
+    subprocess.run([*send, "20000", str(flows)], check=True, timeout=120)
+    after = tx()
+    sent = {p: after[p] - before[p] for p in weights}
+    total = sum(sent.values())
+    assert total >= 0.98 * flows, sent
+    wsum = sum(weights.values())
+    for port, w in weights.items():
+        assert abs(sent[port] / total - w / wsum) < 0.04, f"{port}: {sent} vs weights {weights}"
+
+
+async def test_agent_killed_during_commit_leaves_the_old_config_everywhere(wlab: WcmpLab) -> None:
+    wcmp = with_wcmp(wlab.doc, enabled=True, realization="link-bandwidth")
+    plan, r = await push(wlab, wcmp)
+    assert r.ok, r.error  # type: ignore[attr-defined]
+    victim = "leaf-0-0"
+    tasks: list[asyncio.Task[None]] = []
+
+    async def kill_when_applying() -> None:
+        for _ in range(2000):
+            j = wlab.agents.journal(victim)
+            if j and j.get("phase") == "applying":
+                wlab.agents.kill(victim)
+                return
+            await asyncio.sleep(0.005)
+
+    def progress(step: str, device: str, res: StepResult | None) -> None:
+        if step == "commit" and device == victim and res is None:
+            tasks.append(asyncio.get_running_loop().create_task(kill_when_applying()))
+
+    ecmp = with_wcmp(wlab.doc, enabled=False)
+    _p, r2 = await push(wlab, ecmp, progress=progress)
+    await asyncio.gather(*tasks)
+    assert not r2.ok and r2.stage == "commit"  # type: ignore[attr-defined]
+    assert victim in [f.device for f in r2.failures("commit")]  # type: ignore[attr-defined]
+    wlab.agents.launch(victim)  # recovers: undoes whatever it had half applied
+    wlab.agents.wait(victim)
+    async with AgentDriver(wlab.agents.endpoints(), timeout=30) as drv:
+        st = await drv.state(victim)
+        assert st.pending_change == "" and wlab.agents.journal(victim) is None
+    deadline = time.monotonic() + 30
+    while (bad := plan_mismatches(LAB, wcmp, plan)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    assert bad == []
+
+
+async def test_unconfirmed_commit_rolls_back_on_every_device_by_itself(wlab: WcmpLab) -> None:
+    wcmp = with_wcmp(wlab.doc, enabled=True, realization="link-bandwidth")
+    plan, r = await push(wlab, wcmp)
+    assert r.ok, r.error  # type: ignore[attr-defined]
+    from southbound.render import device_configs
+
+    ecmp = with_wcmp(wlab.doc, enabled=False)
+    configs = device_configs(ecmp, solve(ecmp))
+    async with AgentDriver(wlab.agents.endpoints(), timeout=20, commit_timeout=120) as ctl:
+        nodes = list(configs)
+        prep = await asyncio.gather(*(ctl.prepare(n, "chg-gone", configs[n]) for n in nodes))
+        assert not [p for p in prep if p.failed]
+        com = await asyncio.gather(*(ctl.commit(n, "chg-gone", 8.0) for n in nodes))
+        assert not [c for c in com if c.failed]
+    # the controller is gone; every agent rolls back within its timer, and BGP brings the weights back
+    deadline = time.monotonic() + 60
+    while (bad := plan_mismatches(LAB, wcmp, plan)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    assert bad == []
+    async with AgentDriver(wlab.agents.endpoints(), timeout=20) as drv:
+        assert [(await drv.state(n)).pending_change for n in nodes] == [""] * len(nodes)
+
+
+async def test_fib_realization_installs_weighted_routes_over_bgp_and_rolls_back(wlab: WcmpLab) -> None:
+    fib = with_wcmp(wlab.doc, enabled=True, realization="fib")
+    plan, r = await push(wlab, fib)
+    assert r.ok, r.error  # type: ignore[attr-defined]
+    assert plan_mismatches(LAB, fib, plan) == []
+    routes = json.loads(runner.node_exec(LAB, "tor-0-0", ["ip", "-j", "route", "show", "10.1.0.0/24"]))
+    assert {str(x["protocol"]) for x in routes} == {"bgp", "250"}, routes  # BGP's stays underneath
+    async with AgentDriver(wlab.agents.endpoints(), timeout=20, commit_timeout=120) as drv:
+        back = await asyncio.gather(*(drv.rollback(n, r.change) for n in wlab.agents.nodes))  # type: ignore[attr-defined]
+        assert not [b for b in back if b.failed]
+    routes = json.loads(runner.node_exec(LAB, "tor-0-0", ["ip", "-j", "route", "show", "10.1.0.0/24"]))
+    assert {str(x["protocol"]) for x in routes} == {"bgp"}, routes
+
+
+def test_lab_intent_is_valid() -> None:
+    assert load_intent(REPO / "labs" / "clos3-small" / "intent.yaml").name == "clos3-small"
+    validate_intent(wcmp_intent_doc())
