@@ -463,8 +463,20 @@ def _check_clos(
         asn_group.setdefault(d.asn, (g, name))
 
 
-def parse_intent_text(text: str, fmt: str | None = None) -> Any:
-    """Parse YAML or JSON text (``fmt`` 'yaml'/'json' or guessed) into plain data."""
+def _has_alias(text: str) -> bool:
+    """True if the YAML text uses an alias (``*anchor``). An alias needs an
+    anchor, so text without ``&`` is settled without a second parse."""
+    if "&" not in text:
+        return False
+    return any(isinstance(ev, yaml.AliasEvent) for ev in yaml.parse(text, Loader=_YamlLoader))
+
+
+def parse_intent_text(text: str, fmt: str | None = None, *, allow_aliases: bool = True) -> Any:
+    """Parse YAML or JSON text (``fmt`` 'yaml'/'json' or guessed) into plain data.
+
+    ``allow_aliases=False`` refuses YAML aliases, for text from the network: a
+    few lines of nested aliases expand into gigabytes (the "billion laughs").
+    """
     errors: list[IntentError] = []
     if fmt == "json" or (fmt is None and text.lstrip().startswith(("{", "["))):
         try:
@@ -473,6 +485,9 @@ def parse_intent_text(text: str, fmt: str | None = None) -> Any:
             errors.append(IntentError("", f"JSON syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}"))
     else:
         try:
+            if not allow_aliases and _has_alias(text):
+                raise InvalidIntent([IntentError("", "YAML aliases (*name) are not accepted here: "
+                                                     "write the document out in full")])
             return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a safe loader
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)

@@ -403,3 +403,12 @@ def test_json_and_yaml_inputs_agree() -> None:
     a = validate_intent(parse_intent_text(json.dumps(doc)))
     b = validate_intent(parse_intent_text(yaml.safe_dump(doc)))
     assert a == b
+
+
+def test_yaml_aliases_can_be_refused_for_network_input() -> None:
+    bomb = "a: &a [x, x]\nb: &b [*a, *a]\nname: *b\n"
+    with pytest.raises(InvalidIntent) as info:
+        parse_intent_text(bomb, "yaml", allow_aliases=False)
+    assert "YAML aliases (*name) are not accepted here" in str(info.value.errors[0])
+    assert parse_intent_text(bomb, "yaml")["b"] == [["x", "x"], ["x", "x"]]
+    assert parse_intent_text("name: 'R&D'\n", "yaml", allow_aliases=False) == {"name": "R&D"}

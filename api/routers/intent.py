@@ -76,8 +76,8 @@ async def put_intent(request: Request, ctx: OperatorWrite) -> Response:
 
     def write() -> service.WriteResult:
         with database.session() as session:
-            return service.apply_edit(lambda _head: parse_intent_text(raw, fmt), session=session, ctx=ctx,
-                                      action="intent.replace")
+            return service.apply_edit(lambda _head: parse_intent_text(raw, fmt, allow_aliases=False),
+                                      session=session, ctx=ctx, action="intent.replace")
 
     result = await run_in_threadpool(write)
     return document_response(result.document, result.revision.id, request.headers.get("accept"))
