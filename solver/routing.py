@@ -9,8 +9,9 @@ multipath-relax``; a device advertises its best path with its ASN prepended).
 Drained devices originate their own prefixes but re-advertise nothing; drained
 and failed links carry no session. ``routing: isis`` computes shortest paths by
 link metric with every equal-cost next hop (a drained device is set overloaded:
-no transit). ``paths: loop_free`` widens the IS-IS DAG to every link that
-descends a strict order (distance to the destination, ties broken by index).
+no transit). ``paths: loop_free`` lets the traffic engineering use every
+usable link in either direction; :func:`solver.wcmp.make_loop_free` then
+orders the devices so the chosen next hops form a DAG per destination.
 
 Destinations are handled as *route classes*: every prefix originated by the
 same set of devices shares one DAG, so work scales with distinct origin sets.
@@ -35,13 +36,15 @@ class RouteClass:
     ``nexthops[v]``: arcs (out of ``v``) of the routing's equal-cost next hops,
     for every device ``v`` that has a route (origins and withdrawn devices are
     absent). ``dag[v]``: the arcs the traffic engineering may use (equal to
-    ``nexthops`` except for ``paths: loop_free``).
+    ``nexthops`` except for ``paths: loop_free``, where it is every usable arc,
+    cycles included). ``dist``: IS-IS metric distance to the nearest origin.
     """
 
     origins: tuple[int, ...]
     prefixes: list[str] = field(default_factory=list)
     nexthops: dict[int, tuple[int, ...]] = field(default_factory=dict)
     dag: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    dist: dict[int, int] = field(default_factory=dict)
 
 
 def _bgp_class(fab: Fabric, origins: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
@@ -105,8 +108,8 @@ def _isis_distances(fab: Fabric, origins: tuple[int, ...]) -> dict[int, int]:
 _Arcs = dict[int, tuple[int, ...]]
 
 
-def _isis_class(fab: Fabric, origins: tuple[int, ...], loop_free: bool) -> tuple[_Arcs, _Arcs]:
-    dist = _isis_distances(fab, origins)
+def _isis_class(fab: Fabric, origins: tuple[int, ...], loop_free: bool,
+                dist: dict[int, int]) -> tuple[_Arcs, _Arcs]:
     origin_set = set(origins)
     nh: dict[int, tuple[int, ...]] = {}
     dag: dict[int, tuple[int, ...]] = {}
@@ -121,7 +124,7 @@ def _isis_class(fab: Fabric, origins: tuple[int, ...], loop_free: bool) -> tuple
                 continue
             if dw + int(fab.arc_metric[arc]) == dv:
                 best.append(arc)
-            if loop_free and (dw, w) < (dv, v):
+            if loop_free:
                 wide.append(arc)
         if best:
             nh[v] = tuple(sorted(best))
@@ -150,7 +153,8 @@ def route_classes(fab: Fabric) -> list[RouteClass]:
             rc.nexthops = _bgp_class(fab, origins)
             rc.dag = rc.nexthops
         else:
-            rc.nexthops, rc.dag = _isis_class(fab, origins, loop_free)
+            rc.dist = _isis_distances(fab, origins)
+            rc.nexthops, rc.dag = _isis_class(fab, origins, loop_free, rc.dist)
     return list(by_origins.values())
 
 

@@ -25,7 +25,7 @@ from solver.fabric import Fabric, build_fabric
 from solver.lp import DEFAULT_BACKEND
 from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.routing import route_classes
-from solver.wcmp import Commodities, build_commodities, ecmp_ratios, propagate, solve_wcmp
+from solver.wcmp import Commodities, build_commodities, ecmp_ratios, make_loop_free, propagate, solve_wcmp
 from solver.weights import reduce_weights
 
 __all__ = ["solve"]
@@ -72,8 +72,12 @@ def _link_loads(fab: Fabric, loads: np.ndarray) -> tuple[tuple[LinkLoad, ...], f
 
 def _groups(
     fab: Fabric, com: Commodities, lp_ratio: np.ndarray | None, fib: bool, budgets: list[int], progress: Progress,
+    fallback: dict[int, tuple[int, ...]],
 ) -> tuple[dict[str, DevicePlan], np.ndarray, int]:
-    """Weighted groups and routes per device, and the rounded ratio per commodity edge."""
+    """Weighted groups and routes per device, and the rounded ratio per commodity edge.
+
+    A device without LP flow splits equally over ``fallback[node]`` if given
+    (``paths: loop_free``), else over the routing's next hops."""
     names, port, head = fab.names, fab.arc_port, fab.arc_head
     weigh = _Weights()
     group_ids: list[dict[tuple[tuple[str, str, int], ...], str]] = [{} for _ in names]
@@ -98,8 +102,8 @@ def _groups(
             k = node_of.get((ci, v))
             members: tuple[tuple[str, str, int], ...]
             if k is None or lp_ratio is None or np.isnan(lp_ratio[com.node_start[k]]):
-                hop_arcs: tuple[int, ...] = arcs
-                weights: tuple[int, ...] = (1,) * len(arcs)
+                hop_arcs: tuple[int, ...] = fallback.get(k, arcs) if k is not None else arcs
+                weights: tuple[int, ...] = (1,) * len(hop_arcs)
             else:
                 s, e = int(com.node_start[k]), int(com.node_start[k + 1])
                 r = lp_ratio[s:e]
@@ -174,6 +178,7 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     _, ecmp_loads = propagate(com, ecmp)
     ecmp_mlu = float((ecmp_loads / fab.arc_cap).max()) if fab.n_arcs else 0.0
     lp_ratio: np.ndarray | None = None
+    fallback: dict[int, tuple[int, ...]] = {}
     extra: dict[str, Any] = {"backend": backend}
     if intent.wcmp_enabled:
         say("lp", 0.0)
@@ -181,13 +186,15 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
         share = None if fib else 1.0 / np.asarray(_budgets(intent), dtype=np.float64)
         sol = solve_wcmp(com, backend=backend, min_share=share)
         lp_ratio, lp_bound = sol.ratio, sol.mlu
+        if intent.paths_mode == "loop_free":
+            lp_ratio, fallback = make_loop_free(com, sol)
         extra["lp_seconds"] = round(sol.seconds, 3)
         say("lp", 1.0)
     else:
         lp_bound = ecmp_mlu
         extra["wcmp"] = False
     fib = intent.wcmp_realization == WcmpRealization.FIB
-    devices, rounded, n_routes = _groups(fab, com, lp_ratio, fib, _budgets(intent), say)
+    devices, rounded, n_routes = _groups(fab, com, lp_ratio, fib, _budgets(intent), say, fallback)
     say("loads", 0.0)
     _, loads = propagate(com, rounded)
     links, mlu = _link_loads(fab, loads)

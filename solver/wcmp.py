@@ -12,7 +12,8 @@ with the same loads. The LP minimizes the maximum link utilization ``U``:
                   flow >= 0
 
 With ``paths: loop_free`` a second solve fixes ``U`` at its optimum and
-minimizes the total load over capacity, so no traffic takes a needless detour
+minimizes the total load weighted by IS-IS metric (a longer path costs more),
+so no traffic takes a needless detour
 (in shortest-path DAGs every path has the same cost and the term is moot).
 Constraints are built as scipy sparse matrices from numpy index arrays, never
 element by element. Split ratios are a node's outgoing flow shares.
@@ -245,7 +246,7 @@ def solve_wcmp(com: Commodities, *, backend: str = DEFAULT_BACKEND, detours: boo
     if detours:
         col_ub[n_e] = mlu * (1 + 1e-6) + 1e-9
         c2 = np.zeros(n_e + 1)
-        c2[:n_e] = 1.0 / cap[arc_row]
+        c2[:n_e] = fab.arc_metric[com.e_arc] / float(np.mean(fab.arc_metric[used]))
         second = solve_lp(c2, a, row_lb, row_ub, col_lb, col_ub, backend=backend)
         x, seconds = second.x, seconds + second.seconds
     flow = np.maximum(x[:n_e], 0.0) * scale
@@ -254,3 +255,107 @@ def solve_wcmp(com: Commodities, *, backend: str = DEFAULT_BACKEND, detours: boo
     tiny = 1e-9 * max(float(com.node_demand.max()), 1e-12)
     ratio = np.where(tot > tiny, flow / np.where(tot > tiny, tot, 1.0), np.nan)
     return WcmpSolution(flow, mlu, ratio, seconds)
+
+
+def _cancel_cycles(succ: dict[int, dict[int, float]], edge_of: dict[tuple[int, int], int], flow: np.ndarray) -> None:
+    """Remove every flow cycle among nodes (``succ[k][k2]`` = flow on edge k -> k2), lowering loads only."""
+    while True:
+        state: dict[int, int] = {}
+        cycle: list[int] | None = None
+        for root in list(succ):
+            if state.get(root):
+                continue
+            path = [root]
+            iters = [iter(list(succ[root]))]
+            state[root] = 1
+            while iters and cycle is None:
+                nxt = next(iters[-1], None)
+                if nxt is None:
+                    state[path.pop()] = 2
+                    iters.pop()
+                    continue
+                if nxt not in succ or state.get(nxt) == 2:
+                    continue
+                if state.get(nxt) == 1:
+                    cycle = path[path.index(nxt):] + [nxt]
+                    break
+                state[nxt] = 1
+                path.append(nxt)
+                iters.append(iter(list(succ[nxt])))
+            if cycle is not None:
+                break
+        if cycle is None:
+            return
+        pairs = list(zip(cycle, cycle[1:], strict=False))
+        m = min(succ[a][b] for a, b in pairs)
+        for a, b in pairs:
+            succ[a][b] -= m
+            flow[edge_of[(a, b)]] -= m
+            if succ[a][b] <= 0:
+                del succ[a][b]
+                flow[edge_of[(a, b)]] = 0.0
+
+
+def make_loop_free(com: Commodities, sol: WcmpSolution) -> tuple[np.ndarray, dict[int, tuple[int, ...]]]:
+    """Turn a ``paths: loop_free`` LP flow into loop-free forwarding.
+
+    Per commodity: cancel any flow cycle (loads only fall), then place devices
+    one by one from the origins outward, a device once all its flow successors
+    are placed, nearest (IS-IS distance) first. Every next hop used descends
+    this order, so forwarding stays loop-free even when safety removes next
+    hops. Returns the split ratios (NaN where no flow) and, for devices without
+    flow, fallback next hops: the placed neighbors nearest the destination.
+    """
+    import heapq
+
+    fab = com.fab
+    flow = sol.flow.copy()
+    tol = 1e-9 * max(float(com.node_demand.max(initial=0.0)), 1e-12)
+    flow[flow <= tol] = 0.0
+    fallback: dict[int, tuple[int, ...]] = {}
+    bounds = np.searchsorted(com.node_c, np.arange(len(com.commodity_class) + 1))
+    for c in range(len(com.commodity_class)):
+        k0, k1 = int(bounds[c]), int(bounds[c + 1])
+        e0, e1 = int(com.node_start[k0]), int(com.node_start[k1])
+        dist = com.classes[int(com.commodity_class[c])].dist
+        succ: dict[int, dict[int, float]] = {k: {} for k in range(k0, k1)}
+        edge_of: dict[tuple[int, int], int] = {}
+        for e in range(e0, e1):
+            h = int(com.e_head_node[e])
+            if h >= 0 and flow[e] > 0:
+                succ[int(com.e_node[e])][h] = float(flow[e])
+                edge_of[(int(com.e_node[e]), h)] = e
+        _cancel_cycles(succ, edge_of, flow)
+        preds: dict[int, list[tuple[int, int]]] = {}  # head node -> (tail node, edge)
+        for e in range(e0, e1):
+            preds.setdefault(int(com.e_head_node[e]), []).append((int(com.e_node[e]), e))
+        waiting = {k: len(succ[k]) for k in range(k0, k1)}
+        placed: dict[int, int] = {}
+        heap: list[tuple[int, int]] = [(-1, -1)]  # the origins (head node -1) first
+        rank = -1
+        while heap:
+            _, u = heapq.heappop(heap)
+            if u in placed or (u >= 0 and waiting[u] != 0):
+                continue
+            placed[u] = rank
+            rank += 1
+            for w, e in preds.get(u, ()):
+                if w in placed:
+                    continue
+                if flow[e] > 0:
+                    waiting[w] -= 1
+                if waiting[w] == 0:  # a placed neighbor and all flow successors placed
+                    heapq.heappush(heap, (dist.get(int(com.node_v[w]), 0), w))
+        for k in range(k0, k1):
+            s, e = int(com.node_start[k]), int(com.node_start[k + 1])
+            if k not in placed or flow[s:e].sum() > 0:
+                continue
+            down = [j for j in range(s, e) if placed.get(int(com.e_head_node[j]), 1 << 60) < placed[k]]
+            if down:
+                cost = [dist.get(int(fab.arc_head[com.e_arc[j]]), 0) + int(fab.arc_metric[com.e_arc[j]]) for j in down]
+                best = min(cost)
+                fallback[k] = tuple(int(com.e_arc[j]) for j, x in zip(down, cost, strict=True) if x == best)
+    out = np.bincount(com.e_node, weights=flow, minlength=com.n_nodes)
+    tot = out[com.e_node]
+    ratio = np.where(tot > 0, flow / np.where(tot > 0, tot, 1.0), np.nan)
+    return ratio, fallback

@@ -1,0 +1,79 @@
+"""``loom gen clos`` and ``loom plan`` end to end: generated fabrics validate, plan and pass the checker."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from controller.cli import _register
+from controller.cli.common import app
+from controller.gen import clos_document
+from controller.intent import load_intent, validate_intent
+from solver import Plan
+from solver.ecmp import ecmp_max_utilization
+from tests.checker import assert_plan_ok
+
+_register()
+runner = CliRunner()
+
+
+def test_structure_asns_and_domains() -> None:
+    doc = clos_document(pods=3, tors=4, planes=2, spines=3, missing=0.2, hetero=0.4, seed=7, scale_to_ecmp=False)
+    it = validate_intent(doc)  # RFC 7938 ASN rules are part of validation
+    roles = Counter(d.role.value for d in it.devices)
+    assert roles == {"tor": 12, "leaf": 6, "spine": 6}
+    leaf_spine = [x for x in it.links if x.a.startswith("leaf")]
+    assert len(leaf_spine) == round(0.8 * 6 * 3)
+    assert Counter(x.capacity_gbps for x in leaf_spine)[100.0] == len(leaf_spine) - round(0.4 * len(leaf_spine))
+    kinds = Counter(fd.kind for fd in it.failure_domains)
+    assert kinds["device"] == 6 and kinds["power"] == 2 and kinds["srlg"] >= 1
+    assert len({d.asn for d in it.devices if d.role.value == "tor"}) == 12
+    assert len(it.demands) == 12 * 11
+
+
+@pytest.mark.parametrize("kind", ["uniform", "gravity", "hotspot"])
+def test_demand_scaled_to_ecmp_load(kind: str) -> None:
+    doc = clos_document(pods=2, tors=3, planes=2, spines=2, missing=0.1, seed=1, demand=kind, load=0.7)
+    assert ecmp_max_utilization(validate_intent(doc)) == pytest.approx(0.7, rel=1e-3)
+
+
+def test_fanout_bounds_demands() -> None:
+    doc = clos_document(pods=4, tors=4, planes=2, spines=2, fanout=3, scale_to_ecmp=False)
+    assert len(doc["demands"]) == 16 * 3
+    assert all(d["to"] != f"10.{d['from'].split('-')[1]}.{d['from'].split('-')[2]}.0/24" for d in doc["demands"])
+
+
+def test_cli_gen_then_plan_is_accepted(tmp_path: Path) -> None:
+    intent_file, plan_file = tmp_path / "fabric.yaml", tmp_path / "plan.json"
+    r = runner.invoke(app, ["gen", "clos", "--pods", "3", "--tors", "3", "--planes", "2", "--spines", "2",
+                            "--missing", "0.1", "--hetero", "0.3", "--demand", "gravity", "--load", "0.9",
+                            "--out", str(intent_file)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["plan", str(intent_file), "--out", str(plan_file), "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{"):])["summary"]
+    plan = Plan.from_document(json.loads(plan_file.read_text()))
+    intent = load_intent(intent_file)
+    rep = assert_plan_ok(intent, plan, link_bandwidth_budget=100)
+    assert summary["max_utilization"] == pytest.approx(rep.max_utilization, abs=1e-5)
+    assert summary["ecmp_max_utilization"] == pytest.approx(0.9, rel=1e-3)
+
+
+def test_cli_plan_rejects_bad_and_infeasible_intents(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ndevices: [{name: a, role: tor}]\nlinks: [{a: a, a_port: e1, b: zz, b_port: e1}]\n")
+    r = runner.invoke(app, ["plan", str(bad), "--json"])
+    assert r.exit_code == 2
+    assert "links[0]" in r.stdout
+    doc = clos_document(pods=1, tors=2, planes=1, spines=1, scale_to_ecmp=False)
+    doc["policies"] = [{"kind": "drain", "target": "tor-0-0:eth1"}]
+    f = tmp_path / "cut.json"
+    f.write_text(json.dumps(doc))
+    r = runner.invoke(app, ["plan", str(f), "--json"])
+    assert r.exit_code == 2
+    out = json.loads(r.stdout)
+    assert "infeasible" in out["error"] and out["errors"][0]["loc"].startswith("demands[")

@@ -1,0 +1,187 @@
+"""The WCMP LP and plans: hand-solved optima, ECMP, drains, anycast, infeasible inputs.
+
+Every plan goes through the independent checker (tests/checker.py), for every
+LP backend; the only numbers asserted are optima worked out by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.errors import Infeasible
+from controller.gen import clos_document
+from controller.intent import validate_intent
+from controller.model import Intent
+from solver import BACKENDS, Plan, solve
+from tests.checker import assert_plan_ok
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def check(intent: Intent, plan: Plan) -> float:
+    lb = 100 if intent.wcmp_realization.value == "link-bandwidth" else None
+    return assert_plan_ok(intent, plan, link_bandwidth_budget=lb).max_utilization
+
+
+def pod(cap_t0_l1: float = 100.0, gbps: float = 90.0, **extra: Any) -> dict[str, Any]:
+    """One pod: tor-0 and tor-1 each linked to leaf-0 (plane 0) and leaf-1 (plane 1)."""
+    links = [
+        {"a": "tor-0", "a_port": "eth1", "b": "leaf-0", "b_port": "eth1"},
+        {"a": "tor-0", "a_port": "eth2", "b": "leaf-1", "b_port": "eth1", "capacity_gbps": cap_t0_l1},
+        {"a": "tor-1", "a_port": "eth1", "b": "leaf-0", "b_port": "eth2"},
+        {"a": "tor-1", "a_port": "eth2", "b": "leaf-1", "b_port": "eth2"},
+        {"a": "leaf-0", "a_port": "eth9", "b": "spine-0", "b_port": "eth1"},
+        {"a": "leaf-1", "a_port": "eth9", "b": "spine-1", "b_port": "eth1"},
+    ]
+    return {
+        "name": "pod", "routing": "bgp",
+        "devices": [
+            {"name": "tor-0", "role": "tor", "pod": 0, "asn": 65100},
+            {"name": "tor-1", "role": "tor", "pod": 0, "asn": 65101},
+            {"name": "leaf-0", "role": "leaf", "pod": 0, "plane": 0, "asn": 65010},
+            {"name": "leaf-1", "role": "leaf", "pod": 0, "plane": 1, "asn": 65010},
+            {"name": "spine-0", "role": "spine", "plane": 0, "asn": 65000},
+            {"name": "spine-1", "role": "spine", "plane": 1, "asn": 65001},
+        ],
+        "links": links,
+        "prefixes": [{"prefix": "10.0.0.0/24", "origins": ["tor-0"]}, {"prefix": "10.0.1.0/24", "origins": ["tor-1"]}],
+        "demands": [{"from": "tor-0", "to": "10.0.1.0/24", "gbps": gbps}],
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_half_capacity_uplink_hand_optimum(backend: str) -> None:
+    """90 G over uplinks of 100 G and 50 G: best split 60/30 gives 0.6; ECMP puts 45 G on the 50 G link (0.9)."""
+    it = validate_intent(pod(cap_t0_l1=50.0))
+    plan = solve(it, backend=backend)
+    assert plan.summary.lp_bound == pytest.approx(0.6, abs=1e-5)
+    assert plan.summary.ecmp_max_utilization == pytest.approx(0.9, abs=1e-9)
+    mlu = check(it, plan)
+    assert mlu == pytest.approx(0.6, abs=1e-5)  # weights 2:1 are exact
+    hops = plan.devices["tor-0"].nexthops("10.0.1.0/24")
+    assert sorted((h.neighbor, h.weight) for h in hops) == [("leaf-0", 2), ("leaf-1", 1)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_symmetric_fabric_ecmp_is_optimal(backend: str) -> None:
+    it = validate_intent(pod(gbps=80.0))
+    plan = solve(it, backend=backend)
+    assert plan.summary.lp_bound == pytest.approx(0.4, abs=1e-5)
+    assert check(it, plan) == pytest.approx(0.4, abs=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_demands_share_a_bottleneck(backend: str) -> None:
+    """tor-0 -> tor-1 (90 G) and tor-1 -> tor-0 (30 G): directions are separate, so still 0.6."""
+    doc = pod(cap_t0_l1=50.0)
+    doc["demands"].append({"from": "tor-1", "to": "10.0.0.0/24", "gbps": 30.0})
+    it = validate_intent(doc)
+    plan = solve(it, backend=backend)
+    assert plan.summary.lp_bound == pytest.approx(0.6, abs=1e-5)
+    check(it, plan)
+
+
+def isis_square(extra_edge: bool = False) -> dict[str, Any]:
+    """a -> d over a-b-d (10 G bottleneck) and a-c-d (metric 20, 10 G): 12 G to carry."""
+    links = [
+        {"a": "a", "a_port": "e1", "b": "b", "b_port": "e1", "capacity_gbps": 10, "metric": 10},
+        {"a": "b", "a_port": "e2", "b": "d", "b_port": "e1", "capacity_gbps": 10, "metric": 10},
+        {"a": "a", "a_port": "e2", "b": "c", "b_port": "e1", "capacity_gbps": 10, "metric": 10},
+        {"a": "c", "a_port": "e2", "b": "d", "b_port": "e2", "capacity_gbps": 10, "metric": 20},
+    ]
+    return {"name": "sq", "routing": "isis", "devices": [{"name": n} for n in "abcd"], "links": links,
+            "prefixes": [{"prefix": "10.0.0.0/24", "origins": ["d"]}],
+            "demands": [{"from": "a", "to": "10.0.0.0/24", "gbps": 12}]}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_isis_shortest_vs_loop_free(backend: str) -> None:
+    """Shortest paths force all 12 G over a-b-d (1.2); loop_free may split 6/6 (0.6)."""
+    it = validate_intent(isis_square())
+    plan = solve(it, backend=backend)
+    assert plan.summary.lp_bound == pytest.approx(1.2, abs=1e-5)
+    assert check(it, plan) == pytest.approx(1.2, abs=1e-5)
+    doc = isis_square()
+    doc["policies"] = [{"kind": "paths", "mode": "loop_free"}]
+    it = validate_intent(doc)
+    plan = solve(it, backend=backend)
+    assert plan.summary.lp_bound == pytest.approx(0.6, abs=1e-4)
+    assert check(it, plan) == pytest.approx(0.6, abs=1e-3)
+    assert plan.summary.ecmp_max_utilization == pytest.approx(1.2, abs=1e-9)
+
+
+def test_loop_free_takes_no_needless_detour() -> None:
+    """Another link fixes the optimum at 0.8; a -> d (4 G) then fits on its shortest path
+    (0.4), and the secondary term keeps it there instead of spreading it over a-c-d."""
+    doc = isis_square()
+    doc["demands"][0]["gbps"] = 4
+    doc["devices"] += [{"name": "x"}, {"name": "y"}]
+    doc["links"].append({"a": "x", "a_port": "e1", "b": "y", "b_port": "e1", "capacity_gbps": 10})
+    doc["prefixes"].append({"prefix": "10.0.1.0/24", "origins": ["y"]})
+    doc["demands"].append({"from": "x", "to": "10.0.1.0/24", "gbps": 8})
+    doc["policies"] = [{"kind": "paths", "mode": "loop_free"}]
+    it = validate_intent(doc)
+    plan = solve(it)
+    check(it, plan)
+    loads = {(x.a, x.b): x.gbps_ab for x in plan.links}
+    assert plan.summary.lp_bound == pytest.approx(0.8, abs=1e-6)
+    assert loads[("a", "c")] == pytest.approx(0.0, abs=1e-6)
+    assert loads[("a", "b")] == pytest.approx(4.0, abs=1e-6)
+
+
+def test_wcmp_disabled_gives_ecmp() -> None:
+    it = validate_intent(pod(cap_t0_l1=50.0, policies=[{"kind": "wcmp", "enabled": False}]))
+    plan = solve(it)
+    assert check(it, plan) == pytest.approx(0.9)
+    assert all(h.weight == 1 for dp in plan.devices.values() for hops in dp.groups.values() for h in hops)
+
+
+def test_anycast_demand_is_delivered() -> None:
+    doc = pod()
+    doc["prefixes"].append({"prefix": "10.9.0.0/24", "origins": ["tor-0", "tor-1"]})
+    doc["demands"] = [{"from": "tor-0", "to": "10.9.0.0/24", "gbps": 50},
+                      {"from": "spine-0", "to": "10.9.0.0/24", "gbps": 10}]
+    it = validate_intent(doc)
+    plan = solve(it)
+    rep = assert_plan_ok(it, plan, link_bandwidth_budget=100)
+    assert rep.delivered_gbps == pytest.approx(60)
+
+
+def test_drained_leaf_carries_no_transit() -> None:
+    it = validate_intent(pod(policies=[{"kind": "drain", "target": "leaf-1"}]))
+    plan = solve(it)
+    assert check(it, plan) == pytest.approx(0.9)  # all 90 G over leaf-0
+
+
+def test_unroutable_demand_is_infeasible_and_named() -> None:
+    doc = pod(policies=[{"kind": "drain", "target": "tor-0:eth1"}, {"kind": "drain", "target": "tor-0:eth2"}])
+    with pytest.raises(Infeasible) as exc:
+        solve(validate_intent(doc))
+    assert exc.value.details[0]["loc"] == "demands[0]"
+    assert "tor-0 has no route to 10.0.1.0/24" in exc.value.details[0]["reason"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_generated_clos_plan_is_accepted(backend: str) -> None:
+    doc = clos_document(pods=3, tors=3, planes=2, spines=3, missing=0.1, hetero=0.3, seed=4, load=0.9,
+                        demand="gravity")
+    it = validate_intent(doc)
+    plan = solve(it, backend=backend)
+    mlu = check(it, plan)
+    assert plan.summary.lp_bound <= plan.summary.ecmp_max_utilization + 1e-6
+    assert plan.summary.lp_bound <= mlu + 1e-6  # rounding never beats the LP optimum
+    round_trip = Plan.from_document(plan.to_document())
+    check(it, round_trip)
+
+
+def test_fib_realization_budget_64() -> None:
+    doc = clos_document(pods=2, tors=3, planes=3, spines=2, missing=0.1, hetero=0.5, seed=2, load=0.9,
+                        max_ecmp_entries=4)
+    doc["policies"] = [{"kind": "wcmp", "enabled": True, "realization": "fib"}]
+    it = validate_intent(doc)
+    plan = solve(it)
+    check(it, plan)
+    assert all(sum(h.weight for h in hops) <= 4 for dp in plan.devices.values() for hops in dp.groups.values())
