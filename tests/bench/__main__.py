@@ -1,0 +1,73 @@
+"""The ``make bench`` driver: run benchmark sections and print their tables.
+
+Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend glop]
+[--repetita all|none|NAME,...] [--budgets 128,64]``. Sections: solver, safety,
+labs, southbound (those whose module exists). Timings are wall clock on the
+machine at hand; print them beside the machine's core count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+SECTIONS = ("solver", "safety", "labs", "southbound")
+
+
+def _print(console: Console, name: str, result: Any) -> None:
+    if isinstance(result, Table):
+        console.print(result)
+    elif isinstance(result, (list, tuple)) and result and all(isinstance(x, Table) for x in result):
+        for t in result:
+            console.print(t)
+    elif isinstance(result, (list, tuple)):
+        table = Table(title=name)
+        rows = [r if isinstance(r, (list, tuple)) else [r] for r in result]
+        for i in range(max((len(r) for r in rows), default=0)):
+            table.add_column(str(i))
+        for r in rows:
+            table.add_row(*(str(x) for x in r))
+        console.print(table)
+    else:
+        console.print(str(result))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
+    parser.add_argument("sections", nargs="*", help=f"sections to run (default: all of {', '.join(SECTIONS)})")
+    parser.add_argument("--sizes", default=None, help="Clos sizes, e.g. S,M,L,XL (default per section)")
+    parser.add_argument("--backend", default="glop", help="LP backend for the solver")
+    parser.add_argument("--repetita", default="all", help="Repetita networks: all, none, or NAME,NAME")
+    parser.add_argument("--budgets", default="128,64", help="max_ecmp_entries values for the Clos rows")
+    args = parser.parse_args(argv)
+    console = Console(width=220) if not sys.stdout.isatty() else Console()
+    console.print(f"loom bench on {os.cpu_count()} cores (shared machine: timings are indicative)")
+    wanted = args.sections or list(SECTIONS)
+    status = 0
+    for name in wanted:
+        if name not in SECTIONS:
+            console.print(f"[red]unknown section {name!r}[/]")
+            status = 2
+            continue
+        try:
+            module = importlib.import_module(f"tests.bench.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"tests.bench.{name}":
+                console.print(f"[dim]{name}: no benchmark module yet[/]")
+                continue
+            raise
+        t0 = time.perf_counter()
+        _print(console, name, module.run(args))
+        console.print(f"[dim]{name}: {time.perf_counter() - t0:.1f} s[/]")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Benchmark rows for the solver (``make bench``; not part of the tests).
+
+Two tables. Clos fabrics S (4 pods x 8 ToRs, 4 planes x 4 spines), M (16 x 16,
+4 x 8), L (64 x 32, 8 x 16) and XL (128 x 48, 8 x 32), each with 5% of
+leaf-spine links missing and 20% with half or double capacity, gravity demand
+scaled so ECMP's MLU is 0.9 (a bounded fan-out beyond 256 ToRs, see
+:mod:`controller.gen`): each size runs in a fresh process so its peak memory
+is its own; columns give generation, validation and solve seconds, peak RSS,
+the MLU after rounding beside the LP optimum and ECMP's, and groups per
+device. The public Repetita networks (``../shared/bench/repetita``) as
+``routing: isis`` fabrics with demands scaled so the optimal MLU (the
+unrestricted destination-based flow LP, which ``paths: loop_free`` solves) is
+exactly 0.90: MLU with ``loop_free`` after rounding, with shortest paths
+(WCMP), and ECMP, and seconds per network.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+__all__ = ["REPETITA_DIR", "SIZES", "clos_row", "repetita_intent", "run"]
+
+SIZES: dict[str, tuple[int, int, int, int]] = {
+    "S": (4, 8, 4, 4),
+    "M": (16, 16, 4, 8),
+    "L": (64, 32, 8, 16),
+    "XL": (128, 48, 8, 32),
+}
+REPETITA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "bench" / "repetita"
+
+
+def _clos_child(size: str, budget: int, backend: str, check: bool, queue: Any) -> None:
+    try:
+        from controller.gen import clos_document
+        from controller.intent import validate_intent
+        from solver import solve
+
+        pods, tors, planes, spines = SIZES[size]
+        t0 = time.perf_counter()
+        doc = clos_document(pods=pods, tors=tors, planes=planes, spines=spines, seed=1, missing=0.05, hetero=0.2,
+                            demand="gravity", load=0.9, max_ecmp_entries=budget)
+        t1 = time.perf_counter()
+        intent = validate_intent(doc)
+        t2 = time.perf_counter()
+        plan = solve(intent, backend=backend)
+        t3 = time.perf_counter()
+        accepted = ""
+        if check:
+            from tests.checker import check_plan
+
+            rep = check_plan(intent, plan, link_bandwidth_budget=100)
+            accepted = "yes" if rep.ok else f"NO ({len(rep.problems)})"
+        s = plan.summary
+        queue.put({
+            "size": size, "budget": budget, "devices": len(intent.devices), "links": len(intent.links),
+            "demands": len(intent.demands), "gen_s": t1 - t0, "validate_s": t2 - t1, "solve_s": t3 - t2,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "mlu": s.max_utilization,
+            "lp": s.lp_bound, "ecmp": s.ecmp_max_utilization, "groups_per_device": s.groups / len(intent.devices),
+            "checked": accepted,
+        })
+    except BaseException as exc:  # report, never hang the parent
+        queue.put({"size": size, "budget": budget, "error": f"{type(exc).__name__}: {exc}"[:200]})
+
+
+def clos_row(size: str, budget: int = 128, backend: str = "glop", check: bool = False,
+             timeout: float = 1800) -> dict[str, Any]:
+    """Generate, validate and solve one Clos size in a fresh process; its numbers as a dict."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_clos_child, args=(size, budget, backend, check, queue))
+    proc.start()
+    try:
+        return queue.get(timeout=timeout)  # type: ignore[no-any-return]
+    except Exception:
+        return {"size": size, "budget": budget, "error": f"no answer within {timeout:.0f} s"}
+    finally:
+        if proc.is_alive():
+            proc.terminate()
+        proc.join(10)
+
+
+def repetita_intent(graph: Path, demands: Path, scale: float = 1.0, paths: str = "loop_free") -> dict[str, Any]:
+    """A Repetita network as a ``routing: isis`` intent document.
+
+    Directed edge pairs become one link; a link has one capacity for both
+    directions, so a pair whose directions differ gets the smaller (noted in the
+    document's name when it happens). Unpaired directed edges become links of
+    their own capacity. Bandwidths are in kbit/s; the intent uses gbps.
+    """
+    lines = [x.split() for x in graph.read_text().splitlines() if x.strip()]
+    n = int(lines[0][1])
+    names = [f"n{i}" for i in range(n)]
+    edge_start = next(i for i, x in enumerate(lines) if x[0] == "EDGES")
+    edges = [(int(x[1]), int(x[2]), int(x[3]), float(x[4])) for x in lines[edge_start + 2:]]
+    pending: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for s, d, w, bw in edges:
+        pending.setdefault((s, d), []).append((w, bw))
+    links: list[dict[str, Any]] = []
+    ports = [0] * n
+    uneven = 0
+    for (s, d), items in sorted(pending.items()):
+        if s > d and (d, s) in pending:
+            continue  # paired with the reverse, handled there
+        back = pending.get((d, s), []) if s < d else []
+        for j, (w, bw) in enumerate(items):
+            cap = bw
+            if j < len(back):
+                cap = min(bw, back[j][1])
+                uneven += back[j][1] != bw
+            ports[s] += 1
+            ports[d] += 1
+            links.append({"a": names[s], "a_port": f"e{ports[s]}", "b": names[d], "b_port": f"e{ports[d]}",
+                          "capacity_gbps": cap / 1e6, "metric": w})
+    dem_lines = [x.split() for x in demands.read_text().splitlines() if x.strip()][2:]
+    agg: dict[tuple[int, int], float] = {}
+    for x in dem_lines:
+        s, d, bw = int(x[1]), int(x[2]), float(x[3])
+        if s != d:
+            agg[(s, d)] = agg.get((s, d), 0.0) + bw
+    return {
+        "name": f"{graph.stem}" + (f"-{uneven}-uneven-pairs" if uneven else ""), "routing": "isis",
+        "devices": [{"name": nm} for nm in names], "links": links,
+        "prefixes": [{"prefix": f"10.0.{i // 256}.{i % 256}/32", "origins": [names[i]]} for i in range(n)],
+        "policies": [{"kind": "paths", "mode": paths}],
+        "demands": [{"from": names[s], "to": f"10.0.{d // 256}.{d % 256}/32", "gbps": bw * scale / 1e6}
+                    for (s, d), bw in sorted(agg.items())],
+    }
+
+
+def repetita_row(graph: Path, backend: str = "glop") -> dict[str, Any]:
+    from controller.intent import validate_intent
+    from solver import solve
+
+    demands = graph.with_name(graph.stem + ".0000.demands")
+    unit = solve(validate_intent(repetita_intent(graph, demands)), backend=backend)
+    if unit.summary.lp_bound <= 0:
+        return {"network": graph.stem, "error": "no demand"}
+    scale = 0.9 / unit.summary.lp_bound
+    t0 = time.perf_counter()
+    lf = solve(validate_intent(repetita_intent(graph, demands, scale)), backend=backend)
+    lf_s = time.perf_counter() - t0
+    sp = solve(validate_intent(repetita_intent(graph, demands, scale, paths="shortest")), backend=backend)
+    return {"network": graph.stem, "nodes": len(lf.devices), "links": len(lf.links), "lp": lf.summary.lp_bound,
+            "loop_free": lf.summary.max_utilization, "shortest": sp.summary.max_utilization,
+            "shortest_lp": sp.summary.lp_bound, "ecmp": sp.summary.ecmp_max_utilization, "seconds": lf_s}
+
+
+def _f(x: Any, digits: int = 3) -> str:
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def run(args: Any) -> list[Table]:
+    sizes = [s.strip().upper() for s in (getattr(args, "sizes", None) or "S,M,L,XL").split(",") if s.strip()]
+    budgets = [int(b) for b in (getattr(args, "budgets", None) or "128,64").split(",")]
+    backend = getattr(args, "backend", "glop")
+    clos = Table(title=f"solver: Clos fabrics, 5% leaf-spine links missing, 20% heterogeneous, LP {backend} "
+                       "(2-core shared machine)")
+    for col in ("size", "devices", "links", "demands", "budget", "gen s", "validate s", "solve s", "peak MB",
+                "MLU rounded", "LP optimum", "gap %", "ECMP MLU", "groups/device", "checker"):
+        clos.add_column(col, justify="left" if col in ("size", "checker") else "right")
+    for size in sizes:
+        if size not in SIZES:
+            continue
+        for budget in budgets:
+            r = clos_row(size, budget, backend, check=size in ("S", "M"))
+            if "error" in r:
+                clos.add_row(size, "", "", "", str(budget), "", "", "", "", "", "", "", "", "", r["error"])
+                continue
+            gap = 100 * (r["mlu"] / r["lp"] - 1) if r["lp"] > 0 else 0.0
+            clos.add_row(size, str(r["devices"]), str(r["links"]), str(r["demands"]), str(budget), _f(r["gen_s"], 1),
+                         _f(r["validate_s"], 1), _f(r["solve_s"], 2), _f(r["peak_mb"], 0), _f(r["mlu"], 4),
+                         _f(r["lp"], 4), _f(gap, 2), _f(r["ecmp"], 4), _f(r["groups_per_device"], 1), r["checked"])
+    tables = [clos]
+    which = getattr(args, "repetita", "all")
+    if which != "none" and REPETITA_DIR.is_dir():
+        rep = Table(title="solver: Repetita networks as routing: isis, demand scaled so the optimal MLU is 0.90")
+        for col in ("network", "nodes", "links", "LP (loop_free)", "MLU loop_free", "MLU shortest (WCMP)",
+                    "LP shortest", "MLU ECMP", "loop_free s"):
+            rep.add_column(col, justify="left" if col == "network" else "right")
+        graphs = sorted(REPETITA_DIR.glob("*.graph"))
+        if which != "all":
+            keep = set(which.split(","))
+            graphs = [g for g in graphs if g.stem in keep]
+        for g in graphs:
+            try:
+                r = repetita_row(g, backend)
+            except Exception as exc:  # one bad network must not hide the others
+                rep.add_row(g.stem, "", "", "", "", "", "", "", f"{type(exc).__name__}: {exc}"[:80])
+                continue
+            rep.add_row(r["network"], str(r["nodes"]), str(r["links"]), _f(r["lp"], 4), _f(r["loop_free"], 4),
+                        _f(r["shortest"], 4), _f(r["shortest_lp"], 4), _f(r["ecmp"], 4), _f(r["seconds"], 2))
+        tables.append(rep)
+    return tables
