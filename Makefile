@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
-APT_PACKAGES := frr frr-pythontools postgresql iproute2 iputils-ping procps
+APT_PACKAGES := frr frr-pythontools postgresql iproute2 iputils-ping procps chromium
 
 .PHONY: run test bench lint venv install system-deps clean proto
 

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import problems
+from api import metrics, problems
 from api.routers import (
     audit,
     demands,
@@ -30,7 +30,9 @@ from api.routers import (
     prefixes,
     revisions,
     tokens,
+    ui,
 )
+from controller.logs import bind_request_id
 from controller.settings import Settings
 from controller.store.db import Database
 
@@ -59,7 +61,8 @@ class RequestIdMiddleware:
                 message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        with bind_request_id(request_id):  # logs of this request, here and in what it calls, carry the id
+            await self.app(scope, receive, send_with_id)
 
 
 def create_app(settings: Settings | None = None, *, database: Database | None = None) -> FastAPI:
@@ -87,9 +90,12 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         ),
         lifespan=lifespan,
         separate_input_output_schemas=False,
+        docs_url=None,  # served offline by api.routers.ui
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.database = db
+    metrics.install(app)  # app.state.metrics, /metrics; inside the request id middleware
     app.add_middleware(RequestIdMiddleware)
     problems.install(app)
     app.include_router(health.router)
@@ -99,5 +105,6 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.include_router(revisions.router)
     app.include_router(tokens.router)
     app.include_router(audit.router)
+    ui.install(app)  # the web UI at /, /v1/whoami, offline /docs
     return app
 
