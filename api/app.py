@@ -75,7 +75,12 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db.migrate()
+        from controller.workflow.engine import Workflow
+
+        app.state.workflow = Workflow(settings, db, metrics=getattr(app.state, "metrics", None))
+        await app.state.workflow.start()
         yield
+        await app.state.workflow.stop()
         if owned:
             db.dispose()
 
@@ -105,6 +110,10 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.include_router(revisions.router)
     app.include_router(tokens.router)
     app.include_router(audit.router)
+    from api.routers import changes, device_state, drift, plans
+
+    for module in (changes, plans, device_state, drift):
+        app.include_router(module.router)
     ui.install(app)  # the web UI at /, /v1/whoami, offline /docs
     return app
 

@@ -30,6 +30,16 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     title: str = "Loom"
+    # -- the change workflow (controller.workflow) --
+    agents: str | None = Field(None, description="device agents: a YAML/JSON file {device: 'unix:PATH' | 'HOST:PORT'}")
+    lab: str | None = Field(None, description="a running lab's directory (labs/NAME): its agents' unix sockets")
+    agent_tls_cert: str | None = Field(None, description="client certificate for agents on TCP (mutual TLS)")
+    agent_tls_key: str | None = Field(None, description="its key")
+    agent_tls_ca: str | None = Field(None, description="the CA that signed the agents' certificates")
+    confirm_within: float = Field(60.0, gt=0, description="agents roll a commit back unless confirmed within (s)")
+    verify_timeout: float = Field(30.0, gt=0, description="how long a commit waits for kernels to match the plan (s)")
+    drift_interval: float = Field(60.0, ge=0, description="seconds between drift checks (0: only after commits)")
+    drift_repair: bool = Field(False, description="re-push the active revision when drift is found")
 
     @field_validator("db_url")
     @classmethod

@@ -1,0 +1,142 @@
+"""``/v1/changes``: create a change (JSON Patch or whole intent against a base revision), review it
+(the dry run), commit it (in the background; 409 when unsafe without force, stale or busy), follow its
+progress; ``/v1/revisions/{rev}/rollback`` makes a change back to an older revision; ``/v1/status``.
+``Idempotency-Key`` is honoured on every POST. The routers call :mod:`controller.workflow` only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from api.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body
+from api.problems import PROBLEM, error_responses
+from api.schemas_changes import ChangeCreate, ChangePage, ChangePublic, CommitRequest, RollbackRequest, Status
+from controller.errors import SafetyViolation
+from controller.service import Page, WriteContext
+from controller.workflow import changes, idempotency
+from controller.workflow.engine import Workflow
+
+router = APIRouter(tags=["changes"])
+ChangeId = Annotated[int, Path(ge=1, le=2**31 - 1, description="change id")]
+RevisionId = Annotated[int, Path(ge=1, le=2**31 - 1, description="revision id")]
+IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=128,
+                                       description="a retried POST with the same key gets the first answer")]
+
+
+def workflow(request: Request) -> Workflow:
+    """The app's change engine (made on first use when the app runs without its lifespan)."""
+    wf: Workflow | None = getattr(request.app.state, "workflow", None)
+    if wf is None or wf.db is not request.app.state.database:
+        from controller.workflow.agents import make_driver
+
+        wf = Workflow(request.app.state.settings, request.app.state.database,
+                      metrics=getattr(request.app.state, "metrics", None))
+        wf.driver = make_driver(wf.settings, wf.endpoints)
+        request.app.state.workflow = wf
+    return wf
+
+
+def _db(request: Request, fn: Callable[[Any], Any]) -> Awaitable[Any]:
+    def run() -> Any:
+        with request.app.state.database.session() as session:
+            return fn(session)
+    return asyncio.to_thread(run)
+
+
+async def idempotent(request: Request, ctx: WriteContext, key: str | None,
+                     handler: Callable[[], Awaitable[tuple[int, Any]]]) -> JSONResponse:
+    """Run ``handler`` once per ``Idempotency-Key``; a retry gets the stored answer."""
+    body = await request.body()
+    path = request.url.path
+    if key:
+        found = await _db(request, lambda s: idempotency.lookup(ctx.actor.name, key, path, body, session=s))
+        if found is not None:
+            return JSONResponse(found[1], status_code=found[0], headers={"Idempotent-Replayed": "true"})
+    status, answer = await handler()
+    if key:
+        await _db(request, lambda s: idempotency.remember(ctx.actor.name, key, path, body, status, answer,
+                                                           session=s))
+    return JSONResponse(answer, status_code=status)
+
+
+@router.post("/v1/changes", status_code=201, response_model=ChangePublic, summary="Create a change (a draft)",
+             responses=error_responses(401, 403, 404, 409, 422))
+async def create_change(request: Request, body: ChangeCreate, ctx: OperatorWrite,
+                        key: IdemKey = None) -> JSONResponse:
+    async def run() -> tuple[int, Any]:
+        ch = await _db(request, lambda s: changes.create_change(
+            session=s, ctx=ctx, base_revision=body.base_revision, patch=body.patch, intent=body.intent,
+            message=body.message))
+        return 201, changes.change_document(ch)
+    return await idempotent(request, ctx, key, run)
+
+
+@router.get("/v1/changes", response_model=ChangePage, summary="List changes, newest first",
+            responses=error_responses(401, 403, 422))
+def list_changes(request: Request, response: Response, session: SessionDep, _actor: Viewer, paging: PagingDep,
+                 state: Annotated[str | None, Query(description="only changes in this state")] = None) -> Any:
+    items, total = changes.list_changes(session=session, limit=paging.limit, offset=paging.offset, state=state)
+    page = Page(items, total, paging.limit, paging.offset)
+    return page_body(request, response, page, [changes.change_document(c) for c in items])
+
+
+@router.get("/v1/changes/{change_id}", response_model=ChangePublic, summary="One change, with progress",
+            responses=error_responses(401, 403, 404, 422))
+def get_change(session: SessionDep, _actor: Viewer, change_id: ChangeId) -> Any:
+    return changes.change_document(changes.get_change(change_id, session=session))
+
+
+@router.post("/v1/changes/{change_id}/review", summary="Review (dry run): plan diff, config diff, safety report",
+             responses=error_responses(401, 403, 404, 409, 422))
+async def review_change(request: Request, ctx: OperatorWrite, change_id: ChangeId,
+                        key: IdemKey = None) -> JSONResponse:
+    async def run() -> tuple[int, Any]:
+        return 200, await workflow(request).review(change_id, ctx)
+    return await idempotent(request, ctx, key, run)
+
+
+@router.post("/v1/changes/{change_id}/commit", status_code=202, response_model=ChangePublic,
+             summary="Commit a reviewed change to the devices (runs in the background)",
+             responses=error_responses(401, 403, 404, 409, 422))
+async def commit_change(request: Request, ctx: OperatorWrite, change_id: ChangeId, body: CommitRequest | None = None,
+                        key: IdemKey = None) -> JSONResponse:
+    body = body or CommitRequest()
+
+    async def run() -> tuple[int, Any]:
+        try:
+            ch = await workflow(request).commit(change_id, ctx, force=body.force, reason=body.reason)
+        except SafetyViolation as exc:
+            return 409, {"type": "urn:loom:problem:unsafe-change", "title": "Unsafe change", "status": 409,
+                         "detail": str(exc), "instance": request.url.path,
+                         "request_id": getattr(request.state, "request_id", None), "errors": [],
+                         "failing": exc.failing,
+                         "failing_scenarios": sorted({str(f.get("scenario")) for f in exc.failing})}
+        return 202, changes.change_document(ch)
+
+    resp = await idempotent(request, ctx, key, run)
+    if resp.status_code == 409:
+        resp.headers["content-type"] = PROBLEM
+    return resp
+
+
+@router.post("/v1/revisions/{revision}/rollback", status_code=201, response_model=ChangePublic,
+             summary="A change back to this revision's intent (then review and commit it)",
+             responses=error_responses(401, 403, 404, 422))
+async def rollback(request: Request, ctx: OperatorWrite, revision: RevisionId, body: RollbackRequest | None = None,
+                   key: IdemKey = None) -> JSONResponse:
+    message = body.message if body else ""
+
+    async def run() -> tuple[int, Any]:
+        ch = await _db(request, lambda s: changes.create_rollback(revision, session=s, ctx=ctx, message=message))
+        return 201, changes.change_document(ch)
+    return await idempotent(request, ctx, key, run)
+
+
+@router.get("/v1/status", response_model=Status, summary="Head and active revisions, the committing change",
+            responses=error_responses(401, 403))
+def get_status(request: Request, session: SessionDep, _actor: Viewer) -> Any:
+    return {**changes.status(session=session), "devices": list(workflow(request).devices)}

@@ -1,0 +1,110 @@
+"""The change workflow's tables: changes and their transitions, compressed plans,
+deployments (which revision is active), drift reports and idempotency keys.
+
+A **change** carries a proposed revision against a base revision through
+draft -> reviewed -> committing -> committed | failed | rolled_back; each move is
+a **transition** row (time, actor, reason). ``committing_slot`` is 1 while a
+change commits and NULL otherwise, under a unique constraint, so only one
+change can commit at a time across every controller process sharing the store.
+A **plan** is stored per revision as zlib-compressed JSON (DESIGN contract 2).
+A **deployment** row is written each time a revision becomes active; the
+active revision is the newest one. **Drift** reports keep what the last check
+found; **idempotency keys** keep the answer given to a POST so that a retry
+with the same ``Idempotency-Key`` gets the same answer.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from controller.store.models import Base
+
+__all__ = ["ChangeRow", "DeploymentRow", "DriftRow", "IdempotencyRow", "PlanRow", "TransitionRow"]
+
+
+class ChangeRow(Base):
+    """One change: a proposed revision, its review and its commit."""
+
+    __tablename__ = "changes"
+    __table_args__ = (Index("ix_changes_state", "state"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16), default="change")  # change | rollback | repair
+    state: Mapped[str] = mapped_column(String(16))
+    base_revision: Mapped[int | None] = mapped_column(ForeignKey("revisions.id"))
+    proposed_revision: Mapped[int | None] = mapped_column(ForeignKey("revisions.id"))
+    message: Mapped[str] = mapped_column(Text, default="")
+    author: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    review: Mapped[str | None] = mapped_column(Text)  # JSON of the last review
+    reviewed_active: Mapped[int | None] = mapped_column(Integer)  # the active revision the review was made against
+    verdict: Mapped[str | None] = mapped_column(String(16))
+    progress: Mapped[str | None] = mapped_column(Text)  # JSON
+    force_reason: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    transaction: Mapped[str | None] = mapped_column(String(64))
+    previous_active: Mapped[int | None] = mapped_column(Integer)
+    committing_slot: Mapped[int | None] = mapped_column(Integer, unique=True)
+
+
+class TransitionRow(Base):
+    """One state change of a change."""
+
+    __tablename__ = "change_transitions"
+    __table_args__ = (Index("ix_change_transitions_change_id", "change_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    change_id: Mapped[int] = mapped_column(ForeignKey("changes.id"))
+    state: Mapped[str] = mapped_column(String(16))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    actor: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class PlanRow(Base):
+    """A revision's compiled plan, zlib-compressed JSON."""
+
+    __tablename__ = "plans"
+
+    revision_id: Mapped[int] = mapped_column(ForeignKey("revisions.id"), primary_key=True, autoincrement=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class DeploymentRow(Base):
+    """A revision became active (committed to the devices)."""
+
+    __tablename__ = "deployments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    revision_id: Mapped[int] = mapped_column(ForeignKey("revisions.id"))
+    change_id: Mapped[int | None] = mapped_column(ForeignKey("changes.id"))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class DriftRow(Base):
+    """One drift check: the whole report as JSON."""
+
+    __tablename__ = "drift_reports"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    checked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    active_revision: Mapped[int | None] = mapped_column(Integer)
+    document: Mapped[str] = mapped_column(Text)
+
+
+class IdempotencyRow(Base):
+    """The answer given to a POST carrying ``Idempotency-Key`` (per actor)."""
+
+    __tablename__ = "idempotency_keys"
+
+    actor: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    path: Mapped[str] = mapped_column(String(512))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[int] = mapped_column(Integer)
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,221 @@
+"""Repository functions of the change workflow's tables (session as keyword, frozen records out).
+
+Changes with their transitions, compressed plans per revision, deployments
+(the active revision), drift reports and idempotency keys. The one-at-a-time
+commit guard is :func:`claim_commit`: it sets the change's ``committing_slot``
+under a unique constraint and raises :class:`CommitBusy` when another change
+holds it. Transactions belong to the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from controller.errors import Conflict, NotFound
+from controller.store.repo import utc
+from controller.store.workflow_models import (
+    ChangeRow,
+    DeploymentRow,
+    DriftRow,
+    IdempotencyRow,
+    PlanRow,
+    TransitionRow,
+)
+
+__all__ = [
+    "Change", "CommitBusy", "Transition", "active_revision", "add_change", "add_deployment", "add_drift",
+    "add_transition", "claim_commit", "committing_change", "find_idempotent", "get_change", "get_plan",
+    "latest_drift", "list_changes", "put_idempotent", "put_plan", "release_commit", "update_change",
+]
+
+
+class CommitBusy(Conflict):
+    """Another change is committing."""
+
+
+@dataclass(frozen=True)
+class Transition:
+    state: str
+    at: datetime
+    actor: str
+    reason: str
+
+    def to_document(self) -> dict[str, Any]:
+        return {"state": self.state, "at": self.at.isoformat(), "actor": self.actor, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Change:
+    id: int
+    kind: str
+    state: str
+    base_revision: int | None
+    proposed_revision: int | None
+    message: str
+    author: str
+    created_at: datetime
+    review: dict[str, Any] | None
+    reviewed_active: int | None
+    verdict: str | None
+    progress: dict[str, Any] | None
+    force_reason: str | None
+    error: str | None
+    transaction: str | None
+    previous_active: int | None
+    transitions: tuple[Transition, ...] = ()
+
+    @classmethod
+    def of(cls, row: ChangeRow, transitions: tuple[Transition, ...] = ()) -> Change:
+        return cls(row.id, row.kind, row.state, row.base_revision, row.proposed_revision, row.message, row.author,
+                   utc(row.created_at) or row.created_at, json.loads(row.review) if row.review else None,
+                   row.reviewed_active, row.verdict, json.loads(row.progress) if row.progress else None,
+                   row.force_reason, row.error, row.transaction, row.previous_active, transitions)
+
+
+def _transitions(session: Session, ids: list[int]) -> dict[int, tuple[Transition, ...]]:
+    out: dict[int, list[Transition]] = {i: [] for i in ids}
+    if ids:
+        rows = session.scalars(select(TransitionRow).where(TransitionRow.change_id.in_(ids))
+                               .order_by(TransitionRow.id))
+        for r in rows:
+            out[r.change_id].append(Transition(r.state, utc(r.at) or r.at, r.actor, r.reason))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+# -- changes ------------------------------------------------------------------
+def add_change(*, session: Session, kind: str, base_revision: int | None, proposed_revision: int | None,
+               message: str, author: str, now: datetime) -> Change:
+    row = ChangeRow(kind=kind, state="draft", base_revision=base_revision, proposed_revision=proposed_revision,
+                    message=message, author=author, created_at=now)
+    session.add(row)
+    session.flush()
+    add_transition(row.id, "draft", session=session, actor=author, now=now, reason=message)
+    return get_change(row.id, session=session)
+
+
+def add_transition(change_id: int, state: str, *, session: Session, actor: str, now: datetime,
+                   reason: str = "") -> None:
+    session.add(TransitionRow(change_id=change_id, state=state, at=now, actor=actor, reason=reason[:4000]))
+    session.flush()
+
+
+def get_change(change_id: int, *, session: Session, for_update: bool = False) -> Change:
+    q = select(ChangeRow).where(ChangeRow.id == change_id)
+    if for_update and session.get_bind().dialect.name == "postgresql":
+        q = q.with_for_update()
+    row = session.scalars(q).first()
+    if row is None:
+        raise NotFound(f"change {change_id} does not exist")
+    session.refresh(row)
+    return Change.of(row, _transitions(session, [row.id])[row.id])
+
+
+def list_changes(*, session: Session, limit: int, offset: int, state: str | None = None
+                 ) -> tuple[list[Change], int]:
+    conds = [ChangeRow.state == state] if state else []
+    total = session.scalar(select(func.count()).select_from(ChangeRow).where(*conds)) or 0
+    rows = list(session.scalars(select(ChangeRow).where(*conds).order_by(ChangeRow.id.desc())
+                                .limit(limit).offset(offset)))
+    trans = _transitions(session, [r.id for r in rows])
+    return [Change.of(r, trans[r.id]) for r in rows], total
+
+
+_JSON_FIELDS = ("review", "progress")
+
+
+def update_change(change_id: int, *, session: Session, **fields: Any) -> None:
+    """Set columns of a change (``review``/``progress`` given as documents)."""
+    values = {k: (json.dumps(v, separators=(",", ":")) if k in _JSON_FIELDS and v is not None else v)
+              for k, v in fields.items()}
+    session.execute(update(ChangeRow).where(ChangeRow.id == change_id).values(**values))
+    session.flush()
+
+
+def committing_change(*, session: Session) -> Change | None:
+    row = session.scalars(select(ChangeRow).where(ChangeRow.state == "committing").order_by(ChangeRow.id)).first()
+    return Change.of(row, _transitions(session, [row.id])[row.id]) if row else None
+
+
+def claim_commit(change_id: int, *, session: Session) -> None:
+    """Take the one commit slot for ``change_id``; :class:`CommitBusy` when another change holds it."""
+    holder = session.scalar(select(ChangeRow.id).where(ChangeRow.committing_slot == 1))
+    if holder is not None and holder != change_id:
+        raise CommitBusy(f"change {holder} is committing; one change commits at a time")
+    try:
+        with session.begin_nested():
+            session.execute(update(ChangeRow).where(ChangeRow.id == change_id).values(committing_slot=1))
+    except IntegrityError:
+        raise CommitBusy("another change is committing; one change commits at a time") from None
+
+
+def release_commit(change_id: int, *, session: Session) -> None:
+    session.execute(update(ChangeRow).where(ChangeRow.id == change_id).values(committing_slot=None))
+    session.flush()
+
+
+# -- plans --------------------------------------------------------------------
+def put_plan(revision: int, document: dict[str, Any], *, session: Session, now: datetime) -> None:
+    if session.get(PlanRow, revision) is not None:
+        return
+    blob = zlib.compress(json.dumps(document, separators=(",", ":")).encode(), 6)
+    session.add(PlanRow(revision_id=revision, created_at=now, data=blob))
+    session.flush()
+
+
+def get_plan(revision: int, *, session: Session) -> dict[str, Any] | None:
+    blob = session.scalar(select(PlanRow.data).where(PlanRow.revision_id == revision))
+    if blob is None:
+        return None
+    doc: dict[str, Any] = json.loads(zlib.decompress(blob))
+    return doc
+
+
+# -- deployments ----------------------------------------------------------------
+def active_revision(*, session: Session) -> int | None:
+    return session.scalar(select(DeploymentRow.revision_id).order_by(DeploymentRow.id.desc()).limit(1))
+
+
+def add_deployment(revision: int, change_id: int | None, *, session: Session, now: datetime) -> None:
+    session.add(DeploymentRow(revision_id=revision, change_id=change_id, at=now))
+    session.flush()
+
+
+# -- drift ----------------------------------------------------------------------
+def add_drift(document: dict[str, Any], *, session: Session, now: datetime, active: int | None) -> None:
+    session.add(DriftRow(checked_at=now, active_revision=active, document=json.dumps(document)))
+    session.flush()
+    # keep the last 100 reports
+    old = session.scalar(select(DriftRow.id).order_by(DriftRow.id.desc()).offset(100).limit(1))
+    if old is not None:
+        session.query(DriftRow).filter(DriftRow.id <= old).delete()
+
+
+def latest_drift(*, session: Session) -> dict[str, Any] | None:
+    doc = session.scalar(select(DriftRow.document).order_by(DriftRow.id.desc()).limit(1))
+    return json.loads(doc) if doc else None
+
+
+# -- idempotency ------------------------------------------------------------------
+def find_idempotent(actor: str, key: str, *, session: Session) -> IdempotencyRow | None:
+    row = session.get(IdempotencyRow, (actor, key))
+    if row is not None:
+        session.expunge(row)
+    return row
+
+
+def put_idempotent(actor: str, key: str, *, session: Session, path: str, request_hash: str, status: int,
+                   body: str, now: datetime) -> None:
+    try:
+        with session.begin_nested():
+            session.add(IdempotencyRow(actor=actor, key=key, path=path[:512], request_hash=request_hash,
+                                       status=status, body=body, created_at=now))
+    except IntegrityError:
+        pass  # a concurrent retry stored it first

@@ -1,0 +1,303 @@
+"""Changes in the store: creation, review bookkeeping, the commit gate and the outcome.
+
+This module owns the change state machine on the store side, as plain
+functions over a session (the API and the engine call them; southbound is the
+engine's business). A change is created from a base revision and either a JSON
+Patch or a whole document; the resulting intent is validated whole and stored
+as the proposed revision (or an identical existing one is reused). Its life:
+``draft -> reviewed -> committing -> committed | failed | rolled_back``, each
+move a transition row with time, actor and reason, and each an audit entry.
+:func:`begin_commit` is the safety gate and the durable record written before
+any device is touched: it refuses an unreviewed change, a review made against
+another active revision ("review again"), an unsafe verdict without ``force``
+and a reason (:class:`~controller.errors.SafetyViolation` with the failing
+scenarios), and a second concurrent commit (the store's unique commit slot).
+Plans are compiled once per revision and kept compressed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from controller.errors import Conflict, IntentError, InvalidIntent, NotFound, SafetyViolation
+from controller.intent import format_loc, validate_intent
+from controller.model import Intent
+from controller.service import WriteContext
+from controller.store import repo
+from controller.store import workflow_repo as wrepo
+from controller.store.db import write_transaction
+from controller.store.repo import ConcurrentWrite
+from controller.store.workflow_repo import Change
+from controller.workflow.jsonpatch import apply_patch
+from solver.plan import Plan
+
+__all__ = [
+    "FINAL", "STATES", "ReviewInputs", "begin_commit", "change_document", "create_change", "create_rollback",
+    "finish_commit", "get_change", "list_changes", "plan_for", "record_review", "review_inputs", "status",
+]
+
+STATES = ("draft", "reviewed", "committing", "committed", "failed", "rolled_back")
+FINAL = ("committed", "failed", "rolled_back")
+REVIEWABLE = ("draft", "reviewed", "failed", "rolled_back")
+Doc = dict[str, Any]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _validated(document: Any) -> Intent:
+    try:
+        return validate_intent(document)
+    except ValidationError as exc:
+        raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"])) for e in exc.errors()]) from None
+
+
+def _audit(session: Session, ctx: WriteContext, action: str, *, outcome: str = "accepted", status: int = 200,
+           revision: int | None = None, detail: str = "") -> None:
+    repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
+                   request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action, outcome=outcome,
+                   status=status, revision=revision, detail=detail[:4000])
+
+
+def change_document(ch: Change) -> Doc:
+    """The API's ``Change``."""
+    return {"id": ch.id, "kind": ch.kind, "state": ch.state, "base_revision": ch.base_revision,
+            "proposed_revision": ch.proposed_revision, "message": ch.message, "author": ch.author,
+            "created_at": ch.created_at.isoformat(),
+            "transitions": [t.to_document() for t in ch.transitions],
+            "review": ch.review, "progress": ch.progress, "force_reason": ch.force_reason, "error": ch.error,
+            "transaction": ch.transaction}
+
+
+# -- reading --------------------------------------------------------------------
+def get_change(change_id: int, *, session: Session) -> Change:
+    return wrepo.get_change(change_id, session=session)
+
+
+def list_changes(*, session: Session, limit: int, offset: int, state: str | None = None
+                 ) -> tuple[list[Change], int]:
+    return wrepo.list_changes(session=session, limit=limit, offset=offset, state=state)
+
+
+def status(*, session: Session) -> Doc:
+    head = repo.head_revision(session=session)
+    busy = wrepo.committing_change(session=session)
+    return {"head_revision": head.id if head else None, "active_revision": wrepo.active_revision(session=session),
+            "committing_change": busy.id if busy else None}
+
+
+def plan_for(revision: int, *, session: Session, observe: Callable[[float], None] | None = None
+             ) -> tuple[Intent, Plan]:
+    """The intent of ``revision`` and its plan (compiled once, then read back from the store)."""
+    import time
+
+    intent = _validated(repo.revision_document(revision, session=session))
+    doc = wrepo.get_plan(revision, session=session)
+    if doc is not None:
+        return intent, Plan.from_document(doc)
+    from solver import solve
+
+    t0 = time.perf_counter()
+    plan = solve(intent)
+    if observe is not None:
+        observe(time.perf_counter() - t0)
+    with write_transaction(session):
+        wrepo.put_plan(revision, plan.to_document(), session=session, now=_now())
+    return intent, plan
+
+
+# -- creating -------------------------------------------------------------------
+def _store_proposed(intent: Intent, base: repo.Revision, *, session: Session, ctx: WriteContext) -> int:
+    """The revision holding ``intent``: the head or the base when identical, else a new head."""
+    head = repo.head_revision(session=session)
+    assert head is not None
+    for rev in (head, base):
+        if rev.hash == intent.content_hash:
+            return rev.id
+    new = repo.add_revision(session=session, document=intent.to_document(), content_hash=intent.content_hash,
+                            parent=head.id, author=ctx.actor.name, message=ctx.message or "proposed by a change",
+                            request_id=ctx.request_id, now=_now())
+    return new.id
+
+
+def create_change(*, session: Session, ctx: WriteContext, base_revision: int, patch: list[Any] | None,
+                  intent: Any | None, message: str = "", kind: str = "change") -> Change:
+    """A draft change: the base's document with ``patch`` applied, or ``intent`` whole.
+
+    Raises :class:`InvalidIntent` (422, nothing stored) when the result is not a valid intent
+    (or a patch operation fails), :class:`NotFound` for an unknown base revision.
+    """
+    if (patch is None) == (intent is None):
+        raise InvalidIntent([IntentError("body", "give exactly one of 'patch' and 'intent'")])
+    for attempt in range(3):
+        try:
+            with write_transaction(session):
+                base = repo.get_revision(base_revision, session=session)
+                document = (apply_patch(repo.revision_document(base.id, session=session), patch)
+                            if patch is not None else intent)
+                proposed = _validated(document)
+                rev = _store_proposed(proposed, base, session=session, ctx=ctx)
+                ch = wrepo.add_change(session=session, kind=kind, base_revision=base.id, proposed_revision=rev,
+                                      message=message, author=ctx.actor.name, now=_now())
+                _audit(session, ctx, f"{kind}.create", status=201, revision=rev,
+                       detail=f"change {ch.id}: base {base.id} -> proposed {rev}" + (f": {message}" if message else ""))
+            return wrepo.get_change(ch.id, session=session)
+        except ConcurrentWrite:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def create_rollback(revision: int, *, session: Session, ctx: WriteContext, message: str = "") -> Change:
+    """A change whose target is ``revision``'s intent (the same revision, immutable), based on the active one."""
+    with write_transaction(session):
+        rev = repo.get_revision(revision, session=session)
+        active = wrepo.active_revision(session=session)
+        ch = wrepo.add_change(session=session, kind="rollback", base_revision=active or rev.id,
+                              proposed_revision=rev.id, message=message or f"roll back to revision {rev.id}",
+                              author=ctx.actor.name, now=_now())
+        _audit(session, ctx, "rollback.create", status=201, revision=rev.id,
+               detail=f"change {ch.id}: roll back from {active} to revision {rev.id}")
+    return wrepo.get_change(ch.id, session=session)
+
+
+# -- review ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReviewInputs:
+    change: Change
+    intent: Intent
+    plan: Plan
+    active: int | None
+    active_intent: Intent | None
+    active_plan: Plan | None
+
+
+def review_inputs(change_id: int, *, session: Session,
+                  observe: Callable[[float], None] | None = None) -> ReviewInputs:
+    ch = wrepo.get_change(change_id, session=session)
+    if ch.state not in REVIEWABLE:
+        raise Conflict(f"change {ch.id} is {ch.state}: it cannot be reviewed now")
+    assert ch.proposed_revision is not None
+    intent, plan = plan_for(ch.proposed_revision, session=session, observe=observe)
+    active = wrepo.active_revision(session=session)
+    a_intent = a_plan = None
+    if active is not None:
+        a_intent, a_plan = plan_for(active, session=session, observe=observe)
+    return ReviewInputs(ch, intent, plan, active, a_intent, a_plan)
+
+
+def record_review(change_id: int, review: Doc, *, session: Session, ctx: WriteContext) -> Change:
+    with write_transaction(session):
+        ch = wrepo.get_change(change_id, session=session)
+        if ch.state not in REVIEWABLE:
+            raise Conflict(f"change {ch.id} is {ch.state}: it cannot be reviewed now")
+        wrepo.update_change(change_id, session=session, state="reviewed", review=review,
+                            reviewed_active=review["active_revision"], verdict=review["verdict"], error=None,
+                            progress=None)
+        reason = f"verdict {review['verdict']} against active revision {review['active_revision']}"
+        wrepo.add_transition(change_id, "reviewed", session=session, actor=ctx.actor.name, now=_now(), reason=reason)
+        _audit(session, ctx, "change.review", revision=ch.proposed_revision, detail=f"change {change_id}: {reason}")
+    return wrepo.get_change(change_id, session=session)
+
+
+# -- commit -----------------------------------------------------------------------
+def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transaction: str, force: bool = False,
+                 reason: str | None = None, skip_gate: bool = False) -> Change:
+    """Gate and durably mark ``change_id`` as committing (before any device is touched)."""
+    try:
+        with write_transaction(session):
+            ch = wrepo.get_change(change_id, session=session, for_update=True)
+            active = wrepo.active_revision(session=session)
+            if not skip_gate:
+                _gate(ch, active, force, reason)
+            wrepo.claim_commit(change_id, session=session)
+            forced = reason if force and ch.verdict == "unsafe" else None
+            wrepo.update_change(change_id, session=session, state="committing", transaction=transaction,
+                                previous_active=active, force_reason=forced if forced else ch.force_reason,
+                                error=None, progress=None)
+            why = f"transaction {transaction}" + (f"; forced: {forced}" if forced else "")
+            wrepo.add_transition(change_id, "committing", session=session, actor=ctx.actor.name, now=_now(),
+                                 reason=why)
+            _audit(session, ctx, "change.commit", outcome="forced" if forced else "accepted", status=202,
+                   revision=ch.proposed_revision, detail=f"change {change_id}: {why}")
+    except (Conflict, SafetyViolation, InvalidIntent, NotFound) as exc:
+        with write_transaction(session):
+            status = 422 if isinstance(exc, InvalidIntent) else 404 if isinstance(exc, NotFound) else 409
+            _audit(session, ctx, "change.commit", outcome="rejected", status=status,
+                   detail=f"change {change_id}: {exc}")
+        raise
+    return wrepo.get_change(change_id, session=session)
+
+
+def _gate(ch: Change, active: int | None, force: bool, reason: str | None) -> None:
+    if ch.state == "committing":
+        raise Conflict(f"change {ch.id} is already committing")
+    if ch.state != "reviewed":
+        raise Conflict(f"change {ch.id} is {ch.state}: review it first (POST /v1/changes/{ch.id}/review)")
+    if ch.reviewed_active != active:
+        raise Conflict(f"change {ch.id} was reviewed against active revision {ch.reviewed_active}, but the active "
+                       f"revision is now {active}: review again")
+    if ch.verdict == "unsafe":
+        if not force:
+            failing = list((ch.review or {}).get("safety", {}).get("failing", []))
+            raise SafetyViolation(f"change {ch.id} is unsafe: {len(failing)} failing invariant(s); "
+                                  "commit with force and a reason to override", failing)
+        if not (reason or "").strip():
+            raise InvalidIntent([IntentError("body.reason", "a forced commit of an unsafe change needs a reason")])
+
+
+def finish_commit(change_id: int, outcome: str, *, session: Session, ctx: WriteContext, reason: str,
+                  error: str | None = None, progress: Doc | None = None, action: str = "change.commit") -> Change:
+    """Record how a commit ended (``committed``, ``failed``, ``rolled_back``) and free the commit slot."""
+    assert outcome in FINAL
+    with write_transaction(session):
+        ch = wrepo.get_change(change_id, session=session)
+        fields: dict[str, Any] = {"state": outcome, "error": error}
+        if progress is not None:
+            fields["progress"] = progress
+        wrepo.update_change(change_id, session=session, **fields)
+        wrepo.release_commit(change_id, session=session)
+        if outcome == "committed":
+            assert ch.proposed_revision is not None
+            wrepo.add_deployment(ch.proposed_revision, change_id, session=session, now=_now())
+        wrepo.add_transition(change_id, outcome, session=session, actor=ctx.actor.name, now=_now(), reason=reason)
+        _audit(session, ctx, action, outcome=outcome, status=200, revision=ch.proposed_revision,
+               detail=f"change {change_id}: {reason}" + (f" ({error})" if error else ""))
+    return wrepo.get_change(change_id, session=session)
+
+
+def save_progress(change_id: int, progress: Doc, *, session: Session) -> None:
+    with write_transaction(session):
+        wrepo.update_change(change_id, session=session, progress=progress)
+
+
+def active_revision(*, session: Session) -> int | None:
+    return wrepo.active_revision(session=session)
+
+
+def plan_document(revision: int | str, *, session: Session) -> Doc:
+    """The plan document of ``revision`` (``active``: the active revision's)."""
+    if revision == "active":
+        rev = wrepo.active_revision(session=session)
+        if rev is None:
+            raise NotFound("no revision is active yet: commit a change first")
+    else:
+        rev = int(revision)
+        repo.get_revision(rev, session=session)
+    doc = wrepo.get_plan(rev, session=session)
+    if doc is None:
+        _, plan = plan_for(rev, session=session)
+        doc = plan.to_document()
+    return doc
+
+
+def json_size(doc: Any) -> int:
+    return len(json.dumps(doc))

@@ -1,0 +1,421 @@
+"""The controller's change engine: review, background commit, crash recovery and drift.
+
+:class:`Workflow` is the one place that calls southbound. It lives in the
+server process (``api.create_app`` starts it at startup and stops it at
+shutdown) and owns the driver to the device agents (``controller.workflow.agents``).
+
+- **Review**: solve and replay in a worker thread, then the per-device config
+  diff from the agents' ``Prepare`` (aborted at once) or, with no agents,
+  rendered locally.
+- **Commit**: :func:`controller.workflow.changes.begin_commit` durably marks the
+  change ``committing`` with its transaction id and the previous active
+  revision before any device hears of it; then an asyncio task runs the
+  network-wide transaction (:func:`southbound.transaction.commit_plan`),
+  recording per-device progress as results arrive, and stores the outcome:
+  ``committed`` (the revision becomes active), ``failed`` (Prepare refused,
+  nothing applied) or ``rolled_back``. With no agents a commit only records the
+  revision as active.
+- **Recovery** (at startup): a change left ``committing`` by a controller that
+  died is finished or undone by what the devices report: every reachable device
+  runs the target config and none is unreachable -> Confirm where pending,
+  ``committed``; otherwise Rollback and Abort the transaction everywhere,
+  ``rolled_back``. Agents' confirm timers are the safety net for devices that
+  cannot be reached. What was done is recorded in the transition and audit log.
+- **Drift**: every ``drift_interval`` seconds and after each commit, every
+  device's ``GetState`` is held against the active revision (config hash, and
+  kernel routes against the plan where the agent observes them); the report is
+  stored and, with ``drift_repair``, the active revision is pushed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy.orm import Session
+
+from controller.errors import NotFound
+from controller.service import Actor, WriteContext
+from controller.settings import Settings
+from controller.store import workflow_repo as wrepo
+from controller.store.db import Database, write_transaction
+from controller.workflow import changes
+from controller.workflow.agents import endpoints_from_settings, make_driver
+from controller.workflow.review import build_review, expected_hashes, local_config_diff
+
+__all__ = ["SYSTEM", "Unreachable", "Workflow"]
+
+log = logging.getLogger("loom.workflow")
+T = TypeVar("T")
+SYSTEM = WriteContext(actor=Actor("loom-controller", "admin"), method="SYSTEM", path="workflow")
+Doc = dict[str, Any]
+
+
+class Unreachable(Exception):
+    """A device's agent did not answer."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Workflow:
+    """The change engine of one controller process."""
+
+    def __init__(self, settings: Settings, database: Database, *, metrics: Any = None,
+                 endpoints: dict[str, str] | None = None):
+        self.settings = settings
+        self.db = database
+        self.metrics = metrics
+        self.endpoints = endpoints if endpoints is not None else endpoints_from_settings(settings)
+        self.driver: Any = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._commit_task: asyncio.Task[Any] | None = None
+        self._drift_task: asyncio.Task[Any] | None = None
+        self._drift_lock = asyncio.Lock()
+        self.recovered: Doc | None = None
+
+    # -- plumbing -----------------------------------------------------------------
+    async def _db(self, fn: Callable[[Session], T]) -> T:
+        def run() -> T:
+            with self.db.session() as session:
+                return fn(session)
+        return await asyncio.to_thread(run)
+
+    def _observe_solve(self, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.solve_seconds.observe(seconds)
+
+    def _observe_safety(self, seconds: float, scenarios: int) -> None:
+        if self.metrics is not None:
+            self.metrics.safety_seconds.observe(seconds)
+            self.metrics.scenarios_checked.inc(scenarios)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(sorted(self.endpoints))
+
+    async def start(self) -> None:
+        self.driver = make_driver(self.settings, self.endpoints)
+        await self.recover()
+        active = await self._db(lambda s: changes.active_revision(session=s))
+        if self.metrics is not None and active is not None:
+            self.metrics.active_revision.set(active)
+        if self.driver is not None and self.settings.drift_interval > 0:
+            self._drift_task = asyncio.get_running_loop().create_task(self._drift_loop())
+
+    async def stop(self) -> None:
+        if self._drift_task is not None:
+            self._drift_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._drift_task
+        if self._commit_task is not None and not self._commit_task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._commit_task), timeout=30)
+        for t in list(self._tasks):
+            t.cancel()
+        if self.driver is not None:
+            await self.driver.close()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- review -------------------------------------------------------------------
+    async def review(self, change_id: int, ctx: WriteContext) -> Doc:
+        inp = await self._db(lambda s: changes.review_inputs(change_id, session=s, observe=self._observe_solve))
+        if self.driver is not None:
+            config_diff = await self._agent_diff(inp)
+        else:
+            config_diff = await asyncio.to_thread(local_config_diff, inp)
+        doc = await asyncio.to_thread(build_review, inp, config_diff, observe_safety=self._observe_safety)
+        if self.driver is None:
+            doc["devices_attached"] = False
+        await self._db(lambda s: changes.record_review(change_id, doc, session=s, ctx=ctx))
+        return doc
+
+    async def _agent_diff(self, inp: changes.ReviewInputs) -> dict[str, str]:
+        from southbound.transaction import commit_plan, new_change_id
+
+        result = await commit_plan(self.driver, inp.intent, inp.plan, change=f"review-{new_change_id()}",
+                                   dry_run=True)
+        out: dict[str, str] = {}
+        for d, r in sorted(result.steps.get("prepare", {}).items()):
+            if r.failed:
+                out[d] = f"# Prepare failed: {r.error}"
+            elif r.changed:
+                out[d] = r.diff
+        return out
+
+    # -- commit -------------------------------------------------------------------
+    async def commit(self, change_id: int, ctx: WriteContext, *, force: bool = False, reason: str | None = None,
+                     skip_gate: bool = False) -> wrepo.Change:
+        """Gate and mark the change committing (durably), then push it in the background."""
+        from southbound.transaction import new_change_id
+
+        txn = new_change_id()
+        ch = await self._db(lambda s: changes.begin_commit(change_id, session=s, ctx=ctx, transaction=txn,
+                                                           force=force, reason=reason, skip_gate=skip_gate))
+        self._commit_task = self._spawn(self._run_commit(ch, ctx))
+        return ch
+
+    async def wait_idle(self) -> None:
+        if self._commit_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._commit_task)
+
+    async def _run_commit(self, ch: wrepo.Change, ctx: WriteContext) -> None:
+        try:
+            await self._push(ch, ctx)
+        except Exception as exc:  # the change must not stay committing in a live process
+            log.exception("commit of change %s failed unexpectedly", ch.id)
+            error = f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):
+                await self._db(lambda s: changes.finish_commit(
+                    ch.id, "failed", session=s, ctx=ctx, reason="the controller failed during the commit",
+                    error=error))
+            if self.metrics is not None:
+                self.metrics.commits.labels(outcome="failed").inc()
+
+    async def _push(self, ch: wrepo.Change, ctx: WriteContext) -> None:
+        from southbound.transaction import commit_plan
+
+        assert ch.proposed_revision is not None and ch.transaction is not None
+        rev = ch.proposed_revision
+        intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s, observe=self._observe_solve))
+        if self.driver is None:
+            progress = {"step": "done", "devices": {}, "note": "no devices attached: the revision is only recorded"}
+            await self._db(lambda s: changes.finish_commit(
+                ch.id, "committed", session=s, ctx=ctx, progress=progress,
+                reason="no devices attached: the revision was recorded as active"))
+            self._after_commit(rev, "committed")
+            return
+        names = sorted(set(intent.device_map) & set(self.driver.devices))
+        progress: Doc = {"step": "prepare", "devices": {
+            d: {"step": "prepare", "status": "pending", "changed": False, "error": None} for d in names}}
+        await self._db(lambda s: changes.save_progress(ch.id, progress, session=s))
+        started: dict[tuple[str, str], float] = {}
+        dirty = asyncio.Event()
+
+        def on_step(step: str, device: str, result: Any) -> None:
+            progress["step"] = step
+            row = progress["devices"].setdefault(device, {"changed": False, "error": None})
+            row["step"] = step
+            if result is None:
+                row["status"] = "pending"
+                started[step, device] = time.perf_counter()
+                return
+            row["status"] = "failed" if result.failed else "ok"
+            row["changed"] = bool(row.get("changed") or result.changed)
+            row["error"] = result.error or None
+            if self.metrics is not None and (step, device) in started:
+                self.metrics.device_push_seconds.labels(device=device, step=step).observe(
+                    time.perf_counter() - started.pop((step, device)))
+            dirty.set()
+
+        async def flush() -> None:
+            while True:
+                await dirty.wait()
+                dirty.clear()
+                snapshot = json.loads(json.dumps(progress))
+                await self._db(lambda s, doc=snapshot: changes.save_progress(ch.id, doc, session=s))
+                await asyncio.sleep(0.2)
+
+        flusher = asyncio.get_running_loop().create_task(flush())
+        try:
+            result = await commit_plan(self.driver, intent, plan, change=ch.transaction,
+                                       confirm_within=self.settings.confirm_within,
+                                       verify_timeout=self.settings.verify_timeout, progress=on_step)
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        progress["step"] = "done" if result.ok else result.stage
+        if result.ok:
+            outcome, reason = "committed", f"transaction {result.change} confirmed on {len(names)} device(s)"
+        elif result.stage == "prepare":
+            outcome, reason = "failed", "Prepare failed: nothing was applied"
+        else:
+            outcome, reason = "rolled_back", f"{result.stage} failed: the devices were rolled back"
+        await self._db(lambda s: changes.finish_commit(ch.id, outcome, session=s, ctx=ctx, reason=reason,
+                                                       error=result.error or None, progress=progress))
+        self._after_commit(rev if result.ok else None, outcome)
+
+    def _after_commit(self, active: int | None, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.commits.labels(outcome=outcome).inc()
+            if active is not None:
+                self.metrics.active_revision.set(active)
+        if outcome == "committed" and self.driver is not None:
+            self._spawn(self.check_drift(repair=False))
+
+    # -- recovery -----------------------------------------------------------------
+    async def recover(self) -> Doc | None:
+        """Finish or undo a change a previous controller process left ``committing``."""
+        ch = await self._db(lambda s: wrepo.committing_change(session=s))
+        if ch is None:
+            return None
+        log.warning("change %s was committing when the controller stopped: recovering", ch.id)
+        ctx = WriteContext(actor=Actor("loom-controller (recovery)", "admin"), method="SYSTEM", path="recovery")
+        assert ch.proposed_revision is not None
+        rev = ch.proposed_revision
+        if self.driver is None:
+            done = await self._db(lambda s: changes.finish_commit(
+                ch.id, "committed", session=s, ctx=ctx, action="change.recover",
+                reason="recovered after a controller restart: no devices attached, the revision is recorded"))
+            self.recovered = {"change": ch.id, "outcome": done.state, "devices": {}}
+            return self.recovered
+        intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s))
+        want = expected_hashes(intent, plan)
+        names = sorted(set(want) & set(self.driver.devices))
+        txn = ch.transaction or ""
+        states = await self._states(names)
+        report: dict[str, str] = {}
+        unreachable = [d for d in names if isinstance(states[d], BaseException)]
+        at_target = [d for d in names if not isinstance(states[d], BaseException)
+                     and states[d].running_hash == want[d]]
+        outcome = "rolled_back"
+        if not unreachable and len(at_target) == len(names):
+            confirms = await asyncio.gather(*(self.driver.confirm(d, txn) for d in names
+                                              if states[d].pending_change == txn))
+            bad = [r for r in confirms if r.failed]
+            for r in confirms:
+                report[r.device] = "confirm failed: " + r.error if r.failed else "confirmed"
+            for d in names:
+                report.setdefault(d, "already at the target")
+            if not bad:
+                outcome = "committed"
+        if outcome != "committed":
+            touched = 0
+            for d in names:
+                if d in unreachable:
+                    report[d] = f"unreachable ({states[d]}): its confirm timer rolls it back"
+                    continue
+                rb = await self.driver.rollback(d, txn)
+                ab = await self.driver.abort(d, txn)
+                touched += int(rb.changed)
+                report[d] = ("rolled back" if rb.changed else "unchanged") + (
+                    f" (rollback error: {rb.error})" if rb.failed else "") + (" (prepared change aborted)"
+                                                                               if ab.changed else "")
+            if not touched and not at_target:
+                outcome = "failed"
+        reason = {"committed": "recovered after a controller restart: every device runs the target; confirmed",
+                  "rolled_back": "recovered after a controller restart: the devices were rolled back",
+                  "failed": "recovered after a controller restart: the change never reached the devices"}[outcome]
+        detail = json.dumps(report, sort_keys=True)
+        done = await self._db(lambda s: changes.finish_commit(
+            ch.id, outcome, session=s, ctx=ctx, action="change.recover", reason=f"{reason}: {detail}"[:3900],
+            error=None if outcome == "committed" else "controller restarted during the commit"))
+        self.recovered = {"change": ch.id, "outcome": done.state, "devices": report}
+        log.warning("recovered change %s: %s", ch.id, done.state)
+        if self.metrics is not None:
+            self.metrics.commits.labels(outcome=outcome).inc()
+        return self.recovered
+
+    async def _states(self, names: list[str]) -> dict[str, Any]:
+        got = await asyncio.gather(*(self.driver.state(d) for d in names), return_exceptions=True)
+        return dict(zip(names, got, strict=True))
+
+    # -- device state and drift ------------------------------------------------------
+    async def device_state(self, name: str) -> Doc:
+        if name not in self.endpoints:
+            raise NotFound(f"device {name!r} has no agent attached to this controller")
+        try:
+            st = await self.driver.state(name)
+        except Exception as exc:
+            from southbound.driver import error_text
+
+            raise Unreachable(f"{name}: {error_text(exc)}") from exc
+        doc: Doc = st.to_document()
+        doc["endpoint"] = self.endpoints[name]
+        return doc
+
+    async def _drift_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.drift_interval)
+            try:
+                await self.check_drift(repair=self.settings.drift_repair)
+            except Exception:
+                log.exception("drift check failed")
+
+    async def check_drift(self, *, repair: bool = False) -> Doc:
+        """Hold every device against the active revision; store and return the report."""
+        from southbound.wcmp import compare
+
+        async with self._drift_lock:
+            def read(s: Session) -> tuple[int | None, bool]:
+                return changes.active_revision(session=s), wrepo.committing_change(session=s) is not None
+            active, busy = await self._db(read)
+            doc: Doc = {"checked_at": _now().isoformat(), "active_revision": active, "devices": {}}
+            if busy:
+                last = await self._db(lambda s: wrepo.latest_drift(session=s))
+                return last or {**doc, "note": "a change is committing: not checked"}
+            if active is None or self.driver is None:
+                doc["note"] = "no devices attached" if self.driver is None else "no revision is active yet"
+                await self._save_drift(doc, active)
+                return doc
+            intent, plan = await self._db(lambda s: changes.plan_for(active, session=s))
+            want = await asyncio.to_thread(expected_hashes, intent, plan)
+            from southbound.render import device_configs
+
+            configs = device_configs(intent, plan)
+            names = sorted(set(want) & set(self.driver.devices))
+            fabric = sorted({p for dp in plan.devices.values() for p in dp.routes})
+            states = await self._states(names)
+            for d in names:
+                st = states[d]
+                if isinstance(st, BaseException):
+                    from southbound.driver import error_text
+
+                    doc["devices"][d] = {"status": "unreachable", "details": [error_text(st)]}
+                    continue
+                details: list[str] = []
+                if st.running_hash != want[d]:
+                    details.append(f"running config {st.running_hash[:12]} is not the active revision's "
+                                   f"{want[d][:12]}")
+                if st.pending_change:
+                    details.append(f"change {st.pending_change} awaits confirmation on the device")
+                dp = plan.devices.get(d)
+                if st.observed and dp is not None:
+                    details += compare(dp, st, realization=intent.wcmp_realization.value, wcmp=intent.wcmp_enabled,
+                                       fabric_prefixes=fabric, originated=configs[d].originated)
+                doc["devices"][d] = {"status": "drift" if details else "ok", "details": details}
+            await self._save_drift(doc, active)
+            drifted = [d for d, r in doc["devices"].items() if r["status"] == "drift"]
+        if repair and drifted:
+            doc["repair"] = await self.repair(drifted)
+        return doc
+
+    async def _save_drift(self, doc: Doc, active: int | None) -> None:
+        def save(s: Session) -> None:
+            with write_transaction(s):
+                wrepo.add_drift(doc, session=s, now=_now(), active=active)
+        await self._db(save)
+        if self.metrics is not None:
+            self.metrics.drift_devices.set(sum(1 for r in doc["devices"].values() if r["status"] != "ok"))
+
+    async def repair(self, devices: list[str] | None = None, ctx: WriteContext | None = None) -> Doc:
+        """Push the active revision again, as a ``repair`` change (same gate-free commit path)."""
+        ctx = ctx or WriteContext(actor=Actor("loom-controller (drift repair)", "admin"), method="SYSTEM",
+                                  path="drift")
+        active = await self._db(lambda s: changes.active_revision(session=s))
+        if active is None:
+            raise NotFound("no revision is active: nothing to repair")
+        why = f"drift repair: re-push active revision {active}" + (f" ({', '.join(devices)})" if devices else "")
+
+        def make(s: Session) -> int:
+            with write_transaction(s):
+                ch = wrepo.add_change(session=s, kind="repair", base_revision=active, proposed_revision=active,
+                                      message=why, author=ctx.actor.name, now=_now())
+            return ch.id
+        change_id = await self._db(make)
+        ch = await self.commit(change_id, ctx, skip_gate=True)
+        return {"change": ch.id, "revision": active}

@@ -1,0 +1,111 @@
+"""The review document of a change: the dry run an operator reads before committing.
+
+Pure functions over values. :func:`build_review` runs the safety replay of the
+proposed plan and :func:`safety.review.review` against the active intent and
+plan (with no active revision yet, every route counts as added and every link
+has no "before"), and assembles the API's ``Review``: verdict, proposed and
+active revisions, the plan summary, the per-device plan diff, per-link
+utilization before and after, the per-device FRR config diff and the whole
+safety report. :func:`local_config_diff` renders both revisions' FRR configs
+(``southbound.render``) and diffs them, for a controller with no agents.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from controller.model import Intent
+from controller.workflow.changes import ReviewInputs
+from solver.plan import Plan
+
+__all__ = ["build_review", "expected_hashes", "local_config_diff"]
+
+Doc = dict[str, Any]
+
+
+def _gbps(intent: Intent | None, plan: Plan | None) -> dict[str, Doc]:
+    if intent is None or plan is None:
+        return {}
+    out: dict[str, Doc] = {}
+    for x in plan.links:
+        ea, eb = f"{x.a}:{x.a_port}", f"{x.b}:{x.b_port}"
+        out[min(ea, eb)] = {f"{x.a}->{x.b}": round(x.gbps_ab, 6), f"{x.b}->{x.a}": round(x.gbps_ba, 6)}
+    return out
+
+
+def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
+                 observe_safety: Callable[[float, int], None] | None = None) -> Doc:
+    """The ``Review`` document of ``inp`` with ``config_diff`` (device -> unified diff)."""
+    from safety.replay import replay
+    from safety.review import diff_plans, review
+
+    t0 = time.perf_counter()
+    report = replay(inp.intent, inp.plan)
+    if observe_safety is not None:
+        observe_safety(time.perf_counter() - t0, int(report.counts.get("scenarios", 0)))
+    if inp.active_intent is not None and inp.active_plan is not None:
+        rv = review(inp.active_intent, inp.active_plan, inp.intent, inp.plan, report=report)
+        plan_diff = [d.to_document() for d in rv.devices]
+        links = [{"id": x.link, "before": x.before, "after": x.after, "delta": round(x.delta, 6)}
+                 for x in rv.links]
+    else:
+        from solver.plan import PlanSummary
+
+        empty = Plan(inp.plan.fabric, PlanSummary(0, 0, 0, 0, 0, 0), {}, ())
+        plan_diff = [d.to_document() for d in diff_plans(empty, inp.plan)]
+        links = [{"id": x.link_key, "before": None, "after": round(x.utilization, 6), "delta": None}
+                 for x in _link_rows(inp.plan)]
+    before, after = _gbps(inp.active_intent, inp.active_plan), _gbps(inp.intent, inp.plan)
+    for row in links:
+        row["gbps_before"] = before.get(row["id"])
+        row["gbps_after"] = after.get(row["id"])
+    return {
+        "verdict": report.verdict,
+        "proposed_revision": inp.change.proposed_revision,
+        "active_revision": inp.active,
+        "summary": inp.plan.summary.to_document(),
+        "plan_diff": plan_diff,
+        "links": links,
+        "config_diff": config_diff,
+        "safety": report.to_document(),
+    }
+
+
+class _Row:
+    def __init__(self, key: str, utilization: float):
+        self.link_key, self.utilization = key, utilization
+
+
+def _link_rows(plan: Plan) -> list[_Row]:
+    return [_Row(min(f"{x.a}:{x.a_port}", f"{x.b}:{x.b_port}"), x.utilization) for x in plan.links]
+
+
+def _configs(intent: Intent | None, plan: Plan | None) -> dict[str, str]:
+    if intent is None:
+        return {}
+    from southbound.render import device_configs, render_frr
+
+    return {d: render_frr(c) for d, c in device_configs(intent, plan).items()}
+
+
+def local_config_diff(inp: ReviewInputs) -> dict[str, str]:
+    """Per device, the unified diff of the active revision's FRR config to the proposed one's."""
+    old, new = _configs(inp.active_intent, inp.active_plan), _configs(inp.intent, inp.plan)
+    out: dict[str, str] = {}
+    for d in sorted(set(old) | set(new)):
+        a, b = old.get(d, ""), new.get(d, "")
+        if a != b:
+            out[d] = "\n".join(difflib.unified_diff(a.splitlines(), b.splitlines(), f"{d} (active)",
+                                                    f"{d} (proposed)", lineterm="", n=1))
+    return out
+
+
+def expected_hashes(intent: Intent, plan: Plan) -> dict[str, str]:
+    """The config hash each device's agent reports once it runs this intent and plan."""
+    from southbound.agent import build_rendered
+    from southbound.render import device_configs
+
+    return {d: build_rendered(c).hash for d, c in device_configs(intent, plan).items()}
