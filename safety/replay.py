@@ -67,7 +67,7 @@ from safety.report import (
 from safety.scenarios import Scenario, scenario_scope, scenarios
 from solver.plan import Plan
 
-__all__ = ["Replayer", "limits", "replay", "reconvergence_model"]
+__all__ = ["Peaks", "Replayer", "limits", "peaks", "replay", "reconvergence_model"]
 
 EPS_GBPS = 1e-6
 HOTTEST = 3
@@ -414,3 +414,48 @@ def replay(intent: Intent, plan: Plan, *, scope: str | None = None,
     sc_scope = scope or (scenario_scope(intent) or "domains")
     return SafetyReport(intent.name, "unsafe" if failing else "safe", str(sc_scope), rp.limits, rp.model,
                         counts, tuple(results), tuple(failing), time.perf_counter() - t0)
+
+
+@dataclass(frozen=True, slots=True)
+class Peaks:
+    """Worst utilizations of a plan over scenarios (what robust WCMP steers by).
+
+    ``link_peak``: per link key, the highest utilization (either direction, either
+    stage) over every scenario; ``violating``: scenario name -> its worst
+    utilization, for scenarios over their limit; ``failing``: scenarios failing any
+    other invariant (black holes, loops), which weights cannot fix;
+    ``baseline_mlu``: the plan's maximum utilization with nothing failed.
+    """
+
+    link_peak: dict[str, float]
+    violating: dict[str, float]
+    failing: tuple[str, ...]
+    baseline_mlu: float
+    limits: dict[str, float]
+
+
+def peaks(intent: Intent, plan: Plan, *, scope: str | None = None,
+          only: Iterable[Scenario] | None = None) -> Peaks:
+    """Replay every scenario and collect the worst utilization per link (see :class:`Peaks`)."""
+    rp = Replayer(intent, plan)
+    cap = rp.topo.edge_cap
+    worst = np.zeros(rp.topo.n_edges)
+    violating: dict[str, float] = {}
+    failing: list[str] = []
+    baseline_mlu = 0.0
+    for sc in (list(only) if only is not None else scenarios(intent, scope)):
+        limit = rp.limits["baseline"] if sc.is_baseline else rp.limits["failure"]
+        imm, rec = rp.outcomes(sc)
+        top = 0.0
+        for out in (imm, rec):
+            util = out.load / cap
+            np.maximum(worst, util, out=worst)
+            top = max(top, float(util.max()) if len(util) else 0.0)
+            if out.loops or (out is rec and out.drops):
+                failing.append(sc.name)
+        if sc.is_baseline:
+            baseline_mlu = top
+        if top > limit + 1e-9:
+            violating[sc.name] = top
+    link_peak = {k: float(max(worst[2 * i], worst[2 * i + 1])) for i, k in enumerate(rp.topo.link_keys)}
+    return Peaks(link_peak, violating, tuple(dict.fromkeys(failing)), baseline_mlu, rp.limits)
