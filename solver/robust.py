@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from controller.errors import Infeasible
 from controller.model import Intent
 from solver.lp import DEFAULT_BACKEND
-from solver.plan import LinkLoad, Plan
+from solver.plan import Plan
 from solver.solve import solve
 
 __all__ = ["Evaluation", "failed_topology_intent", "solve_robust"]
