@@ -138,7 +138,7 @@ class Replayer:
         f = self.flow
         n_states, n_trans = len(f.keys), len(f.t_src)
         self._tdead = np.zeros(n_trans, dtype=bool)
-        self._scale = np.ones(n_states)
+        self._mfrac = f.t_frac.copy()  # the fractions of the scenario being replayed
         self._rem = np.ones(n_states)
         self._failed = np.zeros(n_states, dtype=bool)
         self._sc = _Scratch(n_states)
@@ -159,7 +159,7 @@ class Replayer:
     # -- one stage ----------------------------------------------------------
     def _stage(self, dead_t: np.ndarray, failed_states: np.ndarray, gone: list[int]) -> _Outcome:
         f = self.flow
-        x, frac, tdead, scale = f.x, f.t_frac, self._tdead, self._scale
+        x, frac, mfrac = f.x, f.t_frac, self._mfrac
         e_parts: list[np.ndarray] = []
         v_parts: list[np.ndarray] = []
         b_keys: list[np.ndarray] = []
@@ -170,22 +170,19 @@ class Replayer:
             v_parts.append(-x[f.t_src[lo:hi]] * frac[lo:hi])
         ch = np.empty(0, dtype=np.int64)
         deadrow = np.empty(0, dtype=bool)
+        tt_ch = ch
         if len(dead_t):
-            tdead[dead_t] = True
             ch, deadfrac = self._sc.agg(f.t_src[dead_t], frac[dead_t])
             alive = 1.0 - deadfrac
             deadrow = alive <= 1e-9
-            scale[ch] = np.where(deadrow, 0.0, 1.0 / np.where(deadrow, 1.0, alive))
-            tt, _ = ranges(f.t_indptr, ch)
-            s = f.t_src[tt]
-            diff = x[s] * (frac[tt] * scale[s] * ~tdead[tt] - frac[tt])
-            e_parts.append(f.t_edge[tt])
+            tt_ch, lens = ranges(f.t_indptr, ch)
+            mfrac[tt_ch] = frac[tt_ch] * np.repeat(np.where(deadrow, 0.0, 1.0 / np.where(deadrow, 1.0, alive)), lens)
+            mfrac[dead_t] = 0.0
+            diff = np.repeat(x[ch], lens) * (mfrac[tt_ch] - frac[tt_ch])
+            e_parts.append(f.t_edge[tt_ch])
             v_parts.append(diff)
-            b_keys.append(f.t_dst[tt])
+            b_keys.append(f.t_dst[tt_ch])
             b_amt.append(diff)
-        if len(failed_states):
-            b_keys.append(failed_states)
-            b_amt.append(-f.d[failed_states])
         rec_s: list[np.ndarray] = []
         rec_a: list[np.ndarray] = []
         loops: list[tuple[int, tuple[int, ...]]] = []
@@ -201,15 +198,14 @@ class Replayer:
                 tt, lens = ranges(f.t_indptr, fk)
                 if not len(tt):
                     break
-                contrib = np.repeat(fa, lens) * (frac[tt] * scale[f.t_src[tt]] * ~tdead[tt])
+                contrib = np.repeat(fa, lens) * mfrac[tt]
                 e_parts.append(f.t_edge[tt])
                 v_parts.append(contrib)
                 fk, fa = self._sc.agg(f.t_dst[tt], contrib)
             else:
                 loops = self._loops_of(fk)
-        if len(dead_t):
-            tdead[dead_t] = False
-            scale[ch] = 1.0
+        if len(tt_ch):
+            mfrac[tt_ch] = frac[tt_ch]
         load = f.load.copy()
         if e_parts:
             load = load + np.bincount(np.concatenate(e_parts), weights=np.concatenate(v_parts),
