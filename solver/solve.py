@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from controller.model import Intent, WcmpRealization
+from solver.clos import clos_ratios
 from solver.fabric import Fabric, build_fabric
 from solver.lp import DEFAULT_BACKEND
 from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
@@ -132,7 +133,8 @@ def _groups(
     return devices, rounded, n_routes
 
 
-def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress | None = None) -> Plan:
+def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress | None = None,
+          method: str = "auto") -> Plan:
     """Compile ``intent`` into a forwarding plan.
 
     Parameters
@@ -140,6 +142,8 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     intent : a validated intent.
     backend : the LP backend, one of :data:`solver.BACKENDS`.
     progress : called as ``progress(stage, fraction)`` while solving.
+    method : ``auto`` uses the pod-level LP of :mod:`solver.clos` on a clean
+        3-tier Clos and the route-class LP otherwise; ``generic`` always the latter.
 
     Returns
     -------
@@ -184,7 +188,10 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
         say("lp", 0.0)
         fib = intent.wcmp_realization == WcmpRealization.FIB
         share = None if fib else 1.0 / np.asarray(_budgets(intent), dtype=np.float64)
-        sol = solve_wcmp(com, backend=backend, min_share=share)
+        sol = clos_ratios(com, backend=backend, min_share=share) if method == "auto" else None
+        extra["lp_model"] = "clos-pods" if sol is not None else "route-classes"
+        if sol is None:
+            sol = solve_wcmp(com, backend=backend, min_share=share)
         lp_ratio, lp_bound = sol.ratio, sol.mlu
         if intent.paths_mode == "loop_free":
             lp_ratio, fallback = make_loop_free(com, sol)
