@@ -55,11 +55,12 @@ def clos_doc(pods: int, tors: int, planes: int, spines: int, *, ls_cap: float = 
             "failure_domains": domains or [], "policies": policies or [], "demands": demands}
 
 
-def routed_plan(intent: Intent, weight: Any = None, seed: int = 0) -> Plan:
-    """A plan on the routing's next hops; weights from ``weight(device, prefix, hop)`` or random 1..5."""
+def routed_plan(intent: Intent, weight: Any = None, seed: int = 0, routes: Any = None) -> Plan:
+    """A plan on the routing's next hops (or ``routes``); weights from ``weight(device, prefix, hop)``
+    or random 1..5."""
     rng = random.Random(seed)
     devices: dict[str, tuple[dict[tuple[Any, ...], str], dict[str, str]]] = {}
-    for prefix, per in sorted(next_hops(intent).items()):
+    for prefix, per in sorted((routes if routes is not None else next_hops(intent)).items()):
         for dev, hops in sorted(per.items()):
             ws = tuple(weight(dev, prefix, h) if weight else rng.randint(1, 5) for h in hops)
             groups, routes = devices.setdefault(dev, ({}, {}))
@@ -234,3 +235,34 @@ def test_loops_in_a_plan_are_found() -> None:
     rep = replay(it, plan)
     loop = rep.scenario("baseline").immediate.invariant("loop")
     assert loop is not None and not loop.ok and "10.1.0.0/24" in loop.detail
+
+
+def test_isis_reconvergence_follows_new_shortest_paths() -> None:
+    """routing: isis: losing r1-r2 makes r1 route over r4 and r3, a path it did not use."""
+    from checker import check_plan
+
+    ring = [("r1", "r2", 10), ("r2", "r3", 10), ("r3", "r4", 10), ("r4", "r1", 10), ("r1", "r3", 30)]
+    doc = {"name": "ring", "routing": "isis",
+           "devices": [{"name": f"r{i}"} for i in range(1, 5)],
+           "links": [{"a": a, "a_port": f"to-{b}", "b": b, "b_port": f"to-{a}", "metric": m, "capacity_gbps": 100}
+                     for a, b, m in ring],
+           "prefixes": [{"prefix": "10.0.2.0/24", "origins": ["r2"]}],
+           "demands": [{"from": "r1", "to": "10.0.2.0/24", "gbps": 30}, {"from": "r3", "to": "10.0.2.0/24", "gbps": 20},
+                       {"from": "r4", "to": "10.0.2.0/24", "gbps": 10}],
+           "policies": [{"kind": "failure_tolerance", "scope": "all_single"}]}
+    intent = validate_intent(doc)
+    plan = routed_plan(intent, weight=lambda *_: 1)
+    report = replay(intent, plan)
+    assert report.model == "routing"
+    sc = report.scenario("link:r1:to-r2")
+    assert sc.immediate.dropped and sc.immediate.dropped[0].device == "r1"  # local repair has nothing left
+    assert sc.reconverged.ok and not sc.reconverged.dropped
+    rp = Replayer(intent, plan)
+    for scenario in scenarios(intent):
+        rec = rp.outcomes(scenario)[1]
+        routes = next_hops(intent, failed_devices=scenario.devices, failed_links=scenario.links)
+        loads = check_plan(surviving_intent(intent, scenario),
+                           routed_plan(intent, weight=lambda *_: 1, routes=routes)).loads
+        for i, link in enumerate(intent.links):
+            assert abs(rec.load[2 * i] - loads[(link.end_a, "ab")]) < 1e-9, (scenario.name, link.key)
+            assert abs(rec.load[2 * i + 1] - loads[(link.end_a, "ba")]) < 1e-9, (scenario.name, link.key)
