@@ -189,7 +189,7 @@ class AgentCore:
             self._timer = None
             try:
                 await self._restore(j)
-            except FrrError as exc:
+            except Exception as exc:  # the journal stays: a restart retries the rollback
                 log.error("automatic rollback of %s failed: %s (will retry on restart)", change, exc)
 
     # -- calls --------------------------------------------------------------------

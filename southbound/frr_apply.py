@@ -47,8 +47,10 @@ class FrrError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class FibHop:
+    """One weighted next hop of a ``fib`` route: out of ``port`` to ``via``, in the plan's ``group``."""
+
     port: str
-    neighbor: str
+    group: str
     weight: int
     via: str = ""
 
@@ -68,7 +70,7 @@ class Rendered:
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def _fib_doc(self) -> dict[str, list[list[Any]]]:
-        return {p: [[h.port, h.neighbor, h.weight, h.via] for h in hops] for p, hops in sorted(self.fib.items())}
+        return {p: [[h.port, h.group, h.weight, h.via] for h in hops] for p, hops in sorted(self.fib.items())}
 
     def to_document(self) -> dict[str, Any]:
         return {"hostname": self.hostname, "frr_text": self.frr_text, "fib": self._fib_doc(),

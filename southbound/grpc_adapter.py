@@ -31,7 +31,7 @@ from loom.agent.v1 import agent_pb2 as pb  # noqa: E402
 from loom.agent.v1 import agent_pb2_grpc as pb_grpc  # noqa: E402
 
 __all__ = ["SERVICE_NAME", "AgentClient", "AgentService", "add_agent_servicer", "config_from_proto",
-           "config_to_proto", "state_from_proto", "state_to_proto"]
+           "config_to_proto", "prepare_request_document", "state_from_proto", "state_to_proto"]
 
 SERVICE_NAME = "loom.agent.v1.Agent"
 
@@ -61,6 +61,15 @@ def config_to_proto(c: DeviceConfig) -> Any:
     if c.asn is not None:
         msg.asn = c.asn
     return msg
+
+
+def prepare_request_document(change: str, config: DeviceConfig) -> dict[str, Any]:
+    """The ``Prepare`` request for ``config`` in protobuf's canonical JSON form (golden files, logs)."""
+    from google.protobuf import json_format
+
+    msg = pb.PrepareRequest(change=change, config=config_to_proto(config))
+    doc: dict[str, Any] = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    return doc
 
 
 def _opt(msg: Any, name: str) -> Any:
