@@ -31,9 +31,8 @@ KINDS = ("baseline", "domain", "domain_pair", "link", "device")
 class Scenario:
     """One failure scenario: its ``name``, ``kind`` and the failed parts.
 
-    ``devices`` are device names; ``links`` are link keys (``Link.key``),
-    including every link of a failed device is *not* listed here (a failed
-    device implies its links; the replay takes care of that).
+    ``devices`` are device names; ``links`` are link keys (``Link.key``). The
+    links of a failed device are not listed: a failed device implies them.
     """
 
     name: str

@@ -133,3 +133,16 @@ def test_bad_intent_exits_2_with_locations(tmp_path: Path) -> None:
     errs = json.loads(res.stdout)["errors"]
     assert any(e["loc"] == "links[0].b" and "leaf-9-9" in e["msg"] for e in errs)
     assert run(str(write(tmp_path, "ok.yaml", clos_doc(2, 1, 1, 2))), "--scope", "bogus").exit_code == 2
+
+
+def test_robust_compile_reports_the_price(tmp_path: Path) -> None:
+    from test_safety_robust import lopsided
+
+    path = write(tmp_path, "lop.yaml", lopsided(315.0, 0.9).to_document())
+    assert run(str(path)).exit_code == 1  # the min-MLU plan breaks the limit when a plane-1 spine fails
+    res = run(str(path), "--robust")
+    assert res.exit_code == 0, res.output
+    assert "robust WCMP: every scenario under 0.9" in res.output
+    doc = json.loads(run(str(path), "--robust", "--json").stdout)
+    assert doc["verdict"] == "safe" and doc["robust"]["robust"] is True
+    assert doc["robust"]["baseline_mlu_robust"] > doc["robust"]["baseline_mlu_plain"]

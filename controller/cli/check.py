@@ -1,7 +1,8 @@
 """``loom check``: the safety report of an intent's plan, for people and scripts.
 
 ``loom check INTENT [--plan PLAN] [--against OLD_INTENT [--against-plan OLD_PLAN]]
-[--scope SCOPE] [--json]`` compiles the intent (or reads ``--plan``, a plan
+[--robust] [--scope SCOPE] [--json]`` compiles the intent (with robust WCMP
+under ``--robust``; or reads ``--plan``, a plan
 document), replays it under every failure scenario (:mod:`safety.replay`) and
 prints a verdict line, the failing scenarios (scenario, stage, invariant,
 detail) and then the hottest links; with ``--against`` it also reviews the
@@ -14,6 +15,7 @@ the solver cannot route), with located messages.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -53,10 +55,15 @@ def read_plan(path: Path, *, as_json: bool = False) -> Plan:
         die(f"{path}: invalid plan", as_json=as_json, errors=[{"loc": "", "msg": str(exc)}])
 
 
-def _solve(intent: Intent, label: str, as_json: bool) -> Plan:
+def _solve(intent: Intent, label: str, as_json: bool, robust: bool = False) -> Plan:
     from solver import solve
 
     try:
+        if robust and intent.policy("failure_tolerance") is not None:
+            from safety.replay import peaks
+            from solver.robust import solve_robust
+
+            return solve_robust(intent, peaks)
         return solve(intent)
     except Infeasible as exc:
         die(f"{label}: cannot plan: {exc}", as_json=as_json,
@@ -87,6 +94,17 @@ def _replay(intent: Intent, plan: Plan, scope: str | None, label: str, as_json: 
         die(f"{label}: the plan does not fit the intent", as_json=as_json, errors=[{"loc": "plan", "msg": str(exc)}])
 
 
+def _print_robust(info: dict[str, Any]) -> None:
+    price = f"baseline MLU {info['baseline_mlu_plain']:.4f} without robustness, {info['baseline_mlu_robust']:.4f} with"
+    if info.get("robust"):
+        console.print(f"robust WCMP: every scenario under {info['limit']:g}; {price}", highlight=False)
+    else:
+        left = info.get("violating_count", 0)
+        console.print(f"robust WCMP: {left} scenario(s) still over {info['limit']:g}; {price}", highlight=False)
+        for name, bound in (info.get("impossible") or {}).items():
+            console.print(f"  impossible: {name} (even the best weights reach {bound:.4f})", highlight=False)
+
+
 def _print_report(rep: SafetyReport) -> None:
     c = rep.counts
     kinds = ", ".join(f"{c[k]} {k.replace('_', ' ')}" for k in ("domain", "domain_pair", "link", "device") if c.get(k))
@@ -114,6 +132,8 @@ def _print_report(rep: SafetyReport) -> None:
     for scen, stage, h in rep.hottest(10):
         t.add_row(f"{h.src}->{h.dst}", f"{h.gbps:.2f}", f"{h.capacity_gbps:g}", f"{h.utilization:.3f}", scen, stage)
     console.print(t)
+    if isinstance(rep.extra.get("robust"), dict):
+        _print_robust(rep.extra["robust"])
 
 
 def _print_review(rv: Any) -> None:
@@ -149,6 +169,8 @@ def check(
         "--against-plan", help="the active plan (default: compile --against)")] = None,
     scope: Annotated[str | None, typer.Option(
         "--scope", help="override failure_tolerance scope: domains, all_single, k2")] = None,
+    robust: Annotated[bool, typer.Option(
+        "--robust", help="compile with robust WCMP (needs a failure_tolerance policy)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the report document")] = False,
 ) -> None:
     """Replay the plan under every failure scenario; exit 1 when any invariant fails."""
@@ -157,8 +179,12 @@ def check(
     if against_plan is not None and against is None:
         die("--against-plan needs --against (the intent the active plan was made for)", as_json=as_json)
     intent = read_intent(intent_path, as_json=as_json)
-    plan = read_plan(plan_path, as_json=as_json) if plan_path is not None else _solve(intent, str(intent_path), as_json)
+    plan = (read_plan(plan_path, as_json=as_json) if plan_path is not None
+            else _solve(intent, str(intent_path), as_json, robust))
     report = _replay(intent, plan, scope, str(intent_path), as_json)
+    robust_info = plan.summary.extra.get("robust")
+    if isinstance(robust_info, dict):
+        report = dataclasses.replace(report, extra={**report.extra, "robust": robust_info})
     if against is not None:
         from safety.review import review
 
