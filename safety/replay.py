@@ -352,8 +352,8 @@ class Replayer:
         inv.append(InvariantResult(
             "utilization", not len(over),
             "" if not len(over) else "; ".join(
-                f"{use(int(e)).link} {names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]} at {util[e]:.4f} "
-                f"> {limit:g}" for e in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5 else "")))
+                f"{names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]} at {util[e]:.6f} > {limit:g}"
+                for e in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5 else "")))
         if baseline:
             errs = self.table.budget_errors
             inv.append(InvariantResult("group_budget", not errs, "; ".join(errs[:5])))
