@@ -87,6 +87,10 @@ def serve(
     host: Annotated[str, typer.Option(help="address to listen on (keep it loopback unless behind TLS)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,
     example: Annotated[bool, typer.Option("--example", help="load the example fabric dc1 into an empty store")] = False,
+    agents: Annotated[str | None, typer.Option(
+        "--agents", help="device agents file {device: unix:PATH | HOST:PORT} (default: $LOOM_AGENTS)")] = None,
+    lab: Annotated[str | None, typer.Option(
+        "--lab", help="use the agents of a running lab (labs/NAME)")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Serve the REST API (docs at /docs) on the store."""
@@ -94,10 +98,17 @@ def serve(
 
     from api.app import create_app
 
-    settings = _settings(as_json, db_url=db, host=host, port=port)
+    settings = _settings(as_json, db_url=db, host=host, port=port, agents=agents, lab=lab)
     database = _open_store(settings, as_json)
     url = f"http://{host}:{port}"
     info: dict[str, Any] = {"url": url, "docs": f"{url}/docs", "store": database.display_url}
+    if settings.agents or settings.lab:
+        from controller.workflow.agents import endpoints_from_settings
+
+        try:
+            info["agents"] = len(endpoints_from_settings(settings))
+        except Exception as exc:  # noqa: BLE001 - a bad agents file or lab is told, not traced
+            die(f"agents: {exc}", as_json=as_json)
     with database.session() as session:
         if example:
             loaded = service.load_example(session=session, ctx=_cli_ctx("loom serve --example: example fabric dc1"))
@@ -113,6 +124,8 @@ def serve(
     else:
         console.print(f"Loom API on [bold]{info['url']}[/]  (docs: {info['docs']}; store: {info['store']})",
                       highlight=False)
+        if "agents" in info:
+            console.print(f"device agents: {info['agents']}", highlight=False)
         if "example" in info:
             console.print(f"example fabric: {info['example']}", highlight=False)
         token = info.get("admin_token")

@@ -226,7 +226,7 @@ def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transac
             why = f"transaction {transaction}" + (f"; forced: {forced}" if forced else "")
             wrepo.add_transition(change_id, "committing", session=session, actor=ctx.actor.name, now=_now(),
                                  reason=why)
-            _audit(session, ctx, "change.commit", outcome="forced" if forced else "accepted", status=202,
+            _audit(session, ctx, "change.commit", status=202,
                    revision=ch.proposed_revision, detail=f"change {change_id}: {why}")
     except (Conflict, SafetyViolation, InvalidIntent, NotFound) as exc:
         with write_transaction(session):
@@ -255,7 +255,7 @@ def _gate(ch: Change, active: int | None, force: bool, reason: str | None) -> No
 
 
 def finish_commit(change_id: int, outcome: str, *, session: Session, ctx: WriteContext, reason: str,
-                  error: str | None = None, progress: Doc | None = None, action: str = "change.commit") -> Change:
+                  error: str | None = None, progress: Doc | None = None, action: str | None = None) -> Change:
     """Record how a commit ended (``committed``, ``failed``, ``rolled_back``) and free the commit slot."""
     assert outcome in FINAL
     with write_transaction(session):
@@ -269,8 +269,8 @@ def finish_commit(change_id: int, outcome: str, *, session: Session, ctx: WriteC
             assert ch.proposed_revision is not None
             wrepo.add_deployment(ch.proposed_revision, change_id, session=session, now=_now())
         wrepo.add_transition(change_id, outcome, session=session, actor=ctx.actor.name, now=_now(), reason=reason)
-        _audit(session, ctx, action, outcome=outcome, status=200, revision=ch.proposed_revision,
-               detail=f"change {change_id}: {reason}" + (f" ({error})" if error else ""))
+        _audit(session, ctx, action or f"change.{outcome}", status=200, revision=ch.proposed_revision,
+               detail=f"change {change_id} {outcome}: {reason}" + (f" ({error})" if error else ""))
     return wrepo.get_change(change_id, session=session)
 
 

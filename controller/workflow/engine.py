@@ -305,7 +305,8 @@ class Workflow:
                 report[d] = ("rolled back" if rb.changed else "unchanged") + (
                     f" (rollback error: {rb.error})" if rb.failed else "") + (" (prepared change aborted)"
                                                                                if ab.changed else "")
-            if not touched and not at_target:
+            pending = [d for d in names if d not in unreachable and states[d].pending_change == txn]
+            if not touched and not pending:
                 outcome = "failed"
         reason = {"committed": "recovered after a controller restart: every device runs the target; confirmed",
                   "rolled_back": "recovered after a controller restart: the devices were rolled back",

@@ -1,0 +1,341 @@
+"""``loom apply``, ``loom changes list|show|review|commit|rollback`` and ``loom drift``: a running controller's
+change workflow from the command line.
+
+Every command talks to ``--server URL`` (default ``$LOOM_SERVER`` or
+``http://127.0.0.1:8000``) with the bearer token in ``$LOOM_TOKEN``.
+``apply INTENT`` creates a change with the whole document against the active
+revision (or the head), reviews it and prints the verdict, the plan diff and
+the safety table; without ``--dry-run`` it commits and follows the progress
+per device (a live table on a terminal, one line per device step otherwise).
+Exit status: 0 done, 1 refused/unsafe/failed, 2 bad input (located messages).
+Every command has ``--json``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from controller.cli.common import EXIT_FAIL, EXIT_INPUT, app, console, die, emit_json, read_intent
+
+__all__ = ["apply", "changes_app", "drift"]
+
+changes_app = typer.Typer(help="Changes on a running controller: list, show, review, commit, rollback.",
+                          no_args_is_help=True)
+app.add_typer(changes_app, name="changes")
+
+ServerOption = Annotated[str, typer.Option("--server", envvar="LOOM_SERVER", help="the controller's URL")]
+JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+FINAL = ("committed", "failed", "rolled_back")
+
+
+class Client:
+    """The REST API with ``$LOOM_TOKEN``; failures become messages and exit codes."""
+
+    def __init__(self, server: str, as_json: bool):
+        token = os.environ.get("LOOM_TOKEN", "")
+        self.as_json = as_json
+        if not token:
+            die("LOOM_TOKEN is not set (a token from `loom token create` or `loom serve`)", as_json=as_json)
+        self.http = httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
+                                 timeout=300)
+
+    def call(self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201, 202), **kw: Any) -> Any:
+        try:
+            r = self.http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            die(f"cannot reach the controller at {self.http.base_url}: {exc}", code=EXIT_FAIL, as_json=self.as_json)
+        if r.status_code in ok:
+            return r.json()
+        self.fail(r)
+
+    def fail(self, r: httpx.Response) -> NoReturn:
+        try:
+            body = r.json()
+        except ValueError:
+            body = {"detail": r.text}
+        if self.as_json:
+            emit_json({"error": body.get("detail") or body.get("title"), "status": r.status_code, **body})
+            raise typer.Exit(EXIT_INPUT if r.status_code in (400, 422) else EXIT_FAIL)
+        errors = [{"loc": e.get("loc", ""), "msg": e.get("msg", "")} for e in body.get("errors", [])]
+        if body.get("failing"):
+            _print_failing(body["failing"])
+        die(f"{r.status_code} {body.get('title', '')}: {body.get('detail', '')}",
+            code=EXIT_INPUT if r.status_code in (400, 422) else EXIT_FAIL, errors=errors)
+
+
+def _print_failing(failing: list[dict[str, Any]]) -> None:
+    t = Table(title="failing scenarios", title_justify="left")
+    for col in ("scenario", "stage", "invariant", "detail"):
+        t.add_column(col, overflow="fold")
+    for f in failing[:50]:
+        t.add_row(str(f.get("scenario")), str(f.get("stage")), str(f.get("invariant")), str(f.get("detail")))
+    console.print(t)
+    if len(failing) > 50:
+        console.print(f"... and {len(failing) - 50} more", highlight=False)
+
+
+def _print_review(rv: dict[str, Any]) -> None:
+    colour = "green" if rv["verdict"] == "safe" else "red"
+    safety = rv["safety"]
+    c = safety.get("counts", {})
+    s = rv.get("summary", {})
+    console.print(f"[bold {colour}]{rv['verdict'].upper()}[/] revision {rv['proposed_revision']} against active "
+                  f"{rv['active_revision']}: {c.get('scenarios', '?')} scenarios, "
+                  f"{c.get('failing_scenarios', 0)} failing; max utilization {s.get('max_utilization', 0):.3f}",
+                  highlight=False)
+    if rv["plan_diff"]:
+        t = Table(title="route changes", title_justify="left")
+        for col in ("device", "added", "withdrawn", "re-weighted"):
+            t.add_column(col, justify="left" if col == "device" else "right")
+        for d in rv["plan_diff"][:30]:
+            t.add_row(d["device"], str(d["added"]), str(d["removed"]), str(d["reweighted"]))
+        console.print(t)
+    if rv["links"]:
+        t = Table(title="link utilization (baseline)", title_justify="left")
+        for col in ("link", "before", "after"):
+            t.add_column(col, justify="left" if col == "link" else "right")
+        for x in rv["links"][:20]:
+            t.add_row(x["id"], "-" if x["before"] is None else f"{x['before']:.3f}",
+                      "-" if x["after"] is None else f"{x['after']:.3f}")
+        console.print(t)
+    diffs = rv.get("config_diff", {})
+    console.print(f"config changes on {len(diffs)} device(s): {', '.join(sorted(diffs)) or 'none'}"
+                  + ("" if rv.get("devices_attached", True) else " (rendered locally: no devices attached)"),
+                  highlight=False)
+    if safety.get("failing"):
+        _print_failing(safety["failing"])
+
+
+def _progress_table(ch: dict[str, Any]) -> Table:
+    prog = ch.get("progress") or {}
+    t = Table(title=f"change {ch['id']}: {ch['state']} ({prog.get('step', '-')})", title_justify="left")
+    for col in ("device", "step", "status", "changed", "error"):
+        t.add_column(col, overflow="fold")
+    for name, d in sorted((prog.get("devices") or {}).items()):
+        colour = {"ok": "green", "failed": "red"}.get(d["status"], "yellow")
+        t.add_row(name, d["step"], f"[{colour}]{d['status']}[/]", "yes" if d["changed"] else "",
+                  d.get("error") or "")
+    return t
+
+
+def follow(client: Client, cid: int, *, as_json: bool, interval: float = 0.3) -> dict[str, Any]:
+    """Poll the change until it is final, showing progress per device."""
+    if not as_json and console.is_terminal:
+        with Live(console=console, refresh_per_second=8) as live:
+            while True:
+                ch = client.call("GET", f"/v1/changes/{cid}")
+                live.update(_progress_table(ch))
+                if ch["state"] in FINAL:
+                    return dict(ch)
+                time.sleep(interval)
+    seen: dict[tuple[str, str], str] = {}
+    while True:
+        ch = client.call("GET", f"/v1/changes/{cid}")
+        if not as_json:
+            for name, d in sorted(((ch.get("progress") or {}).get("devices") or {}).items()):
+                key = (name, d["step"])
+                if d["status"] != "pending" and seen.get(key) != d["status"]:
+                    seen[key] = d["status"]
+                    err = f" {d['error']}" if d.get("error") else ""
+                    print(f"{name} {d['step']} {d['status']}{' changed' if d['changed'] else ''}{err}", flush=True)
+        if ch["state"] in FINAL:
+            return dict(ch)
+        time.sleep(interval)
+
+
+def _final(ch: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(ch)
+    else:
+        colour = "green" if ch["state"] == "committed" else "red"
+        note = (ch.get("progress") or {}).get("note")
+        console.print(f"change {ch['id']}: [bold {colour}]{ch['state']}[/]"
+                      + (f" ({ch['error']})" if ch.get("error") else "") + (f"; {note}" if note else ""),
+                      highlight=False)
+    if ch["state"] != "committed":
+        raise typer.Exit(EXIT_FAIL)
+
+
+def _commit(client: Client, cid: int, force: bool, reason: str | None, as_json: bool) -> None:
+    client.call("POST", f"/v1/changes/{cid}/commit", json={"force": force, "reason": reason})
+    _final(follow(client, cid, as_json=as_json), as_json)
+
+
+@app.command()
+def apply(
+    intent_path: Annotated[Path, typer.Argument(metavar="INTENT", help="intent document (YAML or JSON)")],
+    server: ServerOption = DEFAULT_SERVER,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="review only: plan diff, config diff, safety")] = False,
+    force: Annotated[bool, typer.Option("--force", help="commit even if unsafe (needs --reason)")] = False,
+    reason: Annotated[str | None, typer.Option("--reason", help="why an unsafe change is forced")] = None,
+    message: Annotated[str, typer.Option("--message", "-m", help="what the change is for")] = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Review INTENT against the active revision and, without --dry-run, commit it."""
+    intent = read_intent(intent_path, as_json=as_json)
+    client = Client(server, as_json)
+    st = client.call("GET", "/v1/status")
+    base = st["active_revision"] or st["head_revision"]
+    if base is None:
+        client.call("PUT", "/v1/intent", json=intent.to_document())
+        base = client.call("GET", "/v1/status")["head_revision"]
+    ch = client.call("POST", "/v1/changes", json={"base_revision": base, "intent": intent.to_document(),
+                                                   "message": message or f"loom apply {intent_path}"})
+    rv = client.call("POST", f"/v1/changes/{ch['id']}/review")
+    if dry_run:
+        if as_json:
+            emit_json({"change": ch["id"], **rv})
+        else:
+            console.print(f"change {ch['id']} (dry run)", highlight=False)
+            _print_review(rv)
+        if rv["verdict"] != "safe":
+            raise typer.Exit(EXIT_FAIL)
+        return
+    if not as_json:
+        console.print(f"change {ch['id']}", highlight=False)
+        _print_review(rv)
+    _commit(client, ch["id"], force, reason, as_json)
+
+
+@changes_app.command("list")
+def list_changes(
+    server: ServerOption = DEFAULT_SERVER,
+    state: Annotated[str | None, typer.Option("--state", help="only changes in this state")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 20,
+    as_json: JsonOption = False,
+) -> None:
+    """Changes, newest first."""
+    params: dict[str, Any] = {"limit": limit}
+    if state:
+        params["state"] = state
+    page = Client(server, as_json).call("GET", "/v1/changes", params=params)
+    if as_json:
+        emit_json(page)
+        return
+    t = Table()
+    for col in ("id", "kind", "state", "base", "proposed", "author", "created", "message"):
+        t.add_column(col, overflow="fold")
+    for c in page["items"]:
+        t.add_row(str(c["id"]), c["kind"], c["state"], str(c["base_revision"]), str(c["proposed_revision"]),
+                  c["author"], c["created_at"][:19], c["message"][:60])
+    console.print(t)
+    console.print(f"{len(page['items'])} of {page['total']}", highlight=False)
+
+
+@changes_app.command("show")
+def show(
+    change_id: Annotated[int, typer.Argument(help="change id")],
+    server: ServerOption = DEFAULT_SERVER,
+    as_json: JsonOption = False,
+) -> None:
+    """One change: its transitions, review verdict and progress per device."""
+    ch = Client(server, as_json).call("GET", f"/v1/changes/{change_id}")
+    if as_json:
+        emit_json(ch)
+        return
+    console.print(f"change {ch['id']} ({ch['kind']}): [bold]{ch['state']}[/]  base {ch['base_revision']} -> "
+                  f"revision {ch['proposed_revision']}  {ch['message']}", highlight=False)
+    for tr in ch["transitions"]:
+        console.print(f"  {tr['at'][:19]}  {tr['state']:<11} {tr['actor']}  {tr['reason']}", highlight=False,
+                      markup=False)
+    if ch.get("review"):
+        rv = ch["review"]
+        console.print(f"review: {rv['verdict']} against active {rv['active_revision']}", highlight=False)
+    if ch.get("force_reason"):
+        console.print(f"forced: {ch['force_reason']}", highlight=False, markup=False)
+    if ch.get("progress"):
+        console.print(_progress_table(ch))
+    if ch.get("error"):
+        console.print(f"error: {ch['error']}", highlight=False, markup=False)
+
+
+@changes_app.command("review")
+def review(
+    change_id: Annotated[int, typer.Argument(help="change id")],
+    server: ServerOption = DEFAULT_SERVER,
+    as_json: JsonOption = False,
+) -> None:
+    """Review (dry run) a change: plan diff, config diff, safety report. Exit 1 when unsafe."""
+    rv = Client(server, as_json).call("POST", f"/v1/changes/{change_id}/review")
+    if as_json:
+        emit_json(rv)
+    else:
+        _print_review(rv)
+    if rv["verdict"] != "safe":
+        raise typer.Exit(EXIT_FAIL)
+
+
+@changes_app.command("commit")
+def commit(
+    change_id: Annotated[int, typer.Argument(help="change id")],
+    server: ServerOption = DEFAULT_SERVER,
+    force: Annotated[bool, typer.Option("--force", help="commit even if unsafe (needs --reason)")] = False,
+    reason: Annotated[str | None, typer.Option("--reason", help="why an unsafe change is forced")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Commit a reviewed change and follow its progress per device."""
+    _commit(Client(server, as_json), change_id, force, reason, as_json)
+
+
+@changes_app.command("rollback")
+def rollback(
+    revision: Annotated[int, typer.Argument(help="the revision to return to")],
+    server: ServerOption = DEFAULT_SERVER,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="create and review only")] = False,
+    force: Annotated[bool, typer.Option("--force", help="commit even if unsafe (needs --reason)")] = False,
+    reason: Annotated[str | None, typer.Option("--reason")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Roll back to REVISION: a change to its intent, reviewed and (without --dry-run) committed."""
+    client = Client(server, as_json)
+    ch = client.call("POST", f"/v1/revisions/{revision}/rollback", json={})
+    rv = client.call("POST", f"/v1/changes/{ch['id']}/review")
+    if not as_json:
+        console.print(f"change {ch['id']}: roll back to revision {revision}", highlight=False)
+        _print_review(rv)
+    if dry_run:
+        if as_json:
+            emit_json({"change": ch["id"], **rv})
+        return
+    _commit(client, ch["id"], force, reason, as_json)
+
+
+@app.command("drift")
+def drift(
+    server: ServerOption = DEFAULT_SERVER,
+    refresh: Annotated[bool, typer.Option("--refresh/--last", help="check the devices now (default)")] = True,
+    repair: Annotated[bool, typer.Option("--repair", help="push the active revision again when drifted")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Compare every device with the active revision; exit 1 when any drifted or is unreachable."""
+    client = Client(server, as_json)
+    doc = client.call("GET", "/v1/drift", params={"refresh": str(refresh).lower()})
+    bad = sorted(n for n, d in doc["devices"].items() if d["status"] != "ok")
+    if repair and bad:
+        fix = client.call("POST", "/v1/drift/repair")
+        doc["repair"] = follow(client, fix["change"], as_json=True)
+    if as_json:
+        emit_json(doc)
+    else:
+        console.print(f"active revision {doc['active_revision']}, checked {doc.get('checked_at', '-')}"
+                      + (f" ({doc['note']})" if doc.get("note") else ""), highlight=False)
+        for name, d in sorted(doc["devices"].items()):
+            colour = {"ok": "green", "drift": "red"}.get(d["status"], "yellow")
+            console.print(f"  {name:<16} [{colour}]{d['status']}[/]  {'; '.join(d['details'])[:200]}",
+                          highlight=False)
+        if "repair" in doc:
+            console.print(f"repair: change {doc['repair']['id']} {doc['repair']['state']}", highlight=False)
+    if bad and not (repair and doc.get("repair", {}).get("state") == "committed"):
+        raise typer.Exit(EXIT_FAIL)
+
+
+app.command("rollback", help="Roll back to REVISION (same as `loom changes rollback`).")(rollback)

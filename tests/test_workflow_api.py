@@ -1,0 +1,534 @@
+"""The change workflow through the real API, against real device agents (``--dry-frr``, no FRR).
+
+A fleet of twelve agents (the clos3-small devices) runs in a subprocess on unix
+sockets; the API app runs in-process (TestClient, lifespan and all) or as a
+real ``loom serve`` subprocess for the crash test. Covered: the state machine
+and its transitions, per-device progress, the safety gate (409 with failing
+scenarios, force with a reason in the audit log), a stale review, one commit
+at a time (across sessions, by the store's unique slot), idempotency keys,
+rollback, device state, drift found and repaired, and a controller killed with
+SIGKILL in the middle of a commit that brings every device to one revision on
+restart. Agents' running config hashes are compared with the hashes the
+controller expects for a revision (what the agent would render).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from api.app import create_app
+from controller import service
+from controller.errors import Conflict
+from controller.intent import load_intent
+from controller.settings import Settings
+from controller.store.db import Database
+from controller.workflow import changes
+from controller.workflow.review import expected_hashes
+from solver import solve
+from southbound.driver import AgentDriver
+from southbound.render import device_configs
+
+REPO = Path(__file__).resolve().parent.parent
+INTENT = load_intent(REPO / "labs" / "clos3-small" / "intent.yaml")
+DOC = INTENT.to_document()
+NAMES = [d.name for d in INTENT.devices]
+SETUP = service.WriteContext(actor=service.Actor("setup", "admin"))
+DRAIN = [{"op": "add", "path": "/policies/-", "value": {"kind": "drain", "target": "spine-0-0"}}]
+TIGHT = [{"op": "add", "path": "/policies/-", "value": {"kind": "utilization_limit", "max": 0.01}}]
+
+FLEET = r"""
+import asyncio, sys
+from pathlib import Path
+from southbound.agent import AgentCore, serve
+from southbound.frr_apply import DryFrr
+
+names, base, delay = sys.argv[1].split(","), Path(sys.argv[2]), float(sys.argv[3])
+stop = asyncio.Event()
+ready = []
+
+def one():
+    ready.append(1)
+    if len(ready) == len(names):
+        (base / "ready").write_text("ok")
+
+async def main():
+    await asyncio.gather(*(serve(AgentCore(DryFrr(base / n / "dry", apply_delay=delay), base / n / "state", n),
+                                 f"unix:{base / n / 'agent.sock'}", ready=one, stop=stop) for n in names))
+
+asyncio.run(main())
+"""
+
+
+class Fleet:
+    """The twelve agents in one subprocess; ``delay`` stretches every apply (seconds)."""
+
+    def __init__(self, base: Path, delay: float = 0.0):
+        self.base = base
+        self.delay = delay
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def endpoints(self) -> dict[str, str]:
+        return {n: f"unix:{self.base / n / 'agent.sock'}" for n in NAMES}
+
+    def start(self) -> None:
+        (self.base / "ready").unlink(missing_ok=True)
+        log = open(self.base / "fleet.log", "ab")  # noqa: SIM115 - the child holds it
+        self.proc = subprocess.Popen([sys.executable, "-c", FLEET, ",".join(NAMES), str(self.base), str(self.delay)],
+                                     stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        log.close()
+        deadline = time.monotonic() + 60
+        while not (self.base / "ready").exists():
+            assert self.proc.poll() is None and time.monotonic() < deadline, (self.base / "fleet.log").read_text()
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def hashes(self) -> dict[str, str]:
+        async def read() -> dict[str, str]:
+            async with AgentDriver(self.endpoints()) as drv:
+                return {n: (await drv.state(n)).running_hash for n in NAMES}
+        return asyncio.run(read())
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(tmp_path / "agents")
+    f.base.mkdir()
+    try:
+        f.start()
+        yield f
+    finally:
+        f.stop()
+
+
+def store(tmp_path: Path) -> tuple[Database, dict[str, str]]:
+    db = Database(f"sqlite:///{tmp_path / 'loom.db'}")
+    db.migrate()
+    tokens = {}
+    with db.session() as s:
+        service.replace_intent(DOC, session=s, ctx=SETUP)
+        for role in service.ROLES:
+            tokens[role] = service.create_token(f"{role}-1", role, session=s, ctx=SETUP)[1]
+    return db, tokens
+
+
+@dataclass
+class Api:
+    client: Any
+    tokens: dict[str, str]
+    db: Database
+
+    def __call__(self, method: str, path: str, role: str = "operator", **kw: Any) -> Any:
+        headers = {"Authorization": f"Bearer {self.tokens[role]}", **(kw.pop("headers", None) or {})}
+        return self.client.request(method, path, headers=headers, **kw)
+
+    def change(self, patch: list[Any] | None = None, base: int = 1, intent: Any = None, **kw: Any) -> dict[str, Any]:
+        body = {"base_revision": base, "patch": patch, "intent": intent, "message": kw.pop("message", "")}
+        r = self("POST", "/v1/changes", json=body, **kw)
+        assert r.status_code == 201, r.text
+        return dict(r.json())
+
+    def review(self, cid: int) -> dict[str, Any]:
+        r = self("POST", f"/v1/changes/{cid}/review")
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    def wait(self, cid: int, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            ch = self("GET", f"/v1/changes/{cid}", role="viewer").json()
+            if ch["state"] != "committing" or time.monotonic() > deadline:
+                return dict(ch)
+            time.sleep(0.1)
+
+    def initial(self) -> dict[str, Any]:
+        """Commit the lab intent (revision 1) as the first active revision."""
+        ch = self.change(intent=DOC)
+        self.review(ch["id"])
+        return self.commit(ch["id"])
+
+    def commit(self, cid: int, **body: Any) -> dict[str, Any]:
+        r = self("POST", f"/v1/changes/{cid}/commit", json=body)
+        assert r.status_code == 202, r.text
+        return self.wait(cid)
+
+
+@pytest.fixture
+def api(tmp_path: Path, fleet: Fleet) -> Iterator[Api]:
+    db, tokens = store(tmp_path)
+    settings = Settings(db_url=db.url, agents=json.dumps(fleet.endpoints()), drift_interval=0, verify_timeout=5)
+    with TestClient(create_app(settings, database=db)) as client:
+        yield Api(client, tokens, db)
+    db.dispose()
+
+
+def want(revision_doc: dict[str, Any]) -> dict[str, str]:
+    from controller.intent import validate_intent
+
+    intent = validate_intent(revision_doc)
+    return expected_hashes(intent, solve(intent))
+
+
+def revision_doc(db: Database, rev: int) -> dict[str, Any]:
+    from controller.store import repo
+
+    with db.session() as s:
+        return repo.revision_document(rev, session=s)
+
+
+def test_commit_moves_through_states_and_reaches_every_device(api: Api, fleet: Fleet) -> None:
+    ch = api.change(intent=DOC, message="first push")
+    assert ch["state"] == "draft" and ch["proposed_revision"] == 1
+    rv = api.review(ch["id"])
+    assert rv["verdict"] == "safe" and rv["active_revision"] is None and rv["proposed_revision"] == 1
+    assert set(rv["config_diff"]) == set(NAMES)  # from the agents' Prepare: everything is new
+    assert rv["safety"]["verdict"] == "safe" and rv["safety"]["counts"]["scenarios"] >= 1
+    done = api.commit(ch["id"])
+    assert done["state"] == "committed", done
+    assert [t["state"] for t in done["transitions"]] == ["draft", "reviewed", "committing", "committed"]
+    assert all(t["actor"] == "operator-1" for t in done["transitions"][1:])
+    assert done["progress"]["step"] == "done"
+    assert set(done["progress"]["devices"]) == set(NAMES)
+    assert all(d["status"] == "ok" and d["step"] == "confirm" for d in done["progress"]["devices"].values())
+    assert fleet.hashes() == want(DOC)
+    st = api("GET", "/v1/status", role="viewer").json()
+    assert st["active_revision"] == 1 and st["committing_change"] is None and sorted(st["devices"]) == sorted(NAMES)
+    plan = api("GET", "/v1/plans/1", role="viewer").json()
+    assert plan == api("GET", "/v1/plans/active", role="viewer").json()
+    assert set(plan["devices"]) == set(NAMES) and plan["fabric"] == "clos3-small"
+    state = api("GET", "/v1/devices/spine-0-0/state", role="viewer").json()
+    assert state["running_hash"] == want(DOC)["spine-0-0"] and state["hostname"] == "spine-0-0"
+    assert api("GET", "/v1/devices/nowhere/state", role="viewer").status_code == 404
+    drift = api("GET", "/v1/drift?refresh=true", role="viewer").json()
+    assert drift["active_revision"] == 1 and {d["status"] for d in drift["devices"].values()} == {"ok"}
+
+    # a drain: only the devices whose config changes show a diff, and it lands
+    drain = api.change(DRAIN, message="drain spine-0-0")
+    rv = api.review(drain["id"])
+    assert rv["verdict"] == "safe" and rv["active_revision"] == 1
+    assert "spine-0-0" in rv["config_diff"] and len(rv["config_diff"]) < len(NAMES)
+    assert any(x["id"] == "leaf-0-0:eth3" and x["after"] == 0 for x in rv["links"])
+    assert api.commit(drain["id"])["state"] == "committed"
+    assert fleet.hashes() == want(revision_doc(api.db, drain["proposed_revision"]))
+    listed = api("GET", "/v1/changes?state=committed&limit=1", role="viewer").json()
+    assert listed["total"] == 2 and listed["items"][0]["id"] == drain["id"] and listed["next"]
+
+
+def test_unsafe_change_is_refused_unless_forced_with_a_reason(api: Api, fleet: Fleet) -> None:
+    assert api.initial()["state"] == "committed"
+    before = fleet.hashes()
+    bad = api.change(TIGHT, message="a limit no link meets")
+    rv = api.review(bad["id"])
+    assert rv["verdict"] == "unsafe" and rv["safety"]["failing"]
+    r = api("POST", f"/v1/changes/{bad['id']}/commit", json={})
+    assert r.status_code == 409 and r.headers["content-type"].startswith("application/problem+json")
+    body = r.json()
+    assert body["failing"] and "baseline" in body["failing_scenarios"]
+    assert {f["invariant"] for f in body["failing"]} >= {"utilization"}
+    assert api("POST", f"/v1/changes/{bad['id']}/commit", json={"force": True}).status_code == 422
+    assert fleet.hashes() == before  # nothing was pushed
+    done = api.commit(bad["id"], force=True, reason="maintenance window, accepted by on-call")
+    assert done["state"] == "committed" and done["force_reason"] == "maintenance window, accepted by on-call"
+    audit = api("GET", "/v1/audit?limit=50", role="admin").json()["items"]
+    forced = [a for a in audit if a["action"] == "change.commit" and "forced" in a["detail"]]
+    assert forced and "maintenance window" in forced[0]["detail"]
+    assert any(a["action"] == "change.commit" and a["outcome"] == "rejected" and a["status"] == 409 for a in audit)
+    assert any(a["action"] == "change.committed" for a in audit)
+
+
+def test_a_stale_review_must_be_reviewed_again(api: Api) -> None:
+    first = api.change(intent=DOC)
+    a = api.change(DRAIN)
+    api.review(first["id"])
+    api.review(a["id"])
+    assert api.commit(first["id"])["state"] == "committed"
+    r = api("POST", f"/v1/changes/{a['id']}/commit", json={})
+    assert r.status_code == 409 and "review again" in r.json()["detail"]
+    assert api("POST", "/v1/changes/999/commit", json={}).status_code == 404
+    draft = api.change(DRAIN)
+    assert api("POST", f"/v1/changes/{draft['id']}/commit", json={}).status_code == 409  # not reviewed
+    assert api.review(a["id"])["active_revision"] == 1
+    assert api.commit(a["id"])["state"] == "committed"
+
+
+def test_invalid_edits_are_located_and_store_nothing(api: Api) -> None:
+    r = api("POST", "/v1/changes", json={"base_revision": 1, "patch": [
+        {"op": "replace", "path": "/devices/0/asn", "value": "x"}]})
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"].startswith("devices[0]")
+    r = api("POST", "/v1/changes", json={"base_revision": 1, "patch": [{"op": "remove", "path": "/nope"}]})
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"] == "patch[0]"
+    r = api("POST", "/v1/changes", json={"base_revision": 1, "patch": [], "intent": DOC})
+    assert r.status_code == 422
+    assert api("POST", "/v1/changes", json={"base_revision": 7, "patch": []}).status_code == 404
+    assert api("GET", "/v1/changes", role="viewer").json()["total"] == 0
+    assert api("GET", "/v1/status", role="viewer").json()["head_revision"] == 1
+    assert api("POST", "/v1/changes", role="viewer", json={"base_revision": 1, "patch": []}).status_code == 403
+
+
+def test_idempotency_key_replays_the_first_answer(api: Api) -> None:
+    key = {"Idempotency-Key": "create-drain-1"}
+    a = api("POST", "/v1/changes", json={"base_revision": 1, "patch": DRAIN}, headers=key)
+    b = api("POST", "/v1/changes", json={"base_revision": 1, "patch": DRAIN}, headers=key)
+    assert a.status_code == b.status_code == 201 and a.json()["id"] == b.json()["id"]
+    assert b.headers.get("idempotent-replayed") == "true"
+    assert api("GET", "/v1/changes", role="viewer").json()["total"] == 1
+    other = api("POST", "/v1/changes", json={"base_revision": 1, "patch": TIGHT}, headers=key)
+    assert other.status_code == 422
+    api.review(a.json()["id"])
+    c1 = api("POST", f"/v1/changes/{a.json()['id']}/commit", json={}, headers={"Idempotency-Key": "commit-1"})
+    c2 = api("POST", f"/v1/changes/{a.json()['id']}/commit", json={}, headers={"Idempotency-Key": "commit-1"})
+    assert c1.status_code == c2.status_code == 202 and c1.json() == c2.json()
+    assert api.wait(a.json()["id"])["state"] == "committed"
+    commits = [x for x in api("GET", "/v1/audit?limit=100", role="admin").json()["items"]
+               if x["action"] == "change.commit"]
+    assert len(commits) == 1
+
+
+def test_rollback_returns_every_device_to_the_old_revision(api: Api, fleet: Fleet) -> None:
+    api.initial()
+    drain = api.change(DRAIN)
+    api.review(drain["id"])
+    api.commit(drain["id"])
+    assert fleet.hashes() != want(DOC)
+    r = api("POST", "/v1/revisions/1/rollback", json={"message": "undo the drain"})
+    assert r.status_code == 201 and r.json()["kind"] == "rollback" and r.json()["proposed_revision"] == 1
+    rv = api.review(r.json()["id"])
+    assert rv["verdict"] == "safe" and rv["active_revision"] == drain["proposed_revision"]
+    assert api.commit(r.json()["id"])["state"] == "committed"
+    assert fleet.hashes() == want(DOC)
+    assert api("GET", "/v1/status", role="viewer").json()["active_revision"] == 1
+    assert api("POST", "/v1/revisions/99/rollback", json={}).status_code == 404
+
+
+def test_one_change_commits_at_a_time(tmp_path: Path) -> None:
+    db, _ = store(tmp_path)
+    ctx = service.WriteContext(actor=service.Actor("op", "operator"))
+    with db.session() as s:
+        a = changes.create_change(session=s, ctx=ctx, base_revision=1, patch=DRAIN, intent=None)
+        b = changes.create_change(session=s, ctx=ctx, base_revision=1, patch=TIGHT, intent=None)
+        for ch in (a, b):
+            changes.record_review(ch.id, {"verdict": "safe", "active_revision": None}, session=s, ctx=ctx)
+    with db.session() as s1, db.session() as s2:  # two sessions, as two controller processes would have
+        changes.begin_commit(a.id, session=s1, ctx=ctx, transaction="t-a")
+        with pytest.raises(Conflict, match="committing"):
+            changes.begin_commit(b.id, session=s2, ctx=ctx, transaction="t-b")
+        changes.finish_commit(a.id, "failed", session=s1, ctx=ctx, reason="test")
+        assert changes.begin_commit(b.id, session=s2, ctx=ctx, transaction="t-b").state == "committing"
+    db.dispose()
+
+
+def test_drift_is_reported_and_repaired(api: Api, fleet: Fleet) -> None:
+    api.initial()
+    # change leaf-0-0 behind the controller's back: a config with a different router id
+    plan = solve(INTENT)
+    cfg = replace(device_configs(INTENT, plan)["leaf-0-0"], router_id="10.9.9.9")
+
+    async def by_hand() -> None:
+        async with AgentDriver(fleet.endpoints()) as drv:
+            for step in (drv.prepare("leaf-0-0", "by-hand", cfg), drv.commit("leaf-0-0", "by-hand", 0),
+                         drv.confirm("leaf-0-0", "by-hand")):
+                r = await step
+                assert not r.failed or r.step == "confirm", r
+    asyncio.run(by_hand())
+    drift = api("GET", "/v1/drift?refresh=true", role="viewer").json()
+    assert drift["devices"]["leaf-0-0"]["status"] == "drift"
+    assert "running config" in drift["devices"]["leaf-0-0"]["details"][0]
+    assert {d["status"] for n, d in drift["devices"].items() if n != "leaf-0-0"} == {"ok"}
+    assert api("GET", "/v1/drift", role="viewer").json()["devices"]["leaf-0-0"]["status"] == "drift"
+    r = api("POST", "/v1/drift/repair")
+    assert r.status_code == 202
+    repaired = api.wait(r.json()["change"])
+    assert repaired["state"] == "committed" and repaired["kind"] == "repair"
+    assert repaired["progress"]["devices"]["leaf-0-0"]["changed"] is True
+    assert not any(d["changed"] for n, d in repaired["progress"]["devices"].items() if n != "leaf-0-0")
+    drift = api("GET", "/v1/drift?refresh=true", role="viewer").json()
+    assert {d["status"] for d in drift["devices"].values()} == {"ok"}
+    assert fleet.hashes() == want(DOC)
+
+
+# -- crash safety: a real `loom serve` killed with SIGKILL mid-commit ------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, tmp: Path, db_url: str, agents: dict[str, str], token: str):
+        self.tmp, self.db_url, self.agents, self.token = tmp, db_url, agents, token
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        (self.tmp / "agents.json").write_text(json.dumps(self.agents))
+        env = {**os.environ, "LOOM_ADMIN_TOKEN": self.token, "LOOM_DRIFT_INTERVAL": "0",
+               "LOOM_CONFIRM_WITHIN": "30"}
+        log = open(self.tmp / "serve.log", "ab")  # noqa: SIM115 - the child holds it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from controller.cli import main; main()", "serve", "--db", self.db_url,
+             "--port", str(self.port), "--agents", str(self.tmp / "agents.json")],
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        log.close()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert self.proc.poll() is None and time.monotonic() < deadline, (self.tmp / "serve.log").read_text()
+            time.sleep(0.1)
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        return httpx.request(method, self.url + path, headers={"Authorization": f"Bearer {self.token}"},
+                             timeout=60, **kw)
+
+
+def test_controller_killed_mid_commit_recovers_to_one_revision(tmp_path: Path) -> None:
+    kill_at = "commit"
+    fleet = Fleet(tmp_path / "agents", delay=1.0)  # every apply takes a second: time to kill mid-commit
+    fleet.base.mkdir()
+    db = Database(f"sqlite:///{tmp_path / 'loom.db'}")
+    db.migrate()
+    with db.session() as s:
+        service.replace_intent(DOC, session=s, ctx=SETUP)
+    db.dispose()
+    server = Server(tmp_path, db.url, fleet.endpoints(), "t" + "0123456789abcdefghijklmnopqrstuvwxyz")
+    try:
+        fleet.start()
+        server.start()
+        first = server("POST", "/v1/changes", json={"base_revision": 1, "intent": DOC}).json()
+        server("POST", f"/v1/changes/{first['id']}/review")
+        assert server("POST", f"/v1/changes/{first['id']}/commit", json={}).status_code == 202
+        deadline = time.monotonic() + 60
+        while server("GET", f"/v1/changes/{first['id']}").json()["state"] == "committing":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        old = want(DOC)
+        assert fleet.hashes() == old
+        drain = server("POST", "/v1/changes", json={"base_revision": 1, "patch": DRAIN}).json()
+        server("POST", f"/v1/changes/{drain['id']}/review")
+        assert server("POST", f"/v1/changes/{drain['id']}/commit", json={}).status_code == 202
+        deadline = time.monotonic() + 30
+        while True:  # wait until the transaction is in the chosen step, then kill the controller
+            ch = server("GET", f"/v1/changes/{drain['id']}").json()
+            prog = ch.get("progress") or {}
+            if prog.get("step") == kill_at or ch["state"] != "committing":
+                break
+            assert time.monotonic() < deadline, ch
+            time.sleep(0.05)
+        assert ch["state"] == "committing"
+        server.kill9()
+        new = want(revision_doc(db, drain["proposed_revision"]))
+        mid = fleet.hashes()
+        server.start()
+        ch = server("GET", f"/v1/changes/{drain['id']}").json()
+        assert ch["state"] in ("committed", "rolled_back"), ch
+        assert "recovered after a controller restart" in ch["transitions"][-1]["reason"]
+        assert ch["transitions"][-1]["actor"].startswith("loom-controller")
+        hashes = fleet.hashes()
+        active = server("GET", "/v1/status").json()["active_revision"]
+        if ch["state"] == "committed":
+            assert hashes == new and active == drain["proposed_revision"]
+        else:
+            assert hashes == old and active == 1
+        assert mid != new  # the kill landed before every device had the change
+        audit = server("GET", "/v1/audit?limit=20").json()["items"]
+        assert any(a["action"] == "change.recover" for a in audit)
+        # the store is whole: the next change commits normally
+        again = server("POST", "/v1/changes", json={"base_revision": 1, "intent": DOC}).json()
+        assert server("POST", f"/v1/changes/{again['id']}/review").status_code == 200
+        assert server("POST", f"/v1/changes/{again['id']}/commit", json={}).status_code == 202
+        deadline = time.monotonic() + 60
+        while server("GET", f"/v1/changes/{again['id']}").json()["state"] == "committing":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert fleet.hashes() == old
+    finally:
+        server.stop()
+        fleet.stop()
+
+
+@pytest.mark.parametrize("reached", [12, 5, 0])
+def test_restart_finishes_or_undoes_what_the_devices_report(tmp_path: Path, fleet: Fleet, reached: int) -> None:
+    """A controller died after Commit reached ``reached`` devices (and before any Confirm):
+    the new one confirms when all have it, and rolls everything back otherwise."""
+    db, tokens = store(tmp_path)
+    ctx = service.WriteContext(actor=service.Actor("op", "operator"))
+    settings = Settings(db_url=db.url, agents=json.dumps(fleet.endpoints()), drift_interval=0, verify_timeout=5)
+    with TestClient(create_app(settings, database=db)) as client:
+        Api(client, tokens, db).initial()
+    old = want(DOC)
+    with db.session() as s:
+        ch = changes.create_change(session=s, ctx=ctx, base_revision=1, patch=DRAIN, intent=None)
+        changes.record_review(ch.id, {"verdict": "safe", "active_revision": 1}, session=s, ctx=ctx)
+        changes.begin_commit(ch.id, session=s, ctx=ctx, transaction="chg-dead-controller")
+        intent, plan = changes.plan_for(ch.proposed_revision, session=s)
+    configs = device_configs(intent, plan)
+
+    async def half_done() -> None:  # what the dead controller got done
+        async with AgentDriver(fleet.endpoints()) as drv:
+            for n in NAMES:
+                assert not (await drv.prepare(n, "chg-dead-controller", configs[n])).failed
+            for n in NAMES[:reached]:
+                assert not (await drv.commit(n, "chg-dead-controller", 60)).failed
+    asyncio.run(half_done())
+    with TestClient(create_app(settings, database=db)) as client:
+        api = Api(client, tokens, db)
+        done = api("GET", f"/v1/changes/{ch.id}", role="viewer").json()
+        status = api("GET", "/v1/status", role="viewer").json()
+    hashes = fleet.hashes()
+    if reached == len(NAMES):
+        assert done["state"] == "committed" and status["active_revision"] == ch.proposed_revision
+        assert hashes == want(revision_doc(db, ch.proposed_revision))
+    else:
+        assert done["state"] == ("rolled_back" if reached else "failed")
+        assert status["active_revision"] == 1 and hashes == old
+    assert status["committing_change"] is None
+    assert "recovered after a controller restart" in done["transitions"][-1]["reason"]
+
+    async def pending() -> set[str]:
+        async with AgentDriver(fleet.endpoints()) as drv:
+            return {(await drv.state(n)).pending_change for n in NAMES}
+    assert asyncio.run(pending()) == {""}  # nothing left awaiting confirmation or a timer
+    db.dispose()
