@@ -90,7 +90,7 @@ def serve(
     agents: Annotated[str | None, typer.Option(
         "--agents", help="device agents file {device: unix:PATH | HOST:PORT} (default: $LOOM_AGENTS)")] = None,
     lab: Annotated[str | None, typer.Option(
-        "--lab", help="use the agents of a running lab (labs/NAME)")] = None,
+        "--lab", help="use the agents of a running lab (labs/NAME), starting those not running")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Serve the REST API (docs at /docs) on the store."""
@@ -106,6 +106,10 @@ def serve(
         from controller.workflow.agents import endpoints_from_settings
 
         try:
+            if lab:
+                from controller.workflow.agents import start_lab_agents
+
+                info["agents_started"] = start_lab_agents(lab)
             info["agents"] = len(endpoints_from_settings(settings))
         except Exception as exc:  # noqa: BLE001 - a bad agents file or lab is told, not traced
             die(f"agents: {exc}", as_json=as_json)
@@ -125,7 +129,9 @@ def serve(
         console.print(f"Loom API on [bold]{info['url']}[/]  (docs: {info['docs']}; store: {info['store']})",
                       highlight=False)
         if "agents" in info:
-            console.print(f"device agents: {info['agents']}", highlight=False)
+            console.print(f"device agents: {info['agents']}"
+                          + (f" (started {len(info['agents_started'])})" if info.get("agents_started") else ""),
+                          highlight=False)
         if "example" in info:
             console.print(f"example fabric: {info['example']}", highlight=False)
         token = info.get("admin_token")

@@ -231,6 +231,8 @@ class Workflow:
 
         flusher = asyncio.get_running_loop().create_task(flush())
         try:
+            if ch.kind == "repair":
+                await self._nudge(intent, plan, ch.transaction, names)
             result = await commit_plan(self.driver, intent, plan, change=ch.transaction,
                                        confirm_within=self.settings.confirm_within,
                                        verify_timeout=self.settings.verify_timeout, progress=on_step)
@@ -248,6 +250,51 @@ class Workflow:
         await self._db(lambda s: changes.finish_commit(ch.id, outcome, session=s, ctx=ctx, reason=reason,
                                                        error=result.error or None, progress=progress))
         self._after_commit(rev if result.ok else None, outcome)
+
+    async def _nudge(self, intent: Any, plan: Any, txn: str, names: list[str]) -> None:
+        """Before a repair re-push: where a device runs the right config but its kernel does not
+        hold the plan's weights (changed by hand), FRR has nothing to re-apply, so first push the
+        plan with those groups' weights skewed (their next hops re-advertise, the kernel routes are
+        rewritten), then the repair itself pushes the plan again."""
+        from solver.plan import DevicePlan, NextHop, Plan
+        from southbound.render import device_configs
+        from southbound.transaction import commit
+        from southbound.wcmp import compare
+
+        if not intent.wcmp_enabled:
+            return
+        want = expected_hashes(intent, plan)
+        states = await self._states(names)
+        fabric = sorted({p for dp in plan.devices.values() for p in dp.routes})
+        configs = device_configs(intent, plan)
+        devices = dict(plan.devices)
+        nudged = 0
+        for d in names:
+            st, dp = states[d], plan.devices.get(d)
+            if isinstance(st, BaseException) or dp is None or not st.observed or st.running_hash != want[d]:
+                continue
+            bad = {msg.split(":", 1)[0] for msg in compare(
+                dp, st, realization=intent.wcmp_realization.value, wcmp=True, fabric_prefixes=fabric,
+                originated=configs[d].originated)}
+            groups, routes = dict(dp.groups), dict(dp.routes)
+            for prefix in sorted(bad & set(dp.routes)):
+                hops = dp.groups[dp.routes[prefix]]
+                if len(hops) < 2:
+                    continue
+                gid = f"nudge-{prefix}"
+                groups[gid] = (NextHop(hops[0].port, hops[0].neighbor, hops[0].weight * 3 + 1), *hops[1:])
+                routes[prefix] = gid
+                nudged += 1
+            devices[d] = DevicePlan(groups, routes)
+        if not nudged:
+            return
+        log.info("repair: %d route(s) differ from a correct config: re-advertising them first", nudged)
+        skewed = Plan(plan.fabric, plan.summary, devices, plan.links)
+        push = {d: c for d, c in device_configs(intent, skewed).items() if d in set(names)}
+        result = await commit(self.driver, push, None, change=f"{txn}-nudge",
+                              confirm_within=self.settings.confirm_within, verify_timeout=self.settings.verify_timeout)
+        if result.ok:
+            await asyncio.sleep(1.0)  # let BGP carry the re-advertisements into the kernels
 
     def _after_commit(self, active: int | None, outcome: str) -> None:
         if self.metrics is not None:
