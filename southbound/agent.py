@@ -32,7 +32,7 @@ from southbound.config import DeviceConfig
 from southbound.frr_apply import FibHop, FrrBackend, FrrError, Rendered, atomic_write_json, read_json, text_diff
 from southbound.state import AgentError, AgentInfo, DeviceState, Outcome
 
-__all__ = ["AGENT_VERSION", "AgentCore", "build_rendered", "serve"]
+__all__ = ["AGENT_VERSION", "AgentCore", "build_rendered", "lab_agent_command", "serve"]
 
 AGENT_VERSION = "0.1.0"
 HISTORY = 16
@@ -345,6 +345,16 @@ class AgentCore:
         j = self._journal()
         return DeviceState(self.hostname, self.running.hash if self.running else "", observed, routes, sessions,
                            j.change if j else "", j.deadline if j else 0.0)
+
+
+def lab_agent_command(node: str, node_dir: Path, *, python: str | None = None) -> list[str]:
+    """The command that runs ``node``'s agent in a lab (to be run inside the node's namespace): FRR's vty
+    sockets and the agent's unix socket (``agent.sock``) and state (``agent/``) in the node's directory."""
+    import sys
+
+    return [python or sys.executable, "-c", "from controller.cli import main; main()", "agent",
+            "--frr-dir", str(node_dir), "--listen", f"unix:{node_dir / 'agent.sock'}", "--hostname", node,
+            "--state-dir", str(node_dir / "agent")]
 
 
 # -- the server ------------------------------------------------------------------

@@ -35,6 +35,7 @@ from labs import runner
 from labs.clab import Topology, load_topology
 from solver import solve
 from solver.plan import Plan
+from southbound.agent import lab_agent_command
 from southbound.driver import AgentDriver
 from southbound.state import StepResult
 from southbound.transaction import commit_plan
@@ -97,8 +98,7 @@ class LabAgents:
         (d / "agent.sock").unlink(missing_ok=True)
         log = open(d / "agent.log", "ab")  # noqa: SIM115 - the child holds it
         self.procs[node] = subprocess.Popen(
-            ["ip", "netns", "exec", runner.namespace(self.lab, node), *LOOM, "agent", "--frr-dir", str(d),
-             "--listen", f"unix:{d / 'agent.sock'}", "--hostname", node, "--state-dir", str(d / "agent")],
+            ["ip", "netns", "exec", runner.namespace(self.lab, node), *lab_agent_command(node, d)],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
 
@@ -318,13 +318,25 @@ async def test_fib_realization_installs_weighted_routes_over_bgp_and_rolls_back(
     plan, r = await push(wlab, fib)
     assert r.ok, r.error  # type: ignore[attr-defined]
     assert plan_mismatches(LAB, fib, plan) == []
-    routes = json.loads(runner.node_exec(LAB, "tor-0-0", ["ip", "-j", "route", "show", "10.1.0.0/24"]))
-    assert {str(x["protocol"]) for x in routes} == {"bgp", "250"}, routes  # BGP's stays underneath
+    kernel = json.loads(runner.node_exec(LAB, "tor-0-0", ["ip", "-j", "route", "show", "10.1.0.0/24"]))
+    assert [str(x["protocol"]) for x in kernel] == ["250"], kernel  # Loom's route forwards
+    assert "bgp" in rib_protocols("tor-0-0", "10.1.0.0/24")  # BGP's stays in zebra's RIB underneath
     async with AgentDriver(wlab.agents.endpoints(), timeout=20, commit_timeout=120) as drv:
         back = await asyncio.gather(*(drv.rollback(n, r.change) for n in wlab.agents.nodes))  # type: ignore[attr-defined]
         assert not [b for b in back if b.failed]
-    routes = json.loads(runner.node_exec(LAB, "tor-0-0", ["ip", "-j", "route", "show", "10.1.0.0/24"]))
-    assert {str(x["protocol"]) for x in routes} == {"bgp"}, routes
+    deadline = time.monotonic() + 20
+    while True:  # zebra puts BGP's route back into the kernel once Loom's is gone
+        kernel = json.loads(runner.node_exec(LAB, "tor-0-0", ["ip", "-j", "route", "show", "10.1.0.0/24"]))
+        if [str(x["protocol"]) for x in kernel] == ["bgp"] or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.3)
+    assert [str(x["protocol"]) for x in kernel] == ["bgp"], kernel
+
+
+def rib_protocols(node: str, prefix: str) -> set[str]:
+    out = subprocess.run(["vtysh", "--vty_socket", str(runner.run_dir(LAB) / node), "-c",
+                          f"show ip route {prefix} json"], capture_output=True, text=True, timeout=30).stdout
+    return {str(e.get("protocol")) for e in json.loads(out or "{}").get(prefix, [])}
 
 
 def test_lab_intent_is_valid() -> None:
