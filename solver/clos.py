@@ -1,272 +1,316 @@
-"""The pod-level WCMP LP for a clean 3-tier RFC 7938 Clos.
+"""The pod-level WCMP model of a clean 3-tier RFC 7938 Clos.
 
 This module owns the decomposition that makes WCMP scale with pods instead of
 prefixes. In a 3-tier Clos (ToRs linked to every leaf of their pod, one leaf
 per plane per pod, leaves linked to spines of their plane) each plane is a
 two-stage leaf-spine network, and the choices BGP leaves open are the ToR's
-split over planes and the leaf's split over its plane's spines. The model:
+split over planes and the leaf's split over its plane's spines. Variables:
 
 * ``a[q, p, l]``: traffic from pod ``q`` to pod ``p`` sent into plane ``l``;
   every ToR of pod ``q`` splits its traffic for any ToR of pod ``p`` in the
   proportions ``a[q, p, :] / D[q, p]`` (one split per pod pair: a restriction
-  of per-ToR splits, which this LP's bound is the optimum *of*);
+  of per-ToR splits; the LP bound is the optimum *of this model*);
 * ``g[q, p, l, j]``: the part of ``a[q, p, l]`` that leaf ``(q, l)`` sends via
   spine ``j``; a leaf's split is per destination pod, which loses nothing,
   since every destination in pod ``p`` leaves plane ``l`` at the same leaf.
 
-Capacity rows cover all four arc kinds (ToR up, leaf down to a ToR, leaf up,
-spine down), with the exact per-ToR loads as linear functions of ``a``.
-Which planes and spines a pod pair may use comes from the BGP routes
-themselves (:mod:`solver.routing`), so the LP never uses a path BGP lacks.
-:func:`clos_ratios` returns per-edge split ratios for the generic commodities
-of :mod:`solver.wcmp`, or ``None`` when the fabric is not such a clean Clos.
+Load rows cover all four arc kinds (ToR up, leaf down to a ToR, leaf up, spine
+down) with each ToR's exact load as a linear function of ``a``, so the same
+matrix gives the LP's capacity rows and the loads of any split (rounded, or
+ECMP). Which planes and spines a pod pair may use is read off the BGP routes
+(one path-vector simulation per destination pod, :mod:`solver.routing`), so
+the model never uses a path BGP lacks. :func:`build_pod_model` returns
+``None`` when the fabric is not such a clean Clos.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from controller.errors import Infeasible
 from controller.model import Role
-from solver.lp import DEFAULT_BACKEND, solve_lp
-from solver.wcmp import Commodities, WcmpSolution
+from solver.fabric import Fabric
+from solver.routing import _bgp_class
 
-__all__ = ["clos_ratios"]
+__all__ = ["PodModel", "build_pod_model"]
+
+
+@dataclass
+class PodModel:
+    """Structure, routes and the linear load model of a clean Clos (see the module docstring)."""
+
+    fab: Fabric
+    pods: list[int]
+    tor_pod: dict[int, int]
+    tors_of: dict[int, list[int]]
+    leaf_at: dict[tuple[int, int], int]
+    leaf_pp: dict[int, tuple[int, int]]
+    tor_arc: dict[tuple[int, int], int]  # (ToR, plane) -> arc up to its leaf
+    down_arc: dict[tuple[int, int], int]  # (leaf, ToR) -> arc down
+    spine_down: dict[tuple[int, int], int]  # (spine, destination pod) -> arc, where the spine has a route
+    allowed_planes: dict[tuple[int, int], list[int]]  # (q, p) -> planes BGP offers ToRs of q toward p
+    allowed_spines: dict[tuple[int, int, int], list[int]]  # (q, p, l) -> arcs leaf (q, l) -> spine, toward p
+    d_qp: dict[tuple[int, int], float]
+    a_col: dict[tuple[int, int, int], int]
+    g_col: dict[tuple[int, int, int, int], int]  # (q, p, l, spine arc) -> column
+    load_matrix: sp.csr_matrix  # arcs x variables: gbps on each arc
+    scale: float
+
+    @property
+    def n_vars(self) -> int:
+        return len(self.a_col) + len(self.g_col)
+
+    def loads(self, x: np.ndarray) -> np.ndarray:
+        """Gbps per arc for variable values ``x`` (``a`` columns then ``g`` columns, in gbps)."""
+        return np.asarray(self.load_matrix @ x) if self.n_vars else np.zeros(self.fab.n_arcs)
+
+    def ecmp_x(self) -> np.ndarray:
+        x = np.zeros(self.n_vars)
+        for (q, p), d in self.d_qp.items():
+            planes = self.allowed_planes[(q, p)]
+            for lp in planes:
+                a = d / len(planes)
+                x[self.a_col[(q, p, lp)]] = a
+                spines = self.allowed_spines.get((q, p, lp), [])
+                for arc in spines:
+                    x[self.g_col[(q, p, lp, arc)]] = a / len(spines)
+        return x
+
+    def lp(self, min_share: np.ndarray | None) -> tuple[np.ndarray, sp.csr_matrix, np.ndarray, np.ndarray,
+                                                      np.ndarray, np.ndarray]:
+        """``min U`` over ``[a, g, U]`` (scaled by :attr:`scale`): conservation, capacity, least shares."""
+        n_a, n_g = len(self.a_col), len(self.g_col)
+        n = n_a + n_g
+        s = self.scale
+        pairs = list(self.d_qp)
+        pair_row = {pq: i for i, pq in enumerate(pairs)}
+        blocks: list[sp.spmatrix] = []
+        lbs: list[np.ndarray] = []
+        ubs: list[np.ndarray] = []
+        # 1. sum_l a[q, p, l] = D[q, p]
+        a_keys = list(self.a_col)
+        r1 = sp.csr_matrix((np.ones(n_a), ([pair_row[(q, p)] for (q, p, _l) in a_keys],
+                                           [self.a_col[k] for k in a_keys])), shape=(len(pairs), n + 1))
+        dem = np.array([self.d_qp[pq] / s for pq in pairs])
+        blocks.append(r1)
+        lbs.append(dem)
+        ubs.append(dem)
+        # 2. sum_j g[q, p, l, j] = a[q, p, l] where the leaf splits
+        split = sorted({(q, p, lp) for (q, p, lp, _arc) in self.g_col})
+        srow = {k: i for i, k in enumerate(split)}
+        g_keys = list(self.g_col)
+        rows = [srow[(q, p, lp)] for (q, p, lp, _a) in g_keys] + list(range(len(split)))
+        cols = [self.g_col[k] for k in g_keys] + [self.a_col[k] for k in split]
+        vals = [1.0] * n_g + [-1.0] * len(split)
+        blocks.append(sp.csr_matrix((vals, (rows, cols)), shape=(len(split), n + 1)))
+        lbs.append(np.zeros(len(split)))
+        ubs.append(np.zeros(len(split)))
+        # 3. loads <= U * capacity on every arc that carries anything
+        used = np.flatnonzero(np.diff(self.load_matrix.indptr) > 0)
+        cap_rows = sp.hstack([self.load_matrix[used], sp.csr_matrix(
+            (-self.fab.arc_cap[used] / s, (np.arange(len(used)), np.zeros(len(used), dtype=np.int64))),
+            shape=(len(used), 1))]).tocsr()
+        blocks.append(cap_rows)
+        lbs.append(np.full(len(used), -np.inf))
+        ubs.append(np.zeros(len(used)))
+        col_lb = np.zeros(n + 1)
+        if min_share is not None:
+            # every next hop keeps weight >= 1 of the budget: ToRs via bounds on a, leaves via rows g >= share * a
+            for (q, p), planes in self.allowed_planes.items():
+                if len(planes) >= 2 and (q, p) in self.d_qp:
+                    phi = max(min_share[t] for t in self.tors_of[q])
+                    for lp in planes:
+                        col_lb[self.a_col[(q, p, lp)]] = phi * self.d_qp[(q, p)] / s
+            sel = [k for k in g_keys if len(self.allowed_spines[k[:3]]) >= 2]
+            if sel:
+                r = np.arange(len(sel))
+                phi_leaf = np.array([min_share[self.leaf_at[(q, lp)]] for (q, _p, lp, _a) in sel])
+                blocks.append(sp.csr_matrix(
+                    (np.concatenate([np.ones(len(sel)), -phi_leaf]),
+                     (np.concatenate([r, r]), np.concatenate([[self.g_col[k] for k in sel],
+                                                              [self.a_col[k[:3]] for k in sel]]))),
+                    shape=(len(sel), n + 1)))
+                lbs.append(np.zeros(len(sel)))
+                ubs.append(np.full(len(sel), np.inf))
+        a = sp.vstack(blocks).tocsr()
+        c = np.zeros(n + 1)
+        c[n] = 1.0
+        return c, a, np.concatenate(lbs), np.concatenate(ubs), col_lb, np.full(n + 1, np.inf)
 
 
 class _NotClean(Exception):
-    """The fabric is not a clean 3-tier Clos: use the generic LP."""
+    pass
 
 
-def _structure(com: Commodities) -> tuple[dict[int, int], dict[tuple[int, int], int], dict[int, tuple[int, int]],
-                                          dict[int, tuple[int, int]]]:
-    """ToR -> pod, (pod, plane) -> leaf, leaf -> (pod, plane), spine -> (plane, index)."""
-    fab = com.fab
+def _structure(fab: Fabric) -> dict[str, Any]:
     intent = fab.intent
-    if intent.drained_devices or intent.drained_links:
-        raise _NotClean("drains")
+    if intent.routing.value != "bgp" or intent.drained_devices or intent.drained_links or not fab.alive.all():
+        raise _NotClean("not a drain-free BGP fabric")
     tor_pod: dict[int, int] = {}
     leaf_at: dict[tuple[int, int], int] = {}
     leaf_pp: dict[int, tuple[int, int]] = {}
-    spine_pl: dict[int, tuple[int, int]] = {}
+    spines: dict[int, int] = {}
     for i, d in enumerate(intent.devices):
         if d.role == Role.TOR and d.pod is not None:
             tor_pod[i] = d.pod
-        elif d.role == Role.LEAF and d.pod is not None and d.plane is not None:
-            if (d.pod, d.plane) in leaf_at:
-                raise _NotClean("two leaves in one pod and plane")
+        elif d.role == Role.LEAF and d.pod is not None and d.plane is not None and (d.pod, d.plane) not in leaf_at:
             leaf_at[(d.pod, d.plane)] = i
             leaf_pp[i] = (d.pod, d.plane)
         elif d.role == Role.SPINE and d.plane is not None:
-            spine_pl[i] = (d.plane, i)
+            spines[i] = d.plane
         else:
-            raise _NotClean(f"device {d.name} is not a ToR, leaf or spine of a 3-tier Clos")
-    planes_of_pod: dict[int, set[int]] = defaultdict(set)
-    for (p, lp) in leaf_at:
-        planes_of_pod[p].add(lp)
+            raise _NotClean(f"{d.name} does not fit a clean 3-tier Clos")
+    tor_asns = [fab.asn[t] for t in tor_pod]
+    if len(set(tor_asns)) != len(tor_asns) or set(tor_asns) & {fab.asn[v] for v in list(leaf_pp) + list(spines)}:
+        raise _NotClean("ToR ASNs are not unique")
+    tors_of: dict[int, list[int]] = defaultdict(list)
     for t, p in tor_pod.items():
-        ups = [w for _a, w, _port in fab.adj[t]]
-        if len(ups) != len(set(ups)) or {leaf_pp.get(w, (-1, -1)) for w in ups} != {(p, lp) for lp in planes_of_pod[p]}:
-            raise _NotClean(f"ToR {fab.names[t]} does not link once to every leaf of its pod")
-    for rc in com.classes:
-        if len(rc.origins) != 1 or rc.origins[0] not in tor_pod:
-            raise _NotClean("a prefix not originated by exactly one ToR")
-    for v in com.node_v[com.node_demand > 0]:
-        if int(v) not in tor_pod:
-            raise _NotClean("demand entering at a device that is not a ToR")
-    return tor_pod, leaf_at, leaf_pp, spine_pl
+        tors_of[p].append(t)
+    planes_of: dict[int, list[int]] = defaultdict(list)
+    for (p, lp) in sorted(leaf_at):
+        planes_of[p].append(lp)
+    tor_arc: dict[tuple[int, int], int] = {}
+    down_arc: dict[tuple[int, int], int] = {}
+    for t, p in tor_pod.items():
+        ups = {}
+        for arc, w, _port in fab.adj[t]:
+            if w not in leaf_pp or leaf_pp[w][0] != p or leaf_pp[w][1] in ups:
+                raise _NotClean("a ToR link that is not one uplink per leaf of its pod")
+            ups[leaf_pp[w][1]] = arc
+        if sorted(ups) != planes_of[p]:
+            raise _NotClean("a ToR without a link to every leaf of its pod")
+        for lp, arc in ups.items():
+            tor_arc[(t, lp)] = arc
+            down_arc[(leaf_at[(p, lp)], t)] = arc ^ 1
+    for v, (_p, lp) in leaf_pp.items():
+        for _arc, w, _port in fab.adj[v]:
+            if w in spines and spines[w] != lp:
+                raise _NotClean("a leaf linked to a spine of another plane")
+    return {"tor_pod": tor_pod, "leaf_at": leaf_at, "leaf_pp": leaf_pp, "spines": spines,
+            "tors_of": dict(tors_of), "planes_of": dict(planes_of), "tor_arc": tor_arc, "down_arc": down_arc}
 
 
-def clos_ratios(com: Commodities, *, backend: str = DEFAULT_BACKEND,
-                min_share: np.ndarray | None = None) -> WcmpSolution | None:
-    """Solve the pod-level LP; per-edge ratios over ``com`` (NaN where no flow), or ``None``."""
+def build_pod_model(fab: Fabric) -> PodModel | None:
+    """Routes and the load model of a clean Clos, or ``None`` (use the generic path).
+
+    Raises
+    ------
+    Infeasible : a demand whose source has no route to its destination.
+    """
     try:
-        tor_pod, leaf_at, leaf_pp, _spines = _structure(com)
+        st = _structure(fab)
     except _NotClean:
         return None
-    fab = com.fab
-    n_e = len(com.e_arc)
-    # demand per (source ToR, destination ToR)
-    d_st: dict[tuple[int, int], float] = {}
-    origin_of = {ci: rc.origins[0] for ci, rc in enumerate(com.classes) if rc.origins}
-    for k in np.flatnonzero(com.node_demand > 0):
-        t = origin_of[int(com.commodity_class[com.node_c[k]])]
-        d_st[(int(com.node_v[k]), t)] = float(com.node_demand[k])
-    if not d_st:
-        return WcmpSolution(np.zeros(n_e), 0.0, np.full(n_e, np.nan), 0.0)
+    intent = fab.intent
+    tor_pod: dict[int, int] = st["tor_pod"]
+    leaf_at: dict[tuple[int, int], int] = st["leaf_at"]
+    tors_of: dict[int, list[int]] = st["tors_of"]
+    origin: dict[str, int] = {}
+    for pf in intent.prefixes:
+        if len(pf.origins) != 1 or fab.index[pf.origins[0]] not in tor_pod:
+            return None
+        origin[pf.prefix] = fab.index[pf.origins[0]]
+    pods = sorted(tors_of)
+    head = fab.arc_head
+    allowed_planes: dict[tuple[int, int], list[int]] = {}
+    allowed_spines: dict[tuple[int, int, int], list[int]] = {}
+    spine_down: dict[tuple[int, int], int] = {}
+    for p in pods:
+        rep = tors_of[p][0]
+        routes = _bgp_class(fab, (rep,))
+        for q in pods:
+            probe = tors_of[q][0] if q != p else (tors_of[p][1] if len(tors_of[p]) > 1 else None)
+            planes = []
+            for lp in st["planes_of"][q]:
+                leaf = leaf_at[(q, lp)]
+                arcs = routes.get(leaf, ())
+                if q == p:
+                    if arcs != (st["down_arc"][(leaf, rep)],):
+                        return None
+                    planes.append(lp)
+                elif arcs:
+                    if any(int(head[a]) not in st["spines"] for a in arcs):
+                        return None
+                    allowed_spines[(q, p, lp)] = list(arcs)
+                    planes.append(lp)
+            if probe is not None:
+                got = sorted(st["leaf_pp"][int(head[a])][1] for a in routes.get(probe, ()))
+                if got != planes:
+                    return None  # BGP does not match the structure: let the generic path handle it
+            allowed_planes[(q, p)] = planes
+        for s in st["spines"]:
+            arcs = routes.get(s, ())
+            if len(arcs) > 1:
+                return None
+            if arcs:
+                spine_down[(s, p)] = arcs[0]
+    # demands per (source ToR, destination ToR)
+    d_st: dict[tuple[int, int], float] = defaultdict(float)
+    problems: list[dict[str, Any]] = []
+    for i, d in enumerate(intent.demands):
+        if d.gbps <= 0:
+            continue
+        s, t = fab.index.get(d.from_), origin.get(d.to)
+        if s is None or s not in tor_pod or t is None:
+            return None
+        if s == t:
+            continue
+        if not allowed_planes[(tor_pod[s], tor_pod[t])]:
+            problems.append({"loc": f"demands[{i}]", "from": d.from_, "to": d.to,
+                             "reason": f"{d.from_} has no route to {d.to} (no valid path: missing links or AS-path "
+                                       "loop prevention withdraw the route there)"})
+            continue
+        d_st[(s, t)] += d.gbps
+    if problems:
+        h = problems[0]
+        raise Infeasible(f"{len(problems)} demand(s) cannot be routed; first: {h['loc']} {h['from']} -> {h['to']}: "
+                         f"{h['reason']}", problems)
+    d_qp: dict[tuple[int, int], float] = defaultdict(float)
     d_sp: dict[tuple[int, int], float] = defaultdict(float)
     d_qt: dict[tuple[int, int], float] = defaultdict(float)
-    d_qp: dict[tuple[int, int], float] = defaultdict(float)
     for (s, t), x in d_st.items():
         q, p = tor_pod[s], tor_pod[t]
+        d_qp[(q, p)] += x
         d_sp[(s, p)] += x
         d_qt[(q, t)] += x
-        d_qp[(q, p)] += x
-    # allowed planes and spines per pod pair, read off the BGP routes of one ToR per destination pod
-    rep: dict[int, int] = {}
-    for ci, rc in enumerate(com.classes):
-        rep.setdefault(tor_pod[rc.origins[0]], ci)
-    head = fab.arc_head
-    arc_of: dict[tuple[int, int], int] = {}
-    for v in range(fab.n):
-        for arc, w, _port in fab.adj[v]:
-            arc_of[(v, w)] = arc
-    a_var: dict[tuple[int, int, int], int] = {}
-    g_var: dict[tuple[int, int, int, int], int] = {}
-    g_parent: list[int] = []
+    a_col: dict[tuple[int, int, int], int] = {}
     for (q, p) in d_qp:
-        routes = com.classes[rep[p]].nexthops
-        for (pq, lp), leaf in leaf_at.items():
-            if pq != q:
-                continue
-            if q == p:
-                a_var[(q, p, lp)] = len(a_var)
-                continue
-            spines = routes.get(leaf, ())
-            if not spines:
-                continue
-            ai = a_var[(q, p, lp)] = len(a_var)
-            for arc in spines:
-                g_var[(q, p, lp, int(head[arc]))] = len(g_var)
-                g_parent.append(ai)
-    n_a, n_g = len(a_var), len(g_var)
-    u_col = n_a + n_g
-    rows: list[np.ndarray] = []
-    cols: list[np.ndarray] = []
-    vals: list[np.ndarray] = []
-    lb: list[np.ndarray] = []
-    ub: list[np.ndarray] = []
-    n_rows = 0
-
-    def add(r: list[int] | np.ndarray, c: list[int] | np.ndarray, v: list[float] | np.ndarray, n_new: int,
-            lo: np.ndarray, hi: np.ndarray) -> None:
-        nonlocal n_rows
-        rows.append(np.asarray(r, dtype=np.int64) + n_rows)
-        cols.append(np.asarray(c, dtype=np.int64))
-        vals.append(np.asarray(v, dtype=np.float64))
-        lb.append(lo)
-        ub.append(hi)
-        n_rows += n_new
-
-    scale = float(np.median(fab.arc_cap))
-    # 1. each pod pair's demand is split over planes
-    pair_row = {pq: i for i, pq in enumerate(d_qp)}
-    missing = [pq for pq in d_qp if not any((pq[0], pq[1], lp) in a_var for (_x, lp) in leaf_at)]
-    if missing:
-        return None  # some pod pair has no plane: the generic path names the unroutable demand
-    r1 = [pair_row[(q, p)] for (q, p, _lp) in a_var]
-    add(r1, list(a_var.values()), [1.0] * n_a, len(d_qp), np.array([d_qp[pq] / scale for pq in d_qp]),
-        np.array([d_qp[pq] / scale for pq in d_qp]))
-    # 2. a leaf's split of a[q, p, l] over spines
-    gp = np.array(g_parent, dtype=np.int64)
-    add(np.concatenate([gp, np.arange(n_a)]), np.concatenate([n_a + np.arange(n_g), np.arange(n_a)]),
-        np.concatenate([np.ones(n_g), -np.ones(n_a)]), n_a, np.zeros(n_a), np.zeros(n_a))
-    # (rows for intra-pod a's and a's without spines read 0 = -a + 0 only if no g; fix those below via bounds)
-    intra = np.array([q == p for (q, p, _lp) in a_var], dtype=bool)
-    # 3.-6. capacity rows, one per arc used
-    arc_terms: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for (s, p), x in d_sp.items():
+        for lp in allowed_planes[(q, p)]:
+            a_col[(q, p, lp)] = len(a_col)
+    n_a = len(a_col)
+    g_col: dict[tuple[int, int, int, int], int] = {}
+    for (q, p) in d_qp:
+        for lp in allowed_planes[(q, p)]:
+            for arc in allowed_spines.get((q, p, lp), ()):
+                g_col[(q, p, lp, arc)] = n_a + len(g_col)
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    for (s, p), x in d_sp.items():  # ToR up: share of a[q, p, l] that is this ToR's
         q = tor_pod[s]
-        for lp in range(max(lp for (_pq, lp) in leaf_at) + 1):
-            ai = a_var.get((q, p, lp))
-            if ai is not None:
-                arc_terms[arc_of[(s, leaf_at[(q, lp)])]].append((ai, x / d_qp[(q, p)]))
-    for (q, t), x in d_qt.items():
+        for lp in allowed_planes[(q, p)]:
+            rows.append(st["tor_arc"][(s, lp)])
+            cols.append(a_col[(q, p, lp)])
+            vals.append(x / d_qp[(q, p)])
+    for (q, t), x in d_qt.items():  # leaf down to the destination ToR
         p = tor_pod[t]
-        for (pp, lp), leaf in leaf_at.items():
-            if pp != p:
-                continue
-            ai = a_var.get((q, p, lp))
-            if ai is not None:
-                arc_terms[arc_of[(leaf, t)]].append((ai, x / d_qp[(q, p)]))
-    for (q, p, lp, j), gi in g_var.items():
-        arc_terms[arc_of[(leaf_at[(q, lp)], j)]].append((n_a + gi, 1.0))
-        arc_terms[arc_of[(j, leaf_at[(p, lp)])]].append((n_a + gi, 1.0))
-    arcs = list(arc_terms)
-    rr: list[int] = []
-    cc: list[int] = []
-    vv: list[float] = []
-    for i, arc in enumerate(arcs):
-        for col, coef in arc_terms[arc]:
-            rr.append(i)
-            cc.append(col)
-            vv.append(coef)
-        rr.append(i)
-        cc.append(u_col)
-        vv.append(-float(fab.arc_cap[arc]) / scale)
-    add(rr, cc, vv, len(arcs), np.full(len(arcs), -np.inf), np.zeros(len(arcs)))
-    col_lb = np.zeros(n_a + n_g + 1)
-    # 7. with every multipath next hop keeping weight >= 1 (link-bandwidth), a least share per next hop
-    if min_share is not None:
-        n_planes_of: dict[tuple[int, int], int] = defaultdict(int)
-        for (q, p, _lp) in a_var:
-            n_planes_of[(q, p)] += 1
-        tors_of: dict[int, list[int]] = defaultdict(list)
-        for s, q in tor_pod.items():
-            tors_of[q].append(s)
-        for (q, p, _lp), ai in a_var.items():
-            if n_planes_of[(q, p)] >= 2:
-                col_lb[ai] = max(min_share[s] for s in tors_of[q]) * d_qp[(q, p)] / scale
-        n_sp: dict[int, int] = defaultdict(int)
-        for gi in g_parent:
-            n_sp[gi] += 1
-        sel = [(gi, ai) for gi, ai in enumerate(g_parent) if n_sp[ai] >= 2]
-        if sel:
-            leaf_share = np.array([min_share[leaf_at[(q, lp)]] for (q, _p, lp, _j) in g_var])
-            gsel = np.array([x[0] for x in sel], dtype=np.int64)
-            asel = np.array([x[1] for x in sel], dtype=np.int64)
-            r = np.arange(len(sel))
-            add(np.concatenate([r, r]), np.concatenate([n_a + gsel, asel]),
-                np.concatenate([np.ones(len(sel)), -leaf_share[gsel]]), len(sel), np.zeros(len(sel)),
-                np.full(len(sel), np.inf))
-    a_mat = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                          shape=(n_rows, n_a + n_g + 1))
-    row_lb, row_ub = np.concatenate(lb), np.concatenate(ub)
-    # intra-pod a's (and a's with no spine variables) have no leaf split: free their row 2
-    no_split = intra.copy()
-    has_g = np.zeros(n_a, dtype=bool)
-    has_g[gp] = True
-    no_split |= ~has_g
-    base2 = len(d_qp)
-    row_lb[base2 + np.flatnonzero(no_split)] = -np.inf
-    row_ub[base2 + np.flatnonzero(no_split)] = np.inf
-    c = np.zeros(n_a + n_g + 1)
-    c[u_col] = 1.0
-    res = solve_lp(c, a_mat, row_lb, row_ub, col_lb, np.full(n_a + n_g + 1, np.inf), backend=backend)
-    x = np.maximum(res.x, 0.0)
-    a_val, g_val = x[:n_a], x[n_a:n_a + n_g]
-    return WcmpSolution(np.zeros(0), float(res.x[u_col]), _edge_ratios(com, tor_pod, leaf_pp, a_var, a_val, g_var,
-                                                                          g_val, origin_of), res.seconds)
-
-
-def _edge_ratios(com: Commodities, tor_pod: dict[int, int], leaf_pp: dict[int, tuple[int, int]],
-                 a_var: dict[tuple[int, int, int], int], a_val: np.ndarray,
-                 g_var: dict[tuple[int, int, int, int], int], g_val: np.ndarray,
-                 origin_of: dict[int, int]) -> np.ndarray:
-    """Per commodity edge, the LP's split (NaN where the pod pair carries nothing)."""
-    fab = com.fab
-    head = fab.arc_head
-    ratio = np.full(len(com.e_arc), np.nan)
-    for k in range(com.n_nodes):
-        v = int(com.node_v[k])
-        t = origin_of[int(com.commodity_class[com.node_c[k]])]
-        p = tor_pod[t]
-        s, e = int(com.node_start[k]), int(com.node_start[k + 1])
-        if e - s == 1:
-            ratio[s] = 1.0
-            continue
-        hs = [int(head[a]) for a in com.e_arc[s:e]]
-        if v in tor_pod:
-            q = tor_pod[v]
-            vals = [a_val[a_var[(q, p, leaf_pp[h][1])]] if (q, p, leaf_pp[h][1]) in a_var else 0.0 for h in hs]
-        elif v in leaf_pp and leaf_pp[v][0] != p:
-            q, lp = leaf_pp[v]
-            vals = [g_val[g_var[(q, p, lp, h)]] if (q, p, lp, h) in g_var else 0.0 for h in hs]
-        else:
-            continue  # spines with several leaves of one pod: equal split
-        tot = sum(vals)
-        if tot > 1e-12:
-            ratio[s:e] = np.asarray(vals) / tot
-    return ratio
+        for lp in allowed_planes[(q, p)]:
+            rows.append(st["down_arc"][(leaf_at[(p, lp)], t)])
+            cols.append(a_col[(q, p, lp)])
+            vals.append(x / d_qp[(q, p)])
+    for (_q, p, _lp, arc), ci in g_col.items():  # leaf up, spine down
+        rows += [arc, spine_down[(int(head[arc]), p)]]
+        cols += [ci, ci]
+        vals += [1.0, 1.0]
+    load_matrix = sp.csr_matrix((vals, (rows, cols)), shape=(fab.n_arcs, n_a + len(g_col)))
+    return PodModel(
+        fab=fab, pods=pods, tor_pod=tor_pod, tors_of=tors_of, leaf_at=leaf_at, leaf_pp=st["leaf_pp"],
+        tor_arc=st["tor_arc"], down_arc=st["down_arc"], spine_down=spine_down, allowed_planes=allowed_planes,
+        allowed_spines=allowed_spines, d_qp=dict(d_qp), a_col=a_col, g_col=g_col, load_matrix=load_matrix,
+        scale=float(np.median(fab.arc_cap)) if fab.n_arcs else 1.0,
+    )

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from controller.model import Intent, WcmpRealization
-from solver.clos import clos_ratios
+from solver.closplan import clos_plan
 from solver.fabric import Fabric, build_fabric
 from solver.lp import DEFAULT_BACKEND
 from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
@@ -174,6 +174,12 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     if backend not in BACKENDS:
         raise ValueError(f"unknown LP backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     say("routes", 0.0)
+    if method == "auto":
+        plan = clos_plan(intent, backend=backend, progress=say, t0=t0)
+        if plan is not None:
+            return plan
+    elif method != "generic":
+        raise ValueError(f"unknown method {method!r}: auto or generic")
     fab = build_fabric(intent)
     classes = route_classes(fab)
     say("routes", 1.0)
@@ -188,10 +194,8 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
         say("lp", 0.0)
         fib = intent.wcmp_realization == WcmpRealization.FIB
         share = None if fib else 1.0 / np.asarray(_budgets(intent), dtype=np.float64)
-        sol = clos_ratios(com, backend=backend, min_share=share) if method == "auto" else None
-        extra["lp_model"] = "clos-pods" if sol is not None else "route-classes"
-        if sol is None:
-            sol = solve_wcmp(com, backend=backend, min_share=share)
+        extra["lp_model"] = "route-classes"
+        sol = solve_wcmp(com, backend=backend, min_share=share)
         lp_ratio, lp_bound = sol.ratio, sol.mlu
         if intent.paths_mode == "loop_free":
             lp_ratio, fallback = make_loop_free(com, sol)

@@ -1,0 +1,234 @@
+"""The whole plan of a clean 3-tier RFC 7938 Clos, at pod granularity.
+
+This module owns the fast path that lets L and XL fabrics (thousands of ToR
+prefixes) plan in seconds. A Clos is *clean* when every ToR links once to
+every leaf of its pod, each pod has at most one leaf per plane, leaves link
+only to spines of their plane, nothing is drained, every prefix has exactly
+one ToR origin and every demand enters at a ToR. Then the ToRs of a pod are
+interchangeable in BGP (swapping two of them is an automorphism of the fabric
+and its ASN plan), so the path-vector simulation of :mod:`solver.routing` runs
+once per destination pod, and every device's route to any ToR of pod ``p`` is
+its route to pod ``p``'s representative (leaves of pod ``p`` itself deliver
+straight to the ToR). The LP is the pod-level model of :mod:`solver.clos`;
+weights are reduced once per (pod pair) and (leaf, destination pod); loads
+(after rounding, and for ECMP) are the LP's own linear load rows evaluated at
+the rounded splits. Routes are a lazy :class:`Mapping` per device.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from controller.model import Intent, Role, WcmpRealization
+from solver.clos import PodModel, build_pod_model
+from solver.fabric import Fabric, build_fabric
+from solver.lp import solve_lp
+from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
+from solver.weights import reduce_weights
+
+__all__ = ["clos_plan"]
+
+Progress = Callable[[str, float], None]
+
+
+class _Routes(Mapping[str, str]):
+    """prefix -> group id, computed from per-pod tables (``prefix_pod``/``prefix_tor`` shared)."""
+
+    __slots__ = ("_by_pod", "_by_tor", "_index", "_prefixes", "_pods", "_tors", "_n")
+
+    def __init__(self, prefixes: list[str], index: dict[str, int], pods: np.ndarray, tors: np.ndarray,
+                 by_pod: dict[int, str], by_tor: dict[int, str], own: int | None) -> None:
+        self._prefixes, self._index, self._pods, self._tors = prefixes, index, pods, tors
+        self._by_pod, self._by_tor = by_pod, by_tor
+        keep = np.zeros(len(prefixes), dtype=bool)
+        for p in by_pod:
+            keep |= pods == p
+        for t in by_tor:
+            keep |= tors == t
+        if own is not None:
+            keep &= tors != own
+        self._n = keep
+
+    def __getitem__(self, prefix: str) -> str:
+        i = self._index.get(prefix)
+        if i is None or not self._n[i]:
+            raise KeyError(prefix)
+        gid = self._by_tor.get(int(self._tors[i]))
+        return gid if gid is not None else self._by_pod[int(self._pods[i])]
+
+    def __iter__(self) -> Iterator[str]:
+        for i in np.flatnonzero(self._n):
+            yield self._prefixes[i]
+
+    def __len__(self) -> int:
+        return int(self._n.sum())
+
+
+def _budget(intent: Intent, name: str) -> int:
+    b = intent.max_ecmp_entries(name)
+    return min(b, 100) if intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH else b
+
+
+def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) -> Plan | None:
+    """The plan of a clean 3-tier Clos, or ``None`` when the fabric is not one (use the generic path)."""
+    fab = build_fabric(intent)
+    model = build_pod_model(fab)
+    if model is None:
+        return None
+    progress("routes", 1.0)
+    extra: dict[str, Any] = {"backend": backend, "lp_model": "clos-pods"}
+    fib = intent.wcmp_realization == WcmpRealization.FIB
+    ecmp_x = model.ecmp_x()
+    ecmp_loads = model.loads(ecmp_x)
+    ecmp_mlu = float((ecmp_loads / fab.arc_cap).max()) if fab.n_arcs else 0.0
+    if intent.wcmp_enabled and model.n_vars:
+        progress("lp", 0.0)
+        share = None if fib else np.array([1.0 / _budget(intent, n) for n in fab.names])
+        c, a, row_lb, row_ub, col_lb, col_ub = model.lp(share)
+        res = solve_lp(c, a, row_lb, row_ub, col_lb, col_ub, backend=backend)
+        lp_bound = float(res.x[-1])
+        x_lp = np.maximum(res.x[:-1], 0.0) * model.scale
+        extra["lp_seconds"] = round(res.seconds, 3)
+        progress("lp", 1.0)
+    else:
+        x_lp, lp_bound = ecmp_x, ecmp_mlu
+        if not intent.wcmp_enabled:
+            extra["wcmp"] = False
+    progress("weights", 0.0)
+    tor_w, leaf_w, x_round = _weights(intent, fab, model, x_lp, fib)
+    loads = model.loads(x_round)
+    util = loads / fab.arc_cap
+    mlu = float(util.max()) if len(util) else 0.0
+    progress("loads", 1.0)
+    devices, n_groups, n_routes = _device_plans(intent, fab, model, tor_w, leaf_w)
+    links = tuple(
+        LinkLoad(link.a, link.a_port, link.b, link.b_port, float(loads[2 * i]), float(loads[2 * i + 1]),
+                 float(max(util[2 * i], util[2 * i + 1])))
+        for i, link in enumerate(intent.links)
+    )
+    summary = PlanSummary(max_utilization=mlu, lp_bound=lp_bound, ecmp_max_utilization=ecmp_mlu,
+                          solve_seconds=time.perf_counter() - t0, groups=n_groups, routes=n_routes, extra=extra)
+    return Plan(fabric=intent.name, summary=summary, devices=devices, links=links)
+
+
+_Members = tuple[tuple[int, int], ...]  # (arc, weight)
+
+
+def _weights(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool
+             ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]:
+    """Integer weights per (source pod, destination pod) for ToRs and per (leaf, destination pod),
+    and the variables (``a`` then ``g``) implied by the rounded splits."""
+    cache: dict[tuple[tuple[float, ...], int], tuple[int, ...]] = {}
+
+    def reduce(r: np.ndarray, budget: int) -> tuple[int, ...]:
+        key = (tuple(np.round(r, 9).tolist()), budget)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = tuple(reduce_weights(r, max(budget, len(r))))
+        return hit
+
+    tor_budget: dict[int, int] = {}
+    for s, q in m.tor_pod.items():
+        b = _budget(intent, fab.names[s])
+        tor_budget[q] = min(tor_budget.get(q, b), b)
+    x_round = np.zeros_like(x)
+    tor_w: dict[tuple[int, int], _Members] = {}
+    for (q, p), planes in m.allowed_planes.items():
+        if not planes:
+            continue
+        d = m.d_qp.get((q, p), 0.0)
+        cols = [m.a_col.get((q, p, lp)) for lp in planes]
+        w = _split(reduce, np.array([x[c] if c is not None else 0.0 for c in cols]), tor_budget[q], fib, d > 0)
+        tot = sum(w)
+        for c, wi in zip(cols, w, strict=True):
+            if c is not None:
+                x_round[c] = d * wi / tot
+        tor_w[(q, p)] = tuple((lp, wi) for lp, wi in zip(planes, w, strict=True) if wi > 0)
+    leaf_w: dict[tuple[int, int], _Members] = {}
+    for (q, p, lp), arcs in m.allowed_spines.items():
+        leaf = m.leaf_at[(q, lp)]
+        ac = m.a_col.get((q, p, lp))
+        a_r = x_round[ac] if ac is not None else 0.0
+        cols = [m.g_col.get((q, p, lp, arc)) for arc in arcs]
+        vals = np.array([x[c] if c is not None else 0.0 for c in cols])
+        w = _split(reduce, vals, _budget(intent, fab.names[leaf]), fib, a_r > 0)
+        tot = sum(w)
+        for c, wi in zip(cols, w, strict=True):
+            if c is not None:
+                x_round[c] = a_r * wi / tot
+        leaf_w[(leaf, p)] = tuple((arc, wi) for arc, wi in zip(arcs, w, strict=True) if wi > 0)
+    return tor_w, leaf_w, x_round
+
+
+def _split(reduce: Callable[[np.ndarray, int], tuple[int, ...]], vals: np.ndarray, budget: int, fib: bool,
+           carries: bool) -> tuple[int, ...]:
+    """Weights for one group: equal where nothing flows; zero-share members dropped under ``fib``."""
+    if not carries or len(vals) == 1 or vals.sum() <= 0:
+        return (1,) * len(vals)
+    r = vals / vals.sum()
+    keep = r > 1e-9 if fib else np.ones(len(r), dtype=bool)
+    full = np.zeros(len(r), dtype=np.int64)
+    full[keep] = reduce(np.maximum(r[keep], 0.0), budget)
+    return tuple(int(v) for v in full)
+
+
+def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[int, int], _Members],
+                  leaf_w: dict[tuple[int, int], _Members]) -> tuple[dict[str, DevicePlan], int, int]:
+    names, port, head = fab.names, fab.arc_port, fab.arc_head
+    prefixes = [p.prefix for p in intent.prefixes]
+    index = {p: i for i, p in enumerate(prefixes)}
+    ptor = np.array([fab.index[p.origins[0]] for p in intent.prefixes], dtype=np.int64)
+    ppod = np.array([m.tor_pod[int(t)] for t in ptor], dtype=np.int64)
+    devices: dict[str, DevicePlan] = {}
+    n_groups = n_routes = 0
+
+    def hops(members: list[tuple[int, int]]) -> tuple[NextHop, ...]:
+        return tuple(NextHop(port[a], names[int(head[a])], w)
+                     for a, w in sorted(members, key=lambda aw: port[aw[0]]))
+
+    for v, name in enumerate(names):
+        role = intent.devices[v].role
+        gids: dict[tuple[NextHop, ...], str] = {}
+        by_pod: dict[int, str] = {}
+        by_tor: dict[int, str] = {}
+
+        def gid_of(h: tuple[NextHop, ...], gids: dict[tuple[NextHop, ...], str] = gids) -> str:
+            g = gids.get(h)
+            if g is None:
+                g = gids[h] = f"g{len(gids) + 1}"
+            return g
+
+        own: int | None = None
+        if role == Role.TOR:
+            own = v
+            q = m.tor_pod[v]
+            for p in m.pods:
+                mem = tor_w.get((q, p))
+                if mem:
+                    by_pod[p] = gid_of(hops([(m.tor_arc[(v, lp)], w) for lp, w in mem]))
+        elif role == Role.LEAF:
+            q, lp = m.leaf_pp[v]
+            for p in m.pods:
+                if p == q:
+                    for t in m.tors_of[q]:
+                        by_tor[t] = gid_of(hops([(m.down_arc[(v, t)], 1)]))
+                else:
+                    mem = leaf_w.get((v, p))
+                    if mem:
+                        by_pod[p] = gid_of(hops(list(mem)))
+        else:
+            for p in m.pods:
+                arc = m.spine_down.get((v, p))
+                if arc is not None:
+                    by_pod[p] = gid_of(hops([(arc, 1)]))
+        routes = _Routes(prefixes, index, ppod, ptor, by_pod, by_tor, own)
+        groups = {g: h for h, g in gids.items()}
+        devices[name] = DevicePlan(groups=groups, routes=routes)
+        n_groups += len(groups)
+        n_routes += len(routes)
+    return devices, n_groups, n_routes
+
