@@ -1,7 +1,8 @@
 """Shared test configuration.
 
-Lab tests (``@pytest.mark.lab``: root and FRR) and PostgreSQL tests
-(``@pytest.mark.postgres``) skip with a reason where their prerequisites are
+Lab tests (``@pytest.mark.lab``: root and FRR), PostgreSQL tests
+(``@pytest.mark.postgres``) and browser tests (``@pytest.mark.browser``:
+Debian's chromium and playwright) skip with a reason where their prerequisites are
 missing, but in CI (``CI`` set) the prerequisites are installed by ``make
 test``, so a skip there is turned into a failure: the suite must not pass
 without having run them.
@@ -14,7 +15,7 @@ import os
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-_MUST_RUN = ("lab", "postgres")
+_MUST_RUN = ("lab", "postgres", "browser")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -34,6 +34,9 @@ UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 _CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; "
         "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 
+_DOCS_CSP = ("default-src 'self'; img-src 'self' data:; script-src 'self' 'unsafe-inline' blob:; "
+             "style-src 'self' 'unsafe-inline'; worker-src 'self' blob:; connect-src 'self'; font-src 'self' data:")
+
 router = APIRouter(prefix="/v1", tags=["session"])
 
 
@@ -85,19 +88,24 @@ def install(app: FastAPI) -> None:
     oauth_redirect = "/docs/oauth2-redirect"
 
     async def swagger(request: Request) -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title=title,
+        page = get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title=title,
                                    swagger_js_url="/docs-assets/swagger-ui-bundle.js",
                                    swagger_css_url="/docs-assets/swagger-ui.css",
                                    swagger_favicon_url="/docs-assets/favicon.png",
-                                   oauth2_redirect_url=oauth_redirect)
+                                   oauth2_redirect_url=oauth_redirect,
+                                   swagger_ui_parameters={"validatorUrl": None})  # no badge from outside
+        page.headers["Content-Security-Policy"] = _DOCS_CSP
+        return page
 
     async def swagger_redirect(request: Request) -> HTMLResponse:
         return get_swagger_ui_oauth2_redirect_html()
 
     async def redoc(request: Request) -> HTMLResponse:
-        return get_redoc_html(openapi_url=app.openapi_url or "/openapi.json", title=title,
+        page = get_redoc_html(openapi_url=app.openapi_url or "/openapi.json", title=title,
                               redoc_js_url="/docs-assets/redoc.standalone.js",
                               redoc_favicon_url="/docs-assets/favicon.png", with_google_fonts=False)
+        page.headers["Content-Security-Policy"] = _DOCS_CSP  # ReDoc's footer logo would come from its CDN
+        return page
 
     app.add_route("/docs", swagger, methods=["GET"], include_in_schema=False)
     app.add_route(oauth_redirect, swagger_redirect, methods=["GET"], include_in_schema=False)

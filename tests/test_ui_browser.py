@@ -1,0 +1,399 @@
+"""The web UI in a real headless browser: Debian's chromium driven by Playwright.
+
+One ``loom serve --example`` process (SQLite in a temp dir) on a free loopback
+port, with twelve real device agents (``loom agent --dry-frr``, one per switch
+of the example fabric dc1, on unix sockets), so a commit goes through the
+southbound transaction and the review page shows per-device progress. The
+example revision is committed first, through the API, so the fabric has an
+active plan. The tests then log in through the form, look at the fabric, open
+a link's details and a switch's page, review a drain of ``spine-0-0`` created
+through the API, commit it with the button, and see the drained spine marked;
+viewers get no Commit button; revisions, audit and the offline API docs
+render; no page asks anything of another origin. Screenshots of each page go
+to ``artifacts/screenshots/``. Processes are killed by pid in the finalizers.
+Where chromium or playwright is missing the tests skip, except in CI, where
+``tests/conftest.py`` turns that skip into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from controller import service
+from controller.intent import load_intent
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+LAUNCH = "from controller.cli import main; main()"
+EXAMPLE = load_intent(service.EXAMPLE_INTENT)
+DRAINED = "spine-0-0"
+
+
+def expect(target: Any) -> Any:
+    from playwright.sync_api import expect as pw_expect
+
+    return pw_expect(target)
+
+
+def _missing() -> str | None:
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"{CHROMIUM} is missing (Debian's chromium: make test installs it as root)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[test]')"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
+class Loom:
+    """The running controller: its URL, tokens by role, and a small API client."""
+
+    def __init__(self, url: str, tokens: dict[str, str], base: Path):
+        self.url, self.tokens, self.base = url, tokens, base
+        self.http = httpx.Client(base_url=url, timeout=60)
+
+    def __call__(self, method: str, path: str, role: str = "operator", **kw: Any) -> httpx.Response:
+        return self.http.request(method, path, headers={"Authorization": f"Bearer {self.tokens[role]}"}, **kw)
+
+    def wait_change(self, change_id: int, timeout: float = 90) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            ch: dict[str, Any] = self("GET", f"/v1/changes/{change_id}", "viewer").json()
+            if ch["state"] != "committing" or time.monotonic() > deadline:
+                return ch
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def loom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loom]:
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    base = tmp_path_factory.mktemp("ui")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        endpoints = {}
+        for d in EXAMPLE.devices:
+            run = base / d.name
+            run.mkdir()
+            endpoints[d.name] = f"unix:{run / 'agent.sock'}"
+            with open(base / f"{d.name}.log", "wb") as log:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-c", LAUNCH, "agent", "--frr-dir", str(run), "--hostname", d.name,
+                     "--listen", endpoints[d.name], "--dry-frr", "--dry-apply-delay", "0.4"],
+                    stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 120  # generous: the box may be busy
+        for d in EXAMPLE.devices:
+            while not (base / d.name / "agent.sock").exists():
+                assert time.monotonic() < deadline, (base / f"{d.name}.log").read_text()[-2000:]
+                time.sleep(0.05)
+        port = _free_port()
+        admin = secrets.token_urlsafe(32)
+        env = {**os.environ, "LOOM_ADMIN_TOKEN": admin, "LOOM_AGENTS": json.dumps(endpoints)}
+        with open(base / "serve.log", "wb") as log:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", LAUNCH, "serve", "--example", "--db", f"sqlite:///{base / 'loom.db'}",
+                 "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env))
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert procs[-1].poll() is None and time.monotonic() < deadline, (base / "serve.log").read_text()[-3000:]
+            time.sleep(0.1)
+        tokens = {"admin": admin}
+        for role in ("operator", "viewer"):
+            r = httpx.post(f"{url}/v1/tokens", json={"name": f"ui-{role}", "role": role},
+                           headers={"Authorization": f"Bearer {admin}"})
+            assert r.status_code == 201, r.text
+            tokens[role] = r.json()["token"]
+        lm = Loom(url, tokens, base)
+        # make the example revision active, so the fabric has a plan to colour
+        ch = lm("POST", "/v1/revisions/1/rollback", json={"message": "activate the example fabric"}).json()
+        assert lm("POST", f"/v1/changes/{ch['id']}/review").json()["verdict"] == "safe"
+        assert lm("POST", f"/v1/changes/{ch['id']}/commit", json={}).status_code == 202
+        done = lm.wait_change(ch["id"])
+        assert done["state"] == "committed", done
+        yield lm
+        lm.http.close()
+    finally:
+        _stop(procs[::-1])
+
+
+@pytest.fixture(scope="module")
+def browser(loom: Loom) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    pw = sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+    finally:
+        pw.stop()
+
+
+class Page:
+    """A fresh browser context per test. A request that leaves the controller's origin (one the
+    page's Content-Security-Policy did not already stop) is recorded and aborted."""
+
+    def __init__(self, browser: Any, loom: Loom):
+        self.loom = loom
+        self.context = browser.new_context(viewport={"width": 1440, "height": 900})
+        self.foreign: list[str] = []
+        self.errors: list[str] = []
+
+        def refuse(route: Any) -> None:
+            self.foreign.append(route.request.url)
+            route.abort()
+
+        self.context.route(lambda url: not url.startswith((loom.url, "data:", "blob:")), refuse)
+        self.page = self.context.new_page()
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.set_default_timeout(20_000)
+
+    def login(self, role: str) -> Any:
+        p = self.page
+        p.goto(self.loom.url + "/")
+        p.fill("#token", self.loom.tokens[role])
+        p.click("#login-submit")
+        p.wait_for_selector("#who")
+        return p
+
+    def shot(self, name: str) -> None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+    def close(self) -> None:
+        self.context.close()
+        assert not self.foreign, f"the page asked another origin: {self.foreign[:5]}"
+        assert not self.errors, f"JavaScript errors: {self.errors}"
+
+
+@pytest.fixture
+def ui(browser: Any, loom: Loom) -> Iterator[Page]:
+    pg = Page(browser, loom)
+    try:
+        yield pg
+    finally:
+        pg.close()
+
+
+def test_login_then_the_example_fabric(ui: Page, loom: Loom) -> None:
+    p = ui.page
+    p.goto(loom.url + "/")
+    ui.shot("login")
+    p.fill("#token", "loom_nope_nope")
+    p.click("#login-submit")
+    expect(p.locator("#login-error")).to_contain_text("unknown")
+    p.fill("#token", loom.tokens["viewer"])
+    p.click("#login-submit")
+    p.wait_for_selector("svg#fabric g.node")
+    assert p.inner_text("#who") == "ui-viewer (viewer)"
+    assert p.locator("svg#fabric g.node").count() == len(EXAMPLE.devices)
+    assert p.locator("svg#fabric g.link").count() == len(EXAMPLE.links)
+    names = set(p.eval_on_selector_all("svg#fabric g.node", "els => els.map(e => e.dataset.device)"))
+    assert names == {d.name for d in EXAMPLE.devices}
+    utils = p.eval_on_selector_all("svg#fabric g.link", "els => els.map(e => e.dataset.utilization)")
+    plan = loom("GET", "/v1/plans/active", "viewer").json()
+    assert sorted(float(u) for u in utils) == pytest.approx(sorted(x["utilization"] for x in plan["links"]), abs=1e-6)
+    assert "active plan of revision r1" in p.inner_text("#fabric-revision")
+    # tiers: spines above leaves above ToRs
+    ys = {d: p.eval_on_selector(f"g.node[data-device='{d}']", "e => e.getBoundingClientRect().y")
+          for d in ("spine-0-0", "leaf-0-0", "tor-0-0")}
+    assert ys["spine-0-0"] < ys["leaf-0-0"] < ys["tor-0-0"]
+    ui.shot("fabric")
+
+
+def test_a_link_shows_its_load_and_groups(ui: Page, loom: Loom) -> None:
+    p = ui.login("viewer")
+    p.wait_for_selector("svg#fabric g.node")
+    plan = loom("GET", "/v1/plans/active", "viewer").json()
+    busiest = max(plan["links"], key=lambda x: x["utilization"])
+    link = p.locator(f"svg#fabric g.link[data-link='{busiest['a']}:{busiest['a_port']}'], "
+                     f"svg#fabric g.link[data-link='{busiest['b']}:{busiest['b_port']}']")
+    link.hover()
+    p.wait_for_selector("#tooltip:not([hidden])")
+    assert "Gb/s" in p.inner_text("#tooltip")
+    ui.shot("fabric-hover")
+    link.click()
+    details = p.inner_text("#details")
+    assert "100 Gb/s each way" in details
+    assert f"{busiest['utilization'] * 100:.1f}%" in details
+    assert f"{busiest['gbps_ab']:.2f} Gb/s" in details and f"{busiest['gbps_ba']:.2f} Gb/s" in details
+    ends = ((busiest["a"], busiest["a_port"]), (busiest["b"], busiest["b_port"]))
+    users = [d for d, dp in plan["devices"].items() for hops in dp["groups"].values()
+             for nh in hops if (d, nh["port"]) in ends]
+    assert users, "the busiest link carries traffic, so some group uses it"
+    assert "nexthop groups using it" in details and users[0] in details
+
+
+def test_a_switch_page_shows_routes_weights_state_and_drift(ui: Page, loom: Loom) -> None:
+    p = ui.login("viewer")
+    p.click("svg#fabric g.node[data-device='tor-0-0']")
+    p.wait_for_selector("#device-name")
+    assert p.inner_text("#device-name") == "tor-0-0"
+    plan = loom("GET", "/v1/plans/active", "viewer").json()["devices"]["tor-0-0"]
+    routes = p.inner_text("#routes")
+    for prefix in plan["routes"]:
+        assert prefix in routes
+    assert "leaf-0-0 via eth1" in routes
+    p.wait_for_selector("#state")
+    assert "running config hash" in p.inner_text("#state")
+    assert p.locator("#drift .badge").count() == 1
+    ui.shot("device")
+
+
+def _drain_change(loom: Loom, target: str, message: str) -> dict[str, Any]:
+    active = loom("GET", "/v1/status", "viewer").json()["active_revision"]
+    r = loom("POST", "/v1/changes", json={"base_revision": active, "message": message,
+                                          "patch": [{"op": "add", "path": "/policies/-",
+                                                     "value": {"kind": "drain", "target": target}}]})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_a_viewer_gets_no_commit_button(ui: Page, loom: Loom) -> None:
+    ch = _drain_change(loom, "leaf-1-1", "viewer cannot commit this")
+    assert loom("POST", f"/v1/changes/{ch['id']}/review").status_code == 200
+    p = ui.login("viewer")
+    p.goto(f"{loom.url}/#/changes/{ch['id']}")
+    p.wait_for_selector("#verdict")
+    assert p.locator("#commit, #force, #review, #rollback").count() == 0
+    assert "Read-only" in p.inner_text("#actions")
+    assert loom("POST", f"/v1/changes/{ch['id']}/commit", "viewer", json={}).status_code == 403
+
+
+def test_review_and_commit_a_drain_with_the_button(ui: Page, loom: Loom) -> None:
+    before = loom("GET", "/v1/status", "viewer").json()["active_revision"]
+    ch = _drain_change(loom, DRAINED, f"drain {DRAINED} for maintenance")
+    p = ui.login("operator")
+    p.goto(f"{loom.url}/#/changes")
+    p.wait_for_selector(f"#changes tr[data-change='{ch['id']}']")
+    ui.shot("changes")
+    p.click(f"#changes tr[data-change='{ch['id']}'] a")
+    p.wait_for_selector("#review")
+    p.click("#review")
+    p.wait_for_selector("#verdict")
+    review = loom("GET", f"/v1/changes/{ch['id']}", "viewer").json()["review"]
+    assert p.inner_text("#verdict .big") == review["verdict"].upper()
+    assert p.locator("#histogram rect.bar").count() > 0
+    assert DRAINED in p.inner_text("#config-diff")
+    assert p.locator("#hottest tbody tr").count() == min(10, len(review["links"]))
+    ui.shot("review")
+    if review["verdict"] == "safe":
+        p.click("#commit")
+    else:
+        p.fill("#force-reason", "maintenance window, failure headroom accepted")
+        p.click("#force")
+    p.wait_for_selector("#progress")
+    ui.shot("commit-progress")
+    expect(p.locator("#change-state")).to_have_text("committed", timeout=90_000)
+    rows = p.locator("#progress-devices tbody tr")
+    assert rows.count() == len(EXAMPLE.devices)
+    assert set(rows.locator("td:nth-child(3)").all_inner_texts()) == {"ok"}
+    ui.shot("committed")
+    status = loom("GET", "/v1/status", "viewer").json()
+    assert status["active_revision"] == ch["proposed_revision"] != before
+    # the fabric now shows the drained spine
+    p.click("header nav a[href='#/fabric']")
+    p.wait_for_selector(f"svg#fabric g.node[data-device='{DRAINED}']")
+    node = p.locator(f"svg#fabric g.node[data-device='{DRAINED}']")
+    assert "drained" in (node.get_attribute("class") or "").split()
+    assert node.locator("text.drain-label").text_content() == "drained"
+    assert DRAINED in p.inner_text("#drained-list")
+    assert f"active plan of revision r{ch['proposed_revision']}" in p.inner_text("#fabric-revision")
+    touching = [f"{x.a}:{x.a_port}" for x in EXAMPLE.links if DRAINED in (x.a, x.b)]
+    for key in touching:  # a drained spine carries no transit traffic
+        assert float(p.get_attribute(f"g.link[data-link='{key}']", "data-utilization") or 0) == 0.0
+    ui.shot("fabric-drained")
+
+
+def test_rollback_button_proposes_the_previous_revision(ui: Page, loom: Loom) -> None:
+    committed = [c for c in loom("GET", "/v1/changes?state=committed", "viewer").json()["items"]
+                 if c["message"].startswith("drain")]
+    assert committed, "runs after the drain was committed"
+    ch = committed[0]
+    p = ui.login("operator")
+    p.goto(f"{loom.url}/#/changes/{ch['id']}")
+    p.click("#rollback")
+    expect(p).not_to_have_url(f"{loom.url}/#/changes/{ch['id']}")
+    p.wait_for_selector("#review")
+    new_id = int(p.url.rsplit("/", 1)[1])
+    back = loom("GET", f"/v1/changes/{new_id}", "viewer").json()
+    assert back["state"] == "draft" and back["kind"] == "rollback"
+
+
+def test_revisions_diff_and_audit(ui: Page, loom: Loom) -> None:
+    p = ui.login("viewer")
+    p.goto(f"{loom.url}/#/revisions")
+    p.wait_for_selector("#revisions tbody tr")
+    total = loom("GET", "/v1/revisions", "viewer").json()["total"]
+    assert p.locator("#revisions tbody tr").count() == min(total, 50)
+    p.check("#revisions tr[data-revision='1'] input[name='a']")
+    drained_rev = loom("GET", "/v1/status", "viewer").json()["active_revision"]
+    p.check(f"#revisions tr[data-revision='{drained_rev}'] input[name='b']")
+    p.click("#show-diff")
+    p.wait_for_selector("#diff-table")
+    diff = loom("GET", f"/v1/revisions/1/diff/{drained_rev}", "viewer").json()
+    text = p.inner_text("#revision-diff")
+    assert f"r1 → r{drained_rev}" in text
+    for e in diff["added"]:
+        assert e["name"] in text
+    ui.shot("revisions")
+    p.click("header nav a[href='#/audit']")
+    p.wait_for_selector("#audit tbody tr")
+    audit = loom("GET", "/v1/audit?limit=50", "viewer").json()
+    assert p.locator("#audit tbody tr").count() == len(audit["items"])
+    assert "POST /v1/changes" in p.inner_text("#audit")
+    ui.shot("audit")
+
+
+def test_api_docs_are_served_offline(ui: Page, loom: Loom) -> None:
+    p = ui.page
+    p.goto(loom.url + "/docs")
+    p.wait_for_selector(".swagger-ui .opblock-tag")
+    assert p.locator(".swagger-ui .opblock").count() >= 25
+    ui.shot("docs")
+    p.goto(loom.url + "/redoc")
+    p.wait_for_selector("redoc, [role='navigation'], .menu-content", state="attached")
