@@ -397,3 +397,27 @@ def test_api_docs_are_served_offline(ui: Page, loom: Loom) -> None:
     ui.shot("docs")
     p.goto(loom.url + "/redoc")
     p.wait_for_selector("redoc, [role='navigation'], .menu-content", state="attached")
+
+
+def test_the_serving_process_counts_commits_and_device_pushes(loom: Loom) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        text = httpx.get(f"{loom.url}/metrics").text
+        return {(s.name, frozenset(s.labels.items())): s.value
+                for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    before = scrape()
+    ch = _drain_change(loom, "leaf-0-1", "drain leaf-0-1 (metrics)")
+    safe = loom("POST", f"/v1/changes/{ch['id']}/review").json()["verdict"] == "safe"
+    r = loom("POST", f"/v1/changes/{ch['id']}/commit",
+             json={} if safe else {"force": True, "reason": "metrics test: headroom accepted"})
+    assert r.status_code == 202, r.text
+    assert loom.wait_change(ch["id"])["state"] == "committed"
+    after = scrape()
+    committed = ("loom_commits_total", frozenset({("outcome", "committed")}))
+    assert after[committed] == before.get(committed, 0) + 1
+    assert after[("loom_active_revision", frozenset())] == ch["proposed_revision"]
+    pushed = {dict(lbl)["device"] for (name, lbl), v in after.items()
+              if name == "loom_device_push_duration_seconds_count" and v > 0}
+    assert pushed == {d.name for d in EXAMPLE.devices}
