@@ -91,9 +91,16 @@ def serve(
         "--agents", help="device agents file {device: unix:PATH | HOST:PORT} (default: $LOOM_AGENTS)")] = None,
     lab: Annotated[str | None, typer.Option(
         "--lab", help="use the agents of a running lab (labs/NAME), starting those not running")] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error")] = "info",
+    log_format: Annotated[str, typer.Option("--log-format", help="json (one object a line) or text")] = "json",
     as_json: JsonOption = False,
 ) -> None:
-    """Serve the REST API (docs at /docs) on the store."""
+    """Serve the REST API and the web UI (at /; API docs at /docs) on the store; logs are JSON lines."""
+    from controller.logs import setup_logging
+
+    if log_level.lower() not in ("debug", "info", "warning", "error") or log_format not in ("json", "text"):
+        die(f"--log-level {log_level} --log-format {log_format}: expected debug|info|warning|error and json|text",
+            as_json=as_json)
     import uvicorn
 
     from api.app import create_app
@@ -145,7 +152,9 @@ def serve(
         else:
             console.print("an admin token exists already; make another with: "
                           "loom token create --role admin --name NAME", highlight=False)
-    uvicorn.run(create_app(settings, database=database), host=host, port=port, log_level="info")
+    setup_logging(log_level, json=log_format == "json")  # every record with its request id (controller.logs)
+    uvicorn.run(create_app(settings, database=database), host=host, port=port, log_level=log_level.lower(),
+                log_config=None, access_log=False)  # access lines come from api.metrics, with the request id
 
 
 @app.command()
