@@ -13,7 +13,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body
-from api.problems import PROBLEM, error_responses
+from api.problems import PROBLEM, ProblemException, error_responses
 from api.schemas_changes import ChangeCreate, ChangePage, ChangePublic, CommitRequest, RollbackRequest, Status
 from controller.errors import SafetyViolation
 from controller.service import Page, WriteContext
@@ -53,7 +53,10 @@ async def idempotent(request: Request, ctx: WriteContext, key: str | None,
     body = await request.body()
     path = request.url.path
     if key:
-        found = await _db(request, lambda s: idempotency.lookup(ctx.actor.name, key, path, body, session=s))
+        try:
+            found = await _db(request, lambda s: idempotency.lookup(ctx.actor.name, key, path, body, session=s))
+        except idempotency.IdempotencyMismatch as exc:
+            raise ProblemException(422, "Idempotency-Key reused", str(exc), kind="idempotency-key-reused") from None
         if found is not None:
             return JSONResponse(found[1], status_code=found[0], headers={"Idempotent-Replayed": "true"})
     status, answer = await handler()
@@ -104,7 +107,7 @@ async def review_change(request: Request, ctx: OperatorWrite, change_id: ChangeI
              responses=error_responses(401, 403, 404, 409, 422))
 async def commit_change(request: Request, ctx: OperatorWrite, change_id: ChangeId, body: CommitRequest | None = None,
                         key: IdemKey = None) -> JSONResponse:
-    body = body or CommitRequest()
+    body = body or CommitRequest(force=False, reason=None)
 
     async def run() -> tuple[int, Any]:
         try:

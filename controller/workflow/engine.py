@@ -192,9 +192,10 @@ class Workflow:
         rev = ch.proposed_revision
         intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s, observe=self._observe_solve))
         if self.driver is None:
-            progress = {"step": "done", "devices": {}, "note": "no devices attached: the revision is only recorded"}
+            recorded: Doc = {"step": "done", "devices": {},
+                             "note": "no devices attached: the revision is only recorded"}
             await self._db(lambda s: changes.finish_commit(
-                ch.id, "committed", session=s, ctx=ctx, progress=progress,
+                ch.id, "committed", session=s, ctx=ctx, progress=recorded,
                 reason="no devices attached: the revision was recorded as active"))
             self._after_commit(rev, "committed")
             return
@@ -225,8 +226,11 @@ class Workflow:
             while True:
                 await dirty.wait()
                 dirty.clear()
-                snapshot = json.loads(json.dumps(progress))
-                await self._db(lambda s, doc=snapshot: changes.save_progress(ch.id, doc, session=s))
+                snapshot: Doc = json.loads(json.dumps(progress))
+
+                def save(s: Session, doc: Doc = snapshot) -> None:
+                    changes.save_progress(ch.id, doc, session=s)
+                await self._db(save)
                 await asyncio.sleep(0.2)
 
         flusher = asyncio.get_running_loop().create_task(flush())

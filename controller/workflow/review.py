@@ -49,7 +49,7 @@ def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
     if inp.active_intent is not None and inp.active_plan is not None:
         rv = review(inp.active_intent, inp.active_plan, inp.intent, inp.plan, report=report)
         plan_diff = [d.to_document() for d in rv.devices]
-        links = [{"id": x.link, "before": x.before, "after": x.after, "delta": round(x.delta, 6)}
+        links: list[Doc] = [{"id": x.link, "before": x.before, "after": x.after, "delta": round(x.delta, 6)}
                  for x in rv.links]
     else:
         from solver.plan import PlanSummary
@@ -60,8 +60,8 @@ def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
                  for x in _link_rows(inp.plan)]
     before, after = _gbps(inp.active_intent, inp.active_plan), _gbps(inp.intent, inp.plan)
     for row in links:
-        row["gbps_before"] = before.get(row["id"])
-        row["gbps_after"] = after.get(row["id"])
+        row["gbps_before"] = before.get(str(row["id"]))
+        row["gbps_after"] = after.get(str(row["id"]))
     return {
         "verdict": report.verdict,
         "proposed_revision": inp.change.proposed_revision,
