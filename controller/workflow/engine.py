@@ -103,8 +103,12 @@ class Workflow:
 
     async def start(self) -> None:
         self.driver = make_driver(self.settings, self.endpoints)
-        await self.recover()
-        active = await self._db(lambda s: changes.active_revision(session=s))
+        try:
+            await self.recover()
+            active = await self._db(lambda s: changes.active_revision(session=s))
+        except Exception:  # the store cannot answer: the server still starts; /readyz tells
+            log.exception("recovery at startup failed; a change left committing keeps the commit slot")
+            active = None
         if self.metrics is not None and active is not None:
             self.metrics.active_revision.set(active)
         if self.driver is not None and self.settings.drift_interval > 0:
