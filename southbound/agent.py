@@ -108,8 +108,13 @@ class AgentCore:
         self.running = r
         if r is not None:
             atomic_write_json(self._path("running.json"), r.to_document())
-            atomic_write_json(self._path("history") / f"{r.hash}.json", r.to_document())
-            self._trim_history()
+            # history is a cache for Rollback(to_hash): no fsync (running.json and the journal are the truth)
+            hist = self._path("history") / f"{r.hash}.json"
+            if hist.exists():
+                hist.touch()  # most recently used: trimmed last
+            else:
+                atomic_write_json(hist, r.to_document(), durable=False)
+                self._trim_history()
 
     def _trim_history(self) -> None:
         files = sorted(self._path("history").glob("*.json"), key=lambda p: p.stat().st_mtime)
@@ -120,7 +125,7 @@ class AgentCore:
         doc = read_json(self._path("changes.json")) or []
         doc = [c for c in doc if c["change"] != change][-(HISTORY - 1):]
         doc.append({"change": change, "previous": previous.hash if previous else "", "hash": target.hash})
-        atomic_write_json(self._path("changes.json"), doc)
+        atomic_write_json(self._path("changes.json"), doc, durable=False)
 
     def _prepared(self) -> dict[str, Any] | None:
         d = read_json(self._path("prepared.json"))

@@ -98,15 +98,19 @@ def text_diff(old: Rendered | None, new: Rendered) -> str:
     return "\n".join(difflib.unified_diff(a, b, "running", "candidate", lineterm="", n=1))
 
 
-def atomic_write_json(path: Path, doc: Any) -> None:
-    """Write ``doc`` so that a crash leaves either the old or the new file, never half of one."""
+def atomic_write_json(path: Path, doc: Any, *, durable: bool = True) -> None:
+    """Write ``doc`` so that a crash leaves either the old or the new file, never half of one.
+    ``durable``: also fsync it (and its directory) before returning, so it survives a power cut."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as fh:
         json.dump(doc, fh, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
+    if not durable:
+        return
     dfd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dfd)
@@ -180,7 +184,7 @@ class DryFrr:
             time.sleep(self.apply_delay)
         self.record_dir.mkdir(parents=True, exist_ok=True)
         (self.record_dir / "frr.conf").write_text(target.frr_text)
-        atomic_write_json(self.record_dir / "fib.json", target.to_document()["fib"])
+        atomic_write_json(self.record_dir / "fib.json", target.to_document()["fib"], durable=False)
         cleared = changed_peers(current, target)
         if cleared:
             with open(self.record_dir / "clears.log", "a") as fh:
@@ -260,8 +264,9 @@ class FrrReload:
 
     def apply(self, current: Rendered | None, target: Rendered) -> str:
         out = self._reload(target, "--reload")
-        for peer in changed_peers(current, target):
-            self.vtysh_cmd(f"clear bgp ipv4 unicast {peer} soft out", check=False)
+        peers = changed_peers(current, target)
+        if peers:  # one vtysh for all of them: the new route-maps take effect in ~0.2 s instead of ~5 s
+            self.vtysh_cmd(*(f"clear bgp ipv4 unicast {peer} soft out" for peer in peers), check=False)
         from southbound import fib as fib_mod  # netlink, imported only where a kernel is touched
 
         fib_mod.install(current.fib if current else {}, target.fib)

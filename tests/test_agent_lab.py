@@ -284,6 +284,45 @@ async def test_agent_killed_during_commit_leaves_the_old_config_everywhere(wlab:
     assert bad == []
 
 
+async def test_agent_killed_during_prepare_changes_nothing_and_a_restart_mid_transaction_recovers(
+        wlab: WcmpLab) -> None:
+    wcmp = with_wcmp(wlab.doc, enabled=True, realization="link-bandwidth")
+    plan, r = await push(wlab, wcmp)
+    assert r.ok, r.error  # type: ignore[attr-defined]
+    victim = "spine-1-0"
+
+    def progress(step: str, device: str, res: StepResult | None) -> None:
+        if step == "prepare" and device == victim and res is None:  # frr-reload.py --test takes a while
+            asyncio.get_running_loop().call_later(0.2, wlab.agents.kill, victim)
+
+    ecmp = with_wcmp(wlab.doc, enabled=False)
+    _p, r2 = await push(wlab, ecmp, progress=progress)
+    assert not r2.ok and victim in [f.device for f in r2.failures()]  # type: ignore[attr-defined]
+    assert plan_mismatches(LAB, wcmp, plan) == []  # nothing changed anywhere
+    wlab.agents.launch(victim)
+    wlab.agents.wait(victim)
+    # now a transaction whose agent restarts between Commit and Confirm: it comes back still pending, and
+    # the Confirm that follows lands
+    from southbound.render import device_configs
+
+    ecmp_plan = solve(ecmp)
+    configs = device_configs(ecmp, ecmp_plan)
+    async with AgentDriver(wlab.agents.endpoints(), timeout=30, commit_timeout=120) as drv:
+        nodes = list(configs)
+        assert not [p for p in await asyncio.gather(*(drv.prepare(n, "chg-restart", configs[n]) for n in nodes))
+                    if p.failed]
+        assert not [c for c in await asyncio.gather(*(drv.commit(n, "chg-restart", 120) for n in nodes)) if c.failed]
+        wlab.agents.kill(victim)
+        wlab.agents.launch(victim)
+        wlab.agents.wait(victim)
+        assert (await drv.state(victim)).pending_change == "chg-restart"
+        assert not [c for c in await asyncio.gather(*(drv.confirm(n, "chg-restart") for n in nodes)) if c.failed]
+    deadline = time.monotonic() + 30
+    while (bad := plan_mismatches(LAB, ecmp, ecmp_plan)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    assert bad == []
+
+
 async def test_unconfirmed_commit_rolls_back_on_every_device_by_itself(wlab: WcmpLab) -> None:
     wcmp = with_wcmp(wlab.doc, enabled=True, realization="link-bandwidth")
     plan, r = await push(wlab, wcmp)

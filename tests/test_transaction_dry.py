@@ -78,7 +78,7 @@ class Agents:
         log.close()
 
     def wait(self, name: str) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90
         while not self.sock(name).exists():
             if self.procs[name].poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"agent {name} did not start: {(self.base / f'{name}.log').read_text()[-2000:]}")
