@@ -24,6 +24,7 @@ from rich.live import Live
 from rich.table import Table
 
 from controller.cli.common import EXIT_FAIL, EXIT_INPUT, app, console, die, emit_json, read_intent
+from controller.cli.progress import with_bar
 
 __all__ = ["apply", "changes_app", "drift"]
 
@@ -133,7 +134,7 @@ def follow(client: Client, cid: int, *, as_json: bool, interval: float = 0.3) ->
         with Live(console=console, refresh_per_second=8) as live:
             while True:
                 ch = client.call("GET", f"/v1/changes/{cid}")
-                live.update(_progress_table(ch))
+                live.update(with_bar(ch, _progress_table(ch)))  # a bar of devices done above the table
                 if ch["state"] in FINAL:
                     return dict(ch)
                 time.sleep(interval)

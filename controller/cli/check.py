@@ -8,7 +8,9 @@ prints a verdict line, the failing scenarios (scenario, stage, invariant,
 detail) and then the hottest links; with ``--against`` it also reviews the
 change from the old intent (per-device route and weight differences, per-link
 utilization before and after). ``--json`` prints the report (or review)
-document. Exit status: 0 safe, 1 when any invariant fails, 2 on bad input
+document. ``--plot FILE`` writes the baseline link utilization histogram (the
+plan's, or before and after with ``--against``) as SVG or PNG
+(:mod:`controller.cli.plot`). Exit status: 0 safe, 1 when any invariant fails, 2 on bad input
 (an invalid intent or plan, a plan that does not fit the intent, an intent
 the solver cannot route), with located messages.
 """
@@ -158,6 +160,21 @@ def _print_review(rv: Any) -> None:
         console.print(t)
 
 
+def _plot(path: Path | None, plans: list[tuple[str, Plan]], fabric: str, as_json: bool) -> None:
+    """``--plot``: the baseline utilization histogram of each plan (see :mod:`controller.cli.plot`)."""
+    if path is None:
+        return
+    from controller.cli.plot import write_histogram
+
+    try:
+        write_histogram(path, [(label, [x.utilization for x in p.links]) for label, p in plans],
+                        title=f"{fabric}: link utilization (baseline)")
+    except OSError as exc:
+        die(f"--plot {path}: cannot write: {exc.strerror}", as_json=as_json)
+    if not as_json:
+        err_console.print(f"histogram written to {path}", highlight=False)
+
+
 @app.command()
 def check(
     intent_path: Annotated[Path, typer.Argument(metavar="INTENT", help="intent document (YAML or JSON)")],
@@ -172,8 +189,14 @@ def check(
     robust: Annotated[bool, typer.Option(
         "--robust", help="compile with robust WCMP (needs a failure_tolerance policy)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the report document")] = False,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", help="write the link utilization histogram (before/after with --against) to FILE.svg|.png")] = None,
 ) -> None:
     """Replay the plan under every failure scenario; exit 1 when any invariant fails."""
+    from controller.cli.plot import FORMATS
+
+    if plot is not None and plot.suffix.lower() not in FORMATS:
+        die(f"--plot {plot}: the file must end in .svg or .png", as_json=as_json)
     if scope is not None and scope not in ("domains", "all_single", "k2"):
         die(f"--scope: unknown scope '{scope}' (expected domains, all_single or k2)", as_json=as_json)
     if against_plan is not None and against is None:
@@ -191,6 +214,7 @@ def check(
         old = read_intent(against, as_json=as_json)
         old_plan = (read_plan(against_plan, as_json=as_json) if against_plan is not None
                     else _solve(old, str(against), as_json))
+        _plot(plot, [("before", old_plan), ("after", plan)], intent.name, as_json)
         try:
             rv = review(old, old_plan, intent, plan, report=report)
         except ValueError as exc:
@@ -201,9 +225,11 @@ def check(
         else:
             _print_report(report)
             _print_review(rv)
-    elif as_json:
-        emit_json(report.to_document())
     else:
-        _print_report(report)
+        _plot(plot, [("plan", plan)], intent.name, as_json)
+        if as_json:
+            emit_json(report.to_document())
+        else:
+            _print_report(report)
     if not report.safe:
         raise typer.Exit(EXIT_FAIL)
