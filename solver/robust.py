@@ -1,24 +1,29 @@
 """Robust WCMP: weights that keep utilization under the limit in every failure scenario.
 
-This module owns the failure-tolerant variant of the WCMP plan (the spirit of
-FFC, "Traffic Engineering with Forward Fault Correction", SIGCOMM 2014: choose
-the traffic split so that the *rescaled* traffic after any protected failure
-still fits). Under local repair a device renormalizes its surviving weights, so
-the load a failure puts on a link is a ratio of split variables, not a linear
-function of them; instead of a bilinear program this module solves a sequence
-of ordinary min-MLU LPs on *derated* capacities (a cutting-plane scheme whose
-oracle is the exact scenario replay): every round replays the plan under every
-scenario (both stages), and each link whose worst scenario utilization exceeds
-the limit gets its effective capacity scaled by ``limit / peak`` (with a small
-margin) for the next LP, which then keeps baseline load off the links that
-failures overload while still minimizing the (derated) maximum utilization.
-The best plan seen is kept: fewest violating scenarios, then lowest worst
-utilization, then lowest baseline MLU. Which scenarios make the limit
-*impossible* is proven separately: the min-MLU LP on the failed topology (the
-routing's next hops after the failure, any weights) is a lower bound for every
-plan in that scenario's reconverged stage; if it exceeds the limit, no weights
-can meet it. The price of robustness is reported as the baseline MLU with and
-without it (``summary.extra["robust"]``).
+This module owns the failure-tolerant variant of the WCMP plan, in the spirit
+of FFC ("Traffic Engineering with Forward Fault Correction", SIGCOMM 2014).
+Under local repair a device renormalizes its surviving weights, so the load a
+failure puts on a link is a ratio of split variables, not a linear function of
+them. FFC's linearization: give every next hop an *allocation* ``g`` and split
+in proportion to it; if, for every next-hop set a scenario can take from a
+node, the survivors' allocations still cover all that can arrive there
+(``sum(out g) - sum(lost g) >= demand + sum(in g)``), then by induction from the
+sources no edge ever carries more than its allocation, in any such scenario and
+in both replay stages (local repair and reconvergence only ever remove next
+hops of a 3-tier Clos). The LP minimizes the largest allocation utilization
+``U``; ``U <= limit`` certifies the plan. The protected sets come from the
+scenario scope: each declared domain's lost next hops (and, following
+withdrawals, those toward nodes left with none), plus every single next hop
+with ``all_single``. The allocation is a sufficient condition and can be
+conservative, so the plan is then judged by the exact scenario oracle; while
+scenarios still violate, later rounds derate the overloaded links' capacities
+in the LP (by ``limit / peak``) and the best plan seen is kept. Which
+scenarios make the limit *impossible* is proven separately: the min-MLU LP on
+the failed topology (the routing's next hops after the failure, any weights)
+lower-bounds every plan there; above the limit, no weights can meet it. The
+price of robustness is the baseline MLU with and without it
+(``summary.extra["robust"]``). Weights come from the splits by the solver's
+weight reduction within each device's budget.
 
 The scenario oracle is a parameter (``evaluate``), so the solver does not
 import the safety layer; :func:`safety.replay.peaks` is the one to pass.
@@ -31,13 +36,17 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from controller.errors import Infeasible
-from controller.model import Intent
-from solver.lp import DEFAULT_BACKEND
-from solver.plan import Plan
-from solver.solve import solve
+import numpy as np
+import scipy.sparse as sp
 
-__all__ = ["Evaluation", "failed_topology_intent", "solve_robust"]
+from controller.errors import Infeasible
+from controller.model import Intent, WcmpRealization
+from solver.lp import DEFAULT_BACKEND, solve_lp
+from solver.plan import DevicePlan, LinkLoad, NextHop, Plan
+from solver.solve import solve
+from solver.weights import reduce_weights
+
+__all__ = ["Evaluation", "failed_topology_intent", "ffc_ratios", "plan_with_ratios", "solve_robust"]
 
 MARGIN = 0.02  # derate a little below the limit so the next LP lands inside it
 Progress = Callable[[str, float], None]
@@ -56,22 +65,47 @@ class Evaluation(Protocol):
 Evaluate = Callable[[Intent, Plan], Evaluation]
 
 
-def _derated(intent: Intent, capacity: dict[str, float]) -> Intent:
-    links = tuple(link.model_copy(update={"capacity_gbps": capacity[link.key]}) for link in intent.links)
-    out = intent.model_copy(update={"links": links})
-    for key in ("link_by_end", "content_hash"):
-        out.__dict__.pop(key, None)
-    return out
-
-
 def _real_plan(intent: Intent, plan: Plan, baseline_mlu: float, extra: dict[str, Any]) -> Plan:
-    """``plan`` (solved on derated capacities) with loads judged on the real ones."""
-    cap = {(link.a, link.a_port): link.capacity_gbps for link in intent.links}
-    links = tuple(dataclasses.replace(x, utilization=max(x.gbps_ab, x.gbps_ba) / cap[(x.a, x.a_port)])
-                  for x in plan.links)
+    """``plan`` with its per-link loads recomputed through its integer weights."""
+    load = _loads(intent, plan)
+    links = tuple(LinkLoad(link.a, link.a_port, link.b, link.b_port, float(load[2 * i]), float(load[2 * i + 1]),
+                           max(float(load[2 * i]), float(load[2 * i + 1])) / link.capacity_gbps)
+                  for i, link in enumerate(intent.links))
     summary = dataclasses.replace(plan.summary, max_utilization=baseline_mlu,
                                   extra={**plan.summary.extra, "robust": extra})
     return Plan(plan.fabric, summary, plan.devices, links)
+
+
+def _loads(intent: Intent, plan: Plan) -> np.ndarray:
+    """Directed link loads (``2*i`` a->b) of every demand through ``plan``'s weights."""
+    dags = _dags(intent, plan)
+    load = np.zeros(2 * len(intent.links))
+    names = [d.name for d in intent.devices]
+    n = len(dags.out)
+    indeg = np.zeros(n, dtype=np.int64)
+    for edges in dags.out:
+        for _l, nxt, _p in edges:
+            if nxt >= 0:
+                indeg[nxt] += 1
+    x = np.array(dags.demand, dtype=np.float64)
+    ready = [k for k in range(n) if indeg[k] == 0]
+    while ready:
+        k = ready.pop()
+        edges = dags.out[k]
+        if not edges:
+            continue
+        hops = {h.port: h.weight for h in plan.devices[names[dags.node_dev[k]]].nexthops(
+            dags.prefixes[dags.node_cls[k]])}
+        total = sum(hops.values())
+        for lid, nxt, port in edges:
+            f = x[k] * hops[port] / total
+            load[lid] += f
+            if nxt >= 0:
+                x[nxt] += f
+                indeg[nxt] -= 1
+                if indeg[nxt] == 0:
+                    ready.append(nxt)
+    return load
 
 
 def failed_topology_intent(intent: Intent, devices: frozenset[str], links: frozenset[str]) -> Intent:
@@ -116,6 +150,242 @@ def _impossible(intent: Intent, names: list[str], limit: float, backend: str,
     return out
 
 
+@dataclasses.dataclass(slots=True)
+class _Dags:
+    """The plan's forwarding DAG per demanded prefix, restricted to what carries traffic.
+
+    Node ``k`` is (prefix, device); its out-edges ``out[k]`` are (edge index, next
+    node or -1 for delivery at an origin, directed link id ``2*i`` a->b / ``2*i+1``).
+    """
+
+    prefixes: list[str]
+    node_dev: list[int]
+    node_cls: list[int]
+    demand: list[float]
+    out: list[list[tuple[int, int, str]]]  # (link id, next node or -1, port)
+    n_edges: int
+
+
+def _dags(intent: Intent, plan: Plan) -> _Dags:
+    index = {d.name: i for i, d in enumerate(intent.devices)}
+    port_link: dict[tuple[int, str], tuple[int, int]] = {}
+    for i, link in enumerate(intent.links):
+        port_link[(index[link.a], link.a_port)] = (2 * i, index[link.b])
+        port_link[(index[link.b], link.b_port)] = (2 * i + 1, index[link.a])
+    origins = {p.prefix: {index[o] for o in p.origins} for p in intent.prefixes}
+    dem: dict[str, dict[int, float]] = {}
+    for d in intent.demands:
+        if d.gbps > 0 and index[d.from_] not in origins.get(d.to, ()):
+            dem.setdefault(d.to, {}).setdefault(index[d.from_], 0.0)
+            dem[d.to][index[d.from_]] += d.gbps
+    names = [d.name for d in intent.devices]
+    dp = [plan.devices.get(n) for n in names]
+    dags = _Dags([], [], [], [], [], 0)
+    for ci, prefix in enumerate(sorted(dem)):
+        dags.prefixes.append(prefix)
+        node_of: dict[int, int] = {}
+        todo = sorted(dem[prefix])
+        for v in todo:
+            node_of[v] = len(dags.node_dev)
+            dags.node_dev.append(v)
+            dags.node_cls.append(ci)
+            dags.demand.append(dem[prefix][v])
+            dags.out.append([])
+        while todo:
+            v = todo.pop()
+            k = node_of[v]
+            hops = dp[v].nexthops(prefix) if dp[v] is not None and v not in origins[prefix] else ()
+            for h in hops:
+                lid, w = port_link[(v, h.port)]
+                if w in origins[prefix]:
+                    nxt = -1
+                else:
+                    nxt = node_of.get(w, -2)
+                    if nxt == -2:
+                        nxt = node_of[w] = len(dags.node_dev)
+                        dags.node_dev.append(w)
+                        dags.node_cls.append(ci)
+                        dags.demand.append(0.0)
+                        dags.out.append([])
+                        todo.append(w)
+                dags.out[k].append((lid, nxt, h.port))
+                dags.n_edges += 1
+    return dags
+
+
+def _lost_sets(intent: Intent, dags: _Dags, all_single: bool) -> list[list[frozenset[int]]]:
+    """Per node, the sets of its out-edges (positions) that some scenario takes at once.
+
+    Declared domains: the next hops over failed links or toward failed devices,
+    then, as routing reconverges, toward nodes that withdrew (all their next hops
+    gone), to a fixpoint. ``all_single`` adds every single next hop of every node.
+    """
+    index = {d.name: i for i, d in enumerate(intent.devices)}
+    link_ids = {link.key: i for i, link in enumerate(intent.links)}
+    ends = [(index[link.a], index[link.b]) for link in intent.links]
+    sets: list[set[frozenset[int]]] = [set() for _ in dags.out]
+    dev_nodes: dict[int, list[int]] = {}
+    inn: list[list[tuple[int, int]]] = [[] for _ in dags.out]
+    for k, edges in enumerate(dags.out):
+        dev_nodes.setdefault(dags.node_dev[k], []).append(k)
+        for j, (_l, nxt, _p) in enumerate(edges):
+            if nxt >= 0:
+                inn[nxt].append((k, j))
+    adjacent: dict[int, set[int]] = {}
+    for a, b in ends:
+        adjacent.setdefault(a, set()).add(b)
+        adjacent.setdefault(b, set()).add(a)
+    for fd in intent.failure_domains:
+        dead_dev = {index[d] for d in fd.devices}
+        dead_links = {link_ids[intent.link_by_end[e].key] for e in fd.links if e in intent.link_by_end}
+        tails = {v for i in dead_links for v in ends[i]} | {w for v in dead_dev for w in adjacent.get(v, ())}
+        lost: dict[int, set[int]] = {}
+        for v in tails - dead_dev:
+            for k in dev_nodes.get(v, ()):
+                gone = {j for j, (lid, _n, _p) in enumerate(dags.out[k])
+                        if lid // 2 in dead_links or ends[lid // 2][(lid % 2) ^ 1] in dead_dev}
+                if gone:
+                    lost[k] = gone
+        todo = [k for k, g in lost.items() if len(g) == len(dags.out[k])]
+        while todo:
+            k = todo.pop()
+            for k2, j in inn[k]:
+                if dags.node_dev[k2] in dead_dev:
+                    continue
+                g = lost.setdefault(k2, set())
+                if j not in g:
+                    g.add(j)
+                    if len(g) == len(dags.out[k2]):
+                        todo.append(k2)
+        for k, g in lost.items():
+            if len(g) < len(dags.out[k]):
+                sets[k].add(frozenset(g))
+    if all_single:
+        for k, edges in enumerate(dags.out):
+            if len(edges) >= 2:
+                sets[k] |= {frozenset({j}) for j in range(len(edges))}
+    return [sorted(x, key=sorted) for x in sets]
+
+
+def _head(intent: Intent, lid: int, index: dict[str, int]) -> int:
+    link = intent.links[lid // 2]
+    return index[link.b] if lid % 2 == 0 else index[link.a]
+
+
+def ffc_ratios(intent: Intent, plan: Plan, *, backend: str = DEFAULT_BACKEND,
+               capacity: dict[str, float] | None = None) -> tuple[_Dags, list[np.ndarray], float]:
+    """The FFC-style allocation LP over the plan's DAGs.
+
+    Variables: an *allocation* ``g(e) >= 0`` per DAG edge and ``U``. Rows: for
+    every node ``k`` and every next hop (or declared domain's set of next hops)
+    it can lose, the allocations of the survivors cover everything that can
+    arrive, ``sum(out g) - sum(lost g) - sum(in g) >= demand(k)``; per link,
+    ``sum g <= U * capacity``. Minimize ``U`` (plus a tiny total-allocation term).
+    Splits are ``g / sum(out g)``. When a scenario removes at most the
+    protected next hops of each node, traffic on every edge stays at most its
+    allocation (induction from the sources, as in FFC): the link loads of every
+    such scenario, in both stages, are at most ``U * capacity``.
+
+    ``capacity`` overrides link capacities by key (derated rounds). Returns the
+    DAGs, each node's split ratios and ``U`` (relative to those capacities).
+    """
+    dags = _dags(intent, plan)
+    pol = intent.policy("failure_tolerance")
+    lost = _lost_sets(intent, dags, pol is not None and str(pol.scope) != "domains")
+    n_nodes = len(dags.out)
+    edge_start = np.zeros(n_nodes + 1, dtype=np.int64)
+    edge_start[1:] = np.cumsum([len(e) for e in dags.out])
+    n_g = int(edge_start[-1])
+    u_col = n_g
+    e_lid = np.array([lid for edges in dags.out for lid, _n, _p in edges], dtype=np.int64)
+    e_head = np.array([nxt for edges in dags.out for _l, nxt, _p in edges], dtype=np.int64)
+    inn: list[list[int]] = [[] for _ in range(n_nodes)]
+    for e, h in enumerate(e_head.tolist()):
+        if h >= 0:
+            inn[h].append(e)
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lb: list[float] = []
+    r = 0
+    for k in range(n_nodes):
+        lo, hi = int(edge_start[k]), int(edge_start[k + 1])
+        d = hi - lo
+        if d == 0:
+            continue
+        cover = [frozenset(), *lost[k]]
+        for gone in cover:
+            for j in range(d):
+                if j not in gone:
+                    rows.append(r)
+                    cols.append(lo + j)
+                    vals.append(1.0)
+            for e in inn[k]:
+                rows.append(r)
+                cols.append(e)
+                vals.append(-1.0)
+            lb.append(dags.demand[k])
+            r += 1
+    n_prot = r
+    used, link_row = np.unique(e_lid, return_inverse=True)
+    caps = capacity or {}
+    cap = np.array([caps.get(intent.links[int(i) // 2].key, intent.links[int(i) // 2].capacity_gbps) for i in used])
+    scale = float(np.median(cap)) if len(cap) else 1.0
+    rows_a = np.concatenate([np.asarray(rows, dtype=np.int64), n_prot + link_row, n_prot + np.arange(len(used))])
+    cols_a = np.concatenate([np.asarray(cols, dtype=np.int64), np.arange(n_g), np.full(len(used), u_col)])
+    vals_a = np.concatenate([np.asarray(vals), np.ones(n_g), -cap / scale])
+    a = sp.csr_matrix((vals_a, (rows_a, cols_a)), shape=(n_prot + len(used), n_g + 1))
+    row_lb = np.concatenate([np.asarray(lb) / scale, np.full(len(used), -np.inf)])
+    row_ub = np.concatenate([np.full(n_prot, np.inf), np.zeros(len(used))])
+    c = np.full(n_g + 1, 1e-6 / max(n_g, 1))
+    c[u_col] = 1.0
+    res = solve_lp(c, a, row_lb, row_ub, np.zeros(n_g + 1), np.full(n_g + 1, np.inf), backend=backend)
+    g = np.maximum(res.x[:n_g], 0.0)
+    ratios = []
+    for k in range(n_nodes):
+        gk = g[edge_start[k]:edge_start[k + 1]]
+        tot = gk.sum()
+        ratios.append(gk / tot if tot > 0 else np.full(len(gk), 1.0 / max(len(gk), 1)))
+    return dags, ratios, float(res.x[u_col])
+
+
+def _budget(intent: Intent, device: str) -> int:
+    b = intent.max_ecmp_entries(device)
+    return min(b, 100) if intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH else b
+
+
+def plan_with_ratios(intent: Intent, plan: Plan, dags: _Dags, ratios: list[np.ndarray]) -> Plan:
+    """``plan`` with the groups of every demanded (prefix, device) re-weighted to ``ratios``
+    (integer weights by :func:`solver.weights.reduce_weights`); identical groups merged."""
+    names = [d.name for d in intent.devices]
+    per_dev: dict[str, dict[str, tuple[NextHop, ...]]] = {}
+    for k, edges in enumerate(dags.out):
+        if len(edges) < 2:
+            continue
+        dev = names[dags.node_dev[k]]
+        hops = plan.devices[dev].nexthops(dags.prefixes[dags.node_cls[k]])
+        by_port = {h.port: h for h in hops}
+        ws = reduce_weights(ratios[k].tolist(), max(_budget(intent, dev), len(edges)))
+        per_dev.setdefault(dev, {})[dags.prefixes[dags.node_cls[k]]] = tuple(
+            NextHop(p, by_port[p].neighbor, w) for (_l, _n, p), w in zip(edges, ws, strict=True))
+    devices = {}
+    for name, dp in plan.devices.items():
+        new = per_dev.get(name, {})
+        groups: dict[tuple[tuple[str, str, int], ...], str] = {}
+        out_groups: dict[str, tuple[NextHop, ...]] = {}
+        routes: dict[str, str] = {}
+        for prefix, gid in dp.routes.items():
+            hops = new.get(prefix, dp.groups[gid])
+            key = tuple((h.port, h.neighbor, h.weight) for h in hops)
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = f"g{len(groups) + 1}"
+                out_groups[g] = hops
+            routes[prefix] = g
+        devices[name] = DevicePlan(out_groups, routes)
+    return Plan(plan.fabric, plan.summary, devices, plan.links)
+
+
 def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_BACKEND, max_rounds: int = 12,
                  prove: int = 10, progress: Progress | None = None) -> Plan:
     """A plan whose utilization stays under the limit in every scenario where possible.
@@ -151,16 +421,20 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     capacity = {link.key: link.capacity_gbps for link in intent.links}
     best: tuple[tuple[int, float, float], Plan, Evaluation] = (_score(ev), plain, ev)
     rounds = 0
-    while ev.violating and rounds < max_rounds:
+    bound = None
+    while best[2].violating and rounds < max_rounds:
+        if rounds:
+            for key, peak in ev.link_peak.items():
+                if peak > limit:
+                    capacity[key] *= (limit / peak) * (1 - MARGIN)
         rounds += 1
         say("robust", rounds / max_rounds)
-        for key, peak in ev.link_peak.items():
-            if peak > limit:
-                capacity[key] *= (limit / peak) * (1 - MARGIN)
         try:
-            plan = solve(_derated(intent, capacity), backend=backend)
+            dags, ratios, u = ffc_ratios(intent, plain, backend=backend, capacity=capacity)
         except Infeasible:
             break
+        bound = u if bound is None else bound
+        plan = plan_with_ratios(intent, plain, dags, ratios)
         ev = evaluate(intent, plan)
         if _score(ev) < best[0]:
             best = (_score(ev), plan, ev)
@@ -176,6 +450,7 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
         "baseline_mlu_plain": round(evaluate_baseline(plain, intent), 6),
         "baseline_mlu_robust": round(ev.baseline_mlu, 6),
         "rounds": rounds,
+        "ffc_bound": None if bound is None else round(bound, 6),
         "seconds": round(time.perf_counter() - t0, 3),
         "violating": {n: round(u, 6) for n, u in sorted(ev.violating.items(), key=lambda kv: -kv[1])[:50]},
         "violating_count": len(ev.violating),
