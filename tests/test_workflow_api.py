@@ -46,6 +46,7 @@ from controller.workflow.review import expected_hashes
 from solver import solve
 from southbound.driver import AgentDriver
 from southbound.render import device_configs
+from tests.pg import postgres_url  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parent.parent
 INTENT = load_intent(REPO / "labs" / "clos3-small" / "intent.yaml")
@@ -127,8 +128,8 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
         f.stop()
 
 
-def store(tmp_path: Path) -> tuple[Database, dict[str, str]]:
-    db = Database(f"sqlite:///{tmp_path / 'loom.db'}")
+def store(tmp_path: Path, url: str | None = None) -> tuple[Database, dict[str, str]]:
+    db = Database(url or f"sqlite:///{tmp_path / 'loom.db'}")
     db.migrate()
     tokens = {}
     with db.session() as s:
@@ -326,8 +327,26 @@ def test_rollback_returns_every_device_to_the_old_revision(api: Api, fleet: Flee
     assert api("POST", "/v1/revisions/99/rollback", json={}).status_code == 404
 
 
-def test_one_change_commits_at_a_time(tmp_path: Path) -> None:
-    db, _ = store(tmp_path)
+def _reset(db: Database) -> None:
+    from sqlalchemy import text
+
+    from controller.store.models import metadata
+
+    with db.engine.begin() as conn:
+        metadata.drop_all(conn)
+        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_one_change_commits_at_a_time(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    if backend == "postgres":
+        pg = Database(request.getfixturevalue("postgres_url"))
+        _reset(pg)
+        pg.dispose()
+        request.addfinalizer(lambda: _reset(Database(request.getfixturevalue("postgres_url"))))
+        db, _ = store(tmp_path, url=request.getfixturevalue("postgres_url"))
+    else:
+        db, _ = store(tmp_path)
     ctx = service.WriteContext(actor=service.Actor("op", "operator"))
     with db.session() as s:
         a = changes.create_change(session=s, ctx=ctx, base_revision=1, patch=DRAIN, intent=None)

@@ -87,3 +87,7 @@ class AuditRow(Base):
     status: Mapped[int] = mapped_column(Integer)
     revision_id: Mapped[int | None] = mapped_column(ForeignKey("revisions.id"))
     detail: Mapped[str] = mapped_column(Text, default="")
+
+
+# The change workflow's tables live in their own module; importing it here puts them in ``metadata`` too.
+from controller.store import workflow_models as _workflow_models  # noqa: E402,F401
