@@ -187,7 +187,9 @@ def _structure(fab: Fabric) -> dict[str, Any]:
         for lp, arc in ups.items():
             tor_arc[(t, lp)] = arc
             down_arc[(leaf_at[(p, lp)], t)] = arc ^ 1
-    for v, (_p, lp) in leaf_pp.items():
+    for v, (p, lp) in leaf_pp.items():
+        if fab.asn[v] != fab.asn[leaf_at[(p, planes_of[p][0])]]:
+            raise _NotClean("the leaves of a pod do not share one ASN")
         for _arc, w, _port in fab.adj[v]:
             if w in spines and spines[w] != lp:
                 raise _NotClean("a leaf linked to a spine of another plane")
@@ -220,9 +222,18 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
     allowed_planes: dict[tuple[int, int], list[int]] = {}
     allowed_spines: dict[tuple[int, int, int], list[int]] = {}
     spine_down: dict[tuple[int, int], int] = {}
+    # A ToR that is not the origin never re-advertises usefully: its best path holds its pod's
+    # leaf ASN and it only talks to those leaves. So the simulation leaves out all ToRs but the
+    # origin and one probe per pod (the ToRs of a pod are interchangeable).
+    base = np.ones(fab.n, dtype=bool)
+    base[list(tor_pod)] = False
+    for p in pods:
+        base[tors_of[p][0]] = True
+        if len(tors_of[p]) > 1:
+            base[tors_of[p][1]] = True
     for p in pods:
         rep = tors_of[p][0]
-        routes = _bgp_class(fab, (rep,))
+        routes = _bgp_class(fab, (rep,), base)
         for q in pods:
             probe = tors_of[q][0] if q != p else (tors_of[p][1] if len(tors_of[p]) > 1 else None)
             planes = []

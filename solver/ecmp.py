@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from controller.model import Intent
+from solver.clos import build_pod_model
 from solver.fabric import build_fabric
 from solver.routing import route_classes
 from solver.wcmp import build_commodities, ecmp_ratios, propagate
@@ -28,8 +29,16 @@ def ecmp_loads(intent: Intent) -> np.ndarray:
 
 
 def ecmp_max_utilization(intent: Intent) -> float:
-    """The largest link utilization (either direction) under plain ECMP."""
+    """The largest link utilization (either direction) under plain ECMP.
+
+    A clean 3-tier Clos goes through the pod-level model of :mod:`solver.clos`
+    (one BGP simulation per pod); anything else through the route classes.
+    """
     fab = build_fabric(intent)
-    com = build_commodities(fab, route_classes(fab))
-    loads = propagate(com, ecmp_ratios(com))[1]
+    model = build_pod_model(fab)
+    if model is not None:
+        loads = model.loads(model.ecmp_x())
+    else:
+        com = build_commodities(fab, route_classes(fab))
+        loads = propagate(com, ecmp_ratios(com))[1]
     return float((loads / fab.arc_cap).max()) if len(loads) else 0.0

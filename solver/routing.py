@@ -23,6 +23,8 @@ import heapq
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from controller.model import Intent, Routing
 from solver.fabric import Fabric, build_fabric
 
@@ -47,8 +49,13 @@ class RouteClass:
     dist: dict[int, int] = field(default_factory=dict)
 
 
-def _bgp_class(fab: Fabric, origins: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
-    """Path-vector outcome toward one origin set: next-hop arcs per device."""
+def _bgp_class(fab: Fabric, origins: tuple[int, ...], active: np.ndarray | None = None) -> dict[int, tuple[int, ...]]:
+    """Path-vector outcome toward one origin set: next-hop arcs per device.
+
+    ``active`` (bool per device) leaves the others out entirely; callers use it
+    only for devices whose advertisements every neighbor would reject anyway
+    (a Clos ToR that is not an origin), so the rest of the outcome is unchanged.
+    """
     asn = fab.asn
     names = fab.names
     origin_set = set(origins)
@@ -66,7 +73,7 @@ def _bgp_class(fab: Fabric, origins: tuple[int, ...]) -> dict[int, tuple[int, ..
                 continue  # a drained device carries no transit: it advertises only its own prefixes
             adv = (asn[u], *path[u])
             for arc, w, _port in fab.adj[u]:
-                if w in origin_set or asn[w] in adv:
+                if w in origin_set or asn[w] in adv or (active is not None and not active[w]):
                     continue  # own prefix is local; AS-path loop prevention
                 dw = dist.get(w)
                 if dw is None:

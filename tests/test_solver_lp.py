@@ -185,3 +185,26 @@ def test_fib_realization_budget_64() -> None:
     plan = solve(it)
     check(it, plan)
     assert all(sum(h.weight for h in hops) <= 4 for dp in plan.devices.values() for hops in dp.groups.values())
+
+
+@pytest.mark.parametrize("seed", [3, 5, 8])
+def test_clos_fast_path_matches_route_classes(seed: int) -> None:
+    """The pod-level path (one BGP run per pod) installs the same next hops as the per-class
+    path, its LP bound is never below the per-class optimum, and both plans pass the checker."""
+    doc = clos_document(pods=3, tors=3, planes=3, spines=3, missing=0.25, hetero=0.4, seed=seed, load=0.9,
+                        fanout=4)
+    it = validate_intent(doc)
+    fast = solve(it)
+    slow = solve(it, method="generic")
+    assert fast.summary.extra["lp_model"] == "clos-pods"
+    assert slow.summary.extra["lp_model"] == "route-classes"
+    check(it, fast)
+    check(it, slow)
+    assert fast.summary.lp_bound >= slow.summary.lp_bound - 1e-6
+    assert fast.summary.ecmp_max_utilization == pytest.approx(slow.summary.ecmp_max_utilization, rel=1e-9)
+    for name, dp in fast.devices.items():
+        other = slow.devices[name]
+        assert set(dp.routes) == set(other.routes), name
+        for prefix in dp.routes:  # link-bandwidth keeps every BGP multipath member
+            assert {h.neighbor for h in dp.nexthops(prefix)} == {h.neighbor for h in other.nexthops(prefix)}, \
+                (name, prefix)
