@@ -1,6 +1,6 @@
 # Loom: the two set-up commands of the README, and a few more.
 #   make run    create .venv, install Loom, serve the API with SQLite and an example fabric
-#   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql as root), run them
+#   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql, chromium as root), run them
 #   make bench  the benchmark tables (not part of the tests)
 
 PYTHON ?= python3

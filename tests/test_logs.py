@@ -128,6 +128,30 @@ def test_the_request_id_follows_the_request_into_threads_and_tasks(tmp_path: Pat
     assert all(isinstance(a["seconds"], float) for a in access)
 
 
+def test_a_commit_logs_with_the_request_id_of_the_commit_call(tmp_path: Path, captured: io.StringIO) -> None:
+    from controller import service
+
+    db = Database(f"sqlite:///{tmp_path / 'c.db'}")
+    db.migrate()
+    cli = service.WriteContext(actor=service.Actor("setup", "admin"))
+    with db.session() as s:
+        service.load_example(session=s, ctx=cli)
+        token = service.create_token("op", "operator", session=s, ctx=cli)[1]
+    auth = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(Settings(db_url=db.url), database=db)) as client:
+        ch = client.post("/v1/revisions/1/rollback", headers=auth, json={}).json()
+        client.post(f"/v1/changes/{ch['id']}/review", headers=auth)
+        r = client.post(f"/v1/changes/{ch['id']}/commit", headers={**auth, "X-Request-ID": "commit-log-1"}, json={})
+        assert r.status_code == 202
+        deadline = time.monotonic() + 60
+        while client.get(f"/v1/changes/{ch['id']}", headers=auth).json()["state"] == "committing":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    db.dispose()
+    mine = [r for r in records(captured) if r["logger"] == "loom.workflow" and r.get("change") == ch["id"]]
+    assert mine and all(r["request_id"] == "commit-log-1" for r in mine)  # the background commit kept it
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

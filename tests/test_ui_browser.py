@@ -88,7 +88,8 @@ class Loom:
         self.http = httpx.Client(base_url=url, timeout=60)
 
     def __call__(self, method: str, path: str, role: str = "operator", **kw: Any) -> httpx.Response:
-        return self.http.request(method, path, headers={"Authorization": f"Bearer {self.tokens[role]}"}, **kw)
+        headers = {"Authorization": f"Bearer {self.tokens[role]}", **kw.pop("headers", {})}
+        return self.http.request(method, path, headers=headers, **kw)
 
     def wait_change(self, change_id: int, timeout: float = 90) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -200,9 +201,9 @@ class Page:
         p.wait_for_selector("#who")
         return p
 
-    def shot(self, name: str) -> None:
+    def shot(self, name: str, full_page: bool = True) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+        self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
 
     def close(self) -> None:
         self.context.close()
@@ -321,6 +322,7 @@ def test_review_and_commit_a_drain_with_the_button(ui: Page, loom: Loom) -> None
     assert DRAINED in p.inner_text("#config-diff")
     assert p.locator("#hottest tbody tr").count() == min(10, len(review["links"]))
     ui.shot("review")
+    ui.shot("review-top", full_page=False)  # what the README shows
     if review["verdict"] == "safe":
         p.click("#commit")
     else:
@@ -410,7 +412,7 @@ def test_the_serving_process_counts_commits_and_device_pushes(loom: Loom) -> Non
     before = scrape()
     ch = _drain_change(loom, "leaf-0-1", "drain leaf-0-1 (metrics)")
     safe = loom("POST", f"/v1/changes/{ch['id']}/review").json()["verdict"] == "safe"
-    r = loom("POST", f"/v1/changes/{ch['id']}/commit",
+    r = loom("POST", f"/v1/changes/{ch['id']}/commit", headers={"X-Request-ID": f"ui-commit-{ch['id']}"},
              json={} if safe else {"force": True, "reason": "metrics test: headroom accepted"})
     assert r.status_code == 202, r.text
     assert loom.wait_change(ch["id"])["state"] == "committed"
@@ -421,3 +423,8 @@ def test_the_serving_process_counts_commits_and_device_pushes(loom: Loom) -> Non
     pushed = {dict(lbl)["device"] for (name, lbl), v in after.items()
               if name == "loom_device_push_duration_seconds_count" and v > 0}
     assert pushed == {d.name for d in EXAMPLE.devices}
+    # loom serve's JSON log: the southbound steps of this commit, each with the commit call's request id
+    lines = [json.loads(x) for x in (loom.base / "serve.log").read_text().splitlines() if x.startswith("{")]
+    steps = [x for x in lines if x.get("logger") == "loom.workflow" and x.get("change") == ch["id"] and "device" in x]
+    assert {x["device"] for x in steps} == {d.name for d in EXAMPLE.devices}
+    assert {x["request_id"] for x in steps} == {f"ui-commit-{ch['id']}"}

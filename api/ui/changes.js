@@ -54,8 +54,10 @@ function hottest(links) {
   const rows = [...links].sort((a, b) => Math.max(b.before ?? 0, b.after ?? 0) - Math.max(a.before ?? 0, a.after ?? 0));
   return rows.slice(0, 10).map((l) => {
     const delta = (l.after ?? 0) - (l.before ?? 0);
+    const moved = Math.abs(delta) >= 0.0005;
     return [linkId(l), pct(l.before), pct(l.after),
-      h("span", { class: delta > 1e-9 ? "up" : delta < -1e-9 ? "down" : "" }, `${delta >= 0 ? "+" : ""}${(delta * 100).toFixed(1)} pt`)];
+      h("span", { class: moved ? (delta > 0 ? "up" : "down") : "" },
+        moved ? `${delta > 0 ? "+" : "−"}${Math.abs(delta * 100).toFixed(1)} pt` : "±0.0 pt")];
   });
 }
 

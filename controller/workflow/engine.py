@@ -196,6 +196,8 @@ class Workflow:
         rev = ch.proposed_revision
         intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s, observe=self._observe_solve))
         if self.driver is None:
+            log.info("change %s: no devices attached, recording revision r%s as active", ch.id, rev,
+                     extra={"change": ch.id, "revision": rev})
             recorded: Doc = {"step": "done", "devices": {},
                              "note": "no devices attached: the revision is only recorded"}
             await self._db(lambda s: changes.finish_commit(
@@ -207,6 +209,8 @@ class Workflow:
         progress: Doc = {"step": "prepare", "devices": {
             d: {"step": "prepare", "status": "pending", "changed": False, "error": None} for d in names}}
         await self._db(lambda s: changes.save_progress(ch.id, progress, session=s))
+        log.info("change %s: pushing revision r%s to %d device(s)", ch.id, rev, len(names),
+                 extra={"change": ch.id, "revision": rev, "transaction": ch.transaction})
         started: dict[tuple[str, str], float] = {}
         dirty = asyncio.Event()
 
@@ -221,6 +225,10 @@ class Workflow:
             row["status"] = "failed" if result.failed else "ok"
             row["changed"] = bool(row.get("changed") or result.changed)
             row["error"] = result.error or None
+            log.log(logging.WARNING if result.failed else logging.INFO, "change %s: %s %s on %s", ch.id, step,
+                    row["status"], device, extra={"change": ch.id, "device": device, "step": step,
+                                                  "status": row["status"], "changed": row["changed"],
+                                                  "error": row["error"]})
             if self.metrics is not None and (step, device) in started:
                 self.metrics.device_push_seconds.labels(device=device, step=step).observe(
                     time.perf_counter() - started.pop((step, device)))
@@ -255,6 +263,7 @@ class Workflow:
             outcome, reason = "failed", "Prepare failed: nothing was applied"
         else:
             outcome, reason = "rolled_back", f"{result.stage} failed: the devices were rolled back"
+        log.info("change %s: %s (%s)", ch.id, outcome, reason, extra={"change": ch.id, "outcome": outcome})
         await self._db(lambda s: changes.finish_commit(ch.id, outcome, session=s, ctx=ctx, reason=reason,
                                                        error=result.error or None, progress=progress))
         self._after_commit(rev if result.ok else None, outcome)
