@@ -551,3 +551,27 @@ def test_restart_finishes_or_undoes_what_the_devices_report(tmp_path: Path, flee
             return {(await drv.state(n)).pending_change for n in NAMES}
     assert asyncio.run(pending()) == {""}  # nothing left awaiting confirmation or a timer
     db.dispose()
+
+
+def test_periodic_drift_check_repairs_by_itself_when_set(tmp_path: Path, fleet: Fleet) -> None:
+    db, tokens = store(tmp_path)
+    settings = Settings(db_url=db.url, agents=json.dumps(fleet.endpoints()), drift_interval=0.5, drift_repair=True,
+                        verify_timeout=5)
+    with TestClient(create_app(settings, database=db)) as client:
+        api = Api(client, tokens, db)
+        api.initial()
+        cfg = replace(device_configs(INTENT, solve(INTENT))["tor-1-1"], router_id="10.9.9.8")
+
+        async def by_hand() -> None:
+            async with AgentDriver(fleet.endpoints()) as drv:
+                await drv.prepare("tor-1-1", "by-hand-2", cfg)
+                await drv.commit("tor-1-1", "by-hand-2", 0)
+        asyncio.run(by_hand())
+        assert fleet.hashes()["tor-1-1"] != want(DOC)["tor-1-1"]
+        deadline = time.monotonic() + 30
+        while fleet.hashes() != want(DOC):  # the periodic check found it and pushed the active revision again
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        repairs = api("GET", "/v1/changes", role="viewer").json()["items"]
+        assert repairs[0]["kind"] == "repair" and repairs[0]["author"].startswith("loom-controller")
+    db.dispose()
