@@ -60,6 +60,11 @@ class PodModel:
     g_col: dict[tuple[int, int, int, int], int]  # (q, p, l, spine arc) -> column
     load_matrix: sp.csr_matrix  # arcs x variables: gbps on each arc
     scale: float
+    _shift: sp.csr_matrix | None = None  # LP columns -> variables, when least shares are substituted
+
+    def lp_values(self, x_lp: np.ndarray) -> np.ndarray:
+        """The variables ``[a, g, U]`` from an LP solution of :meth:`lp` (undoing the substitution)."""
+        return np.asarray(self._shift @ x_lp) if self._shift is not None else x_lp
 
     @property
     def n_vars(self) -> int:
@@ -83,7 +88,12 @@ class PodModel:
 
     def lp(self, min_share: np.ndarray | None) -> tuple[np.ndarray, sp.csr_matrix, np.ndarray, np.ndarray,
                                                       np.ndarray, np.ndarray]:
-        """``min U`` over ``[a, g, U]`` (scaled by :attr:`scale`): conservation, capacity, least shares."""
+        """``min U`` over ``[a, g, U]`` (scaled by :attr:`scale`): conservation, capacity, least shares.
+
+        With ``min_share``, a ToR's least share is a bound on ``a`` and a leaf's is
+        substituted (``g = g' + share * a``, ``g' >= 0``); map solutions back with
+        :meth:`lp_values`."""
+        self._shift = None
         n_a, n_g = len(self.a_col), len(self.g_col)
         n = n_a + n_g
         s = self.scale
@@ -126,18 +136,16 @@ class PodModel:
                     phi = max(min_share[t] for t in self.tors_of[q])
                     for lp in planes:
                         col_lb[self.a_col[(q, p, lp)]] = phi * self.d_qp[(q, p)] / s
+            # g = g' + share * a with g' >= 0: the least share without a row per next hop
             sel = [k for k in g_keys if len(self.allowed_spines[k[:3]]) >= 2]
             if sel:
-                r = np.arange(len(sel))
                 phi_leaf = np.array([min_share[self.leaf_at[(q, lp)]] for (q, _p, lp, _a) in sel])
-                blocks.append(sp.csr_matrix(
-                    (np.concatenate([np.ones(len(sel)), -phi_leaf]),
-                     (np.concatenate([r, r]), np.concatenate([[self.g_col[k] for k in sel],
-                                                              [self.a_col[k[:3]] for k in sel]]))),
-                    shape=(len(sel), n + 1)))
-                lbs.append(np.zeros(len(sel)))
-                ubs.append(np.full(len(sel), np.inf))
+                shift = sp.csr_matrix((phi_leaf, ([self.g_col[k] for k in sel], [self.a_col[k[:3]] for k in sel])),
+                                      shape=(n + 1, n + 1))
+                self._shift = (sp.identity(n + 1, format="csr") + shift).tocsr()
         a = sp.vstack(blocks).tocsr()
+        if self._shift is not None:
+            a = (a @ self._shift).tocsr()
         c = np.zeros(n + 1)
         c[n] = 1.0
         return c, a, np.concatenate(lbs), np.concatenate(ubs), col_lb, np.full(n + 1, np.inf)

@@ -90,8 +90,9 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
         share = None if fib else np.array([1.0 / _budget(intent, n) for n in fab.names])
         c, a, row_lb, row_ub, col_lb, col_ub = model.lp(share)
         res = solve_lp(c, a, row_lb, row_ub, col_lb, col_ub, backend=backend)
-        lp_bound = float(res.x[-1])
-        x_lp = np.maximum(res.x[:-1], 0.0) * model.scale
+        xv = model.lp_values(res.x)
+        lp_bound = float(xv[-1])
+        x_lp = np.maximum(xv[:-1], 0.0) * model.scale
         extra["lp_seconds"] = round(res.seconds, 3)
         progress("lp", 1.0)
     else:

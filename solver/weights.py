@@ -53,6 +53,35 @@ def _best_for_total(r: np.ndarray, total: int) -> np.ndarray | None:
     return w
 
 
+def _fill(base: np.ndarray, left: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Add ``left[row]`` units to each row of ``base``, each to the member whose ``(w+1)/r`` is least."""
+    k_max = int(left.max(initial=0))
+    if k_max == 0:
+        return base
+    n = base.shape[1]
+    ks = np.arange(1, k_max + 1)
+    inc = (base[:, :, None] + ks[None, None, :]) / r[None, :, None]  # rows x member x k-th unit
+    order = np.argsort(inc.reshape(len(base), n * k_max), axis=1, kind="stable")
+    take = np.arange(n * k_max)[None, :] < left[:, None]
+    member = order // k_max
+    rows = np.broadcast_to(np.arange(len(base))[:, None], member.shape)
+    extra = np.zeros_like(base)
+    np.add.at(extra, (rows[take], member[take]), 1)
+    return base + extra
+
+
+def _candidates(r: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """For every total in ``totals``, the water-filled weights (rows), all totals at once."""
+    w0 = np.maximum(1, np.floor(totals[:, None] * r[None, :])).astype(np.int64)
+    out = np.empty_like(w0)
+    over = w0.sum(axis=1) > totals  # the floor of 1 lifted members: water-fill from all ones
+    for rows, base in ((np.flatnonzero(~over), None), (np.flatnonzero(over), 1)):
+        if rows.size:
+            start = w0[rows] if base is None else np.ones_like(w0[rows])
+            out[rows] = _fill(start, totals[rows] - start.sum(axis=1), r)
+    return out
+
+
 def reduce_weights(ratios: Sequence[float], budget: int) -> list[int]:
     """Positive integer weights for ``ratios`` with sum at most ``budget``.
 
@@ -96,20 +125,14 @@ def reduce_weights(ratios: Sequence[float], budget: int) -> list[int]:
     pos = r > 0
     zeros = n - int(pos.sum())
     rp = r[pos]
-    best: np.ndarray | None = None
-    best_val = np.inf
-    for total in range(len(rp), budget - zeros + 1):
-        w = _best_for_total(rp, total)
-        if w is None:
-            continue
-        # the paper's objective; with zero-ratio members (weight 1 each) add the
-        # share they leak, so larger totals are preferred when they dilute it
-        val = float(np.max((w / total) / rp)) + zeros / (total + zeros)
-        if val < best_val - 1e-12:
-            best, best_val = w, val
-            if val <= 1.0 + 1e-12:
-                break  # exact
-    assert best is not None
+    totals = np.arange(len(rp), budget - zeros + 1)
+    if not totals.size:
+        raise ValueError(f"a budget of {budget} leaves no room for {len(rp)} weighted members")
+    cands = _candidates(rp, totals)
+    # the paper's objective; with zero-ratio members (weight 1 each) add the share
+    # they leak, so larger totals are preferred when they dilute it
+    vals = np.max(cands / totals[:, None] / rp[None, :], axis=1) + zeros / (totals + zeros)
+    best = cands[int(np.flatnonzero(vals <= vals.min() + 1e-12)[0])]
     out = np.ones(n, dtype=np.int64)
     out[pos] = best
     return [int(x) for x in out]
