@@ -94,6 +94,7 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
         lp_bound = float(xv[-1])
         x_lp = np.maximum(xv[:-1], 0.0) * model.scale
         extra["lp_seconds"] = round(res.seconds, 3)
+        extra["backend"] = res.backend
         progress("lp", 1.0)
     else:
         x_lp, lp_bound = ecmp_x, ecmp_mlu

@@ -3,7 +3,9 @@
 This module owns the boundary to the LP solvers. The solver's models are built
 as numpy/scipy arrays (never element by element) and handed here as
 ``min c.x  s.t.  row_lb <= A x <= row_ub,  col_lb <= x <= col_ub``. Backends:
-``glop`` (OR-Tools' simplex, the default), ``pdlp`` (OR-Tools' first-order
+``auto`` (the default: ``glop`` for models up to
+:data:`AUTO_PDLP_VARIABLES` variables, ``pdlp`` beyond), ``glop`` (OR-Tools'
+simplex), ``pdlp`` (OR-Tools' first-order
 method, for very large models), ``highs`` (HiGHS through OR-Tools'
 ``ModelBuilder``) and ``scipy-highs`` (HiGHS through SciPy: an independent
 build, used by tests as a second opinion).
@@ -21,12 +23,14 @@ from controller.errors import Infeasible
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "LpResult", "solve_lp"]
 
-BACKENDS: tuple[str, ...] = ("glop", "pdlp", "highs", "scipy-highs")
-DEFAULT_BACKEND = "glop"
+BACKENDS: tuple[str, ...] = ("auto", "glop", "pdlp", "highs", "scipy-highs")
+DEFAULT_BACKEND = "auto"
+#: ``auto`` picks ``glop`` up to this many variables and ``pdlp`` beyond (simplex slows down sharply there)
+AUTO_PDLP_VARIABLES = 150_000
 
 _PDLP_PARAMS = (
-    "termination_criteria { simple_optimality_criteria { eps_optimal_relative: 1e-8 "
-    "eps_optimal_absolute: 1e-8 } } num_threads: 2"
+    "termination_criteria { simple_optimality_criteria { eps_optimal_relative: 1e-7 "
+    "eps_optimal_absolute: 1e-7 } } num_threads: 2"
 )
 
 
@@ -35,6 +39,7 @@ class LpResult:
     x: np.ndarray
     objective: float
     seconds: float
+    backend: str = ""
 
 
 def _ortools(backend: str, c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np.ndarray,
@@ -116,8 +121,9 @@ def solve_lp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarr
     if backend not in BACKENDS:
         raise ValueError(f"unknown LP backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     csr = sp.csr_matrix(a, dtype=np.float64)
+    if backend == "auto":
+        backend = "glop" if csr.shape[1] <= AUTO_PDLP_VARIABLES else "pdlp"
     args = (np.asarray(c, np.float64), csr, np.asarray(row_lb, np.float64), np.asarray(row_ub, np.float64),
             np.asarray(col_lb, np.float64), np.asarray(col_ub, np.float64))
-    if backend == "scipy-highs":
-        return _scipy(*args)
-    return _ortools(backend, *args)
+    res = _scipy(*args) if backend == "scipy-highs" else _ortools(backend, *args)
+    return LpResult(res.x, res.objective, res.seconds, backend)

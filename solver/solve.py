@@ -200,6 +200,8 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
         if intent.paths_mode == "loop_free":
             lp_ratio, fallback = make_loop_free(com, sol)
         extra["lp_seconds"] = round(sol.seconds, 3)
+        if sol.backend:
+            extra["backend"] = sol.backend
         say("lp", 1.0)
     else:
         lp_bound = ecmp_mlu

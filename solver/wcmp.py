@@ -180,6 +180,7 @@ class WcmpSolution:
     mlu: float
     ratio: np.ndarray
     seconds: float
+    backend: str = ""
 
 
 def _min_share_rows(com: Commodities, min_share: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -254,7 +255,7 @@ def solve_wcmp(com: Commodities, *, backend: str = DEFAULT_BACKEND, detours: boo
     tot = out[com.e_node]
     tiny = 1e-9 * max(float(com.node_demand.max()), 1e-12)
     ratio = np.where(tot > tiny, flow / np.where(tot > tiny, tot, 1.0), np.nan)
-    return WcmpSolution(flow, mlu, ratio, seconds)
+    return WcmpSolution(flow, mlu, ratio, seconds, first.backend)
 
 
 def _cancel_cycles(succ: dict[int, dict[int, float]], edge_of: dict[tuple[int, int], int], flow: np.ndarray) -> None:

@@ -47,7 +47,8 @@ def plan_cmd(
     intent_path: Annotated[Path, typer.Argument(metavar="INTENT", help="intent document (YAML or JSON)")],
     out: Annotated[Path | None, typer.Option("--out", help="write the plan document (JSON) here")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
-    backend: Annotated[str, typer.Option("--backend", help="LP backend: glop, pdlp, highs, scipy-highs")] = "glop",
+    backend: Annotated[str, typer.Option(
+        "--backend", help="LP backend: auto, glop, pdlp, highs, scipy-highs")] = "auto",
 ) -> None:
     """Compile INTENT into a forwarding plan offline and print its summary.
 

@@ -1,6 +1,6 @@
 """The ``make bench`` driver: run benchmark sections and print their tables.
 
-Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend glop]
+Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend auto]
 [--repetita all|none|NAME,...] [--budgets 128,64]``. Sections: solver, safety,
 labs, southbound (those whose module exists). Timings are wall clock on the
 machine at hand; print them beside the machine's core count.
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
     parser.add_argument("sections", nargs="*", help=f"sections to run (default: all of {', '.join(SECTIONS)})")
     parser.add_argument("--sizes", default=None, help="Clos sizes, e.g. S,M,L,XL (default per section)")
-    parser.add_argument("--backend", default="glop", help="LP backend for the solver")
+    parser.add_argument("--backend", default="auto", help="LP backend for the solver")
     parser.add_argument("--repetita", default="all", help="Repetita networks: all, none, or NAME,NAME")
     parser.add_argument("--budgets", default="128,64", help="max_ecmp_entries values for the Clos rows")
     args = parser.parse_args(argv)

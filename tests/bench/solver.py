@@ -2,10 +2,12 @@
 
 Two tables. Clos fabrics S (4 pods x 8 ToRs, 4 planes x 4 spines), M (16 x 16,
 4 x 8), L (64 x 32, 8 x 16) and XL (128 x 48, 8 x 32), each with 5% of
-leaf-spine links missing and 20% with half or double capacity, gravity demand
-scaled so ECMP's MLU is 0.9 (a bounded fan-out beyond 256 ToRs, see
-:mod:`controller.gen`): each size runs in a fresh process so its peak memory
-is its own; columns give generation, validation and solve seconds, peak RSS,
+leaf-spine links missing and 20% with half or double capacity, uniform demand
+(every ToR to every other, or to 32 random ToRs beyond 256 ToRs, see
+:mod:`controller.gen`; gravity's heavy-tailed masses make the hottest ToR's own
+links the bottleneck, where routing cannot help) scaled so ECMP's MLU is 0.9:
+each size runs in a fresh process so its peak memory is its own (solve seconds
+exclude the one-time OR-Tools import); columns give generation, validation and solve seconds, peak RSS,
 the MLU after rounding beside the LP optimum and ECMP's, and groups per
 device. The public Repetita networks (``../shared/bench/repetita``) as
 ``routing: isis`` fabrics with demands scaled so the optimal MLU (the
@@ -37,6 +39,8 @@ REPETITA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "bench" /
 
 def _clos_child(size: str, budget: int, backend: str, check: bool, queue: Any) -> None:
     try:
+        from ortools.linear_solver.python import model_builder  # noqa: F401  (a one-time import, ~2 s)
+
         from controller.gen import clos_document
         from controller.intent import validate_intent
         from solver import solve
@@ -44,7 +48,7 @@ def _clos_child(size: str, budget: int, backend: str, check: bool, queue: Any) -
         pods, tors, planes, spines = SIZES[size]
         t0 = time.perf_counter()
         doc = clos_document(pods=pods, tors=tors, planes=planes, spines=spines, seed=1, missing=0.05, hetero=0.2,
-                            demand="gravity", load=0.9, max_ecmp_entries=budget)
+                            demand="uniform", load=0.9, max_ecmp_entries=budget)
         t1 = time.perf_counter()
         intent = validate_intent(doc)
         t2 = time.perf_counter()
@@ -68,7 +72,7 @@ def _clos_child(size: str, budget: int, backend: str, check: bool, queue: Any) -
         queue.put({"size": size, "budget": budget, "error": f"{type(exc).__name__}: {exc}"[:200]})
 
 
-def clos_row(size: str, budget: int = 128, backend: str = "glop", check: bool = False,
+def clos_row(size: str, budget: int = 128, backend: str = "auto", check: bool = False,
              timeout: float = 1800) -> dict[str, Any]:
     """Generate, validate and solve one Clos size in a fresh process; its numbers as a dict."""
     ctx = mp.get_context("spawn")
@@ -133,7 +137,7 @@ def repetita_intent(graph: Path, demands: Path, scale: float = 1.0, paths: str =
     }
 
 
-def repetita_row(graph: Path, backend: str = "glop") -> dict[str, Any]:
+def repetita_row(graph: Path, backend: str = "auto") -> dict[str, Any]:
     from controller.intent import validate_intent
     from solver import solve
 
@@ -158,7 +162,7 @@ def _f(x: Any, digits: int = 3) -> str:
 def run(args: Any) -> list[Table]:
     sizes = [s.strip().upper() for s in (getattr(args, "sizes", None) or "S,M,L,XL").split(",") if s.strip()]
     budgets = [int(b) for b in (getattr(args, "budgets", None) or "128,64").split(",")]
-    backend = getattr(args, "backend", "glop")
+    backend = getattr(args, "backend", "auto")
     clos = Table(title=f"solver: Clos fabrics, 5% leaf-spine links missing, 20% heterogeneous, LP {backend} "
                        "(2-core shared machine)")
     for col in ("size", "devices", "links", "demands", "budget", "gen s", "validate s", "solve s", "peak MB",
