@@ -575,3 +575,30 @@ def test_periodic_drift_check_repairs_by_itself_when_set(tmp_path: Path, fleet: 
         repairs = api("GET", "/v1/changes", role="viewer").json()["items"]
         assert repairs[0]["kind"] == "repair" and repairs[0]["author"].startswith("loom-controller")
     db.dispose()
+
+
+def test_while_one_change_commits_another_is_refused_and_reviews_render_locally(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path / "agents", delay=0.7)
+    fleet.base.mkdir()
+    db, tokens = store(tmp_path)
+    settings = Settings(db_url=db.url, agents=json.dumps(fleet.endpoints()), drift_interval=0, verify_timeout=5)
+    try:
+        fleet.start()
+        with TestClient(create_app(settings, database=db)) as client:
+            api = Api(client, tokens, db)
+            a, b = api.change(intent=DOC), api.change(DRAIN)
+            api.review(a["id"])
+            api.review(b["id"])
+            assert api("POST", f"/v1/changes/{a['id']}/commit", json={}).status_code == 202
+            busy = api("POST", f"/v1/changes/{b['id']}/commit", json={})
+            assert busy.status_code == 409 and "committing" in busy.json()["detail"]
+            assert api("GET", "/v1/status", role="viewer").json()["committing_change"] == a["id"]
+            rv = api.review(b["id"])  # the agents are busy with a: no Prepare may interleave with its own
+            assert "config_diff_note" in rv and "spine-0-0" in rv["config_diff"]
+            assert api.wait(a["id"])["state"] == "committed"
+            assert fleet.hashes() == want(DOC)
+            assert api.review(b["id"])["active_revision"] == 1
+            assert api.commit(b["id"])["state"] == "committed"
+    finally:
+        fleet.stop()
+        db.dispose()

@@ -79,6 +79,7 @@ class Workflow:
         self._commit_task: asyncio.Task[Any] | None = None
         self._drift_task: asyncio.Task[Any] | None = None
         self._drift_lock = asyncio.Lock()
+        self._southbound = asyncio.Lock()  # a transaction holds it; a review's Prepare must not interleave
         self.recovered: Doc | None = None
 
     # -- plumbing -----------------------------------------------------------------
@@ -136,13 +137,18 @@ class Workflow:
     # -- review -------------------------------------------------------------------
     async def review(self, change_id: int, ctx: WriteContext) -> Doc:
         inp = await self._db(lambda s: changes.review_inputs(change_id, session=s, observe=self._observe_solve))
-        if self.driver is not None:
-            config_diff = await self._agent_diff(inp)
-        else:
+        busy = self._southbound.locked() or await self._db(lambda s: wrepo.committing_change(session=s) is not None)
+        config_diff: dict[str, str] | None = None
+        if self.driver is not None and not busy:
+            async with self._southbound:
+                config_diff = await self._agent_diff(inp)
+        if config_diff is None:
             config_diff = await asyncio.to_thread(local_config_diff, inp)
         doc = await asyncio.to_thread(build_review, inp, config_diff, observe_safety=self._observe_safety)
         if self.driver is None:
             doc["devices_attached"] = False
+        elif busy:
+            doc["config_diff_note"] = "a change is committing: the config diff was rendered locally, not by Prepare"
         await self._db(lambda s: changes.record_review(change_id, doc, session=s, ctx=ctx))
         return doc
 
@@ -247,11 +253,12 @@ class Workflow:
 
         flusher = asyncio.get_running_loop().create_task(flush())
         try:
-            if ch.kind == "repair":
-                await self._nudge(intent, plan, ch.transaction, names)
-            result = await commit_plan(self.driver, intent, plan, change=ch.transaction,
-                                       confirm_within=self.settings.confirm_within,
-                                       verify_timeout=self.settings.verify_timeout, progress=on_step)
+            async with self._southbound:
+                if ch.kind == "repair":
+                    await self._nudge(intent, plan, ch.transaction, names)
+                result = await commit_plan(self.driver, intent, plan, change=ch.transaction,
+                                           confirm_within=self.settings.confirm_within,
+                                           verify_timeout=self.settings.verify_timeout, progress=on_step)
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
