@@ -305,6 +305,8 @@ class AgentCore:
                     self._timer = None
                 diff = await self._restore_checked(j)
                 return Outcome(True, diff, self.running.hash if self.running else "")
+            if j is not None:
+                raise AgentError("failed_precondition", f"busy: change {j.change} is {j.phase}; roll that back first")
             if not to_hash and change:
                 p = self._prepared()
                 if p is not None and p["change"] == change:

@@ -171,3 +171,20 @@ async def test_grpc_round_trip_and_health(tmp_path: Path) -> None:
     finally:
         stop.set()
         await server
+
+
+async def test_rollback_of_an_older_change_waits_for_the_pending_one(tmp_path: Path) -> None:
+    core = _core(tmp_path)
+    await core.start()
+    await core.prepare("c1", make_config(weight=1))
+    first = await core.commit("c1", 0)
+    await core.prepare("c2", make_config(weight=2))
+    second = await core.commit("c2", 60)
+    with pytest.raises(AgentError) as e:
+        await core.rollback("c1", "")
+    assert e.value.code == "failed_precondition" and "c2" in str(e.value)
+    assert core.running is not None and core.running.hash == second.config_hash
+    undone = await core.rollback("c2", "")  # the pending one first, then the older one
+    assert undone.config_hash == first.config_hash
+    assert (await core.rollback("c1", "")).changed
+    await core.close()
