@@ -80,6 +80,26 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait(5)
 
 
+def _serve(base: Path, procs: list[subprocess.Popen[bytes]], env: dict[str, str]) -> str:
+    """Start ``loom serve --example`` on a free loopback port (its pid joins ``procs``); its URL once ready."""
+    port = _free_port()
+    with open(base / "serve.log", "wb") as log:
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", LAUNCH, "serve", "--example", "--db", f"sqlite:///{base / 'loom.db'}",
+             "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, **env}))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120  # generous: the box may be busy
+    while True:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return url
+        except httpx.HTTPError:
+            pass
+        assert procs[-1].poll() is None and time.monotonic() < deadline, (base / "serve.log").read_text()[-3000:]
+        time.sleep(0.1)
+
+
 class Loom:
     """The running controller: its URL, tokens by role, and a small API client."""
 
@@ -123,23 +143,8 @@ def loom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loom]:
             while not (base / d.name / "agent.sock").exists():
                 assert time.monotonic() < deadline, (base / f"{d.name}.log").read_text()[-2000:]
                 time.sleep(0.05)
-        port = _free_port()
         admin = secrets.token_urlsafe(32)
-        env = {**os.environ, "LOOM_ADMIN_TOKEN": admin, "LOOM_AGENTS": json.dumps(endpoints)}
-        with open(base / "serve.log", "wb") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-c", LAUNCH, "serve", "--example", "--db", f"sqlite:///{base / 'loom.db'}",
-                 "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env))
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert procs[-1].poll() is None and time.monotonic() < deadline, (base / "serve.log").read_text()[-3000:]
-            time.sleep(0.1)
+        url = _serve(base, procs, {"LOOM_ADMIN_TOKEN": admin, "LOOM_AGENTS": json.dumps(endpoints)})
         tokens = {"admin": admin}
         for role in ("operator", "viewer"):
             r = httpx.post(f"{url}/v1/tokens", json={"name": f"ui-{role}", "role": role},
@@ -428,3 +433,42 @@ def test_the_serving_process_counts_commits_and_device_pushes(loom: Loom) -> Non
     steps = [x for x in lines if x.get("logger") == "loom.workflow" and x.get("change") == ch["id"] and "device" in x]
     assert {x["device"] for x in steps} == {d.name for d in EXAMPLE.devices}
     assert {x["request_id"] for x in steps} == {f"ui-commit-{ch['id']}"}
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loom]:
+    """What ``make run`` starts: ``loom serve --example``, no agents, nothing committed yet."""
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    base = tmp_path_factory.mktemp("fresh")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        admin = secrets.token_urlsafe(32)
+        lm = Loom(_serve(base, procs, {"LOOM_ADMIN_TOKEN": admin, "LOOM_AGENTS": ""}), {"admin": admin}, base)
+        yield lm
+        lm.http.close()
+    finally:
+        _stop(procs)
+
+
+def test_make_run_shows_the_example_fabric_before_any_commit(browser: Any, fresh: Loom) -> None:
+    pg = Page(browser, fresh)
+    try:
+        p = pg.login("admin")
+        p.wait_for_selector("svg#fabric g.node")
+        assert p.locator("svg#fabric g.node").count() == len(EXAMPLE.devices)
+        assert p.inner_text("#no-plan") == "no active plan"
+        utils = p.eval_on_selector_all("svg#fabric g.link", "els => els.map(e => e.dataset.utilization)")
+        assert utils == [""] * len(EXAMPLE.links)
+        pg.shot("fabric-no-plan")
+        p.click("#preview-plan")
+        p.wait_for_selector("#preview")
+        assert "plan of head revision r1 (compiled, not committed)" in p.inner_text("#fabric-revision")
+        plan = fresh("GET", "/v1/plans/1", "admin").json()
+        utils = p.eval_on_selector_all("svg#fabric g.link", "els => els.map(e => e.dataset.utilization)")
+        assert sorted(float(u) for u in utils) == pytest.approx(sorted(x["utilization"] for x in plan["links"]),
+                                                                 abs=1e-6)
+        assert fresh("GET", "/v1/status", "admin").json()["active_revision"] is None  # a preview commits nothing
+    finally:
+        pg.close()

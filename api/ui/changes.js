@@ -200,7 +200,7 @@ async function build(main, id, ctx, rerender) {
   if (change.progress || change.state === "committing") main.append(progressSection(change));
   if (review) {
     const failing = (review.safety && review.safety.failing) || [];
-    main.append(h("section", { class: "card", id: "failing" }, h("h2", {}, `Failing scenarios (${failing.length})`),
+    main.append(h("section", { class: "card", id: "failing" }, h("h2", {}, `Failing scenarios (${new Set(failing.map((f) => f.scenario)).size})`),
       failing.length ? table(["scenario", "stage", "invariant", "detail"],
         failing.slice(0, 200).map((f) => [f.scenario, f.stage, f.invariant, f.detail || ""]), { class: "compact" })
         : h("p", { class: "muted" }, "none: every scenario delivers all demand, loop-free, under the limits")));

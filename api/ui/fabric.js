@@ -8,11 +8,20 @@ const TIERS = ["superspine", "spine", "leaf", "tor", "router"];
 const TIER_LABEL = { superspine: "superspines", spine: "spines", leaf: "leaves", tor: "ToRs", router: "routers" };
 
 /** The active plan, the revision it belongs to, and that revision's intent (or the head's when none is active). */
-export async function loadFabric() {
-  const [status, plan] = await Promise.all([maybe("/v1/status"), maybe("/v1/plans/active")]);
+export async function loadFabric(preview = false) {
+  const [status, activePlan] = await Promise.all([maybe("/v1/status"), maybe("/v1/plans/active")]);
   const active = status ? status.active_revision : null;
+  let plan = activePlan;
   let intent = null;
   let revision = null;
+  if (!plan && preview && status && status.head_revision) {
+    // nothing committed yet: the head revision's plan, compiled on request and labelled as not active
+    plan = await maybe(`/v1/plans/${status.head_revision}`);
+    if (plan) {
+      intent = await maybe(`/v1/revisions/${status.head_revision}/intent`);
+      return { status, plan, intent, revision: status.head_revision, active, previewed: true };
+    }
+  }
   if (plan && active) {
     intent = await maybe(`/v1/revisions/${active}/intent`);
     revision = active;
@@ -21,7 +30,7 @@ export async function loadFabric() {
     intent = await maybe("/v1/intent");
     revision = status ? status.head_revision : null;
   }
-  return { status, plan, intent, revision, active };
+  return { status, plan, intent, revision, active, previewed: false };
 }
 
 function drains(intent) {
@@ -78,7 +87,7 @@ export function layout(devices, routing) {
       const t = (2 * Math.PI * i) / Math.max(1, n) - Math.PI / 2;
       pos.set(d.name, { x: W / 2 + R * Math.cos(t), y: R + 60 + R * Math.sin(t) });
     });
-    return { pos, width: W, height: 2 * R + 140, rows: [] };
+    return { pos, width: W, height: 2 * R + 140, rows: [], wide: n / 3 };
   }
   const byRole = new Map(TIERS.map((t) => [t, []]));
   for (const d of devices) (byRole.get(d.role) || byRole.get("router")).push(d);
@@ -95,7 +104,8 @@ export function layout(devices, routing) {
   const unit = wide > 60 ? 26 : wide > 24 ? 44 : 84;
   const W = Math.max(900, wide * unit + 120);
   const rows = TIERS.filter((t) => byRole.get(t).length);
-  const rowY = new Map(rows.map((t, i) => [t, 60 + i * 150]));
+  const gap = 150 + Math.min(300, wide * 2);  // wide tiers get taller gaps, so links stay readable
+  const rowY = new Map(rows.map((t, i) => [t, 60 + i * gap]));
   const spread = (list, y, x0, x1) => {
     const step = (x1 - x0) / list.length;
     list.forEach((d, i) => pos.set(d.name, { x: x0 + step * (i + 0.5), y }));
@@ -113,7 +123,8 @@ export function layout(devices, routing) {
     bandList.push({ pod: b.pod, x0: x, x1 });
     x = x1 + 0.6 * scale;
   }
-  return { pos, width: W, height: 60 + rows.length * 150, rows: rows.map((t) => [t, rowY.get(t)]), bands: bandList };
+  return { pos, width: W, height: 60 + (rows.length - 1) * gap + 90, rows: rows.map((t) => [t, rowY.get(t)]),
+    bands: bandList, wide };
 }
 
 function byPlaneName(a, b) {
@@ -156,7 +167,7 @@ function legend(hasPlan) {
 
 export async function renderFabric(main, ctx) {
   main.append(h("p", { class: "muted" }, "loading the fabric…"));
-  const { status, plan, intent, revision, active } = await loadFabric();
+  const { status, plan, intent, revision, active, previewed } = await loadFabric(ctx.params.get("plan") === "head");
   if (!ctx.alive()) return;
   clear(main);
   if (!intent) {
@@ -171,8 +182,11 @@ export async function renderFabric(main, ctx) {
   main.append(h("div", { class: "page-head" },
     h("h1", {}, `Fabric ${intent.name}`),
     h("span", { class: "muted", id: "fabric-revision" },
-      plan ? `active plan of revision r${active}` : `revision r${revision ?? "?"} · `),
-    plan ? null : h("span", { class: "badge none", id: "no-plan" }, "no active plan"),
+      previewed ? `plan of head revision r${revision} (compiled, not committed)`
+        : plan ? `active plan of revision r${active}` : `revision r${revision ?? "?"} · `),
+    plan ? null : [h("span", { class: "badge none", id: "no-plan" }, "no active plan"), " ",
+      h("a", { href: "#/fabric?plan=head", id: "preview-plan" }, "show the head revision's plan")],
+    previewed ? h("span", { class: "badge reviewed", id: "preview" }, "preview") : null,
     summary ? h("span", { class: "muted", id: "plan-summary" },
       ` · max utilization ${pct(summary.max_utilization)} (ECMP would be ${pct(summary.ecmp_max_utilization)}) · `
       + `${summary.groups ?? "?"} groups · ${summary.routes ?? "?"} routes`) : null,
@@ -180,12 +194,15 @@ export async function renderFabric(main, ctx) {
       ? h("a", { class: "badge committing", href: `#/changes/${status.committing_change}` }, "commit in progress") : null));
   main.append(legend(!!plan));
 
+  // at least ~16 px a switch on screen: a large fabric scrolls sideways rather than shrinking to dots
+  const shown = Math.max(Math.max(600, (main.clientWidth || 1400) - 380), lay.wide * 16 + 120);
+  const k = lay.width / shown;  // viewBox units per screen pixel: text keeps its size on screen
   const svg = s("svg", { id: "fabric", class: "fabric", viewBox: `0 0 ${lay.width} ${lay.height}`,
-    width: lay.width, height: lay.height,
+    width: lay.width, height: lay.height, style: `width:${shown}px; font-size:${12 * k}px`,
     preserveAspectRatio: "xMidYMin meet", role: "img", "aria-label": `topology of ${intent.name}` });
-  for (const [tier, y] of lay.rows) svg.append(s("text", { x: 8, y: y - 28, class: "tier" }, TIER_LABEL[tier]));
+  for (const [tier, y] of lay.rows) svg.append(s("text", { x: 8, y: y - 28, class: "tier", "font-size": 13 * k }, TIER_LABEL[tier]));
   for (const b of lay.bands || []) {
-    if (b.pod !== Infinity) svg.append(s("text", { x: (b.x0 + b.x1) / 2, y: lay.height - 8, class: "pod" }, `pod ${b.pod}`));
+    if (b.pod !== Infinity) svg.append(s("text", { x: (b.x0 + b.x1) / 2, y: lay.height - 8, class: "pod", "font-size": 12 * k }, `pod ${b.pod}`));
   }
   const tip = h("div", { class: "tooltip", id: "tooltip", hidden: true });
   const details = h("aside", { class: "details card", id: "details" },
