@@ -78,13 +78,14 @@ async def create_change(request: Request, body: ChangeCreate, ctx: OperatorWrite
     return await idempotent(request, ctx, key, run)
 
 
-@router.get("/v1/changes", response_model=ChangePage, summary="List changes, newest first",
+@router.get("/v1/changes", response_model=ChangePage,
+            summary="List changes, newest first (each review brief: verdict, revisions, summary)",
             responses=error_responses(401, 403, 422))
 def list_changes(request: Request, response: Response, session: SessionDep, _actor: Viewer, paging: PagingDep,
                  state: Annotated[str | None, Query(description="only changes in this state")] = None) -> Any:
     items, total = changes.list_changes(session=session, limit=paging.limit, offset=paging.offset, state=state)
     page = Page(items, total, paging.limit, paging.offset)
-    return page_body(request, response, page, [changes.change_document(c) for c in items])
+    return page_body(request, response, page, [changes.change_document(c, full=False) for c in items])
 
 
 @router.get("/v1/changes/{change_id}", response_model=ChangePublic, summary="One change, with progress",

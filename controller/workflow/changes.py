@@ -67,14 +67,24 @@ def _audit(session: Session, ctx: WriteContext, action: str, *, outcome: str = "
                    status=status, revision=revision, detail=detail[:4000])
 
 
-def change_document(ch: Change) -> Doc:
-    """The API's ``Change``."""
+def _brief(review: Doc | None) -> Doc | None:
+    """A review without its bulk (per-scenario results, diffs): what a list of changes shows."""
+    if review is None:
+        return None
+    safety = review.get("safety") or {}
+    return {"verdict": review.get("verdict"), "proposed_revision": review.get("proposed_revision"),
+            "active_revision": review.get("active_revision"), "summary": review.get("summary"),
+            "safety": {"verdict": safety.get("verdict"), "counts": safety.get("counts")}, "brief": True}
+
+
+def change_document(ch: Change, *, full: bool = True) -> Doc:
+    """The API's ``Change``; ``full=False`` (lists) keeps only the review's verdict and summary."""
     return {"id": ch.id, "kind": ch.kind, "state": ch.state, "base_revision": ch.base_revision,
             "proposed_revision": ch.proposed_revision, "message": ch.message, "author": ch.author,
             "created_at": ch.created_at.isoformat(),
             "transitions": [t.to_document() for t in ch.transitions],
-            "review": ch.review, "progress": ch.progress, "force_reason": ch.force_reason, "error": ch.error,
-            "transaction": ch.transaction}
+            "review": ch.review if full else _brief(ch.review), "progress": ch.progress,
+            "force_reason": ch.force_reason, "error": ch.error, "transaction": ch.transaction}
 
 
 # -- reading --------------------------------------------------------------------
