@@ -224,8 +224,8 @@ class AgentCore:
                 diff = await asyncio.to_thread(self.backend.diff, self.running, target)
             except FrrError as exc:
                 raise AgentError("internal", f"FRR refused the candidate config: {exc}") from exc
-            atomic_write_json(self._path("prepared.json"),
-                              {"change": change, "target": target.to_document(), "diff": diff})
+            await asyncio.to_thread(atomic_write_json, self._path("prepared.json"),
+                                    {"change": change, "target": target.to_document(), "diff": diff})
             changed = self.running is None or target.hash != self.running.hash
             return Outcome(changed, diff, target.hash)
 
@@ -242,8 +242,12 @@ class AgentCore:
             previous = self.running
             deadline = self.clock() + confirm_within if confirm_within > 0 else 0.0
             j = _Journal(change, "applying", previous, target, deadline)
-            self._write_journal(j)
-            self._drop("prepared.json")
+
+            def begin() -> None:
+                self._write_journal(j)
+                self._drop("prepared.json")
+
+            await asyncio.to_thread(begin)  # disk waits off the event loop: many agents may share it
             try:
                 await self._apply(previous, target)
                 diff = str(p.get("diff", ""))  # what Prepare showed is what was applied
@@ -254,14 +258,19 @@ class AgentCore:
                 except Exception as exc2:  # the journal stays: a restart retries the restore
                     raise AgentError("internal", f"apply failed ({exc}) and so did the restore ({exc2})") from exc2
                 raise AgentError("internal", f"apply failed, previous config restored: {exc}") from exc
-            self._set_running(target)
-            self._log_change(change, previous, target)
+
+            def finish() -> None:
+                self._set_running(target)
+                self._log_change(change, previous, target)
+                if deadline:
+                    j.phase = "committed"
+                    self._write_journal(j)
+                else:
+                    self._drop("journal.json")
+
+            await asyncio.to_thread(finish)
             if deadline:
-                j.phase = "committed"
-                self._write_journal(j)
                 self._arm(change, deadline)
-            else:
-                self._drop("journal.json")
             changed = previous is None or previous.hash != target.hash
             return Outcome(changed, diff, target.hash, deadline)
 
