@@ -28,6 +28,7 @@ from solver.clos import PodModel, build_pod_model
 from solver.fabric import Fabric, build_fabric
 from solver.lp import solve_lp
 from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
+from solver.repair import repair_leaf_weights
 from solver.weights import reduce_weights
 
 __all__ = ["clos_plan"]
@@ -102,6 +103,9 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
             extra["wcmp"] = False
     progress("weights", 0.0)
     tor_w, leaf_w, x_round = _weights(intent, fab, model, x_lp, fib)
+    if intent.wcmp_enabled:
+        leaf_w, x_round, moves = repair_leaf_weights(model, leaf_w, x_round)
+        extra["repair_moves"] = moves
     loads = model.loads(x_round)
     util = loads / fab.arc_cap
     mlu = float(util.max()) if len(util) else 0.0
