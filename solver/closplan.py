@@ -28,7 +28,7 @@ from solver.clos import PodModel, build_pod_model
 from solver.fabric import Fabric, build_fabric
 from solver.lp import solve_lp
 from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
-from solver.repair import repair_leaf_weights
+from solver.repair import repair_weights
 from solver.weights import reduce_weights
 
 __all__ = ["clos_plan"]
@@ -104,7 +104,7 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
     progress("weights", 0.0)
     tor_w, leaf_w, x_round = _weights(intent, fab, model, x_lp, fib)
     if intent.wcmp_enabled:
-        leaf_w, x_round, moves = repair_leaf_weights(model, leaf_w, x_round)
+        tor_w, leaf_w, x_round, moves = repair_weights(model, tor_w, leaf_w, x_round)
         extra["repair_moves"] = moves
     loads = model.loads(x_round)
     util = loads / fab.arc_cap

@@ -1,92 +1,128 @@
-"""Load-aware repair of rounded leaf weights in a clean Clos.
+"""Load-aware repair of rounded weights in a clean Clos.
 
 This module owns one small step after weight reduction. Rounding each group
 to the WCMP paper's optimum (least worst oversubscription) is blind to which
-links are hot; errors of many groups can add up on the same leaf-spine link.
-The repair looks at the hottest arc and, among the leaf groups that send over
-it, moves single weight units to another member of the same group when that
-lowers the maximum utilization over every arc the move touches. Sums stay
-equal (the budget holds), every weight stays >= 1, and each move strictly
-lowers the hottest utilization among the arcs it changes, so the repair stops.
+links are hot; the errors of many groups can add up on one link. The repair
+looks at the hottest arc and, among the groups that send over it (a ToR's
+split over planes toward a pod, a leaf's split over spines toward a pod),
+moves one weight unit to another member of the same group when that lowers
+the largest utilization among every arc the move changes below the current
+maximum. Sums stay equal (the budget holds), every weight stays >= 1, and each
+move strictly lowers the maximum or the number of arcs at it, so it stops.
+Loads come from the pod model's linear load matrix.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
 from solver.clos import PodModel
 
-__all__ = ["repair_leaf_weights"]
+__all__ = ["repair_weights"]
 
 _Members = tuple[tuple[int, int], ...]
 
 
-def repair_leaf_weights(m: PodModel, leaf_w: dict[tuple[int, int], _Members], x: np.ndarray,
-                        *, max_moves: int = 5000) -> tuple[dict[tuple[int, int], _Members], np.ndarray, int]:
-    """Move weight units between members of leaf groups while that lowers the MLU.
+@dataclass
+class _Group:
+    members: list[int]  # plane (ToR group) or spine arc (leaf group)
+    w: list[int]
+    cols: list[int]  # a column per plane, or g column per spine
+    a_col: int | None  # leaf group: the a column it splits
+    leaf_groups: list[_Group | None]  # ToR group: the leaf group of each plane (None within a pod)
 
-    Returns the updated leaf groups, variables and the number of moves made.
+
+def _delta(m: PodModel, g: _Group, i: int, j: int, x: np.ndarray, demand: float) -> dict[int, float]:
+    """Variable changes of moving one unit of ``g`` from member ``i`` to member ``j``."""
+    out: dict[int, float] = {}
+    if g.a_col is not None:  # leaf group
+        unit = x[g.a_col] / sum(g.w)
+        out[g.cols[i]] = -unit
+        out[g.cols[j]] = unit
+        return out
+    unit = demand / sum(g.w)
+    for k, sign in ((i, -1.0), (j, 1.0)):
+        out[g.cols[k]] = out.get(g.cols[k], 0.0) + sign * unit
+        lg = g.leaf_groups[k]
+        if lg is not None:
+            tot = sum(lg.w)
+            for c, wl in zip(lg.cols, lg.w, strict=True):
+                out[c] = out.get(c, 0.0) + sign * unit * wl / tot
+    return out
+
+
+def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: dict[tuple[int, int], _Members],
+                   x: np.ndarray, *, max_moves: int = 5000
+                   ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray, int]:
+    """Move weight units inside ToR and leaf groups while that lowers the MLU.
+
+    Returns the updated ToR groups, leaf groups, variables and the number of moves.
     """
     fab = m.fab
-    head = fab.arc_head
     cap = fab.arc_cap
-    loads = m.loads(x)
-    groups: dict[tuple[int, int], dict[str, object]] = {}
-    by_arc: dict[int, list[tuple[tuple[int, int], int]]] = defaultdict(list)
+    lcsr = m.load_matrix.tocsr()
+    lcsc = m.load_matrix.tocsc()
+    col_owner: dict[int, tuple[_Group, int, float]] = {}  # column -> (group, member index, pair demand)
+    leaf_groups: dict[tuple[int, int], _Group] = {}
     for (leaf, p), members in leaf_w.items():
         q, lp = m.leaf_pp[leaf]
         ac = m.a_col.get((q, p, lp))
-        if ac is None or x[ac] <= 0 or len(members) < 2:
+        if ac is None:
             continue
         arcs = [a for a, _w in members]
-        cols = [m.g_col[(q, p, lp, a)] for a in arcs]
-        downs = [m.spine_down[(int(head[a]), p)] for a in arcs]
-        groups[(leaf, p)] = {"arcs": arcs, "cols": cols, "downs": downs, "w": [w for _a, w in members],
-                             "a": float(x[ac])}
-        for i, (up, down) in enumerate(zip(arcs, downs, strict=True)):
-            by_arc[up].append(((leaf, p), i))
-            by_arc[down].append(((leaf, p), i))
+        g = _Group(arcs, [w for _a, w in members], [m.g_col[(q, p, lp, a)] for a in arcs], ac, [])
+        leaf_groups[(leaf, p)] = g
+        for i, c in enumerate(g.cols):
+            col_owner[c] = (g, i, 0.0)
+    tor_groups: dict[tuple[int, int], _Group] = {}
+    for (q, p), members in tor_w.items():
+        if (q, p) not in m.d_qp or any((q, p, lp) not in m.a_col for lp, _w in members):
+            continue
+        planes = [lp for lp, _w in members]
+        lgs = [leaf_groups.get((m.leaf_at[(q, lp)], p)) if q != p else None for lp in planes]
+        g = _Group(planes, [w for _lp, w in members], [m.a_col[(q, p, lp)] for lp in planes], None, lgs)
+        tor_groups[(q, p)] = g
+        for i, c in enumerate(g.cols):
+            col_owner[c] = (g, i, m.d_qp[(q, p)])
+    loads = m.loads(x)
     moves = 0
     while moves < max_moves:
         util = loads / cap
         hot = int(np.argmax(util))
-        if hot not in by_arc:
-            break  # the hottest arc is not a leaf-spine arc: leaf weights cannot relieve it
         mlu = float(util[hot])
-        best: tuple[float, tuple[int, int], int, int] | None = None
-        for key, i in by_arc[hot]:
-            g = groups[key]
-            w: list[int] = g["w"]  # type: ignore[assignment]
-            if w[i] < 2:
+        row = lcsr.indices[lcsr.indptr[hot]:lcsr.indptr[hot + 1]]
+        best: tuple[float, _Group, int, int, np.ndarray, np.ndarray] | None = None
+        for c in row:
+            owner = col_owner.get(int(c))
+            if owner is None:
                 continue
-            unit = g["a"] / sum(w)  # type: ignore[operator]
-            ups: list[int] = g["arcs"]  # type: ignore[assignment]
-            downs: list[int] = g["downs"]  # type: ignore[assignment]
-            for j in range(len(w)):
+            g, i, demand = owner
+            if g.w[i] < 2:
+                continue
+            for j in range(len(g.w)):
                 if j == i:
                     continue
-                after = max((loads[ups[i]] - unit) / cap[ups[i]], (loads[downs[i]] - unit) / cap[downs[i]],
-                            (loads[ups[j]] + unit) / cap[ups[j]], (loads[downs[j]] + unit) / cap[downs[j]])
+                dx = _delta(m, g, i, j, x, demand)
+                cols = np.fromiter(dx, dtype=np.int64)
+                dl = lcsc[:, cols] @ np.fromiter(dx.values(), dtype=np.float64)
+                arcs = np.flatnonzero(np.abs(dl) > 1e-15)
+                after = float(((loads[arcs] + dl[arcs]) / cap[arcs]).max()) if arcs.size else mlu
                 if after < mlu - 1e-12 and (best is None or after < best[0]):
-                    best = (after, key, i, j)
+                    best = (after, g, i, j, cols, np.fromiter(dx.values(), dtype=np.float64))
         if best is None:
             break  # no single unit move lowers the maximum: a local optimum
-        _after, key, i, j = best
-        g = groups[key]
-        w = g["w"]  # type: ignore[assignment]
-        unit = g["a"] / sum(w)  # type: ignore[operator]
-        w[i] -= 1
-        w[j] += 1
-        cols: list[int] = g["cols"]  # type: ignore[assignment]
-        x[cols[i]] -= unit
-        x[cols[j]] += unit
-        for arc, d in ((g["arcs"][i], -unit), (g["downs"][i], -unit),  # type: ignore[index]
-                       (g["arcs"][j], unit), (g["downs"][j], unit)):  # type: ignore[index]
-            loads[arc] += d
+        _after, g, i, j, cols, vals = best
+        g.w[i] -= 1
+        g.w[j] += 1
+        x[cols] += vals
+        loads = loads + lcsc[:, cols] @ vals
         moves += 1
-    out = dict(leaf_w)
-    for key, g in groups.items():
-        out[key] = tuple(zip(g["arcs"], g["w"], strict=True))  # type: ignore[call-overload]
-    return out, x, moves
+    tor_out = dict(tor_w)
+    for key, g in tor_groups.items():
+        tor_out[key] = tuple(zip(g.members, g.w, strict=True))
+    leaf_out = dict(leaf_w)
+    for key, g in leaf_groups.items():
+        leaf_out[key] = tuple(zip(g.members, g.w, strict=True))
+    return tor_out, leaf_out, x, moves
