@@ -48,7 +48,7 @@ def _ortools(backend: str, c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, 
     from ortools.linear_solver.python import model_builder_helper as mbh
 
     model = mb.Model()
-    model.helper.fill_model_from_sparse_data(col_lb, col_ub, c, row_lb, row_ub, a)
+    model.helper.fill_model_from_sparse_data(col_lb, col_ub, c, row_lb, row_ub, a)  # type: ignore[arg-type]
     helper = mbh.ModelSolverHelper(backend.upper())
     if not helper.solver_is_supported():
         raise ValueError(f"LP backend {backend!r} is not available in this OR-Tools build")
@@ -59,7 +59,7 @@ def _ortools(backend: str, c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, 
     t0 = time.perf_counter()
     helper.solve(model.helper)
     seconds = time.perf_counter() - t0
-    status = mb.SolveStatus(helper.status())
+    status = helper.status()
     if status not in (mb.SolveStatus.OPTIMAL,):
         if status == mb.SolveStatus.FEASIBLE and backend == "pdlp":
             pass  # PDLP stops at its tolerance; its iterate is the answer

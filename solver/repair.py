@@ -107,8 +107,8 @@ def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: 
                 dx = _delta(m, g, i, j, x, demand)
                 cols = np.fromiter(dx, dtype=np.int64)
                 dl = lcsc[:, cols] @ np.fromiter(dx.values(), dtype=np.float64)
-                arcs = np.flatnonzero(np.abs(dl) > 1e-15)
-                after = float(((loads[arcs] + dl[arcs]) / cap[arcs]).max()) if arcs.size else mlu
+                touched = np.flatnonzero(np.abs(dl) > 1e-15)
+                after = float(((loads[touched] + dl[touched]) / cap[touched]).max()) if touched.size else mlu
                 if after < mlu - 1e-12 and (best is None or after < best[0]):
                     best = (after, g, i, j, cols, np.fromiter(dx.values(), dtype=np.float64))
         if best is None:

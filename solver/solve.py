@@ -85,8 +85,8 @@ def _groups(
     routes: list[dict[str, str]] = [{} for _ in names]
     rounded = np.zeros(len(com.e_arc))
     node_of: dict[tuple[int, int], int] = {}
-    for k in range(com.n_nodes):
-        node_of[(int(com.commodity_class[com.node_c[k]]), int(com.node_v[k]))] = k
+    for kk in range(com.n_nodes):
+        node_of[(int(com.commodity_class[com.node_c[kk]]), int(com.node_v[kk]))] = kk
     n_routes = 0
 
     def group_id(v: int, members: tuple[tuple[str, str, int], ...]) -> str:
@@ -103,7 +103,7 @@ def _groups(
             k = node_of.get((ci, v))
             members: tuple[tuple[str, str, int], ...]
             if k is None or lp_ratio is None or np.isnan(lp_ratio[com.node_start[k]]):
-                hop_arcs: tuple[int, ...] = fallback.get(k, arcs) if k is not None else arcs
+                hop_arcs: tuple[int, ...] = arcs if k is None else fallback.get(k, arcs)
                 weights: tuple[int, ...] = (1,) * len(hop_arcs)
             else:
                 s, e = int(com.node_start[k]), int(com.node_start[k + 1])

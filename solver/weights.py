@@ -23,7 +23,7 @@ import numpy as np
 __all__ = ["oversubscription", "reduce_weights"]
 
 
-def oversubscription(weights: Sequence[int], ratios: Sequence[float]) -> float:
+def oversubscription(weights: Sequence[int] | np.ndarray, ratios: Sequence[float] | np.ndarray) -> float:
     """``max_i (w_i / W) / r_i`` over members with a positive ratio (1.0 is perfect)."""
     w = np.asarray(weights, dtype=np.float64)
     r = np.asarray(ratios, dtype=np.float64)
@@ -82,7 +82,7 @@ def _candidates(r: np.ndarray, totals: np.ndarray) -> np.ndarray:
     return out
 
 
-def reduce_weights(ratios: Sequence[float], budget: int) -> list[int]:
+def reduce_weights(ratios: Sequence[float] | np.ndarray, budget: int) -> list[int]:
     """Positive integer weights for ``ratios`` with sum at most ``budget``.
 
     Parameters
