@@ -168,6 +168,11 @@ async def test_grpc_round_trip_and_health(tmp_path: Path) -> None:
             assert st.routes["10.2.0.0/24"].weights() == {"eth1": 1, "eth2": 1}
             assert not (await drv.confirm("tor-0", "c1")).failed
             assert (await drv.state("tor-0")).pending_change == ""
+            back = await drv.rollback("tor-0", "", to_hash=info.running_hash)  # the config before c1
+            assert back.changed and back.config_hash == info.running_hash
+            assert (await drv.state("tor-0")).running_hash == info.running_hash
+            missing = await drv.rollback("tor-0", "", to_hash="0" * 64)
+            assert missing.failed and missing.error.startswith("NOT_FOUND")
     finally:
         stop.set()
         await server
