@@ -42,10 +42,11 @@ class TransitionPublic(BaseModel):
 
 
 class DeviceProgress(BaseModel):
-    step: str
+    step: str = Field(description="the transaction step the device is in (prepare, commit, verify, confirm...)")
     status: Literal["pending", "ok", "failed"]
     changed: bool
     error: str | None
+    steps: dict[str, str] = Field(default_factory=dict, description="every finished step's status")
 
 
 class Progress(BaseModel):

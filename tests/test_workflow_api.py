@@ -217,6 +217,8 @@ def test_commit_moves_through_states_and_reaches_every_device(api: Api, fleet: F
     assert done["progress"]["step"] == "done"
     assert set(done["progress"]["devices"]) == set(NAMES)
     assert all(d["status"] == "ok" and d["step"] == "confirm" for d in done["progress"]["devices"].values())
+    assert all(d["steps"] == {"prepare": "ok", "commit": "ok", "verify": "ok", "confirm": "ok"}
+               for d in done["progress"]["devices"].values())
     assert fleet.hashes() == want(DOC)
     st = api("GET", "/v1/status", role="viewer").json()
     assert st["active_revision"] == 1 and st["committing_change"] is None and sorted(st["devices"]) == sorted(NAMES)

@@ -143,11 +143,11 @@ def follow(client: Client, cid: int, *, as_json: bool, interval: float = 0.3) ->
         ch = client.call("GET", f"/v1/changes/{cid}")
         if not as_json:
             for name, d in sorted(((ch.get("progress") or {}).get("devices") or {}).items()):
-                key = (name, d["step"])
-                if d["status"] != "pending" and seen.get(key) != d["status"]:
-                    seen[key] = d["status"]
-                    err = f" {d['error']}" if d.get("error") else ""
-                    print(f"{name} {d['step']} {d['status']}{' changed' if d['changed'] else ''}{err}", flush=True)
+                for step, status in (d.get("steps") or {d["step"]: d["status"]}).items():
+                    if status != "pending" and seen.get((name, step)) != status:
+                        seen[name, step] = status
+                        err = f" {d['error']}" if d.get("error") and step == d["step"] else ""
+                        print(f"{name} {step} {status}{err}", flush=True)
         if ch["state"] in FINAL:
             return dict(ch)
         time.sleep(interval)

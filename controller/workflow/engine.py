@@ -229,6 +229,7 @@ class Workflow:
                 started[step, device] = time.perf_counter()
                 return
             row["status"] = "failed" if result.failed else "ok"
+            row.setdefault("steps", {})[step] = row["status"]
             row["changed"] = bool(row.get("changed") or result.changed)
             row["error"] = result.error or None
             log.log(logging.WARNING if result.failed else logging.INFO, "change %s: %s %s on %s", ch.id, step,
