@@ -337,7 +337,7 @@ def ffc_ratios(intent: Intent, plan: Plan, *, backend: str = DEFAULT_BACKEND,
     a = sp.csr_matrix((vals_a, (rows_a, cols_a)), shape=(n_prot + len(used), n_g + 1))
     row_lb = np.concatenate([np.asarray(lb) / scale, np.full(len(used), -np.inf)])
     row_ub = np.concatenate([np.full(n_prot, np.inf), np.zeros(len(used))])
-    c = np.full(n_g + 1, 1e-6 / max(n_g, 1))
+    c = np.zeros(n_g + 1)
     c[u_col] = 1.0
     res = solve_lp(c, a, row_lb, row_ub, np.zeros(n_g + 1), np.full(n_g + 1, np.inf), backend=backend)
     g = np.maximum(res.x[:n_g], 0.0)
