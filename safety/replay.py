@@ -352,7 +352,7 @@ class Replayer:
         inv.append(InvariantResult(
             "utilization", not len(over),
             "" if not len(over) else "; ".join(
-                f"{names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]} at {util[e]:.6f} > {limit:g}"
+                f"{names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]} at {out.load[e] / cap[e]:.6f} > {limit:g}"
                 for e in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5 else "")))
         if baseline:
             errs = self.table.budget_errors

@@ -55,11 +55,16 @@ Progress = Callable[[str, float], None]
 class Evaluation(Protocol):
     """What the scenario oracle returns (see :class:`safety.replay.Peaks`)."""
 
-    link_peak: dict[str, float]
-    violating: dict[str, float]
-    failing: tuple[str, ...]
-    baseline_mlu: float
-    limits: dict[str, float]
+    @property
+    def link_peak(self) -> dict[str, float]: ...
+    @property
+    def violating(self) -> dict[str, float]: ...
+    @property
+    def failing(self) -> tuple[str, ...]: ...
+    @property
+    def baseline_mlu(self) -> float: ...
+    @property
+    def limits(self) -> dict[str, float]: ...
 
 
 Evaluate = Callable[[Intent, Plan], Evaluation]
@@ -194,7 +199,8 @@ def _dags(intent: Intent, plan: Plan) -> _Dags:
         while todo:
             v = todo.pop()
             k = node_of[v]
-            hops = dp[v].nexthops(prefix) if dp[v] is not None and v not in origins[prefix] else ()
+            here = dp[v]
+            hops = here.nexthops(prefix) if here is not None and v not in origins[prefix] else ()
             for h in hops:
                 lid, w = port_link[(v, h.port)]
                 if w in origins[prefix]:
