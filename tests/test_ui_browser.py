@@ -258,11 +258,17 @@ def test_a_link_shows_its_load_and_groups(ui: Page, loom: Loom) -> None:
     busiest = max(plan["links"], key=lambda x: x["utilization"])
     link = p.locator(f"svg#fabric g.link[data-link='{busiest['a']}:{busiest['a_port']}'], "
                      f"svg#fabric g.link[data-link='{busiest['b']}:{busiest['b_port']}']")
-    link.hover()
+    # a point 30% along the link (in a Clos, links cross at their middles)
+    x, y = link.locator("line.hit").evaluate(
+        "l => { const m = l.getScreenCTM(), a = (k) => +l.getAttribute(k), t = 0.3;"
+        " const x = a('x1') + t * (a('x2') - a('x1')), y = a('y1') + t * (a('y2') - a('y1'));"
+        " return [m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f]; }")
+    p.mouse.move(x, y)
     p.wait_for_selector("#tooltip:not([hidden])")
     assert "Gb/s" in p.inner_text("#tooltip")
     ui.shot("fabric-hover")
-    link.click()
+    p.mouse.click(x, y)
+    expect(link).to_have_class("link selected")
     details = p.inner_text("#details")
     assert "100 Gb/s each way" in details
     assert f"{busiest['utilization'] * 100:.1f}%" in details
@@ -433,6 +439,33 @@ def test_the_serving_process_counts_commits_and_device_pushes(loom: Loom) -> Non
     steps = [x for x in lines if x.get("logger") == "loom.workflow" and x.get("change") == ch["id"] and "device" in x]
     assert {x["device"] for x in steps} == {d.name for d in EXAMPLE.devices}
     assert {x["request_id"] for x in steps} == {f"ui-commit-{ch['id']}"}
+
+
+def test_an_unsafe_change_is_forced_only_with_a_reason(ui: Page, loom: Loom) -> None:
+    found = None
+    for target in ("leaf-1-1", "spine-1-1", "spine-1-0"):  # the first drain the safety replay refuses
+        ch = _drain_change(loom, target, f"drain {target} (unsafe)")
+        r = loom("POST", f"/v1/changes/{ch['id']}/review")
+        if r.status_code == 200 and r.json()["verdict"] == "unsafe":
+            found, review = ch, r.json()
+            break
+    assert found is not None, "one of the drains leaves too little headroom under failure"
+    ch = found
+    p = ui.login("operator")
+    p.goto(f"{loom.url}/#/changes/{ch['id']}")
+    p.wait_for_selector("#verdict.unsafe")
+    assert p.inner_text("#verdict .big") == "UNSAFE"
+    assert p.locator("#failing tbody tr").count() == min(200, len(review["safety"]["failing"]))
+    assert p.locator("#commit").is_disabled()
+    p.click("#force")
+    expect(p.locator("#action-error")).to_contain_text("needs a reason")
+    assert loom("GET", f"/v1/changes/{ch['id']}", "viewer").json()["state"] == "reviewed"
+    p.fill("#force-reason", "pod 1 is being decommissioned")
+    p.click("#force")
+    expect(p.locator("#change-state")).to_have_text("committed", timeout=90_000)
+    assert "forced: pod 1 is being decommissioned" in p.inner_text("main")
+    assert loom("GET", f"/v1/changes/{ch['id']}", "viewer").json()["force_reason"] == "pod 1 is being decommissioned"
+    ui.shot("forced")
 
 
 @pytest.fixture(scope="module")
