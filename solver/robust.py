@@ -17,7 +17,11 @@ withdrawals, those toward nodes left with none), plus every single next hop
 with ``all_single``. The allocation is a sufficient condition and can be
 conservative, so the plan is then judged by the exact scenario oracle; while
 scenarios still violate, later rounds derate the overloaded links' capacities
-in the LP (by ``limit / peak``) and the best plan seen is kept. Which
+in the LP (by ``limit / peak``) and the best plan seen is kept. For plans
+too large for the allocation LP on a small machine (more than
+:data:`FFC_MAX_EDGES` DAG edges) a cheaper search moves every split from the
+min-MLU plan's toward equal shares (ECMP, the least amplification a failure
+can cause) and keeps the least move that holds every scenario. Which
 scenarios make the limit *impossible* is proven separately: the min-MLU LP on
 the failed topology (the routing's next hops after the failure, any weights)
 lower-bounds every plan there; above the limit, no weights can meet it. The
@@ -48,6 +52,7 @@ from solver.weights import reduce_weights
 
 __all__ = ["Evaluation", "failed_topology_intent", "ffc_ratios", "plan_with_ratios", "solve_robust"]
 
+FFC_MAX_EDGES = 60_000  # larger allocation LPs take minutes on a small machine: search blends instead
 MARGIN = 0.02  # derate a little below the limit so the next LP lands inside it
 Progress = Callable[[str, float], None]
 
@@ -392,8 +397,8 @@ def plan_with_ratios(intent: Intent, plan: Plan, dags: _Dags, ratios: list[np.nd
     return Plan(plan.fabric, plan.summary, devices, plan.links)
 
 
-def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_BACKEND, max_rounds: int = 12,
-                 prove: int = 10, progress: Progress | None = None) -> Plan:
+def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_BACKEND, max_rounds: int = 4,
+                 prove: int = 10, method: str = "auto", progress: Progress | None = None) -> Plan:
     """A plan whose utilization stays under the limit in every scenario where possible.
 
     Parameters
@@ -402,7 +407,11 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     evaluate : the scenario oracle, ``evaluate(intent, plan)`` -> :class:`Evaluation`
         (pass :func:`safety.replay.peaks`).
     backend : the LP backend of :func:`solver.solve`.
-    max_rounds : derating rounds at most.
+    max_rounds : FFC rounds at most (the first on real capacities, then derated).
+    method : ``ffc`` (the allocation LP), ``blend`` (the search between the
+        min-MLU splits and ECMP) or ``auto``: FFC when the plan's DAGs have at
+        most :data:`FFC_MAX_EDGES` edges, then the blend search if scenarios
+        still violate.
     prove : how many still-violating scenarios to test for impossibility.
     progress : called as ``progress(stage, fraction)``.
 
@@ -428,7 +437,9 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     best: tuple[tuple[int, float, float], Plan, Evaluation] = (_score(ev), plain, ev)
     rounds = 0
     bound = None
-    while best[2].violating and rounds < max_rounds:
+    dags = _dags(intent, plain) if ev.violating else None
+    use_ffc = method == "ffc" or (method == "auto" and dags is not None and dags.n_edges <= FFC_MAX_EDGES)
+    while use_ffc and dags is not None and best[2].violating and rounds < max_rounds:
         if rounds:
             for key, peak in ev.link_peak.items():
                 if peak > limit:
@@ -444,6 +455,11 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
         ev = evaluate(intent, plan)
         if _score(ev) < best[0]:
             best = (_score(ev), plan, ev)
+    blend = None
+    if dags is not None and best[2].violating and method in ("auto", "blend"):
+        blend, found = _blend_search(intent, plain, dags, evaluate)
+        if _score(found[1]) < best[0]:
+            best = (_score(found[1]), found[0], found[1])
     _, plan, ev = best
     impossible: dict[str, float] = {}
     if ev.violating:
@@ -456,6 +472,8 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
         "baseline_mlu_plain": round(evaluate_baseline(plain, intent), 6),
         "baseline_mlu_robust": round(ev.baseline_mlu, 6),
         "rounds": rounds,
+        "method": "plain" if best[1] is plain else ("ffc" if blend is None or best[1] is not blend[0]
+                                                     else f"blend {blend[1]:g}"),
         "ffc_bound": None if bound is None else round(bound, 6),
         "seconds": round(time.perf_counter() - t0, 3),
         "violating": {n: round(u, 6) for n, u in sorted(ev.violating.items(), key=lambda kv: -kv[1])[:50]},
@@ -464,6 +482,47 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     }
     say("robust", 1.0)
     return _real_plan(intent, plan, ev.baseline_mlu, extra)
+
+
+def _blend(intent: Intent, plain: Plan, dags: _Dags, alpha: float) -> Plan:
+    """Every split moved ``alpha`` of the way from the min-MLU plan's toward equal (ECMP)."""
+    names = [d.name for d in intent.devices]
+    ratios = []
+    for k, edges in enumerate(dags.out):
+        hops = {h.port: h.weight for h in plain.devices[names[dags.node_dev[k]]].nexthops(
+            dags.prefixes[dags.node_cls[k]])}
+        w = np.array([hops[p] for _l, _n, p in edges], dtype=np.float64)
+        ratios.append((1 - alpha) * w / max(w.sum(), 1e-12) + alpha / max(len(w), 1))
+    return plan_with_ratios(intent, plain, dags, ratios)
+
+
+def _blend_search(intent: Intent, plain: Plan, dags: _Dags, evaluate: Evaluate,
+                  steps: int = 3) -> tuple[tuple[Plan, float], tuple[Plan, Evaluation]]:
+    """The least ``alpha`` (closest to the min-MLU splits) whose blend holds every
+    scenario: try 1/4, 1/2, 3/4, 1, then bisect below the first that holds."""
+    best: tuple[Plan, float, Evaluation] | None = None
+    lo = 0.0
+    for alpha in (0.25, 0.5, 0.75, 1.0):
+        plan = _blend(intent, plain, dags, alpha)
+        ev = evaluate(intent, plan)
+        if best is None or _score(ev) < _score(best[2]):
+            best = (plan, alpha, ev)
+        if not ev.violating:
+            break
+        lo = alpha
+    assert best is not None
+    if not best[2].violating:
+        hi = best[1]
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            plan = _blend(intent, plain, dags, mid)
+            ev = evaluate(intent, plan)
+            if ev.violating:
+                lo = mid
+            else:
+                hi = mid
+                best = (plan, mid, ev)
+    return (best[0], best[1]), (best[0], best[2])
 
 
 def _score(ev: Evaluation) -> tuple[int, float, float]:
