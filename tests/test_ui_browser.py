@@ -342,9 +342,12 @@ def test_review_and_commit_a_drain_with_the_button(ui: Page, loom: Loom) -> None
     p.wait_for_selector("#progress")
     ui.shot("commit-progress")
     expect(p.locator("#change-state")).to_have_text("committed", timeout=90_000)
+    expect(p.locator("#active-revision")).to_have_text(f"active r{ch['proposed_revision']}")
     rows = p.locator("#progress-devices tbody tr")
     assert rows.count() == len(EXAMPLE.devices)
     assert set(rows.locator("td:nth-child(3)").all_inner_texts()) == {"ok"}
+    steps = rows.locator("td:nth-child(2)").all_inner_texts()  # each device's finished steps, all ticked
+    assert all("✓" in x and "✗" not in x and "…" not in x for x in steps), steps
     ui.shot("committed")
     status = loom("GET", "/v1/status", "viewer").json()
     assert status["active_revision"] == ch["proposed_revision"] != before

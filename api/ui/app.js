@@ -115,4 +115,8 @@ export async function render() {
 }
 
 window.addEventListener("hashchange", render);
+window.addEventListener("loom:status", () => {  // a page saw the revisions move (a commit finished)
+  const el = document.getElementById("status");
+  if (el) statusLine(clear(el));
+});
 render();

@@ -95,6 +95,13 @@ function verdictBlock(review) {
         ? ` · proposed max utilization ${pct(review.summary.max_utilization)}` : ""));
 }
 
+function stepsDone(d) {
+  // "prepare ✓ commit ✓ verify …": the steps this device finished, then the one under way
+  const done = Object.entries(d.steps || {}).map(([step, st]) => `${step} ${st === "ok" ? "✓" : "✗"}`);
+  if (d.status === "pending" || !done.length) done.push(`${d.step || "?"} …`);
+  return done.join(" ");
+}
+
 function progressSection(change) {
   const p = change.progress;
   const sec = h("section", { class: "card", id: "progress" }, h("h2", {}, "Commit progress"));
@@ -107,7 +114,7 @@ function progressSection(change) {
   sec.append(h("p", {}, `step: `, h("strong", { id: "progress-step" }, p.step || "?"), ` · ${done}/${devs.length} devices`),
     h("progress", { max: Math.max(1, devs.length), value: done }),
     table(["device", "step", "status", "changed", "error"], devs.map(([name, d]) => h("tr", { "data-device": name },
-      h("td", {}, name), h("td", {}, d.step || ""), h("td", {}, badge(d.status)), h("td", {}, d.changed ? "yes" : "no"),
+      h("td", {}, name), h("td", {}, stepsDone(d)), h("td", {}, badge(d.status)), h("td", {}, d.changed ? "yes" : "no"),
       h("td", { class: "error" }, d.error || ""))), { class: "compact", id: "progress-devices" }));
   return sec;
 }
@@ -179,6 +186,7 @@ export async function renderChange(main, id, ctx) {
     const change = await build(fresh, id, ctx, rerender);
     if (!ctx.alive()) return;
     main.replaceChildren(...fresh.childNodes);
+    window.dispatchEvent(new Event("loom:status"));
     if (change.state === "committing") setTimeout(() => rerender().catch(() => {}), 700);
   };
   await rerender();
