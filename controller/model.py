@@ -263,7 +263,7 @@ class Intent(_Frozen):
 
     name: str = Field(min_length=1, max_length=128)
     routing: Routing = Routing.BGP
-    defaults: Defaults = Defaults()
+    defaults: Defaults = Field(default_factory=lambda: Defaults(max_ecmp_entries=DEFAULT_MAX_ECMP_ENTRIES))
     devices: tuple[Device, ...]
     links: tuple[Link, ...]
     failure_domains: tuple[FailureDomain, ...] = ()

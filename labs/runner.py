@@ -24,6 +24,7 @@ import pwd
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import zlib
@@ -39,6 +40,8 @@ from labs.clab import Topology
 __all__ = [
     "FRR_BIN",
     "LabError",
+    "agent_socket",
+    "start_agents",
     "LabPrerequisiteError",
     "NodeObservation",
     "Observation",
@@ -467,6 +470,59 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
     report = wait_converged(topo, expected=expected, timeout=timeout, progress=note, poll=poll)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def agent_socket(lab: str, node: str) -> Path:
+    """Where ``node``'s device agent listens (a unix socket in the node's run directory)."""
+    return run_dir(lab) / node / "agent.sock"
+
+
+def _socket_answers(sock: Path) -> bool:
+    if not sock.exists():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(str(sock))
+        except OSError:
+            return False
+    return True
+
+
+def start_agents(topo: Topology, *, timeout: float = 60.0) -> list[str]:
+    """Start a Loom device agent inside each node of the running lab whose socket does not answer.
+
+    Each runs ``loom agent`` in the node's namespace, detached (it outlives the
+    command that started it, as a switch's agent would), on the node's
+    :func:`agent_socket` with its state in ``NODE/agent``; :func:`down` stops
+    them with the lab (their command lines name the run directory). Returns the
+    nodes whose agent was started; raises :class:`LabError` when one does not
+    answer within ``timeout`` seconds.
+    """
+    from southbound.agent import lab_agent_command
+
+    base = run_dir(topo.name)
+    if not base.exists():
+        raise LabError(f"lab {topo.name} is not running (loom lab up {topo.directory})")
+    started = []
+    for node in topo.nodes:
+        ndir = base / node.name
+        sock = agent_socket(topo.name, node.name)
+        if _socket_answers(sock):
+            continue
+        sock.unlink(missing_ok=True)
+        with open(ndir / "agent.log", "ab") as log:
+            subprocess.Popen(["ip", "netns", "exec", namespace(topo.name, node.name),
+                              *lab_agent_command(node.name, ndir)],
+                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        started.append(node.name)
+    deadline = time.monotonic() + timeout
+    for name in started:
+        while not _socket_answers(agent_socket(topo.name, name)):
+            if time.monotonic() > deadline:
+                raise LabError(f"the agent of {name} did not start: see {base / name / 'agent.log'}")
+            time.sleep(0.1)
+    return started
 
 
 def _problems(obs: Observation, expected: Mapping[str, set[str]] | None) -> list[str]:

@@ -15,6 +15,7 @@ next hop.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -37,6 +38,7 @@ from labs import runner
 from labs.clab import load_topology
 from solver.plan import Plan
 from solver.routing import next_hops
+from southbound.state import AgentInfo
 
 REPO = Path(__file__).resolve().parent.parent
 LOOM = [str(Path(sys.executable).with_name("loom"))] if Path(sys.executable).with_name("loom").exists() \
@@ -93,6 +95,7 @@ class Lab:
     path: Path
     intent: Intent
     report: dict
+    shipped: bool = False
 
 
 def loom(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -146,10 +149,10 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         assert proc.returncode == 0, proc.stdout + proc.stderr
         report = json.loads(proc.stdout)
     else:
-        result = loom_here("lab", "up", str(path), "--json", "--timeout", "60")
+        result = loom_here("lab", "up", str(path), "--json", "--timeout", "60", "--no-agents")
         assert result.exit_code == 0, result.output
         report = json.loads(result.stdout)
-    yield Lab(name, path, load_intent(path / "intent.yaml"), report)
+    yield Lab(name, path, load_intent(path / "intent.yaml"), report, shipped=variant is None)
 
 
 def test_up_reports_convergence(lab: Lab) -> None:
@@ -160,6 +163,28 @@ def test_up_reports_convergence(lab: Lab) -> None:
     want = sum(len(p) for p in expected_ports(lab.intent).values())
     assert r["expected_routes"] == want == r["routes"]
     assert r["memory_mb_per_node"] > 1
+
+
+async def _agent_info(sock: Path) -> AgentInfo:
+    import grpc
+
+    from southbound.grpc_adapter import AgentClient
+
+    async with grpc.aio.insecure_channel(f"unix:{sock}") as channel:
+        return await AgentClient(channel).info(timeout=10)
+
+
+def test_up_starts_a_device_agent_per_node(lab: Lab) -> None:
+    """``loom lab up`` (as a user types it) leaves one Loom agent per node answering GetInfo
+    on its unix socket, beside that node's FRR; ``--no-agents`` starts none."""
+    names = [n.name for n in lab.intent.devices]
+    if not lab.shipped:
+        assert lab.report["agents"] == 0
+        return
+    assert lab.report["agents"] == len(names)
+    for name in names:
+        info = asyncio.run(_agent_info(runner.agent_socket(lab.name, name)))
+        assert info.hostname == name and not info.dry_frr, info
 
 
 def test_kernel_routes_equal_the_solver(lab: Lab, tmp_path: Path) -> None:

@@ -115,9 +115,11 @@ def gen(
 def up(
     lab: LabArg,
     timeout: Annotated[float, typer.Option(help="seconds to wait for BGP to converge")] = 60.0,
+    agents: Annotated[bool, typer.Option("--agents/--no-agents",
+                                         help="start a Loom device agent per node (a unix socket)")] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Bring a lab up in network namespaces and wait until BGP has converged."""
+    """Bring a lab up in network namespaces, wait until BGP has converged, start the device agents."""
     from labs import runner
 
     topo = _topology(lab, as_json)
@@ -138,6 +140,13 @@ def up(
         runner.down(topo.name, [n.name for n in topo.nodes])
         die(str(exc), code=EXIT_FAIL, as_json=as_json)
     doc = report.to_document()
+    doc["agents"] = 0
+    if agents and report.converged:
+        try:
+            doc["agents"] = len(runner.start_agents(topo))
+        except LabError as exc:
+            runner.down(topo.name, [n.name for n in topo.nodes])
+            die(str(exc), code=EXIT_FAIL, as_json=as_json)
     doc["memory_mb_per_node"] = round(
         sum(runner.memory_per_node(topo.name).values()) / max(1, len(topo.nodes)) / 2**20, 1)
     if as_json:
@@ -152,6 +161,9 @@ def up(
                       highlight=False, soft_wrap=True)
         console.print(f"memory: {doc['memory_mb_per_node']} MB per node (RSS of its FRR daemons)",
                       highlight=False, soft_wrap=True)
+        if doc["agents"]:
+            console.print(f"device agents: {doc['agents']} (unix:{runner.agent_socket(topo.name, '<node>')})",
+                          highlight=False, markup=False, soft_wrap=True)
         for problem in report.problems[:20]:
             err_console.print(f"  {problem}", highlight=False, markup=False, soft_wrap=True)
         if report.converged:

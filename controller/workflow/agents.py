@@ -53,59 +53,14 @@ def lab_endpoints(lab_dir: str | Path) -> dict[str, str]:
     return {n.name: f"unix:{base / n.name / 'agent.sock'}" for n in topo.nodes}
 
 
-def _answers(sock: Path) -> bool:
-    import socket
-
-    if not sock.exists():
-        return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(1.0)
-        try:
-            s.connect(str(sock))
-        except OSError:
-            return False
-    return True
-
-
 def start_lab_agents(lab_dir: str | Path, *, timeout: float = 60.0) -> list[str]:
-    """Start a device agent inside each node of a running lab whose socket does not answer.
-
-    Each runs ``loom agent`` in the node's namespace, detached (it outlives the controller, as a
-    switch's agent would), on ``RUN/NAME/NODE/agent.sock`` with its state in ``NODE/agent``;
-    ``loom lab down`` stops them with the lab. Returns the nodes started.
-    """
-    import subprocess
-    import sys
-    import time
-
+    """Start the device agent of each node of a running lab whose socket does not answer
+    (``loom lab up`` starts them already; this covers a lab brought up without them).
+    Returns the nodes started."""
     from labs import runner
     from labs.clab import load_topology
 
-    topo = load_topology(lab_dir)
-    base = runner.run_dir(topo.name)
-    if not base.exists():
-        raise LoomError(f"lab {topo.name} is not running (loom lab up {lab_dir})")
-    started = []
-    for n in topo.nodes:
-        d = base / n.name
-        sock = d / "agent.sock"
-        if _answers(sock):
-            continue
-        sock.unlink(missing_ok=True)
-        with open(d / "agent.log", "ab") as log:
-            subprocess.Popen(
-                ["ip", "netns", "exec", runner.namespace(topo.name, n.name), sys.executable, "-c",
-                 "from controller.cli import main; main()", "agent", "--frr-dir", str(d), "--listen",
-                 f"unix:{sock}", "--hostname", n.name, "--state-dir", str(d / "agent")],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        started.append(n.name)
-    deadline = time.monotonic() + timeout
-    for name in started:
-        while not _answers(base / name / "agent.sock"):
-            if time.monotonic() > deadline:
-                raise LoomError(f"the agent of {name} did not start: see {base / name / 'agent.log'}")
-            time.sleep(0.1)
-    return started
+    return runner.start_agents(load_topology(lab_dir), timeout=timeout)  # LabError is a LoomError
 
 
 def endpoints_from_settings(settings: Settings) -> dict[str, str]:
