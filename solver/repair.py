@@ -14,6 +14,7 @@ Loads come from the pod model's linear load matrix.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,12 +55,14 @@ def _delta(m: PodModel, g: _Group, i: int, j: int, x: np.ndarray, demand: float)
 
 
 def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: dict[tuple[int, int], _Members],
-                   x: np.ndarray, *, max_moves: int = 5000
+                   x: np.ndarray, *, max_moves: int = 2000, seconds: float = 5.0
                    ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray, int]:
     """Move weight units inside ToR and leaf groups while that lowers the MLU.
 
+    Stops at a local optimum, after ``max_moves`` moves or after ``seconds``.
     Returns the updated ToR groups, leaf groups, variables and the number of moves.
     """
+    deadline = time.perf_counter() + seconds
     fab = m.fab
     cap = fab.arc_cap
     lcsr = m.load_matrix.tocsr()
@@ -88,7 +91,7 @@ def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: 
             col_owner[c] = (g, i, m.d_qp[(q, p)])
     loads = m.loads(x)
     moves = 0
-    while moves < max_moves:
+    while moves < max_moves and time.perf_counter() < deadline:
         util = loads / cap
         hot = int(np.argmax(util))
         mlu = float(util[hot])
@@ -106,11 +109,13 @@ def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: 
                     continue
                 dx = _delta(m, g, i, j, x, demand)
                 cols = np.fromiter(dx, dtype=np.int64)
-                dl = lcsc[:, cols] @ np.fromiter(dx.values(), dtype=np.float64)
-                touched = np.flatnonzero(np.abs(dl) > 1e-15)
-                after = float(((loads[touched] + dl[touched]) / cap[touched]).max()) if touched.size else mlu
+                vals = np.fromiter(dx.values(), dtype=np.float64)
+                sub = lcsc[:, cols]
+                touched = np.unique(sub.indices)
+                dl = sub[touched] @ vals
+                after = float(((loads[touched] + dl) / cap[touched]).max()) if touched.size else mlu
                 if after < mlu - 1e-12 and (best is None or after < best[0]):
-                    best = (after, g, i, j, cols, np.fromiter(dx.values(), dtype=np.float64))
+                    best = (after, g, i, j, cols, vals)
         if best is None:
             break  # no single unit move lowers the maximum: a local optimum
         _after, g, i, j, cols, vals = best
