@@ -58,6 +58,7 @@ def _bgp_class(fab: Fabric, origins: tuple[int, ...], active: np.ndarray | None 
     """
     asn = fab.asn
     names = fab.names
+    on = active.tolist() if active is not None else None
     origin_set = set(origins)
     dist: dict[int, int] = {o: 0 for o in origins}
     path: dict[int, tuple[int | None, ...]] = {o: () for o in origins}
@@ -73,8 +74,8 @@ def _bgp_class(fab: Fabric, origins: tuple[int, ...], active: np.ndarray | None 
                 continue  # a drained device carries no transit: it advertises only its own prefixes
             adv = (asn[u], *path[u])
             for arc, w, _port in fab.adj[u]:
-                if w in origin_set or asn[w] in adv or (active is not None and not active[w]):
-                    continue  # own prefix is local; AS-path loop prevention
+                if (on is not None and not on[w]) or w in origin_set or asn[w] in adv:
+                    continue  # left out; own prefix is local; AS-path loop prevention
                 dw = dist.get(w)
                 if dw is None:
                     dist[w] = k
