@@ -82,7 +82,9 @@ def test_crash_during_up_then_up_again_then_down_twice(topo: Topology) -> None:
     first = loom("lab", "down", str(topo.directory), "--json")
     assert first.returncode == 0, first.stderr
     doc = json.loads(first.stdout)
-    assert doc["daemons_stopped"] == 3 * len(topo.nodes) and doc["namespaces_deleted"] == len(topo.nodes)
+    agents = json.loads(up.stdout)["agents"]  # loom lab up starts one device agent per node
+    assert agents == len(topo.nodes)
+    assert doc["daemons_stopped"] == 3 * len(topo.nodes) + agents and doc["namespaces_deleted"] == len(topo.nodes)
     assert leftovers(topo) == []
     second = loom("lab", "down", str(topo.directory), "--json")
     assert second.returncode == 0 and json.loads(second.stdout)["daemons_stopped"] == 0

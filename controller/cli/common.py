@@ -26,8 +26,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# soft_wrap: a line of text is never broken at the terminal's (or a pipe's 80-column) width,
+# so scripts and people read whole lines; tables still fit themselves to the width.
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def emit_json(data: Any) -> None:

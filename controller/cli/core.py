@@ -174,7 +174,7 @@ def validate(
         console.print(f"{intent}: valid intent '{parsed.name}' ({parsed.routing.value}): "
                       f"{len(parsed.devices)} devices, {len(parsed.links)} links, "
                       f"{len(parsed.prefixes)} prefixes, {len(parsed.demands)} demands; "
-                      f"hash {parsed.content_hash[:12]}", highlight=False, markup=False)
+                      f"hash {parsed.content_hash[:12]}", highlight=False, markup=False, soft_wrap=True)
 
 
 @token_app.command("create")
