@@ -91,6 +91,8 @@ def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: 
             col_owner[c] = (g, i, m.d_qp[(q, p)])
     loads = m.loads(x)
     moves = 0
+    if loads.size == 0:  # no links carry anything to improve (a fabric without links)
+        max_moves = 0
     while moves < max_moves and time.perf_counter() < deadline:
         util = loads / cap
         hot = int(np.argmax(util))

@@ -208,3 +208,16 @@ def test_clos_fast_path_matches_route_classes(seed: int) -> None:
         for prefix in dp.routes:  # link-bandwidth keeps every BGP multipath member
             assert {h.neighbor for h in dp.nexthops(prefix)} == {h.neighbor for h in other.nexthops(prefix)}, \
                 (name, prefix)
+
+
+def test_a_fabric_without_links_plans_its_local_demand() -> None:
+    """A lone ToR whose demand stays on the box: nothing to route, nothing to repair
+    (the weight repair once took the argmax of no links at all; found by the API fuzz run)."""
+    intent = validate_intent({
+        "name": "lone", "devices": [{"name": "t1", "role": "tor", "asn": 65001, "pod": 0}], "links": [],
+        "prefixes": [{"prefix": "10.0.0.0/24", "origins": ["t1"]}],
+        "demands": [{"from": "t1", "to": "10.0.0.0/24", "gbps": 1}],
+    })
+    plan = solve(intent)
+    assert plan.summary.max_utilization == 0.0
+    assert_plan_ok(intent, plan)
