@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from controller import service
 from controller.cli import _register, app
 from controller.cli.core import parse_duration
 from controller.intent import load_intent
+from tests.serving import free_port, wait_ready
 
 _register()
 runner = CliRunner()
@@ -105,15 +105,9 @@ def test_short_admin_token_is_refused(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "LOOM_ADMIN_TOKEN" in r.output and "at least 32" in r.output
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.skipif(not LOOM, reason="the loom script is not installed in this virtualenv")
 def test_serve_example_answers_with_the_printed_token(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
     log = (tmp_path / "serve.log").open("w")  # uvicorn's log; a pipe nobody reads could fill and block it
     proc = subprocess.Popen([LOOM, "serve", "--example", "--db", str(tmp_path / "serve.db"), "--host", "127.0.0.1",
@@ -124,15 +118,7 @@ def test_serve_example_answers_with_the_printed_token(tmp_path: Path) -> None:
         info = json.loads(_read_json_object(proc))
         assert info["example"] == "loaded as revision 1" and info["admin_token"].startswith("loom_")
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "server did not come up"
-            time.sleep(0.2)
+        wait_ready(base, proc, tmp_path / "serve.log", timeout=60)
         auth = {"Authorization": f"Bearer {info['admin_token']}"}
         r = httpx.get(f"{base}/v1/intent", headers=auth)
         assert r.status_code == 200 and r.json() == load_intent(EXAMPLE).to_document()

@@ -17,25 +17,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
 from controller.intent import validate_intent
 from labs import runner
+from tests.serving import LOOM, LoomServer
 
 REPO = Path(__file__).resolve().parent.parent
-LOOM = [sys.executable, "-c", "from controller.cli import main; main()"]
 LAB = "wfe2e"
 TOKEN = "e2e-" + "k3Jd8fQ2mZx7Lp4Rt9Wv6Yb1Nc5Hs0Ga"
 
@@ -58,57 +53,12 @@ def lab_intent() -> dict[str, Any]:
     return doc
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Controller(LoomServer):
+    """``loom serve --lab`` on the e2e lab, with a client for changes and the CLI."""
 
-
-@dataclass
-class Controller:
-    base: Path
-    lab_dir: Path
-    port: int
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        env = {**os.environ, "LOOM_ADMIN_TOKEN": TOKEN, "LOOM_DRIFT_INTERVAL": "0", "LOOM_CONFIRM_WITHIN": "90",
-               "LOOM_VERIFY_TIMEOUT": "45"}
-        log = open(self.base / "serve.log", "ab")  # noqa: SIM115 - the child holds it
-        self.proc = subprocess.Popen([*LOOM, "serve", "--db", str(self.base / "loom.db"), "--port", str(self.port),
-                                      "--lab", str(self.lab_dir)], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                     cwd=REPO)
-        log.close()
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None and time.monotonic() < deadline, (self.base / "serve.log").read_text()
-            time.sleep(0.2)
-
-    def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-
-    def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        return httpx.request(method, self.url + path, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120,
-                             **kw)
+    def __init__(self, base: Path, lab_dir: Path):
+        super().__init__(base, ["--db", str(base / "loom.db"), "--lab", str(lab_dir)], TOKEN, cwd=REPO,
+                         env={"LOOM_DRIFT_INTERVAL": "0", "LOOM_CONFIRM_WITHIN": "90", "LOOM_VERIFY_TIMEOUT": "45"})
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "LOOM_TOKEN": TOKEN, "LOOM_SERVER": self.url}
@@ -140,7 +90,7 @@ def ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
     base = tmp_path_factory.mktemp("wfe2e")
     (base / "intent.yaml").write_text(yaml.safe_dump(lab_intent(), sort_keys=False))
     lab_dir = base / LAB
-    c = Controller(base, lab_dir, free_port())
+    c = Controller(base, lab_dir)
     nodes = [d["name"] for d in lab_intent()["devices"]]
     try:
         gen = subprocess.run([*LOOM, "lab", "gen", str(base / "intent.yaml"), "--out", str(lab_dir)],

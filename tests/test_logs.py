@@ -17,7 +17,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from api.app import create_app
 from controller.logs import JsonFormatter, bind_request_id, copy_context_run, current_request_id, setup_logging
 from controller.settings import Settings
 from controller.store.db import Database
+from tests.serving import free_port, wait_ready
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx versions
@@ -152,14 +152,8 @@ def test_a_commit_logs_with_the_request_id_of_the_commit_call(tmp_path: Path, ca
     assert mine and all(r["request_id"] == "commit-log-1" for r in mine)  # the background commit kept it
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_loom_serve_logs_json_lines_with_the_request_id(tmp_path: Path) -> None:
-    port, admin = _free_port(), secrets.token_urlsafe(32)
+    port, admin = free_port(), secrets.token_urlsafe(32)
     err = open(tmp_path / "serve.err", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-c", "from controller.cli import main; main()", "serve", "--example",
@@ -168,15 +162,7 @@ def test_loom_serve_logs_json_lines_with_the_request_id(tmp_path: Path) -> None:
     err.close()
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.err").read_text()
-            time.sleep(0.1)
+        wait_ready(url, proc, tmp_path / "serve.err")
         auth = {"Authorization": f"Bearer {admin}"}
         assert httpx.get(f"{url}/v1/intent", headers={**auth, "X-Request-ID": "serve-intent-1"}).status_code == 200
         r = httpx.get(f"{url}/v1/devices/nope", headers={**auth, "X-Request-ID": "serve-404"})

@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ import pytest
 
 from controller import service
 from controller.intent import load_intent
+from tests.serving import free_port, wait_ready
 
 pytestmark = pytest.mark.browser
 
@@ -62,12 +62,6 @@ def _missing() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
         if p.poll() is None:
@@ -82,22 +76,15 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 def _serve(base: Path, procs: list[subprocess.Popen[bytes]], env: dict[str, str]) -> str:
     """Start ``loom serve --example`` on a free loopback port (its pid joins ``procs``); its URL once ready."""
-    port = _free_port()
+    port = free_port()
     with open(base / "serve.log", "wb") as log:
         procs.append(subprocess.Popen(
             [sys.executable, "-c", LAUNCH, "serve", "--example", "--db", f"sqlite:///{base / 'loom.db'}",
              "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, **env}))
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120  # generous: the box may be busy
-    while True:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return url
-        except httpx.HTTPError:
-            pass
-        assert procs[-1].poll() is None and time.monotonic() < deadline, (base / "serve.log").read_text()[-3000:]
-        time.sleep(0.1)
+    wait_ready(url, procs[-1], base / "serve.log")
+    return url
 
 
 class Loom:

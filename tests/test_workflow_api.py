@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +26,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 with warnings.catch_warnings():
@@ -47,6 +44,7 @@ from solver import solve
 from southbound.driver import AgentDriver
 from southbound.render import device_configs
 from tests.pg import postgres_url  # noqa: F401 - the fixture
+from tests.serving import LoomServer
 
 REPO = Path(__file__).resolve().parent.parent
 INTENT = load_intent(REPO / "labs" / "clos3-small" / "intent.yaml")
@@ -394,57 +392,6 @@ def test_drift_is_reported_and_repaired(api: Api, fleet: Fleet) -> None:
 
 
 # -- crash safety: a real `loom serve` killed with SIGKILL mid-commit ------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    def __init__(self, tmp: Path, db_url: str, agents: dict[str, str], token: str):
-        self.tmp, self.db_url, self.agents, self.token = tmp, db_url, agents, token
-        self.port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        (self.tmp / "agents.json").write_text(json.dumps(self.agents))
-        env = {**os.environ, "LOOM_ADMIN_TOKEN": self.token, "LOOM_DRIFT_INTERVAL": "0",
-               "LOOM_CONFIRM_WITHIN": "30"}
-        log = open(self.tmp / "serve.log", "ab")  # noqa: SIM115 - the child holds it
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from controller.cli import main; main()", "serve", "--db", self.db_url,
-             "--port", str(self.port), "--agents", str(self.tmp / "agents.json")],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        log.close()
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None and time.monotonic() < deadline, (self.tmp / "serve.log").read_text()
-            time.sleep(0.1)
-
-    def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-
-    def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        return httpx.request(method, self.url + path, headers={"Authorization": f"Bearer {self.token}"},
-                             timeout=60, **kw)
-
-
 def test_controller_killed_mid_commit_recovers_to_one_revision(tmp_path: Path) -> None:
     kill_at = "commit"
     fleet = Fleet(tmp_path / "agents", delay=1.0)  # every apply takes a second: time to kill mid-commit
@@ -454,7 +401,10 @@ def test_controller_killed_mid_commit_recovers_to_one_revision(tmp_path: Path) -
     with db.session() as s:
         service.replace_intent(DOC, session=s, ctx=SETUP)
     db.dispose()
-    server = Server(tmp_path, db.url, fleet.endpoints(), "t" + "0123456789abcdefghijklmnopqrstuvwxyz")
+    (tmp_path / "agents.json").write_text(json.dumps(fleet.endpoints()))
+    server = LoomServer(tmp_path, ["--db", db.url, "--agents", str(tmp_path / "agents.json")],
+                        "t" + "0123456789abcdefghijklmnopqrstuvwxyz", cwd=REPO, ready_timeout=60, request_timeout=60,
+                        env={"LOOM_DRIFT_INTERVAL": "0", "LOOM_CONFIRM_WITHIN": "30"})
     try:
         fleet.start()
         server.start()

@@ -1,0 +1,89 @@
+"""A real ``loom serve`` for tests: a subprocess on a free loopback port.
+
+Component, workflow, log, browser and lab tests all talk to the controller as
+a client would, over HTTP to a process of its own; this module is the one
+place that starts it, waits until ``/readyz`` answers, and stops it by pid
+(SIGTERM, then SIGKILL), so a test can also ``kill -9`` it mid-commit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["LOOM", "LoomServer", "free_port", "wait_ready"]
+
+#: the ``loom`` command of this interpreter's environment (works without the console script)
+LOOM = [sys.executable, "-c", "from controller.cli import main; main()"]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, proc: subprocess.Popen[Any], log: Path, timeout: float = 120.0) -> None:
+    """Poll ``url``/readyz until it answers 200; fail with the log's tail if the
+    process dies or ``timeout`` seconds pass (generous: the machine may be busy)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+        time.sleep(0.1)
+
+
+class LoomServer:
+    """``loom serve ARGS --port P`` with ``LOOM_ADMIN_TOKEN`` = ``token``, logging to ``base/serve.log``."""
+
+    def __init__(self, base: Path, args: list[str], token: str, *, env: dict[str, str] | None = None,
+                 cwd: Path | None = None, ready_timeout: float = 120.0, request_timeout: float = 120.0):
+        self.base, self.args, self.token = base, args, token
+        self.env, self.cwd = env or {}, cwd
+        self.ready_timeout, self.request_timeout = ready_timeout, request_timeout
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.base / "serve.log"
+
+    def start(self) -> None:
+        env = {**os.environ, "LOOM_ADMIN_TOKEN": self.token, **self.env}
+        with open(self.log, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen([*LOOM, "serve", *self.args, "--port", str(self.port)],
+                                         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.cwd)
+        wait_ready(self.url, self.proc, self.log, self.ready_timeout)
+
+    def kill9(self) -> None:
+        """The controller dies at once, as with ``kill -9``."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, grace: float = 30.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+    def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """An API call with the admin token."""
+        return httpx.request(method, self.url + path, headers={"Authorization": f"Bearer {self.token}"},
+                             timeout=self.request_timeout, **kw)
