@@ -392,6 +392,14 @@ def test_drift_is_reported_and_repaired(api: Api, fleet: Fleet) -> None:
 
 
 # -- crash safety: a real `loom serve` killed with SIGKILL mid-commit ------------------
+def workflow_server(tmp: Path, db_url: str, agents: dict[str, str], token: str) -> LoomServer:
+    """``loom serve`` on ``db_url`` with ``agents`` (written to ``tmp/agents.json``), periodic drift checks off."""
+    (tmp / "agents.json").write_text(json.dumps(agents))
+    return LoomServer(tmp, ["--db", db_url, "--agents", str(tmp / "agents.json")], token, cwd=REPO,
+                      ready_timeout=60, request_timeout=60,
+                      env={"LOOM_DRIFT_INTERVAL": "0", "LOOM_CONFIRM_WITHIN": "30"})
+
+
 def test_controller_killed_mid_commit_recovers_to_one_revision(tmp_path: Path) -> None:
     kill_at = "commit"
     fleet = Fleet(tmp_path / "agents", delay=1.0)  # every apply takes a second: time to kill mid-commit
@@ -401,10 +409,7 @@ def test_controller_killed_mid_commit_recovers_to_one_revision(tmp_path: Path) -
     with db.session() as s:
         service.replace_intent(DOC, session=s, ctx=SETUP)
     db.dispose()
-    (tmp_path / "agents.json").write_text(json.dumps(fleet.endpoints()))
-    server = LoomServer(tmp_path, ["--db", db.url, "--agents", str(tmp_path / "agents.json")],
-                        "t" + "0123456789abcdefghijklmnopqrstuvwxyz", cwd=REPO, ready_timeout=60, request_timeout=60,
-                        env={"LOOM_DRIFT_INTERVAL": "0", "LOOM_CONFIRM_WITHIN": "30"})
+    server = workflow_server(tmp_path, db.url, fleet.endpoints(), "t" + "0123456789abcdefghijklmnopqrstuvwxyz")
     try:
         fleet.start()
         server.start()

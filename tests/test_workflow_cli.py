@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from controller.store.db import Database
-from tests.test_workflow_api import DOC, Server
+from tests.serving import LoomServer
+from tests.test_workflow_api import DOC, workflow_server
 
 REPO = Path(__file__).resolve().parent.parent
 LOOM = [sys.executable, "-c", "from controller.cli import main; main()"]
@@ -23,12 +24,12 @@ TOKEN = "cli-" + "Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0Lz9Xc"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoomServer]:
     tmp = tmp_path_factory.mktemp("cli")
     db = Database(f"sqlite:///{tmp / 'loom.db'}")
     db.migrate()
     db.dispose()
-    s = Server(tmp, db.url, {}, TOKEN)
+    s = workflow_server(tmp, db.url, {}, TOKEN)
     try:
         s.start()
         yield s
@@ -36,7 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         s.stop()
 
 
-def loom(server: Server, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+def loom(server: LoomServer, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("LOOM_TOKEN", "LOOM_SERVER")}
     if token is not None:
         env["LOOM_TOKEN"] = token
@@ -50,7 +51,7 @@ def write(tmp: Path, name: str, doc: dict) -> Path:  # type: ignore[type-arg]
     return path
 
 
-def test_apply_dry_run_then_commit_then_rollback(server: Server, tmp_path: Path) -> None:
+def test_apply_dry_run_then_commit_then_rollback(server: LoomServer, tmp_path: Path) -> None:
     intent = write(tmp_path, "intent.yaml", DOC)
     dry = loom(server, "apply", str(intent), "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
@@ -76,7 +77,7 @@ def test_apply_dry_run_then_commit_then_rollback(server: Server, tmp_path: Path)
     assert drift.returncode == 0 and json.loads(drift.stdout)["note"] == "no devices attached"
 
 
-def test_unsafe_is_refused_and_forced_only_with_a_reason(server: Server, tmp_path: Path) -> None:
+def test_unsafe_is_refused_and_forced_only_with_a_reason(server: LoomServer, tmp_path: Path) -> None:
     tight = json.loads(json.dumps(DOC))
     tight["policies"].append({"kind": "utilization_limit", "max": 0.01})
     path = write(tmp_path, "tight.yaml", tight)
@@ -90,7 +91,7 @@ def test_unsafe_is_refused_and_forced_only_with_a_reason(server: Server, tmp_pat
     assert forced.returncode == 0 and json.loads(forced.stdout)["force_reason"] == "lab test"
 
 
-def test_bad_input_and_missing_token(server: Server, tmp_path: Path) -> None:
+def test_bad_input_and_missing_token(server: LoomServer, tmp_path: Path) -> None:
     bad = json.loads(json.dumps(DOC))
     bad["devices"][0]["asn"] = "not a number"
     out = loom(server, "apply", str(write(tmp_path, "bad.yaml", bad)), "--json")
