@@ -162,6 +162,7 @@ class Replayer:
         f = self.flow
         n_states, n_trans = len(f.keys), len(f.t_src)
         self._tdead = np.zeros(n_trans, dtype=bool)
+        self._tflag = np.zeros(n_trans, dtype=bool)
         self._mfrac = f.t_frac.copy()  # the fractions of the scenario being replayed
         self._rem = np.ones(n_states)
         self._failed = np.zeros(n_states, dtype=bool)
@@ -204,17 +205,23 @@ class Replayer:
         ch = _EMPTY
         deadrow = np.empty(0, dtype=bool)
         tt_ch = ch
+        take = np.take  # faster than fancy indexing on these long arrays
         if len(dead_t):
-            ch, deadfrac = self._sc.agg(f.t_src[dead_t], frac[dead_t])
+            ch, deadfrac = self._sc.agg(take(f.t_src, dead_t), take(frac, dead_t))
             alive = 1.0 - deadfrac
             deadrow = alive <= 1e-9
             tt_ch, lens = ranges(f.t_indptr, ch)
-            mfrac[tt_ch] = frac[tt_ch] * np.repeat(np.where(deadrow, 0.0, 1.0 / np.where(deadrow, 1.0, alive)), lens)
-            mfrac[dead_t] = 0.0
-            diff = np.repeat(x[ch], lens) * (mfrac[tt_ch] - frac[tt_ch])
-            e_parts.append(f.t_edge[tt_ch])
+            old = take(frac, tt_ch)
+            new = old * np.repeat(np.where(deadrow, 0.0, 1.0 / np.where(deadrow, 1.0, alive)), lens)
+            isdead = self._tflag
+            isdead[dead_t] = True
+            new[take(isdead, tt_ch)] = 0.0
+            isdead[dead_t] = False
+            mfrac[tt_ch] = new
+            diff = np.repeat(take(x, ch), lens) * (new - old)
+            e_parts.append(take(f.t_edge, tt_ch))
             v_parts.append(diff)
-            b_keys.append(f.t_dst[tt_ch])
+            b_keys.append(take(f.t_dst, tt_ch))
             b_amt.append(diff)
         rec_s: list[np.ndarray] = []
         rec_a: list[np.ndarray] = []
@@ -231,24 +238,25 @@ class Replayer:
                 tt, lens = ranges(f.t_indptr, fk)
                 if not len(tt):
                     break
-                contrib = np.repeat(fa, lens) * mfrac[tt]
-                e_parts.append(f.t_edge[tt])
+                contrib = np.repeat(fa, lens) * take(mfrac, tt)
+                e_parts.append(take(f.t_edge, tt))
                 v_parts.append(contrib)
-                fk, fa = self._sc.agg(f.t_dst[tt], contrib)
+                fk, fa = self._sc.agg(take(f.t_dst, tt), contrib)
             else:
                 loops = self._loops_of(fk)
         if len(tt_ch):
-            mfrac[tt_ch] = frac[tt_ch]
+            mfrac[tt_ch] = old
         return _Diff(e_parts, v_parts, ch[deadrow] if len(ch) else ch, rec_s, rec_a, loops)
 
     def _outcome(self, diffs: list[_Diff], gone: list[int]) -> _Outcome:
         """Baseline plus the class-disjoint ``diffs``: loads, black holes, loops."""
         f = self.flow
         e_parts = [e for d in diffs for e in d.edges]
-        load = f.load.copy()
         if e_parts:
             amounts = np.concatenate([v for d in diffs for v in d.amounts])
-            load = load + np.bincount(np.concatenate(e_parts), weights=amounts, minlength=self.topo.n_edges)
+            load = f.load + np.bincount(np.concatenate(e_parts), weights=amounts, minlength=self.topo.n_edges)
+        else:
+            load = f.load.copy()
         # black holes: baseline sinks and rows left without a next hop
         sinks = np.concatenate([self._sinks, *(d.sinks for d in diffs)])
         drops: dict[tuple[int, int], float] = {}
@@ -325,7 +333,7 @@ class Replayer:
         gone = sorted({c for v in failed_set for c in self._origin_classes.get(v, ())
                        if self.table.origins[c] <= failed_set})
         if gone:
-            keep = ~np.isin(self._cls[f.t_src[dead_t]], gone)
+            keep = ~np.isin(self._tcls[dead_t], gone)
             dead_t = dead_t[keep]
             fst = fst[~np.isin(self._cls[fst], gone)]
         self._failed[fst] = True

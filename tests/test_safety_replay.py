@@ -186,7 +186,7 @@ def test_replay_agrees_with_the_independent_checker(fabric: Intent) -> None:
 
 def test_draining_a_spine_pushes_a_link_over_the_limit() -> None:
     demands = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 150.0}]
-    drain = [{"kind": "drain", "target": "spine-0-1"}, {"kind": "utilization_limit", "max": 0.8}]
+    drain: list[dict[str, Any]] = [{"kind": "drain", "target": "spine-0-1"}, {"kind": "utilization_limit", "max": 0.8}]
     tight = validate_intent(clos_doc(2, 1, 1, 2, tl_cap=400, demands=demands, policies=drain))
     rep = replay(tight, routed_plan(tight))
     assert rep.verdict == "unsafe"
@@ -266,3 +266,33 @@ def test_isis_reconvergence_follows_new_shortest_paths() -> None:
         for i, link in enumerate(intent.links):
             assert abs(rec.load[2 * i] - loads[(link.end_a, "ab")]) < 1e-9, (scenario.name, link.key)
             assert abs(rec.load[2 * i + 1] - loads[(link.end_a, "ba")]) < 1e-9, (scenario.name, link.key)
+
+
+def test_a_single_failure_equal_to_a_domain_replays_as_the_domain(fabric: Intent) -> None:
+    """A device whose failure is exactly a declared domain's gets the domain's stage results,
+    and they are what a replayer that never saw the domain computes."""
+    doc = fabric.to_document()
+    doc["failure_domains"] = [*doc["failure_domains"], {"name": "spine-0-1", "devices": ["spine-0-1"]},
+                              {"name": "leaf-0-1", "devices": ["leaf-0-1"]}]
+    intent = validate_intent(doc)
+    plan = routed_plan(intent, seed=7)
+    rep = replay(intent, plan)
+    fresh = Replayer(intent, plan)
+    for dev in ("spine-0-1", "leaf-0-1"):
+        single, domain = rep.scenario(f"device:{dev}"), rep.scenario(dev)
+        assert (single.kind, domain.kind) == ("device", "domain")
+        alone = fresh.run(Scenario(f"device:{dev}", "device", frozenset({dev})))
+        assert single.immediate == domain.immediate == alone.immediate
+        assert single.reconverged == domain.reconverged == alone.reconverged
+    assert rep.scenario("device:leaf-0-1").reconverged != rep.scenario("device:leaf-0-0").reconverged
+
+
+def test_hottest_links_break_ties_by_link_order() -> None:
+    """The top-k pick of the hottest links is a stable sort's first k, ties included."""
+    from safety.replay import _top
+
+    rng = np.random.default_rng(3)
+    for size in (1, 3, 5, 40, 400):
+        for _ in range(20):
+            values = rng.integers(0, 6, size).astype(float) / 4  # many exact ties
+            assert _top(values, 3).tolist() == np.argsort(-values, kind="stable")[:3].tolist()
