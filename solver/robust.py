@@ -29,6 +29,14 @@ price of robustness is the baseline MLU with and without it
 (``summary.extra["robust"]``). Weights come from the splits by the solver's
 weight reduction within each device's budget.
 
+On a clean 3-tier Clos (the fabrics :mod:`solver.clos` models) the same
+allocation idea runs first on the pod-level model instead
+(:mod:`solver.closrobust`: a few thousand variables for Clos M where the DAG
+LP has tens of thousands of edges), pricing the baseline MLU against the
+limit; the oracle judges its best candidates. Only when none holds does the
+DAG path run, and then without the blend search (built for fabrics the pod
+model cannot describe).
+
 The scenario oracle is a parameter (``evaluate``), so the solver does not
 import the safety layer; :func:`safety.replay.peaks` is the one to pass.
 """
@@ -45,6 +53,7 @@ import scipy.sparse as sp
 
 from controller.errors import Infeasible
 from controller.model import Intent, WcmpRealization
+from solver.closrobust import clos_robust
 from solver.lp import DEFAULT_BACKEND, solve_lp
 from solver.plan import DevicePlan, LinkLoad, NextHop, Plan
 from solver.solve import solve
@@ -75,12 +84,16 @@ class Evaluation(Protocol):
 Evaluate = Callable[[Intent, Plan], Evaluation]
 
 
-def _real_plan(intent: Intent, plan: Plan, baseline_mlu: float, extra: dict[str, Any]) -> Plan:
-    """``plan`` with its per-link loads recomputed through its integer weights."""
-    load = _loads(intent, plan)
-    links = tuple(LinkLoad(link.a, link.a_port, link.b, link.b_port, float(load[2 * i]), float(load[2 * i + 1]),
-                           max(float(load[2 * i]), float(load[2 * i + 1])) / link.capacity_gbps)
-                  for i, link in enumerate(intent.links))
+def _real_plan(intent: Intent, plan: Plan, baseline_mlu: float, extra: dict[str, Any], *,
+               loads_known: bool = False) -> Plan:
+    """``plan`` with its per-link loads recomputed through its integer weights (unless ``loads_known``)."""
+    links = plan.links
+    if not loads_known:
+        load = _loads(intent, plan)
+        links = tuple(LinkLoad(link.a, link.a_port, link.b, link.b_port, float(load[2 * i]),
+                               float(load[2 * i + 1]),
+                               max(float(load[2 * i]), float(load[2 * i + 1])) / link.capacity_gbps)
+                      for i, link in enumerate(intent.links))
     summary = dataclasses.replace(plan.summary, max_utilization=baseline_mlu,
                                   extra={**plan.summary.extra, "robust": extra})
     return Plan(plan.fabric, summary, plan.devices, links)
@@ -398,7 +411,8 @@ def plan_with_ratios(intent: Intent, plan: Plan, dags: _Dags, ratios: list[np.nd
 
 
 def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_BACKEND, max_rounds: int = 4,
-                 prove: int = 10, method: str = "auto", progress: Progress | None = None) -> Plan:
+                 prove: int = 10, method: str = "auto", oracle_tries: int = 2,
+                 progress: Progress | None = None) -> Plan:
     """A plan whose utilization stays under the limit in every scenario where possible.
 
     Parameters
@@ -408,10 +422,13 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
         (pass :func:`safety.replay.peaks`).
     backend : the LP backend of :func:`solver.solve`.
     max_rounds : FFC rounds at most (the first on real capacities, then derated).
-    method : ``ffc`` (the allocation LP), ``blend`` (the search between the
-        min-MLU splits and ECMP) or ``auto``: FFC when the plan's DAGs have at
-        most :data:`FFC_MAX_EDGES` edges, then the blend search if scenarios
-        still violate.
+    method : ``clos`` (the pod-level allocation LP of :mod:`solver.closrobust`,
+        clean Clos fabrics only), ``ffc`` (the allocation LP on the plan's DAGs),
+        ``blend`` (the search between the min-MLU splits and ECMP) or ``auto``:
+        ``clos`` on a clean Clos, then (if scenarios still violate) FFC when the
+        plan's DAGs have at most :data:`FFC_MAX_EDGES` edges, then the blend
+        search unless the fabric is a clean Clos.
+    oracle_tries : how many of the pod-level candidates (best first) the oracle judges at most.
     prove : how many still-violating scenarios to test for impossibility.
     progress : called as ``progress(stage, fraction)``.
 
@@ -419,7 +436,7 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     -------
     A :class:`~solver.plan.Plan` with ``summary.extra["robust"]``: ``robust``
     (every scenario under its limit), ``limit``, ``baseline_mlu_plain`` and
-    ``baseline_mlu_robust`` (the price), ``rounds``, ``seconds``, ``violating``
+    ``baseline_mlu_robust`` (the price), ``method``, ``rounds``, ``seconds``, ``violating``
     (scenario -> worst utilization, left after the last round) and
     ``impossible`` (scenario -> the failed topology's min-MLU bound, for those
     whose bound exceeds the limit: no weights meet it there).
@@ -437,7 +454,22 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     best: tuple[tuple[int, float, float], Plan, Evaluation] = (_score(ev), plain, ev)
     rounds = 0
     bound = None
-    dags = _dags(intent, plain) if ev.violating else None
+    clos: tuple[Plan, dict[str, Any]] | None = None
+    clean = False
+    if ev.violating and method in ("auto", "clos"):
+        cands = clos_robust(intent, limit, backend=backend, baseline_floor=float(plain.summary.lp_bound),
+                            progress=say)
+        clean = cands is not None
+        for cand in (cands or [])[:oracle_tries]:
+            plan = cand.plan()
+            ev_c = evaluate(intent, plan)
+            if _score(ev_c) < best[0]:
+                best = (_score(ev_c), plan, ev_c)
+                clos = (plan, {"t": list(cand.t), "certificate": round(cand.reserved_mlu, 6)})
+                bound = cand.reserved_mlu
+            if not ev_c.violating:
+                break
+    dags = _dags(intent, plain) if best[2].violating and method != "clos" else None
     use_ffc = method == "ffc" or (method == "auto" and dags is not None and dags.n_edges <= FFC_MAX_EDGES)
     while use_ffc and dags is not None and best[2].violating and rounds < max_rounds:
         if rounds:
@@ -450,13 +482,13 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
             dags, ratios, u = ffc_ratios(intent, plain, backend=backend, capacity=capacity)
         except Infeasible:
             break
-        bound = u if bound is None else bound
+        bound = u if rounds == 1 and clos is None else bound
         plan = plan_with_ratios(intent, plain, dags, ratios)
         ev = evaluate(intent, plan)
         if _score(ev) < best[0]:
             best = (_score(ev), plan, ev)
     blend = None
-    if dags is not None and best[2].violating and method in ("auto", "blend"):
+    if dags is not None and best[2].violating and (method == "blend" or (method == "auto" and not clean)):
         blend, found = _blend_search(intent, plain, dags, evaluate)
         if _score(found[1]) < best[0]:
             best = (_score(found[1]), found[0], found[1])
@@ -472,16 +504,26 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
         "baseline_mlu_plain": round(evaluate_baseline(plain, intent), 6),
         "baseline_mlu_robust": round(ev.baseline_mlu, 6),
         "rounds": rounds,
-        "method": "plain" if best[1] is plain else ("ffc" if blend is None or best[1] is not blend[0]
-                                                     else f"blend {blend[1]:g}"),
+        "method": _method(best[1], plain, clos, blend),
         "ffc_bound": None if bound is None else round(bound, 6),
         "seconds": round(time.perf_counter() - t0, 3),
         "violating": {n: round(u, 6) for n, u in sorted(ev.violating.items(), key=lambda kv: -kv[1])[:50]},
         "violating_count": len(ev.violating),
         "impossible": impossible,
     }
+    if clos is not None and plan is clos[0]:
+        extra["clos"] = clos[1]
     say("robust", 1.0)
-    return _real_plan(intent, plan, ev.baseline_mlu, extra)
+    return _real_plan(intent, plan, ev.baseline_mlu, extra, loads_known=clos is not None and plan is clos[0])
+
+
+def _method(plan: Plan, plain: Plan, clos: tuple[Plan, dict[str, Any]] | None,
+            blend: tuple[Plan, float] | None) -> str:
+    if plan is plain:
+        return "plain"
+    if clos is not None and plan is clos[0]:
+        return "clos"
+    return f"blend {blend[1]:g}" if blend is not None and plan is blend[0] else "ffc"
 
 
 def _blend(intent: Intent, plain: Plan, dags: _Dags, alpha: float) -> Plan:

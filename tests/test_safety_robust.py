@@ -1,7 +1,13 @@
 """Robust WCMP (solver.robust with safety.replay.peaks as its oracle): a fabric whose
 min-MLU plan breaks the failure limit when a spine of its small plane fails, while a
 robust plan holds; every scenario of the report is then checked by the replay; and a
-limit no weights can meet is reported as impossible, naming the scenarios."""
+limit no weights can meet is reported as impossible, naming the scenarios.
+
+The pod-level path (solver.closrobust) on a generated Clos with a half-size plane and
+``all_single``: the plain plan breaks the limit, the robust plan holds in every scenario
+of the replay; its certificate bounds every link's peak the replay finds, at every grid
+point (held or not); every single failure takes no more than the protected loss sets
+of its class; fabrics the pod model cannot describe fall back to the DAG path."""
 
 from __future__ import annotations
 
@@ -10,10 +16,15 @@ from typing import Any
 import pytest
 from test_safety_replay import clos_doc
 
+from controller.gen import clos_document
 from controller.intent import validate_intent
 from controller.model import Intent
 from safety.replay import peaks, replay
+from safety.scenarios import scenarios
 from solver import solve
+from solver.clos import build_pod_model
+from solver.closrobust import CLASSES, clos_robust, protected_losses, scenario_losses
+from solver.fabric import build_fabric
 from solver.robust import solve_robust
 
 
@@ -69,3 +80,92 @@ def test_impossible_limit_names_the_scenarios() -> None:
     assert info["robust"] is False
     assert set(info["impossible"]) >= {"spine-1-0-power", "spine-1-1-power"}
     assert all(b > 0.99 for b in info["impossible"].values())
+
+
+def half_plane(limit: float, *, scope: str = "all_single") -> Intent:
+    """4 pods of 4 ToRs, 4 planes of 4 spines but the last keeps 2; ToR uplinks 400 gbps."""
+    doc = clos_document(pods=4, tors=4, planes=4, spines=4, seed=1)
+    gone = {"spine-3-2", "spine-3-3"}
+    doc["devices"] = [d for d in doc["devices"] if d["name"] not in gone]
+    doc["links"] = [x for x in doc["links"] if x["a"] not in gone and x["b"] not in gone]
+    for x in doc["links"]:
+        if x["a"].startswith("tor"):
+            x["capacity_gbps"] = 400.0
+    ends = {f"{x[s]}:{x[s + '_port']}" for x in doc["links"] for s in ("a", "b")}
+    domains = [dict(fd, devices=[d for d in fd.get("devices", []) if d not in gone],
+                    links=[e for e in fd.get("links", []) if e in ends]) for fd in doc["failure_domains"]]
+    doc["failure_domains"] = [fd for fd in domains if fd["devices"] or fd["links"]]
+    doc["policies"] = [{"kind": "failure_tolerance", "scope": scope, "max_utilization": limit}]
+    return validate_intent(doc)
+
+
+def test_clos_plain_breaks_all_single_and_the_robust_plan_holds_every_scenario() -> None:
+    intent = half_plane(1.0)
+    plain = replay(intent, solve(intent))
+    assert plain.verdict == "unsafe"
+    assert {f.invariant for f in plain.failing} == {"utilization"}
+
+    plan = solve_robust(intent, peaks)
+    info = plan.summary.extra["robust"]
+    assert info["method"] == "clos" and info["robust"] is True and info["violating"] == {}
+    report = replay(intent, plan)
+    assert report.verdict == "safe", report.failing
+    assert len(report.scenarios) == 1 + len(intent.failure_domains) + len(intent.links) + len(intent.devices)
+    for sc in report.scenarios:
+        for stage in sc.stages():
+            assert stage.max_utilization <= 1.0 + 1e-9, (sc.name, stage.stage)
+    # the price is reported against the plain plan; the summary's MLU is the replay's baseline
+    assert info["baseline_mlu_plain"] == pytest.approx(plain.scenario("baseline").immediate.max_utilization)
+    assert info["baseline_mlu_robust"] == pytest.approx(report.scenario("baseline").immediate.max_utilization)
+    assert plan.summary.max_utilization == pytest.approx(info["baseline_mlu_robust"])
+    # the plan's link loads are its baseline loads
+    assert max(link.utilization for link in plan.links) == pytest.approx(info["baseline_mlu_robust"])
+
+
+@pytest.mark.parametrize("scope", ["all_single", "domains"])
+def test_clos_certificate_bounds_every_link_peak(scope: str) -> None:
+    intent = half_plane(1.0, scope=scope)
+    cands = clos_robust(intent, 1.0, grid=((1.0, 1.0), (1.2, 1.0), (1.45, 1.2)), derate_rounds=0)
+    assert cands is not None and len(cands) == 3
+    for cand in cands:
+        ev = peaks(intent, cand.plan())
+        assert max(ev.link_peak.values()) <= cand.reserved_mlu + 1e-9, cand.t
+        assert ev.baseline_mlu == pytest.approx(cand.baseline_mlu)
+        if cand.reserved_mlu <= 1.0:
+            assert ev.violating == {}
+
+
+def test_clos_single_failures_stay_within_their_protected_sets() -> None:
+    intent = half_plane(1.0)
+    m = build_pod_model(build_fabric(intent))
+    assert m is not None
+    fams = protected_losses(intent, m)
+    n_checked = 0
+    for sc in scenarios(intent):
+        if sc.kind not in ("link", "device"):
+            continue
+        got = scenario_losses(m, sc.devices, sc.links)
+        if not got.kind:
+            continue
+        n_checked += 1
+        fam = fams[got.kind]
+        for pair, sets in got.planes.items():
+            allowed = frozenset(m.allowed_planes[pair])
+            assert all(s >= allowed or s in fam.planes[pair] for s in sets), (sc.name, pair, sets)
+        for group, sets in got.spines.items():
+            allowed = frozenset(m.allowed_spines[group])
+            assert all(s >= allowed or s in fam.spines[group] for s in sets), (sc.name, group, sets)
+        # a single failure never takes more than one plane of a pair or one spine of a leaf group
+        assert all(len(s) == 1 or s >= frozenset(m.allowed_planes[k]) for k, ss in got.planes.items() for s in ss)
+        assert all(len(s) == 1 or s >= frozenset(m.allowed_spines[k]) for k, ss in got.spines.items() for s in ss)
+    assert n_checked > len(intent.devices)
+    assert set(fams) == set(CLASSES)
+
+
+def test_clos_path_is_skipped_where_the_pod_model_does_not_apply() -> None:
+    doc = half_plane(1.0).to_document()
+    doc["policies"].append({"kind": "drain", "target": "spine-0-0"})
+    assert clos_robust(validate_intent(doc), 1.0) is None
+    intent = lopsided(315.0, 0.9)
+    info = solve_robust(intent, peaks, method="ffc").summary.extra["robust"]
+    assert info["method"] == "ffc" and info["robust"] is True

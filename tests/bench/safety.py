@@ -105,7 +105,7 @@ def robust_row(limit: float = 1.0) -> list[Any]:
     result = (f"plain: {len(plain.violating)} scenarios over {limit:g}; robust: "
               + ("all hold" if info["robust"] else f"{info['violating_count']} over")
               + f"; baseline MLU {info['baseline_mlu_plain']:.3f} -> {info['baseline_mlu_robust']:.3f}"
-              + f" ({info['rounds']} rounds)")
+              + f" (method {info['method']})")
     return [f"robust WCMP Clos M (limit {limit:g})", len(intent.links), count_scenarios(intent)["total"],
             "", "", f"{seconds:.1f}", "", result]
 
