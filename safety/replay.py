@@ -42,7 +42,10 @@ Speed: the baseline is propagated once for all destination classes (see
 failed edge: the changed rows are renormalized in place and the *difference*
 flow ``delta = (I - P'^T)^-1 b`` is pushed down from them alone, hop by hop,
 vectorized over every affected class, so a scenario costs what its failure
-moves, not what the fabric carries.
+moves, not what the fabric carries. Classes never mix, so the two stages share
+the push of every class that withdrew nothing (only the classes that did are
+pushed twice), and a single device or link failing exactly what a declared
+domain fails (a spine and its own domain) reuses the domain's stage results.
 """
 
 from __future__ import annotations
@@ -169,7 +172,7 @@ class Replayer:
         self._sc = _Scratch(n_states)
         self._edges = _Scratch(self.topo.n_edges)
         self._cls = f.state_class
-        self._tcls = self._cls[f.t_src]  # class of each transition
+        self._tcls = self._cls[f.t_src].astype(np.int32)  # class of each transition
         self._sinks = np.flatnonzero(f.sink)
         self._state_lo = np.searchsorted(f.keys, np.arange(len(self.table.prefixes) + 1) * f.n)
         self._origin_classes: dict[int, list[int]] = {}
