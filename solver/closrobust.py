@@ -75,7 +75,7 @@ __all__ = ["CLASSES", "ClosCandidate", "LossFamily", "certificate", "clos_robust
 
 MARGIN = 0.01  # allocation rows aim this far under the limit, for the rounding of weights
 PENALTY = 100.0  # objective weight of the allocation rows' excess over the limit
-GRID = ((1.2, 1.0), (1.1, 1.0), (1.3, 1.0), (1.2, 1.1), (1.45, 1.0), (1.3, 1.2), (1.0, 1.0))
+GRID = ((1.2, 1.0), (1.1, 1.0), (1.3, 1.0), (1.2, 1.1), (1.45, 1.0), (1.3, 1.2))  # t = 1 (equal splits) never won
 FLOOR_SLACK = 0.01  # a certified baseline this close to the min-MLU bound ends the search
 CLASSES = ("planes", "spines", "mixed")
 Progress = Callable[[str, float], None]
