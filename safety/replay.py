@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -437,6 +437,10 @@ class Replayer:
             limit = self.limits["baseline"] if sc.is_baseline else self.limits["failure"]
             stages = []
             for name, out in (("immediate", imm), ("reconverged", rec)):
+                if out is imm and stages:  # nothing withdrew: the same traffic, every invariant gating
+                    stages.append(replace(stages[0], stage=name, invariants=tuple(
+                        replace(inv, gating=True) for inv in stages[0].invariants)))
+                    continue
                 changed = None if out is self._base else np.flatnonzero(out.load != self.flow.load)
                 stages.append(self._stage_result(name, out, limit, sc.is_baseline, changed))
             known = (stages[0], stages[1])
