@@ -283,6 +283,7 @@ class ClosCandidate:
     baseline_mlu: float
     excess: float  # the LP's allocation excess over the limit (0: the LP met it)
     build: Callable[[], Plan] = dataclasses.field(repr=False)
+    arc_reserved: np.ndarray = dataclasses.field(repr=False)  # the certificate per arc (utilization)
 
     def plan(self) -> Plan:
         """The device plans and link loads (built on demand: a plan of a large fabric is not small)."""
@@ -577,7 +578,7 @@ def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
             summary = PlanSummary(max_utilization=baseline, lp_bound=u, ecmp_max_utilization=ecmp_mlu,
                                   solve_seconds=time.perf_counter() - t0, groups=0, routes=0, extra=extra)
             out.append(ClosCandidate((t1, t2), reserved, baseline, excess,
-                                     functools.partial(_plan, intent, m, w, base_load, summary)))
+                                     functools.partial(_plan, intent, m, w, base_load, summary), res_util))
             over = res_util > limit
             if not over.any() or excess > 0:
                 break

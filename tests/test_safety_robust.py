@@ -122,7 +122,7 @@ def test_clos_plain_breaks_all_single_and_the_robust_plan_holds_every_scenario()
     assert max(link.utilization for link in plan.links) == pytest.approx(info["baseline_mlu_robust"])
 
 
-@pytest.mark.parametrize("scope", ["all_single", "domains"])
+@pytest.mark.parametrize("scope", ["all_single", "domains", "k2"])
 def test_clos_certificate_bounds_every_link_peak(scope: str) -> None:
     intent = half_plane(1.0, scope=scope)
     cands = clos_robust(intent, 1.0, grid=((1.0, 1.0), (1.2, 1.0), (1.45, 1.2)), derate_rounds=0)
@@ -130,6 +130,9 @@ def test_clos_certificate_bounds_every_link_peak(scope: str) -> None:
     for cand in cands:
         ev = peaks(intent, cand.plan())
         assert max(ev.link_peak.values()) <= cand.reserved_mlu + 1e-9, cand.t
+        for i, link in enumerate(intent.links):  # link by link, where the replay's peak comes from failures
+            bound = max(cand.arc_reserved[2 * i], cand.arc_reserved[2 * i + 1])
+            assert ev.link_peak[link.key] <= bound + 1e-9, (cand.t, link.key)
         assert ev.baseline_mlu == pytest.approx(cand.baseline_mlu)
         if cand.reserved_mlu <= 1.0:
             assert ev.violating == {}
