@@ -436,10 +436,14 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     -------
     A :class:`~solver.plan.Plan` with ``summary.extra["robust"]``: ``robust``
     (every scenario under its limit), ``limit``, ``baseline_mlu_plain`` and
-    ``baseline_mlu_robust`` (the price), ``method``, ``rounds``, ``seconds``, ``violating``
-    (scenario -> worst utilization, left after the last round) and
+    ``baseline_mlu_robust`` (the price), ``method`` (``plain``, ``clos``, ``ffc``
+    or ``blend ALPHA``: which plan won), ``rounds``, ``ffc_bound`` (the
+    allocation bound of the winning LP path), ``seconds``, ``violating``
+    (scenario -> worst utilization, left after the last round),
     ``impossible`` (scenario -> the failed topology's min-MLU bound, for those
-    whose bound exceeds the limit: no weights meet it there).
+    whose bound exceeds the limit: no weights meet it there) and, when the
+    pod-level plan won, ``clos`` (its grid point ``t`` and ``certificate``, the
+    worst utilization its allocations allow in any protected scenario).
 
     Raises
     ------
