@@ -435,7 +435,7 @@ class Replayer:
         if known is None:
             imm, rec = self.outcomes(sc)
             limit = self.limits["baseline"] if sc.is_baseline else self.limits["failure"]
-            stages = []
+            stages: list[StageResult] = []
             for name, out in (("immediate", imm), ("reconverged", rec)):
                 if out is imm and stages:  # nothing withdrew: the same traffic, every invariant gating
                     stages.append(replace(stages[0], stage=name, invariants=tuple(
