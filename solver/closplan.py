@@ -29,6 +29,7 @@ from solver.fabric import Fabric, build_fabric
 from solver.lp import solve_lp
 from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.repair import repair_weights
+from solver.rounding import MILP_MAX_WEIGHTS, carry_round, integral_plane_split
 from solver.weights import reduce_weights
 
 __all__ = ["clos_plan"]
@@ -86,9 +87,9 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
     ecmp_x = model.ecmp_x()
     ecmp_loads = model.loads(ecmp_x)
     ecmp_mlu = float((ecmp_loads / fab.arc_cap).max()) if fab.n_arcs else 0.0
+    share = None if fib else np.array([1.0 / _budget(intent, n) for n in fab.names])
     if intent.wcmp_enabled and model.n_vars:
         progress("lp", 0.0)
-        share = None if fib else np.array([1.0 / _budget(intent, n) for n in fab.names])
         c, a, row_lb, row_ub, col_lb, col_ub = model.lp(share)
         res = solve_lp(c, a, row_lb, row_ub, col_lb, col_ub, backend=backend)
         xv = model.lp_values(res.x)
@@ -102,10 +103,11 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
         if not intent.wcmp_enabled:
             extra["wcmp"] = False
     progress("weights", 0.0)
-    tor_w, leaf_w, x_round = _weights(intent, fab, model, x_lp, fib)
     if intent.wcmp_enabled:
-        tor_w, leaf_w, x_round, moves = repair_weights(model, tor_w, leaf_w, x_round)
-        extra["repair_moves"] = moves
+        tor_w, leaf_w, x_round, how = _rounded(intent, fab, model, x_lp, fib, share)
+        extra.update(how)
+    else:
+        tor_w, leaf_w, x_round = _weights(intent, fab, model, x_lp, fib)
     loads = model.loads(x_round)
     util = loads / fab.arc_cap
     mlu = float(util.max()) if len(util) else 0.0
@@ -122,6 +124,38 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
 
 
 _Members = tuple[tuple[int, int], ...]  # (arc, weight)
+_Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]
+
+#: below this many leaf groups the per-group (EuroSys) rounding is tried too and the better plan kept:
+#: few groups give load-aware rounding few errors to compensate with
+SMALL_GROUPS = 5_000
+
+
+def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool, share: np.ndarray | None
+             ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray, dict[str, Any]]:
+    """Integer weights for the LP's splits: load-aware rounding (:mod:`solver.rounding`), and on small
+    fabrics the per-group optimum too, each polished by :func:`repair_weights`; the lower MLU wins."""
+    tor_budget: dict[int, int] = {}
+    for s, q in m.tor_pod.items():
+        b = _budget(intent, fab.names[s])
+        tor_budget[q] = min(tor_budget.get(q, b), b)
+    leaf_budget = {v: _budget(intent, fab.names[v]) for v in m.leaf_pp}
+    tries: dict[str, _Rounded] = {"load-aware": carry_round(m, x, tor_budget, leaf_budget, fib)}
+    if len(m.allowed_spines) < SMALL_GROUPS:
+        tries["per-group"] = _weights(intent, fab, m, x, fib)
+    if len(m.g_col) <= MILP_MAX_WEIGHTS:
+        x2 = integral_plane_split(m, x, share, tor_budget, tries["load-aware"][0], seconds=3.0)
+        if x2 is not None:
+            tries["integral-planes"] = carry_round(m, x2, tor_budget, leaf_budget, fib)
+    best: tuple[float, str, _Rounded, int] | None = None
+    for name, (tor_w, leaf_w, x_round) in tries.items():
+        tor_w, leaf_w, x_round, moves = repair_weights(m, tor_w, leaf_w, x_round.copy(),
+                                                       seconds=5.0 / len(tries))
+        mlu = float((m.loads(x_round) / fab.arc_cap).max()) if fab.n_arcs else 0.0
+        if best is None or mlu < best[0] - 1e-12:
+            best = (mlu, name, (tor_w, leaf_w, x_round), moves)
+    assert best is not None
+    return (*best[2], {"rounding": best[1], "repair_moves": best[3]})
 
 
 def _weights(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool

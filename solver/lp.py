@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from controller.errors import Infeasible
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "LpResult", "solve_lp"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "LpResult", "solve_lp", "solve_milp"]
 
 BACKENDS: tuple[str, ...] = ("auto", "glop", "pdlp", "highs", "scipy-highs")
 DEFAULT_BACKEND = "auto"
@@ -127,3 +127,36 @@ def solve_lp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarr
             np.asarray(col_lb, np.float64), np.asarray(col_ub, np.float64))
     res = _scipy(*args) if backend == "scipy-highs" else _ortools(backend, *args)
     return LpResult(res.x, res.objective, res.seconds, backend)
+
+
+def solve_milp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarray, col_lb: np.ndarray,
+               col_ub: np.ndarray, integer: np.ndarray, *, hint: np.ndarray | None = None,
+               seconds: float = 2.0) -> LpResult | None:
+    """A mixed-integer program in the form of :func:`solve_lp` (``integer`` flags columns), by SCIP
+    within ``seconds``, started from ``hint``; the best solution found, or ``None`` without one."""
+    from ortools.linear_solver.python import model_builder as mb
+    from ortools.linear_solver.python import model_builder_helper as mbh
+
+    if seconds <= 0:
+        return None
+    model = mb.Model()
+    csr = sp.csr_matrix(a, dtype=np.float64)
+    args = (np.asarray(col_lb, np.float64), np.asarray(col_ub, np.float64), np.asarray(c, np.float64),
+            np.asarray(row_lb, np.float64), np.asarray(row_ub, np.float64))
+    model.helper.fill_model_from_sparse_data(*args, csr)  # type: ignore[arg-type]
+    for j in np.flatnonzero(integer).tolist():
+        model.helper.set_var_integrality(j, True)
+    if hint is not None:
+        for j, v in enumerate(np.asarray(hint, np.float64).tolist()):
+            if np.isfinite(v):  # NaN: no hint for that column
+                model.helper.add_hint(j, v)
+    helper = mbh.ModelSolverHelper("SCIP")
+    if not helper.solver_is_supported():
+        return None
+    helper.set_time_limit_in_seconds(seconds)
+    t0 = time.perf_counter()
+    helper.solve(model.helper)
+    if helper.status() not in (mb.SolveStatus.OPTIMAL, mb.SolveStatus.FEASIBLE) or not helper.has_solution():
+        return None
+    return LpResult(np.asarray(helper.variable_values(), dtype=np.float64), float(helper.objective_value()),
+                    time.perf_counter() - t0, "scip")

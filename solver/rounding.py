@@ -1,0 +1,364 @@
+"""Load-aware rounding of a clean Clos's LP splits into integer weights.
+
+This module owns the step from the pod model's fractional splits (the LP's
+``a`` and ``g`` of :mod:`solver.clos`) to integer weights. Rounding each group
+on its own (the WCMP paper's per-group optimum, :mod:`solver.weights`) is
+blind to links: at the LP optimum nearly every leaf-spine arc is at the
+maximum utilization, and a group's rounding error lands on the same arcs as
+the errors of every other group through them (identical splits round alike,
+so the errors add up instead of cancelling). Here the groups are rounded in
+sequence with *error feedback*: each arc keeps its projected load (the LP's,
+plus the rounding errors of the groups already rounded), and a group's
+weights are its floors (at least 1, or 0 for a member the LP gives nothing
+under the ``fib`` realization) plus its remaining units given, one at a time,
+to the member whose arcs end least utilized with it (water-filling on the
+projected utilization). Later groups so compensate earlier ones' errors.
+
+Order and batching: ToR groups (a pod pair's split over planes) come first,
+against every arc a unit of the pair's traffic in a plane crosses (the
+sending ToRs' uplinks, the receiving ToRs' downlinks, and the leaf-spine arcs
+in proportion to the LP's leaf split, which the leaf groups then realize);
+then leaf groups (a leaf's split over its plane's spines toward a destination
+pod) against their uplink and the spine's downlink. Groups are rounded in rounds of pod pairs ``(q, q + r mod P)``:
+within a round no two groups share an arc, so a round is one vectorized step.
+
+Every group keeps its total equal to the device's budget (a ToR pod's least
+budget, a leaf's own): the finest granularity the hardware allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from solver.clos import PodModel
+from solver.lp import solve_milp
+
+__all__ = ["carry_round", "integral_plane_split"]
+
+_Members = tuple[tuple[int, int], ...]
+#: a stage with at most this many weights is finished by an integer program (SCIP, time-bounded)
+MILP_MAX_WEIGHTS = 4_000
+_TIE = 1e-9  # tie-break toward the member whose own relative excess is least
+
+
+def _resources(mat: sp.csc_matrix, cols: np.ndarray, dummy: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arcs and coefficients of columns ``cols`` ([B, n], -1 for none) of ``mat``, padded to [B, n, R]."""
+    c = np.maximum(cols, 0)
+    start = mat.indptr[c]
+    length = np.where(cols >= 0, mat.indptr[c + 1] - start, 0)
+    r = max(int(length.max(initial=0)), 1)
+    k = np.arange(r)
+    inside = k[None, None, :] < length[:, :, None]
+    pos = np.where(inside, start[:, :, None] + k[None, None, :], 0)
+    idx = np.where(inside, mat.indices[pos] if mat.nnz else 0, dummy)
+    coef = np.where(inside, mat.data[pos] if mat.nnz else 0.0, 0.0)
+    return idx, coef
+
+
+def _fill(t: np.ndarray, u: np.ndarray, total: np.ndarray, wmin: np.ndarray, valid: np.ndarray,
+          idx: np.ndarray, coef: np.ndarray, proj: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Integer weights for a batch of groups (rows) with padded members (columns).
+
+    ``t`` target gbps per member, ``u`` gbps per weight unit, ``total`` units per
+    group, ``wmin`` least weight per member; a unit on a member adds ``coef * u``
+    to the projected load ``proj`` of each arc ``idx`` ([B, n, R]).
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        base = np.where(valid, np.maximum(wmin, np.floor(t / u[:, None] + 1e-9)), 0).astype(np.int64)
+    over = base.sum(axis=1) > total
+    base[over] = np.where(valid[over], wmin[over], 0)
+    left = total - base.sum(axis=1)
+    k_max = int(left.max(initial=0))
+    if k_max <= 0:
+        return base
+    b, n = base.shape
+    ks = np.arange(1, k_max + 1, dtype=np.float64)
+    extra = (base[:, :, None] + ks[None, None, :]) * u[:, None, None] - t[:, :, None]  # [B, n, K] gbps over target
+    util = (proj[idx][:, :, None, :] + coef[:, :, None, :] * extra[:, :, :, None]) / cap[idx][:, :, None, :]
+    cost = util.max(axis=3)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cost = cost + _TIE * np.where(t[:, :, None] > 0, extra / t[:, :, None], 1.0)
+    can = valid & ((wmin > 0) | (t > 0))  # a member the fib realization drops gets no units
+    cost = np.where(can[:, :, None], cost, np.inf)
+    order = np.argsort(cost.reshape(b, n * k_max), axis=1, kind="stable")
+    take = np.arange(n * k_max)[None, :] < left[:, None]
+    member = order // k_max
+    rows = np.broadcast_to(np.arange(b)[:, None], member.shape)
+    add = np.zeros_like(base)
+    np.add.at(add, (rows[take], member[take]), 1)
+    return base + add
+
+
+def _pad(rows: list[list[int]], fill: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    n = max((len(r) for r in rows), default=0)
+    out = np.full((len(rows), n), fill, dtype=np.int64)
+    valid = np.zeros((len(rows), n), dtype=bool)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+        valid[i, :len(r)] = True
+    return out, valid
+
+
+@dataclass
+class _Batch:
+    """Arc-disjoint groups rounded in one vectorized step (rows), members padded (columns)."""
+
+    keys: list[tuple[int, ...]]
+    members: list[list[int]]
+    cols: np.ndarray
+    valid: np.ndarray
+    demand: np.ndarray
+    total: np.ndarray
+    w: np.ndarray | None = None
+    err: tuple[np.ndarray, np.ndarray] | None = None  # (arcs, gbps) this batch's rounding added to proj
+
+
+def _apply(bt: _Batch, w: np.ndarray, u: np.ndarray, t: np.ndarray, idx: np.ndarray, coef: np.ndarray,
+           proj: np.ndarray, x_round: np.ndarray) -> None:
+    """Make ``w`` the batch's weights: its variables in ``x_round``, its errors in ``proj``."""
+    if bt.err is not None:
+        np.subtract.at(proj, *bt.err)
+    carries = bt.demand > 0
+    got = np.where(bt.valid & carries[:, None], w * u[:, None], 0.0)
+    ok = bt.cols >= 0
+    x_round[bt.cols[ok]] = got[ok]
+    delta = np.where(ok, got - t, 0.0)
+    bt.err = (idx.ravel(), (coef * delta[:, :, None]).ravel())
+    np.add.at(proj, *bt.err)
+    bt.w = w
+
+
+def _setup(bt: _Batch, x: np.ndarray, mat: sp.csc_matrix, dummy: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Targets, unit, total, arcs and coefficients of a batch."""
+    t = np.where(bt.cols >= 0, x[np.maximum(bt.cols, 0)], 0.0) * bt.valid
+    total = np.maximum(bt.total, bt.valid.sum(axis=1))
+    u = np.where(bt.demand > 0, bt.demand / total, 1.0)
+    idx, coef = _resources(mat, np.where(bt.valid, bt.cols, -1), dummy)
+    return t, u, total, idx, coef
+
+
+def _round_batch(bt: _Batch, x: np.ndarray, wmin_any: int, mat: sp.csc_matrix, proj: np.ndarray,
+                 cap: np.ndarray, x_round: np.ndarray) -> None:
+    """(Re-)round one batch against ``proj``; updates ``proj``, ``x_round`` and the batch in place."""
+    if bt.err is not None:  # a later pass: take this batch's own errors out first
+        np.subtract.at(proj, *bt.err)
+        bt.err = None
+    t, u, total, idx, coef = _setup(bt, x, mat, len(proj) - 1)
+    w = _fill(t, u, total, np.where(bt.valid, wmin_any, 0), bt.valid, idx, coef, proj, cap)
+    idle = ~(bt.demand > 0)  # nothing flows: equal weights
+    w[idle] = bt.valid[idle].astype(np.int64)
+    _apply(bt, w, u, t, idx, coef, proj, x_round)
+
+
+def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matrix, proj: np.ndarray,
+          cap: np.ndarray, x_round: np.ndarray, seconds: float) -> None:
+    """Re-choose every carrying group's weights of one stage at once: the integer program
+    ``min U`` with each arc's load (the other stage fixed) ``<= U * capacity``, each group's
+    total kept, started from the current weights; applied when it lowers the stage's MLU."""
+    dummy = len(proj) - 1
+    setups = [_setup(bt, x, mat, dummy) for bt in batches]
+    var_of: list[np.ndarray] = []
+    n_var = 0
+    rows_a: list[np.ndarray] = []
+    cols_v: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    g_rows: list[np.ndarray] = []
+    g_tot: list[np.ndarray] = []
+    lb: list[np.ndarray] = []
+    hint: list[np.ndarray] = []
+    const = proj.copy()
+    n_groups = 0
+    for bt, (_t, u, total, idx, coef) in zip(batches, setups, strict=True):
+        assert bt.w is not None
+        live = bt.valid & (bt.demand > 0)[:, None] & ((wmin_any > 0) | (bt.w > 0) | (_t > 0))
+        vid = np.full(bt.valid.shape, -1, dtype=np.int64)
+        vid[live] = n_var + np.arange(int(live.sum()))
+        n_var += int(live.sum())
+        var_of.append(vid)
+        per = coef * u[:, None, None]  # gbps per unit on each arc
+        # take the current weights' contribution out of the constant part
+        np.subtract.at(const, idx[live].ravel(), (per[live] * bt.w[live][:, None]).ravel())
+        rows_a.append(idx[live].ravel())
+        cols_v.append(np.repeat(vid[live], idx.shape[2]))
+        vals.append(per[live].ravel())
+        gid = np.full(bt.valid.shape, -1, dtype=np.int64)
+        carrying = np.flatnonzero(live.any(axis=1))
+        gid[carrying] = n_groups + np.arange(len(carrying))[:, None]
+        n_groups += len(carrying)
+        g_rows.append(gid[live])
+        g_tot.append(total[carrying])
+        lb.append(np.full(int(live.sum()), wmin_any, dtype=np.float64))
+        hint.append(bt.w[live].astype(np.float64))
+    if n_var == 0:
+        return
+    arcs_all = np.concatenate(rows_a)
+    keep = (arcs_all != dummy) & np.isfinite(cap[arcs_all])
+    arcs, arc_row = np.unique(arcs_all[keep], return_inverse=True)
+    n_arc = len(arcs)
+    cap_rows = sp.csr_matrix((np.concatenate(vals)[keep] / cap[arcs][arc_row],
+                              (arc_row, np.concatenate(cols_v)[keep])), shape=(n_arc, n_var + 1))
+    cap_rows = (cap_rows - sp.csr_matrix((np.ones(n_arc), (np.arange(n_arc), np.full(n_arc, n_var))),
+                                         shape=(n_arc, n_var + 1))).tocsr()
+    grow = np.concatenate(g_rows)
+    grp = sp.csr_matrix((np.ones(n_var), (grow, np.arange(n_var))), shape=(n_groups, n_var + 1))
+    a = sp.vstack([cap_rows, grp]).tocsr()
+    tot = np.concatenate(g_tot).astype(np.float64)
+    row_lb = np.concatenate([np.full(n_arc, -np.inf), tot])
+    row_ub = np.concatenate([-const[arcs] / cap[arcs], tot])
+    others = np.ones(len(cap), dtype=bool)
+    others[arcs] = False
+    others[dummy] = False
+    floor_u = float((proj[others] / cap[others]).max(initial=0.0))  # arcs this stage does not move
+    now = float((proj[:dummy] / cap[:dummy]).max(initial=0.0))
+    col_lb = np.append(np.concatenate(lb), floor_u)
+    col_ub = np.append(np.full(n_var, float(tot.max())), np.inf)
+    c = np.zeros(n_var + 1)
+    c[n_var] = 1.0
+    integer = np.append(np.ones(n_var, dtype=bool), False)
+    res = solve_milp(c, a, row_lb, row_ub, col_lb, col_ub, integer,
+                     hint=np.append(np.concatenate(hint), now), seconds=seconds)
+    if res is None or res.x[n_var] >= now - 1e-12:
+        return
+    w_new = np.rint(res.x[:n_var]).astype(np.int64)
+    before = [bt.w for bt in batches]
+    for bt, vid, (t, u, _total, idx, coef) in zip(batches, var_of, setups, strict=True):
+        assert bt.w is not None
+        w = bt.w.copy()
+        w[vid >= 0] = w_new[vid[vid >= 0]]
+        _apply(bt, w, u, t, idx, coef, proj, x_round)
+    if float((proj[:dummy] / cap[:dummy]).max(initial=0.0)) > now + 1e-12:  # not better after all: undo
+        for bt, w_old, (t, u, _total, idx, coef) in zip(batches, before, setups, strict=True):
+            assert w_old is not None
+            _apply(bt, w_old, u, t, idx, coef, proj, x_round)
+
+
+def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | None, tor_budget: dict[int, int],
+                         hint_w: dict[tuple[int, int], _Members] | None, seconds: float) -> np.ndarray | None:
+    """The pod model's LP with every ToR split restricted to whole weight units (``a = D * k / W``,
+    ``k`` integer, ``W`` the pod's budget) and leaf splits left fractional: a mixed-integer program
+    small fabrics can afford (the ToR layer's few groups cannot average rounding errors out). Returns
+    the variables (``a`` then ``g``, gbps) of the best solution found in ``seconds``, or ``None``."""
+    c, a, row_lb, row_ub, col_lb, col_ub = m.lp(min_share)
+    n_lp = a.shape[1]
+    keys = [k for k in m.a_col if k[:2] in m.d_qp]
+    n_k = len(keys)
+    if n_k == 0:
+        return None
+    s = m.scale
+    unit = np.array([m.d_qp[k[:2]] / tor_budget[k[0]] / s for k in keys])
+    link = sp.hstack([sp.csr_matrix((np.ones(n_k), (np.arange(n_k), [m.a_col[k] for k in keys])), shape=(n_k, n_lp)),
+                      sp.csr_matrix(sp.diags(-unit))]).tocsr()
+    big = sp.vstack([sp.hstack([a, sp.csr_matrix((a.shape[0], n_k))]), link]).tocsr()
+    k_lb = np.array([1.0 if len(m.allowed_planes[k[:2]]) > 1 and col_lb[m.a_col[k]] > 0 else 0.0 for k in keys])
+    hint = None
+    if hint_w is not None:
+        w_of = {(q, p, lp): w for (q, p), mem in hint_w.items() for lp, w in mem}
+        kv = np.array([float(w_of.get(k, 0)) for k in keys])
+        base = np.zeros(n_lp)
+        base[[m.a_col[k] for k in keys]] = kv * unit
+        hint = np.concatenate([np.full(n_lp, np.nan), kv])
+    res = solve_milp(np.append(c, np.zeros(n_k)), big, np.append(row_lb, np.zeros(n_k)),
+                     np.append(row_ub, np.zeros(n_k)), np.append(col_lb, k_lb), np.append(col_ub, np.full(n_k, np.inf)),
+                     np.append(np.zeros(n_lp, dtype=bool), np.ones(n_k, dtype=bool)), hint=hint, seconds=seconds)
+    if res is None:
+        return None
+    xv = m.lp_values(res.x[:n_lp])
+    return np.asarray(np.maximum(xv[:-1], 0.0) * s)
+
+
+def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_budget: dict[int, int], fib: bool,
+                passes: int = 3, milp_seconds: float = 4.0
+                ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]:
+    """Integer weights for every ToR group ``(q, p)`` and leaf group ``(leaf, p)`` of ``m``.
+
+    Parameters
+    ----------
+    m : the pod model.
+    x : the LP's variables (``a`` then ``g``, in gbps).
+    tor_budget : weight budget per source pod (its ToRs' least ``max_ecmp_entries``).
+    leaf_budget : weight budget per leaf.
+    fib : members with no LP share may get weight 0 (dropped); otherwise every member keeps >= 1.
+    passes : rounds over every group; after the first, each group is re-rounded knowing every other's error.
+    milp_seconds : the time for the integer programs of both stages, on fabrics small enough for them.
+
+    Returns
+    -------
+    ToR groups ``(q, p) -> ((plane, weight), ...)``, leaf groups ``(leaf, p) -> ((spine arc, weight), ...)``
+    (zero weights left out) and the variables the rounded weights imply.
+    """
+    fab = m.fab
+    cap = np.append(fab.arc_cap, np.inf)  # the last entry: a padding arc nothing overloads
+    pods = m.pods
+    n_p = len(pods)
+    n_a = len(m.a_col)
+    wmin_any = 0 if fib else 1
+    x = np.asarray(x, dtype=np.float64)
+    x_round = np.zeros_like(x)
+    lmat = sp.vstack([m.load_matrix, sp.csr_matrix((1, m.n_vars))]).tocsc()
+    proj = np.asarray(lmat @ x)
+    # --- ToR groups: a unit in plane l moves traffic on the a column's arcs and, through the LP's
+    # leaf split, on the leaf-spine arcs of its g columns
+    g_keys = list(m.g_col)
+    g_cols = np.array([m.g_col[k] for k in g_keys], dtype=np.int64)
+    g_src = np.array([m.a_col[k[:3]] for k in g_keys], dtype=np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(x[g_src] > 0, x[g_cols] / x[np.maximum(g_src, 0)], 0.0) if g_keys else np.zeros(0)
+    spread = sp.csr_matrix((share, (g_cols, g_src)), shape=(m.n_vars, m.n_vars))
+    a_mat = (lmat + lmat @ spread).tocsc()
+    tor_batches: list[_Batch] = []
+    for r in range(n_p):
+        keys = [(pods[i], pods[(i + r) % n_p]) for i in range(n_p)]
+        keys = [k for k in keys if m.allowed_planes.get(k)]
+        if not keys:
+            continue
+        members = [m.allowed_planes[k] for k in keys]
+        cols, valid = _pad([[m.a_col.get((q, p, lp), -1) for lp in ms] for (q, p), ms in zip(keys, members,
+                                                                                              strict=True)], -1)
+        tor_batches.append(_Batch(list(keys), members, cols, valid, np.array([m.d_qp.get(k, 0.0) for k in keys]),
+                                  np.array([tor_budget[k[0]] for k in keys], dtype=np.int64)))
+    for _ in range(passes):
+        for bt in tor_batches:
+            _round_batch(bt, x, wmin_any, a_mat, proj, cap, x_round)
+    small = len(m.g_col) <= MILP_MAX_WEIGHTS and milp_seconds > 0
+    if small:
+        _milp(tor_batches, x, wmin_any, a_mat, proj, cap, x_round, milp_seconds / 2)
+    tor_w: dict[tuple[int, int], _Members] = {}
+    for bt in tor_batches:
+        assert bt.w is not None
+        for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
+            tor_w[(k[0], k[1])] = tuple((lp, int(v)) for lp, v in zip(ms, bt.w[gi, :len(ms)], strict=True) if v > 0)
+    # --- leaf groups: targets are the LP's split of the rounded plane traffic
+    target = x.copy()
+    target[:n_a] = x_round[:n_a]
+    if g_keys:
+        target[g_cols] = share * x_round[g_src]
+    planes = sorted({lp for (_q, lp) in m.leaf_at})
+    leaf_batches: list[_Batch] = []
+    for lp in planes:
+        for r in range(1, n_p):
+            keys3 = [(pods[i], pods[(i + r) % n_p], lp) for i in range(n_p)]
+            keys3 = [k for k in keys3 if k in m.allowed_spines]
+            if not keys3:
+                continue
+            members = [m.allowed_spines[k] for k in keys3]
+            cols, valid = _pad([[m.g_col.get((*k, arc), -1) for arc in ms] for k, ms in zip(keys3, members,
+                                                                                             strict=True)], -1)
+            demand = np.array([x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in keys3])
+            total = np.array([leaf_budget[m.leaf_at[(k[0], lp)]] for k in keys3], dtype=np.int64)
+            leaf_batches.append(_Batch(list(keys3), members, cols, valid, demand, total))
+    for _ in range(passes):
+        for bt in leaf_batches:
+            _round_batch(bt, target, wmin_any, lmat, proj, cap, x_round)
+    if small:
+        _milp(leaf_batches, target, wmin_any, lmat, proj, cap, x_round, milp_seconds / 2)
+    leaf_w: dict[tuple[int, int], _Members] = {}
+    for bt in leaf_batches:
+        assert bt.w is not None
+        for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
+            leaf_w[(m.leaf_at[(k[0], k[2])], k[1])] = tuple(
+                (a, int(v)) for a, v in zip(ms, bt.w[gi, :len(ms)], strict=True) if v > 0)
+    return tor_w, leaf_w, x_round
