@@ -86,69 +86,147 @@ class PodModel:
                     x[self.g_col[(q, p, lp, arc)]] = a / len(spines)
         return x
 
-    def lp(self, min_share: np.ndarray | None) -> tuple[np.ndarray, sp.csr_matrix, np.ndarray, np.ndarray,
-                                                      np.ndarray, np.ndarray]:
+    def lp(self, min_share: np.ndarray | None, arcs: np.ndarray | None = None
+           ) -> tuple[np.ndarray, sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``min U`` over ``[a, g, U]`` (scaled by :attr:`scale`): conservation, capacity, least shares.
 
+        ``arcs`` limits the capacity rows to those arcs (every arc that carries anything by
+        default): a relaxation, exact when its solution keeps the other arcs under ``U``.
         With ``min_share``, a ToR's least share is a bound on ``a`` and a leaf's is
-        substituted (``g = g' + share * a``, ``g' >= 0``); map solutions back with
-        :meth:`lp_values`."""
+        substituted (``g = g' + share * a``, ``g' >= 0``); the loads that the substituted
+        least shares put on leaf-spine arcs go through two aggregate columns per leaf (its
+        least-share traffic up, and down toward it) minus the few groups that lack an arc,
+        instead of one entry per group and arc. Map solutions back with :meth:`lp_values`."""
         self._shift = None
         n_a, n_g = len(self.a_col), len(self.g_col)
         n = n_a + n_g
         s = self.scale
         pairs = list(self.d_qp)
         pair_row = {pq: i for i, pq in enumerate(pairs)}
+        a_keys = list(self.a_col)
+        g_keys = list(self.g_col)
+        split = sorted({(q, p, lp) for (q, p, lp, _arc) in self.g_col})
+        # least shares: which leaf groups get one, and each one's share
+        phi: dict[tuple[int, int, int], float] = {}
+        col_lb = np.zeros(n + 1)
+        if min_share is not None:
+            for (q, p), planes in self.allowed_planes.items():
+                if len(planes) >= 2 and (q, p) in self.d_qp:
+                    least = max(min_share[t] for t in self.tors_of[q])
+                    for lp in planes:
+                        col_lb[self.a_col[(q, p, lp)]] = least * self.d_qp[(q, p)] / s
+            for k in split:
+                if len(self.allowed_spines[k]) >= 2:
+                    phi[k] = float(min_share[self.leaf_at[(k[0], k[2])]])
+        # aggregate columns: per leaf (q, l) its least-share traffic up; per leaf (p, l) toward it
+        up_keys = sorted({(q, lp) for (q, _p, lp) in phi})
+        dn_keys = sorted({(p, lp) for (_q, p, lp) in phi})
+        up_col = {k: n + 1 + i for i, k in enumerate(up_keys)}
+        dn_col = {k: n + 1 + len(up_keys) + i for i, k in enumerate(dn_keys)}
+        width = n + 1 + len(up_keys) + len(dn_keys)
         blocks: list[sp.spmatrix] = []
         lbs: list[np.ndarray] = []
         ubs: list[np.ndarray] = []
         # 1. sum_l a[q, p, l] = D[q, p]
-        a_keys = list(self.a_col)
         r1 = sp.csr_matrix((np.ones(n_a), ([pair_row[(q, p)] for (q, p, _l) in a_keys],
-                                           [self.a_col[k] for k in a_keys])), shape=(len(pairs), n + 1))
+                                           [self.a_col[k] for k in a_keys])), shape=(len(pairs), width))
         dem = np.array([self.d_qp[pq] / s for pq in pairs])
         blocks.append(r1)
         lbs.append(dem)
         ubs.append(dem)
-        # 2. sum_j g[q, p, l, j] = a[q, p, l] where the leaf splits
-        split = sorted({(q, p, lp) for (q, p, lp, _arc) in self.g_col})
+        # 2. sum_j g'[q, p, l, j] = (1 - n * share) * a[q, p, l] where the leaf splits
         srow = {k: i for i, k in enumerate(split)}
-        g_keys = list(self.g_col)
         rows = [srow[(q, p, lp)] for (q, p, lp, _a) in g_keys] + list(range(len(split)))
         cols = [self.g_col[k] for k in g_keys] + [self.a_col[k] for k in split]
-        vals = [1.0] * n_g + [-1.0] * len(split)
-        blocks.append(sp.csr_matrix((vals, (rows, cols)), shape=(len(split), n + 1)))
+        vals = [1.0] * n_g + [-(1.0 - len(self.allowed_spines[k]) * phi.get(k, 0.0)) for k in split]
+        blocks.append(sp.csr_matrix((vals, (rows, cols)), shape=(len(split), width)))
         lbs.append(np.zeros(len(split)))
         ubs.append(np.zeros(len(split)))
-        # 3. loads <= U * capacity on every arc that carries anything
-        used = np.flatnonzero(np.diff(self.load_matrix.indptr) > 0)
-        cap_rows = sp.hstack([self.load_matrix[used], sp.csr_matrix(
-            (-self.fab.arc_cap[used] / s, (np.arange(len(used)), np.zeros(len(used), dtype=np.int64))),
-            shape=(len(used), 1))]).tocsr()
+        # 3. the aggregates: up[q, l] = sum_p share * a[q, p, l]; down[p, l] = sum_q share * a[q, p, l]
+        if phi:
+            keys = list(phi)
+            shares = np.array([phi[k] for k in keys])
+            a_of = [self.a_col[k] for k in keys]
+            agg_rows = np.arange(len(up_keys) + len(dn_keys))
+            agg = sp.csr_matrix((np.concatenate([shares, shares, -np.ones(len(agg_rows))]),
+                                 (np.concatenate([[up_keys.index((q, lp)) for (q, _p, lp) in keys],
+                                                  [len(up_keys) + dn_keys.index((p, lp)) for (_q, p, lp) in keys],
+                                                  agg_rows]),
+                                  np.concatenate([a_of, a_of, n + 1 + agg_rows]))),
+                                shape=(len(agg_rows), width))
+            blocks.append(agg)
+            lbs.append(np.zeros(len(agg_rows)))
+            ubs.append(np.zeros(len(agg_rows)))
+        # 4. loads <= U * capacity on the chosen arcs
+        used = np.flatnonzero(np.diff(self.load_matrix.indptr) > 0) if arcs is None else np.asarray(arcs)
+        base = self.load_matrix[used]
+        load = sp.hstack([base, sp.csr_matrix((len(used), width - n))]).tocsr()
+        if phi:
+            load = (load + self._least_share_loads(phi, used, up_col, dn_col, width)).tocsr()
+        cap_rows = (load + sp.csr_matrix((-self.fab.arc_cap[used] / s, (np.arange(len(used)),
+                                                                         np.full(len(used), n))),
+                                         shape=(len(used), width))).tocsr()
         blocks.append(cap_rows)
         lbs.append(np.full(len(used), -np.inf))
         ubs.append(np.zeros(len(used)))
-        col_lb = np.zeros(n + 1)
-        if min_share is not None:
-            # every next hop keeps weight >= 1 of the budget: ToRs via bounds on a, leaves via rows g >= share * a
-            for (q, p), planes in self.allowed_planes.items():
-                if len(planes) >= 2 and (q, p) in self.d_qp:
-                    phi = max(min_share[t] for t in self.tors_of[q])
-                    for lp in planes:
-                        col_lb[self.a_col[(q, p, lp)]] = phi * self.d_qp[(q, p)] / s
-            # g = g' + share * a with g' >= 0: the least share without a row per next hop
-            sel = [k for k in g_keys if len(self.allowed_spines[k[:3]]) >= 2]
-            if sel:
-                phi_leaf = np.array([min_share[self.leaf_at[(q, lp)]] for (q, _p, lp, _a) in sel])
-                shift = sp.csr_matrix((phi_leaf, ([self.g_col[k] for k in sel], [self.a_col[k[:3]] for k in sel])),
-                                      shape=(n + 1, n + 1))
-                self._shift = (sp.identity(n + 1, format="csr") + shift).tocsr()
-        a = sp.vstack(blocks).tocsr()
-        if self._shift is not None:
-            a = (a @ self._shift).tocsr()
-        c = np.zeros(n + 1)
+        if phi:  # map [a, g', U, aggregates] back to [a, g, U]: g = g' + share * a
+            floored = [k for k in g_keys if k[:3] in phi]
+            shift = sp.csr_matrix(([phi[k[:3]] for k in floored], ([self.g_col[k] for k in floored],
+                                                                   [self.a_col[k[:3]] for k in floored])),
+                                  shape=(n + 1, width))
+            self._shift = (sp.eye(n + 1, width, format="csr") + shift).tocsr()
+        c = np.zeros(width)
         c[n] = 1.0
-        return c, a, np.concatenate(lbs), np.concatenate(ubs), col_lb, np.full(n + 1, np.inf)
+        col_lb = np.concatenate([col_lb, np.zeros(width - n - 1)])
+        return (c, sp.vstack(blocks).tocsr(), np.concatenate(lbs), np.concatenate(ubs), col_lb,
+                np.full(width, np.inf))
+
+    def _least_share_loads(self, phi: dict[tuple[int, int, int], float], used: np.ndarray,
+                           up_col: dict[tuple[int, int], int], dn_col: dict[tuple[int, int], int],
+                           width: int) -> sp.csr_matrix:
+        """Rows ``used`` of the loads the least shares put on leaf-spine arcs: each leaf's aggregate
+        on every arc up from it or down to it, less the groups that do not use that arc."""
+        head = self.fab.arc_head
+        row_of = np.full(self.fab.n_arcs, -1, dtype=np.int64)
+        row_of[used] = np.arange(len(used))
+        up_set: dict[tuple[int, int], set[int]] = defaultdict(set)  # leaf (q, l) -> its arcs up that groups use
+        dn_set: dict[tuple[int, int], set[int]] = defaultdict(set)  # leaf (p, l) -> spine arcs down to it used
+        for (q, p, lp), arcs in self.allowed_spines.items():
+            up_set[(q, lp)].update(arcs)
+            dn_set[(p, lp)].update(self.spine_down[(int(head[a]), p)] for a in arcs)
+        up_arcs = {k: sorted(v) for k, v in up_set.items()}
+        dn_arcs = {k: sorted(v) for k, v in dn_set.items()}
+        rows: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
+        for (q, lp), col in up_col.items():
+            for arc in up_arcs[(q, lp)]:
+                rows.append(arc)
+                cols.append(col)
+                vals.append(1.0)
+        for (p, lp), col in dn_col.items():
+            for arc in dn_arcs[(p, lp)]:
+                rows.append(arc)
+                cols.append(col)
+                vals.append(1.0)
+        for (q, p, lp), share in phi.items():  # exceptions: arcs of the leaf a group does not use
+            mine = set(self.allowed_spines[(q, p, lp)])
+            ac = self.a_col[(q, p, lp)]
+            for arc in up_arcs[(q, lp)]:
+                if arc not in mine:
+                    rows.append(arc)
+                    cols.append(ac)
+                    vals.append(-share)
+            downs = {self.spine_down[(int(head[a]), p)] for a in mine}
+            for arc in dn_arcs[(p, lp)]:
+                if arc not in downs:
+                    rows.append(arc)
+                    cols.append(ac)
+                    vals.append(-share)
+        r = row_of[np.asarray(rows, dtype=np.int64)]
+        keep = r >= 0
+        return sp.csr_matrix((np.asarray(vals)[keep], (r[keep], np.asarray(cols, dtype=np.int64)[keep])),
+                             shape=(len(used), width))
 
 
 class _NotClean(Exception):

@@ -28,10 +28,13 @@ DEFAULT_BACKEND = "auto"
 #: ``auto`` picks ``glop`` up to this many variables and ``pdlp`` beyond (simplex slows down sharply there)
 AUTO_PDLP_VARIABLES = 150_000
 
-_PDLP_PARAMS = (
-    "termination_criteria { simple_optimality_criteria { eps_optimal_relative: 1e-7 "
-    "eps_optimal_absolute: 1e-7 } } num_threads: 2"
-)
+#: PDLP's relative and absolute optimality tolerance unless the caller names one
+PDLP_TOLERANCE = 1e-7
+
+
+def _pdlp_params(tolerance: float) -> str:
+    return (f"termination_criteria {{ simple_optimality_criteria {{ eps_optimal_relative: {tolerance:g} "
+            f"eps_optimal_absolute: {tolerance:g} }} }} num_threads: 2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,7 @@ class LpResult:
 
 
 def _ortools(backend: str, c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np.ndarray,
-             col_lb: np.ndarray, col_ub: np.ndarray) -> LpResult:
+             col_lb: np.ndarray, col_ub: np.ndarray, tolerance: float = PDLP_TOLERANCE) -> LpResult:
     from ortools.linear_solver.python import model_builder as mb
     from ortools.linear_solver.python import model_builder_helper as mbh
 
@@ -53,7 +56,7 @@ def _ortools(backend: str, c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, 
     if not helper.solver_is_supported():
         raise ValueError(f"LP backend {backend!r} is not available in this OR-Tools build")
     if backend == "pdlp":
-        helper.set_solver_specific_parameters(_PDLP_PARAMS)
+        helper.set_solver_specific_parameters(_pdlp_params(tolerance))
     elif backend == "highs":
         helper.set_solver_specific_parameters("output_flag=false")
     t0 = time.perf_counter()
@@ -91,7 +94,8 @@ def _scipy(c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np.ndarr
 
 
 def solve_lp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarray,
-             col_lb: np.ndarray, col_ub: np.ndarray, *, backend: str = DEFAULT_BACKEND) -> LpResult:
+             col_lb: np.ndarray, col_ub: np.ndarray, *, backend: str = DEFAULT_BACKEND,
+             tolerance: float = PDLP_TOLERANCE) -> LpResult:
     """Minimize ``c.x`` subject to ``row_lb <= A x <= row_ub`` and ``col_lb <= x <= col_ub``.
 
     Parameters
@@ -100,6 +104,7 @@ def solve_lp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarr
     a : the constraint matrix (any scipy sparse format).
     row_lb, row_ub : per row (``-np.inf``/``np.inf`` for a free side; equal for an equality).
     backend : one of :data:`BACKENDS`.
+    tolerance : PDLP's relative optimality tolerance (the simplex backends solve to their own).
 
     Returns
     -------
@@ -125,7 +130,7 @@ def solve_lp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarr
         backend = "glop" if csr.shape[1] <= AUTO_PDLP_VARIABLES else "pdlp"
     args = (np.asarray(c, np.float64), csr, np.asarray(row_lb, np.float64), np.asarray(row_ub, np.float64),
             np.asarray(col_lb, np.float64), np.asarray(col_ub, np.float64))
-    res = _scipy(*args) if backend == "scipy-highs" else _ortools(backend, *args)
+    res = _scipy(*args) if backend == "scipy-highs" else _ortools(backend, *args, tolerance=tolerance)
     return LpResult(res.x, res.objective, res.seconds, backend)
 
 
