@@ -179,7 +179,7 @@ def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool,
     if len(m.allowed_spines) < SMALL_GROUPS:
         tries["per-group"] = _weights(intent, fab, m, x, fib)
     if len(m.g_col) <= MILP_MAX_WEIGHTS:
-        x2 = integral_plane_split(m, x, share, tor_budget, tries["load-aware"][0], seconds=3.0)
+        x2 = integral_plane_split(m, x, share, tor_budget, tries["load-aware"][0], seconds=1.0)
         if x2 is not None:
             tries["integral-planes"] = carry_round(m, x2, tor_budget, leaf_budget, fib)
     best: tuple[float, str, _Rounded, int] | None = None

@@ -28,6 +28,7 @@ budget, a leaf's own): the finest granularity the hardware allows.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,8 @@ __all__ = ["carry_round", "integral_plane_split"]
 _Members = tuple[tuple[int, int], ...]
 #: a stage with at most this many weights is finished by an integer program (SCIP, time-bounded)
 MILP_MAX_WEIGHTS = 4_000
+#: each group of such a program may take its budget or one of this many totals just below it
+MILP_TOTALS = 8
 _TIE = 1e-9  # tie-break toward the member whose own relative excess is least
 
 
@@ -90,6 +93,12 @@ def _fill(t: np.ndarray, u: np.ndarray, total: np.ndarray, wmin: np.ndarray, val
     add = np.zeros_like(base)
     np.add.at(add, (rows[take], member[take]), 1)
     return base + add
+
+
+def _lowest(members: _Members) -> _Members:
+    """The same split in the fewest entries: weights divided by their greatest common divisor."""
+    d = math.gcd(*(w for _m, w in members)) if members else 1
+    return tuple((x, w // d) for x, w in members) if d > 1 else members
 
 
 def _pad(rows: list[list[int]], fill: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -155,84 +164,123 @@ def _round_batch(bt: _Batch, x: np.ndarray, wmin_any: int, mat: sp.csc_matrix, p
 
 
 def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matrix, proj: np.ndarray,
-          cap: np.ndarray, x_round: np.ndarray, seconds: float) -> None:
+          cap: np.ndarray, x_round: np.ndarray, seconds: float, totals: int = 1) -> None:
     """Re-choose every carrying group's weights of one stage at once: the integer program
-    ``min U`` with each arc's load (the other stage fixed) ``<= U * capacity``, each group's
-    total kept, started from the current weights; applied when it lowers the stage's MLU."""
+    ``min U`` with each arc's load (the other stage fixed) ``<= U * capacity``, started from the
+    current weights; applied when it lowers the stage's MLU. Each group picks its total among
+    its current one and the ``totals - 1`` below it (a binary per choice keeps loads linear:
+    a unit of a group with total ``T`` carries ``demand / T``)."""
     dummy = len(proj) - 1
     setups = [_setup(bt, x, mat, dummy) for bt in batches]
-    var_of: list[np.ndarray] = []
-    n_var = 0
-    rows_a: list[np.ndarray] = []
-    cols_v: list[np.ndarray] = []
-    vals: list[np.ndarray] = []
-    g_rows: list[np.ndarray] = []
-    g_tot: list[np.ndarray] = []
-    lb: list[np.ndarray] = []
-    hint: list[np.ndarray] = []
     const = proj.copy()
-    n_groups = 0
-    for bt, (_t, u, total, idx, coef) in zip(batches, setups, strict=True):
+    cap_r: list[int] = []
+    cap_c: list[int] = []
+    cap_v: list[float] = []
+    eq_r: list[int] = []
+    eq_c: list[int] = []
+    eq_v: list[float] = []
+    n_eq = 0
+    lo_r: list[int] = []
+    lo_c: list[int] = []
+    lo_v: list[float] = []
+    n_lo = 0
+    ch_r: list[int] = []
+    ch_c: list[int] = []
+    n_ch = 0
+    hint: list[float] = []
+    ub: list[float] = []
+    is_z: list[bool] = []
+    plan: list[tuple[int, int, list[int], list[tuple[int, int, list[int]]]]] = []  # batch, row, members, options
+    for bi, (bt, (t, u, total, idx, coef)) in enumerate(zip(batches, setups, strict=True)):
         assert bt.w is not None
-        live = bt.valid & (bt.demand > 0)[:, None] & ((wmin_any > 0) | (bt.w > 0) | (_t > 0))
-        vid = np.full(bt.valid.shape, -1, dtype=np.int64)
-        vid[live] = n_var + np.arange(int(live.sum()))
-        n_var += int(live.sum())
-        var_of.append(vid)
-        per = coef * u[:, None, None]  # gbps per unit on each arc
-        # take the current weights' contribution out of the constant part
-        np.subtract.at(const, idx[live].ravel(), (per[live] * bt.w[live][:, None]).ravel())
-        rows_a.append(idx[live].ravel())
-        cols_v.append(np.repeat(vid[live], idx.shape[2]))
-        vals.append(per[live].ravel())
-        gid = np.full(bt.valid.shape, -1, dtype=np.int64)
-        carrying = np.flatnonzero(live.any(axis=1))
-        gid[carrying] = n_groups + np.arange(len(carrying))[:, None]
-        n_groups += len(carrying)
-        g_rows.append(gid[live])
-        g_tot.append(total[carrying])
-        lb.append(np.full(int(live.sum()), wmin_any, dtype=np.float64))
-        hint.append(bt.w[live].astype(np.float64))
-    if n_var == 0:
+        live = bt.valid & (bt.demand > 0)[:, None] & ((wmin_any > 0) | (bt.w > 0) | (t > 0))
+        for gi in np.flatnonzero(live.any(axis=1)).tolist():
+            js = np.flatnonzero(live[gi]).tolist()
+            for j in js:  # the current weights' load leaves the constant part
+                np.subtract.at(const, idx[gi, j], coef[gi, j] * u[gi] * bt.w[gi, j])
+            opts: list[tuple[int, int, list[int]]] = []
+            for o in range(totals):
+                tot = int(total[gi]) - o
+                if tot < max(len(js) * wmin_any, 1):
+                    break
+                z = len(hint)
+                hint.append(1.0 if o == 0 else 0.0)
+                ub.append(1.0)
+                is_z.append(True)
+                ws = []
+                for j in js:
+                    v = len(hint)
+                    ws.append(v)
+                    hint.append(float(bt.w[gi, j]) if o == 0 else 0.0)
+                    ub.append(float(tot))
+                    is_z.append(False)
+                    per = float(bt.demand[gi]) / tot
+                    for arc, cf in zip(idx[gi, j].tolist(), coef[gi, j].tolist(), strict=True):
+                        if arc != dummy and cf != 0.0 and np.isfinite(cap[arc]):
+                            cap_r.append(arc)
+                            cap_c.append(v)
+                            cap_v.append(cf * per)
+                    eq_r.append(n_eq)
+                    eq_c.append(v)
+                    eq_v.append(1.0)
+                    if wmin_any > 0:
+                        lo_r += [n_lo, n_lo]
+                        lo_c += [v, z]
+                        lo_v += [1.0, -float(wmin_any)]
+                        n_lo += 1
+                eq_r.append(n_eq)
+                eq_c.append(z)
+                eq_v.append(-float(tot))
+                n_eq += 1
+                ch_r.append(n_ch)
+                ch_c.append(z)
+                opts.append((tot, z, ws))
+            n_ch += 1
+            plan.append((bi, gi, js, opts))
+    if not plan:
         return
-    arcs_all = np.concatenate(rows_a)
-    keep = (arcs_all != dummy) & np.isfinite(cap[arcs_all])
-    arcs, arc_row = np.unique(arcs_all[keep], return_inverse=True)
+    n_var = len(hint)
+    arcs, arc_row = np.unique(np.asarray(cap_r, dtype=np.int64), return_inverse=True)
     n_arc = len(arcs)
-    cap_rows = sp.csr_matrix((np.concatenate(vals)[keep] / cap[arcs][arc_row],
-                              (arc_row, np.concatenate(cols_v)[keep])), shape=(n_arc, n_var + 1))
-    cap_rows = (cap_rows - sp.csr_matrix((np.ones(n_arc), (np.arange(n_arc), np.full(n_arc, n_var))),
-                                         shape=(n_arc, n_var + 1))).tocsr()
-    grow = np.concatenate(g_rows)
-    grp = sp.csr_matrix((np.ones(n_var), (grow, np.arange(n_var))), shape=(n_groups, n_var + 1))
-    a = sp.vstack([cap_rows, grp]).tocsr()
-    tot = np.concatenate(g_tot).astype(np.float64)
-    row_lb = np.concatenate([np.full(n_arc, -np.inf), tot])
-    row_ub = np.concatenate([-const[arcs] / cap[arcs], tot])
+    u_col = n_var
+    width = n_var + 1
+    cap_rows = sp.csr_matrix((np.asarray(cap_v) / cap[arcs][arc_row], (arc_row, cap_c)), shape=(n_arc, width))
+    cap_rows = (cap_rows - sp.csr_matrix((np.ones(n_arc), (np.arange(n_arc), np.full(n_arc, u_col))),
+                                         shape=(n_arc, width))).tocsr()
+    a = sp.vstack([cap_rows, sp.csr_matrix((eq_v, (eq_r, eq_c)), shape=(n_eq, width)),
+                   sp.csr_matrix((lo_v, (lo_r, lo_c)), shape=(n_lo, width)),
+                   sp.csr_matrix((np.ones(len(ch_c)), (ch_r, ch_c)), shape=(n_ch, width))]).tocsr()
+    row_lb = np.concatenate([np.full(n_arc, -np.inf), np.zeros(n_eq), np.zeros(n_lo), np.ones(n_ch)])
+    row_ub = np.concatenate([-const[arcs] / cap[arcs], np.zeros(n_eq), np.full(n_lo, np.inf), np.ones(n_ch)])
     others = np.ones(len(cap), dtype=bool)
     others[arcs] = False
     others[dummy] = False
     floor_u = float((proj[others] / cap[others]).max(initial=0.0))  # arcs this stage does not move
     now = float((proj[:dummy] / cap[:dummy]).max(initial=0.0))
-    col_lb = np.append(np.concatenate(lb), floor_u)
-    col_ub = np.append(np.full(n_var, float(tot.max())), np.inf)
-    c = np.zeros(n_var + 1)
-    c[n_var] = 1.0
-    integer = np.append(np.ones(n_var, dtype=bool), False)
-    res = solve_milp(c, a, row_lb, row_ub, col_lb, col_ub, integer,
-                     hint=np.append(np.concatenate(hint), now), seconds=seconds)
-    if res is None or res.x[n_var] >= now - 1e-12:
+    c = np.zeros(width)
+    c[u_col] = 1.0
+    res = solve_milp(c, a, row_lb, row_ub, np.append(np.zeros(n_var), floor_u), np.append(ub, np.inf),
+                     np.append(np.ones(n_var, dtype=bool), False), hint=np.append(hint, now), seconds=seconds)
+    if res is None or res.x[u_col] >= now - 1e-12:
         return
-    w_new = np.rint(res.x[:n_var]).astype(np.int64)
-    before = [bt.w for bt in batches]
-    for bt, vid, (t, u, _total, idx, coef) in zip(batches, var_of, setups, strict=True):
-        assert bt.w is not None
-        w = bt.w.copy()
-        w[vid >= 0] = w_new[vid[vid >= 0]]
-        _apply(bt, w, u, t, idx, coef, proj, x_round)
+    sol = np.rint(res.x[:n_var]).astype(np.int64)
+    before = [(bt.w, bt.total.copy()) for bt in batches]
+    new_w = [bt.w.copy() for bt in batches if bt.w is not None]
+    new_t = [bt.total.copy() for bt in batches]
+    for bi, gi, js, opts in plan:
+        for tot, z, ws in opts:
+            if sol[z] == 1:
+                new_t[bi][gi] = tot
+                new_w[bi][gi, js] = sol[ws]
+    for bi, bt in enumerate(batches):
+        bt.total = new_t[bi]
+        t, u, _total, idx, coef = _setup(bt, x, mat, dummy)
+        _apply(bt, new_w[bi], u, t, idx, coef, proj, x_round)
     if float((proj[:dummy] / cap[:dummy]).max(initial=0.0)) > now + 1e-12:  # not better after all: undo
-        for bt, w_old, (t, u, _total, idx, coef) in zip(batches, before, setups, strict=True):
+        for bt, (w_old, t_old) in zip(batches, before, strict=True):
             assert w_old is not None
+            bt.total = t_old
+            t, u, _total, idx, coef = _setup(bt, x, mat, dummy)
             _apply(bt, w_old, u, t, idx, coef, proj, x_round)
 
 
@@ -271,7 +319,7 @@ def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | Non
 
 
 def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_budget: dict[int, int], fib: bool,
-                passes: int = 3, milp_seconds: float = 4.0
+                passes: int = 3, milp_seconds: float = 2.0
                 ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]:
     """Integer weights for every ToR group ``(q, p)`` and leaf group ``(leaf, p)`` of ``m``.
 
@@ -325,12 +373,7 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
             _round_batch(bt, x, wmin_any, a_mat, proj, cap, x_round)
     small = len(m.g_col) <= MILP_MAX_WEIGHTS and milp_seconds > 0
     if small:
-        _milp(tor_batches, x, wmin_any, a_mat, proj, cap, x_round, milp_seconds / 2)
-    tor_w: dict[tuple[int, int], _Members] = {}
-    for bt in tor_batches:
-        assert bt.w is not None
-        for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
-            tor_w[(k[0], k[1])] = tuple((lp, int(v)) for lp, v in zip(ms, bt.w[gi, :len(ms)], strict=True) if v > 0)
+        _milp(tor_batches, x, wmin_any, a_mat, proj, cap, x_round, milp_seconds / 4, MILP_TOTALS)
     # --- leaf groups: targets are the LP's split of the rounded plane traffic
     target = x.copy()
     target[:n_a] = x_round[:n_a]
@@ -354,11 +397,37 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
         for bt in leaf_batches:
             _round_batch(bt, target, wmin_any, lmat, proj, cap, x_round)
     if small:
-        _milp(leaf_batches, target, wmin_any, lmat, proj, cap, x_round, milp_seconds / 2)
+        _milp(leaf_batches, target, wmin_any, lmat, proj, cap, x_round, milp_seconds / 4, MILP_TOTALS)
+        # once more each stage, knowing the other's integers: the ToR splits through the leaves'
+        # rounded splits (not the LP's), then the leaves for the plane traffic that gives
+        leaf_share = share.copy()
+        g_pos = np.full(m.n_vars, -1, dtype=np.int64)
+        g_pos[g_cols] = np.arange(len(g_cols))
+        for bt in leaf_batches:
+            assert bt.w is not None
+            tot = np.maximum(bt.w.sum(axis=1, keepdims=True), 1)
+            ok = bt.cols >= 0
+            leaf_share[g_pos[bt.cols[ok]]] = (bt.w / tot)[ok]
+        a_mat = (lmat + lmat @ sp.csr_matrix((leaf_share, (g_cols, g_src)), shape=(m.n_vars, m.n_vars))).tocsc()
+        for bt in tor_batches:
+            bt.err = None  # targets below are the current values: errors count from here
+        _milp(tor_batches, x_round.copy(), wmin_any, a_mat, proj, cap, x_round, milp_seconds / 4, MILP_TOTALS)
+        if g_keys:
+            x_round[g_cols] = leaf_share * x_round[g_src]
+        for bt in leaf_batches:
+            bt.err = None
+            bt.demand = np.array([x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in bt.keys])
+        _milp(leaf_batches, x_round.copy(), wmin_any, lmat, proj, cap, x_round, milp_seconds / 4, MILP_TOTALS)
+    tor_w: dict[tuple[int, int], _Members] = {}
+    for bt in tor_batches:
+        assert bt.w is not None
+        for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
+            tor_w[(k[0], k[1])] = _lowest(tuple((lp, int(v)) for lp, v in zip(ms, bt.w[gi, :len(ms)], strict=True)
+                                                if v > 0))
     leaf_w: dict[tuple[int, int], _Members] = {}
     for bt in leaf_batches:
         assert bt.w is not None
         for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
-            leaf_w[(m.leaf_at[(k[0], k[2])], k[1])] = tuple(
-                (a, int(v)) for a, v in zip(ms, bt.w[gi, :len(ms)], strict=True) if v > 0)
+            leaf_w[(m.leaf_at[(k[0], k[2])], k[1])] = _lowest(tuple(
+                (a, int(v)) for a, v in zip(ms, bt.w[gi, :len(ms)], strict=True) if v > 0))
     return tor_w, leaf_w, x_round
