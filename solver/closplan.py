@@ -9,10 +9,14 @@ interchangeable in BGP (swapping two of them is an automorphism of the fabric
 and its ASN plan), so the path-vector simulation of :mod:`solver.routing` runs
 once per destination pod, and every device's route to any ToR of pod ``p`` is
 its route to pod ``p``'s representative (leaves of pod ``p`` itself deliver
-straight to the ToR). The LP is the pod-level model of :mod:`solver.clos`;
-weights are reduced once per (pod pair) and (leaf, destination pod); loads
-(after rounding, and for ECMP) are the LP's own linear load rows evaluated at
-the rounded splits. Routes are a lazy :class:`Mapping` per device.
+straight to the ToR). The LP is the pod-level model of :mod:`solver.clos`,
+its capacity rows added lazily (leaf-spine arcs first; ToR arcs only when
+the solution overloads one, which keeps it exact); weights are chosen once
+per (pod pair) and (leaf, destination pod) by the load-aware rounding of
+:mod:`solver.rounding` (on small fabrics also by the per-group optimum of
+:mod:`solver.weights`; the lower MLU wins); loads (after rounding, and for
+ECMP) are the LP's own linear load rows evaluated at the rounded splits.
+Routes are a lazy :class:`Mapping` per device.
 """
 
 from __future__ import annotations

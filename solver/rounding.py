@@ -19,11 +19,18 @@ against every arc a unit of the pair's traffic in a plane crosses (the
 sending ToRs' uplinks, the receiving ToRs' downlinks, and the leaf-spine arcs
 in proportion to the LP's leaf split, which the leaf groups then realize);
 then leaf groups (a leaf's split over its plane's spines toward a destination
-pod) against their uplink and the spine's downlink. Groups are rounded in rounds of pod pairs ``(q, q + r mod P)``:
-within a round no two groups share an arc, so a round is one vectorized step.
+pod) against their uplink and the spine's downlink. Groups are rounded in
+rounds of pod pairs ``(q, q + r mod P)``: within a round no two groups share
+an arc, so a round is one vectorized step. A few passes re-round each group
+knowing every other group's error.
 
-Every group keeps its total equal to the device's budget (a ToR pod's least
-budget, a leaf's own): the finest granularity the hardware allows.
+A group's total is the device's budget (a ToR pod's least budget, a leaf's
+own): the finest granularity the hardware allows. On small fabrics (few
+groups per arc, so little to average) each stage is then finished by an
+integer program (SCIP, time-bounded, started from the rounding): ``min U``
+over every group's weights at once, a group free to take a total a little
+under its budget (2:1 is exact in 99 units, not in 100); the ToR and leaf
+stages alternate once. Weights are finally divided by their common divisor.
 """
 
 from __future__ import annotations
