@@ -33,7 +33,7 @@ from solver.fabric import Fabric, build_fabric
 from solver.lp import solve_lp
 from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.repair import repair_weights
-from solver.rounding import MILP_MAX_WEIGHTS, carry_round, integral_plane_split
+from solver.rounding import MILP_MAX_WEIGHTS, MILP_NODES, carry_round, integral_plane_split
 from solver.weights import reduce_weights
 
 __all__ = ["clos_plan"]
@@ -183,7 +183,7 @@ def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool,
     if len(m.allowed_spines) < SMALL_GROUPS:
         tries["per-group"] = _weights(intent, fab, m, x, fib)
     if len(m.g_col) <= MILP_MAX_WEIGHTS:
-        x2 = integral_plane_split(m, x, share, tor_budget, tries["load-aware"][0], seconds=1.0)
+        x2 = integral_plane_split(m, x, share, tor_budget, tries["load-aware"][0], nodes=MILP_NODES)
         if x2 is not None:
             tries["integral-planes"] = carry_round(m, x2, tor_budget, leaf_budget, fib)
     best: tuple[float, str, _Rounded, int] | None = None

@@ -136,13 +136,15 @@ def solve_lp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarr
 
 def solve_milp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarray, col_lb: np.ndarray,
                col_ub: np.ndarray, integer: np.ndarray, *, hint: np.ndarray | None = None,
-               seconds: float = 2.0) -> LpResult | None:
+               nodes: int = 2000, seconds: float = 30.0) -> LpResult | None:
     """A mixed-integer program in the form of :func:`solve_lp` (``integer`` flags columns), by SCIP
-    within ``seconds``, started from ``hint``; the best solution found, or ``None`` without one."""
+    started from ``hint``: the best solution found within ``nodes`` branch-and-bound nodes (a
+    deterministic limit: the same input gives the same answer on any machine), or ``None``.
+    ``seconds`` is only a safety net against a pathological model."""
     from ortools.linear_solver.python import model_builder as mb
     from ortools.linear_solver.python import model_builder_helper as mbh
 
-    if seconds <= 0:
+    if seconds <= 0 or nodes <= 0:
         return None
     model = mb.Model()
     csr = sp.csr_matrix(a, dtype=np.float64)
@@ -159,6 +161,7 @@ def solve_milp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.nda
     if not helper.solver_is_supported():
         return None
     helper.set_time_limit_in_seconds(seconds)
+    helper.set_solver_specific_parameters(f"limits/nodes = {int(nodes)}")
     t0 = time.perf_counter()
     helper.solve(model.helper)
     if helper.status() not in (mb.SolveStatus.OPTIMAL, mb.SolveStatus.FEASIBLE) or not helper.has_solution():

@@ -51,6 +51,8 @@ _Members = tuple[tuple[int, int], ...]
 MILP_MAX_WEIGHTS = 4_000
 #: each group of such a program may take its budget or one of this many totals just below it
 MILP_TOTALS = 8
+#: branch-and-bound nodes per integer program: a deterministic bound (one to two seconds each on Clos S)
+MILP_NODES = 50
 _TIE = 1e-9  # tie-break toward the member whose own relative excess is least
 
 
@@ -171,7 +173,7 @@ def _round_batch(bt: _Batch, x: np.ndarray, wmin_any: int, mat: sp.csc_matrix, p
 
 
 def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matrix, proj: np.ndarray,
-          cap: np.ndarray, x_round: np.ndarray, seconds: float, totals: int = 1) -> None:
+          cap: np.ndarray, x_round: np.ndarray, nodes: int, totals: int = 1) -> None:
     """Re-choose every carrying group's weights of one stage at once: the integer program
     ``min U`` with each arc's load (the other stage fixed) ``<= U * capacity``, started from the
     current weights; applied when it lowers the stage's MLU. Each group picks its total among
@@ -267,7 +269,7 @@ def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matri
     c = np.zeros(width)
     c[u_col] = 1.0
     res = solve_milp(c, a, row_lb, row_ub, np.append(np.zeros(n_var), floor_u), np.append(ub, np.inf),
-                     np.append(np.ones(n_var, dtype=bool), False), hint=np.append(hint, now), seconds=seconds)
+                     np.append(np.ones(n_var, dtype=bool), False), hint=np.append(hint, now), nodes=nodes)
     if res is None or res.x[u_col] >= now - 1e-12:
         return
     sol = np.rint(res.x[:n_var]).astype(np.int64)
@@ -292,11 +294,12 @@ def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matri
 
 
 def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | None, tor_budget: dict[int, int],
-                         hint_w: dict[tuple[int, int], _Members] | None, seconds: float) -> np.ndarray | None:
+                         hint_w: dict[tuple[int, int], _Members] | None, nodes: int) -> np.ndarray | None:
     """The pod model's LP with every ToR split restricted to whole weight units (``a = D * k / W``,
     ``k`` integer, ``W`` the pod's budget) and leaf splits left fractional: a mixed-integer program
     small fabrics can afford (the ToR layer's few groups cannot average rounding errors out). Returns
-    the variables (``a`` then ``g``, gbps) of the best solution found in ``seconds``, or ``None``."""
+    the variables (``a`` then ``g``, gbps) of the best solution found within ``nodes``
+    branch-and-bound nodes, or ``None``."""
     c, a, row_lb, row_ub, col_lb, col_ub = m.lp(min_share)
     n_lp = a.shape[1]
     keys = [k for k in m.a_col if k[:2] in m.d_qp]
@@ -318,7 +321,7 @@ def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | Non
         hint = np.concatenate([np.full(n_lp, np.nan), kv])
     res = solve_milp(np.append(c, np.zeros(n_k)), big, np.append(row_lb, np.zeros(n_k)),
                      np.append(row_ub, np.zeros(n_k)), np.append(col_lb, k_lb), np.append(col_ub, np.full(n_k, np.inf)),
-                     np.append(np.zeros(n_lp, dtype=bool), np.ones(n_k, dtype=bool)), hint=hint, seconds=seconds)
+                     np.append(np.zeros(n_lp, dtype=bool), np.ones(n_k, dtype=bool)), hint=hint, nodes=nodes)
     if res is None:
         return None
     xv = m.lp_values(res.x[:n_lp])
@@ -326,7 +329,7 @@ def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | Non
 
 
 def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_budget: dict[int, int], fib: bool,
-                passes: int = 3, milp_seconds: float = 2.0
+                passes: int = 3, milp_nodes: int = MILP_NODES
                 ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]:
     """Integer weights for every ToR group ``(q, p)`` and leaf group ``(leaf, p)`` of ``m``.
 
@@ -338,7 +341,7 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
     leaf_budget : weight budget per leaf.
     fib : members with no LP share may get weight 0 (dropped); otherwise every member keeps >= 1.
     passes : rounds over every group; after the first, each group is re-rounded knowing every other's error.
-    milp_seconds : the time for the integer programs of both stages, on fabrics small enough for them.
+    milp_nodes : the branch-and-bound nodes of each integer program (0: none), on fabrics small enough.
 
     Returns
     -------
@@ -378,9 +381,9 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
     for _ in range(passes):
         for bt in tor_batches:
             _round_batch(bt, x, wmin_any, a_mat, proj, cap, x_round)
-    small = len(m.g_col) <= MILP_MAX_WEIGHTS and milp_seconds > 0
+    small = len(m.g_col) <= MILP_MAX_WEIGHTS and milp_nodes > 0
     if small:
-        _milp(tor_batches, x, wmin_any, a_mat, proj, cap, x_round, milp_seconds / 4, MILP_TOTALS)
+        _milp(tor_batches, x, wmin_any, a_mat, proj, cap, x_round, milp_nodes, MILP_TOTALS)
     # --- leaf groups: targets are the LP's split of the rounded plane traffic
     target = x.copy()
     target[:n_a] = x_round[:n_a]
@@ -404,7 +407,7 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
         for bt in leaf_batches:
             _round_batch(bt, target, wmin_any, lmat, proj, cap, x_round)
     if small:
-        _milp(leaf_batches, target, wmin_any, lmat, proj, cap, x_round, milp_seconds / 4, MILP_TOTALS)
+        _milp(leaf_batches, target, wmin_any, lmat, proj, cap, x_round, milp_nodes, MILP_TOTALS)
         # once more each stage, knowing the other's integers: the ToR splits through the leaves'
         # rounded splits (not the LP's), then the leaves for the plane traffic that gives
         leaf_share = share.copy()
@@ -418,13 +421,13 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
         a_mat = (lmat + lmat @ sp.csr_matrix((leaf_share, (g_cols, g_src)), shape=(m.n_vars, m.n_vars))).tocsc()
         for bt in tor_batches:
             bt.err = None  # targets below are the current values: errors count from here
-        _milp(tor_batches, x_round.copy(), wmin_any, a_mat, proj, cap, x_round, milp_seconds / 4, MILP_TOTALS)
+        _milp(tor_batches, x_round.copy(), wmin_any, a_mat, proj, cap, x_round, milp_nodes, MILP_TOTALS)
         if g_keys:
             x_round[g_cols] = leaf_share * x_round[g_src]
         for bt in leaf_batches:
             bt.err = None
             bt.demand = np.array([x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in bt.keys])
-        _milp(leaf_batches, x_round.copy(), wmin_any, lmat, proj, cap, x_round, milp_seconds / 4, MILP_TOTALS)
+        _milp(leaf_batches, x_round.copy(), wmin_any, lmat, proj, cap, x_round, milp_nodes, MILP_TOTALS)
     tor_w: dict[tuple[int, int], _Members] = {}
     for bt in tor_batches:
         assert bt.w is not None
