@@ -316,8 +316,6 @@ def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | Non
     if hint_w is not None:
         w_of = {(q, p, lp): w for (q, p), mem in hint_w.items() for lp, w in mem}
         kv = np.array([float(w_of.get(k, 0)) for k in keys])
-        base = np.zeros(n_lp)
-        base[[m.a_col[k] for k in keys]] = kv * unit
         hint = np.concatenate([np.full(n_lp, np.nan), kv])
     res = solve_milp(np.append(c, np.zeros(n_k)), big, np.append(row_lb, np.zeros(n_k)),
                      np.append(row_ub, np.zeros(n_k)), np.append(col_lb, k_lb), np.append(col_ub, np.full(n_k, np.inf)),
