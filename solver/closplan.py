@@ -157,6 +157,8 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, rounds: int = 
             return xv, seconds, res.backend, k
         rows |= over | (util > 0.98 * u)
     raise AssertionError("unreachable")
+
+
 _Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]
 
 #: below this many leaf groups the per-group (EuroSys) rounding is tried too and the better plan kept:

@@ -198,7 +198,6 @@ def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matri
     n_ch = 0
     hint: list[float] = []
     ub: list[float] = []
-    is_z: list[bool] = []
     plan: list[tuple[int, int, list[int], list[tuple[int, int, list[int]]]]] = []  # batch, row, members, options
     for bi, (bt, (t, u, total, idx, coef)) in enumerate(zip(batches, setups, strict=True)):
         assert bt.w is not None
@@ -215,14 +214,12 @@ def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matri
                 z = len(hint)
                 hint.append(1.0 if o == 0 else 0.0)
                 ub.append(1.0)
-                is_z.append(True)
                 ws = []
                 for j in js:
                     v = len(hint)
                     ws.append(v)
                     hint.append(float(bt.w[gi, j]) if o == 0 else 0.0)
                     ub.append(float(tot))
-                    is_z.append(False)
                     per = float(bt.demand[gi]) / tot
                     for arc, cf in zip(idx[gi, j].tolist(), coef[gi, j].tolist(), strict=True):
                         if arc != dummy and cf != 0.0 and np.isfinite(cap[arc]):
