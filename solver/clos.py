@@ -86,6 +86,58 @@ class PodModel:
                     x[self.g_col[(q, p, lp, arc)]] = a / len(spines)
         return x
 
+    def least_shares(self, min_share: np.ndarray | None) -> tuple[dict[tuple[int, int, int], float], np.ndarray]:
+        """Least shares of a split: ``phi[(q, p, l)]``, the share every spine of a leaf group must get
+        (its leaf's ``min_share``, for groups of two or more spines), and the least ``a`` per column
+        (a ToR pod's least ``min_share`` of the pair's demand, where it has two or more planes; scaled)."""
+        phi: dict[tuple[int, int, int], float] = {}
+        a_lb = np.zeros(len(self.a_col))
+        if min_share is None:
+            return phi, a_lb
+        for (q, p), planes in self.allowed_planes.items():
+            if len(planes) >= 2 and (q, p) in self.d_qp:
+                least = max(min_share[t] for t in self.tors_of[q])
+                for lp in planes:
+                    a_lb[self.a_col[(q, p, lp)]] = least * self.d_qp[(q, p)] / self.scale
+        for k, spines in self.allowed_spines.items():
+            if len(spines) >= 2 and k[:2] in self.d_qp:
+                phi[k] = float(min_share[self.leaf_at[(k[0], k[2])]])
+        return phi, a_lb
+
+    @staticmethod
+    def aggregate_columns(phi: dict[tuple[int, int, int], float], first: int
+                          ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
+        """Columns from ``first`` on for each leaf's least-share traffic up (by (q, l)) and toward it (by (p, l))."""
+        up_keys = sorted({(q, lp) for (q, _p, lp) in phi})
+        dn_keys = sorted({(p, lp) for (_q, p, lp) in phi})
+        up_col = {k: first + i for i, k in enumerate(up_keys)}
+        dn_col = {k: first + len(up_keys) + i for i, k in enumerate(dn_keys)}
+        return up_col, dn_col
+
+    def aggregate_rows(self, phi: dict[tuple[int, int, int], float], up_col: dict[tuple[int, int], int],
+                       dn_col: dict[tuple[int, int], int], width: int) -> sp.csr_matrix:
+        """Rows defining the aggregates: ``up[q, l] = sum_p share * a[q, p, l]``, ``down[p, l] = sum_q ...``."""
+        keys = list(phi)
+        shares = np.array([phi[k] for k in keys])
+        a_of = [self.a_col[k] for k in keys]
+        n_up = len(up_col)
+        up_row = {k: i for i, k in enumerate(up_col)}
+        dn_row = {k: n_up + i for i, k in enumerate(dn_col)}
+        agg_rows = np.arange(n_up + len(dn_col))
+        agg_cols = np.array(list(up_col.values()) + list(dn_col.values()), dtype=np.int64)
+        return sp.csr_matrix((np.concatenate([shares, shares, -np.ones(len(agg_rows))]),
+                              (np.concatenate([[up_row[(q, lp)] for (q, _p, lp) in keys],
+                                               [dn_row[(p, lp)] for (_q, p, lp) in keys], agg_rows]),
+                               np.concatenate([a_of, a_of, agg_cols]))),
+                             shape=(len(agg_rows), width))
+
+    def demand_rows(self, width: int) -> sp.csr_matrix:
+        """``sum_l a[q, p, l]`` per pod pair (in :attr:`d_qp` order): equal to ``D[q, p]``."""
+        pair_row = {pq: i for i, pq in enumerate(self.d_qp)}
+        a_keys = list(self.a_col)
+        return sp.csr_matrix((np.ones(len(a_keys)), ([pair_row[(q, p)] for (q, p, _l) in a_keys],
+                                                     [self.a_col[k] for k in a_keys])), shape=(len(pair_row), width))
+
     def lp(self, min_share: np.ndarray | None, arcs: np.ndarray | None = None
            ) -> tuple[np.ndarray, sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``min U`` over ``[a, g, U]`` (scaled by :attr:`scale`): conservation, capacity, least shares.
@@ -101,39 +153,18 @@ class PodModel:
         n_a, n_g = len(self.a_col), len(self.g_col)
         n = n_a + n_g
         s = self.scale
-        pairs = list(self.d_qp)
-        pair_row = {pq: i for i, pq in enumerate(pairs)}
-        a_keys = list(self.a_col)
         g_keys = list(self.g_col)
         split = sorted({(q, p, lp) for (q, p, lp, _arc) in self.g_col})
-        # least shares: which leaf groups get one, and each one's share
-        phi: dict[tuple[int, int, int], float] = {}
+        phi, a_lb = self.least_shares(min_share)
         col_lb = np.zeros(n + 1)
-        if min_share is not None:
-            for (q, p), planes in self.allowed_planes.items():
-                if len(planes) >= 2 and (q, p) in self.d_qp:
-                    least = max(min_share[t] for t in self.tors_of[q])
-                    for lp in planes:
-                        col_lb[self.a_col[(q, p, lp)]] = least * self.d_qp[(q, p)] / s
-            for k in split:
-                if len(self.allowed_spines[k]) >= 2:
-                    phi[k] = float(min_share[self.leaf_at[(k[0], k[2])]])
+        col_lb[:n_a] = a_lb
         # aggregate columns: per leaf (q, l) its least-share traffic up; per leaf (p, l) toward it
-        up_keys = sorted({(q, lp) for (q, _p, lp) in phi})
-        dn_keys = sorted({(p, lp) for (_q, p, lp) in phi})
-        up_col = {k: n + 1 + i for i, k in enumerate(up_keys)}
-        dn_col = {k: n + 1 + len(up_keys) + i for i, k in enumerate(dn_keys)}
-        width = n + 1 + len(up_keys) + len(dn_keys)
-        blocks: list[sp.spmatrix] = []
-        lbs: list[np.ndarray] = []
-        ubs: list[np.ndarray] = []
-        # 1. sum_l a[q, p, l] = D[q, p]
-        r1 = sp.csr_matrix((np.ones(n_a), ([pair_row[(q, p)] for (q, p, _l) in a_keys],
-                                           [self.a_col[k] for k in a_keys])), shape=(len(pairs), width))
-        dem = np.array([self.d_qp[pq] / s for pq in pairs])
-        blocks.append(r1)
-        lbs.append(dem)
-        ubs.append(dem)
+        up_col, dn_col = self.aggregate_columns(phi, n + 1)
+        width = n + 1 + len(up_col) + len(dn_col)
+        blocks: list[sp.spmatrix] = [self.demand_rows(width)]
+        dem = np.array([d / s for d in self.d_qp.values()])
+        lbs: list[np.ndarray] = [dem]
+        ubs: list[np.ndarray] = [dem]
         # 2. sum_j g'[q, p, l, j] = (1 - n * share) * a[q, p, l] where the leaf splits
         srow = {k: i for i, k in enumerate(split)}
         rows = [srow[(q, p, lp)] for (q, p, lp, _a) in g_keys] + list(range(len(split)))
@@ -144,19 +175,9 @@ class PodModel:
         ubs.append(np.zeros(len(split)))
         # 3. the aggregates: up[q, l] = sum_p share * a[q, p, l]; down[p, l] = sum_q share * a[q, p, l]
         if phi:
-            keys = list(phi)
-            shares = np.array([phi[k] for k in keys])
-            a_of = [self.a_col[k] for k in keys]
-            agg_rows = np.arange(len(up_keys) + len(dn_keys))
-            agg = sp.csr_matrix((np.concatenate([shares, shares, -np.ones(len(agg_rows))]),
-                                 (np.concatenate([[up_keys.index((q, lp)) for (q, _p, lp) in keys],
-                                                  [len(up_keys) + dn_keys.index((p, lp)) for (_q, p, lp) in keys],
-                                                  agg_rows]),
-                                  np.concatenate([a_of, a_of, n + 1 + agg_rows]))),
-                                shape=(len(agg_rows), width))
-            blocks.append(agg)
-            lbs.append(np.zeros(len(agg_rows)))
-            ubs.append(np.zeros(len(agg_rows)))
+            blocks.append(self.aggregate_rows(phi, up_col, dn_col, width))
+            lbs.append(np.zeros(len(up_col) + len(dn_col)))
+            ubs.append(np.zeros(len(up_col) + len(dn_col)))
         # 4. loads <= U * capacity on the chosen arcs
         used = np.flatnonzero(np.diff(self.load_matrix.indptr) > 0) if arcs is None else np.asarray(arcs)
         base = self.load_matrix[used]

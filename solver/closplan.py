@@ -10,8 +10,12 @@ and its ASN plan), so the path-vector simulation of :mod:`solver.routing` runs
 once per destination pod, and every device's route to any ToR of pod ``p`` is
 its route to pod ``p``'s representative (leaves of pod ``p`` itself deliver
 straight to the ToR). The LP is the pod-level model of :mod:`solver.clos`,
-its capacity rows added lazily (leaf-spine arcs first; ToR arcs only when
-the solution overloads one, which keeps it exact); weights are chosen once
+its capacity rows added lazily (leaf-spine arcs and the ToR arcs ECMP loads
+near a lower bound first; other ToR arcs only when the solution overloads one,
+which keeps it exact). A model PDLP would solve is solved through its
+spine-transport relaxation (:mod:`solver.closrelax`: one column per arc
+instead of per leaf group and spine) and the routing recovered from it by
+matrix scaling, checked against the relaxation's optimum; weights are chosen once
 per (pod pair) and (leaf, destination pod) by the load-aware rounding of
 :mod:`solver.rounding` (on small fabrics also by the per-group optimum of
 :mod:`solver.weights`; the lower MLU wins); loads (after rounding, and for
@@ -29,8 +33,9 @@ import numpy as np
 
 from controller.model import Intent, Role, WcmpRealization
 from solver.clos import PodModel, build_pod_model
+from solver.closrelax import Relaxation, decompose, relaxation
 from solver.fabric import Fabric, build_fabric
-from solver.lp import solve_lp
+from solver.lp import AUTO_PDLP_VARIABLES, solve_lp
 from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.repair import repair_weights
 from solver.rounding import MILP_MAX_WEIGHTS, MILP_NODES, carry_round, integral_plane_split
@@ -94,12 +99,11 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
     share = None if fib else np.array([1.0 / _budget(intent, n) for n in fab.names])
     if intent.wcmp_enabled and model.n_vars:
         progress("lp", 0.0)
-        xv, seconds, used_backend, rounds = _lp_lazy(model, share, backend)
+        xv, seconds, info = _lp_lazy(model, share, backend, ecmp_loads)
         lp_bound = float(xv[-1])
         x_lp = np.maximum(xv[:-1], 0.0) * model.scale
         extra["lp_seconds"] = round(seconds, 3)
-        extra["lp_rounds"] = rounds
-        extra["backend"] = used_backend
+        extra.update(info)
         progress("lp", 1.0)
     else:
         x_lp, lp_bound = ecmp_x, ecmp_mlu
@@ -129,34 +133,80 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
 _Members = tuple[tuple[int, int], ...]  # (arc, weight)
 
 
-def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, rounds: int = 4
-             ) -> tuple[np.ndarray, float, str, int]:
+def _lower_bound(m: PodModel, ecmp_loads: np.ndarray) -> float:
+    """A utilization no split can beat: each ToR's traffic (up, and down) over its links to its pod's
+    leaves, each pod's traffic to other pods (out, and in) over its leaves' links to spines. ECMP
+    delivers everything, so its loads summed over such a cut are the traffic that crosses it."""
+    head, tail = m.fab.arc_head, m.fab.arc_tail
+    groups = np.full(m.fab.n_arcs, -1, dtype=np.int64)
+    n_dev = m.fab.n
+    for (t, _lp), arc in m.tor_arc.items():
+        groups[arc] = t  # up from ToR t
+        groups[arc ^ 1] = n_dev + t  # down to ToR t
+    pod_of = {v: q for v, (q, _lp) in m.leaf_pp.items()}
+    for arc in np.unique(m.load_matrix[:, len(m.a_col):].tocsc().indices).tolist():  # leaf-spine arcs
+        leaf_up = int(tail[arc]) in pod_of
+        q = pod_of[int(tail[arc])] if leaf_up else pod_of[int(head[arc])]
+        groups[arc] = 2 * n_dev + 2 * q + (0 if leaf_up else 1)
+    keep = groups >= 0
+    size = int(groups.max(initial=0)) + 1
+    load = np.bincount(groups[keep], weights=ecmp_loads[keep], minlength=size)
+    cap = np.bincount(groups[keep], weights=m.fab.arc_cap[keep], minlength=size)
+    return float(np.max(load / np.where(cap > 0, cap, np.inf), initial=0.0))
+
+
+def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np.ndarray, rounds: int = 4
+             ) -> tuple[np.ndarray, float, dict[str, Any]]:
     """The pod model's LP with capacity rows added lazily: first only the leaf-spine arcs (where
     a Clos's splits bind), then every arc the solution overloads (and those near ``U``), until
     the solution keeps every arc under ``U`` (so it is optimal for the full LP) or, after
-    ``rounds``, with every row. Returns the variables ``[a, g, U]``, seconds, backend, rounds."""
+    ``rounds``, with every row. Models PDLP would solve go through the spine-transport
+    relaxation (:mod:`solver.closrelax`) as long as its fitted routing meets the relaxation's
+    optimum; otherwise the full model. Returns the variables ``[a, g, U]``, seconds, and what
+    the plan's ``extra`` says about the solve."""
     cap = m.fab.arc_cap
     used = np.flatnonzero(np.diff(m.load_matrix.indptr) > 0)
     spine_layer = np.zeros(m.fab.n_arcs, dtype=bool)
-    for (_q, p, _lp, arc) in m.g_col:
-        spine_layer[arc] = True
-        spine_layer[m.spine_down[(int(m.fab.arc_head[arc]), p)]] = True
-    rows = spine_layer[used]
+    spine_layer[m.load_matrix[:, len(m.a_col):].tocsc().indices] = True
+    # ToR arcs that ECMP already loads near a bound no split can beat start with the leaf-spine
+    # ones (a ToR receiving more than others binds wherever its traffic goes)
+    rows = spine_layer[used] | (ecmp_loads[used] / cap[used] >= TOR_ROWS_FIRST * _lower_bound(m, ecmp_loads))
+    relax: Relaxation | None = None
+    if backend == "pdlp" or (backend == "auto" and m.n_vars > AUTO_PDLP_VARIABLES):
+        relax = relaxation(m, share)
+    info: dict[str, Any] = {}
     seconds = 0.0
-    for k in range(1, rounds + 2):
+    k = 0
+    while True:
+        k += 1
         full = k > rounds or rows.all()
-        res = solve_lp(*m.lp(share, None if full else used[rows]), backend=backend, tolerance=PDLP_TOLERANCE)
-        seconds += res.seconds
-        xv = m.lp_values(res.x)
-        if full:
-            return xv, seconds, res.backend, k
-        util = m.loads(np.maximum(xv[:-1], 0.0) * m.scale)[used] / cap[used]
-        u = float(xv[-1])
+        arcs = used if full else used[rows]
+        if relax is not None:
+            res = solve_lp(*relax.lp(share, arcs), backend="pdlp", tolerance=PDLP_TOLERANCE)
+            t0 = time.perf_counter()
+            xv, fit, sweeps = decompose(relax, res.x)
+            seconds += res.seconds + time.perf_counter() - t0
+            u = float(xv[-1])
+            util = m.loads(np.maximum(xv[:-1], 0.0) * m.scale) / cap
+            info.update(lp_model_solved="spine-transport", fit_error=float(f"{fit:.3g}"), fit_sweeps=sweeps)
+            if float(util[spine_layer].max(initial=0.0)) > u * (1 + FIT_ABOVE):
+                relax = None  # the margins admit no table close enough: solve the full model instead
+                info = {"lp_model_solved": "pod-groups",
+                        "spine_transport_missed": round(float(util[spine_layer].max(initial=0.0)), 6)}
+                k = 0
+                continue
+            util = util[used]
+        else:
+            res = solve_lp(*m.lp(share, arcs), backend=backend, tolerance=PDLP_TOLERANCE)
+            seconds += res.seconds
+            xv = m.lp_values(res.x)
+            u = float(xv[-1])
+            util = m.loads(np.maximum(xv[:-1], 0.0) * m.scale)[used] / cap[used]
+        info.update(backend=res.backend, lp_rounds=k)
         over = ~rows & (util > u * (1 + 1e-6) + 1e-9)
-        if not over.any():
-            return xv, seconds, res.backend, k
+        if full or not over.any():
+            return xv, seconds, info
         rows |= over | (util > 0.98 * u)
-    raise AssertionError("unreachable")
 
 
 _Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]
@@ -166,6 +216,11 @@ _Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members
 SMALL_GROUPS = 5_000
 #: the unit-move repair runs only when rounding left the MLU this far above the LP optimum
 REPAIR_ABOVE = 0.002
+#: ToR arcs whose ECMP utilization is at least this fraction of a lower bound on the optimum get capacity
+#: rows from the first LP round (the rest only if a solution overloads them)
+TOR_ROWS_FIRST = 0.9
+#: the spine-transport relaxation's routing is used when IPF brings every leaf-spine arc this close to its optimum
+FIT_ABOVE = 1e-4
 #: PDLP (large fabrics) stops at this relative gap and residual: the LP optimum it reports is within
 #: about that of the true one, far inside the rounding's own error, for a third less time than 1e-7
 PDLP_TOLERANCE = 1e-5
@@ -271,6 +326,10 @@ def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[in
     n_groups = n_routes = 0
 
     nh_cache: dict[tuple[int, int], NextHop] = {}
+    tor_arcs: dict[int, list[tuple[int, int]]] = {}  # ToR -> (plane, arc up)
+    for (t, lp), a in sorted(m.tor_arc.items()):
+        tor_arcs.setdefault(t, []).append((lp, a))
+    tor_groups: dict[tuple[Any, ...], tuple[dict[str, tuple[NextHop, ...]], dict[int, str]]] = {}
 
     def hop(a: int, w: int) -> NextHop:
         h = nh_cache.get((a, w))
@@ -295,13 +354,19 @@ def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[in
             return g
 
         own: int | None = None
+        shared: tuple[dict[str, tuple[NextHop, ...]], dict[int, str]] | None = None
+        look: tuple[Any, ...] = ()
         if role == Role.TOR:
             own = v
             q = m.tor_pod[v]
-            for p in m.pods:
-                mem = tor_w.get((q, p))
-                if mem:
-                    by_pod[p] = gid_of(hops([(m.tor_arc[(v, lp)], w) for lp, w in mem]))
+            # ToRs of a pod with the same port and leaf per plane have the same groups: build them once
+            look = (q, tuple((lp, port[a], int(head[a])) for lp, a in tor_arcs.get(v, ())))
+            shared = tor_groups.get(look)
+            if shared is None:
+                for p in m.pods:
+                    mem = tor_w.get((q, p))
+                    if mem:
+                        by_pod[p] = gid_of(hops([(m.tor_arc[(v, lp)], w) for lp, w in mem]))
         elif role == Role.LEAF:
             q, lp = m.leaf_pp[v]
             for p in m.pods:
@@ -317,8 +382,13 @@ def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[in
                 arc = m.spine_down.get((v, p))
                 if arc is not None:
                     by_pod[p] = gid_of(hops([(arc, 1)]))
+        if shared is not None:
+            groups, by_pod = shared
+        else:
+            groups = {g: tuple(hop(a, w) for a, w in h) for h, g in gids.items()}
+            if role == Role.TOR:
+                tor_groups[look] = (groups, by_pod)
         routes = _Routes(prefixes, index, ppod, ptor, by_pod, by_tor, own)
-        groups = {g: tuple(hop(a, w) for a, w in h) for h, g in gids.items()}
         devices[name] = DevicePlan(groups=groups, routes=routes)
         n_groups += len(groups)
         n_routes += len(routes)
