@@ -324,7 +324,7 @@ def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | Non
 
 
 def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_budget: dict[int, int], fib: bool,
-                passes: int = 3, milp_nodes: int = MILP_NODES
+                passes: int = 2, milp_nodes: int = MILP_NODES
                 ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]:
     """Integer weights for every ToR group ``(q, p)`` and leaf group ``(leaf, p)`` of ``m``.
 
