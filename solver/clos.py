@@ -61,6 +61,16 @@ class PodModel:
     load_matrix: sp.csr_matrix  # arcs x variables: gbps on each arc
     scale: float
     _shift: sp.csr_matrix | None = None  # LP columns -> variables, when least shares are substituted
+    _g_a: np.ndarray | None = None  # g_owner's cache
+
+    def g_owner(self) -> np.ndarray:
+        """Per ``g`` column (in column order), its ``a`` column: a leaf group's columns follow one
+        another in the order of their ``a`` columns (as :func:`build_pod_model` numbers them)."""
+        if self._g_a is None:
+            counts = [len(self.allowed_spines.get(k) or ()) for k in self.a_col]
+            self._g_a = np.repeat(np.arange(len(self.a_col), dtype=np.int64), counts)
+            assert len(self._g_a) == len(self.g_col)
+        return self._g_a
 
     def lp_values(self, x_lp: np.ndarray) -> np.ndarray:
         """The variables ``[a, g, U]`` from an LP solution of :meth:`lp` (undoing the substitution)."""
@@ -338,6 +348,10 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
         base[tors_of[p][0]] = True
         if len(tors_of[p]) > 1:
             base[tors_of[p][1]] = True
+    head_l: list[int] = head.tolist()  # plain ints: indexing a list is much cheaper than an array
+    is_spine = [False] * fab.n
+    for v in st["spines"]:
+        is_spine[v] = True
     for p in pods:
         rep = tors_of[p][0]
         routes = _bgp_class(fab, (rep,), base)
@@ -352,7 +366,7 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
                         return None
                     planes.append(lp)
                 elif arcs:
-                    if any(int(head[a]) not in st["spines"] for a in arcs):
+                    if not all(is_spine[head_l[a]] for a in arcs):
                         return None
                     allowed_spines[(q, p, lp)] = list(arcs)
                     planes.append(lp)
@@ -401,11 +415,17 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
         for lp in allowed_planes[(q, p)]:
             a_col[(q, p, lp)] = len(a_col)
     n_a = len(a_col)
-    g_col: dict[tuple[int, int, int, int], int] = {}
+    g_keys: list[tuple[int, int, int, int]] = []
+    g_arc: list[int] = []  # per g column: its arc up to the spine
+    g_pod: list[int] = []  # and the destination pod's position
+    pod_ix = {p: i for i, p in enumerate(pods)}
     for (q, p) in d_qp:
         for lp in allowed_planes[(q, p)]:
-            for arc in allowed_spines.get((q, p, lp), ()):
-                g_col[(q, p, lp, arc)] = n_a + len(g_col)
+            ups = allowed_spines.get((q, p, lp)) or []
+            g_keys.extend((q, p, lp, arc) for arc in ups)
+            g_arc.extend(ups)
+            g_pod.extend([pod_ix[p]] * len(ups))
+    g_col = dict(zip(g_keys, range(n_a, n_a + len(g_keys)), strict=True))
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
@@ -421,11 +441,16 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
             rows.append(st["down_arc"][(leaf_at[(p, lp)], t)])
             cols.append(a_col[(q, p, lp)])
             vals.append(x / d_qp[(q, p)])
-    for (_q, p, _lp, arc), ci in g_col.items():  # leaf up, spine down
-        rows += [arc, spine_down[(int(head[arc]), p)]]
-        cols += [ci, ci]
-        vals += [1.0, 1.0]
-    load_matrix = sp.csr_matrix((vals, (rows, cols)), shape=(fab.n_arcs, n_a + len(g_col)))
+    down = np.full((fab.n, len(pods)), -1, dtype=np.int64)  # (spine, destination pod position) -> arc
+    for (sp_, p), arc in spine_down.items():
+        down[sp_, pod_ix[p]] = arc
+    up_arc = np.asarray(g_arc, dtype=np.int64)
+    g_cols = np.arange(n_a, n_a + len(g_keys), dtype=np.int64)
+    all_rows = np.concatenate([np.asarray(rows, dtype=np.int64), up_arc,  # leaf up, spine down
+                               down[head[up_arc], np.asarray(g_pod, dtype=np.int64)]])
+    all_cols = np.concatenate([np.asarray(cols, dtype=np.int64), g_cols, g_cols])
+    all_vals = np.concatenate([np.asarray(vals, dtype=np.float64), np.ones(2 * len(g_keys))])
+    load_matrix = sp.csr_matrix((all_vals, (all_rows, all_cols)), shape=(fab.n_arcs, n_a + len(g_col)))
     return PodModel(
         fab=fab, pods=pods, tor_pod=tor_pod, tors_of=tors_of, leaf_at=leaf_at, leaf_pp=st["leaf_pp"],
         tor_arc=st["tor_arc"], down_arc=st["down_arc"], spine_down=spine_down, allowed_planes=allowed_planes,

@@ -10,12 +10,13 @@ and its ASN plan), so the path-vector simulation of :mod:`solver.routing` runs
 once per destination pod, and every device's route to any ToR of pod ``p`` is
 its route to pod ``p``'s representative (leaves of pod ``p`` itself deliver
 straight to the ToR). The LP is the pod-level model of :mod:`solver.clos`,
-its capacity rows added lazily (leaf-spine arcs and the ToR arcs ECMP loads
-near a lower bound first; other ToR arcs only when the solution overloads one,
-which keeps it exact). A model PDLP would solve is solved through its
-spine-transport relaxation (:mod:`solver.closrelax`: one column per arc
-instead of per leaf group and spine) and the routing recovered from it by
-matrix scaling, checked against the relaxation's optimum; weights are chosen once
+its capacity rows added lazily (leaf-spine arcs first; ToR arcs only when the
+solution overloads one, which keeps it exact). A model PDLP would solve is
+solved through its spine-transport relaxation instead (:mod:`solver.closrelax`:
+one column per arc instead of per leaf group and spine; every row in its second
+round), the
+routing recovered from it by matrix scaling and checked against the
+relaxation's optimum; weights are chosen once
 per (pod pair) and (leaf, destination pod) by the load-aware rounding of
 :mod:`solver.rounding` (on small fabrics also by the per-group optimum of
 :mod:`solver.weights`; the lower MLU wins); loads (after rounding, and for
@@ -133,26 +134,28 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
 _Members = tuple[tuple[int, int], ...]  # (arc, weight)
 
 
-def _lower_bound(m: PodModel, ecmp_loads: np.ndarray) -> float:
-    """A utilization no split can beat: each ToR's traffic (up, and down) over its links to its pod's
-    leaves, each pod's traffic to other pods (out, and in) over its leaves' links to spines. ECMP
-    delivers everything, so its loads summed over such a cut are the traffic that crosses it."""
+def _cut_bounds(m: PodModel, ecmp_loads: np.ndarray) -> tuple[float, float]:
+    """Two utilizations no split can beat: the most loaded ToR cut (a ToR's traffic up, or down,
+    over its links to its pod's leaves) and the most loaded pod cut (a pod's traffic to other pods,
+    out or in, over its leaves' links to spines). ECMP delivers everything, so its loads summed
+    over a cut are the traffic that must cross it."""
     head, tail = m.fab.arc_head, m.fab.arc_tail
-    groups = np.full(m.fab.n_arcs, -1, dtype=np.int64)
     n_dev = m.fab.n
+    groups = np.full(m.fab.n_arcs, -1, dtype=np.int64)
     for (t, _lp), arc in m.tor_arc.items():
         groups[arc] = t  # up from ToR t
         groups[arc ^ 1] = n_dev + t  # down to ToR t
-    pod_of = {v: q for v, (q, _lp) in m.leaf_pp.items()}
+    pod_ix = {p: i for i, p in enumerate(m.pods)}  # pods are numbered freely: index by position
+    pod_of = {v: pod_ix[q] for v, (q, _lp) in m.leaf_pp.items()}
     for arc in np.unique(m.load_matrix[:, len(m.a_col):].tocsc().indices).tolist():  # leaf-spine arcs
-        leaf_up = int(tail[arc]) in pod_of
-        q = pod_of[int(tail[arc])] if leaf_up else pod_of[int(head[arc])]
-        groups[arc] = 2 * n_dev + 2 * q + (0 if leaf_up else 1)
+        up = int(tail[arc]) in pod_of
+        groups[arc] = 2 * n_dev + 2 * (pod_of[int(tail[arc])] if up else pod_of[int(head[arc])]) + (0 if up else 1)
     keep = groups >= 0
-    size = int(groups.max(initial=0)) + 1
+    size = 2 * n_dev + 2 * len(m.pods)
     load = np.bincount(groups[keep], weights=ecmp_loads[keep], minlength=size)
     cap = np.bincount(groups[keep], weights=m.fab.arc_cap[keep], minlength=size)
-    return float(np.max(load / np.where(cap > 0, cap, np.inf), initial=0.0))
+    util = load / np.where(cap > 0, cap, np.inf)
+    return float(util[:2 * n_dev].max(initial=0.0)), float(util[2 * n_dev:].max(initial=0.0))
 
 
 def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np.ndarray, rounds: int = 4
@@ -161,19 +164,27 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
     a Clos's splits bind), then every arc the solution overloads (and those near ``U``), until
     the solution keeps every arc under ``U`` (so it is optimal for the full LP) or, after
     ``rounds``, with every row. Models PDLP would solve go through the spine-transport
-    relaxation (:mod:`solver.closrelax`) as long as its fitted routing meets the relaxation's
-    optimum; otherwise the full model. Returns the variables ``[a, g, U]``, seconds, and what
-    the plan's ``extra`` says about the solve."""
+    relaxation (:mod:`solver.closrelax`; every row from the first round when a ToR cut is
+    near the pods' cut bound, from the second otherwise) as long as its fitted routing meets
+    the relaxation's optimum; otherwise the full model. Returns the
+    variables ``[a, g, U]``, seconds, and what the plan's ``extra`` says about the solve."""
     cap = m.fab.arc_cap
     used = np.flatnonzero(np.diff(m.load_matrix.indptr) > 0)
     spine_layer = np.zeros(m.fab.n_arcs, dtype=bool)
     spine_layer[m.load_matrix[:, len(m.a_col):].tocsc().indices] = True
-    # ToR arcs that ECMP already loads near a bound no split can beat start with the leaf-spine
-    # ones (a ToR receiving more than others binds wherever its traffic goes)
-    rows = spine_layer[used] | (ecmp_loads[used] / cap[used] >= TOR_ROWS_FIRST * _lower_bound(m, ecmp_loads))
+    rows = spine_layer[used]
     relax: Relaxation | None = None
-    if backend == "pdlp" or (backend == "auto" and m.n_vars > AUTO_PDLP_VARIABLES):
+    phi, _a_lb = m.least_shares(share)
+    up_agg, dn_agg = m.aggregate_columns(phi, 0)
+    columns = m.n_vars + 1 + len(up_agg) + len(dn_agg)  # the full model's, as solve_lp counts them for auto
+    if backend == "pdlp" or (backend == "auto" and columns > AUTO_PDLP_VARIABLES):
         relax = relaxation(m, share)
+        if (relax.n_spines_a * relax.phi_a > 1 + 1e-12).any():
+            relax = None  # a group with more spines than weights: its margins go negative (the full model says why)
+        else:
+            tor_cut, pod_cut = _cut_bounds(m, ecmp_loads)
+            if tor_cut >= TOR_ROWS_AT * pod_cut:  # ToR arcs are likely to bind: their rows from the start
+                rows[:] = True
     info: dict[str, Any] = {}
     seconds = 0.0
     k = 0
@@ -191,6 +202,7 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
             info.update(lp_model_solved="spine-transport", fit_error=float(f"{fit:.3g}"), fit_sweeps=sweeps)
             if float(util[spine_layer].max(initial=0.0)) > u * (1 + FIT_ABOVE):
                 relax = None  # the margins admit no table close enough: solve the full model instead
+                rows = spine_layer[used]
                 info = {"lp_model_solved": "pod-groups",
                         "spine_transport_missed": round(float(util[spine_layer].max(initial=0.0)), 6)}
                 k = 0
@@ -206,7 +218,12 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
         over = ~rows & (util > u * (1 + 1e-6) + 1e-9)
         if full or not over.any():
             return xv, seconds, info
-        rows |= over | (util > 0.98 * u)
+        if relax is not None:
+            # every ToR row at once: on XL, adding only the overloaded ones took up to five solves
+            # (each round's optimum skews other pods' plane splits onto new ToR arcs)
+            rows[:] = True
+        else:
+            rows |= over | (util > 0.98 * u)
 
 
 _Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]
@@ -214,11 +231,13 @@ _Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members
 #: below this many leaf groups the per-group (EuroSys) rounding is tried too and the better plan kept:
 #: few groups give load-aware rounding few errors to compensate with
 SMALL_GROUPS = 5_000
+#: candidate unit moves the repair may price, shared by the roundings it polishes (about 5 s of work)
+REPAIR_TRIES = 100_000
 #: the unit-move repair runs only when rounding left the MLU this far above the LP optimum
 REPAIR_ABOVE = 0.002
-#: ToR arcs whose ECMP utilization is at least this fraction of a lower bound on the optimum get capacity
-#: rows from the first LP round (the rest only if a solution overloads them)
-TOR_ROWS_FIRST = 0.9
+#: the relaxed LP has every ToR row from its first round when some ToR's cut bound is at least this
+#: fraction of the pods' (on the XL bench the two are 0.384 and 0.374, and the optimum is 0.384)
+TOR_ROWS_AT = 0.9
 #: the spine-transport relaxation's routing is used when IPF brings every leaf-spine arc this close to its optimum
 FIT_ABOVE = 1e-4
 #: PDLP (large fabrics) stops at this relative gap and residual: the LP optimum it reports is within
@@ -249,7 +268,7 @@ def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool,
         moves = 0
         if mlu > lp_bound * (1 + REPAIR_ABOVE):
             tor_w, leaf_w, x_round, moves = repair_weights(m, tor_w, leaf_w, x_round.copy(),
-                                                           seconds=5.0 / len(tries))
+                                                           max_tries=REPAIR_TRIES // len(tries))
             mlu = float((m.loads(x_round) / fab.arc_cap).max()) if fab.n_arcs else 0.0
         if best is None or mlu < best[0] - 1e-12:
             best = (mlu, name, (tor_w, leaf_w, x_round), moves)

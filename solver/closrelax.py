@@ -151,9 +151,8 @@ def relaxation(m: PodModel, min_share: np.ndarray | None) -> Relaxation:
     fab = m.fab
     head, tail = fab.arc_head, fab.arc_tail
     n_a, n_g = len(m.a_col), len(m.g_col)
-    counts = np.array([len(m.allowed_spines.get(k, ())) if k[:2] in m.d_qp else 0 for k in m.a_col],
-                      dtype=np.int64)
-    g_a = np.repeat(np.arange(n_a), counts)  # g columns follow their a column's order (build_pod_model)
+    g_a = m.g_owner()
+    counts = np.bincount(g_a, minlength=n_a)
     csc = m.load_matrix[:, n_a:].tocsc()
     csc.sort_indices()
     ends = csc.indices.reshape(n_g, 2) if n_g else np.zeros((0, 2), dtype=np.int64)

@@ -14,7 +14,6 @@ Loads come from the pod model's linear load matrix.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,14 +54,15 @@ def _delta(m: PodModel, g: _Group, i: int, j: int, x: np.ndarray, demand: float)
 
 
 def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: dict[tuple[int, int], _Members],
-                   x: np.ndarray, *, max_moves: int = 2000, seconds: float = 5.0
+                   x: np.ndarray, *, max_moves: int = 2000, max_tries: int = 100_000
                    ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray, int]:
     """Move weight units inside ToR and leaf groups while that lowers the MLU.
 
-    Stops at a local optimum, after ``max_moves`` moves or after ``seconds``.
-    Returns the updated ToR groups, leaf groups, variables and the number of moves.
+    Stops at a local optimum, after ``max_moves`` moves or once ``max_tries`` candidate moves
+    have been priced (a bound on work, not on time: the same input gives the same weights on any
+    machine, however busy). Returns the updated ToR groups, leaf groups, variables and the number
+    of moves.
     """
-    deadline = time.perf_counter() + seconds
     fab = m.fab
     cap = fab.arc_cap
     lcsr = m.load_matrix.tocsr()
@@ -93,7 +93,8 @@ def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: 
     moves = 0
     if loads.size == 0:  # no links carry anything to improve (a fabric without links)
         max_moves = 0
-    while moves < max_moves and time.perf_counter() < deadline:
+    tries = 0
+    while moves < max_moves and tries < max_tries:
         util = loads / cap
         hot = int(np.argmax(util))
         mlu = float(util[hot])
@@ -109,6 +110,7 @@ def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: 
             for j in range(len(g.w)):
                 if j == i:
                     continue
+                tries += 1
                 dx = _delta(m, g, i, j, x, demand)
                 cols = np.fromiter(dx, dtype=np.int64)
                 vals = np.fromiter(dx.values(), dtype=np.float64)

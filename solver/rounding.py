@@ -324,7 +324,7 @@ def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | Non
 
 
 def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_budget: dict[int, int], fib: bool,
-                passes: int = 2, milp_nodes: int = MILP_NODES
+                passes: int = 3, milp_nodes: int = MILP_NODES
                 ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]:
     """Integer weights for every ToR group ``(q, p)`` and leaf group ``(leaf, p)`` of ``m``.
 
@@ -335,7 +335,8 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
     tor_budget : weight budget per source pod (its ToRs' least ``max_ecmp_entries``).
     leaf_budget : weight budget per leaf.
     fib : members with no LP share may get weight 0 (dropped); otherwise every member keeps >= 1.
-    passes : rounds over every group; after the first, each group is re-rounded knowing every other's error.
+    passes : most rounds over every group; after the first, each group is re-rounded knowing every other's
+        error, for as long as a round lowers the projected maximum utilization.
     milp_nodes : the branch-and-bound nodes of each integer program (0: none), on fabrics small enough.
 
     Returns
@@ -355,11 +356,11 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
     proj = np.asarray(lmat @ x)
     # --- ToR groups: a unit in plane l moves traffic on the a column's arcs and, through the LP's
     # leaf split, on the leaf-spine arcs of its g columns
-    g_keys = list(m.g_col)
-    g_cols = np.array([m.g_col[k] for k in g_keys], dtype=np.int64)
-    g_src = np.array([m.a_col[k[:3]] for k in g_keys], dtype=np.int64)
+    has_g = len(m.g_col) > 0
+    g_cols = np.arange(n_a, n_a + len(m.g_col), dtype=np.int64)
+    g_src = m.g_owner()
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(x[g_src] > 0, x[g_cols] / x[np.maximum(g_src, 0)], 0.0) if g_keys else np.zeros(0)
+        share = np.where(x[g_src] > 0, x[g_cols] / x[np.maximum(g_src, 0)], 0.0) if has_g else np.zeros(0)
     spread = sp.csr_matrix((share, (g_cols, g_src)), shape=(m.n_vars, m.n_vars))
     a_mat = (lmat + lmat @ spread).tocsc()
     tor_batches: list[_Batch] = []
@@ -382,7 +383,7 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
     # --- leaf groups: targets are the LP's split of the rounded plane traffic
     target = x.copy()
     target[:n_a] = x_round[:n_a]
-    if g_keys:
+    if has_g:
         target[g_cols] = share * x_round[g_src]
     planes = sorted({lp for (_q, lp) in m.leaf_at})
     leaf_batches: list[_Batch] = []
@@ -398,9 +399,14 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
             demand = np.array([x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in keys3])
             total = np.array([leaf_budget[m.leaf_at[(k[0], lp)]] for k in keys3], dtype=np.int64)
             leaf_batches.append(_Batch(list(keys3), members, cols, valid, demand, total))
-    for _ in range(passes):
+    worst = np.inf
+    for _ in range(passes):  # later passes only while they lower the projected maximum
         for bt in leaf_batches:
             _round_batch(bt, target, wmin_any, lmat, proj, cap, x_round)
+        now = float((proj[:-1] / cap[:-1]).max(initial=0.0))
+        if now >= worst - 1e-12:
+            break
+        worst = now
     if small:
         _milp(leaf_batches, target, wmin_any, lmat, proj, cap, x_round, milp_nodes, MILP_TOTALS)
         # once more each stage, knowing the other's integers: the ToR splits through the leaves'
@@ -417,7 +423,7 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
         for bt in tor_batches:
             bt.err = None  # targets below are the current values: errors count from here
         _milp(tor_batches, x_round.copy(), wmin_any, a_mat, proj, cap, x_round, milp_nodes, MILP_TOTALS)
-        if g_keys:
+        if has_g:
             x_round[g_cols] = leaf_share * x_round[g_src]
         for bt in leaf_batches:
             bt.err = None
