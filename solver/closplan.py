@@ -231,8 +231,9 @@ _Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members
 #: below this many leaf groups the per-group (EuroSys) rounding is tried too and the better plan kept:
 #: few groups give load-aware rounding few errors to compensate with
 SMALL_GROUPS = 5_000
-#: candidate unit moves the repair may price, shared by the roundings it polishes (about 5 s of work)
-REPAIR_TRIES = 100_000
+#: candidate unit moves the repair may price, shared by the roundings it polishes: a bound on work
+#: (about 5 s at 0.25 ms a move on Clos M, where a repair prices under a thousand)
+REPAIR_TRIES = 20_000
 #: the unit-move repair runs only when rounding left the MLU this far above the LP optimum
 REPAIR_ABOVE = 0.002
 #: the relaxed LP has every ToR row from its first round when some ToR's cut bound is at least this

@@ -54,7 +54,7 @@ def _delta(m: PodModel, g: _Group, i: int, j: int, x: np.ndarray, demand: float)
 
 
 def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: dict[tuple[int, int], _Members],
-                   x: np.ndarray, *, max_moves: int = 2000, max_tries: int = 100_000
+                   x: np.ndarray, *, max_moves: int = 2000, max_tries: int = 20_000
                    ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray, int]:
     """Move weight units inside ToR and leaf groups while that lowers the MLU.
 
