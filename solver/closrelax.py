@@ -26,7 +26,8 @@ not guaranteed for every optimal ``y, z`` (a vertex of the relaxation can
 defeat it), but PDLP's optimum is not a vertex and on every bench fabric the
 fitted table meets the margins to about 1e-8. The caller checks the fitted
 routing's loads and falls back to the full pod model when they exceed the
-relaxation's optimum.
+relaxation's optimum by more than 0.1% (PDLP's tolerance alone leaves about
+0.01%).
 
 Least shares (a leaf's smallest weight, ``g >= share * a``) are carried as in
 :meth:`solver.clos.PodModel.lp`: the fitted table is ``g' = g - share * a``,
