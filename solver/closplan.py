@@ -13,11 +13,9 @@ straight to the ToR). The LP is the pod-level model of :mod:`solver.clos`,
 its capacity rows added lazily (leaf-spine arcs first; ToR arcs only when the
 solution overloads one, which keeps it exact). A model PDLP would solve is
 solved through its spine-transport relaxation instead (:mod:`solver.closrelax`:
-one column per arc instead of per leaf group and spine; every row in its second
-round), the
-routing recovered from it by matrix scaling and checked against the
-relaxation's optimum; weights are chosen once
-per (pod pair) and (leaf, destination pod) by the load-aware rounding of
+one column per arc instead of per leaf group and spine), the routing recovered
+from it by matrix scaling and checked against the relaxation's optimum; weights
+are chosen once per (pod pair) and (leaf, destination pod) by the load-aware rounding of
 :mod:`solver.rounding` (on small fabrics also by the per-group optimum of
 :mod:`solver.weights`; the lower MLU wins); loads (after rounding, and for
 ECMP) are the LP's own linear load rows evaluated at the rounded splits.
@@ -134,11 +132,11 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
 _Members = tuple[tuple[int, int], ...]  # (arc, weight)
 
 
-def _cut_bounds(m: PodModel, ecmp_loads: np.ndarray) -> tuple[float, float]:
+def _cut_bounds(m: PodModel, ecmp_loads: np.ndarray, spine_layer: np.ndarray) -> tuple[float, float]:
     """Two utilizations no split can beat: the most loaded ToR cut (a ToR's traffic up, or down,
     over its links to its pod's leaves) and the most loaded pod cut (a pod's traffic to other pods,
     out or in, over its leaves' links to spines). ECMP delivers everything, so its loads summed
-    over a cut are the traffic that must cross it."""
+    over a cut are the traffic that must cross it. ``spine_layer`` flags the leaf-spine arcs."""
     head, tail = m.fab.arc_head, m.fab.arc_tail
     n_dev = m.fab.n
     groups = np.full(m.fab.n_arcs, -1, dtype=np.int64)
@@ -147,7 +145,7 @@ def _cut_bounds(m: PodModel, ecmp_loads: np.ndarray) -> tuple[float, float]:
         groups[arc ^ 1] = n_dev + t  # down to ToR t
     pod_ix = {p: i for i, p in enumerate(m.pods)}  # pods are numbered freely: index by position
     pod_of = {v: pod_ix[q] for v, (q, _lp) in m.leaf_pp.items()}
-    for arc in np.unique(m.load_matrix[:, len(m.a_col):].tocsc().indices).tolist():  # leaf-spine arcs
+    for arc in np.flatnonzero(spine_layer).tolist():
         up = int(tail[arc]) in pod_of
         groups[arc] = 2 * n_dev + 2 * (pod_of[int(tail[arc])] if up else pod_of[int(head[arc])]) + (0 if up else 1)
     keep = groups >= 0
@@ -182,7 +180,7 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
         if (relax.n_spines_a * relax.phi_a > 1 + 1e-12).any():
             relax = None  # a group with more spines than weights: its margins go negative (the full model says why)
         else:
-            tor_cut, pod_cut = _cut_bounds(m, ecmp_loads)
+            tor_cut, pod_cut = _cut_bounds(m, ecmp_loads, spine_layer)
             if tor_cut >= TOR_ROWS_AT * pod_cut:  # ToR arcs are likely to bind: their rows from the start
                 rows[:] = True
     info: dict[str, Any] = {}
