@@ -14,23 +14,18 @@ import pytest
 
 from controller.gen import clos_document
 from controller.intent import validate_intent
+from controller.model import Intent
 from solver import solve
-from solver.clos import PodModel, build_pod_model
-from solver.closplan import _budget
+from solver.clos import PodModel
 from solver.closrelax import decompose, relaxation
-from solver.fabric import build_fabric
 from solver.lp import solve_lp
 from tests.checker import assert_plan_ok
+from tests.podmodel import generated_pod_model
 
 
-def _fabric(seed: int, budget: int = 16) -> tuple[object, PodModel, np.ndarray]:
-    doc = clos_document(pods=6, tors=3, planes=3, spines=5, seed=seed, missing=0.1, hetero=0.3,
-                        demand="uniform", load=0.9, max_ecmp_entries=budget)
-    intent = validate_intent(doc)
-    fab = build_fabric(intent)
-    m = build_pod_model(fab)
-    assert m is not None
-    share = np.array([1.0 / _budget(intent, n) for n in fab.names])
+def _fabric(seed: int, budget: int = 16) -> tuple[Intent, PodModel, np.ndarray]:
+    intent, _fab, m, share = generated_pod_model(pods=6, tors=3, planes=3, spines=5, seed=seed, missing=0.1,
+                                                 hetero=0.3, max_ecmp_entries=budget)
     return intent, m, share
 
 
@@ -64,9 +59,9 @@ def test_relaxation_reaches_the_pod_model_optimum(seed: int) -> None:
 
 def test_pdlp_plans_go_through_the_relaxation_and_pass_the_checker() -> None:
     intent, m, share = _fabric(2)
-    plan = solve(intent, backend="pdlp")  # type: ignore[arg-type]
+    plan = solve(intent, backend="pdlp")
     assert plan.summary.extra["lp_model_solved"] == "spine-transport"
-    assert_plan_ok(intent, plan)  # type: ignore[arg-type]
+    assert_plan_ok(intent, plan)
     exact = solve_lp(*m.lp(share), backend="glop")
     assert plan.summary.lp_bound == pytest.approx(float(m.lp_values(exact.x)[-1]), rel=1e-4)
 
@@ -78,10 +73,10 @@ def test_a_missed_fit_falls_back_to_the_full_model(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(closplan, "FIT_ABOVE", -1.0)  # no routing can be that far under its optimum
     intent, _m, _share = _fabric(5)
-    plan = solve(intent, backend="pdlp")  # type: ignore[arg-type]
+    plan = solve(intent, backend="pdlp")
     assert plan.summary.extra["lp_model_solved"] == "pod-groups"
     assert "spine_transport_missed" in plan.summary.extra
-    assert_plan_ok(intent, plan)  # type: ignore[arg-type]
+    assert_plan_ok(intent, plan)
 
 
 def test_a_vertex_of_the_relaxation_may_defeat_the_fit_but_not_the_bound() -> None:

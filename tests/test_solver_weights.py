@@ -77,20 +77,12 @@ def test_budget_too_small_or_bad_ratios() -> None:
 def _pod_model_and_lp(pods: int, budget: int):  # type: ignore[no-untyped-def]
     import numpy as np
 
-    from controller.gen import clos_document
-    from controller.intent import validate_intent
-    from solver.clos import build_pod_model
     from solver.closplan import _budget
-    from solver.fabric import build_fabric
     from solver.lp import solve_lp
+    from tests.podmodel import generated_pod_model
 
-    doc = clos_document(pods=pods, tors=4, planes=2, spines=6, seed=3, missing=0.05, hetero=0.3,
-                        demand="uniform", load=0.9, max_ecmp_entries=budget)
-    intent = validate_intent(doc)
-    fab = build_fabric(intent)
-    m = build_pod_model(fab)
-    assert m is not None
-    share = np.array([1.0 / _budget(intent, n) for n in fab.names])
+    intent, fab, m, share = generated_pod_model(pods=pods, tors=4, planes=2, spines=6, seed=3, missing=0.05,
+                                                hetero=0.3, max_ecmp_entries=budget)
     res = solve_lp(*m.lp(share), backend="glop")
     xv = m.lp_values(res.x)
     tor_budget = {m.tor_pod[t]: _budget(intent, fab.names[t]) for t in m.tor_pod}
