@@ -172,11 +172,11 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
     spine_layer[m.load_matrix[:, len(m.a_col):].tocsc().indices] = True
     rows = spine_layer[used]
     relax: Relaxation | None = None
-    phi, _a_lb = m.least_shares(share)
-    up_agg, dn_agg = m.aggregate_columns(phi, 0)
+    least = m.least_shares(share)
+    up_agg, dn_agg = m.aggregate_columns(least[0], 0)
     columns = m.n_vars + 1 + len(up_agg) + len(dn_agg)  # the full model's, as solve_lp counts them for auto
     if backend == "pdlp" or (backend == "auto" and columns > AUTO_PDLP_VARIABLES):
-        relax = relaxation(m, share)
+        relax = relaxation(m, least)
         if (relax.n_spines_a * relax.phi_a > 1 + 1e-12).any():
             relax = None  # a group with more spines than weights: its margins go negative (the full model says why)
         else:
@@ -191,7 +191,7 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
         full = k > rounds or rows.all()
         arcs = used if full else used[rows]
         if relax is not None:
-            res = solve_lp(*relax.lp(share, arcs), backend="pdlp", tolerance=PDLP_TOLERANCE)
+            res = solve_lp(*relax.lp(arcs), backend="pdlp", tolerance=PDLP_TOLERANCE)
             t0 = time.perf_counter()
             xv, fit, sweeps = decompose(relax, res.x)
             seconds += res.seconds + time.perf_counter() - t0

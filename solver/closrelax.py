@@ -78,12 +78,14 @@ class Relaxation:
     phi_a: np.ndarray  # per a column: the least share of its leaf group (0 when none)
     n_spines_a: np.ndarray  # per a column: how many spines its leaf group has
     planes: list[_Plane]
+    phi: dict[tuple[int, int, int], float]  # least shares, as PodModel.least_shares gives them
+    a_lb: np.ndarray  # and the least a per column
 
     @property
     def u_col(self) -> int:
         return len(self.m.a_col) + len(self.up_arcs) + len(self.dn_arcs)
 
-    def lp(self, min_share: np.ndarray | None, arcs: np.ndarray
+    def lp(self, arcs: np.ndarray
            ) -> tuple[np.ndarray, sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``min U`` over ``[a, y, z, U, aggregates]`` (scaled by the model's scale), with capacity rows
         on ``arcs`` only (see :meth:`solver.clos.PodModel.lp` for least shares and lazy rows)."""
@@ -92,7 +94,7 @@ class Relaxation:
         s = m.scale
         n_a, n_up, n_dn = len(m.a_col), len(self.up_arcs), len(self.dn_arcs)
         u = self.u_col
-        phi, a_lb = m.least_shares(min_share)
+        phi, a_lb = self.phi, self.a_lb
         up_col, dn_col = m.aggregate_columns(phi, u + 1)
         width = u + 1 + len(up_col) + len(dn_col)
         head, tail = fab.arc_head, fab.arc_tail
@@ -147,8 +149,9 @@ class Relaxation:
                 np.full(width, np.inf))
 
 
-def relaxation(m: PodModel, min_share: np.ndarray | None) -> Relaxation:
-    """The index maps of ``m``'s relaxation (see the module docstring)."""
+def relaxation(m: PodModel, least: tuple[dict[tuple[int, int, int], float], np.ndarray]) -> Relaxation:
+    """The index maps of ``m``'s relaxation (see the module docstring), for the least shares
+    ``least`` (what :meth:`PodModel.least_shares` returns)."""
     fab = m.fab
     head, tail = fab.arc_head, fab.arc_tail
     n_a, n_g = len(m.a_col), len(m.g_col)
@@ -163,7 +166,7 @@ def relaxation(m: PodModel, min_share: np.ndarray | None) -> Relaxation:
     g_dn_arc = np.where(first_up, ends[:, 1], ends[:, 0])
     up_arcs, g_up = np.unique(g_up_arc, return_inverse=True)
     dn_arcs, g_dn = np.unique(g_dn_arc, return_inverse=True)
-    phi, _ = m.least_shares(min_share)
+    phi, a_lb = least
     phi_a = np.array([phi.get(k, 0.0) for k in m.a_col])
     pod_ix = {p: i for i, p in enumerate(m.pods)}
     a_keys = list(m.a_col)
@@ -191,7 +194,7 @@ def relaxation(m: PodModel, min_share: np.ndarray | None) -> Relaxation:
             dn=dns, dn_jp=j_dn * n_pods + leaf_pod[head[dn_arcs[dns]]],
             g=g, g_cell=(a_q[g_a[g]] * n_pods + a_p[g_a[g]]) * n_s + g_j))
     return Relaxation(m=m, up_arcs=up_arcs, dn_arcs=dn_arcs, g_a=g_a, phi_a=phi_a, n_spines_a=counts,
-                      planes=planes)
+                      planes=planes, phi=phi, a_lb=a_lb)
 
 
 def _grid(size: int, at: np.ndarray, values: np.ndarray, fill: float) -> np.ndarray:

@@ -34,9 +34,9 @@ def test_relaxation_reaches_the_pod_model_optimum(seed: int) -> None:
     _intent, m, share = _fabric(seed)
     exact = solve_lp(*m.lp(share), backend="glop")
     u_exact = float(m.lp_values(exact.x)[-1])
-    r = relaxation(m, share)
+    r = relaxation(m, m.least_shares(share))
     used = np.flatnonzero(np.diff(m.load_matrix.indptr) > 0)
-    res = solve_lp(*r.lp(share, used), backend="pdlp", tolerance=1e-8)
+    res = solve_lp(*r.lp(used), backend="pdlp", tolerance=1e-8)
     xv, fit, _sweeps = decompose(r, res.x)
     u_relaxed = float(xv[-1])
     assert u_relaxed <= u_exact * (1 + 1e-6)  # a relaxation: never above the full model's optimum
@@ -83,9 +83,9 @@ def test_a_vertex_of_the_relaxation_may_defeat_the_fit_but_not_the_bound() -> No
     """The simplex returns a vertex, whose margins need not come from any routing; IPF then
     still delivers every demand (the margin it fits last), and the loads it reports are real."""
     _intent, m, share = _fabric(3)
-    r = relaxation(m, share)
+    r = relaxation(m, m.least_shares(share))
     used = np.flatnonzero(np.diff(m.load_matrix.indptr) > 0)
-    res = solve_lp(*r.lp(share, used), backend="glop")
+    res = solve_lp(*r.lp(used), backend="glop")
     xv, fit, _sweeps = decompose(r, res.x)
     x = np.maximum(xv[:-1], 0.0) * m.scale
     routed = float((m.loads(x) / m.fab.arc_cap).max())
