@@ -22,8 +22,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import Problem, ProblemError
-from controller.errors import Conflict, InvalidIntent, LoomError, NotFound, StaleRevision
-from controller.intent import format_loc
+from controller.model.errors import Conflict, InvalidIntent, LoomError, NotFound, StaleRevision
+from controller.model.intent import format_loc
 
 __all__ = ["PROBLEM", "ProblemException", "error_responses", "install", "problem_response"]
 

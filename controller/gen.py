@@ -164,7 +164,7 @@ def _demands(pods: int, tors: int, rng: random.Random, kind: DemandKind, fanout:
 
 def scale_demands(doc: dict[str, Any], load: float) -> dict[str, Any]:
     """Scale ``doc``'s demands so plain ECMP's maximum utilization is ``load``."""
-    from controller.intent import validate_intent
+    from controller.model.intent import validate_intent
     from solver.ecmp import ecmp_max_utilization
 
     mlu = ecmp_max_utilization(validate_intent(doc))

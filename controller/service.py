@@ -4,7 +4,7 @@ and the CLI call.
 Every write follows one path (:func:`apply_edit`): in one transaction, read the
 head revision, check the caller's ``If-Match``, apply the edit to a copy of the
 head document, validate the WHOLE resulting document
-(:func:`controller.intent.validate_intent`), store a new revision only if the
+(:func:`controller.model.intent.validate_intent`), store a new revision only if the
 content hash changed, and write the audit entry. A failed or invalid write
 leaves no revision; it is still audited, as rejected, in its own transaction.
 Tokens (bearer credentials with a role) are issued, listed, revoked and checked
@@ -26,9 +26,9 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from controller.errors import Conflict, IntentError, InvalidIntent, LoomError, NotFound, StaleRevision
-from controller.intent import format_loc, load_intent, validate_intent
 from controller.model import Intent
+from controller.model.errors import Conflict, IntentError, InvalidIntent, LoomError, NotFound, StaleRevision
+from controller.model.intent import format_loc, load_intent, validate_intent
 from controller.store import objects, repo
 from controller.store.db import write_transaction
 from controller.store.models import ROLES

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from controller.errors import IntentError, LoomError
+from controller.model.errors import IntentError, LoomError
 
 __all__ = [
     "FRR_IMAGE",

@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from controller.intent import dump_intent
 from controller.model import Intent, Routing
+from controller.model.intent import dump_intent
 from labs.clab import FILE_NAME, FRR_IMAGE, HOST_PORTS_LABEL, dump_topology
 from southbound.render import device_configs, render_frr
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.errors import LoomError
+from controller.model.errors import LoomError
 from labs.clab import Topology
 
 __all__ = [

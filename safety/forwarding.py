@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.model import Intent
-from solver.plan import Plan
+from controller.model.plan import Plan
 
 __all__ = ["Flow", "Table", "Topology", "build_topology", "plan_table", "propagate", "ranges"]
 

@@ -57,6 +57,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from controller.model import Intent, Role, Routing
+from controller.model.plan import Plan
 from safety.forwarding import Flow, Table, Topology, build_topology, plan_table, propagate, ranges
 from safety.report import (
     DroppedDemand,
@@ -68,7 +69,6 @@ from safety.report import (
     StageResult,
 )
 from safety.scenarios import Scenario, scenario_scope, scenarios
-from solver.plan import Plan
 
 __all__ = ["Peaks", "Replayer", "limits", "peaks", "replay", "reconvergence_model"]
 

@@ -16,8 +16,8 @@ from fractions import Fraction
 from typing import Any
 
 from controller.model import Intent
+from controller.model.plan import NextHop, Plan
 from safety.report import SafetyReport
-from solver.plan import NextHop, Plan
 
 __all__ = ["DeviceDiff", "LinkChange", "Review", "diff_plans", "link_changes", "review"]
 

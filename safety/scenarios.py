@@ -63,7 +63,7 @@ def _domain_scenario(intent: Intent, fd: FailureDomain) -> Scenario:
 def count_scenarios(intent: Intent, scope: FailureToleranceScope | str | None = None) -> dict[str, int]:
     """How many scenarios of each kind :func:`scenarios` yields (and ``total``).
 
-    >>> from controller.intent import validate_intent
+    >>> from controller.model.intent import validate_intent
     >>> it = validate_intent({"name": "x", "routing": "isis", "devices": [{"name": "r1"}], "links": []})
     >>> count_scenarios(it)["total"]
     1

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from controller.errors import Infeasible
 from controller.model import Role
+from controller.model.errors import Infeasible
 from solver.fabric import Fabric
 from solver.routing import _bgp_class
 

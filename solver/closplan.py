@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 
 from controller.model import Intent, Role, WcmpRealization
+from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.clos import PodModel, build_pod_model
 from solver.closrelax import Relaxation, decompose, relaxation
 from solver.fabric import Fabric, build_fabric
 from solver.lp import AUTO_PDLP_VARIABLES, solve_lp
-from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.repair import repair_weights
 from solver.rounding import MILP_MAX_WEIGHTS, MILP_NODES, carry_round, integral_plane_split
 from solver.weights import reduce_weights

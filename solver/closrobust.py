@@ -62,12 +62,12 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import scipy.sparse as sp
 
-from controller.errors import Infeasible
 from controller.model import Intent, Role, WcmpRealization
+from controller.model.errors import Infeasible
+from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.clos import PodModel, build_pod_model
 from solver.fabric import build_fabric
 from solver.lp import DEFAULT_BACKEND, solve_lp
-from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.weights import reduce_weights
 
 __all__ = ["CLASSES", "ClosCandidate", "LossFamily", "certificate", "clos_robust", "device_budget",
@@ -529,12 +529,12 @@ def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
 
     Raises
     ------
-    controller.errors.Infeasible : a demand cannot be routed at all.
+    controller.model.errors.Infeasible : a demand cannot be routed at all.
 
     Example
     -------
     >>> from controller.gen import clos_document
-    >>> from controller.intent import validate_intent
+    >>> from controller.model.intent import validate_intent
     >>> doc = clos_document(pods=2, tors=2, planes=3, spines=3, seed=1)
     >>> doc["policies"].append({"kind": "failure_tolerance", "scope": "all_single", "max_utilization": 1.0})
     >>> best = clos_robust(validate_intent(doc), 1.0)[0]

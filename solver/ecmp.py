@@ -21,7 +21,7 @@ __all__ = ["ecmp_loads", "ecmp_max_utilization"]
 def ecmp_loads(intent: Intent) -> np.ndarray:
     """Gbps per arc (``2*i``: link ``i`` from ``a`` to ``b``; ``2*i+1``: back) under equal splits.
 
-    Raises ``controller.errors.Infeasible`` for unroutable demands.
+    Raises ``controller.model.errors.Infeasible`` for unroutable demands.
     """
     fab = build_fabric(intent)
     com = build_commodities(fab, route_classes(fab))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from controller.errors import Infeasible
+from controller.model.errors import Infeasible
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "LpResult", "solve_lp", "solve_milp"]
 

@@ -51,11 +51,11 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from controller.errors import Infeasible
 from controller.model import Intent, WcmpRealization
+from controller.model.errors import Infeasible
+from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan
 from solver.closrobust import clos_robust
 from solver.lp import DEFAULT_BACKEND, solve_lp
-from solver.plan import DevicePlan, LinkLoad, NextHop, Plan
 from solver.solve import solve
 from solver.weights import reduce_weights
 
@@ -133,7 +133,7 @@ def _loads(intent: Intent, plan: Plan) -> np.ndarray:
 
 def failed_topology_intent(intent: Intent, devices: frozenset[str], links: frozenset[str]) -> Intent:
     """``intent`` with the failed parts removed (and what only they originated or sent)."""
-    from controller.intent import validate_intent
+    from controller.model.intent import validate_intent
 
     doc = intent.to_document()
     dead_links = set(links)
@@ -434,7 +434,7 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
 
     Returns
     -------
-    A :class:`~solver.plan.Plan` with ``summary.extra["robust"]``: ``robust``
+    A :class:`~controller.model.plan.Plan` with ``summary.extra["robust"]``: ``robust``
     (every scenario under its limit), ``limit``, ``baseline_mlu_plain`` and
     ``baseline_mlu_robust`` (the price), ``method`` (``plain``, ``clos``, ``ffc``
     or ``blend ALPHA``: which plan won), ``rounds``, ``ffc_bound`` (the
@@ -447,7 +447,7 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
 
     Raises
     ------
-    controller.errors.Infeasible : the intent cannot be routed at all.
+    controller.model.errors.Infeasible : the intent cannot be routed at all.
     """
     t0 = time.perf_counter()
     say: Progress = progress or (lambda stage, frac: None)

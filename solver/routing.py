@@ -188,7 +188,7 @@ def next_hops(
 
     Example
     -------
-    >>> from controller.intent import validate_intent
+    >>> from controller.model.intent import validate_intent
     >>> it = validate_intent({"name": "x", "routing": "isis",
     ...     "devices": [{"name": "r1"}, {"name": "r2"}],
     ...     "links": [{"a": "r1", "a_port": "e1", "b": "r2", "b_port": "e1"}],

@@ -1,7 +1,7 @@
 """From a validated intent to a forwarding plan: routes, LP, integer weights, loads.
 
 This module owns the orchestration of one solve and the assembly of the
-:class:`~solver.plan.Plan` (DESIGN.md, contract 2). Stages: route classes
+:class:`~controller.model.plan.Plan` (DESIGN.md, contract 2). Stages: route classes
 (:mod:`solver.routing`), commodities and the WCMP LP (:mod:`solver.wcmp`),
 integer weights per next-hop group within the device's budget
 (:mod:`solver.weights`; ``min(max_ecmp_entries, 100)`` where the realization
@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from controller.model import Intent, WcmpRealization
+from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.closplan import clos_plan
 from solver.fabric import Fabric, build_fabric
 from solver.lp import DEFAULT_BACKEND
-from solver.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.routing import route_classes
 from solver.wcmp import Commodities, build_commodities, ecmp_ratios, make_loop_free, propagate, solve_wcmp
 from solver.weights import reduce_weights
@@ -147,18 +147,18 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
 
     Returns
     -------
-    The :class:`~solver.plan.Plan`: groups and routes per device, loads per
+    The :class:`~controller.model.plan.Plan`: groups and routes per device, loads per
     link, and a summary with ``max_utilization`` after rounding, the LP optimum
     ``lp_bound`` and ECMP's ``ecmp_max_utilization``.
 
     Raises
     ------
-    controller.errors.Infeasible : a demand cannot be routed (``details`` names each).
+    controller.model.errors.Infeasible : a demand cannot be routed (``details`` names each).
     ValueError : an unknown backend.
 
     Example
     -------
-    >>> from controller.intent import validate_intent
+    >>> from controller.model.intent import validate_intent
     >>> it = validate_intent({"name": "x", "routing": "isis",
     ...     "devices": [{"name": "r1"}, {"name": "r2"}],
     ...     "links": [{"a": "r1", "a_port": "e1", "b": "r2", "b_port": "e1", "capacity_gbps": 10}],

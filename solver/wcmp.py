@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from controller.errors import Infeasible
 from controller.model import Intent, Routing
+from controller.model.errors import Infeasible
 from solver.fabric import Fabric
 from solver.lp import DEFAULT_BACKEND, solve_lp
 from solver.routing import RouteClass

@@ -19,7 +19,7 @@ import re
 from collections import defaultdict
 
 from controller.model import Intent, Role, Routing, WcmpRealization
-from solver.plan import Plan
+from controller.model.plan import Plan
 from southbound.config import (
     BgpNeighbor,
     DeviceConfig,
@@ -84,7 +84,7 @@ def device_configs(intent: Intent, plan: Plan | None = None) -> dict[str, Device
     the plan's weight as the link-bandwidth of P toward N; ``fib`` gives each
     device weighted nexthop groups for the agent to install.
 
-    >>> from controller.intent import validate_intent
+    >>> from controller.model.intent import validate_intent
     >>> i = validate_intent({"name": "x", "devices": [
     ...     {"name": "t0", "role": "tor", "asn": 65100}, {"name": "s0", "role": "leaf", "asn": 65000}],
     ...     "links": [{"a": "t0", "a_port": "eth1", "b": "s0", "b_port": "eth1"}],

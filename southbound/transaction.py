@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.model import Intent
-from solver.plan import Plan
+from controller.model.plan import Plan
 from southbound.config import DeviceConfig
 from southbound.driver import DeviceDriver, error_text
 from southbound.state import DeviceState, StepResult

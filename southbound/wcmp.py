@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from controller.model import Intent, WcmpRealization
-from solver.plan import DevicePlan, NextHop
+from controller.model.plan import DevicePlan, NextHop
 from southbound.state import DeviceState
 
 __all__ = ["LINK_BANDWIDTH_BUDGET", "compare", "expected_weights", "frr_weights", "weight_budget"]
@@ -52,7 +52,7 @@ def weight_budget(intent: Intent, device: str) -> int:
 def expected_weights(hops: Iterable[NextHop], realization: str, wcmp: bool = True) -> dict[str, int]:
     """Kernel weight per port the plan's ``hops`` should produce under ``realization``.
 
-    >>> from solver.plan import NextHop
+    >>> from controller.model.plan import NextHop
     >>> expected_weights([NextHop("eth1", "a", 4), NextHop("eth2", "b", 1)], "link-bandwidth")
     {'eth1': 80, 'eth2': 20}
     """

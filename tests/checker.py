@@ -1,7 +1,7 @@
 """An independent checker of forwarding plans, written apart from the solver.
 
 It owns the tests' oracle for every solver test: given an intent and a
-:class:`~solver.plan.Plan` (the only thing imported from ``solver``), it
+:class:`~controller.model.plan.Plan` (the only thing imported from ``solver``), it
 propagates every demand hop by hop with its own longest-prefix match over each
 device's routes and locally originated prefixes, splitting traffic by the
 integer weights, and verifies: every demand is delivered (no black hole), no
@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from controller.model import Intent
-from solver.plan import Plan
+from controller.model.plan import Plan
 
 __all__ = ["CheckReport", "assert_plan_ok", "check_plan"]
 

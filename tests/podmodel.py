@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from controller.gen import clos_document
-from controller.intent import validate_intent
 from controller.model import Intent
+from controller.model.intent import validate_intent
 from solver.clos import PodModel, build_pod_model
 from solver.closplan import _budget
 from solver.fabric import Fabric, build_fabric

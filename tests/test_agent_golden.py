@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.intent import validate_intent
-from solver.plan import Plan
+from controller.model.intent import validate_intent
+from controller.model.plan import Plan
 from southbound.agent import build_rendered
 from southbound.grpc_adapter import config_from_proto, config_to_proto, prepare_request_document
 from southbound.render import device_configs

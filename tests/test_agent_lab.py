@@ -29,12 +29,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.intent import load_intent, validate_intent
 from controller.model import Intent
+from controller.model.intent import load_intent, validate_intent
+from controller.model.plan import Plan
 from labs import runner
 from labs.clab import Topology, load_topology
 from solver import solve
-from solver.plan import Plan
 from southbound.agent import lab_agent_command
 from southbound.driver import AgentDriver
 from southbound.state import StepResult

@@ -21,7 +21,7 @@ with warnings.catch_warnings():
 
 from api.app import create_app
 from controller import service
-from controller.intent import load_intent
+from controller.model.intent import load_intent
 from controller.settings import Settings
 from controller.store.db import Database
 

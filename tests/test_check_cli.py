@@ -106,7 +106,7 @@ def test_review_against_the_active_intent(tmp_path: Path) -> None:
 
 
 def test_plan_file_is_judged(tmp_path: Path) -> None:
-    from controller.intent import load_intent
+    from controller.model.intent import load_intent
     from solver import solve
 
     demands = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 10}]

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from controller import service
 from controller.cli import _register, app
 from controller.cli.core import parse_duration
-from controller.intent import load_intent
+from controller.model.intent import load_intent
 from tests.serving import free_port, wait_ready
 
 _register()

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.intent import validate_intent
+from controller.model.intent import validate_intent
 from labs import runner
 from tests.serving import LOOM, LoomServer
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from controller.cli import _register
 from controller.cli.common import app
 from controller.gen import clos_document
-from controller.intent import load_intent, validate_intent
-from solver import Plan
+from controller.model.intent import load_intent, validate_intent
+from controller.model.plan import Plan
 from solver.ecmp import ecmp_max_utilization
 from tests.checker import assert_plan_ok
 

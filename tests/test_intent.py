@@ -10,9 +10,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from controller.errors import InvalidIntent
-from controller.intent import dump_intent, parse_intent_text, validate_intent
 from controller.model import Intent
+from controller.model.errors import InvalidIntent
+from controller.model.intent import dump_intent, parse_intent_text, validate_intent
 
 
 def clos_doc() -> dict[str, Any]:

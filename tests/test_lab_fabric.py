@@ -32,11 +32,11 @@ from typer.testing import CliRunner, Result
 
 from controller.cli import _register
 from controller.cli.common import app
-from controller.intent import load_intent, validate_intent
 from controller.model import Intent
+from controller.model.intent import load_intent, validate_intent
+from controller.model.plan import Plan
 from labs import runner
 from labs.clab import load_topology
-from solver.plan import Plan
 from solver.routing import next_hops
 from southbound.state import AgentInfo
 

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from controller.cli import _register
 from controller.cli.common import app
-from controller.intent import load_intent
+from controller.model.intent import load_intent
 from labs.clab import InvalidLab, dump_topology, load_topology
 from labs.gen import generate_lab
 

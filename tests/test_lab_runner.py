@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.intent import load_intent
+from controller.model.intent import load_intent
 from labs import runner
 from labs.clab import Topology, load_topology
 from labs.gen import generate_lab

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.intent import validate_intent
+from controller.model.intent import validate_intent
+from controller.model.plan import DevicePlan, NextHop, Plan, PlanSummary
 from labs.gen import clos3_document
-from solver.plan import DevicePlan, NextHop, Plan, PlanSummary
 from southbound.config import DeviceConfig
 from southbound.render import device_configs, host_address, isis_net, render_frr
 

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.intent import validate_intent
 from controller.model import Intent
+from controller.model.intent import validate_intent
+from controller.model.plan import DevicePlan, NextHop, Plan, PlanSummary
 from safety.forwarding import build_topology, plan_table, propagate
 from safety.replay import Replayer, replay
 from safety.scenarios import Scenario, count_scenarios, scenarios
-from solver.plan import DevicePlan, NextHop, Plan, PlanSummary
 from solver.routing import next_hops
 
 

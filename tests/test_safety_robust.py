@@ -17,8 +17,8 @@ import pytest
 from test_safety_replay import clos_doc
 
 from controller.gen import clos_document
-from controller.intent import validate_intent
 from controller.model import Intent
+from controller.model.intent import validate_intent
 from safety.replay import peaks, replay
 from safety.scenarios import scenarios
 from solver import solve

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from controller.errors import Infeasible
 from controller.gen import clos_document
-from controller.intent import validate_intent
 from controller.model import Intent
-from solver import BACKENDS, Plan, solve
+from controller.model.errors import Infeasible
+from controller.model.intent import validate_intent
+from controller.model.plan import Plan
+from solver import BACKENDS, solve
 from tests.checker import assert_plan_ok
 
 pytestmark = pytest.mark.timeout(300)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from controller.gen import clos_document
-from controller.intent import validate_intent
 from controller.model import Intent
+from controller.model.intent import validate_intent
 from solver import solve
 from solver.clos import PodModel
 from solver.closrelax import decompose, relaxation

@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 
 from controller.gen import clos_document
-from controller.intent import validate_intent
+from controller.model.intent import validate_intent
 from solver.routing import next_hops
 
 

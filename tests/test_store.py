@@ -18,8 +18,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
 from controller import service
-from controller.errors import Conflict, InvalidIntent, NotFound, StaleRevision
-from controller.intent import load_intent
+from controller.model.errors import Conflict, InvalidIntent, NotFound, StaleRevision
+from controller.model.intent import load_intent
 from controller.store import objects, repo
 from controller.store.db import Database
 from controller.store.models import metadata
@@ -113,7 +113,7 @@ def test_edits_chain_revisions_with_parents(database: Database) -> None:
 
 
 def load_intent_hash(doc: dict) -> str:  # type: ignore[type-arg]
-    from controller.intent import validate_intent
+    from controller.model.intent import validate_intent
     return validate_intent(doc).content_hash
 
 

@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from controller import service
-from controller.intent import load_intent
+from controller.model.intent import load_intent
 from tests.serving import free_port, wait_ready
 
 pytestmark = pytest.mark.browser

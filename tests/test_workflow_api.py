@@ -34,8 +34,8 @@ with warnings.catch_warnings():
 
 from api.app import create_app
 from controller import service
-from controller.errors import Conflict
-from controller.intent import load_intent
+from controller.model.errors import Conflict
+from controller.model.intent import load_intent
 from controller.settings import Settings
 from controller.store.db import Database
 from controller.workflow import changes
@@ -188,7 +188,7 @@ def api(tmp_path: Path, fleet: Fleet) -> Iterator[Api]:
 
 
 def want(revision_doc: dict[str, Any]) -> dict[str, str]:
-    from controller.intent import validate_intent
+    from controller.model.intent import validate_intent
 
     intent = validate_intent(revision_doc)
     return expected_hashes(intent, solve(intent))

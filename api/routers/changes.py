@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from api.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body
 from api.problems import PROBLEM, ProblemException, error_responses
 from api.schemas_changes import ChangeCreate, ChangePage, ChangePublic, CommitRequest, RollbackRequest, Status
-from controller.errors import SafetyViolation
+from controller.model.errors import SafetyViolation
 from controller.service import Page, WriteContext
 from controller.workflow import changes, idempotency
 from controller.workflow.engine import Workflow

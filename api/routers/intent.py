@@ -17,8 +17,8 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import OperatorWrite, SessionDep, Viewer
 from api.problems import error_responses
 from controller import service
-from controller.intent import parse_intent_text
 from controller.model import Intent
+from controller.model.intent import parse_intent_text
 
 router = APIRouter(prefix="/v1/intent", tags=["intent"])
 

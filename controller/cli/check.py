@@ -28,11 +28,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, err_console, read_intent
-from controller.errors import Infeasible
 from controller.model import Intent
+from controller.model.errors import Infeasible
+from controller.model.plan import Plan
 from safety.report import SafetyReport
 from safety.scenarios import count_scenarios
-from solver.plan import Plan
 
 __all__ = ["check", "read_plan"]
 

@@ -10,9 +10,9 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 
-from controller.errors import InvalidIntent, LoomError
-from controller.intent import load_intent
 from controller.model import Intent
+from controller.model.errors import InvalidIntent, LoomError
+from controller.model.intent import load_intent
 
 __all__ = ["EXIT_FAIL", "EXIT_INPUT", "app", "console", "die", "emit_json", "err_console", "read_intent"]
 

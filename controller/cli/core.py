@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from controller import service
 from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, read_intent
-from controller.errors import LoomError
+from controller.model.errors import LoomError
 from controller.settings import Settings
 from controller.store.db import Database
 

@@ -23,8 +23,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, err_console, read_intent
-from controller.errors import InvalidIntent, LoomError
-from controller.intent import load_intent
+from controller.model.errors import InvalidIntent, LoomError
+from controller.model.intent import load_intent
 from labs.clab import InvalidLab, Topology, load_topology, topology_path
 from labs.runner import LabError, LabPrerequisiteError, Observation, ProgressFn
 

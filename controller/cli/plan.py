@@ -23,7 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from controller.cli.common import EXIT_INPUT, app, console, die, emit_json, err_console, read_intent
-from controller.errors import Infeasible
+from controller.model.errors import Infeasible
 
 __all__ = ["gen_app"]
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from controller.errors import Conflict, NotFound
+from controller.model.errors import Conflict, NotFound
 
 __all__ = [
     "COLLECTIONS",

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from controller.errors import Conflict, NotFound
+from controller.model.errors import Conflict, NotFound
 from controller.store.models import AuditRow, RevisionRow, TokenRow
 
 __all__ = [

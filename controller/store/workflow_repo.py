@@ -19,7 +19,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from controller.errors import Conflict, NotFound
+from controller.model.errors import Conflict, NotFound
 from controller.store.repo import utc
 from controller.store.workflow_models import (
     ChangeRow,

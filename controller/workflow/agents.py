@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from controller.errors import LoomError
+from controller.model.errors import LoomError
 from controller.settings import Settings
 
 __all__ = ["endpoints_from_settings", "lab_endpoints", "make_driver", "read_agents_file", "start_lab_agents"]

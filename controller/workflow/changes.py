@@ -10,7 +10,7 @@ move a transition row with time, actor and reason, and each an audit entry.
 :func:`begin_commit` is the safety gate and the durable record written before
 any device is touched: it refuses an unreviewed change, a review made against
 another active revision ("review again"), an unsafe verdict without ``force``
-and a reason (:class:`~controller.errors.SafetyViolation` with the failing
+and a reason (:class:`~controller.model.errors.SafetyViolation` with the failing
 scenarios), and a second concurrent commit (the store's unique commit slot).
 Plans are compiled once per revision and kept compressed.
 """
@@ -26,9 +26,10 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from controller.errors import Conflict, IntentError, InvalidIntent, NotFound, SafetyViolation
-from controller.intent import format_loc, validate_intent
 from controller.model import Intent
+from controller.model.errors import Conflict, IntentError, InvalidIntent, NotFound, SafetyViolation
+from controller.model.intent import format_loc, validate_intent
+from controller.model.plan import Plan
 from controller.service import WriteContext
 from controller.store import repo
 from controller.store import workflow_repo as wrepo
@@ -36,7 +37,6 @@ from controller.store.db import write_transaction
 from controller.store.repo import ConcurrentWrite
 from controller.store.workflow_repo import Change
 from controller.workflow.jsonpatch import apply_patch
-from solver.plan import Plan
 
 __all__ = [
     "FINAL", "STATES", "ReviewInputs", "begin_commit", "change_document", "create_change", "create_rollback",

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
-from controller.errors import NotFound
+from controller.model.errors import NotFound
 from controller.service import Actor, WriteContext
 from controller.settings import Settings
 from controller.store import workflow_repo as wrepo
@@ -281,7 +281,7 @@ class Workflow:
         hold the plan's weights (changed by hand), FRR has nothing to re-apply, so first push the
         plan with those groups' weights skewed (their next hops re-advertise, the kernel routes are
         rewritten), then the repair itself pushes the plan again."""
-        from solver.plan import DevicePlan, NextHop, Plan
+        from controller.model.plan import DevicePlan, NextHop, Plan
         from southbound.render import device_configs
         from southbound.transaction import commit
         from southbound.wcmp import compare

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controller.errors import LoomError
+from controller.model.errors import LoomError
 from controller.store import workflow_repo as wrepo
 from controller.store.db import write_transaction
 

@@ -3,7 +3,7 @@
 :func:`apply_patch` applies ``add``, ``remove``, ``replace``, ``move``, ``copy``
 and ``test`` to a deep copy of the document, with RFC 6901 pointers (``~0``,
 ``~1``, ``-`` for the end of an array). A bad operation raises
-:class:`controller.errors.InvalidIntent` located at ``patch[i]``, so the API
+:class:`controller.model.errors.InvalidIntent` located at ``patch[i]``, so the API
 answers 422 naming the operation, and nothing is stored.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controller.errors import IntentError, InvalidIntent
+from controller.model.errors import IntentError, InvalidIntent
 
 __all__ = ["apply_patch"]
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.model import Intent
+from controller.model.plan import Plan
 from controller.workflow.changes import ReviewInputs
-from solver.plan import Plan
 
 __all__ = ["build_review", "expected_hashes", "local_config_diff"]
 
@@ -52,7 +52,7 @@ def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
         links: list[Doc] = [{"id": x.link, "before": x.before, "after": x.after, "delta": round(x.delta, 6)}
                  for x in rv.links]
     else:
-        from solver.plan import PlanSummary
+        from controller.model.plan import PlanSummary
 
         empty = Plan(inp.plan.fabric, PlanSummary(0, 0, 0, 0, 0, 0), {}, ())
         plan_diff = [d.to_document() for d in diff_plans(empty, inp.plan)]

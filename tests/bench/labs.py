@@ -30,7 +30,7 @@ CASES: dict[str, dict[str, int] | None] = {
 
 def lab_row(name: str, spec: dict[str, int] | None, workdir: Path) -> list[Any]:
     from controller.cli.lab import expected_prefixes
-    from controller.intent import validate_intent
+    from controller.model.intent import validate_intent
     from labs import runner
     from labs.clab import load_topology
     from labs.gen import clos3_document, generate_lab

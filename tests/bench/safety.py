@@ -36,7 +36,7 @@ def _sizes(args: Any) -> list[str]:
 def fabric(size: str, *, seed: int = 1) -> Any:
     """The Clos intent of ``size`` with ``failure_tolerance: all_single``."""
     from controller.gen import clos_document
-    from controller.intent import validate_intent
+    from controller.model.intent import validate_intent
 
     pods, tors, planes, spines = SIZES[size]
     doc = clos_document(pods=pods, tors=tors, planes=planes, spines=spines, seed=seed, missing=0.05, hetero=0.2)
@@ -78,7 +78,7 @@ def robust_fabric(limit: float = 1.0, small_plane_spines: int = 2) -> Any:
     splits and robustness costs nothing (baseline MLU 0.577 -> 0.572 measured), so
     the case would not show the price; with two it is a real trade-off."""
     from controller.gen import clos_document
-    from controller.intent import validate_intent
+    from controller.model.intent import validate_intent
 
     doc = clos_document(pods=16, tors=16, planes=4, spines=8, seed=1)
     gone = {f"spine-3-{s}" for s in range(small_plane_spines, 8)}

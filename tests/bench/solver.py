@@ -42,7 +42,7 @@ def _clos_child(size: str, budget: int, backend: str, check: bool, queue: Any) -
         from ortools.linear_solver.python import model_builder  # noqa: F401  (a one-time import, ~2 s)
 
         from controller.gen import clos_document
-        from controller.intent import validate_intent
+        from controller.model.intent import validate_intent
         from solver import solve
 
         pods, tors, planes, spines = SIZES[size]
@@ -138,7 +138,7 @@ def repetita_intent(graph: Path, demands: Path, scale: float = 1.0, paths: str =
 
 
 def repetita_row(graph: Path, backend: str = "auto") -> dict[str, Any]:
-    from controller.intent import validate_intent
+    from controller.model.intent import validate_intent
     from solver import solve
 
     demands = graph.with_name(graph.stem + ".0000.demands")

@@ -25,7 +25,6 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from controller.errors import IntentError, InvalidIntent
 from controller.model import (
     POLICY_KINDS,
     TIER,
@@ -45,6 +44,7 @@ from controller.model import (
     WcmpPolicy,
     parse_link_end,
 )
+from controller.model.errors import IntentError, InvalidIntent
 
 __all__ = ["dump_intent", "load_intent", "parse_intent_text", "validate_intent", "format_loc"]
 

@@ -4,7 +4,7 @@ This module owns the vocabulary every other layer speaks: devices (with their
 role in an RFC 7938 Clos), links (undirected, capacity per direction), failure
 domains, originated prefixes, policies and demands, gathered in one
 :class:`Intent`. It is pure: no I/O, no validation across objects (that is
-:mod:`controller.intent`), only the shape of each object and small derived
+:mod:`controller.model.intent`), only the shape of each object and small derived
 views (device and link indexes) that the solver and safety layers use.
 
 Unknown keys are errors and every object is immutable once built.
@@ -256,8 +256,8 @@ class Demand(_Frozen):
 class Intent(_Frozen):
     """One whole intent document (DESIGN.md, contract 1).
 
-    Build it through :func:`controller.intent.load_intent` or
-    :func:`controller.intent.validate_intent` so that cross-object rules are
+    Build it through :func:`controller.model.intent.load_intent` or
+    :func:`controller.model.intent.validate_intent` so that cross-object rules are
     checked; constructing it directly only checks each object's shape.
     """
 
