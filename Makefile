@@ -2,6 +2,7 @@
 #   make run    create .venv, install Loom, serve the API with SQLite and an example fabric
 #   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql, chromium as root), run them
 #   make bench  the benchmark tables (not part of the tests)
+#   make lint   ruff, mypy and the import-layer contracts (CI runs it beside the tests)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -49,9 +50,11 @@ test: system-deps install
 bench: system-deps install
 	$(BIN)/python -m tests.bench $(BENCH_ARGS)
 
+# ruff, mypy, and the import layers of DESIGN.md's Layout as import-linter contracts (pyproject.toml)
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy controller api solver safety southbound labs
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -35,6 +35,8 @@ from api.routers import (
 from controller.logs import bind_request_id
 from controller.settings import Settings
 from controller.store.db import Database
+from controller.workflow.agents import make_driver
+from southbound.driver import DeviceDriver
 
 __all__ = ["create_app"]
 
@@ -65,19 +67,23 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
 
 
-def create_app(settings: Settings | None = None, *, database: Database | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, database: Database | None = None,
+               driver: DeviceDriver | None = None) -> FastAPI:
     """Build the API. ``database`` defaults to one made from ``settings.db_url``
-    (and disposed of at shutdown); it is migrated to the newest schema at startup."""
+    (and disposed of at shutdown); it is migrated to the newest schema at startup.
+    ``driver`` reaches the device agents; by default the gRPC driver of the settings' agents
+    file (none without one)."""
     settings = settings or Settings()  # type: ignore[call-arg]  # fields come from the environment
     owned = database is None
     db = database or Database(settings.db_url)
+    driver = driver if driver is not None else make_driver(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db.migrate()
         from controller.workflow.engine import Workflow
 
-        app.state.workflow = Workflow(settings, db, metrics=getattr(app.state, "metrics", None))
+        app.state.workflow = Workflow(settings, db, driver=driver, metrics=getattr(app.state, "metrics", None))
         await app.state.workflow.start()
         yield
         await app.state.workflow.stop()
@@ -100,6 +106,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     )
     app.state.settings = settings
     app.state.database = db
+    app.state.driver = driver
     metrics.install(app)  # app.state.metrics, /metrics; inside the request id middleware
     app.add_middleware(RequestIdMiddleware)
     problems.install(app)

@@ -32,10 +32,13 @@ class Settings(BaseSettings):
     title: str = "Loom"
     # -- the change workflow (controller.workflow) --
     agents: str | None = Field(None, description="device agents: a YAML/JSON file {device: 'unix:PATH' | 'HOST:PORT'}")
-    lab: str | None = Field(None, description="a running lab's directory (labs/NAME): its agents' unix sockets")
     agent_tls_cert: str | None = Field(None, description="client certificate for agents on TCP (mutual TLS)")
     agent_tls_key: str | None = Field(None, description="its key")
     agent_tls_ca: str | None = Field(None, description="the CA that signed the agents' certificates")
+    agent_timeout: float = Field(10.0, gt=0, description="deadline of an agent call (s)")
+    agent_commit_timeout: float = Field(
+        120.0, gt=0, description="deadline of Prepare, Commit and Rollback, which run frr-reload.py (s)")
+    agent_max_attempts: int = Field(3, ge=1, le=10, description="tries of an agent call that finds it UNAVAILABLE")
     confirm_within: float = Field(60.0, gt=0, description="agents roll a commit back unless confirmed within (s)")
     verify_timeout: float = Field(30.0, gt=0, description="how long a commit waits for kernels to match the plan (s)")
     drift_interval: float = Field(60.0, ge=0, description="seconds between drift checks (0: only after commits)")

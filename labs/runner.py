@@ -402,13 +402,27 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
     node_names = [n.name for n in topo.nodes]
     t0 = time.monotonic()
     down(lab, node_names)  # a lab that is half there is cleaned first
-    directory = run_dir(lab)
-    state: dict[str, Any] = {"lab": lab, "topology": str(topo.directory), "run_dir": str(directory),
+    state: dict[str, Any] = {"lab": lab, "topology": str(topo.directory), "run_dir": str(run_dir(lab)),
                              "namespaces": [namespace(lab, n) for n in node_names], "nodes": {}}
-    directory.mkdir(parents=True, exist_ok=True)
+    run_dir(lab).mkdir(parents=True, exist_ok=True)
     _save_state(state)  # before anything exists: down after a crash knows what to remove
     note("namespaces", 0, len(node_names))
     _run(["ip", "-batch", "-"], input="".join(f"netns add {namespace(lab, n)}\n" for n in node_names))
+    temp_names = _create_links(topo)
+    note("links", len(topo.links), len(topo.links))
+    _start_daemons(topo, temp_names, state)
+    note("daemons", len(node_names), len(node_names))
+    _load_configs(lab, node_names)
+    note("config", len(node_names), len(node_names))
+    report = wait_converged(topo, expected=expected, timeout=timeout, progress=note, poll=poll)
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _create_links(topo: Topology) -> dict[tuple[str, str], str]:
+    """A veth pair per link, created straight into its two namespaces under temporary names
+    (each node's script renames them to the link ends' ports); returns those names."""
+    lab = topo.name
     tag = hashlib.sha1(lab.encode()).hexdigest()[:4]
     temp_names: dict[tuple[str, str], str] = {}
     batch = []
@@ -420,8 +434,12 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
                      f"netns {namespace(lab, link.b)}\n")
     if batch:
         _run(["ip", "-batch", "-"], input="".join(batch))
-    note("links", len(topo.links), len(topo.links))
+    return temp_names
 
+
+def _start_daemons(topo: Topology, temp_names: Mapping[tuple[str, str], str], state: dict[str, Any]) -> None:
+    """Each node's files and FRR daemons, all nodes at once; their pids go into ``state`` (saved)."""
+    lab, directory = topo.name, run_dir(topo.name)
     procs: list[tuple[str, subprocess.Popen[str]]] = []
     node_daemons: dict[str, list[str]] = {}
     for node in topo.nodes:
@@ -454,7 +472,11 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
     _save_state(state)
     if failures or missing:
         raise LabError("lab nodes failed to start: " + "; ".join(failures + [f"{m} missing" for m in missing][:10]))
-    note("daemons", len(node_names), len(node_names))
+
+
+def _load_configs(lab: str, node_names: list[str]) -> None:
+    """Every node's ``frr.conf`` loaded through vtysh, six nodes at a time."""
+    directory = run_dir(lab)
 
     def load(name: str) -> str | None:
         nd = directory / name
@@ -466,15 +488,25 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
         errors = [e for e in pool.map(load, node_names) if e]
     if errors:
         raise LabError("FRR refused a node's configuration: " + "; ".join(errors[:5]))
-    note("config", len(node_names), len(node_names))
-    report = wait_converged(topo, expected=expected, timeout=timeout, progress=note, poll=poll)
-    report.seconds = time.monotonic() - t0
-    return report
 
 
 def agent_socket(lab: str, node: str) -> Path:
     """Where ``node``'s device agent listens (a unix socket in the node's run directory)."""
     return run_dir(lab) / node / "agent.sock"
+
+
+def agents_file(lab: str) -> Path:
+    """The lab's agents file, ``{node: "unix:SOCKET"}`` (what ``loom serve --agents`` reads); written
+    by :func:`start_agents`, so a controller finds a lab's agents through it, not through this module."""
+    return run_dir(lab) / "agents.json"
+
+
+def write_agents_file(topo: Topology) -> Path:
+    """Write :func:`agents_file` for every node of ``topo`` and return its path."""
+    path = agents_file(topo.name)
+    doc = {n.name: f"unix:{agent_socket(topo.name, n.name)}" for n in topo.nodes}
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return path
 
 
 def _socket_answers(sock: Path) -> bool:
@@ -495,9 +527,10 @@ def start_agents(topo: Topology, *, timeout: float = 60.0) -> list[str]:
     Each runs ``loom agent`` in the node's namespace, detached (it outlives the
     command that started it, as a switch's agent would), on the node's
     :func:`agent_socket` with its state in ``NODE/agent``; :func:`down` stops
-    them with the lab (their command lines name the run directory). Returns the
-    nodes whose agent was started; raises :class:`LabError` when one does not
-    answer within ``timeout`` seconds.
+    them with the lab (their command lines name the run directory). The lab's
+    :func:`agents_file` is written for the controller. Returns the nodes whose
+    agent was started; raises :class:`LabError` when one does not answer within
+    ``timeout`` seconds.
     """
     from southbound.agent import lab_agent_command
 
@@ -522,6 +555,7 @@ def start_agents(topo: Topology, *, timeout: float = 60.0) -> list[str]:
             if time.monotonic() > deadline:
                 raise LabError(f"the agent of {name} did not start: see {base / name / 'agent.log'}")
             time.sleep(0.1)
+    write_agents_file(topo)
     return started
 
 

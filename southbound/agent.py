@@ -29,28 +29,22 @@ from pathlib import Path
 from typing import Any
 
 from southbound.config import DeviceConfig
-from southbound.frr_apply import FibHop, FrrBackend, FrrError, Rendered, atomic_write_json, read_json, text_diff
+from southbound.frr_apply import FrrBackend, FrrError, Rendered, atomic_write_json, read_json, text_diff
 from southbound.state import AgentError, AgentInfo, DeviceState, Outcome
 
-__all__ = ["AGENT_VERSION", "AgentCore", "build_rendered", "lab_agent_command", "serve"]
+__all__ = ["AGENT_VERSION", "AgentCore", "lab_agent_command", "serve"]
 
 AGENT_VERSION = "0.1.0"
 HISTORY = 16
 log = logging.getLogger("loom.agent")
 
 
-def build_rendered(config: DeviceConfig) -> Rendered:
-    """What the agent applies for ``config``: FRR text, fib routes, link-bandwidth signature per BGP peer."""
-    from southbound.render import render_frr
+def _build_rendered(config: DeviceConfig) -> Rendered:
+    """The renderer's :func:`southbound.render.build_rendered`, imported on first use: the renderer
+    pulls in the domain model, which an agent that never receives a config need not load."""
+    from southbound.render import build_rendered
 
-    fib = {r.prefix: tuple(FibHop(h.port, r.group, h.weight, h.gateway) for h in r.nexthops)
-           for r in config.fib_routes}
-    lb_peers: dict[str, str] = {}
-    for n in config.neighbors:
-        entries = sorted(f"{b.prefix}={b.mbps}" for b in config.link_bandwidth if b.port == n.port)
-        if entries:
-            lb_peers[n.key] = ",".join(entries)
-    return Rendered(config.hostname, render_frr(config), fib, lb_peers)
+    return build_rendered(config)
 
 
 @dataclass
@@ -76,7 +70,7 @@ class AgentCore:
     """The agent's logic in domain types; one change at a time (an asyncio lock)."""
 
     def __init__(self, backend: FrrBackend, state_dir: Path, hostname: str, *,
-                 build: Callable[[DeviceConfig], Rendered] = build_rendered,
+                 build: Callable[[DeviceConfig], Rendered] = _build_rendered,
                  clock: Callable[[], float] = time.time):
         self.backend = backend
         self.dir = state_dir

@@ -46,6 +46,10 @@ class DeviceDriver(Protocol):
 
     devices: tuple[str, ...]
 
+    def endpoint(self, device: str) -> str:
+        """Where ``device``'s agent is reached (for people: ``unix:PATH``, ``HOST:PORT``, ...)."""
+        ...
+
     async def info(self, device: str) -> AgentInfo: ...
     async def prepare(self, device: str, change: str, config: DeviceConfig) -> StepResult: ...
     async def commit(self, device: str, change: str, confirm_within: float) -> StepResult: ...
@@ -114,6 +118,9 @@ class AgentDriver:
 
     async def __aenter__(self) -> AgentDriver:
         return self
+
+    def endpoint(self, device: str) -> str:
+        return self.endpoints[device]
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()

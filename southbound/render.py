@@ -28,10 +28,13 @@ from southbound.config import (
     Interface,
     LinkBandwidth,
 )
+from southbound.frr_apply import FibHop, Rendered
 
 __all__ = [
     "LINK_POOL",
     "LOOPBACK_POOL",
+    "build_rendered",
+    "config_hash",
     "device_configs",
     "host_address",
     "isis_net",
@@ -207,7 +210,37 @@ def render_frr(config: DeviceConfig) -> str:
     point-to-point adjacency per link with the link's metric; a drained device
     sets the overload bit, a drained link has no adjacency.
     """
-    lines = [
+    lines = _global_lines(config) + _interface_lines(config)
+    if config.routing == Routing.ISIS.value:
+        lines += _isis_lines(config)
+    else:
+        lines += _bgp_lines(config)
+    return "\n".join(lines) + "\n"
+
+
+def build_rendered(config: DeviceConfig) -> Rendered:
+    """What an agent applies for ``config``: FRR text, fib routes, link-bandwidth signature per BGP peer.
+
+    Its :attr:`~southbound.frr_apply.Rendered.hash` is the config hash the agent reports once it runs
+    ``config``, so the controller predicts it from here without the agent's code.
+    """
+    fib = {r.prefix: tuple(FibHop(h.port, r.group, h.weight, h.gateway) for h in r.nexthops)
+           for r in config.fib_routes}
+    lb_peers: dict[str, str] = {}
+    for n in config.neighbors:
+        entries = sorted(f"{b.prefix}={b.mbps}" for b in config.link_bandwidth if b.port == n.port)
+        if entries:
+            lb_peers[n.key] = ",".join(entries)
+    return Rendered(config.hostname, render_frr(config), fib, lb_peers)
+
+
+def config_hash(config: DeviceConfig) -> str:
+    """The hash of everything an agent applies for ``config`` (what ``GetState`` reports)."""
+    return build_rendered(config).hash
+
+
+def _global_lines(config: DeviceConfig) -> list[str]:
+    return [
         "frr defaults datacenter",
         f"hostname {config.hostname}",
         "ip forwarding",
@@ -218,7 +251,11 @@ def render_frr(config: DeviceConfig) -> str:
         "exit",
         "!",
     ]
+
+
+def _interface_lines(config: DeviceConfig) -> list[str]:
     isis = config.routing == Routing.ISIS.value
+    lines: list[str] = []
     for itf in config.interfaces:
         lines.append(f"interface {itf.name}")
         if itf.peer is not None:
@@ -236,17 +273,22 @@ def render_frr(config: DeviceConfig) -> str:
                 lines += [" isis network point-to-point", f" isis metric {itf.metric}",
                           f" isis hello-interval {keepalive}", f" isis hello-multiplier {max(2, hold // keepalive)}"]
         lines += ["exit", "!"]
-    if isis:
-        lines += [f"router isis {ISIS_TAG}", f" net {isis_net(config.router_id)}",
-                  " is-type level-2-only", " metric-style wide", " lsp-gen-interval 1", " spf-interval 1"]
-        if config.drained:
-            lines.append(" set-overload-bit")
-        lines += ["exit", "!"]
-        return "\n".join(lines) + "\n"
+    return lines
+
+
+def _isis_lines(config: DeviceConfig) -> list[str]:
+    lines = [f"router isis {ISIS_TAG}", f" net {isis_net(config.router_id)}",
+             " is-type level-2-only", " metric-style wide", " lsp-gen-interval 1", " spf-interval 1"]
+    if config.drained:
+        lines.append(" set-overload-bit")
+    return lines + ["exit", "!"]
+
+
+def _bgp_lines(config: DeviceConfig) -> list[str]:
+    """Policy, then ``router bgp``: the sessions, then the IPv4 unicast address family."""
     if config.asn is None:
         raise ValueError(f"{config.hostname}: routing bgp needs an ASN")
-    policy, out_maps = _policy_lines(config)
-    lines += policy
+    lines, out_maps = _policy_lines(config)
     keepalive, hold = config.timers
     lines += [
         f"router bgp {config.asn}",
@@ -275,8 +317,7 @@ def render_frr(config: DeviceConfig) -> str:
             lines += [f"  neighbor {n.key} route-map {_DENY} in", f"  neighbor {n.key} route-map {_DENY} out"]
         elif n.port in out_maps:
             lines.append(f"  neighbor {n.key} route-map {out_maps[n.port]} out")
-    lines += [f"  maximum-paths {config.maximum_paths}", " exit-address-family", "exit", "!"]
-    return "\n".join(lines) + "\n"
+    return lines + [f"  maximum-paths {config.maximum_paths}", " exit-address-family", "exit", "!"]
 
 
 def role_order(role: Role) -> int:

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from southbound.agent import AgentCore, build_rendered, serve
+from southbound.agent import AgentCore, serve
 from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
 from southbound.driver import AgentDriver
 from southbound.frr_apply import DryFrr, Rendered
 from southbound.grpc_adapter import config_from_proto, config_to_proto
+from southbound.render import build_rendered
 from southbound.state import AgentError
 
 pytestmark = pytest.mark.anyio

@@ -22,9 +22,8 @@ import yaml
 
 from controller.model.intent import validate_intent
 from controller.model.plan import Plan
-from southbound.agent import build_rendered
 from southbound.grpc_adapter import config_from_proto, config_to_proto, prepare_request_document
-from southbound.render import device_configs
+from southbound.render import build_rendered, device_configs
 from southbound.wcmp import expected_weights
 
 REPO = Path(__file__).resolve().parent.parent

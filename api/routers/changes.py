@@ -31,11 +31,8 @@ def workflow(request: Request) -> Workflow:
     """The app's change engine (made on first use when the app runs without its lifespan)."""
     wf: Workflow | None = getattr(request.app.state, "workflow", None)
     if wf is None or wf.db is not request.app.state.database:
-        from controller.workflow.agents import make_driver
-
-        wf = Workflow(request.app.state.settings, request.app.state.database,
+        wf = Workflow(request.app.state.settings, request.app.state.database, driver=request.app.state.driver,
                       metrics=getattr(request.app.state, "metrics", None))
-        wf.driver = make_driver(wf.settings, wf.endpoints)
         request.app.state.workflow = wf
     return wf
 

@@ -58,15 +58,10 @@ def read_plan(path: Path, *, as_json: bool = False) -> Plan:
 
 
 def _solve(intent: Intent, label: str, as_json: bool, robust: bool = False) -> Plan:
-    from solver import solve
+    from controller.planning import CompileOptions, compile_plan
 
     try:
-        if robust and intent.policy("failure_tolerance") is not None:
-            from safety.replay import peaks
-            from solver.robust import solve_robust
-
-            return solve_robust(intent, peaks)
-        return solve(intent)
+        return compile_plan(intent, CompileOptions(robust=robust))
     except Infeasible as exc:
         die(f"{label}: cannot plan: {exc}", as_json=as_json,
             errors=[{"loc": str(d.get("loc", "")), "msg": str(d.get("msg", d))} for d in exc.details])

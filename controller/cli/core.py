@@ -81,6 +81,22 @@ def _token_json(token: Any, secret: str | None = None) -> dict[str, Any]:
     return out
 
 
+def _attach_lab(settings: Settings, lab: str, info: dict[str, Any], as_json: bool) -> Settings:
+    """``--lab``: start the lab's agents that are not running and point the settings at the agents
+    file the lab keeps (the server itself never imports the lab harness)."""
+    if settings.agents:
+        die("--lab and --agents (or LOOM_AGENTS) both name the agents: use one", as_json=as_json)
+    from labs import runner
+    from labs.clab import load_topology
+
+    try:
+        topo = load_topology(lab)
+        info["agents_started"] = runner.start_agents(topo)
+    except Exception as exc:  # noqa: BLE001 - a lab that is not up is told, not traced
+        die(f"agents: {exc}", as_json=as_json)
+    return settings.model_copy(update={"agents": str(runner.agents_file(topo.name))})
+
+
 @app.command()
 def serve(
     db: DbOption = None,
@@ -105,21 +121,21 @@ def serve(
 
     from api.app import create_app
 
-    settings = _settings(as_json, db_url=db, host=host, port=port, agents=agents, lab=lab)
+    settings = _settings(as_json, db_url=db, host=host, port=port, agents=agents)
     database = _open_store(settings, as_json)
     url = f"http://{host}:{port}"
     info: dict[str, Any] = {"url": url, "docs": f"{url}/docs", "store": database.display_url}
-    if settings.agents or settings.lab:
-        from controller.workflow.agents import endpoints_from_settings
+    if lab:
+        settings = _attach_lab(settings, lab, info, as_json)
+    driver = None
+    if settings.agents:
+        from controller.workflow.agents import make_driver
 
         try:
-            if lab:
-                from controller.workflow.agents import start_lab_agents
-
-                info["agents_started"] = start_lab_agents(lab)
-            info["agents"] = len(endpoints_from_settings(settings))
-        except Exception as exc:  # noqa: BLE001 - a bad agents file or lab is told, not traced
+            driver = make_driver(settings)
+        except Exception as exc:  # noqa: BLE001 - a bad agents file is told, not traced
             die(f"agents: {exc}", as_json=as_json)
+        info["agents"] = len(driver.devices) if driver is not None else 0
     with database.session() as session:
         if example:
             loaded = service.load_example(session=session, ctx=_cli_ctx("loom serve --example: example fabric dc1"))
@@ -153,8 +169,9 @@ def serve(
             console.print("an admin token exists already; make another with: "
                           "loom token create --role admin --name NAME", highlight=False)
     setup_logging(log_level, json=log_format == "json")  # every record with its request id (controller.logs)
-    uvicorn.run(create_app(settings, database=database), host=host, port=port, log_level=log_level.lower(),
-                log_config=None, access_log=False)  # access lines come from api.metrics, with the request id
+    # access lines come from api.metrics, with the request id
+    uvicorn.run(create_app(settings, database=database, driver=driver), host=host, port=port,
+                log_level=log_level.lower(), log_config=None, access_log=False)
 
 
 @app.command()

@@ -49,15 +49,20 @@ def plan_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
     backend: Annotated[str, typer.Option(
         "--backend", help="LP backend: auto, glop, pdlp, highs, scipy-highs")] = "auto",
+    robust: Annotated[bool, typer.Option(
+        "--robust", help="robust WCMP: hold the failure_tolerance policy's limit in every scenario where possible")
+    ] = False,
 ) -> None:
     """Compile INTENT into a forwarding plan offline and print its summary.
 
     Exit status 2 for an invalid intent or a demand that cannot be routed.
     """
-    from solver import BACKENDS, solve
+    from controller.planning import CompileOptions, compile_plan
+    from solver import BACKENDS
 
     if backend not in BACKENDS:
         die(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}", as_json=as_json)
+    options = CompileOptions(backend=backend, robust=robust)
     t0 = time.perf_counter()
     intent = read_intent(intent_path, as_json=as_json)
     validate_s = time.perf_counter() - t0
@@ -70,7 +75,7 @@ def plan_cmd(
                 def show(stage: str, frac: float) -> None:
                     bar.update(task, description=_STAGES.get(stage, stage), completed=frac)
 
-                plan = solve(intent, backend=backend, progress=show)
+                plan = compile_plan(intent, options, progress=show)
         else:
             last: list[str] = []
 
@@ -79,7 +84,7 @@ def plan_cmd(
                     last.append(stage)
                     sys.stderr.write(f"loom plan: {_STAGES.get(stage, stage)} ({time.perf_counter() - t0:.1f} s)\n")
 
-            plan = solve(intent, backend=backend, progress=lines)
+            plan = compile_plan(intent, options, progress=lines)
     except Infeasible as exc:
         errors = [{"loc": str(d.get("loc", "")), "msg": f"{d.get('from')} -> {d.get('to')}: {d.get('reason')}"}
                   if "from" in d else {"loc": "", "msg": json.dumps(d)} for d in exc.details]

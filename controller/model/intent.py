@@ -146,13 +146,32 @@ def validate_intent(doc: Any) -> Intent:
     errors: list[IntentError] = []
     if not isinstance(doc, dict):
         raise InvalidIntent([IntentError("", "an intent document must be a mapping of fields")])
+    top, routing = _check_top(doc, errors)
+    items, names_seen = _shape_sections(doc, errors)
+    shape_errors = bool(errors)
+    _check_meaning(routing, items, names_seen, errors, structure=not shape_errors)
+    if errors:
+        errors.sort(key=_doc_order)
+        raise InvalidIntent(errors)
+    return Intent(
+        **top,
+        devices=tuple(o for _, o in items["devices"]),
+        links=tuple(o for _, o in items["links"]),
+        failure_domains=tuple(o for _, o in items["failure_domains"]),
+        prefixes=tuple(o for _, o in items["prefixes"]),
+        policies=tuple(o for _, o in items["policies"]),
+        demands=tuple(o for _, o in items["demands"]),
+    )
+
+
+def _check_top(doc: dict[Any, Any], errors: list[IntentError]) -> tuple[dict[str, Any], Routing]:
+    """The document's own fields: unknown and missing keys, ``name``, ``routing``, ``defaults``."""
     for key in doc:
         if key not in _TOP_KEYS:
             errors.append(IntentError(str(key), f"unknown field (expected one of {', '.join(_TOP_KEYS)})"))
     for key in _REQUIRED:
         if key not in doc:
             errors.append(IntentError(key, "required field missing"))
-
     top: dict[str, Any] = {}
     if "name" in doc:
         if not isinstance(doc["name"], str) or not doc["name"].strip():
@@ -172,9 +191,17 @@ def validate_intent(doc: Any) -> Intent:
         d = _shape(Defaults, doc["defaults"], ("defaults",), errors)
         if d is not None:
             top["defaults"] = d
+    return top, routing
 
-    items: dict[str, list[tuple[int, Any]]] = {}
-    names_seen: dict[str, set[str]] = defaultdict(set)  # names even of malformed elements
+
+_Items = dict[str, list[tuple[int, Any]]]
+
+
+def _shape_sections(doc: dict[Any, Any], errors: list[IntentError]) -> tuple[_Items, dict[str, set[str]]]:
+    """Every list element built alone (well-shaped ones kept with their index), and the names seen,
+    even of malformed elements, so that references to them are not reported as unknown."""
+    items: _Items = {}
+    names_seen: dict[str, set[str]] = defaultdict(set)
     for section in (*_SECTIONS, "policies"):
         raw = doc.get(section, [])
         if raw is None:
@@ -186,16 +213,7 @@ def validate_intent(doc: Any) -> Intent:
         good: list[tuple[int, Any]] = []
         for i, value in enumerate(raw):
             if section == "policies":
-                kind = value.get("kind") if isinstance(value, dict) else None
-                if not isinstance(value, dict):
-                    errors.append(IntentError(f"policies[{i}]", "must be a mapping"))
-                    continue
-                if not isinstance(kind, str) or kind not in _POLICY_TYPES:
-                    msg = ("required field missing" if kind is None else
-                           f"unknown policy kind {kind!r} (expected one of {', '.join(POLICY_KINDS)})")
-                    errors.append(IntentError(f"policies[{i}].kind", msg))
-                    continue
-                obj = _shape(_POLICY_TYPES[kind], value, ("policies", i), errors)
+                obj = _shape_policy(i, value, errors)
             else:
                 name = _element_name(value)
                 if name:
@@ -205,26 +223,51 @@ def validate_intent(doc: Any) -> Intent:
             if obj is not None:
                 good.append((i, obj))
         items[section] = good
+    return items, names_seen
 
-    shape_errors = bool(errors)
-    _check_meaning(routing, items, names_seen, errors, structure=not shape_errors)
-    if errors:
-        errors.sort(key=_doc_order)
-        raise InvalidIntent(errors)
-    return Intent(
-        **top,
-        devices=tuple(o for _, o in items["devices"]),
-        links=tuple(o for _, o in items["links"]),
-        failure_domains=tuple(o for _, o in items["failure_domains"]),
-        prefixes=tuple(o for _, o in items["prefixes"]),
-        policies=tuple(o for _, o in items["policies"]),
-        demands=tuple(o for _, o in items["demands"]),
-    )
+
+def _shape_policy(i: int, value: Any, errors: list[IntentError]) -> Any | None:
+    kind = value.get("kind") if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        errors.append(IntentError(f"policies[{i}]", "must be a mapping"))
+        return None
+    if not isinstance(kind, str) or kind not in _POLICY_TYPES:
+        msg = ("required field missing" if kind is None else
+               f"unknown policy kind {kind!r} (expected one of {', '.join(POLICY_KINDS)})")
+        errors.append(IntentError(f"policies[{i}].kind", msg))
+        return None
+    return _shape(_POLICY_TYPES[kind], value, ("policies", i), errors)
+
+
+class _Refs:
+    """What cross-object rules look names up in: the devices (first of each name), every device
+    name seen, the link ports in use."""
+
+    def __init__(self, names_seen: dict[str, set[str]]):
+        self.names_seen = names_seen
+        self.devices: dict[str, Device] = {}
+        self.device_index: dict[str, int] = {}
+        self.ports: dict[tuple[str, str], int] = {}
+
+    def unknown(self, name: str) -> bool:
+        return name not in self.devices and name not in self.names_seen["devices"]
+
+    def check_end(self, end: str) -> str | None:
+        """Why ``DEVICE:PORT`` names no link end (``None`` when it does)."""
+        try:
+            dev, port = parse_link_end(end)
+        except ValueError as exc:
+            return str(exc)
+        if self.unknown(dev):
+            return f"unknown device '{dev}' in '{end}'"
+        if (dev, port) not in self.ports and end not in self.names_seen["ports"]:
+            return f"'{dev}' has no link on port '{port}'"
+        return None
 
 
 def _check_meaning(
     routing: Routing,
-    items: dict[str, list[tuple[int, Any]]],
+    items: _Items,
     names_seen: dict[str, set[str]],
     errors: list[IntentError],
     structure: bool = True,
@@ -232,16 +275,27 @@ def _check_meaning(
     """Cross-object rules. ``structure`` is False when some element was
     malformed: rules that need the whole topology (uplinks) are skipped then,
     since their verdict would only echo the shape error."""
-    devices: dict[str, Device] = {}
-    device_index: dict[str, int] = {}
+    refs = _Refs(names_seen)
+    _check_devices(items["devices"], refs, errors)
+    good_links = _check_links(items["links"], refs, errors)
+    _check_failure_domains(items["failure_domains"], refs, errors)
+    prefix_index = _check_prefixes(items["prefixes"], refs, errors)
+    _check_policies(items["policies"], routing, refs, errors)
+    _check_demands(items["demands"], prefix_index, refs, errors)
+    if routing == Routing.BGP:
+        _check_clos(refs.devices, refs.device_index, good_links, errors, uplinks=structure)
+
+
+def _check_devices(devices: list[tuple[int, Device]], refs: _Refs, errors: list[IntentError]) -> None:
+    """Duplicate names and loopbacks; fills ``refs.devices``."""
     loopbacks: dict[str, str] = {}
-    for i, d in items["devices"]:
-        if d.name in devices:
+    for i, d in devices:
+        if d.name in refs.devices:
             errors.append(IntentError(f"devices[{i}].name",
-                                      f"duplicate device '{d.name}' (first at devices[{device_index[d.name]}])"))
+                                      f"duplicate device '{d.name}' (first at devices[{refs.device_index[d.name]}])"))
             continue
-        devices[d.name] = d
-        device_index[d.name] = i
+        refs.devices[d.name] = d
+        refs.device_index[d.name] = i
         if d.loopback is not None:
             lb = str(d.loopback)
             if lb in loopbacks:
@@ -249,48 +303,38 @@ def _check_meaning(
                                           f"loopback {lb} already used by '{loopbacks[lb]}'"))
             else:
                 loopbacks[lb] = d.name
-    known = set(devices) | names_seen["devices"]
 
-    def unknown(name: str) -> bool:
-        return name not in known
 
-    # links: references, self-links, ports used twice
-    ports: dict[tuple[str, str], int] = {}
+def _check_links(links: list[tuple[int, Link]], refs: _Refs, errors: list[IntentError]) -> list[tuple[int, Link]]:
+    """References, self-links, ports used twice; fills ``refs.ports``; returns the links between
+    known devices that passed."""
     good_links: list[tuple[int, Link]] = []
-    for i, link in items["links"]:
+    for i, link in links:
         bad = False
         for side in ("a", "b"):
             dev = getattr(link, side)
-            if unknown(dev):
+            if refs.unknown(dev):
                 errors.append(IntentError(f"links[{i}].{side}", f"unknown device '{dev}'"))
                 bad = True
         if link.a == link.b:
             errors.append(IntentError(f"links[{i}].b", f"link from '{link.a}' to itself"))
             bad = True
         for dev, port, side in ((link.a, link.a_port, "a_port"), (link.b, link.b_port, "b_port")):
-            if (dev, port) in ports and not (link.a == link.b):
+            if (dev, port) in refs.ports and not (link.a == link.b):
                 errors.append(IntentError(f"links[{i}].{side}",
-                                          f"port '{port}' of '{dev}' already used by links[{ports[dev, port]}]"))
+                                          f"port '{port}' of '{dev}' already used by links[{refs.ports[dev, port]}]"))
                 bad = True
             else:
-                ports.setdefault((dev, port), i)
-        if not bad and link.a in devices and link.b in devices:
+                refs.ports.setdefault((dev, port), i)
+        if not bad and link.a in refs.devices and link.b in refs.devices:
             good_links.append((i, link))
+    return good_links
 
-    def check_end(loc: str, end: str) -> str | None:
-        try:
-            dev, port = parse_link_end(end)
-        except ValueError as exc:
-            return str(exc)
-        if unknown(dev):
-            return f"unknown device '{dev}' in '{end}'"
-        if (dev, port) not in ports and end not in names_seen["ports"]:
-            return f"'{dev}' has no link on port '{port}'"
-        return None
 
-    # failure domains
+def _check_failure_domains(domains: list[tuple[int, FailureDomain]], refs: _Refs,
+                           errors: list[IntentError]) -> None:
     fd_names: dict[str, int] = {}
-    for i, fd in items["failure_domains"]:
+    for i, fd in domains:
         if fd.name in fd_names:
             errors.append(IntentError(f"failure_domains[{i}].name",
                                       f"duplicate failure domain '{fd.name}' "
@@ -299,16 +343,18 @@ def _check_meaning(
         if not fd.devices and not fd.links:
             errors.append(IntentError(f"failure_domains[{i}]", "names no devices and no links"))
         for j, dev in enumerate(fd.devices):
-            if unknown(dev):
+            if refs.unknown(dev):
                 errors.append(IntentError(f"failure_domains[{i}].devices[{j}]", f"unknown device '{dev}'"))
         for j, end in enumerate(fd.links):
-            msg = check_end("", end)
+            msg = refs.check_end(end)
             if msg:
                 errors.append(IntentError(f"failure_domains[{i}].links[{j}]", msg))
 
-    # prefixes
+
+def _check_prefixes(prefixes: list[tuple[int, Prefix]], refs: _Refs, errors: list[IntentError]) -> dict[str, int]:
+    """Duplicate prefixes and unknown or repeated origins; returns the index of each prefix."""
     prefix_index: dict[str, int] = {}
-    for i, p in items["prefixes"]:
+    for i, p in prefixes:
         if p.prefix in prefix_index:
             errors.append(IntentError(
                 f"prefixes[{i}].prefix",
@@ -318,16 +364,20 @@ def _check_meaning(
             prefix_index[p.prefix] = i
         seen: set[str] = set()
         for j, origin in enumerate(p.origins):
-            if unknown(origin):
+            if refs.unknown(origin):
                 errors.append(IntentError(f"prefixes[{i}].origins[{j}]", f"unknown device '{origin}'"))
             elif origin in seen:
                 errors.append(IntentError(f"prefixes[{i}].origins[{j}]", f"origin '{origin}' listed twice"))
             seen.add(origin)
+    return prefix_index
 
-    # policies
+
+def _check_policies(policies: list[tuple[int, Any]], routing: Routing, refs: _Refs,
+                    errors: list[IntentError]) -> None:
+    """One of each singleton kind, drain targets, and the policies the routing cannot realize."""
     singleton: dict[str, int] = {}
     drains: dict[str, int] = {}
-    for i, pol in items["policies"]:
+    for i, pol in policies:
         if pol.kind in _SINGLETON_POLICIES:
             if pol.kind in singleton:
                 errors.append(IntentError(f"policies[{i}].kind",
@@ -335,16 +385,7 @@ def _check_meaning(
                                           f"(first at policies[{singleton[pol.kind]}])"))
             singleton.setdefault(pol.kind, i)
         if isinstance(pol, DrainPolicy):
-            if ":" in pol.target:
-                msg = check_end("", pol.target)
-                if msg:
-                    errors.append(IntentError(f"policies[{i}].target", msg))
-            elif unknown(pol.target):
-                errors.append(IntentError(f"policies[{i}].target", f"unknown device '{pol.target}'"))
-            if pol.target in drains:
-                errors.append(IntentError(f"policies[{i}].target",
-                                          f"'{pol.target}' already drained by policies[{drains[pol.target]}]"))
-            drains.setdefault(pol.target, i)
+            _check_drain(i, pol, refs, drains, errors)
         if isinstance(pol, PathsPolicy) and pol.mode == "loop_free" and routing == Routing.BGP:
             errors.append(IntentError(f"policies[{i}].mode",
                                       "paths: loop_free needs routing: isis (BGP installs only its own best paths)"))
@@ -353,12 +394,27 @@ def _check_meaning(
                                       "link-bandwidth is a BGP extended community; "
                                       "routing: isis needs realization: fib"))
 
-    # demands
+
+def _check_drain(i: int, pol: DrainPolicy, refs: _Refs, drains: dict[str, int], errors: list[IntentError]) -> None:
+    if ":" in pol.target:
+        msg = refs.check_end(pol.target)
+        if msg:
+            errors.append(IntentError(f"policies[{i}].target", msg))
+    elif refs.unknown(pol.target):
+        errors.append(IntentError(f"policies[{i}].target", f"unknown device '{pol.target}'"))
+    if pol.target in drains:
+        errors.append(IntentError(f"policies[{i}].target",
+                                  f"'{pol.target}' already drained by policies[{drains[pol.target]}]"))
+    drains.setdefault(pol.target, i)
+
+
+def _check_demands(demands: list[tuple[int, Demand]], prefix_index: dict[str, int], refs: _Refs,
+                   errors: list[IntentError]) -> None:
     demand_index: dict[tuple[str, str], int] = {}
-    for i, dm in items["demands"]:
-        if unknown(dm.from_):
+    for i, dm in demands:
+        if refs.unknown(dm.from_):
             errors.append(IntentError(f"demands[{i}].from", f"unknown device '{dm.from_}'"))
-        if dm.to not in prefix_index and dm.to not in names_seen["prefixes"]:
+        if dm.to not in prefix_index and dm.to not in refs.names_seen["prefixes"]:
             errors.append(IntentError(f"demands[{i}].to", f"no device originates {dm.to} (not in prefixes)"))
         key = (dm.from_, dm.to)
         if key in demand_index:
@@ -366,9 +422,6 @@ def _check_meaning(
                                       f"duplicate demand from '{dm.from_}' to {dm.to} "
                                       f"(first at demands[{demand_index[key]}])"))
         demand_index.setdefault(key, i)
-
-    if routing == Routing.BGP:
-        _check_clos(devices, device_index, good_links, errors, uplinks=structure)
 
 
 def _asn_group(d: Device) -> tuple[str, Any]:

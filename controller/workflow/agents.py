@@ -1,13 +1,13 @@
-"""Where the controller finds the device agents.
+"""Where the controller finds the device agents, and the driver that talks to them.
 
 ``LOOM_AGENTS`` (``loom serve --agents FILE``) names a YAML or JSON mapping
 ``{device: "unix:/path/agent.sock" | "host:port"}``; TCP endpoints use the
-client TLS settings (``LOOM_AGENT_TLS_CERT``/``_KEY``/``_CA``). ``LOOM_LAB``
-(``loom serve --lab labs/NAME``) reads a lab's topology and points at each
-node's agent socket in the lab's run directory (``RUN/NAME/NODE/agent.sock``,
-where ``loom lab up`` keeps each node's files). No agents at all is allowed:
-the controller then reviews with locally rendered configs and a commit only
-records the revision as active.
+client TLS settings (``LOOM_AGENT_TLS_CERT``/``_KEY``/``_CA``). A lab brought
+up by ``loom lab up`` writes such a file into its run directory, and ``loom
+serve --lab labs/NAME`` points this setting at it: the controller learns where
+a lab's agents are from the file, never from the lab harness. No agents at all
+is allowed: the controller then reviews with locally rendered configs and a
+commit only records the revision as active.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import yaml
 
 from controller.model.errors import LoomError
 from controller.settings import Settings
+from southbound.driver import DeviceDriver, drivers
 
-__all__ = ["endpoints_from_settings", "lab_endpoints", "make_driver", "read_agents_file", "start_lab_agents"]
+__all__ = ["endpoints_from_settings", "make_driver", "read_agents_file"]
 
 
 def read_agents_file(path: str | Path) -> dict[str, str]:
@@ -43,41 +44,17 @@ def read_agents_file(path: str | Path) -> dict[str, str]:
     return dict(doc)
 
 
-def lab_endpoints(lab_dir: str | Path) -> dict[str, str]:
-    """The agent socket of every node of the lab in ``lab_dir`` (running under ``loom lab up``)."""
-    from labs import runner
-    from labs.clab import load_topology
-
-    topo = load_topology(lab_dir)
-    base = runner.run_dir(topo.name)
-    return {n.name: f"unix:{base / n.name / 'agent.sock'}" for n in topo.nodes}
-
-
-def start_lab_agents(lab_dir: str | Path, *, timeout: float = 60.0) -> list[str]:
-    """Start the device agent of each node of a running lab whose socket does not answer
-    (``loom lab up`` starts them already; this covers a lab brought up without them).
-    Returns the nodes started."""
-    from labs import runner
-    from labs.clab import load_topology
-
-    return runner.start_agents(load_topology(lab_dir), timeout=timeout)  # LabError is a LoomError
-
-
 def endpoints_from_settings(settings: Settings) -> dict[str, str]:
-    out: dict[str, str] = {}
-    if settings.lab:
-        out.update(lab_endpoints(settings.lab))
-    if settings.agents:
-        out.update(read_agents_file(settings.agents))
-    return out
+    """The agents file's endpoints (none without ``LOOM_AGENTS``)."""
+    return read_agents_file(settings.agents) if settings.agents else {}
 
 
-def make_driver(settings: Settings, endpoints: dict[str, str]) -> Any:
-    """An :class:`southbound.driver.AgentDriver` for ``endpoints`` (``None`` when there are none)."""
+def make_driver(settings: Settings, endpoints: dict[str, str] | None = None) -> DeviceDriver | None:
+    """The gRPC driver for ``endpoints`` (default: the agents file), with the settings' deadlines,
+    retries and client TLS; ``None`` when there are no agents."""
+    endpoints = endpoints_from_settings(settings) if endpoints is None else endpoints
     if not endpoints:
         return None
-    from southbound.driver import AgentDriver
-
     tls = None
     if settings.agent_tls_ca:
         from southbound.pki import ClientTls
@@ -85,4 +62,5 @@ def make_driver(settings: Settings, endpoints: dict[str, str]) -> Any:
         tls = ClientTls(Path(settings.agent_tls_cert) if settings.agent_tls_cert else None,
                         Path(settings.agent_tls_key) if settings.agent_tls_key else None,
                         Path(settings.agent_tls_ca))
-    return AgentDriver(endpoints, tls=tls, timeout=10.0, commit_timeout=120.0, max_attempts=3)
+    return drivers.create("grpc", endpoints=endpoints, tls=tls, timeout=settings.agent_timeout,
+                          commit_timeout=settings.agent_commit_timeout, max_attempts=settings.agent_max_attempts)

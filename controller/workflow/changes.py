@@ -30,6 +30,7 @@ from controller.model import Intent
 from controller.model.errors import Conflict, IntentError, InvalidIntent, NotFound, SafetyViolation
 from controller.model.intent import format_loc, validate_intent
 from controller.model.plan import Plan
+from controller.planning import compile_plan
 from controller.service import WriteContext
 from controller.store import repo
 from controller.store import workflow_repo as wrepo
@@ -113,10 +114,8 @@ def plan_for(revision: int, *, session: Session, observe: Callable[[float], None
     doc = wrepo.get_plan(revision, session=session)
     if doc is not None:
         return intent, Plan.from_document(doc)
-    from solver import solve
-
     t0 = time.perf_counter()
-    plan = solve(intent)
+    plan = compile_plan(intent)
     if observe is not None:
         observe(time.perf_counter() - t0)
     with write_transaction(session):

@@ -2,7 +2,8 @@
 
 :class:`Workflow` is the one place that calls southbound. It lives in the
 server process (``api.create_app`` starts it at startup and stops it at
-shutdown) and owns the driver to the device agents (``controller.workflow.agents``).
+shutdown) and is handed the driver to the device agents (``controller.workflow.agents``
+makes the gRPC one from the settings).
 
 - **Review**: solve and replay in a worker thread, then the per-device config
   diff from the agents' ``Prepare`` (aborted at once) or, with no agents,
@@ -46,8 +47,8 @@ from controller.settings import Settings
 from controller.store import workflow_repo as wrepo
 from controller.store.db import Database, write_transaction
 from controller.workflow import changes
-from controller.workflow.agents import endpoints_from_settings, make_driver
 from controller.workflow.review import build_review, expected_hashes, local_config_diff
+from southbound.driver import DeviceDriver
 
 __all__ = ["SYSTEM", "Unreachable", "Workflow"]
 
@@ -68,13 +69,14 @@ def _now() -> datetime:
 class Workflow:
     """The change engine of one controller process."""
 
-    def __init__(self, settings: Settings, database: Database, *, metrics: Any = None,
-                 endpoints: dict[str, str] | None = None):
+    def __init__(self, settings: Settings, database: Database, *, driver: DeviceDriver | None = None,
+                 metrics: Any = None):
+        """``driver`` talks to the device agents (``None``: no devices attached); the composition
+        root (``loom serve``, or :func:`api.app.create_app` from the settings) makes it."""
         self.settings = settings
         self.db = database
         self.metrics = metrics
-        self.endpoints = endpoints if endpoints is not None else endpoints_from_settings(settings)
-        self.driver: Any = None
+        self.driver = driver
         self._tasks: set[asyncio.Task[Any]] = set()
         self._commit_task: asyncio.Task[Any] | None = None
         self._drift_task: asyncio.Task[Any] | None = None
@@ -99,11 +101,17 @@ class Workflow:
             self.metrics.scenarios_checked.inc(scenarios)
 
     @property
+    def _agents(self) -> DeviceDriver:
+        """The driver, where the caller has already checked that devices are attached."""
+        if self.driver is None:
+            raise NotFound("no device agents are attached to this controller")
+        return self.driver
+
+    @property
     def devices(self) -> tuple[str, ...]:
-        return tuple(sorted(self.endpoints))
+        return self.driver.devices if self.driver is not None else ()
 
     async def start(self) -> None:
-        self.driver = make_driver(self.settings, self.endpoints)
         try:
             await self.recover()
             active = await self._db(lambda s: changes.active_revision(session=s))
@@ -155,7 +163,7 @@ class Workflow:
     async def _agent_diff(self, inp: changes.ReviewInputs) -> dict[str, str]:
         from southbound.transaction import commit_plan, new_change_id
 
-        result = await commit_plan(self.driver, inp.intent, inp.plan, change=f"review-{new_change_id()}",
+        result = await commit_plan(self._agents, inp.intent, inp.plan, change=f"review-{new_change_id()}",
                                    dry_run=True)
         out: dict[str, str] = {}
         for d, r in sorted(result.steps.get("prepare", {}).items()):
@@ -316,7 +324,7 @@ class Workflow:
         log.info("repair: %d route(s) differ from a correct config: re-advertising them first", nudged)
         skewed = Plan(plan.fabric, plan.summary, devices, plan.links)
         push = {d: c for d, c in device_configs(intent, skewed).items() if d in set(names)}
-        result = await commit(self.driver, push, None, change=f"{txn}-nudge",
+        result = await commit(self._agents, push, None, change=f"{txn}-nudge",
                               confirm_within=self.settings.confirm_within, verify_timeout=self.settings.verify_timeout)
         if result.ok:
             await asyncio.sleep(1.0)  # let BGP carry the re-advertisements into the kernels
@@ -394,12 +402,12 @@ class Workflow:
         return self.recovered
 
     async def _states(self, names: list[str]) -> dict[str, Any]:
-        got = await asyncio.gather(*(self.driver.state(d) for d in names), return_exceptions=True)
+        got = await asyncio.gather(*(self._agents.state(d) for d in names), return_exceptions=True)
         return dict(zip(names, got, strict=True))
 
     # -- device state and drift ------------------------------------------------------
     async def device_state(self, name: str) -> Doc:
-        if name not in self.endpoints:
+        if self.driver is None or name not in self.driver.devices:
             raise NotFound(f"device {name!r} has no agent attached to this controller")
         try:
             st = await self.driver.state(name)
@@ -408,7 +416,7 @@ class Workflow:
 
             raise Unreachable(f"{name}: {error_text(exc)}") from exc
         doc: Doc = st.to_document()
-        doc["endpoint"] = self.endpoints[name]
+        doc["endpoint"] = self.driver.endpoint(name)
         return doc
 
     async def _drift_loop(self) -> None:

@@ -105,7 +105,6 @@ def local_config_diff(inp: ReviewInputs) -> dict[str, str]:
 
 def expected_hashes(intent: Intent, plan: Plan) -> dict[str, str]:
     """The config hash each device's agent reports once it runs this intent and plan."""
-    from southbound.agent import build_rendered
-    from southbound.render import device_configs
+    from southbound.render import config_hash, device_configs
 
-    return {d: build_rendered(c).hash for d, c in device_configs(intent, plan).items()}
+    return {d: config_hash(c) for d, c in device_configs(intent, plan).items()}

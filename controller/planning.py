@@ -1,0 +1,68 @@
+"""One compile step: an intent becomes a forwarding plan the same way everywhere.
+
+:func:`compile_plan` is what ``loom plan``, ``loom check``, a change's review
+and (later) automatic re-tuning call, so that the API and the CLI can never
+plan one intent differently. :class:`CompileOptions` says how: the LP backend,
+and whether to solve robust WCMP (FFC-style, :func:`solver.robust.solve_robust`)
+against the scenarios and limit of the intent's ``failure_tolerance`` policy,
+with the safety replay (:func:`safety.replay.peaks`) as the scenario oracle.
+Robustness is only meaningful under that policy: without one, a robust
+request compiles the plain plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from controller.model import Intent
+from controller.model.plan import Plan
+from solver.lp import DEFAULT_BACKEND
+
+__all__ = ["CompileOptions", "compile_plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompileOptions:
+    """How to compile: ``backend`` is one of :data:`solver.BACKENDS`; ``robust`` asks for weights that
+    hold the ``failure_tolerance`` limit in every scenario where possible."""
+
+    backend: str = DEFAULT_BACKEND
+    robust: bool = False
+
+
+def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
+                 progress: Callable[[str, float], None] | None = None) -> Plan:
+    """The forwarding plan of a validated ``intent``.
+
+    Parameters
+    ----------
+    intent : a validated intent.
+    options : the backend and whether the plan is robust (see :class:`CompileOptions`).
+    progress : called as ``progress(stage, fraction)`` while solving.
+
+    Returns
+    -------
+    The :class:`~controller.model.plan.Plan` (DESIGN.md, contract 2).
+
+    Raises
+    ------
+    controller.model.errors.Infeasible
+        When a demand cannot be routed.
+
+    Examples
+    --------
+    >>> from controller.gen import clos_document
+    >>> from controller.model.intent import validate_intent
+    >>> plan = compile_plan(validate_intent(clos_document(pods=2, tors=2, planes=2, spines=2)))
+    >>> 0 < plan.summary.max_utilization <= plan.summary.ecmp_max_utilization + 1e-9
+    True
+    """
+    if options.robust and intent.policy("failure_tolerance") is not None:
+        from safety.replay import peaks
+        from solver.robust import solve_robust
+
+        return solve_robust(intent, peaks, backend=options.backend, progress=progress)
+    from solver import solve
+
+    return solve(intent, backend=options.backend, progress=progress)
