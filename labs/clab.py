@@ -149,40 +149,52 @@ def _parse(doc: Any, base: Path, errors: list[IntentError]) -> Topology | None:
     if not isinstance(raw_nodes, dict) or not raw_nodes:
         errors.append(IntentError("topology.nodes", "required: a mapping of node name to node"))
         raw_nodes = {}
-    nodes: list[ClabNode] = []
-    for nname, spec in raw_nodes.items():
-        loc = f"topology.nodes.{nname}"
-        if not isinstance(nname, str) or not _NODE.match(nname):
-            errors.append(IntentError(loc, f"bad node name {nname!r}"))
-            continue
-        spec = spec if isinstance(spec, dict) else {}
-        kind = spec.get("kind", defaults.get("kind"))
-        if kind != "linux":
-            errors.append(IntentError(f"{loc}.kind", f"kind {kind!r} is not supported (expected linux with FRR)"))
-        binds: dict[str, Path] = {}
-        raw_binds = spec.get("binds", defaults.get("binds", []))
-        if not isinstance(raw_binds, list):
-            errors.append(IntentError(f"{loc}.binds", "must be a list of 'host:container' paths"))
-            raw_binds = []
-        for j, b in enumerate(raw_binds):
-            parts = str(b).split(":")
-            if len(parts) < 2:
-                errors.append(IntentError(f"{loc}.binds[{j}]", f"'{b}' is not 'host-path:container-path'"))
-                continue
-            host = Path(parts[0])
-            host = host if host.is_absolute() else base / host
-            if not host.is_file():
-                errors.append(IntentError(f"{loc}.binds[{j}]", f"bind file {parts[0]} not found ({host})"))
-                continue
-            binds[parts[1]] = host
-        for needed in ("/etc/frr/frr.conf", "/etc/frr/daemons"):
-            if needed not in binds and not any(e.loc.startswith(f"{loc}.binds[") for e in errors):
-                errors.append(IntentError(f"{loc}.binds", f"no bind for {needed} (each node needs its FRR files)"))
-        labels = spec.get("labels", {})
-        labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
-        nodes.append(ClabNode(nname, str(kind), spec.get("image", defaults.get("image")), binds, labels))
+    nodes = [n for nname, spec in raw_nodes.items()
+             if (n := _parse_node(nname, spec, defaults, base, errors)) is not None]
     names = {n.name for n in nodes} | {str(n) for n in raw_nodes}
-    raw_links = topo.get("links", [])
+    links = _parse_links(topo.get("links", []), names, errors)
+    if errors:
+        return None
+    return Topology(str(name), base, tuple(nodes), tuple(links))
+
+
+def _parse_node(nname: Any, spec: Any, defaults: dict[str, Any], base: Path,
+                errors: list[IntentError]) -> ClabNode | None:
+    """One node: kind ``linux``, its bind files (FRR's config and daemons files at least), labels."""
+    loc = f"topology.nodes.{nname}"
+    if not isinstance(nname, str) or not _NODE.match(nname):
+        errors.append(IntentError(loc, f"bad node name {nname!r}"))
+        return None
+    spec = spec if isinstance(spec, dict) else {}
+    kind = spec.get("kind", defaults.get("kind"))
+    if kind != "linux":
+        errors.append(IntentError(f"{loc}.kind", f"kind {kind!r} is not supported (expected linux with FRR)"))
+    binds: dict[str, Path] = {}
+    raw_binds = spec.get("binds", defaults.get("binds", []))
+    if not isinstance(raw_binds, list):
+        errors.append(IntentError(f"{loc}.binds", "must be a list of 'host:container' paths"))
+        raw_binds = []
+    for j, b in enumerate(raw_binds):
+        parts = str(b).split(":")
+        if len(parts) < 2:
+            errors.append(IntentError(f"{loc}.binds[{j}]", f"'{b}' is not 'host-path:container-path'"))
+            continue
+        host = Path(parts[0])
+        host = host if host.is_absolute() else base / host
+        if not host.is_file():
+            errors.append(IntentError(f"{loc}.binds[{j}]", f"bind file {parts[0]} not found ({host})"))
+            continue
+        binds[parts[1]] = host
+    for needed in ("/etc/frr/frr.conf", "/etc/frr/daemons"):
+        if needed not in binds and not any(e.loc.startswith(f"{loc}.binds[") for e in errors):
+            errors.append(IntentError(f"{loc}.binds", f"no bind for {needed} (each node needs its FRR files)"))
+    labels = spec.get("labels", {})
+    labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+    return ClabNode(nname, str(kind), spec.get("image", defaults.get("image")), binds, labels)
+
+
+def _parse_links(raw_links: Any, names: set[str], errors: list[IntentError]) -> list[ClabLink]:
+    """Links as endpoint pairs ``node:interface`` between known nodes, each interface used once."""
     if not isinstance(raw_links, list):
         errors.append(IntentError("topology.links", "must be a list of {endpoints: [a, b]}"))
         raw_links = []
@@ -214,9 +226,7 @@ def _parse(doc: Any, base: Path, errors: list[IntentError]) -> Topology | None:
                 errors.append(IntentError(f"{loc}.endpoints", f"link from '{ends[0][0]}' to itself"))
             else:
                 links.append(ClabLink(ends[0][0], ends[0][1], ends[1][0], ends[1][1]))
-    if errors:
-        return None
-    return Topology(str(name), base, tuple(nodes), tuple(links))
+    return links
 
 
 class _Flow(list[str]):
