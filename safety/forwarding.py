@@ -233,10 +233,6 @@ class Flow:
     def state_class(self) -> np.ndarray:
         return self.keys // self.n
 
-    @property
-    def state_device(self) -> np.ndarray:
-        return self.keys % self.n
-
     def drops(self) -> dict[tuple[int, int], float]:
         """Black-holed gbps by (class, device)."""
         idx = np.flatnonzero(self.sink)

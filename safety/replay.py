@@ -186,7 +186,6 @@ class Replayer:
         # stage results of declared domains, by failed parts: a single device or link
         # that fails exactly what a domain does (a spine and its device domain) replays once
         self._known: dict[tuple[frozenset[str], frozenset[str]], tuple[StageResult, StageResult]] = {}
-        self._routes0: dict[str, dict[str, tuple[tuple[str, str], ...]]] | None = None
 
     # -- one stage ----------------------------------------------------------
     def _push(self, dead_t: np.ndarray, gone: list[int]) -> _Diff:

@@ -18,7 +18,7 @@ import ipaddress
 import re
 from collections import defaultdict
 
-from controller.model import Intent, Role, Routing, WcmpRealization
+from controller.model import Intent, Routing, WcmpRealization
 from controller.model.plan import Plan
 from southbound.config import (
     BgpNeighbor,
@@ -318,8 +318,3 @@ def _bgp_lines(config: DeviceConfig) -> list[str]:
         elif n.port in out_maps:
             lines.append(f"  neighbor {n.key} route-map {out_maps[n.port]} out")
     return lines + [f"  maximum-paths {config.maximum_paths}", " exit-address-family", "exit", "!"]
-
-
-def role_order(role: Role) -> int:
-    """Sort key of a role, bottom tier first (for listings)."""
-    return [Role.TOR, Role.LEAF, Role.SPINE, Role.SUPERSPINE, Role.ROUTER].index(role)

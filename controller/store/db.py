@@ -19,7 +19,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -113,10 +113,6 @@ class Database:
     def schema_is_current(self) -> bool:
         """True when the database answers and its schema is at the newest migration."""
         return self.current_migration() == self.head_migration()
-
-    def ping(self) -> None:
-        with self.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
 
     def dispose(self) -> None:
         self.engine.dispose()
