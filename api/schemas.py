@@ -57,6 +57,9 @@ class Problem(_Out):
     request_id: str | None = None
     errors: list[ProblemError] = Field(default_factory=list)
     revision: int | None = Field(None, description="the head revision, on a 409 for a stale If-Match")
+    failing: list[dict[str, Any]] | None = Field(
+        None, description="on a refused unsafe commit: every failed invariant (scenario, stage, invariant, detail)")
+    failing_scenarios: list[str] | None = Field(None, description="on a refused unsafe commit: the failing scenarios")
 
 
 # -- intent collections -------------------------------------------------------

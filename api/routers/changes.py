@@ -13,7 +13,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body
-from api.problems import PROBLEM, ProblemException, error_responses
+from api.problems import PROBLEM, ProblemException, error_responses, unsafe_change
 from api.schemas_changes import ChangeCreate, ChangePage, ChangePublic, CommitRequest, RollbackRequest, Status
 from controller.model.errors import SafetyViolation
 from controller.service import Page, WriteContext
@@ -113,16 +113,12 @@ async def commit_change(request: Request, ctx: OperatorWrite, change_id: ChangeI
     async def run() -> tuple[int, Any]:
         try:
             ch = await workflow(request).commit(change_id, ctx, force=body.force, reason=body.reason)
-        except SafetyViolation as exc:
-            return 409, {"type": "urn:loom:problem:unsafe-change", "title": "Unsafe change", "status": 409,
-                         "detail": str(exc), "instance": request.url.path,
-                         "request_id": getattr(request.state, "request_id", None), "errors": [],
-                         "failing": exc.failing,
-                         "failing_scenarios": sorted({str(f.get("scenario")) for f in exc.failing})}
+        except SafetyViolation as exc:  # answered here, not by the handler, so a retry replays the refusal
+            return unsafe_change(request, exc)
         return 202, changes.change_document(ch)
 
     resp = await idempotent(request, ctx, key, run)
-    if resp.status_code == 409:
+    if resp.status_code >= 400:
         resp.headers["content-type"] = PROBLEM
     return resp
 

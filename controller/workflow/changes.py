@@ -240,8 +240,7 @@ def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transac
                    revision=ch.proposed_revision, detail=f"change {change_id}: {why}")
     except (Conflict, SafetyViolation, InvalidIntent, NotFound) as exc:
         with write_transaction(session):
-            status = 422 if isinstance(exc, InvalidIntent) else 404 if isinstance(exc, NotFound) else 409
-            _audit(session, ctx, "change.commit", outcome="rejected", status=status,
+            _audit(session, ctx, "change.commit", outcome="rejected", status=ctx.rejected_status(exc),
                    detail=f"change {change_id}: {exc}")
         raise
     return wrepo.get_change(change_id, session=session)

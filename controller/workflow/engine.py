@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
-from controller.model.errors import NotFound
+from controller.model.errors import NotFound, Unreachable
 from controller.service import Actor, WriteContext
 from controller.settings import Settings
 from controller.store import workflow_repo as wrepo
@@ -49,16 +49,12 @@ from controller.workflow import changes
 from controller.workflow.agents import endpoints_from_settings, make_driver
 from controller.workflow.review import build_review, expected_hashes, local_config_diff
 
-__all__ = ["SYSTEM", "Unreachable", "Workflow"]
+__all__ = ["SYSTEM", "Workflow"]
 
 log = logging.getLogger("loom.workflow")
 T = TypeVar("T")
 SYSTEM = WriteContext(actor=Actor("loom-controller", "admin"), method="SYSTEM", path="workflow")
 Doc = dict[str, Any]
-
-
-class Unreachable(Exception):
-    """A device's agent did not answer."""
 
 
 def _now() -> datetime:
@@ -406,7 +402,7 @@ class Workflow:
         except Exception as exc:
             from southbound.driver import error_text
 
-            raise Unreachable(f"{name}: {error_text(exc)}") from exc
+            raise Unreachable(name, error_text(exc)) from exc
         doc: Doc = st.to_document()
         doc["endpoint"] = self.endpoints[name]
         return doc
