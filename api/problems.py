@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import Problem, ProblemError
+from controller.model.documents import FailureDocument
 from controller.model.errors import (
     Conflict,
     DeviceError,
@@ -103,7 +104,8 @@ def unsafe_change(request: Request, exc: SafetyViolation) -> tuple[int, dict[str
     status = status_for(exc)
     body = Problem(type=_TYPE + exc.kind, title="Unsafe change", status=status, detail=str(exc),
                    instance=request.url.path, request_id=getattr(request.state, "request_id", None),
-                   failing=exc.failing, failing_scenarios=exc.scenarios()).model_dump(mode="json", exclude_none=True)
+                   failing=[FailureDocument.model_validate(f) for f in exc.failing],
+                   failing_scenarios=exc.scenarios()).model_dump(mode="json", exclude_none=True)
     return status, body
 
 
