@@ -23,12 +23,11 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from api.app import create_app
-from api.problems import status_for
 from controller import service
-from controller.model import errors
 from controller.model.documents import (
     ChangeDocument,
     ChangeState,
+    DeviceStateDocument,
     PlanDocument,
     ProgressDocument,
     ReviewBrief,
@@ -104,24 +103,19 @@ def test_progress_documents_round_trip() -> None:
         "leaf-0-1": {"step": "prepare", "status": "pending", "changed": False, "error": None}}})
 
 
+def test_device_state_documents_round_trip() -> None:
+    from southbound.state import BgpSession, DeviceState, KernelNextHop, KernelRoute
+
+    st = DeviceState("leaf-0-0", "ab" * 32, True, {"10.0.0.0/24": KernelRoute(
+        "10.0.0.0/24", "bgp", (KernelNextHop("eth1", "10.1.0.1", 3), KernelNextHop("eth2", "", 1)))},
+        (BgpSession("10.1.0.1", "Established", 65000, 4),), "chg-1")
+    same_after(DeviceStateDocument, {**st.to_document(), "endpoint": "unix:/run/leaf-0-0.sock"})
+
+
 def test_change_states_keep_their_values() -> None:
     assert [s.value for s in ChangeState] == ["draft", "reviewed", "committing", "committed", "failed",
                                               "rolled_back"]
     assert json.dumps({"state": ChangeState.ROLLED_BACK}) == '{"state": "rolled_back"}'
-
-
-def test_every_error_kind_has_an_http_status_only_in_the_api() -> None:
-    assert status_for(errors.InvalidIntent([])) == 422
-    assert status_for(errors.NotFound("x")) == 404
-    assert status_for(errors.StaleRevision('"1"', '"2"')) == 409
-    assert status_for(changes.wrepo.CommitBusy("busy")) == 409
-    assert status_for(errors.SafetyViolation("unsafe")) == 409
-    assert status_for(errors.Unreachable("leaf-0-0", "UNAVAILABLE: down")) == 503
-    assert status_for(errors.FatalDriverError("leaf-0-0", "INVALID_ARGUMENT: no")) == 502
-    assert status_for(errors.Infeasible("no route")) == 400
-    for cls in (errors.AgentError, errors.FrrError, errors.DriverError, errors.RetryableDriverError,
-                errors.FatalDriverError, errors.Unreachable):
-        assert issubclass(cls, errors.DeviceError) and issubclass(cls, errors.LoomError)
 
 
 @pytest.fixture

@@ -11,12 +11,14 @@ from fastapi import APIRouter, Request
 from api.deps import Viewer
 from api.problems import error_responses
 from api.routers.changes import workflow
+from controller.model.documents import DeviceStateDocument
 from controller.workflow.engine import Workflow
 
 router = APIRouter(prefix="/v1/devices", tags=["device state"])
 
 
-@router.get("/{name}/state", summary="What the switch really installed", responses=error_responses(401, 403, 404, 503))
+@router.get("/{name}/state", response_model=DeviceStateDocument, response_model_exclude_unset=True,
+            summary="What the switch really installed", responses=error_responses(401, 403, 404, 503))
 async def device_state(request: Request, name: str, _actor: Viewer) -> Any:
     wf: Workflow = workflow(request)
     return await wf.device_state(name)  # Unreachable: 503 (api.problems)

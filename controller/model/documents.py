@@ -34,8 +34,10 @@ __all__ = [
     "DeviceDiffDocument",
     "DevicePlanDocument",
     "DeviceProgress",
+    "DeviceStateDocument",
     "DroppedDemandDocument",
     "FailureDocument",
+    "InstalledNextHop",
     "InvariantDocument",
     "LinkDeltaDocument",
     "LinkLoadDocument",
@@ -50,6 +52,7 @@ __all__ = [
     "SafetyBrief",
     "SafetyReportDocument",
     "ScenarioDocument",
+    "SessionDocument",
     "StageDocument",
     "TransitionDocument",
 ]
@@ -322,3 +325,34 @@ class ChangeDocument(_Closed):
     force_reason: str | None
     error: str | None
     transaction: str | None = None
+
+
+# -- what a device really runs -------------------------------------------------------------
+class InstalledNextHop(_Closed):
+    """One next hop a switch's kernel holds for a prefix."""
+
+    port: str
+    via: str = Field(description="the gateway (may be empty)")
+    weight: int
+
+
+class SessionDocument(_Closed):
+    """One BGP session as the switch reports it."""
+
+    neighbor: str
+    state: str
+    remote_asn: int
+    prefixes_received: int
+
+
+class DeviceStateDocument(_Closed):
+    """``GET /v1/devices/{name}/state``: what the switch really installed. ``observed`` is false
+    for an agent that records routes instead of reading a kernel (``--dry-frr``)."""
+
+    hostname: str
+    running_hash: str
+    observed: bool
+    routes: dict[str, list[InstalledNextHop]] = Field(description="prefix -> next hops, as loom lab routes")
+    sessions: list[SessionDocument]
+    pending_change: str = Field(description="a change committed but not yet confirmed, or empty")
+    endpoint: str | None = Field(None, description="where the controller reaches the device's agent")
