@@ -18,7 +18,7 @@ from fastapi import Depends, Header, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from api.problems import ProblemException
+from api.problems import ProblemException, status_for
 from controller import service
 from controller.service import Actor, Page, WriteContext
 from controller.settings import Settings
@@ -95,7 +95,7 @@ IfMatch = Annotated[str | None, Header(
 
 def _context(request: Request, actor: Actor, if_match: str | None) -> WriteContext:
     return WriteContext(actor=actor, request_id=getattr(request.state, "request_id", None), method=request.method,
-                        path=request.url.path, if_match=if_match)
+                        path=request.url.path, if_match=if_match, reject_status=status_for)
 
 
 def operator_write(request: Request, actor: Operator, if_match: IfMatch = None) -> WriteContext:

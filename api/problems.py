@@ -1,12 +1,17 @@
 """Errors as RFC 9457 problem details (``application/problem+json``).
 
-This is the one place where Loom's exceptions become HTTP: ``InvalidIntent`` is
-422 with every located error of the resulting document (``links[7].b``), a
-malformed request is 422 with request locations (``body.asn``, ``query.limit``),
-``NotFound`` 404, ``StaleRevision`` and other ``Conflict`` 409, a missing or bad
-token 401 (with ``WWW-Authenticate: Bearer``), the wrong role 403. Unexpected
-exceptions are 500 problems that name the request id, never a traceback. The
-OpenAPI document is rewritten so every error response is described as a
+This is the one place where Loom's exceptions become HTTP (:data:`STATUS`, by
+each error's ``kind``; :func:`status_for`): ``InvalidIntent`` is 422 with every
+located error of the resulting document (``links[7].b``), a malformed request
+is 422 with request locations (``body.asn``, ``query.limit``), ``NotFound``
+404, ``StaleRevision`` and other ``Conflict`` 409, ``SafetyViolation`` (a
+refused unsafe commit) 409 with the failing invariants and scenarios,
+``Unreachable`` (a device's agent) 503, other device errors 502, a missing or
+bad token 401 (with ``WWW-Authenticate: Bearer``), the wrong role 403.
+Unexpected exceptions are 500 problems that name the request id, never a
+traceback. The controller records a rejected write's status in the audit log
+with the :func:`status_for` the API hands it (``WriteContext.reject_status``).
+The OpenAPI document is rewritten so every error response is described as a
 ``Problem`` under ``application/problem+json``.
 """
 
@@ -22,14 +27,50 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import Problem, ProblemError
-from controller.model.errors import Conflict, InvalidIntent, LoomError, NotFound, StaleRevision
+from controller.model.documents import FailureDocument
+from controller.model.errors import (
+    Conflict,
+    DeviceError,
+    InvalidIntent,
+    LoomError,
+    NotFound,
+    SafetyViolation,
+    StaleRevision,
+    Unreachable,
+)
 from controller.model.intent import format_loc
 
-__all__ = ["PROBLEM", "ProblemException", "error_responses", "install", "problem_response"]
+__all__ = ["PROBLEM", "STATUS", "ProblemException", "error_responses", "install", "problem_response", "status_for",
+           "unsafe_change"]
 
 PROBLEM = "application/problem+json"
 _TYPE = "urn:loom:problem:"
 log = logging.getLogger("loom.api")
+
+#: The HTTP status of each error kind (``LoomError.kind``); a kind not listed is 400.
+STATUS: dict[str, int] = {
+    "invalid-intent": 422,
+    "not-found": 404,
+    "conflict": 409,
+    "stale-revision": 409,
+    "unsafe-change": 409,
+    "device-unreachable": 503,
+    "device-error": 502,
+    "agent-error": 502,
+    "frr-error": 502,
+    "driver-error": 502,
+    "driver-retryable": 502,
+    "driver-fatal": 502,
+}
+
+
+def status_for(exc: LoomError) -> int:
+    """The HTTP status an error answers: by its ``kind``, else its nearest ancestor's, else 400."""
+    for cls in type(exc).__mro__:
+        kind = vars(cls).get("kind")
+        if kind in STATUS:
+            return STATUS[kind]
+    return 400
 
 
 class ProblemException(Exception):
@@ -57,6 +98,17 @@ def problem_response(request: Request, status: int, title: str, detail: str | No
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
+def unsafe_change(request: Request, exc: SafetyViolation) -> tuple[int, dict[str, Any]]:
+    """The problem document of a refused unsafe commit: status and body (``failing``: every failed
+    invariant; ``failing_scenarios``: their scenarios), for the handler and for idempotent replay."""
+    status = status_for(exc)
+    body = Problem(type=_TYPE + exc.kind, title="Unsafe change", status=status, detail=str(exc),
+                   instance=request.url.path, request_id=getattr(request.state, "request_id", None),
+                   failing=[FailureDocument.model_validate(f) for f in exc.failing],
+                   failing_scenarios=exc.scenarios()).model_dump(mode="json", exclude_none=True)
+    return status, body
+
+
 def _request_loc(loc: tuple[Any, ...] | list[Any]) -> str:
     return format_loc(list(loc)) if loc else ""
 
@@ -66,7 +118,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(InvalidIntent)
     async def _invalid(request: Request, exc: InvalidIntent) -> JSONResponse:
-        return problem_response(request, 422, "Invalid intent",
+        return problem_response(request, status_for(exc), "Invalid intent",
                                 f"the resulting intent has {len(exc.errors)} error(s); nothing was stored",
                                 kind="invalid-intent", errors=[e.as_dict() for e in exc.errors])
 
@@ -76,25 +128,38 @@ def install(app: FastAPI) -> None:
         return problem_response(request, 422, "Invalid request", f"{len(errors)} error(s) in the request",
                                 kind="invalid-request", errors=errors)
 
+    @app.exception_handler(SafetyViolation)
+    async def _unsafe(request: Request, exc: SafetyViolation) -> JSONResponse:
+        status, body = unsafe_change(request, exc)
+        return JSONResponse(body, status_code=status, media_type=PROBLEM)
+
+    @app.exception_handler(Unreachable)
+    async def _unreachable(request: Request, exc: Unreachable) -> JSONResponse:
+        return problem_response(request, status_for(exc), "Device unreachable", str(exc), kind=exc.kind)
+
+    @app.exception_handler(DeviceError)
+    async def _device(request: Request, exc: DeviceError) -> JSONResponse:
+        return problem_response(request, status_for(exc), "Device error", str(exc), kind=exc.kind)
+
     @app.exception_handler(StaleRevision)
     async def _stale(request: Request, exc: StaleRevision) -> JSONResponse:
         head = (exc.actual or "").strip('"')
-        return problem_response(request, 409, "Stale revision",
+        return problem_response(request, status_for(exc), "Stale revision",
                                 f"If-Match {exc.expected} does not name the head revision ({exc.actual or 'none'}); "
                                 "read the intent again and retry", kind="stale-revision",
                                 revision=int(head) if head.isdigit() and head != "0" else None)
 
     @app.exception_handler(Conflict)
     async def _conflict(request: Request, exc: Conflict) -> JSONResponse:
-        return problem_response(request, 409, "Conflict", str(exc), kind="conflict")
+        return problem_response(request, status_for(exc), "Conflict", str(exc), kind="conflict")
 
     @app.exception_handler(NotFound)
     async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
-        return problem_response(request, 404, "Not found", str(exc), kind="not-found")
+        return problem_response(request, status_for(exc), "Not found", str(exc), kind="not-found")
 
     @app.exception_handler(LoomError)
     async def _loom(request: Request, exc: LoomError) -> JSONResponse:
-        return problem_response(request, 400, "Bad request", str(exc), kind="bad-request")
+        return problem_response(request, status_for(exc), "Bad request", str(exc), kind="bad-request")
 
     @app.exception_handler(ProblemException)
     async def _problem(request: Request, exc: ProblemException) -> JSONResponse:
@@ -142,6 +207,6 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         400: "Bad request", 401: "Missing, invalid, expired or revoked bearer token",
         403: "The token's role may not do this", 404: "No such object or revision",
         409: "Stale If-Match, or a conflicting object", 422: "Invalid request or invalid resulting intent",
-        503: "Not ready",
+        502: "A device refused or failed the call", 503: "Not ready",
     }
     return {c: {"description": text.get(c, "Error"), "model": Problem} for c in codes}

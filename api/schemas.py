@@ -26,6 +26,7 @@ from controller.model import (
     UtilizationLimitPolicy,
     WcmpPolicy,
 )
+from controller.model.documents import FailureDocument
 
 __all__ = [
     "AuditPublic", "CollectionSchemas", "DiffEntry", "Health", "Page", "Problem", "ProblemError",
@@ -56,7 +57,11 @@ class Problem(_Out):
     instance: str | None = None
     request_id: str | None = None
     errors: list[ProblemError] = Field(default_factory=list)
-    revision: int | None = Field(None, description="the head revision, on a 409 for a stale If-Match")
+    revision: int | None = Field(default=None, description="the head revision, on a 409 for a stale If-Match")
+    failing: list[FailureDocument] | None = Field(
+        default=None, description="on a refused unsafe commit: every failed invariant")
+    failing_scenarios: list[str] | None = Field(
+        default=None, description="on a refused unsafe commit: the failing scenarios")
 
 
 # -- intent collections -------------------------------------------------------

@@ -1,5 +1,9 @@
 """Request and response schemas of the change workflow: changes, their review and commit,
-the active revision's status, plans, device state and drift (the contract the UI shares)."""
+the active revision's status, plans, device state and drift (the contract the UI shares).
+
+The answer documents themselves (the change, its review and progress, the safety report,
+the plan) are the ground layer's models in :mod:`controller.model.documents`; this module
+adds the requests, pages and the API-only answers around them."""
 
 from __future__ import annotations
 
@@ -7,10 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ChangeCreate", "ChangePage", "ChangePublic", "CommitRequest", "DeviceDrift", "DriftReport",
-           "Progress", "RollbackRequest", "Status", "TransitionPublic"]
+from controller.model.documents import ChangeDocument, PlanDocument, ReviewDocument
 
-State = Literal["draft", "reviewed", "committing", "committed", "failed", "rolled_back"]
+__all__ = ["ChangeCreate", "ChangeDocument", "ChangePage", "CommitRequest", "DeviceDrift", "DriftReport",
+           "PlanDocument", "ReviewDocument", "RollbackRequest", "Status"]
 
 
 class ChangeCreate(BaseModel):
@@ -34,46 +38,8 @@ class RollbackRequest(BaseModel):
     message: str = Field("", max_length=4000)
 
 
-class TransitionPublic(BaseModel):
-    state: str
-    at: str
-    actor: str
-    reason: str
-
-
-class DeviceProgress(BaseModel):
-    step: str = Field(description="the transaction step the device is in (prepare, commit, verify, confirm...)")
-    status: Literal["pending", "ok", "failed"]
-    changed: bool
-    error: str | None
-    steps: dict[str, str] = Field(default_factory=dict, description="every finished step's status")
-
-
-class Progress(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    step: str
-    devices: dict[str, DeviceProgress]
-
-
-class ChangePublic(BaseModel):
-    id: int
-    kind: str = Field(description="change, rollback or repair (drift)")
-    state: State
-    base_revision: int | None
-    proposed_revision: int | None
-    message: str
-    author: str
-    created_at: str
-    transitions: list[TransitionPublic]
-    review: dict[str, Any] | None
-    progress: Progress | None
-    force_reason: str | None
-    error: str | None
-    transaction: str | None = None
-
-
 class ChangePage(BaseModel):
-    items: list[ChangePublic]
+    items: list[ChangeDocument]
     total: int
     limit: int
     offset: int

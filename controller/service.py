@@ -18,7 +18,7 @@ import hmac
 import json
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -92,9 +92,19 @@ class Actor:
     token_id: str | None = None
 
 
+#: The audit status of a rejected write whose caller answers no HTTP (no ``reject_status``).
+NO_STATUS = 0
+
+
 @dataclass(frozen=True)
 class WriteContext:
-    """Where a write comes from, for ``If-Match`` and the audit log."""
+    """Where a write comes from, for ``If-Match`` and the audit log.
+
+    ``status`` is what the caller answers when the write is accepted, and
+    ``reject_status`` what it answers for an error (the API passes
+    :func:`api.problems.status_for`): the audit log records both, and the
+    controller itself decides no HTTP status.
+    """
 
     actor: Actor
     request_id: str | None = None
@@ -102,7 +112,12 @@ class WriteContext:
     path: str = ""
     if_match: str | None = None
     message: str = ""
-    status: int = 200  # what the caller answers when the write is accepted
+    status: int = 200
+    reject_status: Callable[[LoomError], int] | None = None
+
+    def rejected_status(self, exc: LoomError) -> int:
+        """The audit status of a write rejected with ``exc``."""
+        return self.reject_status(exc) if self.reject_status is not None else NO_STATUS
 
 
 @dataclass(frozen=True)
@@ -199,16 +214,6 @@ def _validated(document: Any) -> Intent:
         raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"])) for e in exc.errors()]) from None
 
 
-def _reject_status(exc: LoomError) -> int:
-    if isinstance(exc, InvalidIntent):
-        return 422
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, Conflict):
-        return 409
-    return 400
-
-
 def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: WriteContext, action: str) -> WriteResult:
     """Apply ``edit`` (head document, or ``None`` on an empty store -> new
     document) as one transaction: If-Match, whole-document validation, a new
@@ -258,7 +263,7 @@ def _audit_rejected(exc: LoomError, *, session: Session, ctx: WriteContext, acti
     with write_transaction(session):
         repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
                        request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
-                       outcome="rejected", status=_reject_status(exc), detail=detail[:4000])
+                       outcome="rejected", status=ctx.rejected_status(exc), detail=detail[:4000])
 
 
 def replace_intent(document: Any, *, session: Session, ctx: WriteContext) -> WriteResult:
@@ -317,8 +322,7 @@ def load_example(*, session: Session, ctx: WriteContext, path: Path = EXAMPLE_IN
         session.rollback()
         return None
     document = load_intent(path).to_document()
-    ctx = WriteContext(ctx.actor, ctx.request_id, ctx.method, ctx.path, if_match='"0"',
-                       message=ctx.message or f"example fabric {path.name}")
+    ctx = replace(ctx, if_match='"0"', message=ctx.message or f"example fabric {path.name}", status=200)
     try:
         return replace_intent(document, session=session, ctx=ctx)
     except StaleRevision:

@@ -8,13 +8,16 @@ withdrew what lost its path), each with a pass/fail per invariant
 (``delivery``, ``loop``, ``utilization``, ``group_budget``), the maximum link
 utilization, the hottest links and the black-holed demand; ``failing`` names
 every (scenario, stage, invariant) that failed, and ``verdict`` is ``safe``
-only when that list is empty.
+only when that list is empty. The document's typed shape is
+:class:`controller.model.documents.SafetyReportDocument` (:meth:`SafetyReport.to_model`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from controller.model.documents import SafetyReportDocument
 
 __all__ = [
     "INVARIANTS",
@@ -214,3 +217,7 @@ class SafetyReport:
         }
         doc.update(self.extra)
         return doc
+
+    def to_model(self) -> SafetyReportDocument:
+        """The report as its typed document (what the API's schema shows)."""
+        return SafetyReportDocument.model_validate(self.to_document())

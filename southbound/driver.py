@@ -4,9 +4,11 @@ This module owns the connections from the controller to the agents:
 :class:`AgentDriver` keeps one ``grpc.aio`` channel per device (a unix socket
 in a lab, TCP with mutual TLS in production), puts a deadline on every call,
 and lets the channel's service config retry UNAVAILABLE only (CONVENTIONS 8).
-Each call on a device returns a :class:`~southbound.state.StepResult`
+Each transaction step on a device returns a :class:`~southbound.state.StepResult`
 (changed, diff, failed, error) rather than raising, so the transaction can
-report which device said what. :class:`DeviceDriver` is the protocol a driver
+report which device said what; the reads (``info``, ``state``) raise the ground
+layer's :class:`~controller.model.errors.RetryableDriverError` (UNAVAILABLE, a
+deadline exceeded) or :class:`~controller.model.errors.FatalDriverError`. :class:`DeviceDriver` is the protocol a driver
 implements; :data:`drivers` is the registry of driver kinds (duplicate names
 are refused).
 """
@@ -20,11 +22,13 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
+from controller.model.errors import DriverError, FatalDriverError, RetryableDriverError
 from southbound.config import DeviceConfig
 from southbound.grpc_adapter import SERVICE_NAME, AgentClient
 from southbound.state import AgentInfo, DeviceState, Outcome, StepResult
 
-__all__ = ["SERVICE_CONFIG", "AgentDriver", "DeviceDriver", "DriverRegistry", "drivers", "service_config"]
+__all__ = ["SERVICE_CONFIG", "AgentDriver", "DeviceDriver", "DriverRegistry", "driver_error", "drivers", "error_text",
+           "is_retryable", "service_config"]
 
 T = TypeVar("T")
 
@@ -82,6 +86,9 @@ class DriverRegistry:
 
 
 def error_text(exc: BaseException) -> str:
+    """How a failed call reads in a step result, a drift report or a problem: ``CODE: details``."""
+    if isinstance(exc, DriverError):
+        return exc.text
     if isinstance(exc, grpc.aio.AioRpcError):
         return f"{exc.code().name}: {exc.details()}"
     return f"{type(exc).__name__}: {exc}"
@@ -89,8 +96,19 @@ def error_text(exc: BaseException) -> str:
 
 def is_retryable(exc: BaseException) -> bool:
     """UNAVAILABLE and DEADLINE_EXCEEDED: the agent may not have seen the call (RetryableDriverError)."""
-    return isinstance(exc, grpc.aio.AioRpcError) and exc.code() in (
+    return isinstance(exc, RetryableDriverError) or isinstance(exc, grpc.aio.AioRpcError) and exc.code() in (
         grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def driver_error(device: str, exc: BaseException) -> DriverError:
+    """``exc`` (a failed gRPC call, a bad endpoint, a socket error) as the taxonomy's driver error."""
+    if isinstance(exc, DriverError):
+        return exc
+    kind = RetryableDriverError if is_retryable(exc) else FatalDriverError
+    return kind(device, error_text(exc))
+
+
+_CALL_ERRORS = (grpc.aio.AioRpcError, ValueError, OSError)
 
 
 class AgentDriver:
@@ -147,13 +165,20 @@ class AgentDriver:
     async def _step(self, device: str, step: str, call: Callable[[AgentClient], Awaitable[Outcome]]) -> StepResult:
         try:
             o = await call(self._client(device))
-        except (grpc.aio.AioRpcError, ValueError, OSError) as exc:
+        except _CALL_ERRORS as exc:
             return StepResult(device, step, failed=True, error=error_text(exc))
         return StepResult(device, step, changed=o.changed, diff=o.diff, config_hash=o.config_hash)
 
     # -- calls ----------------------------------------------------------------------
+    async def _read(self, device: str, call: Callable[[AgentClient], Awaitable[T]]) -> T:
+        try:
+            return await call(self._client(device))
+        except _CALL_ERRORS as exc:
+            raise driver_error(device, exc) from exc
+
     async def info(self, device: str) -> AgentInfo:
-        return await self._client(device).info(timeout=self.timeout)
+        """The agent's identity; raises :class:`RetryableDriverError` or :class:`FatalDriverError`."""
+        return await self._read(device, lambda c: c.info(timeout=self.timeout))
 
     async def prepare(self, device: str, change: str, config: DeviceConfig) -> StepResult:
         return await self._step(device, "prepare", lambda c: c.prepare(change, config, timeout=self.commit_timeout))
@@ -177,7 +202,8 @@ class AgentDriver:
                                 lambda c: c.rollback(change, to_hash, timeout=self.commit_timeout))
 
     async def state(self, device: str, prefixes: tuple[str, ...] = ()) -> DeviceState:
-        return await self._client(device).state(prefixes, timeout=self.timeout)
+        """What the device runs; raises :class:`RetryableDriverError` or :class:`FatalDriverError`."""
+        return await self._read(device, lambda c: c.state(prefixes, timeout=self.timeout))
 
     async def states(self, devices: Iterable[str]) -> dict[str, DeviceState | BaseException]:
         """Every device's state at once; a device that failed maps to its exception."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from controller.model.errors import FrrError
 from southbound.state import BgpSession, KernelNextHop, KernelRoute
 
 __all__ = ["DryFrr", "FibHop", "FrrBackend", "FrrError", "FrrReload", "Rendered", "atomic_write_json",
@@ -39,10 +40,6 @@ LOOM_RT_METRIC = 10
 #: First nexthop object id the agent owns (well above zebra's ids).
 LOOM_NH_BASE = 4_000_000
 FRR_RELOAD = "/usr/lib/frr/frr-reload.py"
-
-
-class FrrError(Exception):
-    """FRR refused or failed to apply a configuration."""
 
 
 @dataclass(frozen=True, slots=True)

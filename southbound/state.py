@@ -4,8 +4,9 @@ This module owns the southbound vocabulary that is not configuration: what a
 switch reports it installed (kernel routes with weighted next hops, BGP
 sessions, the running configuration's hash), who an agent is, and the
 per-device result every transaction step returns (changed, diff, failed,
-error; CONVENTIONS 4). The gRPC adapter converts these to and from the wire;
-nothing here does I/O.
+error; CONVENTIONS 4). :class:`AgentError` (an agent's refusal) is the ground
+layer's, re-exported here beside the values it travels with. The gRPC adapter
+converts these to and from the wire; nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from controller.model.errors import AgentError
 
 __all__ = ["AgentError", "AgentInfo", "BgpSession", "DeviceState", "KernelNextHop", "KernelRoute", "Outcome",
            "StepResult"]
@@ -114,13 +117,3 @@ class Outcome:
     diff: str = ""
     config_hash: str = ""
     confirm_deadline: float = 0.0
-
-
-class AgentError(Exception):
-    """A call the agent refuses or fails. ``code`` is the gRPC status name in lower case:
-    ``failed_precondition`` (wrong transaction state), ``invalid_argument`` (a config that
-    does not render), ``not_found`` (unknown rollback target), ``internal`` (FRR failed)."""
-
-    def __init__(self, code: str, message: str):
-        self.code = code
-        super().__init__(message)

@@ -17,6 +17,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
+from api.problems import status_for
 from controller import service
 from controller.model.errors import Conflict, InvalidIntent, NotFound, StaleRevision
 from controller.model.intent import load_intent
@@ -31,7 +32,7 @@ EXAMPLE = load_intent(service.EXAMPLE_INTENT)
 
 def ctx(if_match: str | None = None, **kw: object) -> service.WriteContext:
     return service.WriteContext(actor=ADMIN, if_match=if_match, request_id="req-1", method="TEST", path="/t",
-                                **kw)  # type: ignore[arg-type]
+                                reject_status=status_for, **kw)  # type: ignore[arg-type]
 
 
 def _reset(db: Database) -> None:

@@ -13,8 +13,16 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body
-from api.problems import PROBLEM, ProblemException, error_responses
-from api.schemas_changes import ChangeCreate, ChangePage, ChangePublic, CommitRequest, RollbackRequest, Status
+from api.problems import PROBLEM, ProblemException, error_responses, unsafe_change
+from api.schemas_changes import (
+    ChangeCreate,
+    ChangeDocument,
+    ChangePage,
+    CommitRequest,
+    ReviewDocument,
+    RollbackRequest,
+    Status,
+)
 from controller.model.errors import SafetyViolation
 from controller.service import Page, WriteContext
 from controller.workflow import changes, idempotency
@@ -63,7 +71,7 @@ async def idempotent(request: Request, ctx: WriteContext, key: str | None,
     return JSONResponse(answer, status_code=status)
 
 
-@router.post("/v1/changes", status_code=201, response_model=ChangePublic, summary="Create a change (a draft)",
+@router.post("/v1/changes", status_code=201, response_model=ChangeDocument, summary="Create a change (a draft)",
              responses=error_responses(401, 403, 404, 409, 422))
 async def create_change(request: Request, body: ChangeCreate, ctx: OperatorWrite,
                         key: IdemKey = None) -> JSONResponse:
@@ -75,7 +83,7 @@ async def create_change(request: Request, body: ChangeCreate, ctx: OperatorWrite
     return await idempotent(request, ctx, key, run)
 
 
-@router.get("/v1/changes", response_model=ChangePage,
+@router.get("/v1/changes", response_model=ChangePage, response_model_exclude_unset=True,
             summary="List changes, newest first (each review brief: verdict, revisions, summary)",
             responses=error_responses(401, 403, 422))
 def list_changes(request: Request, response: Response, session: SessionDep, _actor: Viewer, paging: PagingDep,
@@ -85,13 +93,15 @@ def list_changes(request: Request, response: Response, session: SessionDep, _act
     return page_body(request, response, page, [changes.change_document(c, full=False) for c in items])
 
 
-@router.get("/v1/changes/{change_id}", response_model=ChangePublic, summary="One change, with progress",
+@router.get("/v1/changes/{change_id}", response_model=ChangeDocument, response_model_exclude_unset=True,
+            summary="One change, with progress",
             responses=error_responses(401, 403, 404, 422))
 def get_change(session: SessionDep, _actor: Viewer, change_id: ChangeId) -> Any:
     return changes.change_document(changes.get_change(change_id, session=session))
 
 
-@router.post("/v1/changes/{change_id}/review", summary="Review (dry run): plan diff, config diff, safety report",
+@router.post("/v1/changes/{change_id}/review", response_model=ReviewDocument,
+             summary="Review (dry run): plan diff, config diff, safety report",
              responses=error_responses(401, 403, 404, 409, 422))
 async def review_change(request: Request, ctx: OperatorWrite, change_id: ChangeId,
                         key: IdemKey = None) -> JSONResponse:
@@ -100,7 +110,7 @@ async def review_change(request: Request, ctx: OperatorWrite, change_id: ChangeI
     return await idempotent(request, ctx, key, run)
 
 
-@router.post("/v1/changes/{change_id}/commit", status_code=202, response_model=ChangePublic,
+@router.post("/v1/changes/{change_id}/commit", status_code=202, response_model=ChangeDocument,
              summary="Commit a reviewed change to the devices (runs in the background)",
              responses=error_responses(401, 403, 404, 409, 422))
 async def commit_change(request: Request, ctx: OperatorWrite, change_id: ChangeId, body: CommitRequest | None = None,
@@ -110,21 +120,17 @@ async def commit_change(request: Request, ctx: OperatorWrite, change_id: ChangeI
     async def run() -> tuple[int, Any]:
         try:
             ch = await workflow(request).commit(change_id, ctx, force=body.force, reason=body.reason)
-        except SafetyViolation as exc:
-            return 409, {"type": "urn:loom:problem:unsafe-change", "title": "Unsafe change", "status": 409,
-                         "detail": str(exc), "instance": request.url.path,
-                         "request_id": getattr(request.state, "request_id", None), "errors": [],
-                         "failing": exc.failing,
-                         "failing_scenarios": sorted({str(f.get("scenario")) for f in exc.failing})}
+        except SafetyViolation as exc:  # answered here, not by the handler, so a retry replays the refusal
+            return unsafe_change(request, exc)
         return 202, changes.change_document(ch)
 
     resp = await idempotent(request, ctx, key, run)
-    if resp.status_code == 409:
+    if resp.status_code >= 400:
         resp.headers["content-type"] = PROBLEM
     return resp
 
 
-@router.post("/v1/revisions/{revision}/rollback", status_code=201, response_model=ChangePublic,
+@router.post("/v1/revisions/{revision}/rollback", status_code=201, response_model=ChangeDocument,
              summary="A change back to this revision's intent (then review and commit it)",
              responses=error_responses(401, 403, 404, 422))
 async def rollback(request: Request, ctx: OperatorWrite, revision: RevisionId, body: RollbackRequest | None = None,

@@ -1,5 +1,6 @@
 """``/v1/devices/{name}/state``: what the device's agent reports now (kernel routes with weights, BGP
-sessions, running config hash, a pending change); 503 when the agent does not answer."""
+sessions, running config hash, a pending change); 503 when the agent does not answer
+(:class:`~controller.model.errors.Unreachable`, mapped in :mod:`api.problems`)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,16 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from api.deps import Viewer
-from api.problems import ProblemException, error_responses
+from api.problems import error_responses
 from api.routers.changes import workflow
-from controller.workflow.engine import Unreachable, Workflow
+from controller.model.documents import DeviceStateDocument
+from controller.workflow.engine import Workflow
 
 router = APIRouter(prefix="/v1/devices", tags=["device state"])
 
 
-@router.get("/{name}/state", summary="What the switch really installed", responses=error_responses(401, 403, 404, 503))
+@router.get("/{name}/state", response_model=DeviceStateDocument, response_model_exclude_unset=True,
+            summary="What the switch really installed", responses=error_responses(401, 403, 404, 503))
 async def device_state(request: Request, name: str, _actor: Viewer) -> Any:
     wf: Workflow = workflow(request)
-    try:
-        return await wf.device_state(name)
-    except Unreachable as exc:
-        raise ProblemException(503, "Device unreachable", str(exc), kind="device-unreachable") from None
+    return await wf.device_state(name)  # Unreachable: 503 (api.problems)

@@ -9,17 +9,20 @@ from fastapi import APIRouter, Path
 
 from api.deps import SessionDep, Viewer
 from api.problems import error_responses
+from controller.model.documents import PlanDocument
 from controller.workflow import changes
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 
 
-@router.get("/active", summary="The active revision's plan", responses=error_responses(401, 403, 404))
+@router.get("/active", response_model=PlanDocument, response_model_exclude_unset=True,
+            summary="The active revision's plan", responses=error_responses(401, 403, 404))
 def active_plan(session: SessionDep, _actor: Viewer) -> Any:
     return changes.plan_document("active", session=session)
 
 
-@router.get("/{revision}", summary="A revision's plan (compiled on first request)",
+@router.get("/{revision}", response_model=PlanDocument, response_model_exclude_unset=True,
+            summary="A revision's plan (compiled on first request)",
             responses=error_responses(401, 403, 404, 422))
 def get_plan(session: SessionDep, _actor: Viewer,
              revision: Annotated[int, Path(ge=1, le=2**31 - 1, description="revision id")]) -> Any:

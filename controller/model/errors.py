@@ -1,8 +1,28 @@
 """Loom's exception roots, one per concern, with leaves that mean something.
 
-Every layer raises these (or subclasses); only ``api/`` maps them to HTTP and
-only the CLI maps them to exit codes. Each carries the context an operator
-needs: the failing locations of an intent, the device, the revision.
+Every layer raises these (or subclasses); only ``api/`` maps them to HTTP
+(``api/problems.py``) and only the CLI maps them to exit codes. Each carries
+the context an operator needs: the failing locations of an intent, the device,
+the revision. Each class has a ``kind``, a stable transport-neutral name (the
+problem type's suffix in the API), so a caller can map errors without
+importing every leaf.
+
+The tree::
+
+    LoomError
+    ├── InvalidIntent            an intent (or an edit of one) with located errors
+    ├── NotFound                 no such object, revision, change or device
+    ├── Conflict                 a write that conflicts with the stored state
+    │   └── StaleRevision        If-Match is not the head
+    ├── Infeasible               the solver cannot route or fit the demand
+    ├── SafetyViolation          a commit refused: invariants fail in some scenarios
+    └── DeviceError              something on or about one device failed
+        ├── AgentError           the device agent refused or failed a call (gRPC status code)
+        ├── FrrError             FRR refused a config, or a reload failed
+        └── DriverError          the controller's call to an agent failed
+            ├── RetryableDriverError   UNAVAILABLE or a deadline: the agent may not have seen it
+            ├── FatalDriverError       anything retrying will not fix
+            └── Unreachable            a device's state could not be read (either of the above)
 """
 
 from __future__ import annotations
@@ -11,8 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "AgentError",
     "Conflict",
+    "DeviceError",
+    "DriverError",
     "FatalDriverError",
+    "FrrError",
     "Infeasible",
     "IntentError",
     "InvalidIntent",
@@ -21,11 +45,14 @@ __all__ = [
     "RetryableDriverError",
     "SafetyViolation",
     "StaleRevision",
+    "Unreachable",
 ]
 
 
 class LoomError(Exception):
     """Root of every error Loom raises on purpose."""
+
+    kind = "bad-request"
 
 
 @dataclass(frozen=True)
@@ -45,6 +72,8 @@ class IntentError:
 class InvalidIntent(LoomError):
     """An intent document (or an edit of one) with one or more errors; all are listed."""
 
+    kind = "invalid-intent"
+
     def __init__(self, errors: list[IntentError]):
         self.errors = errors
         head = "; ".join(str(e) for e in errors[:5])
@@ -55,13 +84,19 @@ class InvalidIntent(LoomError):
 class NotFound(LoomError):
     """A named object, revision or token that does not exist."""
 
+    kind = "not-found"
+
 
 class Conflict(LoomError):
     """A write that conflicts with the stored state (duplicate name, ...)."""
 
+    kind = "conflict"
+
 
 class StaleRevision(Conflict):
     """``If-Match`` named a revision that is no longer the head."""
+
+    kind = "stale-revision"
 
     def __init__(self, expected: str, actual: str | None):
         self.expected = expected
@@ -72,30 +107,85 @@ class StaleRevision(Conflict):
 class Infeasible(LoomError):
     """The solver cannot route or fit the demand; ``details`` says which and why."""
 
+    kind = "infeasible"
+
     def __init__(self, message: str, details: list[dict[str, Any]] | None = None):
         self.details = details or []
         super().__init__(message)
 
 
 class SafetyViolation(LoomError):
-    """A plan that fails invariants in some scenarios."""
+    """A commit refused because its plan fails invariants in some scenarios.
+
+    ``failing`` lists every failed (scenario, stage, invariant, detail) as the
+    safety report's ``failing`` documents; :meth:`scenarios` names the scenarios.
+    """
+
+    kind = "unsafe-change"
 
     def __init__(self, message: str, failing: list[dict[str, Any]] | None = None):
         self.failing = failing or []
         super().__init__(message)
 
+    def scenarios(self) -> list[str]:
+        """The failing scenarios' names, sorted."""
+        return sorted({str(f.get("scenario")) for f in self.failing})
 
-class RetryableDriverError(LoomError):
-    """A device call that may succeed when tried again (UNAVAILABLE, timeouts)."""
 
-    def __init__(self, device: str, message: str):
+class DeviceError(LoomError):
+    """Something on or about one device failed; ``device`` names it ("" when the
+    raiser is the device itself: the agent and FRR know no other)."""
+
+    kind = "device-error"
+
+    def __init__(self, message: str, *, device: str = ""):
         self.device = device
-        super().__init__(f"{device}: {message}")
+        super().__init__(message)
 
 
-class FatalDriverError(LoomError):
-    """A device call that will not succeed by retrying (rejected config, ...)."""
+class AgentError(DeviceError):
+    """A call the agent refuses or fails. ``code`` is the gRPC status name in lower case:
+    ``failed_precondition`` (wrong transaction state), ``invalid_argument`` (a config that
+    does not render), ``not_found`` (unknown rollback target), ``internal`` (FRR failed)."""
 
-    def __init__(self, device: str, message: str):
-        self.device = device
-        super().__init__(f"{device}: {message}")
+    kind = "agent-error"
+
+    def __init__(self, code: str, message: str, *, device: str = ""):
+        self.code = code
+        super().__init__(message, device=device)
+
+
+class FrrError(DeviceError):
+    """FRR refused a configuration, or ``frr-reload.py``, ``vtysh`` or netlink failed."""
+
+    kind = "frr-error"
+
+
+class DriverError(DeviceError):
+    """The controller's call to a device agent failed. ``text`` is the cause as the
+    transport put it (``UNAVAILABLE: ...``); the message is ``device: text``."""
+
+    kind = "driver-error"
+
+    def __init__(self, device: str, text: str):
+        self.text = text
+        super().__init__(f"{device}: {text}", device=device)
+
+
+class RetryableDriverError(DriverError):
+    """A device call that may succeed when tried again (UNAVAILABLE, a deadline exceeded)."""
+
+    kind = "driver-retryable"
+
+
+class Unreachable(DriverError):
+    """A device's agent could not be read (it did not answer, or refused); raised from the
+    :class:`RetryableDriverError` or :class:`FatalDriverError` that said why."""
+
+    kind = "device-unreachable"
+
+
+class FatalDriverError(DriverError):
+    """A device call that will not succeed by retrying (refused, malformed, no TLS, ...)."""
+
+    kind = "driver-fatal"

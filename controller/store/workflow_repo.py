@@ -1,6 +1,7 @@
 """Repository functions of the change workflow's tables (session as keyword, frozen records out).
 
-Changes with their transitions, compressed plans per revision, deployments
+Changes (their state a :class:`~controller.model.documents.ChangeState`) with
+their transitions, compressed plans per revision, deployments
 (the active revision), drift reports and idempotency keys. The one-at-a-time
 commit guard is :func:`claim_commit`: it sets the change's ``committing_slot``
 under a unique constraint and raises :class:`CommitBusy` when another change
@@ -19,6 +20,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from controller.model.documents import ChangeState
 from controller.model.errors import Conflict, NotFound
 from controller.store.repo import utc
 from controller.store.workflow_models import (
@@ -43,7 +45,7 @@ class CommitBusy(Conflict):
 
 @dataclass(frozen=True)
 class Transition:
-    state: str
+    state: ChangeState
     at: datetime
     actor: str
     reason: str
@@ -56,7 +58,7 @@ class Transition:
 class Change:
     id: int
     kind: str
-    state: str
+    state: ChangeState
     base_revision: int | None
     proposed_revision: int | None
     message: str
@@ -74,8 +76,8 @@ class Change:
 
     @classmethod
     def of(cls, row: ChangeRow, transitions: tuple[Transition, ...] = ()) -> Change:
-        return cls(row.id, row.kind, row.state, row.base_revision, row.proposed_revision, row.message, row.author,
-                   utc(row.created_at) or row.created_at, json.loads(row.review) if row.review else None,
+        return cls(row.id, row.kind, ChangeState(row.state), row.base_revision, row.proposed_revision, row.message,
+                   row.author, utc(row.created_at) or row.created_at, json.loads(row.review) if row.review else None,
                    row.reviewed_active, row.verdict, json.loads(row.progress) if row.progress else None,
                    row.force_reason, row.error, row.transaction, row.previous_active, transitions)
 
@@ -86,22 +88,22 @@ def _transitions(session: Session, ids: list[int]) -> dict[int, tuple[Transition
         rows = session.scalars(select(TransitionRow).where(TransitionRow.change_id.in_(ids))
                                .order_by(TransitionRow.id))
         for r in rows:
-            out[r.change_id].append(Transition(r.state, utc(r.at) or r.at, r.actor, r.reason))
+            out[r.change_id].append(Transition(ChangeState(r.state), utc(r.at) or r.at, r.actor, r.reason))
     return {k: tuple(v) for k, v in out.items()}
 
 
 # -- changes ------------------------------------------------------------------
 def add_change(*, session: Session, kind: str, base_revision: int | None, proposed_revision: int | None,
                message: str, author: str, now: datetime) -> Change:
-    row = ChangeRow(kind=kind, state="draft", base_revision=base_revision, proposed_revision=proposed_revision,
-                    message=message, author=author, created_at=now)
+    row = ChangeRow(kind=kind, state=ChangeState.DRAFT, base_revision=base_revision,
+                    proposed_revision=proposed_revision, message=message, author=author, created_at=now)
     session.add(row)
     session.flush()
-    add_transition(row.id, "draft", session=session, actor=author, now=now, reason=message)
+    add_transition(row.id, ChangeState.DRAFT, session=session, actor=author, now=now, reason=message)
     return get_change(row.id, session=session)
 
 
-def add_transition(change_id: int, state: str, *, session: Session, actor: str, now: datetime,
+def add_transition(change_id: int, state: ChangeState, *, session: Session, actor: str, now: datetime,
                    reason: str = "") -> None:
     session.add(TransitionRow(change_id=change_id, state=state, at=now, actor=actor, reason=reason[:4000]))
     session.flush()
@@ -118,7 +120,7 @@ def get_change(change_id: int, *, session: Session, for_update: bool = False) ->
     return Change.of(row, _transitions(session, [row.id])[row.id])
 
 
-def list_changes(*, session: Session, limit: int, offset: int, state: str | None = None
+def list_changes(*, session: Session, limit: int, offset: int, state: ChangeState | str | None = None
                  ) -> tuple[list[Change], int]:
     conds = [ChangeRow.state == state] if state else []
     total = session.scalar(select(func.count()).select_from(ChangeRow).where(*conds)) or 0
@@ -140,7 +142,8 @@ def update_change(change_id: int, *, session: Session, **fields: Any) -> None:
 
 
 def committing_change(*, session: Session) -> Change | None:
-    row = session.scalars(select(ChangeRow).where(ChangeRow.state == "committing").order_by(ChangeRow.id)).first()
+    row = session.scalars(select(ChangeRow).where(ChangeRow.state == ChangeState.COMMITTING)
+                          .order_by(ChangeRow.id)).first()
     return Change.of(row, _transitions(session, [row.id])[row.id]) if row else None
 
 

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
+from controller.model.documents import FINAL_STATES, REVIEWABLE_STATES, ChangeState
 from controller.model.errors import Conflict, IntentError, InvalidIntent, NotFound, SafetyViolation
 from controller.model.intent import format_loc, validate_intent
 from controller.model.plan import Plan
@@ -44,9 +45,9 @@ __all__ = [
     "finish_commit", "get_change", "list_changes", "plan_for", "record_review", "review_inputs", "status",
 ]
 
-STATES = ("draft", "reviewed", "committing", "committed", "failed", "rolled_back")
-FINAL = ("committed", "failed", "rolled_back")
-REVIEWABLE = ("draft", "reviewed", "failed", "rolled_back")
+STATES = tuple(ChangeState)
+FINAL = FINAL_STATES
+REVIEWABLE = REVIEWABLE_STATES
 Doc = dict[str, Any]
 
 
@@ -93,7 +94,7 @@ def get_change(change_id: int, *, session: Session) -> Change:
     return wrepo.get_change(change_id, session=session)
 
 
-def list_changes(*, session: Session, limit: int, offset: int, state: str | None = None
+def list_changes(*, session: Session, limit: int, offset: int, state: ChangeState | str | None = None
                  ) -> tuple[list[Change], int]:
     return wrepo.list_changes(session=session, limit=limit, offset=offset, state=state)
 
@@ -208,11 +209,12 @@ def record_review(change_id: int, review: Doc, *, session: Session, ctx: WriteCo
         ch = wrepo.get_change(change_id, session=session)
         if ch.state not in REVIEWABLE:
             raise Conflict(f"change {ch.id} is {ch.state}: it cannot be reviewed now")
-        wrepo.update_change(change_id, session=session, state="reviewed", review=review,
+        wrepo.update_change(change_id, session=session, state=ChangeState.REVIEWED, review=review,
                             reviewed_active=review["active_revision"], verdict=review["verdict"], error=None,
                             progress=None)
         reason = f"verdict {review['verdict']} against active revision {review['active_revision']}"
-        wrepo.add_transition(change_id, "reviewed", session=session, actor=ctx.actor.name, now=_now(), reason=reason)
+        wrepo.add_transition(change_id, ChangeState.REVIEWED, session=session, actor=ctx.actor.name, now=_now(),
+                             reason=reason)
         _audit(session, ctx, "change.review", revision=ch.proposed_revision, detail=f"change {change_id}: {reason}")
     return wrepo.get_change(change_id, session=session)
 
@@ -229,27 +231,26 @@ def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transac
                 _gate(ch, active, force, reason)
             wrepo.claim_commit(change_id, session=session)
             forced = reason if force and ch.verdict == "unsafe" else None
-            wrepo.update_change(change_id, session=session, state="committing", transaction=transaction,
+            wrepo.update_change(change_id, session=session, state=ChangeState.COMMITTING, transaction=transaction,
                                 previous_active=active, force_reason=forced if forced else ch.force_reason,
                                 error=None, progress=None)
             why = f"transaction {transaction}" + (f"; forced: {forced}" if forced else "")
-            wrepo.add_transition(change_id, "committing", session=session, actor=ctx.actor.name, now=_now(),
+            wrepo.add_transition(change_id, ChangeState.COMMITTING, session=session, actor=ctx.actor.name, now=_now(),
                                  reason=why)
             _audit(session, ctx, "change.commit", status=202,
                    revision=ch.proposed_revision, detail=f"change {change_id}: {why}")
     except (Conflict, SafetyViolation, InvalidIntent, NotFound) as exc:
         with write_transaction(session):
-            status = 422 if isinstance(exc, InvalidIntent) else 404 if isinstance(exc, NotFound) else 409
-            _audit(session, ctx, "change.commit", outcome="rejected", status=status,
+            _audit(session, ctx, "change.commit", outcome="rejected", status=ctx.rejected_status(exc),
                    detail=f"change {change_id}: {exc}")
         raise
     return wrepo.get_change(change_id, session=session)
 
 
 def _gate(ch: Change, active: int | None, force: bool, reason: str | None) -> None:
-    if ch.state == "committing":
+    if ch.state == ChangeState.COMMITTING:
         raise Conflict(f"change {ch.id} is already committing")
-    if ch.state != "reviewed":
+    if ch.state != ChangeState.REVIEWED:
         raise Conflict(f"change {ch.id} is {ch.state}: review it first (POST /v1/changes/{ch.id}/review)")
     if ch.reviewed_active != active:
         raise Conflict(f"change {ch.id} was reviewed against active revision {ch.reviewed_active}, but the active "
@@ -263,10 +264,11 @@ def _gate(ch: Change, active: int | None, force: bool, reason: str | None) -> No
             raise InvalidIntent([IntentError("body.reason", "a forced commit of an unsafe change needs a reason")])
 
 
-def finish_commit(change_id: int, outcome: str, *, session: Session, ctx: WriteContext, reason: str,
+def finish_commit(change_id: int, outcome: ChangeState, *, session: Session, ctx: WriteContext, reason: str,
                   error: str | None = None, progress: Doc | None = None, action: str | None = None) -> Change:
     """Record how a commit ended (``committed``, ``failed``, ``rolled_back``) and free the commit slot."""
-    assert outcome in FINAL
+    assert outcome in FINAL_STATES
+    outcome = ChangeState(outcome)
     with write_transaction(session):
         ch = wrepo.get_change(change_id, session=session)
         fields: dict[str, Any] = {"state": outcome, "error": error}
@@ -274,7 +276,7 @@ def finish_commit(change_id: int, outcome: str, *, session: Session, ctx: WriteC
             fields["progress"] = progress
         wrepo.update_change(change_id, session=session, **fields)
         wrepo.release_commit(change_id, session=session)
-        if outcome == "committed":
+        if outcome == ChangeState.COMMITTED:
             assert ch.proposed_revision is not None
             wrepo.add_deployment(ch.proposed_revision, change_id, session=session, now=_now())
         wrepo.add_transition(change_id, outcome, session=session, actor=ctx.actor.name, now=_now(), reason=reason)

@@ -35,13 +35,14 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
-from controller.model.errors import NotFound
+from controller.model.documents import ChangeState
+from controller.model.errors import NotFound, Unreachable
 from controller.service import Actor, WriteContext
 from controller.settings import Settings
 from controller.store import workflow_repo as wrepo
@@ -50,7 +51,7 @@ from controller.workflow import changes
 from controller.workflow.review import build_review, expected_hashes, local_config_diff
 from southbound.driver import DeviceDriver
 
-__all__ = ["SYSTEM", "Unreachable", "Workflow"]
+__all__ = ["SYSTEM", "Workflow"]
 
 log = logging.getLogger("loom.workflow")
 T = TypeVar("T")
@@ -58,12 +59,60 @@ SYSTEM = WriteContext(actor=Actor("loom-controller", "admin"), method="SYSTEM", 
 Doc = dict[str, Any]
 
 
-class Unreachable(Exception):
-    """A device's agent did not answer."""
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _outcome(result: Any, devices: int) -> tuple[ChangeState, str]:
+    """How a transaction ended, as the change's final state and the reason recorded with it."""
+    if result.ok:
+        return ChangeState.COMMITTED, f"transaction {result.change} confirmed on {devices} device(s)"
+    if result.stage == "prepare":
+        return ChangeState.FAILED, "Prepare failed: nothing was applied"
+    return ChangeState.ROLLED_BACK, f"{result.stage} failed: the devices were rolled back"
+
+
+class _PushProgress:
+    """A commit's progress document (``ProgressDocument``), updated by the transaction's step
+    callback (:meth:`on_step`) and saved by :meth:`flush` at most every 0.2 s while it changes;
+    it also logs each device's steps and times them for the metrics."""
+
+    def __init__(self, change: int, names: list[str], metrics: Any):
+        self.change, self.metrics = change, metrics
+        self.doc: Doc = {"step": "prepare", "devices": {
+            d: {"step": "prepare", "status": "pending", "changed": False, "error": None} for d in names}}
+        self._started: dict[tuple[str, str], float] = {}
+        self._dirty = asyncio.Event()
+
+    def on_step(self, step: str, device: str, result: Any) -> None:
+        """``result`` is ``None`` when ``device`` starts ``step``, else its StepResult."""
+        self.doc["step"] = step
+        row = self.doc["devices"].setdefault(device, {"changed": False, "error": None})
+        row["step"] = step
+        if result is None:
+            row["status"] = "pending"
+            self._started[step, device] = time.perf_counter()
+            return
+        row["status"] = "failed" if result.failed else "ok"
+        row.setdefault("steps", {})[step] = row["status"]
+        row["changed"] = bool(row.get("changed") or result.changed)
+        row["error"] = result.error or None
+        log.log(logging.WARNING if result.failed else logging.INFO, "change %s: %s %s on %s", self.change, step,
+                row["status"], device, extra={"change": self.change, "device": device, "step": step,
+                                              "status": row["status"], "changed": row["changed"],
+                                              "error": row["error"]})
+        if self.metrics is not None and (step, device) in self._started:
+            self.metrics.device_push_seconds.labels(device=device, step=step).observe(
+                time.perf_counter() - self._started.pop((step, device)))
+        self._dirty.set()
+
+    async def flush(self, save: Callable[[Doc], Awaitable[None]]) -> None:
+        """Save a snapshot whenever the document changed, until cancelled."""
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            await save(json.loads(json.dumps(self.doc)))
+            await asyncio.sleep(0.2)
 
 
 class Workflow:
@@ -198,91 +247,66 @@ class Workflow:
             error = f"{type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):
                 await self._db(lambda s: changes.finish_commit(
-                    ch.id, "failed", session=s, ctx=ctx, reason="the controller failed during the commit",
+                    ch.id, ChangeState.FAILED, session=s, ctx=ctx, reason="the controller failed during the commit",
                     error=error))
             if self.metrics is not None:
-                self.metrics.commits.labels(outcome="failed").inc()
+                self.metrics.commits.labels(outcome=ChangeState.FAILED.value).inc()
 
     async def _push(self, ch: wrepo.Change, ctx: WriteContext) -> None:
-        from southbound.transaction import commit_plan
-
+        """Push a committing change: compile, run the transaction with progress, record the outcome."""
         assert ch.proposed_revision is not None and ch.transaction is not None
         rev = ch.proposed_revision
         intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s, observe=self._observe_solve))
         if self.driver is None:
-            log.info("change %s: no devices attached, recording revision r%s as active", ch.id, rev,
-                     extra={"change": ch.id, "revision": rev})
-            recorded: Doc = {"step": "done", "devices": {},
-                             "note": "no devices attached: the revision is only recorded"}
-            await self._db(lambda s: changes.finish_commit(
-                ch.id, "committed", session=s, ctx=ctx, progress=recorded,
-                reason="no devices attached: the revision was recorded as active"))
-            self._after_commit(rev, "committed")
+            await self._record_without_devices(ch, ctx)
             return
         names = sorted(set(intent.device_map) & set(self.driver.devices))
-        progress: Doc = {"step": "prepare", "devices": {
-            d: {"step": "prepare", "status": "pending", "changed": False, "error": None} for d in names}}
-        await self._db(lambda s: changes.save_progress(ch.id, progress, session=s))
+        tracker = _PushProgress(ch.id, names, self.metrics)
+        await self._db(lambda s: changes.save_progress(ch.id, tracker.doc, session=s))
         log.info("change %s: pushing revision r%s to %d device(s)", ch.id, rev, len(names),
                  extra={"change": ch.id, "revision": rev, "transaction": ch.transaction})
-        started: dict[tuple[str, str], float] = {}
-        dirty = asyncio.Event()
+        result = await self._transact(ch, intent, plan, names, tracker)
+        tracker.doc["step"] = "done" if result.ok else result.stage
+        outcome, reason = _outcome(result, len(names))
+        log.info("change %s: %s (%s)", ch.id, outcome, reason, extra={"change": ch.id, "outcome": outcome})
+        await self._db(lambda s: changes.finish_commit(ch.id, outcome, session=s, ctx=ctx, reason=reason,
+                                                       error=result.error or None, progress=tracker.doc))
+        self._after_commit(rev if result.ok else None, outcome)
 
-        def on_step(step: str, device: str, result: Any) -> None:
-            progress["step"] = step
-            row = progress["devices"].setdefault(device, {"changed": False, "error": None})
-            row["step"] = step
-            if result is None:
-                row["status"] = "pending"
-                started[step, device] = time.perf_counter()
-                return
-            row["status"] = "failed" if result.failed else "ok"
-            row.setdefault("steps", {})[step] = row["status"]
-            row["changed"] = bool(row.get("changed") or result.changed)
-            row["error"] = result.error or None
-            log.log(logging.WARNING if result.failed else logging.INFO, "change %s: %s %s on %s", ch.id, step,
-                    row["status"], device, extra={"change": ch.id, "device": device, "step": step,
-                                                  "status": row["status"], "changed": row["changed"],
-                                                  "error": row["error"]})
-            if self.metrics is not None and (step, device) in started:
-                self.metrics.device_push_seconds.labels(device=device, step=step).observe(
-                    time.perf_counter() - started.pop((step, device)))
-            dirty.set()
+    async def _record_without_devices(self, ch: wrepo.Change, ctx: WriteContext) -> None:
+        """With no agents attached a commit only records the revision as active."""
+        rev = ch.proposed_revision
+        log.info("change %s: no devices attached, recording revision r%s as active", ch.id, rev,
+                 extra={"change": ch.id, "revision": rev})
+        recorded: Doc = {"step": "done", "devices": {}, "note": "no devices attached: the revision is only recorded"}
+        await self._db(lambda s: changes.finish_commit(
+            ch.id, ChangeState.COMMITTED, session=s, ctx=ctx, progress=recorded,
+            reason="no devices attached: the revision was recorded as active"))
+        self._after_commit(rev, ChangeState.COMMITTED)
 
-        async def flush() -> None:
-            while True:
-                await dirty.wait()
-                dirty.clear()
-                snapshot: Doc = json.loads(json.dumps(progress))
+    async def _transact(self, ch: wrepo.Change, intent: Any, plan: Any, names: list[str],
+                        tracker: _PushProgress) -> Any:
+        """The network-wide transaction (after a repair's nudge), holding the southbound lock,
+        with the progress saved in the background as results arrive."""
+        from southbound.transaction import commit_plan
 
-                def save(s: Session, doc: Doc = snapshot) -> None:
-                    changes.save_progress(ch.id, doc, session=s)
-                await self._db(save)
-                await asyncio.sleep(0.2)
+        assert ch.transaction is not None
 
-        flusher = asyncio.get_running_loop().create_task(flush())
+        def save(s: Session, doc: Doc) -> None:
+            changes.save_progress(ch.id, doc, session=s)
+
+        flusher = asyncio.get_running_loop().create_task(tracker.flush(lambda doc: self._db(lambda s: save(s, doc))))
         try:
             async with self._southbound:
                 if ch.kind == "repair":
                     await self._nudge(intent, plan, ch.transaction, names)
-                result = await commit_plan(self.driver, intent, plan, change=ch.transaction,
-                                           confirm_within=self.settings.confirm_within,
-                                           verify_timeout=self.settings.verify_timeout, progress=on_step)
+                return await commit_plan(self.driver, intent, plan, change=ch.transaction,
+                                         confirm_within=self.settings.confirm_within,
+                                         verify_timeout=self.settings.verify_timeout, progress=tracker.on_step)
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
-        progress["step"] = "done" if result.ok else result.stage
-        if result.ok:
-            outcome, reason = "committed", f"transaction {result.change} confirmed on {len(names)} device(s)"
-        elif result.stage == "prepare":
-            outcome, reason = "failed", "Prepare failed: nothing was applied"
-        else:
-            outcome, reason = "rolled_back", f"{result.stage} failed: the devices were rolled back"
-        log.info("change %s: %s (%s)", ch.id, outcome, reason, extra={"change": ch.id, "outcome": outcome})
-        await self._db(lambda s: changes.finish_commit(ch.id, outcome, session=s, ctx=ctx, reason=reason,
-                                                       error=result.error or None, progress=progress))
-        self._after_commit(rev if result.ok else None, outcome)
 
     async def _nudge(self, intent: Any, plan: Any, txn: str, names: list[str]) -> None:
         """Before a repair re-push: where a device runs the right config but its kernel does not
@@ -329,12 +353,12 @@ class Workflow:
         if result.ok:
             await asyncio.sleep(1.0)  # let BGP carry the re-advertisements into the kernels
 
-    def _after_commit(self, active: int | None, outcome: str) -> None:
+    def _after_commit(self, active: int | None, outcome: ChangeState) -> None:
         if self.metrics is not None:
-            self.metrics.commits.labels(outcome=outcome).inc()
+            self.metrics.commits.labels(outcome=outcome.value).inc()
             if active is not None:
                 self.metrics.active_revision.set(active)
-        if outcome == "committed" and self.driver is not None:
+        if outcome == ChangeState.COMMITTED and self.driver is not None:
             self._spawn(self.check_drift(repair=False))
 
     # -- recovery -----------------------------------------------------------------
@@ -349,7 +373,7 @@ class Workflow:
         rev = ch.proposed_revision
         if self.driver is None:
             done = await self._db(lambda s: changes.finish_commit(
-                ch.id, "committed", session=s, ctx=ctx, action="change.recover",
+                ch.id, ChangeState.COMMITTED, session=s, ctx=ctx, action="change.recover",
                 reason="recovered after a controller restart: no devices attached, the revision is recorded"))
             self.recovered = {"change": ch.id, "outcome": done.state, "devices": {}}
             return self.recovered
@@ -362,7 +386,7 @@ class Workflow:
         unreachable = [d for d in names if isinstance(states[d], BaseException)]
         at_target = [d for d in names if not isinstance(states[d], BaseException)
                      and states[d].running_hash == want[d]]
-        outcome = "rolled_back"
+        outcome = ChangeState.ROLLED_BACK
         if not unreachable and len(at_target) == len(names):
             confirms = await asyncio.gather(*(self.driver.confirm(d, txn) for d in names
                                               if states[d].pending_change == txn))
@@ -372,8 +396,8 @@ class Workflow:
             for d in names:
                 report.setdefault(d, "already at the target")
             if not bad:
-                outcome = "committed"
-        if outcome != "committed":
+                outcome = ChangeState.COMMITTED
+        if outcome != ChangeState.COMMITTED:
             touched = 0
             for d in names:
                 if d in unreachable:
@@ -387,18 +411,19 @@ class Workflow:
                                                                                if ab.changed else "")
             pending = [d for d in names if d not in unreachable and states[d].pending_change == txn]
             if not touched and not pending:
-                outcome = "failed"
-        reason = {"committed": "recovered after a controller restart: every device runs the target; confirmed",
-                  "rolled_back": "recovered after a controller restart: the devices were rolled back",
-                  "failed": "recovered after a controller restart: the change never reached the devices"}[outcome]
+                outcome = ChangeState.FAILED
+        reason = "recovered after a controller restart: " + {
+            ChangeState.COMMITTED: "every device runs the target; confirmed",
+            ChangeState.ROLLED_BACK: "the devices were rolled back",
+            ChangeState.FAILED: "the change never reached the devices"}[outcome]
         detail = json.dumps(report, sort_keys=True)
         done = await self._db(lambda s: changes.finish_commit(
             ch.id, outcome, session=s, ctx=ctx, action="change.recover", reason=f"{reason}: {detail}"[:3900],
-            error=None if outcome == "committed" else "controller restarted during the commit"))
+            error=None if outcome == ChangeState.COMMITTED else "controller restarted during the commit"))
         self.recovered = {"change": ch.id, "outcome": done.state, "devices": report}
         log.warning("recovered change %s: %s", ch.id, done.state)
         if self.metrics is not None:
-            self.metrics.commits.labels(outcome=outcome).inc()
+            self.metrics.commits.labels(outcome=outcome.value).inc()
         return self.recovered
 
     async def _states(self, names: list[str]) -> dict[str, Any]:
@@ -414,7 +439,7 @@ class Workflow:
         except Exception as exc:
             from southbound.driver import error_text
 
-            raise Unreachable(f"{name}: {error_text(exc)}") from exc
+            raise Unreachable(name, error_text(exc)) from exc
         doc: Doc = st.to_document()
         doc["endpoint"] = self.driver.endpoint(name)
         return doc

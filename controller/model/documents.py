@@ -1,0 +1,358 @@
+"""The answer documents as pydantic models: what a client of Loom gets back.
+
+The plan document (DESIGN.md contract 2), the safety report, the review of a
+change (contract 4: ``verdict``, ``proposed_revision``, ``active_revision``,
+``summary``, ``plan_diff``, ``links``, ``config_diff``, ``safety``), the
+progress of a commit and the change document itself, with the change states as
+:class:`ChangeState`. The values that produce these documents
+(:class:`~controller.model.plan.Plan`, ``safety.report.SafetyReport``, the
+workflow's review and progress) keep building plain JSON; these models are the
+schema that JSON satisfies: the API declares them as response models, so
+OpenAPI shows them, and the tests validate every produced document against
+them (``model_validate(doc).model_dump(mode="json", exclude_unset=True)`` gives
+the document back unchanged, which is how a missing or renamed field shows).
+
+Every model refuses unknown fields except where the document is open on
+purpose, which its docstring says. Fields that a document carries only
+sometimes are optional without a default value in the JSON: serialize with
+``exclude_unset=True`` to leave them out as the producer did. Ground layer:
+imports pydantic only.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "FINAL_STATES",
+    "REVIEWABLE_STATES",
+    "ChangeDocument",
+    "ChangeState",
+    "DeviceDiffDocument",
+    "DevicePlanDocument",
+    "DeviceProgress",
+    "DeviceStateDocument",
+    "DroppedDemandDocument",
+    "FailureDocument",
+    "InstalledNextHop",
+    "InvariantDocument",
+    "LinkDeltaDocument",
+    "LinkLoadDocument",
+    "LinkUseDocument",
+    "NextHopDocument",
+    "PlanDiffEntry",
+    "PlanDocument",
+    "PlanSummaryDocument",
+    "ProgressDocument",
+    "ReviewBrief",
+    "ReviewDocument",
+    "SafetyBrief",
+    "SafetyReportDocument",
+    "ScenarioDocument",
+    "SessionDocument",
+    "StageDocument",
+    "TransitionDocument",
+]
+
+
+class ChangeState(StrEnum):
+    """Where a change is in its life: ``draft -> reviewed -> committing -> committed | failed | rolled_back``."""
+
+    DRAFT = "draft"
+    REVIEWED = "reviewed"
+    COMMITTING = "committing"
+    COMMITTED = "committed"
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"
+
+
+#: The states a commit ends in.
+FINAL_STATES = frozenset({ChangeState.COMMITTED, ChangeState.FAILED, ChangeState.ROLLED_BACK})
+#: The states from which a change may be reviewed (again).
+REVIEWABLE_STATES = frozenset({ChangeState.DRAFT, ChangeState.REVIEWED, ChangeState.FAILED, ChangeState.ROLLED_BACK})
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# -- the plan document (contract 2) ---------------------------------------------------
+class NextHopDocument(_Closed):
+    """One member of a weighted nexthop group."""
+
+    port: str = Field(description="the local port")
+    neighbor: str = Field(description="the device behind the port")
+    weight: int = Field(ge=1, description="a positive integer; a group's weights sum to at most max_ecmp_entries")
+
+
+class DevicePlanDocument(_Closed):
+    """One device's forwarding state."""
+
+    groups: dict[str, list[NextHopDocument]] = Field(description="nexthop groups by id")
+    routes: dict[str, str] = Field(description="prefix -> group id; a prefix missing here is withdrawn")
+
+
+class LinkLoadDocument(_Closed):
+    """Load on one link; utilization is the busier direction over capacity."""
+
+    a: str
+    a_port: str
+    b: str
+    b_port: str
+    gbps_ab: float
+    gbps_ba: float
+    utilization: float
+
+
+class PlanSummaryDocument(BaseModel):
+    """The plan's headline numbers. Open on purpose: solvers add keys beside these
+    (``robust``, ``lp_seconds``, ``lp_model``, ``wcmp``, ``clos``, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+    max_utilization: float = Field(description="after integer weight rounding")
+    lp_bound: float = Field(description="the linear program's optimum")
+    ecmp_max_utilization: float = Field(description="what plain ECMP would give")
+    solve_seconds: float
+    groups: int
+    routes: int
+
+
+class PlanDocument(_Closed):
+    """A fabric's forwarding plan: what ``loom plan`` writes and ``/v1/plans/{revision}`` answers."""
+
+    fabric: str
+    summary: PlanSummaryDocument
+    devices: dict[str, DevicePlanDocument]
+    links: list[LinkLoadDocument]
+
+
+# -- the safety report ---------------------------------------------------------------
+class LinkUseDocument(_Closed):
+    """Load on one direction of a link, traffic running ``from -> to``."""
+
+    link: str
+    from_: str = Field(alias="from")
+    to: str
+    gbps: float
+    capacity_gbps: float
+    utilization: float
+
+
+class DroppedDemandDocument(_Closed):
+    """Traffic toward ``prefix`` black-holed at ``device``."""
+
+    prefix: str
+    device: str
+    gbps: float
+
+
+class InvariantDocument(_Closed):
+    """One invariant in one stage; ``gating``: whether failing it fails the scenario."""
+
+    ok: bool
+    gating: bool
+    detail: str
+
+
+class StageDocument(_Closed):
+    """One stage of a scenario: ``immediate`` (local repair) or ``reconverged``."""
+
+    ok: bool
+    invariants: dict[str, InvariantDocument] = Field(description="delivery, loop, utilization, group_budget")
+    max_utilization: float
+    limit: float
+    hottest: list[LinkUseDocument]
+    dropped: list[DroppedDemandDocument]
+    dropped_gbps: float
+    loops: list[str]
+
+
+class FailedParts(_Closed):
+    devices: list[str]
+    links: list[str]
+
+
+class ScenarioDocument(_Closed):
+    """One failure scenario (``baseline``, a domain's name, ``link:DEVICE:PORT``, ``device:NAME``)."""
+
+    name: str
+    kind: str
+    ok: bool
+    failed: FailedParts
+    immediate: StageDocument
+    reconverged: StageDocument
+
+
+class FailureDocument(_Closed):
+    """One failed invariant: where and why."""
+
+    scenario: str
+    stage: str
+    invariant: str
+    detail: str
+
+
+class SafetyReportDocument(BaseModel):
+    """The safety report of one plan (``loom check --json``, a review's ``safety``). Open on
+    purpose: analyses add sections beside these (``robust`` from ``loom check``)."""
+
+    model_config = ConfigDict(extra="allow")
+    fabric: str
+    verdict: Literal["safe", "unsafe"]
+    scope: str = Field(description="domains, all_single or k2")
+    limits: dict[str, float] = Field(description="the utilization limit per scenario class (baseline, failure)")
+    model: str = Field(description="the replay model")
+    counts: dict[str, int] = Field(description="scenarios, failing_scenarios, and scenarios per kind")
+    seconds: float
+    failing: list[FailureDocument]
+    scenarios: list[ScenarioDocument]
+
+
+# -- the review (contract 4) -----------------------------------------------------------
+class PlanDiffEntry(_Closed):
+    """One route that changes on a device (a sample of them)."""
+
+    prefix: str
+    kind: Literal["added", "removed", "reweighted"]
+    before: list[NextHopDocument]
+    after: list[NextHopDocument]
+
+
+class DeviceDiffDocument(_Closed):
+    """Route changes on one device: counts, and the first few."""
+
+    device: str
+    added: int
+    removed: int
+    reweighted: int
+    changes: list[PlanDiffEntry]
+
+
+class LinkDeltaDocument(_Closed):
+    """One link's baseline utilization (the busier direction) before and after the change,
+    and the load of each direction (``{"A->B": gbps, "B->A": gbps}``)."""
+
+    id: str = Field(description="the link's lower end by name, DEVICE:PORT")
+    before: float | None = Field(description="null when no revision is active")
+    after: float | None
+    delta: float | None
+    gbps_before: dict[str, float] | None = None
+    gbps_after: dict[str, float] | None = None
+
+
+class ReviewDocument(_Closed):
+    """``POST /v1/changes/{id}/review``: the dry run of a change. The top-level fields up to
+    ``safety`` are a contract (DESIGN.md section 4); ``devices_attached`` is present (false)
+    when the controller has no agents, ``config_diff_note`` when the config diff was rendered
+    locally because a change was committing."""
+
+    verdict: Literal["safe", "unsafe"]
+    proposed_revision: int | None
+    active_revision: int | None
+    summary: PlanSummaryDocument
+    plan_diff: list[DeviceDiffDocument]
+    links: list[LinkDeltaDocument]
+    config_diff: dict[str, str] = Field(description="device -> unified diff of its FRR config")
+    safety: SafetyReportDocument
+    devices_attached: bool | None = None
+    config_diff_note: str | None = None
+
+
+class SafetyBrief(_Closed):
+    verdict: Literal["safe", "unsafe"] | None
+    counts: dict[str, int] | None
+
+
+class ReviewBrief(_Closed):
+    """A review without its bulk, as a list of changes shows it (``brief`` is true)."""
+
+    verdict: Literal["safe", "unsafe"] | None
+    proposed_revision: int | None
+    active_revision: int | None
+    summary: PlanSummaryDocument | None
+    safety: SafetyBrief
+    brief: Literal[True]
+
+
+# -- progress and the change -------------------------------------------------------------
+class DeviceProgress(_Closed):
+    """One device in a commit."""
+
+    step: str = Field(description="the transaction step the device is in (prepare, commit, verify, confirm...)")
+    status: Literal["pending", "ok", "failed"]
+    changed: bool
+    error: str | None
+    steps: dict[str, str] | None = Field(None, description="every finished step's status")
+
+
+class ProgressDocument(_Closed):
+    """A commit's progress: the transaction's step (``done`` at the end) and each device's."""
+
+    step: str
+    devices: dict[str, DeviceProgress]
+    note: str | None = Field(None, description="why there is nothing to follow (no devices attached)")
+
+
+class TransitionDocument(_Closed):
+    """One move of a change's state: when, by whom, why."""
+
+    state: ChangeState
+    at: str
+    actor: str
+    reason: str
+
+
+class ChangeDocument(_Closed):
+    """``GET /v1/changes/{id}``: a set of edits against a base revision, and how it went."""
+
+    id: int
+    kind: Literal["change", "rollback", "repair"] = Field(description="change, rollback or repair (drift)")
+    state: ChangeState
+    base_revision: int | None
+    proposed_revision: int | None
+    message: str
+    author: str
+    created_at: str
+    transitions: list[TransitionDocument]
+    review: ReviewDocument | ReviewBrief | dict[str, Any] | None = Field(
+        union_mode="left_to_right",
+        description="the review (brief in lists); a review recorded by other means than POST .../review "
+                    "(a test, an older controller) is served as it was stored")
+    progress: ProgressDocument | None
+    force_reason: str | None
+    error: str | None
+    transaction: str | None = None
+
+
+# -- what a device really runs -------------------------------------------------------------
+class InstalledNextHop(_Closed):
+    """One next hop a switch's kernel holds for a prefix."""
+
+    port: str
+    via: str = Field(description="the gateway (may be empty)")
+    weight: int
+
+
+class SessionDocument(_Closed):
+    """One BGP session as the switch reports it."""
+
+    neighbor: str
+    state: str
+    remote_asn: int
+    prefixes_received: int
+
+
+class DeviceStateDocument(_Closed):
+    """``GET /v1/devices/{name}/state``: what the switch really installed. ``observed`` is false
+    for an agent that records routes instead of reading a kernel (``--dry-frr``)."""
+
+    hostname: str
+    running_hash: str
+    observed: bool
+    routes: dict[str, list[InstalledNextHop]] = Field(description="prefix -> next hops, as loom lab routes")
+    sessions: list[SessionDocument]
+    pending_change: str = Field(description="a change committed but not yet confirmed, or empty")
+    endpoint: str | None = Field(None, description="where the controller reaches the device's agent")
