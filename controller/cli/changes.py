@@ -25,6 +25,7 @@ from rich.table import Table
 
 from controller.cli.common import EXIT_FAIL, EXIT_INPUT, app, console, die, emit_json, read_intent
 from controller.cli.progress import with_bar
+from controller.model.documents import FINAL_STATES
 
 __all__ = ["apply", "changes_app", "drift"]
 
@@ -35,7 +36,6 @@ app.add_typer(changes_app, name="changes")
 ServerOption = Annotated[str, typer.Option("--server", envvar="LOOM_SERVER", help="the controller's URL")]
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 DEFAULT_SERVER = "http://127.0.0.1:8000"
-FINAL = ("committed", "failed", "rolled_back")
 
 
 class Client:
@@ -135,7 +135,7 @@ def follow(client: Client, cid: int, *, as_json: bool, interval: float = 0.3) ->
             while True:
                 ch = client.call("GET", f"/v1/changes/{cid}")
                 live.update(with_bar(ch, _progress_table(ch)))  # a bar of devices done above the table
-                if ch["state"] in FINAL:
+                if ch["state"] in FINAL_STATES:
                     return dict(ch)
                 time.sleep(interval)
     seen: dict[tuple[str, str], str] = {}
@@ -148,7 +148,7 @@ def follow(client: Client, cid: int, *, as_json: bool, interval: float = 0.3) ->
                         seen[name, step] = status
                         err = f" {d['error']}" if d.get("error") and step == d["step"] else ""
                         print(f"{name} {step} {status}{err}", flush=True)
-        if ch["state"] in FINAL:
+        if ch["state"] in FINAL_STATES:
             return dict(ch)
         time.sleep(interval)
 

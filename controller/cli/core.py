@@ -66,8 +66,11 @@ def _open_store(settings: Settings, as_json: bool) -> Database:
 
 
 def _cli_ctx(message: str = "") -> service.WriteContext:
+    """A CLI write; a refused one is audited with the status the API would answer for it."""
+    from api.problems import status_for
+
     return service.WriteContext(actor=service.Actor(f"cli:{getpass.getuser()}", "admin"), method="CLI",
-                                path="loom", message=message)
+                                path="loom", message=message, reject_status=status_for)
 
 
 def _token_json(token: Any, secret: str | None = None) -> dict[str, Any]:

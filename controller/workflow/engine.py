@@ -300,7 +300,7 @@ class Workflow:
             async with self._southbound:
                 if ch.kind == "repair":
                     await self._nudge(intent, plan, ch.transaction, names)
-                return await commit_plan(self.driver, intent, plan, change=ch.transaction,
+                return await commit_plan(self._agents, intent, plan, change=ch.transaction,
                                          confirm_within=self.settings.confirm_within,
                                          verify_timeout=self.settings.verify_timeout, progress=tracker.on_step)
         finally:
