@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,25 +23,16 @@ from controller.model.plan import DevicePlan, NextHop, Plan, PlanSummary
 from labs.gen import clos3_document
 from southbound.config import DeviceConfig
 from southbound.render import device_configs, host_address, isis_net, render_frr
+from tests.golden_files import GOLDEN as GOLDEN_ROOT
+from tests.golden_files import assert_golden
 
-GOLDEN = Path(__file__).parent / "golden" / "frr"
-UPDATE = os.environ.get("LOOM_UPDATE_GOLDEN") == "1"
+GOLDEN = GOLDEN_ROOT / "frr"
 
 
 def _clos3(**extra: object) -> dict:
     doc = clos3_document("g", pods=2, tors=2, planes=2, spines=2)
     doc.update(extra)
     return doc
-
-
-def _golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        if not UPDATE:
-            pytest.fail(f"golden file {path} was missing and has been written; review it and run again")
-    assert text == path.read_text(), f"rendering differs from {path} (LOOM_UPDATE_GOLDEN=1 to accept)"
 
 
 def _plan_for_wcmp() -> Plan:
@@ -77,12 +67,12 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rendered_frr_config_matches_golden(name: str) -> None:
-    _golden(name, CASES[name]())
+    assert_golden(GOLDEN / name, CASES[name]())
 
 
 def test_device_config_document_matches_golden() -> None:
     cfg = device_configs(validate_intent(_clos3()), _plan_for_wcmp())["spine-0-1"]
-    _golden("device-config-spine-0-1.json", json.dumps(cfg.to_document(), indent=2) + "\n")
+    assert_golden(GOLDEN / "device-config-spine-0-1.json", json.dumps(cfg.to_document(), indent=2) + "\n")
 
 
 @pytest.mark.lab
