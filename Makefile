@@ -1,6 +1,8 @@
 # Loom: the two set-up commands of the README, and a few more.
 #   make run    create .venv, install Loom, serve the API with SQLite and an example fabric
 #   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql, chromium as root), run them
+#               TIER=unit|component|lab|browser runs one tier (pytest -m TIER; an expression such as
+#               TIER='unit or component' works too); without TIER every tier runs
 #   make bench  the benchmark tables (not part of the tests)
 #   make lint   ruff, mypy and the import-layer contracts (CI runs it beside the tests)
 
@@ -44,8 +46,9 @@ system-deps:
 run: install
 	$(BIN)/loom serve --example --host 127.0.0.1 --port $(PORT)
 
+TIER ?=
 test: system-deps install
-	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs $(if $(TIER),-m "$(TIER)") $(PYTEST_ARGS)
 
 bench: system-deps install
 	$(BIN)/python -m tests.bench $(BENCH_ARGS)

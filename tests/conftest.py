@@ -1,21 +1,155 @@
-"""Shared test configuration.
+"""Shared test configuration: tiers, prerequisites, and the fixtures many modules use.
 
-Lab tests (``@pytest.mark.lab``: root and FRR), PostgreSQL tests
-(``@pytest.mark.postgres``) and browser tests (``@pytest.mark.browser``:
-Debian's chromium and playwright) skip with a reason where their prerequisites are
-missing, but in CI (``CI`` set) the prerequisites are installed by ``make
-test``, so a skip there is turned into a failure: the suite must not pass
-without having run them.
+Tiers. Every test has exactly one tier marker, so a run can pick a tier with
+``-m`` (``make test TIER=unit``):
+
+* ``unit``: pure, in one process; no servers, no subprocesses;
+* ``component``: real servers in-process (the ASGI app under ``TestClient``,
+  gRPC agents on unix sockets or port 0), ``loom serve`` or agent subprocesses,
+  PostgreSQL;
+* ``lab``: root and FRR, real routers in network namespaces;
+* ``browser``: Debian's chromium driven by Playwright against ``loom serve``.
+
+A module's tier is :data:`TIERS`' entry for it; a test that differs from its
+module carries its own tier marker (``@pytest.mark.component``), which then
+replaces the module's. Collection fails for a module missing from the table, a
+table entry naming no module, or a test with two tiers, so a new (or renamed)
+module cannot be forgotten.
+
+Prerequisites. Lab tests (root and FRR), PostgreSQL tests (``@pytest.mark.postgres``)
+and browser tests (chromium and playwright) skip here with a reason where their
+prerequisites are missing, decided once for the session. In CI (``CI`` set)
+the prerequisites are installed by ``make test``, so a skip of any of them
+there is turned into a failure: the suite must not pass without having run them.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests import pg
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _MUST_RUN = ("lab", "postgres", "browser")
+
+TIER_NAMES = ("unit", "component", "lab", "browser")
+
+#: each test module's tier (see the module docstring); a test may override it with its own marker
+TIERS: dict[str, str] = {
+    "test_agent_core.py": "unit",            # the agent's state machine on files; its gRPC round trip is component
+    "test_agent_golden.py": "unit",
+    "test_agent_lab.py": "lab",
+    "test_api.py": "component",
+    "test_api_fuzz.py": "component",
+    "test_check_cli.py": "unit",
+    "test_cli_core.py": "unit",              # `loom serve` as a subprocess is component
+    "test_cli_polish.py": "unit",            # the CLI on a pseudo-terminal is component
+    "test_e2e_lab.py": "lab",
+    "test_gen.py": "unit",
+    "test_intent.py": "unit",
+    "test_lab_fabric.py": "lab",
+    "test_lab_files.py": "unit",             # `loom lab up` as a subprocess is component
+    "test_lab_runner.py": "lab",
+    "test_logs.py": "component",
+    "test_metrics.py": "component",
+    "test_pki.py": "component",
+    "test_render.py": "unit",                # FRR's own parser is lab
+    "test_safety_replay.py": "unit",
+    "test_safety_robust.py": "unit",
+    "test_solver_lp.py": "unit",
+    "test_solver_relax.py": "unit",
+    "test_solver_routing.py": "unit",
+    "test_solver_weights.py": "unit",
+    "test_store.py": "component",
+    "test_transaction_dry.py": "component",
+    "test_ui_browser.py": "browser",
+    "test_workflow_api.py": "component",
+    "test_workflow_cli.py": "component",
+}
+
+
+# -- tiers -------------------------------------------------------------------------------
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers given here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test its module's tier unless it carries its own; refuse untiered modules and double tiers."""
+    untiered: set[str] = set()
+    doubled: list[str] = []
+    for item in items:
+        own = {m.name for m in item.iter_markers() if m.name in TIER_NAMES}
+        module = item.path.name
+        if not own:
+            tier = TIERS.get(module)
+            if tier is None:
+                untiered.add(module)
+                continue
+            item.add_marker(tier)
+        elif len(own) > 1:
+            doubled.append(f"{item.nodeid}: {sorted(own)}")
+    problems = []
+    stale = sorted(m for m in TIERS if not (Path(__file__).parent / m).exists())
+    if stale:
+        problems.append(f"TIERS in tests/conftest.py names modules that do not exist: {stale}")
+    if untiered:
+        problems.append(f"test modules without a tier (add them to TIERS in tests/conftest.py): {sorted(untiered)}")
+    if doubled:
+        problems.append(f"tests with more than one tier: {doubled}")
+    if problems:
+        raise pytest.UsageError("; ".join(problems))
+
+
+# -- prerequisites -------------------------------------------------------------------------
+
+@functools.cache
+def lab_missing() -> str | None:
+    """Why lab tests cannot run here (root, FRR's daemons, vtysh and frr-reload), or None."""
+    if os.geteuid() != 0:
+        return "lab tests need root (network namespaces)"
+    from labs import runner
+
+    if not (runner.FRR_BIN / "zebra").exists() or shutil.which("vtysh") is None \
+            or not Path("/usr/lib/frr/frr-reload.py").exists():
+        return "FRR is not installed (apt-get install frr frr-pythontools)"
+    return None
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@functools.cache
+def browser_missing() -> str | None:
+    """Why browser tests cannot run here (Debian's chromium, playwright), or None."""
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"{CHROMIUM} is missing (Debian's chromium: make test installs it as root)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[test]')"
+    return None
+
+
+#: marker → why its tests cannot run here (None: they can)
+PREREQUISITES: dict[str, Callable[[], str | None]] = {
+    "lab": lab_missing,
+    "postgres": functools.cache(pg.missing),
+    "browser": browser_missing,
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture of the test is set up (a lab's fixture builds the lab)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker, missing in PREREQUISITES.items():
+        if item.get_closest_marker(marker) is not None:
+            reason = missing()
+            if reason:
+                pytest.skip(reason)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -26,3 +160,39 @@ def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.longrepr = f"CI requires this test to run, but it skipped: {reason}"
+
+
+# -- shared fixtures -------------------------------------------------------------------------
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """``@pytest.mark.anyio`` tests run on asyncio (gRPC's aio API needs it)."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a fresh database on a private PostgreSQL server (session-wide; see ``tests/pg.py``)."""
+    with pg.postgres_cluster() as url:
+        yield url
+
+
+@pytest.fixture
+def api_intent() -> dict[str, Any] | None:
+    """The intent document the ``api`` fixture's store holds; None: the example fabric. Override per module."""
+    return None
+
+
+@pytest.fixture
+def api_settings() -> dict[str, Any]:
+    """Extra ``Settings`` of the ``api`` fixture's app. Override per module."""
+    return {}
+
+
+@pytest.fixture
+def api(tmp_path: Path, api_intent: dict[str, Any] | None, api_settings: dict[str, Any]) -> Iterator[Any]:
+    """The API app in-process on a fresh SQLite store with a token per role (:class:`tests.apps.Api`)."""
+    from tests.apps import running_api
+
+    with running_api(f"sqlite:///{tmp_path / 'api.db'}", intent=api_intent, **api_settings) as client:
+        yield client

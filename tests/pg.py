@@ -4,9 +4,9 @@
 (``/usr/lib/postgresql/*/bin``), makes a temp directory owned by the
 ``postgres`` user, and runs ``initdb`` and ``pg_ctl`` as that user (initdb
 refuses root). The server listens only on a unix socket in that directory (no
-TCP), and is stopped and removed by the finalizer even when a test fails.
-Without root or PostgreSQL the fixture skips with a reason (a failure in CI,
-see ``tests/conftest.py``).
+TCP), and is stopped and removed on exit even when a test fails. The
+``postgres_url`` fixture of ``tests/conftest.py`` runs one per session; tests
+marked ``postgres`` skip there with :func:`missing`'s reason (a failure in CI).
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-__all__ = ["find_pg_bin", "postgres_url"]
+__all__ = ["drop_schema", "find_pg_bin", "missing", "postgres_cluster"]
 
 DBNAME = "loomtest"
 
@@ -34,25 +36,35 @@ def find_pg_bin() -> Path | None:
     return Path(candidates[-1]).parent if candidates else None
 
 
+def missing() -> str | None:
+    """Why a private PostgreSQL server cannot run here, or None if it can."""
+    if os.geteuid() != 0:
+        return "PostgreSQL tests need root (to run initdb as the postgres user)"
+    if find_pg_bin() is None:
+        return "PostgreSQL is not installed (Debian package postgresql)"
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        return "no 'postgres' user on this machine"
+    if shutil.which("runuser") is None:
+        return "runuser is missing"
+    return None
+
+
 def _as_postgres(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True, capture_output=True, text=True,
                           timeout=120)
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """URL of a fresh database ``loomtest`` on a private server (session-wide)."""
-    if os.geteuid() != 0:
-        pytest.skip("PostgreSQL tests need root (to run initdb as the postgres user)")
+@contextmanager
+def postgres_cluster() -> Iterator[str]:
+    """URL of a fresh database ``loomtest`` on a private server, stopped and removed on exit."""
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
     bindir = find_pg_bin()
-    if bindir is None:
-        pytest.skip("PostgreSQL is not installed (Debian package postgresql)")
-    try:
-        pw = pwd.getpwnam("postgres")
-    except KeyError:
-        pytest.skip("no 'postgres' user on this machine")
-    if shutil.which("runuser") is None:
-        pytest.skip("runuser is missing")
+    assert bindir is not None
+    pw = pwd.getpwnam("postgres")
     root = Path(tempfile.mkdtemp(prefix="loom-pg-"))
     os.chown(root, pw.pw_uid, pw.pw_gid)
     data, sock = root / "data", root
@@ -73,3 +85,14 @@ def postgres_url() -> Iterator[str]:
             subprocess.run(["runuser", "-u", "postgres", "--", str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast",
                             "-w", "stop"], capture_output=True, timeout=120)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def drop_schema(db: Any) -> None:
+    """Drop every table of Loom's schema and Alembic's version table from ``db`` (a shared server's leftovers)."""
+    from sqlalchemy import text
+
+    from controller.store.models import metadata
+
+    with db.engine.begin() as conn:
+        metadata.drop_all(conn)
+        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["LOOM", "LoomServer", "free_port", "wait_ready"]
+__all__ = ["LOOM", "LoomServer", "free_port", "stop_processes", "wait_ready"]
 
 #: the ``loom`` command of this interpreter's environment (works without the console script)
 LOOM = [sys.executable, "-c", "from controller.cli import main; main()"]
@@ -44,6 +44,20 @@ def wait_ready(url: str, proc: subprocess.Popen[Any], log: Path, timeout: float 
             pass
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
         time.sleep(0.1)
+
+
+def stop_processes(procs: list[subprocess.Popen[Any]], grace: float = 10.0) -> None:
+    """SIGTERM to every process still running, then wait ``grace`` seconds for each
+    before SIGKILL (the order of ``procs`` is the order they are asked to stop)."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
 
 
 class LoomServer:
@@ -76,12 +90,8 @@ class LoomServer:
             self.proc.wait(10)
 
     def stop(self, grace: float = 30.0) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.kill9()
+        if self.proc is not None:
+            stop_processes([self.proc], grace)
 
     def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """An API call with the admin token."""

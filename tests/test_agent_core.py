@@ -23,11 +23,6 @@ from southbound.state import AgentError
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def make_config(name: str = "tor-0", weight: int = 1, *, lb: bool = True) -> DeviceConfig:
     return DeviceConfig(
         hostname=name, asn=65100, router_id="10.255.0.1",
@@ -147,6 +142,7 @@ async def test_restart_resumes_timer_or_rolls_back_after_deadline(tmp_path: Path
     await late.close()
 
 
+@pytest.mark.component
 async def test_grpc_round_trip_and_health(tmp_path: Path) -> None:
     core = _core(tmp_path)
     sock = tmp_path / "agent.sock"

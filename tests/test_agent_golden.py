@@ -12,7 +12,6 @@ own parser (``vtysh -C``) checks each FRR text where FRR is installed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,20 +24,12 @@ from controller.model.plan import Plan
 from southbound.grpc_adapter import config_from_proto, config_to_proto, prepare_request_document
 from southbound.render import build_rendered, device_configs
 from southbound.wcmp import expected_weights
+from tests.golden_files import GOLDEN as GOLDEN_ROOT
+from tests.golden_files import assert_golden
 
 REPO = Path(__file__).resolve().parent.parent
-GOLDEN = Path(__file__).parent / "golden" / "southbound"
-UPDATE = os.environ.get("LOOM_UPDATE_GOLDEN") == "1"
+GOLDEN = GOLDEN_ROOT / "southbound"
 PLAN = Plan.from_document(json.loads((GOLDEN / "clos-2x2-plan.json").read_text()))
-
-
-def _golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE or not path.exists():
-        path.write_text(text)
-        if not UPDATE:
-            pytest.fail(f"golden file {path} was missing and has been written; review it and run again")
-    assert text == path.read_text(), f"{name} differs from its golden file (LOOM_UPDATE_GOLDEN=1 to accept)"
 
 
 def _intent(realization: str):  # type: ignore[no-untyped-def]
@@ -63,8 +54,8 @@ def test_southbound_golden(realization: str, device: str) -> None:
         "expected_kernel_weights": {p: expected_weights(dp.groups[g], realization)
                                     for p, g in sorted(dp.routes.items())},
     }
-    _golden(f"{realization}-{device}.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    _golden(f"{realization}-{device}.conf", rendered.frr_text)
+    assert_golden(GOLDEN / f"{realization}-{device}.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    assert_golden(GOLDEN / f"{realization}-{device}.conf", rendered.frr_text)
     if shutil.which("vtysh"):
         conf = GOLDEN / f"{realization}-{device}.conf"
         proc = subprocess.run(["vtysh", "-C", "-f", str(conf)], capture_output=True, text=True, timeout=60)

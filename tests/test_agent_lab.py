@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,24 +38,12 @@ from southbound.driver import AgentDriver
 from southbound.state import StepResult
 from southbound.transaction import commit_plan
 from southbound.wcmp import expected_weights
+from tests.serving import LOOM, stop_processes
 
 REPO = Path(__file__).resolve().parent.parent
-LOOM = [sys.executable, "-c", "from controller.cli import main; main()"]
 LAB = "sbwcmp"
 
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(os.geteuid() != 0, reason="lab tests need root (network namespaces)"),
-    pytest.mark.skipif(not (runner.FRR_BIN / "zebra").exists() or shutil.which("vtysh") is None
-                       or not Path("/usr/lib/frr/frr-reload.py").exists(),
-                       reason="FRR is not installed (apt-get install frr frr-pythontools)"),
-    pytest.mark.anyio,
-]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+pytestmark = pytest.mark.anyio
 
 
 def wcmp_intent_doc(name: str = LAB) -> dict:
@@ -128,15 +114,7 @@ class LabAgents:
             return None
 
     def stop_all(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        stop_processes(list(self.procs.values()), 15)
 
 
 @dataclass

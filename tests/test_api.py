@@ -6,7 +6,6 @@ tokens and the audit log."""
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,51 +14,15 @@ import yaml
 from fastapi.routing import APIRoute
 from sqlalchemy import event
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # starlette's note about httpx versions
-    from fastapi.testclient import TestClient
-
 from api.app import create_app
 from controller import service
 from controller.model.intent import load_intent
 from controller.settings import Settings
 from controller.store.db import Database
+from tests.apps import Api, TestClient, running_api, seeded_store
 
 EXAMPLE = load_intent(service.EXAMPLE_INTENT)
 PUBLIC = {"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
-CLI = service.WriteContext(actor=service.Actor("setup", "admin"))
-
-
-class Api:
-    def __init__(self, client: TestClient, tokens: dict[str, str], app: Any):
-        self.client, self.tokens, self.app = client, tokens, app
-
-    def __call__(self, method: str, path: str, role: str | None = "operator", **kw: Any) -> Any:
-        headers = dict(kw.pop("headers", {}) or {})
-        if role is not None:
-            headers["Authorization"] = f"Bearer {self.tokens[role]}"
-        return self.client.request(method, path, headers=headers, **kw)
-
-
-def make_store(tmp_path, example: bool = True) -> tuple[Database, dict[str, str]]:  # type: ignore[no-untyped-def]
-    db = Database(f"sqlite:///{tmp_path / 'api.db'}")
-    db.migrate()
-    tokens = {}
-    with db.session() as s:
-        if example:
-            service.load_example(session=s, ctx=CLI)
-        for role in service.ROLES:
-            tokens[role] = service.create_token(f"{role}-1", role, session=s, ctx=CLI)[1]
-    return db, tokens
-
-
-@pytest.fixture
-def api(tmp_path) -> Iterator[Api]:  # type: ignore[no-untyped-def]
-    db, tokens = make_store(tmp_path)
-    app = create_app(Settings(db_url=db.url), database=db)
-    with TestClient(app) as client:
-        yield Api(client, tokens, app)
-    db.dispose()
 
 
 def _api_routes(routes: list[Any]) -> Iterator[APIRoute]:
@@ -268,13 +231,12 @@ def test_paging_and_filters(api: Api) -> None:
 
 
 def test_list_query_count_does_not_grow_with_the_page(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    db, tokens = make_store(tmp_path)
+    db, tokens = seeded_store(f"sqlite:///{tmp_path / 'api.db'}")
     counted: list[str] = []
     event.listen(db.engine, "before_cursor_execute",
                  lambda *args: None if args[2].startswith("BEGIN") else counted.append(args[2]))
-    app = create_app(Settings(db_url=db.url), database=db)
-    with TestClient(app) as client:
-        api = Api(client, tokens, app)
+    with TestClient(create_app(Settings(db_url=db.url), database=db)) as client:
+        api = Api(client, tokens, db)
         per_page = {}
         for path in ("/v1/devices?limit=1", "/v1/devices?limit=12", "/v1/links?limit=16", "/v1/revisions",
                      "/v1/audit?limit=50"):
@@ -334,17 +296,13 @@ def test_openapi_describes_every_route(api: Api) -> None:
 
 
 def test_empty_store(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    db, tokens = make_store(tmp_path, example=False)
-    app = create_app(Settings(db_url=db.url), database=db)
-    with TestClient(app) as client:
-        api = Api(client, tokens, app)
+    with running_api(f"sqlite:///{tmp_path / 'api.db'}", example=False) as api:
         assert api("GET", "/v1/intent", role="viewer").status_code == 404
         listed = api("GET", "/v1/devices", role="viewer")
         assert listed.status_code == 200 and listed.json()["total"] == 0 and "etag" not in listed.headers
         assert api("POST", "/v1/devices", json={"name": "r1"}).status_code == 409
         r = api("PUT", "/v1/intent", json=EXAMPLE.to_document(), headers={"If-Match": '"0"'})
         assert r.status_code == 200 and r.headers["etag"] == '"1"'
-    db.dispose()
 
 
 def test_settings_admin_token(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -353,7 +311,7 @@ def test_settings_admin_token(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="placeholder"):
         Settings(admin_token="changethis" * 4)
     secret = "Zq8-" + "pL3xW9vR2tY6uK1m" * 2
-    db, _ = make_store(tmp_path)
+    db, _ = seeded_store(f"sqlite:///{tmp_path / 'api.db'}")
     with TestClient(create_app(Settings(db_url=db.url, admin_token=secret), database=db)) as client:
         r = client.get("/v1/tokens", headers={"Authorization": f"Bearer {secret}"})
         assert r.status_code == 200 and len(r.json()) == 3

@@ -105,6 +105,7 @@ def test_short_admin_token_is_refused(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "LOOM_ADMIN_TOKEN" in r.output and "at least 32" in r.output
 
 
+@pytest.mark.component
 @pytest.mark.skipif(not LOOM, reason="the loom script is not installed in this virtualenv")
 def test_serve_example_answers_with_the_printed_token(tmp_path: Path) -> None:
     port = free_port()

@@ -13,12 +13,12 @@ import os
 import pty
 import re
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from rich.console import Console
 from typer.testing import CliRunner
@@ -27,11 +27,11 @@ from controller import service
 from controller.cli import _register
 from controller.cli.common import app
 from controller.cli.progress import devices_bar
+from tests.serving import LOOM
 
 _register()
 runner = CliRunner()
 DC1 = Path(service.EXAMPLE_INTENT)
-LAUNCH = "from controller.cli import main; main()"
 SVG = "{http://www.w3.org/2000/svg}"
 
 
@@ -110,7 +110,7 @@ def run_on_terminal(*args: str) -> str:
     master, slave = pty.openpty()
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
     env.pop("NO_COLOR", None)
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, *args], stdin=subprocess.DEVNULL, stdout=slave,
+    proc = subprocess.Popen([*LOOM, *args], stdin=subprocess.DEVNULL, stdout=slave,
                             stderr=slave, env=env)
     os.close(slave)
     chunks = []
@@ -130,10 +130,11 @@ def run_on_terminal(*args: str) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.component
 def test_plan_and_check_show_bars_on_a_terminal_and_plain_lines_otherwise(tmp_path: Path) -> None:
     tty = run_on_terminal("plan", str(DC1))
     assert "━" in tty and "\x1b[" in tty  # rich drew a bar
-    piped = subprocess.run([sys.executable, "-c", LAUNCH, "plan", str(DC1)], capture_output=True, text=True,
+    piped = subprocess.run([*LOOM, "plan", str(DC1)], capture_output=True, text=True,
                            timeout=120)
     assert piped.returncode == 0
     assert "━" not in piped.stderr and "\x1b[" not in piped.stderr

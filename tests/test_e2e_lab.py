@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -33,14 +32,6 @@ from tests.serving import LOOM, LoomServer
 REPO = Path(__file__).resolve().parent.parent
 LAB = "wfe2e"
 TOKEN = "e2e-" + "k3Jd8fQ2mZx7Lp4Rt9Wv6Yb1Nc5Hs0Ga"
-
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(os.geteuid() != 0, reason="lab tests need root (network namespaces)"),
-    pytest.mark.skipif(not (runner.FRR_BIN / "zebra").exists() or shutil.which("vtysh") is None
-                       or not Path("/usr/lib/frr/frr-reload.py").exists(),
-                       reason="FRR is not installed (apt-get install frr frr-pythontools)"),
-]
 
 
 def lab_intent() -> dict[str, Any]:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -55,13 +53,6 @@ for port in range(first, first + count):
     s.sendto(b"loom-lab-flow" * 4, (dst, 5001))
     s.close()
 """
-
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(os.geteuid() != 0, reason="lab tests need root (network namespaces)"),
-    pytest.mark.skipif(not (runner.FRR_BIN / "zebra").exists() or shutil.which("vtysh") is None,
-                       reason="FRR is not installed (apt-get install frr frr-pythontools)"),
-]
 
 
 def _variant_drained(doc: dict) -> dict:

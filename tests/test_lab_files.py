@@ -141,6 +141,7 @@ def test_gen_writes_a_loadable_lab_named_after_its_directory(tmp_path: Path) -> 
     assert topo.name == "my-lab" and len(topo.nodes) == 12 and len(topo.links) == 16
 
 
+@pytest.mark.component
 @pytest.mark.skipif(not os.path.exists(LOOM), reason="the loom command is not installed in this environment")
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to an unprivileged user")
 def test_up_as_an_ordinary_user_exits_2() -> None:
@@ -151,6 +152,7 @@ def test_up_as_an_ordinary_user_exits_2() -> None:
     assert "root" in proc.stderr
 
 
+@pytest.mark.component
 @pytest.mark.skipif(not os.path.exists(LOOM), reason="the loom command is not installed in this environment")
 def test_up_without_frr_exits_2(tmp_path: Path) -> None:
     proc = subprocess.run([LOOM, "lab", "up", str(REPO / "labs" / "clos-2x2")], capture_output=True, text=True,

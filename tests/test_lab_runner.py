@@ -9,8 +9,6 @@ after each ``down`` no namespace, daemon or run directory of the lab is left.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,13 +26,6 @@ from labs.gen import generate_lab
 REPO = Path(__file__).resolve().parent.parent
 _EXE = Path(sys.executable).with_name("loom")
 LOOM = [str(_EXE)] if _EXE.exists() else [sys.executable, "-c", "from controller.cli import main; main()"]
-
-pytestmark = [
-    pytest.mark.lab,
-    pytest.mark.skipif(os.geteuid() != 0, reason="lab tests need root (network namespaces)"),
-    pytest.mark.skipif(not (runner.FRR_BIN / "zebra").exists() or shutil.which("vtysh") is None,
-                       reason="FRR is not installed (apt-get install frr frr-pythontools)"),
-]
 
 
 def loom(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

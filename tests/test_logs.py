@@ -18,7 +18,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -33,7 +32,7 @@ from api.app import create_app
 from controller.logs import JsonFormatter, bind_request_id, copy_context_run, current_request_id, setup_logging
 from controller.settings import Settings
 from controller.store.db import Database
-from tests.serving import free_port, wait_ready
+from tests.serving import LOOM, free_port, wait_ready
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx versions
@@ -156,7 +155,7 @@ def test_loom_serve_logs_json_lines_with_the_request_id(tmp_path: Path) -> None:
     port, admin = free_port(), secrets.token_urlsafe(32)
     err = open(tmp_path / "serve.err", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from controller.cli import main; main()", "serve", "--example",
+        [*LOOM, "serve", "--example",
          "--db", f"sqlite:///{tmp_path / 'loom.db'}", "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "LOOM_ADMIN_TOKEN": admin})
     err.close()

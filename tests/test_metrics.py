@@ -10,25 +10,14 @@ twelve, checks it on a ``loom serve`` process.)
 
 from __future__ import annotations
 
-import time
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
-from controller import service
 from controller.settings import Settings
 from controller.store.db import Database
-
-with warnings.catch_warnings():  # starlette's TestClient warns about its httpx transport
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
-CLI = service.WriteContext(actor=service.Actor("setup", "admin"))
+from tests.apps import Api, TestClient
 
 
 class Scrape:
@@ -47,49 +36,22 @@ class Scrape:
         return [dict(lbl) for (n, lbl) in self.samples if n == name]
 
 
-class Client:
-    def __init__(self, client: TestClient, token: str):
-        self.client, self.token = client, token
-
-    def __call__(self, method: str, path: str, **kw: Any) -> Any:
-        return self.client.request(method, path, headers={"Authorization": f"Bearer {self.token}"}, **kw)
-
-    def scrape(self) -> Scrape:
-        r = self.client.get("/metrics")  # no token: Prometheus scrapes it like /healthz
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-        return Scrape(r.text)
-
-    def commit(self, change_id: int) -> dict[str, Any]:
-        assert self("POST", f"/v1/changes/{change_id}/commit", json={}).status_code == 202
-        deadline = time.monotonic() + 60
-        while True:
-            ch: dict[str, Any] = self("GET", f"/v1/changes/{change_id}").json()
-            if ch["state"] != "committing" or time.monotonic() > deadline:
-                return ch
-            time.sleep(0.05)
+def scrape(api: Api) -> Scrape:
+    """One scrape of ``/metrics``, without a token (Prometheus scrapes it like /healthz)."""
+    r = api.client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    return Scrape(r.text)
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[Client]:
-    db = Database(f"sqlite:///{tmp_path / 'm.db'}")
-    db.migrate()
-    with db.session() as s:
-        service.load_example(session=s, ctx=CLI)
-        token = service.create_token("op", "operator", session=s, ctx=CLI)[1]
-    with TestClient(create_app(Settings(db_url=db.url), database=db)) as client:
-        yield Client(client, token)
-    db.dispose()
-
-
-def test_requests_are_counted_by_route_template(api: Client) -> None:
-    before = api.scrape()
+def test_requests_are_counted_by_route_template(api: Api) -> None:
+    before = scrape(api)
     route = "/v1/devices/{object_id}"
     for name in ("tor-0-0", "tor-0-0", "leaf-0-0"):
         assert api("GET", f"/v1/devices/{name}").status_code == 200
     assert api("GET", "/v1/devices/no-such-switch").status_code == 404
     for i in range(3):
         assert api("GET", f"/v1/scan-{i}").status_code == 404
-    after = api.scrape()
+    after = scrape(api)
     assert after.get("loom_http_requests_total", method="GET", route=route, status="200") \
         - before.get("loom_http_requests_total", method="GET", route=route, status="200") == 3
     assert after.get("loom_http_requests_total", method="GET", route=route, status="404") \
@@ -103,19 +65,19 @@ def test_requests_are_counted_by_route_template(api: Client) -> None:
     assert "/metrics" not in api("GET", "/openapi.json").json()["paths"]
 
 
-def test_a_commit_moves_the_commit_counter_and_the_active_revision(api: Client) -> None:
-    m0 = api.scrape()
+def test_a_commit_moves_the_commit_counter_and_the_active_revision(api: Api) -> None:
+    m0 = scrape(api)
     assert m0.get("loom_commits_total", outcome="committed") == 0
     first = api("POST", "/v1/revisions/1/rollback", json={"message": "activate the example"}).json()
     assert api("POST", f"/v1/changes/{first['id']}/review").status_code == 200
-    m1 = api.scrape()
+    m1 = scrape(api)
     assert m1.get("loom_solve_duration_seconds_count") > m0.get("loom_solve_duration_seconds_count")
     assert m1.get("loom_safety_duration_seconds_count") == m0.get("loom_safety_duration_seconds_count") + 1
     review = api("GET", f"/v1/changes/{first['id']}").json()["review"]
     assert m1.get("loom_safety_scenarios_total") - m0.get("loom_safety_scenarios_total") \
         == review["safety"]["counts"]["scenarios"]
     assert api.commit(first["id"])["state"] == "committed"
-    m2 = api.scrape()
+    m2 = scrape(api)
     assert m2.get("loom_commits_total", outcome="committed") == 1
     assert m2.get("loom_active_revision") == 1
 
@@ -125,7 +87,7 @@ def test_a_commit_moves_the_commit_counter_and_the_active_revision(api: Client) 
     api("POST", f"/v1/changes/{drain['id']}/review")
     done = api.commit(drain["id"])
     assert done["state"] == "committed"
-    m3 = api.scrape()
+    m3 = scrape(api)
     assert m3.get("loom_commits_total", outcome="committed") == 2
     assert m3.get("loom_active_revision") == drain["proposed_revision"] == 2
     route = "/v1/changes/{change_id}/commit"

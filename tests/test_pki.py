@@ -19,11 +19,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def pki(tmp_path: Path) -> Path:
     ca = tmp_path / "ca"
     init_ca(ca)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,25 +22,16 @@ from controller.model.plan import DevicePlan, NextHop, Plan, PlanSummary
 from labs.gen import clos3_document
 from southbound.config import DeviceConfig
 from southbound.render import device_configs, host_address, isis_net, render_frr
+from tests.golden_files import GOLDEN as GOLDEN_ROOT
+from tests.golden_files import assert_golden
 
-GOLDEN = Path(__file__).parent / "golden" / "frr"
-UPDATE = os.environ.get("LOOM_UPDATE_GOLDEN") == "1"
+GOLDEN = GOLDEN_ROOT / "frr"
 
 
 def _clos3(**extra: object) -> dict:
     doc = clos3_document("g", pods=2, tors=2, planes=2, spines=2)
     doc.update(extra)
     return doc
-
-
-def _golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        if not UPDATE:
-            pytest.fail(f"golden file {path} was missing and has been written; review it and run again")
-    assert text == path.read_text(), f"rendering differs from {path} (LOOM_UPDATE_GOLDEN=1 to accept)"
 
 
 def _plan_for_wcmp() -> Plan:
@@ -77,26 +66,24 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rendered_frr_config_matches_golden(name: str) -> None:
-    _golden(name, CASES[name]())
+    assert_golden(GOLDEN / name, CASES[name]())
 
 
 def test_device_config_document_matches_golden() -> None:
     cfg = device_configs(validate_intent(_clos3()), _plan_for_wcmp())["spine-0-1"]
-    _golden("device-config-spine-0-1.json", json.dumps(cfg.to_document(), indent=2) + "\n")
+    assert_golden(GOLDEN / "device-config-spine-0-1.json", json.dumps(cfg.to_document(), indent=2) + "\n")
 
 
 @pytest.mark.lab
-@pytest.mark.skipif(shutil.which("vtysh") is None, reason="FRR's vtysh is not installed")
 @pytest.mark.parametrize("name", sorted(n for n in CASES if n.endswith(".conf")))
 def test_frr_parses_every_golden_config(name: str) -> None:
     proc = subprocess.run(["vtysh", "-C", "-f", str(GOLDEN / name)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.lab
 def test_frr_parser_check_is_real(tmp_path: Path) -> None:
     """The check above can fail: a misspelt command is refused."""
-    if shutil.which("vtysh") is None:
-        pytest.skip("FRR's vtysh is not installed")
     bad = tmp_path / "bad.conf"
     bad.write_text(CASES["clos3-tor-0-0.conf"]().replace("remote-as", "remote-az"))
     assert subprocess.run(["vtysh", "-C", "-f", str(bad)], capture_output=True, timeout=30).returncode != 0

@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import text
 
 from api.problems import status_for
 from controller import service
@@ -24,7 +23,7 @@ from controller.model.intent import load_intent
 from controller.store import objects, repo
 from controller.store.db import Database
 from controller.store.models import metadata
-from tests.pg import postgres_url  # noqa: F401 - the fixture
+from tests.pg import drop_schema
 
 ADMIN = service.Actor("tester", "admin")
 EXAMPLE = load_intent(service.EXAMPLE_INTENT)
@@ -35,23 +34,17 @@ def ctx(if_match: str | None = None, **kw: object) -> service.WriteContext:
                                 reject_status=status_for, **kw)  # type: ignore[arg-type]
 
 
-def _reset(db: Database) -> None:
-    with db.engine.begin() as conn:
-        metadata.drop_all(conn)
-        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database(request: pytest.FixtureRequest, tmp_path):  # type: ignore[no-untyped-def]
     if request.param == "sqlite":
         db = Database(f"sqlite:///{tmp_path / 'loom.db'}")
     else:
         db = Database(request.getfixturevalue("postgres_url"))
-        _reset(db)
+        drop_schema(db)
     db.migrate()
     yield db
     if request.param == "postgres":
-        _reset(db)
+        drop_schema(db)
     db.dispose()
 
 

@@ -23,15 +23,10 @@ from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, I
 from southbound.driver import AgentDriver
 from southbound.state import StepResult
 from southbound.transaction import commit
+from tests.serving import LOOM, stop_processes
 
 pytestmark = pytest.mark.anyio
 
-LAUNCH = "from controller.cli import main; main()"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def fabric_configs(names: list[str], version: int) -> dict[str, DeviceConfig]:
@@ -72,7 +67,7 @@ class Agents:
     def launch(self, name: str, *extra: str) -> None:
         self.sock(name).unlink(missing_ok=True)
         log = open(self.base / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        argv = [sys.executable, "-c", LAUNCH, "agent", "--frr-dir", str(self.base / name), "--hostname", name,
+        argv = [*LOOM, "agent", "--frr-dir", str(self.base / name), "--hostname", name,
                 "--listen", f"unix:{self.sock(name)}", "--dry-frr", *extra]
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -98,15 +93,7 @@ class Agents:
             return None
 
     def stop_all(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        stop_processes(list(self.procs.values()), 10)
 
 
 @pytest.fixture
@@ -310,9 +297,4 @@ async def test_one_transaction_over_200_agents(tmp_path: Path) -> None:
             assert all(not isinstance(s, BaseException) and s.running_hash == second.steps["prepare"][n].config_hash
                        for n, s in states.items())
     finally:
-        fleet.terminate()
-        try:
-            fleet.wait(30)
-        except subprocess.TimeoutExpired:
-            fleet.kill()
-            fleet.wait(5)
+        stop_processes([fleet], 30)

@@ -11,20 +11,18 @@ through the API, commit it with the button, and see the drained spine marked;
 viewers get no Commit button; revisions, audit and the offline API docs
 render; no page asks anything of another origin. Screenshots of each page go
 to ``artifacts/screenshots/``. Processes are killed by pid in the finalizers.
-Where chromium or playwright is missing the tests skip, except in CI, where
-``tests/conftest.py`` turns that skip into a failure.
+Where chromium or playwright is missing the tests skip (``tests/conftest.py``
+decides), except in CI, where that skip is a failure.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +31,12 @@ import pytest
 
 from controller import service
 from controller.model.intent import load_intent
-from tests.serving import free_port, wait_ready
-
-pytestmark = pytest.mark.browser
+from tests.serving import LOOM, LoomServer, stop_processes
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
-LAUNCH = "from controller.cli import main; main()"
 EXAMPLE = load_intent(service.EXAMPLE_INTENT)
 DRAINED = "spine-0-0"
 
@@ -50,41 +45,6 @@ def expect(target: Any) -> Any:
     from playwright.sync_api import expect as pw_expect
 
     return pw_expect(target)
-
-
-def _missing() -> str | None:
-    if not os.access(CHROMIUM, os.X_OK):
-        return f"{CHROMIUM} is missing (Debian's chromium: make test installs it as root)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (pip install -e '.[test]')"
-    return None
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(5)
-
-
-def _serve(base: Path, procs: list[subprocess.Popen[bytes]], env: dict[str, str]) -> str:
-    """Start ``loom serve --example`` on a free loopback port (its pid joins ``procs``); its URL once ready."""
-    port = free_port()
-    with open(base / "serve.log", "wb") as log:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", LAUNCH, "serve", "--example", "--db", f"sqlite:///{base / 'loom.db'}",
-             "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, **env}))
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(url, procs[-1], base / "serve.log")
-    return url
 
 
 class Loom:
@@ -107,13 +67,24 @@ class Loom:
             time.sleep(0.2)
 
 
+@contextmanager
+def _serving(base: Path, agents: str) -> Iterator[Loom]:
+    """``loom serve --example`` (SQLite in ``base``) with ``LOOM_AGENTS`` = ``agents``, an admin token, once ready."""
+    server = LoomServer(base, ["--example", "--db", f"sqlite:///{base / 'loom.db'}", "--host", "127.0.0.1"],
+                        secrets.token_urlsafe(32), env={"LOOM_AGENTS": agents})
+    try:
+        server.start()
+        lm = Loom(server.url, {"admin": server.token}, base)
+        yield lm
+        lm.http.close()
+    finally:
+        server.stop(10)
+
+
 @pytest.fixture(scope="module")
 def loom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loom]:
-    reason = _missing()
-    if reason:
-        pytest.skip(reason)
     base = tmp_path_factory.mktemp("ui")
-    procs: list[subprocess.Popen[bytes]] = []
+    agents: list[subprocess.Popen[bytes]] = []
     try:
         endpoints = {}
         for d in EXAMPLE.devices:
@@ -121,8 +92,8 @@ def loom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loom]:
             run.mkdir()
             endpoints[d.name] = f"unix:{run / 'agent.sock'}"
             with open(base / f"{d.name}.log", "wb") as log:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-c", LAUNCH, "agent", "--frr-dir", str(run), "--hostname", d.name,
+                agents.append(subprocess.Popen(
+                    [*LOOM, "agent", "--frr-dir", str(run), "--hostname", d.name,
                      "--listen", endpoints[d.name], "--dry-frr", "--dry-apply-delay", "0.4"],
                     stdout=log, stderr=subprocess.STDOUT))
         deadline = time.monotonic() + 120  # generous: the box may be busy
@@ -130,25 +101,20 @@ def loom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loom]:
             while not (base / d.name / "agent.sock").exists():
                 assert time.monotonic() < deadline, (base / f"{d.name}.log").read_text()[-2000:]
                 time.sleep(0.05)
-        admin = secrets.token_urlsafe(32)
-        url = _serve(base, procs, {"LOOM_ADMIN_TOKEN": admin, "LOOM_AGENTS": json.dumps(endpoints)})
-        tokens = {"admin": admin}
-        for role in ("operator", "viewer"):
-            r = httpx.post(f"{url}/v1/tokens", json={"name": f"ui-{role}", "role": role},
-                           headers={"Authorization": f"Bearer {admin}"})
-            assert r.status_code == 201, r.text
-            tokens[role] = r.json()["token"]
-        lm = Loom(url, tokens, base)
-        # make the example revision active, so the fabric has a plan to colour
-        ch = lm("POST", "/v1/revisions/1/rollback", json={"message": "activate the example fabric"}).json()
-        assert lm("POST", f"/v1/changes/{ch['id']}/review").json()["verdict"] == "safe"
-        assert lm("POST", f"/v1/changes/{ch['id']}/commit", json={}).status_code == 202
-        done = lm.wait_change(ch["id"])
-        assert done["state"] == "committed", done
-        yield lm
-        lm.http.close()
+        with _serving(base, json.dumps(endpoints)) as lm:
+            for role in ("operator", "viewer"):
+                r = lm("POST", "/v1/tokens", "admin", json={"name": f"ui-{role}", "role": role})
+                assert r.status_code == 201, r.text
+                lm.tokens[role] = r.json()["token"]
+            # make the example revision active, so the fabric has a plan to colour
+            ch = lm("POST", "/v1/revisions/1/rollback", json={"message": "activate the example fabric"}).json()
+            assert lm("POST", f"/v1/changes/{ch['id']}/review").json()["verdict"] == "safe"
+            assert lm("POST", f"/v1/changes/{ch['id']}/commit", json={}).status_code == 202
+            done = lm.wait_change(ch["id"])
+            assert done["state"] == "committed", done
+            yield lm
     finally:
-        _stop(procs[::-1])
+        stop_processes(agents[::-1])
 
 
 @pytest.fixture(scope="module")
@@ -465,18 +431,8 @@ def test_an_unsafe_change_is_forced_only_with_a_reason(ui: Page, loom: Loom) -> 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loom]:
     """What ``make run`` starts: ``loom serve --example``, no agents, nothing committed yet."""
-    reason = _missing()
-    if reason:
-        pytest.skip(reason)
-    base = tmp_path_factory.mktemp("fresh")
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        admin = secrets.token_urlsafe(32)
-        lm = Loom(_serve(base, procs, {"LOOM_ADMIN_TOKEN": admin, "LOOM_AGENTS": ""}), {"admin": admin}, base)
+    with _serving(tmp_path_factory.mktemp("fresh"), "") as lm:
         yield lm
-        lm.http.close()
-    finally:
-        _stop(procs)
 
 
 def test_make_run_shows_the_example_fabric_before_any_commit(browser: Any, fresh: Loom) -> None:

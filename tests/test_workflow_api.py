@@ -16,21 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
 
 from api.app import create_app
 from controller import service
@@ -43,14 +37,14 @@ from controller.workflow.review import expected_hashes
 from solver import solve
 from southbound.driver import AgentDriver
 from southbound.render import device_configs
-from tests.pg import postgres_url  # noqa: F401 - the fixture
-from tests.serving import LoomServer
+from tests.apps import SETUP, Api, TestClient, seeded_store
+from tests.pg import drop_schema
+from tests.serving import LoomServer, stop_processes
 
 REPO = Path(__file__).resolve().parent.parent
 INTENT = load_intent(REPO / "labs" / "clos3-small" / "intent.yaml")
 DOC = INTENT.to_document()
 NAMES = [d.name for d in INTENT.devices]
-SETUP = service.WriteContext(actor=service.Actor("setup", "admin"))
 DRAIN = [{"op": "add", "path": "/policies/-", "value": {"kind": "drain", "target": "spine-0-0"}}]
 TIGHT = [{"op": "add", "path": "/policies/-", "value": {"kind": "utilization_limit", "max": 0.01}}]
 
@@ -100,13 +94,8 @@ class Fleet:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.proc is not None:
+            stop_processes([self.proc], 15)
 
     def hashes(self) -> dict[str, str]:
         async def read() -> dict[str, str]:
@@ -127,64 +116,19 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
 
 
 def store(tmp_path: Path, url: str | None = None) -> tuple[Database, dict[str, str]]:
-    db = Database(url or f"sqlite:///{tmp_path / 'loom.db'}")
-    db.migrate()
-    tokens = {}
-    with db.session() as s:
-        service.replace_intent(DOC, session=s, ctx=SETUP)
-        for role in service.ROLES:
-            tokens[role] = service.create_token(f"{role}-1", role, session=s, ctx=SETUP)[1]
-    return db, tokens
-
-
-@dataclass
-class Api:
-    client: Any
-    tokens: dict[str, str]
-    db: Database
-
-    def __call__(self, method: str, path: str, role: str = "operator", **kw: Any) -> Any:
-        headers = {"Authorization": f"Bearer {self.tokens[role]}", **(kw.pop("headers", None) or {})}
-        return self.client.request(method, path, headers=headers, **kw)
-
-    def change(self, patch: list[Any] | None = None, base: int = 1, intent: Any = None, **kw: Any) -> dict[str, Any]:
-        body = {"base_revision": base, "patch": patch, "intent": intent, "message": kw.pop("message", "")}
-        r = self("POST", "/v1/changes", json=body, **kw)
-        assert r.status_code == 201, r.text
-        return dict(r.json())
-
-    def review(self, cid: int) -> dict[str, Any]:
-        r = self("POST", f"/v1/changes/{cid}/review")
-        assert r.status_code == 200, r.text
-        return dict(r.json())
-
-    def wait(self, cid: int, timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            ch = self("GET", f"/v1/changes/{cid}", role="viewer").json()
-            if ch["state"] != "committing" or time.monotonic() > deadline:
-                return dict(ch)
-            time.sleep(0.1)
-
-    def initial(self) -> dict[str, Any]:
-        """Commit the lab intent (revision 1) as the first active revision."""
-        ch = self.change(intent=DOC)
-        self.review(ch["id"])
-        return self.commit(ch["id"])
-
-    def commit(self, cid: int, **body: Any) -> dict[str, Any]:
-        r = self("POST", f"/v1/changes/{cid}/commit", json=body)
-        assert r.status_code == 202, r.text
-        return self.wait(cid)
+    return seeded_store(url or f"sqlite:///{tmp_path / 'loom.db'}", intent=DOC)
 
 
 @pytest.fixture
-def api(tmp_path: Path, fleet: Fleet) -> Iterator[Api]:
-    db, tokens = store(tmp_path)
-    settings = Settings(db_url=db.url, agents=json.dumps(fleet.endpoints()), drift_interval=0, verify_timeout=5)
-    with TestClient(create_app(settings, database=db)) as client:
-        yield Api(client, tokens, db)
-    db.dispose()
+def api_intent() -> dict[str, Any]:
+    """The ``api`` fixture's store holds the lab intent (revision 1), not the example fabric."""
+    return DOC
+
+
+@pytest.fixture
+def api_settings(fleet: Fleet) -> dict[str, Any]:
+    """The ``api`` fixture's app talks to the fleet; periodic drift checks are off."""
+    return {"agents": json.dumps(fleet.endpoints()), "drift_interval": 0, "verify_timeout": 5}
 
 
 def want(revision_doc: dict[str, Any]) -> dict[str, str]:
@@ -327,23 +271,13 @@ def test_rollback_returns_every_device_to_the_old_revision(api: Api, fleet: Flee
     assert api("POST", "/v1/revisions/99/rollback", json={}).status_code == 404
 
 
-def _reset(db: Database) -> None:
-    from sqlalchemy import text
-
-    from controller.store.models import metadata
-
-    with db.engine.begin() as conn:
-        metadata.drop_all(conn)
-        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
-
-
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_one_change_commits_at_a_time(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     if backend == "postgres":
         pg = Database(request.getfixturevalue("postgres_url"))
-        _reset(pg)
+        drop_schema(pg)
         pg.dispose()
-        request.addfinalizer(lambda: _reset(Database(request.getfixturevalue("postgres_url"))))
+        request.addfinalizer(lambda: drop_schema(Database(request.getfixturevalue("postgres_url"))))
         db, _ = store(tmp_path, url=request.getfixturevalue("postgres_url"))
     else:
         db, _ = store(tmp_path)
@@ -473,7 +407,7 @@ def test_restart_finishes_or_undoes_what_the_devices_report(tmp_path: Path, flee
     ctx = service.WriteContext(actor=service.Actor("op", "operator"))
     settings = Settings(db_url=db.url, agents=json.dumps(fleet.endpoints()), drift_interval=0, verify_timeout=5)
     with TestClient(create_app(settings, database=db)) as client:
-        Api(client, tokens, db).initial()
+        Api(client, tokens, db, DOC).initial()
     old = want(DOC)
     with db.session() as s:
         ch = changes.create_change(session=s, ctx=ctx, base_revision=1, patch=DRAIN, intent=None)
@@ -490,7 +424,7 @@ def test_restart_finishes_or_undoes_what_the_devices_report(tmp_path: Path, flee
                 assert not (await drv.commit(n, "chg-dead-controller", 60)).failed
     asyncio.run(half_done())
     with TestClient(create_app(settings, database=db)) as client:
-        api = Api(client, tokens, db)
+        api = Api(client, tokens, db, DOC)
         done = api("GET", f"/v1/changes/{ch.id}", role="viewer").json()
         status = api("GET", "/v1/status", role="viewer").json()
     hashes = fleet.hashes()
@@ -515,7 +449,7 @@ def test_periodic_drift_check_repairs_by_itself_when_set(tmp_path: Path, fleet: 
     settings = Settings(db_url=db.url, agents=json.dumps(fleet.endpoints()), drift_interval=0.5, drift_repair=True,
                         verify_timeout=5)
     with TestClient(create_app(settings, database=db)) as client:
-        api = Api(client, tokens, db)
+        api = Api(client, tokens, db, DOC)
         api.initial()
         cfg = replace(device_configs(INTENT, solve(INTENT))["tor-1-1"], router_id="10.9.9.8")
 
@@ -542,7 +476,7 @@ def test_while_one_change_commits_another_is_refused_and_reviews_render_locally(
     try:
         fleet.start()
         with TestClient(create_app(settings, database=db)) as client:
-            api = Api(client, tokens, db)
+            api = Api(client, tokens, db, DOC)
             a, b = api.change(intent=DOC), api.change(DRAIN)
             api.review(a["id"])
             api.review(b["id"])

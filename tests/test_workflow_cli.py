@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,11 +14,10 @@ import pytest
 import yaml
 
 from controller.store.db import Database
-from tests.serving import LoomServer
+from tests.serving import LOOM, LoomServer
 from tests.test_workflow_api import DOC, workflow_server
 
 REPO = Path(__file__).resolve().parent.parent
-LOOM = [sys.executable, "-c", "from controller.cli import main; main()"]
 TOKEN = "cli-" + "Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0Lz9Xc"
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +37,7 @@ def _row(case: str, devices: int, total: float, solve: float | None, result: Any
 def dry_fleet_row(n: int = 200) -> list[str]:
     from southbound.driver import AgentDriver
     from southbound.transaction import commit
+    from tests.serving import stop_processes
     from tests.test_transaction_dry import fabric_configs, spawn_fleet
 
     names = [f"sw{i:03d}" for i in range(n)]
@@ -56,12 +56,7 @@ def dry_fleet_row(n: int = 200) -> list[str]:
 
         return asyncio.run(go())
     finally:
-        fleet.terminate()
-        try:
-            fleet.wait(30)
-        except subprocess.TimeoutExpired:
-            fleet.kill()
-            fleet.wait(5)
+        stop_processes([fleet], 30)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -1,0 +1,112 @@
+"""The API app in-process for component tests: a seeded store, a token per role, a client.
+
+:func:`seeded_store` migrates a store and loads the example fabric (or a given
+intent document) with one token per role; :func:`running_api` wraps the app
+built by ``create_app`` in FastAPI's ``TestClient`` (lifespan and all) and
+yields an :class:`Api` that calls it with a role's token. The ``api`` fixture
+of ``tests/conftest.py`` is this, on a fresh SQLite file per test.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from api.app import create_app
+from controller import service
+from controller.settings import Settings
+from controller.store.db import Database
+
+with warnings.catch_warnings():  # starlette's note about httpx versions
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+__all__ = ["SETUP", "Api", "TestClient", "running_api", "seeded_store"]
+
+#: who writes the seed: the set-up step, as an admin
+SETUP = service.WriteContext(actor=service.Actor("setup", "admin"))
+
+
+def seeded_store(url: str, *, intent: dict[str, Any] | None = None,
+                 example: bool = True) -> tuple[Database, dict[str, str]]:
+    """A migrated store at ``url`` holding ``intent`` (or the example fabric, or
+    nothing when ``example`` is false) and one token per role, by role."""
+    db = Database(url)
+    db.migrate()
+    tokens = {}
+    with db.session() as s:
+        if intent is not None:
+            service.replace_intent(intent, session=s, ctx=SETUP)
+        elif example:
+            service.load_example(session=s, ctx=SETUP)
+        for role in service.ROLES:
+            tokens[role] = service.create_token(f"{role}-1", role, session=s, ctx=SETUP)[1]
+    return db, tokens
+
+
+@dataclass
+class Api:
+    """A client of the app with a token per role; ``doc`` is the intent the store was seeded with."""
+
+    client: Any
+    tokens: dict[str, str]
+    db: Database
+    doc: dict[str, Any] | None = None
+
+    @property
+    def app(self) -> Any:
+        return self.client.app
+
+    def __call__(self, method: str, path: str, role: str | None = "operator", **kw: Any) -> Any:
+        """A request with ``role``'s token (none when ``role`` is None); ``headers`` are added over it."""
+        headers = dict(kw.pop("headers", None) or {})
+        if role is not None:
+            headers = {"Authorization": f"Bearer {self.tokens[role]}", **headers}
+        return self.client.request(method, path, headers=headers, **kw)
+
+    def change(self, patch: list[Any] | None = None, base: int = 1, intent: Any = None, **kw: Any) -> dict[str, Any]:
+        body = {"base_revision": base, "patch": patch, "intent": intent, "message": kw.pop("message", "")}
+        r = self("POST", "/v1/changes", json=body, **kw)
+        assert r.status_code == 201, r.text
+        return dict(r.json())
+
+    def review(self, cid: int) -> dict[str, Any]:
+        r = self("POST", f"/v1/changes/{cid}/review")
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    def wait(self, cid: int, timeout: float = 60) -> dict[str, Any]:
+        """The change once it is no longer committing (or after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ch = self("GET", f"/v1/changes/{cid}", role="viewer").json()
+            if ch["state"] != "committing" or time.monotonic() > deadline:
+                return dict(ch)
+            time.sleep(0.05)
+
+    def commit(self, cid: int, **body: Any) -> dict[str, Any]:
+        r = self("POST", f"/v1/changes/{cid}/commit", json=body)
+        assert r.status_code == 202, r.text
+        return self.wait(cid)
+
+    def initial(self) -> dict[str, Any]:
+        """Commit the seeded intent (revision 1) as the first active revision."""
+        ch = self.change(intent=self.doc)
+        self.review(ch["id"])
+        return self.commit(ch["id"])
+
+
+@contextmanager
+def running_api(url: str, *, intent: dict[str, Any] | None = None, example: bool = True,
+                **settings: Any) -> Iterator[Api]:
+    """The app on a store seeded by :func:`seeded_store`, with ``Settings(**settings)``."""
+    db, tokens = seeded_store(url, intent=intent, example=example)
+    try:
+        with TestClient(create_app(Settings(db_url=db.url, **settings), database=db)) as client:
+            yield Api(client, tokens, db, intent)
+    finally:
+        db.dispose()
