@@ -49,6 +49,9 @@ TIERS: dict[str, str] = {
     "test_api.py": "component",
     "test_api_fuzz.py": "component",
     "test_check_cli.py": "unit",
+    "test_documents.py": "component",        # the typed documents through a real app and its OpenAPI
+    "test_dry_driver.py": "component",       # the workflow through the app, on in-process dry agents
+    "test_errors.py": "component",
     "test_cli_core.py": "unit",              # `loom serve` as a subprocess is component
     "test_cli_polish.py": "unit",            # the CLI on a pseudo-terminal is component
     "test_e2e_lab.py": "lab",

@@ -42,7 +42,7 @@ from controller.workflow import changes
 from controller.workflow.review import build_review, local_config_diff
 from safety.replay import replay
 from solver import solve
-from tests.goldens import check_golden
+from tests.golden_files import GOLDEN, assert_golden
 
 EXAMPLE = load_intent(service.EXAMPLE_INTENT)
 SETUP = service.WriteContext(actor=service.Actor("setup", "admin"))
@@ -152,4 +152,4 @@ def test_served_documents_are_the_produced_ones(client: tuple[TestClient, dict[s
 
 def test_openapi_matches_its_golden_file() -> None:
     app = create_app(Settings(db_url="sqlite://"))
-    check_golden("openapi.json", json.dumps(app.openapi(), indent=1, sort_keys=True) + "\n")
+    assert_golden(GOLDEN / "openapi.json", json.dumps(app.openapi(), indent=1, sort_keys=True) + "\n")
