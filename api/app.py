@@ -17,7 +17,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import metrics, problems
+from api import metrics
+from api.core import problems
 from api.routers import (
     audit,
     demands,

@@ -102,7 +102,7 @@ class WriteContext:
 
     ``status`` is what the caller answers when the write is accepted, and
     ``reject_status`` what it answers for an error (the API passes
-    :func:`api.problems.status_for`): the audit log records both, and the
+    :func:`api.core.problems.status_for`): the audit log records both, and the
     controller itself decides no HTTP status.
     """
 

@@ -1,4 +1,4 @@
-"""The error taxonomy (``controller.model.errors``) and its one mapping to HTTP (``api.problems``)."""
+"""The error taxonomy (``controller.model.errors``) and its one mapping to HTTP (``api.core.problems``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import grpc
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.problems import PROBLEM, status_for
+from api.core.problems import PROBLEM, status_for
 from controller.model import errors
 from controller.settings import Settings
 from controller.store.workflow_repo import CommitBusy

@@ -16,7 +16,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from api.problems import status_for
+from api.core.problems import status_for
 from controller import service
 from controller.model.errors import Conflict, InvalidIntent, NotFound, StaleRevision
 from controller.model.intent import load_intent

@@ -5,9 +5,9 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
-from api.deps import PagingDep, SessionDep, Viewer, page_body
-from api.problems import error_responses
-from api.schemas import AuditPublic, Page
+from api.core.deps import PagingDep, SessionDep, Viewer, page_body
+from api.core.problems import error_responses
+from api.core.schemas import AuditPublic, Page
 from controller import service
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])

@@ -12,9 +12,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from api.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body
-from api.problems import PROBLEM, ProblemException, error_responses, unsafe_change
-from api.schemas_changes import (
+from api.core.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body
+from api.core.problems import PROBLEM, ProblemException, error_responses, unsafe_change
+from api.core.schemas_changes import (
     ChangeCreate,
     ChangeDocument,
     ChangePage,

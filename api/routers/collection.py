@@ -16,9 +16,9 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Body, Depends, Path, Request, Response
 
-from api.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body, set_etag, with_status
-from api.problems import error_responses
-from api.schemas import SCHEMAS, Page
+from api.core.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body, set_etag, with_status
+from api.core.problems import error_responses
+from api.core.schemas import SCHEMAS, Page
 from controller import service
 from controller.store import objects
 

@@ -1,6 +1,6 @@
 """``/v1/devices/{name}/state``: what the device's agent reports now (kernel routes with weights, BGP
 sessions, running config hash, a pending change); 503 when the agent does not answer
-(:class:`~controller.model.errors.Unreachable`, mapped in :mod:`api.problems`)."""
+(:class:`~controller.model.errors.Unreachable`, mapped in :mod:`api.core.problems`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from api.deps import Viewer
-from api.problems import error_responses
+from api.core.deps import Viewer
+from api.core.problems import error_responses
 from api.routers.changes import workflow
 from controller.model.documents import DeviceStateDocument
 from controller.workflow.engine import Workflow
@@ -21,4 +21,4 @@ router = APIRouter(prefix="/v1/devices", tags=["device state"])
             summary="What the switch really installed", responses=error_responses(401, 403, 404, 503))
 async def device_state(request: Request, name: str, _actor: Viewer) -> Any:
     wf: Workflow = workflow(request)
-    return await wf.device_state(name)  # Unreachable: 503 (api.problems)
+    return await wf.device_state(name)  # Unreachable: 503 (api.core.problems)

@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from api.deps import OperatorWrite, SessionDep, Viewer
-from api.problems import error_responses
+from api.core.deps import OperatorWrite, SessionDep, Viewer
+from api.core.problems import error_responses
+from api.core.schemas_changes import DriftReport
 from api.routers.changes import workflow
-from api.schemas_changes import DriftReport
 from controller.store import workflow_repo
 from controller.workflow.engine import Workflow
 

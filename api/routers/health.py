@@ -5,8 +5,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from api.problems import ProblemException, error_responses
-from api.schemas import Health
+from api.core.problems import ProblemException, error_responses
+from api.core.schemas import Health
 
 router = APIRouter(tags=["health"])
 

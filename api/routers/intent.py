@@ -14,8 +14,8 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import OperatorWrite, SessionDep, Viewer
-from api.problems import error_responses
+from api.core.deps import OperatorWrite, SessionDep, Viewer
+from api.core.problems import error_responses
 from controller import service
 from controller.model import Intent
 from controller.model.intent import parse_intent_text

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
-from api.deps import SessionDep, Viewer
-from api.problems import error_responses
+from api.core.deps import SessionDep, Viewer
+from api.core.problems import error_responses
 from controller.model.documents import PlanDocument
 from controller.workflow import changes
 

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Request, Response
 
-from api.deps import PagingDep, SessionDep, Viewer, page_body, set_etag
-from api.problems import error_responses
+from api.core.deps import PagingDep, SessionDep, Viewer, page_body, set_etag
+from api.core.problems import error_responses
+from api.core.schemas import Page, RevisionDiff, RevisionPublic
 from api.routers.intent import _CONTENT, document_response
-from api.schemas import Page, RevisionDiff, RevisionPublic
 from controller import service
 from controller.model import Intent
 from controller.store.repo import Revision

@@ -6,9 +6,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
 
-from api.deps import Admin, AdminWrite, SessionDep, with_status
-from api.problems import error_responses
-from api.schemas import TokenCreate, TokenCreated, TokenPublic
+from api.core.deps import Admin, AdminWrite, SessionDep, with_status
+from api.core.problems import error_responses
+from api.core.schemas import TokenCreate, TokenCreated, TokenPublic
 from controller import service
 from controller.store.repo import Token
 

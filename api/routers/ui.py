@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from api.deps import Viewer
-from api.problems import error_responses
+from api.core.deps import Viewer
+from api.core.problems import error_responses
 
 __all__ = ["UI_DIR", "WhoAmI", "install", "router"]
 

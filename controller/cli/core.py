@@ -67,7 +67,7 @@ def _open_store(settings: Settings, as_json: bool) -> Database:
 
 def _cli_ctx(message: str = "") -> service.WriteContext:
     """A CLI write; a refused one is audited with the status the API would answer for it."""
-    from api.problems import status_for
+    from api.core.problems import status_for
 
     return service.WriteContext(actor=service.Actor(f"cli:{getpass.getuser()}", "admin"), method="CLI",
                                 path="loom", message=message, reject_status=status_for)

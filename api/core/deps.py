@@ -18,7 +18,7 @@ from fastapi import Depends, Header, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from api.problems import ProblemException, status_for
+from api.core.problems import ProblemException, status_for
 from controller import service
 from controller.service import Actor, Page, WriteContext
 from controller.settings import Settings

@@ -26,7 +26,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.schemas import Problem, ProblemError
+from api.core.schemas import Problem, ProblemError
 from controller.model.documents import FailureDocument
 from controller.model.errors import (
     Conflict,
