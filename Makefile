@@ -10,7 +10,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
-APT_PACKAGES := frr frr-pythontools postgresql iproute2 iputils-ping procps chromium
+APT_PACKAGES := frr frr-pythontools postgresql iproute2 iputils-ping procps chromium nftables
 
 .PHONY: run test bench lint venv install system-deps clean proto
 
