@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from controller.model import Intent
-from solver.clos import build_pod_model
+from solver.clos.model import build_pod_model
 from solver.fabric import build_fabric
 from solver.routing import route_classes
 from solver.wcmp import build_commodities, ecmp_ratios, propagate
@@ -31,7 +31,7 @@ def ecmp_loads(intent: Intent) -> np.ndarray:
 def ecmp_max_utilization(intent: Intent) -> float:
     """The largest link utilization (either direction) under plain ECMP.
 
-    A clean 3-tier Clos goes through the pod-level model of :mod:`solver.clos`
+    A clean 3-tier Clos goes through the pod-level model of :mod:`solver.clos.model`
     (one BGP simulation per pod); anything else through the route classes.
     """
     fab = build_fabric(intent)

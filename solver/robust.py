@@ -29,9 +29,9 @@ price of robustness is the baseline MLU with and without it
 (``summary.extra["robust"]``). Weights come from the splits by the solver's
 weight reduction within each device's budget.
 
-On a clean 3-tier Clos (the fabrics :mod:`solver.clos` models) the same
+On a clean 3-tier Clos (the fabrics :mod:`solver.clos.model` models) the same
 allocation idea runs first on the pod-level model instead
-(:mod:`solver.closrobust`: a few thousand variables for Clos M where the DAG
+(:mod:`solver.clos.robust`: a few thousand variables for Clos M where the DAG
 LP has tens of thousands of edges), pricing the baseline MLU against the
 limit; the oracle judges its best candidates. Only when none holds does the
 DAG path run, and then without the blend search (built for fabrics the pod
@@ -54,7 +54,7 @@ import scipy.sparse as sp
 from controller.model import Intent, WcmpRealization
 from controller.model.errors import Infeasible
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan
-from solver.closrobust import clos_robust
+from solver.clos.robust import clos_robust
 from solver.lp import DEFAULT_BACKEND, solve_lp
 from solver.solve import solve
 from solver.weights import reduce_weights
@@ -422,7 +422,7 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
         (pass :func:`safety.replay.peaks`).
     backend : the LP backend of :func:`solver.solve`.
     max_rounds : FFC rounds at most (the first on real capacities, then derated).
-    method : ``clos`` (the pod-level allocation LP of :mod:`solver.closrobust`,
+    method : ``clos`` (the pod-level allocation LP of :mod:`solver.clos.robust`,
         clean Clos fabrics only), ``ffc`` (the allocation LP on the plan's DAGs),
         ``blend`` (the search between the min-MLU splits and ECMP) or ``auto``:
         ``clos`` on a clean Clos, then (if scenarios still violate) FFC when the

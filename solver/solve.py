@@ -22,7 +22,7 @@ import numpy as np
 
 from controller.model import Intent, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
-from solver.closplan import clos_plan
+from solver.clos.plan import clos_plan
 from solver.fabric import Fabric, build_fabric
 from solver.lp import DEFAULT_BACKEND
 from solver.routing import route_classes
@@ -142,7 +142,7 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     intent : a validated intent.
     backend : the LP backend, one of :data:`solver.BACKENDS`.
     progress : called as ``progress(stage, fraction)`` while solving.
-    method : ``auto`` uses the pod-level LP of :mod:`solver.clos` on a clean
+    method : ``auto`` uses the pod-level LP of :mod:`solver.clos.model` on a clean
         3-tier Clos and the route-class LP otherwise; ``generic`` always the latter.
 
     Returns

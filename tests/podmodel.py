@@ -14,8 +14,8 @@ import numpy as np
 from controller.gen import clos_document
 from controller.model import Intent
 from controller.model.intent import validate_intent
-from solver.clos import PodModel, build_pod_model
-from solver.closplan import _budget
+from solver.clos.model import PodModel, build_pod_model
+from solver.clos.plan import _budget
 from solver.fabric import Fabric, build_fabric
 
 __all__ = ["generated_pod_model"]

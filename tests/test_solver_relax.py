@@ -1,4 +1,4 @@
-"""The spine-transport relaxation of the Clos LP (solver.closrelax) and its recovery by IPF.
+"""The spine-transport relaxation of the Clos LP (solver.clos.relax) and its recovery by IPF.
 
 The relaxation's optimum must be a lower bound on the pod model's (it drops
 constraints), the routing recovered from it must deliver every demand exactly
@@ -16,8 +16,8 @@ from controller.gen import clos_document
 from controller.model import Intent
 from controller.model.intent import validate_intent
 from solver import solve
-from solver.clos import PodModel
-from solver.closrelax import decompose, relaxation
+from solver.clos.model import PodModel
+from solver.clos.relax import decompose, relaxation
 from solver.lp import solve_lp
 from tests.checker import assert_plan_ok
 from tests.podmodel import generated_pod_model
@@ -69,7 +69,7 @@ def test_pdlp_plans_go_through_the_relaxation_and_pass_the_checker() -> None:
 def test_a_missed_fit_falls_back_to_the_full_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the recovered routing does not meet the relaxation's optimum (forced here), the plan
     comes from the full pod model, and still passes the checker."""
-    import solver.closplan as closplan
+    import solver.clos.plan as closplan
 
     monkeypatch.setattr(closplan, "FIT_ABOVE", -1.0)  # no routing can be that far under its optimum
     intent, _m, _share = _fabric(5)

@@ -77,7 +77,7 @@ def test_budget_too_small_or_bad_ratios() -> None:
 def _pod_model_and_lp(pods: int, budget: int):  # type: ignore[no-untyped-def]
     import numpy as np
 
-    from solver.closplan import _budget
+    from solver.clos.plan import _budget
     from solver.lp import solve_lp
     from tests.podmodel import generated_pod_model
 
@@ -95,8 +95,8 @@ def test_load_aware_rounding_is_consistent_and_no_worse_than_per_group(budget: i
     """The load-aware rounding's variables are exactly what its weights send, every group keeps
     its budget with every member >= 1, and its MLU beats rounding each group on its own."""
 
-    from solver.closplan import _weights
-    from solver.rounding import carry_round
+    from solver.clos.plan import _weights
+    from solver.clos.rounding import carry_round
 
     intent, fab, m, x, lp_bound, tor_budget, leaf_budget = _pod_model_and_lp(12, budget)
     tor_w, leaf_w, xr = carry_round(m, x, tor_budget, leaf_budget, fib=False, milp_nodes=0)

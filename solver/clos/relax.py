@@ -1,7 +1,7 @@
 """The pod model's LP through its spine-transport relaxation, for large Clos fabrics.
 
 This module owns the step that makes the Clos LP scale with arcs instead of
-leaf groups. The pod model of :mod:`solver.clos` has a variable per leaf group
+leaf groups. The pod model of :mod:`solver.clos.model` has a variable per leaf group
 and spine (``g[q, p, l, j]``: 4.2M on the XL bench fabric); in plane ``l`` they
 form a three-way table ``x[q, p, j]`` whose three two-way margins are what the
 LP constrains: ``sum_j x = a[q, p, l]`` (a pod pair's traffic in the plane),
@@ -30,7 +30,7 @@ relaxation's optimum by more than 0.1% (PDLP's tolerance alone leaves about
 0.01%).
 
 Least shares (a leaf's smallest weight, ``g >= share * a``) are carried as in
-:meth:`solver.clos.PodModel.lp`: the fitted table is ``g' = g - share * a``,
+:meth:`solver.clos.model.PodModel.lp`: the fitted table is ``g' = g - share * a``,
 with margins ``(1 - n * share) * a`` and the arcs' loads less their least-share
 loads.
 """
@@ -43,7 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from controller.model import Role
-from solver.clos import PodModel
+from solver.clos.model import PodModel
 
 __all__ = ["Relaxation", "decompose", "relaxation"]
 
@@ -88,7 +88,7 @@ class Relaxation:
     def lp(self, arcs: np.ndarray
            ) -> tuple[np.ndarray, sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``min U`` over ``[a, y, z, U, aggregates]`` (scaled by the model's scale), with capacity rows
-        on ``arcs`` only (see :meth:`solver.clos.PodModel.lp` for least shares and lazy rows)."""
+        on ``arcs`` only (see :meth:`solver.clos.model.PodModel.lp` for least shares and lazy rows)."""
         m = self.m
         fab = m.fab
         s = m.scale

@@ -1,7 +1,7 @@
 """Robust WCMP on the pod-level model of a clean 3-tier RFC 7938 Clos.
 
 This module owns the FFC-style ("Traffic Engineering with Forward Fault
-Correction", SIGCOMM 2014) robust plan for the fabrics :mod:`solver.clos`
+Correction", SIGCOMM 2014) robust plan for the fabrics :mod:`solver.clos.model`
 models: the ToR's split over planes per pod pair and the leaf's split over its
 plane's spines per destination pod. Variables are the baseline flows of that
 model, ``a[q, p, l]`` (pod pair ``q -> p`` in plane ``l``, summing to ``D[q, p]``)
@@ -65,7 +65,7 @@ import scipy.sparse as sp
 from controller.model import Intent, Role, WcmpRealization
 from controller.model.errors import Infeasible
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
-from solver.clos import PodModel, build_pod_model
+from solver.clos.model import PodModel, build_pod_model
 from solver.fabric import build_fabric
 from solver.lp import DEFAULT_BACKEND, solve_lp
 from solver.weights import reduce_weights
@@ -462,7 +462,7 @@ def _port(h: NextHop) -> str:
 
 
 def _plan(intent: Intent, m: PodModel, w: _Weights, loads: np.ndarray, summary: PlanSummary) -> Plan:
-    """The device plans of weights ``w`` (routes as :mod:`solver.closplan` lays them out) and link loads."""
+    """The device plans of weights ``w`` (routes as :mod:`solver.clos.plan` lays them out) and link loads."""
     fab = m.fab
     names, port, head = fab.names, fab.arc_port, fab.arc_head
     prefix_tor = [(pf.prefix, fab.index[pf.origins[0]]) for pf in intent.prefixes]

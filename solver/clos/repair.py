@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from solver.clos import PodModel
+from solver.clos.model import PodModel
 
 __all__ = ["repair_weights"]
 

@@ -1,7 +1,7 @@
 """Load-aware rounding of a clean Clos's LP splits into integer weights.
 
 This module owns the step from the pod model's fractional splits (the LP's
-``a`` and ``g`` of :mod:`solver.clos`) to integer weights. Rounding each group
+``a`` and ``g`` of :mod:`solver.clos.model`) to integer weights. Rounding each group
 on its own (the WCMP paper's per-group optimum, :mod:`solver.weights`) is
 blind to links: at the LP optimum nearly every leaf-spine arc is at the
 maximum utilization, and a group's rounding error lands on the same arcs as
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from solver.clos import PodModel
+from solver.clos.model import PodModel
 from solver.lp import solve_milp
 
 __all__ = ["carry_round", "integral_plane_split"]

@@ -9,14 +9,14 @@ interchangeable in BGP (swapping two of them is an automorphism of the fabric
 and its ASN plan), so the path-vector simulation of :mod:`solver.routing` runs
 once per destination pod, and every device's route to any ToR of pod ``p`` is
 its route to pod ``p``'s representative (leaves of pod ``p`` itself deliver
-straight to the ToR). The LP is the pod-level model of :mod:`solver.clos`,
+straight to the ToR). The LP is the pod-level model of :mod:`solver.clos.model`,
 its capacity rows added lazily (leaf-spine arcs first; ToR arcs only when the
 solution overloads one, which keeps it exact). A model PDLP would solve is
-solved through its spine-transport relaxation instead (:mod:`solver.closrelax`:
+solved through its spine-transport relaxation instead (:mod:`solver.clos.relax`:
 one column per arc instead of per leaf group and spine), the routing recovered
 from it by matrix scaling and checked against the relaxation's optimum; weights
 are chosen once per (pod pair) and (leaf, destination pod) by the load-aware rounding of
-:mod:`solver.rounding` (on small fabrics also by the per-group optimum of
+:mod:`solver.clos.rounding` (on small fabrics also by the per-group optimum of
 :mod:`solver.weights`; the lower MLU wins); loads (after rounding, and for
 ECMP) are the LP's own linear load rows evaluated at the rounded splits.
 Routes are a lazy :class:`Mapping` per device.
@@ -32,12 +32,12 @@ import numpy as np
 
 from controller.model import Intent, Role, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
-from solver.clos import PodModel, build_pod_model
-from solver.closrelax import Relaxation, decompose, relaxation
+from solver.clos.model import PodModel, build_pod_model
+from solver.clos.relax import Relaxation, decompose, relaxation
 from solver.fabric import Fabric, build_fabric
 from solver.lp import AUTO_PDLP_VARIABLES, solve_lp
-from solver.repair import repair_weights
-from solver.rounding import MILP_MAX_WEIGHTS, MILP_NODES, carry_round, integral_plane_split
+from solver.clos.repair import repair_weights
+from solver.clos.rounding import MILP_MAX_WEIGHTS, MILP_NODES, carry_round, integral_plane_split
 from solver.weights import reduce_weights
 
 __all__ = ["clos_plan"]
@@ -162,7 +162,7 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
     a Clos's splits bind), then every arc the solution overloads (and those near ``U``), until
     the solution keeps every arc under ``U`` (so it is optimal for the full LP) or, after
     ``rounds``, with every row. Models PDLP would solve go through the spine-transport
-    relaxation (:mod:`solver.closrelax`; every row from the first round when a ToR cut is
+    relaxation (:mod:`solver.clos.relax`; every row from the first round when a ToR cut is
     near the pods' cut bound, from the second otherwise) as long as its fitted routing meets
     the relaxation's optimum; otherwise the full model. Returns the
     variables ``[a, g, U]``, seconds, and what the plan's ``extra`` says about the solve."""
@@ -249,7 +249,7 @@ PDLP_TOLERANCE = 1e-5
 def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool, share: np.ndarray | None,
              lp_bound: float
              ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray, dict[str, Any]]:
-    """Integer weights for the LP's splits: load-aware rounding (:mod:`solver.rounding`), and on small
+    """Integer weights for the LP's splits: load-aware rounding (:mod:`solver.clos.rounding`), and on small
     fabrics the per-group optimum too, each polished by :func:`repair_weights`; the lower MLU wins."""
     tor_budget: dict[int, int] = {}
     for s, q in m.tor_pod.items():
