@@ -34,10 +34,10 @@ from controller.model import Intent, Role, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.clos.model import PodModel, build_pod_model
 from solver.clos.relax import Relaxation, decompose, relaxation
-from solver.fabric import Fabric, build_fabric
-from solver.lp import AUTO_PDLP_VARIABLES, solve_lp
 from solver.clos.repair import repair_weights
 from solver.clos.rounding import MILP_MAX_WEIGHTS, MILP_NODES, carry_round, integral_plane_split
+from solver.fabric import Fabric, build_fabric
+from solver.lp import AUTO_PDLP_VARIABLES, solve_lp
 from solver.weights import reduce_weights
 
 __all__ = ["clos_plan"]
