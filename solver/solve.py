@@ -25,6 +25,7 @@ from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSumma
 from solver.clos.plan import clos_plan
 from solver.fabric import Fabric, build_fabric
 from solver.lp import DEFAULT_BACKEND
+from solver.options import ClosOptions
 from solver.routing import route_classes
 from solver.wcmp import Commodities, build_commodities, ecmp_ratios, make_loop_free, propagate, solve_wcmp
 from solver.weights import reduce_weights
@@ -134,7 +135,7 @@ def _groups(
 
 
 def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress | None = None,
-          method: str = "auto") -> Plan:
+          method: str = "auto", options: ClosOptions = ClosOptions()) -> Plan:
     """Compile ``intent`` into a forwarding plan.
 
     Parameters
@@ -144,6 +145,7 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     progress : called as ``progress(stage, fraction)`` while solving.
     method : ``auto`` uses the pod-level LP of :mod:`solver.clos.model` on a clean
         3-tier Clos and the route-class LP otherwise; ``generic`` always the latter.
+    options : the tuning knobs of the Clos pipeline (:class:`solver.options.ClosOptions`).
 
     Returns
     -------
@@ -175,7 +177,7 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
         raise ValueError(f"unknown LP backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     say("routes", 0.0)
     if method == "auto":
-        plan = clos_plan(intent, backend=backend, progress=say, t0=t0)
+        plan = clos_plan(intent, backend=backend, progress=say, t0=t0, options=options)
         if plan is not None:
             return plan
     elif method != "generic":

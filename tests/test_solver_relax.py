@@ -66,14 +66,13 @@ def test_pdlp_plans_go_through_the_relaxation_and_pass_the_checker() -> None:
     assert plan.summary.lp_bound == pytest.approx(float(m.lp_values(exact.x)[-1]), rel=1e-4)
 
 
-def test_a_missed_fit_falls_back_to_the_full_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missed_fit_falls_back_to_the_full_model() -> None:
     """When the recovered routing does not meet the relaxation's optimum (forced here), the plan
     comes from the full pod model, and still passes the checker."""
-    import solver.clos.plan as closplan
+    from solver.options import ClosOptions
 
-    monkeypatch.setattr(closplan, "FIT_ABOVE", -1.0)  # no routing can be that far under its optimum
     intent, _m, _share = _fabric(5)
-    plan = solve(intent, backend="pdlp")
+    plan = solve(intent, backend="pdlp", options=ClosOptions(fit_above=-1.0))  # no routing is that far under
     assert plan.summary.extra["lp_model_solved"] == "pod-groups"
     assert "spine_transport_missed" in plan.summary.extra
     assert_plan_ok(intent, plan)

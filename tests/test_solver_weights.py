@@ -97,9 +97,11 @@ def test_load_aware_rounding_is_consistent_and_no_worse_than_per_group(budget: i
 
     from solver.clos.plan import _weights
     from solver.clos.rounding import carry_round
+    from solver.options import ClosOptions
 
     intent, fab, m, x, lp_bound, tor_budget, leaf_budget = _pod_model_and_lp(12, budget)
-    tor_w, leaf_w, xr = carry_round(m, x, tor_budget, leaf_budget, fib=False, milp_nodes=0)
+    tor_w, leaf_w, xr = carry_round(m, x, tor_budget, leaf_budget, fib=False,
+                                    options=ClosOptions(milp_nodes=0))
     assert set(tor_w) == {k for k, v in m.allowed_planes.items() if v}
     for (q, p), mem in tor_w.items():
         assert len(mem) == len(m.allowed_planes[(q, p)]) and min(w for _l, w in mem) >= 1

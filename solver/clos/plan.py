@@ -35,9 +35,10 @@ from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSumma
 from solver.clos.model import PodModel, build_pod_model
 from solver.clos.relax import Relaxation, decompose, relaxation
 from solver.clos.repair import repair_weights
-from solver.clos.rounding import MILP_MAX_WEIGHTS, MILP_NODES, carry_round, integral_plane_split
+from solver.clos.rounding import carry_round, integral_plane_split
 from solver.fabric import Fabric, build_fabric
 from solver.lp import AUTO_PDLP_VARIABLES, solve_lp
+from solver.options import ClosOptions
 from solver.weights import reduce_weights
 
 __all__ = ["clos_plan"]
@@ -83,7 +84,8 @@ def _budget(intent: Intent, name: str) -> int:
     return min(b, 100) if intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH else b
 
 
-def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) -> Plan | None:
+def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
+              options: ClosOptions = ClosOptions()) -> Plan | None:
     """The plan of a clean 3-tier Clos, or ``None`` when the fabric is not one (use the generic path)."""
     fab = build_fabric(intent)
     model = build_pod_model(fab)
@@ -98,7 +100,7 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
     share = None if fib else np.array([1.0 / _budget(intent, n) for n in fab.names])
     if intent.wcmp_enabled and model.n_vars:
         progress("lp", 0.0)
-        xv, seconds, info = _lp_lazy(model, share, backend, ecmp_loads)
+        xv, seconds, info = _lp_lazy(model, share, backend, ecmp_loads, options)
         lp_bound = float(xv[-1])
         x_lp = np.maximum(xv[:-1], 0.0) * model.scale
         extra["lp_seconds"] = round(seconds, 3)
@@ -110,7 +112,7 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
             extra["wcmp"] = False
     progress("weights", 0.0)
     if intent.wcmp_enabled:
-        tor_w, leaf_w, x_round, how = _rounded(intent, fab, model, x_lp, fib, share, lp_bound)
+        tor_w, leaf_w, x_round, how = _rounded(intent, fab, model, x_lp, fib, share, lp_bound, options)
         extra.update(how)
     else:
         tor_w, leaf_w, x_round = _weights(intent, fab, model, x_lp, fib)
@@ -156,12 +158,12 @@ def _cut_bounds(m: PodModel, ecmp_loads: np.ndarray, spine_layer: np.ndarray) ->
     return float(util[:2 * n_dev].max(initial=0.0)), float(util[2 * n_dev:].max(initial=0.0))
 
 
-def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np.ndarray, rounds: int = 4
+def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np.ndarray, options: ClosOptions
              ) -> tuple[np.ndarray, float, dict[str, Any]]:
     """The pod model's LP with capacity rows added lazily: first only the leaf-spine arcs (where
     a Clos's splits bind), then every arc the solution overloads (and those near ``U``), until
     the solution keeps every arc under ``U`` (so it is optimal for the full LP) or, after
-    ``rounds``, with every row. Models PDLP would solve go through the spine-transport
+    ``options.lp_rounds``, with every row. Models PDLP would solve go through the spine-transport
     relaxation (:mod:`solver.clos.relax`; every row from the first round when a ToR cut is
     near the pods' cut bound, from the second otherwise) as long as its fitted routing meets
     the relaxation's optimum; otherwise the full model. Returns the
@@ -181,24 +183,24 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
             relax = None  # a group with more spines than weights: its margins go negative (the full model says why)
         else:
             tor_cut, pod_cut = _cut_bounds(m, ecmp_loads, spine_layer)
-            if tor_cut >= TOR_ROWS_AT * pod_cut:  # ToR arcs are likely to bind: their rows from the start
+            if tor_cut >= options.tor_rows_at * pod_cut:  # ToR arcs are likely to bind: their rows from the start
                 rows[:] = True
     info: dict[str, Any] = {}
     seconds = 0.0
     k = 0
     while True:
         k += 1
-        full = k > rounds or rows.all()
+        full = k > options.lp_rounds or rows.all()
         arcs = used if full else used[rows]
         if relax is not None:
-            res = solve_lp(*relax.lp(arcs), backend="pdlp", tolerance=PDLP_TOLERANCE)
+            res = solve_lp(*relax.lp(arcs), backend="pdlp", tolerance=options.pdlp_tolerance)
             t0 = time.perf_counter()
-            xv, fit, sweeps = decompose(relax, res.x)
+            xv, fit, sweeps = decompose(relax, res.x, options)
             seconds += res.seconds + time.perf_counter() - t0
             u = float(xv[-1])
             util = m.loads(np.maximum(xv[:-1], 0.0) * m.scale) / cap
             info.update(lp_model_solved="spine-transport", fit_error=float(f"{fit:.3g}"), fit_sweeps=sweeps)
-            if float(util[spine_layer].max(initial=0.0)) > u * (1 + FIT_ABOVE):
+            if float(util[spine_layer].max(initial=0.0)) > u * (1 + options.fit_above):
                 relax = None  # the margins admit no table close enough: solve the full model instead
                 rows = spine_layer[used]
                 info = {"lp_model_solved": "pod-groups",
@@ -207,13 +209,13 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
                 continue
             util = util[used]
         else:
-            res = solve_lp(*m.lp(share, arcs), backend=backend, tolerance=PDLP_TOLERANCE)
+            res = solve_lp(*m.lp(share, arcs), backend=backend, tolerance=options.pdlp_tolerance)
             seconds += res.seconds
             xv = m.lp_values(res.x)
             u = float(xv[-1])
             util = m.loads(np.maximum(xv[:-1], 0.0) * m.scale)[used] / cap[used]
         info.update(backend=res.backend, lp_rounds=k)
-        over = ~rows & (util > u * (1 + 1e-6) + 1e-9)
+        over = ~rows & (util > u * (1 + options.lazy_overload) + 1e-9)
         if full or not over.any():
             return xv, seconds, info
         if relax is not None:
@@ -221,33 +223,15 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
             # (each round's optimum skews other pods' plane splits onto new ToR arcs)
             rows[:] = True
         else:
-            rows |= over | (util > 0.98 * u)
+            rows |= over | (util > options.lazy_near * u)
 
 
 _Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]
 
-#: below this many leaf groups the per-group (EuroSys) rounding is tried too and the better plan kept:
-#: few groups give load-aware rounding few errors to compensate with
-SMALL_GROUPS = 5_000
-#: candidate unit moves the repair may price, shared by the roundings it polishes: a bound on work
-#: (about 5 s at 0.25 ms a move on Clos M, where a repair prices under a thousand)
-REPAIR_TRIES = 20_000
-#: the unit-move repair runs only when rounding left the MLU this far above the LP optimum
-REPAIR_ABOVE = 0.002
-#: the relaxed LP has every ToR row from its first round when some ToR's cut bound is at least this
-#: fraction of the pods' (on the XL bench the two are 0.384 and 0.374, and the optimum is 0.384)
-TOR_ROWS_AT = 0.9
-#: the spine-transport relaxation's routing is used when its leaf-spine arcs end within this of the
-#: relaxation's optimum (a bound on the full model's): PDLP's own feasibility tolerance leaves about
-#: 1e-4, and the routing is then within 0.1% of optimal (far inside the rounding's error)
-FIT_ABOVE = 1e-3
-#: PDLP (large fabrics) stops at this relative gap and residual: the LP optimum it reports is within
-#: about that of the true one, far inside the rounding's own error, for a third less time than 1e-7
-PDLP_TOLERANCE = 1e-5
 
 
 def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool, share: np.ndarray | None,
-             lp_bound: float
+             lp_bound: float, options: ClosOptions
              ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray, dict[str, Any]]:
     """Integer weights for the LP's splits: load-aware rounding (:mod:`solver.clos.rounding`), and on small
     fabrics the per-group optimum too, each polished by :func:`repair_weights`; the lower MLU wins."""
@@ -256,20 +240,21 @@ def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool,
         b = _budget(intent, fab.names[s])
         tor_budget[q] = min(tor_budget.get(q, b), b)
     leaf_budget = {v: _budget(intent, fab.names[v]) for v in m.leaf_pp}
-    tries: dict[str, _Rounded] = {"load-aware": carry_round(m, x, tor_budget, leaf_budget, fib)}
-    if len(m.allowed_spines) < SMALL_GROUPS:
+    tries: dict[str, _Rounded] = {"load-aware": carry_round(m, x, tor_budget, leaf_budget, fib, options=options)}
+    if len(m.allowed_spines) < options.small_groups:
         tries["per-group"] = _weights(intent, fab, m, x, fib)
-    if len(m.g_col) <= MILP_MAX_WEIGHTS:
-        x2 = integral_plane_split(m, x, share, tor_budget, tries["load-aware"][0], nodes=MILP_NODES)
+    if len(m.g_col) <= options.milp_max_weights:
+        x2 = integral_plane_split(m, x, share, tor_budget, tries["load-aware"][0], nodes=options.milp_nodes)
         if x2 is not None:
-            tries["integral-planes"] = carry_round(m, x2, tor_budget, leaf_budget, fib)
+            tries["integral-planes"] = carry_round(m, x2, tor_budget, leaf_budget, fib, options=options)
     best: tuple[float, str, _Rounded, int] | None = None
     for name, (tor_w, leaf_w, x_round) in tries.items():
         mlu = float((m.loads(x_round) / fab.arc_cap).max()) if fab.n_arcs else 0.0
         moves = 0
-        if mlu > lp_bound * (1 + REPAIR_ABOVE):
+        if mlu > lp_bound * (1 + options.repair_above):
             tor_w, leaf_w, x_round, moves = repair_weights(m, tor_w, leaf_w, x_round.copy(),
-                                                           max_tries=REPAIR_TRIES // len(tries))
+                                                           max_moves=options.repair_moves,
+                                                           max_tries=options.repair_tries // len(tries))
             mlu = float((m.loads(x_round) / fab.arc_cap).max()) if fab.n_arcs else 0.0
         if best is None or mlu < best[0] - 1e-12:
             best = (mlu, name, (tor_w, leaf_w, x_round), moves)

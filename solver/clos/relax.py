@@ -44,14 +44,9 @@ import scipy.sparse as sp
 
 from controller.model import Role
 from solver.clos.model import PodModel
+from solver.options import ClosOptions
 
 __all__ = ["Relaxation", "decompose", "relaxation"]
-
-#: IPF stops once no arc's fitted load is further than this from its margin (in utilization)
-FIT_TOLERANCE = 1e-7
-#: and after at most this many sweeps (three rescalings each)
-FIT_SWEEPS = 400
-
 
 @dataclass
 class _Plane:
@@ -207,10 +202,12 @@ def _ratio(target: np.ndarray, now: np.ndarray) -> np.ndarray:
     return np.divide(target, now, out=np.zeros_like(now), where=now > 0)
 
 
-def decompose(r: Relaxation, x_lp: np.ndarray) -> tuple[np.ndarray, float, int]:
+def decompose(r: Relaxation, x_lp: np.ndarray, options: ClosOptions = ClosOptions()) -> tuple[np.ndarray, float, int]:
     """The pod model's variables ``[a, g, U]`` (scaled) from a solution of :meth:`Relaxation.lp`, by IPF
     per plane. Also returns how far the fitted loads ended from the ``y``/``z`` margins (the largest
-    difference over any leaf-spine arc, in utilization) and the most sweeps a plane took."""
+    difference over any leaf-spine arc, in utilization) and the most sweeps a plane took. A plane's
+    fit stops once that difference is at most ``options.fit_tolerance`` or after
+    ``options.fit_sweeps`` sweeps (three rescalings each)."""
     m = r.m
     n_a, n_up = len(m.a_col), len(r.up_arcs)
     a = np.maximum(x_lp[:n_a], 0.0)
@@ -232,15 +229,15 @@ def decompose(r: Relaxation, x_lp: np.ndarray) -> tuple[np.ndarray, float, int]:
         x = mask * _ratio(target_a, n_cell)[:, :, None]
         err = np.inf
         k = 0
-        while k < FIT_SWEEPS:
+        while k < options.fit_sweeps:
             x *= _ratio(target_y, x.sum(axis=1))[:, None, :]
             x *= _ratio(target_z, x.sum(axis=0))[None, :, :]
             x *= _ratio(target_a, x.sum(axis=2))[:, :, None]
             k += 1
-            if k % 10 == 0 or k == FIT_SWEEPS:
+            if k % 10 == 0 or k == options.fit_sweeps:
                 err = max(float((np.abs(x.sum(axis=1) - target_y) / cap_y).max(initial=0.0)),
                           float((np.abs(x.sum(axis=0) - target_z) / cap_z).max(initial=0.0)))
-                if err <= FIT_TOLERANCE:
+                if err <= options.fit_tolerance:
                     break
         lost = (x.sum(axis=2) <= 0) & (target_a > 0)  # a group whose every spine's margin is 0: split evenly
         if lost.any():

@@ -68,15 +68,12 @@ from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSumma
 from solver.clos.model import PodModel, build_pod_model
 from solver.fabric import build_fabric
 from solver.lp import DEFAULT_BACKEND, solve_lp
+from solver.options import RobustOptions
 from solver.weights import reduce_weights
 
 __all__ = ["CLASSES", "ClosCandidate", "LossFamily", "certificate", "clos_robust", "device_budget",
            "protected_losses", "scenario_losses"]
 
-MARGIN = 0.01  # allocation rows aim this far under the limit, for the rounding of weights
-PENALTY = 100.0  # objective weight of the allocation rows' excess over the limit
-GRID = ((1.2, 1.0), (1.1, 1.0), (1.3, 1.0), (1.2, 1.1), (1.45, 1.0), (1.3, 1.2))  # t = 1 (equal splits) never won
-FLOOR_SLACK = 0.01  # a certified baseline this close to the min-MLU bound ends the search
 CLASSES = ("planes", "spines", "mixed")
 Progress = Callable[[str, float], None]
 Pair = tuple[int, int]
@@ -325,7 +322,8 @@ class _Builder:
 
 
 def _lp(m: PodModel, ix: _Index, classes: list[tuple[_Rows, np.ndarray, np.ndarray]], limit: float,
-        cap_res: np.ndarray, tor_budget: dict[int, int], backend: str) -> tuple[np.ndarray, float, float]:
+        cap_res: np.ndarray, tor_budget: dict[int, int], backend: str, options: RobustOptions
+        ) -> tuple[np.ndarray, float, float]:
     """Baseline flows ``[a, g]`` (gbps), the baseline MLU and the allocation excess (module docstring)."""
     n_a, n_g = len(m.a_col), len(m.g_col)
     n = n_a + n_g
@@ -360,7 +358,7 @@ def _lp(m: PodModel, ix: _Index, classes: list[tuple[_Rows, np.ndarray, np.ndarr
     for _rows_c, k1, k2 in classes:
         scale = sp.diags(np.concatenate([k1, k1[ix.g_group] * k2[ix.g_group]]))
         b.block(with_col(lm @ scale, e_col, -cap_res[used] / s), np.full(len(used), -np.inf),
-                limit * (1 - MARGIN) * cap_res[used] / s)
+                limit * (1 - options.clos_margin) * cap_res[used] / s)
     col_lb = np.zeros(n + 2)
     for (q, p), d in m.d_qp.items():  # every plane keeps one unit of the ToR's budget
         planes = m.allowed_planes[(q, p)]
@@ -369,7 +367,7 @@ def _lp(m: PodModel, ix: _Index, classes: list[tuple[_Rows, np.ndarray, np.ndarr
                 col_lb[m.a_col[(q, p, lp)]] = d / (tor_budget[q] * s)
     c = np.zeros(n + 2)
     c[u_col] = 1.0
-    c[e_col] = PENALTY
+    c[e_col] = options.clos_penalty
     a, lo, hi = b.matrix()
     res = solve_lp(c, a, lo, hi, col_lb, np.full(n + 2, np.inf), backend="pdlp" if backend == "auto" else backend)
     return np.maximum(res.x[:n], 0.0) * s, float(res.x[u_col]), float(max(res.x[e_col], 0.0))
@@ -503,9 +501,71 @@ def _plan(intent: Intent, m: PodModel, w: _Weights, loads: np.ndarray, summary: 
     return Plan(intent.name, dataclasses.replace(summary, groups=n_groups, routes=n_routes), devices, links)
 
 
+@dataclasses.dataclass
+class _Setup:
+    """What every grid point of :func:`clos_robust` shares."""
+
+    intent: Intent
+    m: PodModel
+    ix: _Index
+    rows: list[_Rows]  # per class with protected sets
+    budgets: tuple[dict[int, int], dict[int, int]]
+    used: np.ndarray  # arcs that carry anything
+    ecmp_mlu: float
+    t0: float
+
+
+def _setup(intent: Intent, m: PodModel, t0: float) -> _Setup:
+    ix = _index(m)
+    fams = protected_losses(intent, m, ix)
+    rows = [_rows(m, fams[c]) for c in CLASSES if fams[c].planes or fams[c].spines]
+    ecmp_mlu = float((m.loads(m.ecmp_x()) / m.fab.arc_cap).max(initial=0.0))
+    return _Setup(intent, m, ix, rows, _budgets(intent, m), np.diff(m.load_matrix.indptr) > 0, ecmp_mlu, t0)
+
+
+def _candidate(st: _Setup, t: tuple[float, float], w: _Weights, u: float, excess: float) -> ClosCandidate:
+    """The candidate of rounded weights ``w``: its certificate per class, worst over the classes."""
+    m, fab = st.m, st.m.fab
+    res_load = np.zeros(fab.n_arcs)
+    base_load = certificate(m, _rows(m, LossFamily({}, {})), w)[1]
+    for r in st.rows:
+        np.maximum(res_load, certificate(m, r, w)[0], out=res_load)
+    res_util = np.where(st.used, res_load / fab.arc_cap, 0.0)
+    reserved = float(res_util.max(initial=0.0))
+    baseline = float((base_load / fab.arc_cap).max(initial=0.0))
+    extra = {"lp_model": "clos-pods-robust", "t": [t[0], t[1]], "reserved_mlu": round(reserved, 6)}
+    summary = PlanSummary(max_utilization=baseline, lp_bound=u, ecmp_max_utilization=st.ecmp_mlu,
+                          solve_seconds=time.perf_counter() - st.t0, groups=0, routes=0, extra=extra)
+    return ClosCandidate(t, reserved, baseline, excess, functools.partial(_plan, st.intent, m, w, base_load, summary),
+                         res_util)
+
+
+def _grid_point(st: _Setup, t: tuple[float, float], limit: float, derate_rounds: int, backend: str,
+                options: RobustOptions) -> list[ClosCandidate]:
+    """The candidates of one grid point: the LP, then LPs with the arcs over the limit derated."""
+    m = st.m
+    classes = [(r, *_kappas(m, r, t[0], t[1])) for r in st.rows]
+    cap_res = m.fab.arc_cap.astype(np.float64).copy()
+    out: list[ClosCandidate] = []
+    for _round_no in range(derate_rounds + 1):
+        try:
+            x, u, excess = _lp(m, st.ix, classes, limit, cap_res, st.budgets[0], backend, options)
+        except Infeasible:
+            break
+        cand = _candidate(st, t, _round(m, x, st.budgets), u, excess)
+        out.append(cand)
+        res_util = cand.arc_reserved
+        over = res_util > limit
+        if not over.any() or excess > options.clos_margin * limit + 1e-6:  # derating cannot help an LP over the limit
+            break
+        cap_res[over] *= limit / res_util[over] * (1 - options.clos_margin)
+    return out
+
+
 def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
-                grid: Iterable[tuple[float, float]] = GRID, derate_rounds: int = 2,
-                baseline_floor: float | None = None, progress: Progress | None = None) -> list[ClosCandidate] | None:
+                grid: Iterable[tuple[float, float]] | None = None, derate_rounds: int | None = None,
+                baseline_floor: float | None = None, progress: Progress | None = None,
+                options: RobustOptions = RobustOptions()) -> list[ClosCandidate] | None:
     """Robust plans of a clean Clos, best first, or ``None`` when the fabric is not one.
 
     Parameters
@@ -513,13 +573,15 @@ def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
     intent : a validated intent (its ``failure_tolerance`` scope and domains set the loss sets).
     limit : the utilization every protected scenario must stay under.
     backend : the LP backend (:func:`solver.lp.solve_lp`).
-    grid : the ``(t1, t2)`` over-provisioning factors to try (see the module docstring).
+    grid : the ``(t1, t2)`` over-provisioning factors to try (see the module docstring;
+        default ``options.clos_grid``).
     derate_rounds : LPs per grid point after the first, with the arcs whose rounded
-        certificate exceeds the limit derated.
+        certificate exceeds the limit derated (default ``options.clos_derate_rounds``).
     baseline_floor : the min-MLU bound without robustness (the plain plan's LP
-        bound), if known: a certified candidate within :data:`FLOOR_SLACK` of it
+        bound), if known: a certified candidate within ``options.clos_floor_slack`` of it
         ends the search, since no grid point can do better.
     progress : called as ``progress(stage, fraction)``.
+    options : the robust knobs (:class:`solver.options.RobustOptions`).
 
     Returns
     -------
@@ -548,43 +610,15 @@ def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
     m = build_pod_model(build_fabric(intent))
     if m is None:
         return None
-    ix = _index(m)
-    fams = protected_losses(intent, m, ix)
-    rows = [_rows(m, fams[c]) for c in CLASSES if fams[c].planes or fams[c].spines]
-    budgets = _budgets(intent, m)
-    fab = m.fab
-    used = np.diff(m.load_matrix.indptr) > 0
-    ecmp_mlu = float((m.loads(m.ecmp_x()) / fab.arc_cap).max(initial=0.0))
-    grid = list(grid)
+    st = _setup(intent, m, t0)
+    points = list(options.clos_grid if grid is None else grid)
+    rounds = options.clos_derate_rounds if derate_rounds is None else derate_rounds
     out: list[ClosCandidate] = []
-    for gi, (t1, t2) in enumerate(grid):
-        say("robust", gi / len(grid))
-        classes = [(r, *_kappas(m, r, t1, t2)) for r in rows]
-        cap_res = fab.arc_cap.astype(np.float64).copy()
-        for _round_no in range(derate_rounds + 1):
-            try:
-                x, u, excess = _lp(m, ix, classes, limit, cap_res, budgets[0], backend)
-            except Infeasible:
-                break
-            w = _round(m, x, budgets)
-            res_load = np.zeros(fab.n_arcs)
-            base_load = certificate(m, _rows(m, LossFamily({}, {})), w)[1]
-            for r in rows:
-                np.maximum(res_load, certificate(m, r, w)[0], out=res_load)
-            res_util = np.where(used, res_load / fab.arc_cap, 0.0)
-            reserved = float(res_util.max(initial=0.0))
-            baseline = float((base_load / fab.arc_cap).max(initial=0.0))
-            extra = {"lp_model": "clos-pods-robust", "t": [t1, t2], "reserved_mlu": round(reserved, 6)}
-            summary = PlanSummary(max_utilization=baseline, lp_bound=u, ecmp_max_utilization=ecmp_mlu,
-                                  solve_seconds=time.perf_counter() - t0, groups=0, routes=0, extra=extra)
-            out.append(ClosCandidate((t1, t2), reserved, baseline, excess,
-                                     functools.partial(_plan, intent, m, w, base_load, summary), res_util))
-            over = res_util > limit
-            if not over.any() or excess > MARGIN * limit + 1e-6:  # derating cannot help an LP over the limit
-                break
-            cap_res[over] *= limit / res_util[over] * (1 - MARGIN)
+    for gi, t in enumerate(points):
+        say("robust", gi / len(points))
+        out += _grid_point(st, t, limit, rounds, backend, options)
         if baseline_floor is not None and any(c.reserved_mlu <= limit and c.baseline_mlu <= baseline_floor *
-                                              (1 + FLOOR_SLACK) for c in out):
+                                              (1 + options.clos_floor_slack) for c in out):
             break
     say("robust", 1.0)
     ok = sorted((c for c in out if c.reserved_mlu <= limit + 1e-9), key=lambda c: c.baseline_mlu)

@@ -36,23 +36,18 @@ stages alternate once. Weights are finally divided by their common divisor.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
 from solver.clos.model import PodModel
 from solver.lp import solve_milp
+from solver.options import ClosOptions
 
 __all__ = ["carry_round", "integral_plane_split"]
 
 _Members = tuple[tuple[int, int], ...]
-#: a stage with at most this many weights is finished by an integer program (SCIP, time-bounded)
-MILP_MAX_WEIGHTS = 4_000
-#: each group of such a program may take its budget or one of this many totals just below it
-MILP_TOTALS = 8
-#: branch-and-bound nodes per integer program: a deterministic bound (one to two seconds each on Clos S)
-MILP_NODES = 50
 _TIE = 1e-9  # tie-break toward the member whose own relative excess is least
 
 
@@ -172,92 +167,113 @@ def _round_batch(bt: _Batch, x: np.ndarray, wmin_any: int, mat: sp.csc_matrix, p
     _apply(bt, w, u, t, idx, coef, proj, x_round)
 
 
-def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matrix, proj: np.ndarray,
-          cap: np.ndarray, x_round: np.ndarray, nodes: int, totals: int = 1) -> None:
-    """Re-choose every carrying group's weights of one stage at once: the integer program
-    ``min U`` with each arc's load (the other stage fixed) ``<= U * capacity``, started from the
-    current weights; applied when it lowers the stage's MLU. Each group picks its total among
-    its current one and the ``totals - 1`` below it (a binary per choice keeps loads linear:
-    a unit of a group with total ``T`` carries ``demand / T``)."""
+@dataclass
+class _Program:
+    """The integer program of one stage as sparse triplets: capacity rows (by arc), one row per
+    option tying its weights to its total, least weights, one choice per group; and the hint."""
+
+    const: np.ndarray  # per arc: the load of everything the program does not choose
+    cap_r: list[int] = field(default_factory=list)
+    cap_c: list[int] = field(default_factory=list)
+    cap_v: list[float] = field(default_factory=list)
+    eq_r: list[int] = field(default_factory=list)
+    eq_c: list[int] = field(default_factory=list)
+    eq_v: list[float] = field(default_factory=list)
+    n_eq: int = 0
+    lo_r: list[int] = field(default_factory=list)
+    lo_c: list[int] = field(default_factory=list)
+    lo_v: list[float] = field(default_factory=list)
+    n_lo: int = 0
+    ch_r: list[int] = field(default_factory=list)
+    ch_c: list[int] = field(default_factory=list)
+    n_ch: int = 0
+    hint: list[float] = field(default_factory=list)
+    ub: list[float] = field(default_factory=list)
+    # batch, row, members, options (total, choice column, weight columns)
+    plan: list[tuple[int, int, list[int], list[tuple[int, int, list[int]]]]] = field(default_factory=list)
+
+
+def _milp_option(prog: _Program, bt: _Batch, gi: int, js: list[int], tot: int, first: bool, wmin_any: int,
+                 idx: np.ndarray, coef: np.ndarray, cap: np.ndarray, dummy: int) -> tuple[int, int, list[int]]:
+    """Columns of group ``gi`` taking the total ``tot``: a binary choice and a weight per member."""
+    assert bt.w is not None
+    z = len(prog.hint)
+    prog.hint.append(1.0 if first else 0.0)
+    prog.ub.append(1.0)
+    ws = []
+    for j in js:
+        v = len(prog.hint)
+        ws.append(v)
+        prog.hint.append(float(bt.w[gi, j]) if first else 0.0)
+        prog.ub.append(float(tot))
+        per = float(bt.demand[gi]) / tot
+        for arc, cf in zip(idx[gi, j].tolist(), coef[gi, j].tolist(), strict=True):
+            if arc != dummy and cf != 0.0 and np.isfinite(cap[arc]):
+                prog.cap_r.append(arc)
+                prog.cap_c.append(v)
+                prog.cap_v.append(cf * per)
+        prog.eq_r.append(prog.n_eq)
+        prog.eq_c.append(v)
+        prog.eq_v.append(1.0)
+        if wmin_any > 0:
+            prog.lo_r += [prog.n_lo, prog.n_lo]
+            prog.lo_c += [v, z]
+            prog.lo_v += [1.0, -float(wmin_any)]
+            prog.n_lo += 1
+    prog.eq_r.append(prog.n_eq)
+    prog.eq_c.append(z)
+    prog.eq_v.append(-float(tot))
+    prog.n_eq += 1
+    prog.ch_r.append(prog.n_ch)
+    prog.ch_c.append(z)
+    return tot, z, ws
+
+
+_Setup = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _milp_program(batches: list[_Batch], setups: list[_Setup], wmin_any: int, proj: np.ndarray,
+                  cap: np.ndarray, totals: int) -> _Program:
+    """The program's columns: every carrying group, each of its totals, and its current weights as hint."""
     dummy = len(proj) - 1
-    setups = [_setup(bt, x, mat, dummy) for bt in batches]
-    const = proj.copy()
-    cap_r: list[int] = []
-    cap_c: list[int] = []
-    cap_v: list[float] = []
-    eq_r: list[int] = []
-    eq_c: list[int] = []
-    eq_v: list[float] = []
-    n_eq = 0
-    lo_r: list[int] = []
-    lo_c: list[int] = []
-    lo_v: list[float] = []
-    n_lo = 0
-    ch_r: list[int] = []
-    ch_c: list[int] = []
-    n_ch = 0
-    hint: list[float] = []
-    ub: list[float] = []
-    plan: list[tuple[int, int, list[int], list[tuple[int, int, list[int]]]]] = []  # batch, row, members, options
+    prog = _Program(const=proj.copy())
     for bi, (bt, (t, u, total, idx, coef)) in enumerate(zip(batches, setups, strict=True)):
         assert bt.w is not None
         live = bt.valid & (bt.demand > 0)[:, None] & ((wmin_any > 0) | (bt.w > 0) | (t > 0))
         for gi in np.flatnonzero(live.any(axis=1)).tolist():
             js = np.flatnonzero(live[gi]).tolist()
             for j in js:  # the current weights' load leaves the constant part
-                np.subtract.at(const, idx[gi, j], coef[gi, j] * u[gi] * bt.w[gi, j])
+                np.subtract.at(prog.const, idx[gi, j], coef[gi, j] * u[gi] * bt.w[gi, j])
             opts: list[tuple[int, int, list[int]]] = []
             for o in range(totals):
                 tot = int(total[gi]) - o
                 if tot < max(len(js) * wmin_any, 1):
                     break
-                z = len(hint)
-                hint.append(1.0 if o == 0 else 0.0)
-                ub.append(1.0)
-                ws = []
-                for j in js:
-                    v = len(hint)
-                    ws.append(v)
-                    hint.append(float(bt.w[gi, j]) if o == 0 else 0.0)
-                    ub.append(float(tot))
-                    per = float(bt.demand[gi]) / tot
-                    for arc, cf in zip(idx[gi, j].tolist(), coef[gi, j].tolist(), strict=True):
-                        if arc != dummy and cf != 0.0 and np.isfinite(cap[arc]):
-                            cap_r.append(arc)
-                            cap_c.append(v)
-                            cap_v.append(cf * per)
-                    eq_r.append(n_eq)
-                    eq_c.append(v)
-                    eq_v.append(1.0)
-                    if wmin_any > 0:
-                        lo_r += [n_lo, n_lo]
-                        lo_c += [v, z]
-                        lo_v += [1.0, -float(wmin_any)]
-                        n_lo += 1
-                eq_r.append(n_eq)
-                eq_c.append(z)
-                eq_v.append(-float(tot))
-                n_eq += 1
-                ch_r.append(n_ch)
-                ch_c.append(z)
-                opts.append((tot, z, ws))
-            n_ch += 1
-            plan.append((bi, gi, js, opts))
-    if not plan:
-        return
-    n_var = len(hint)
-    arcs, arc_row = np.unique(np.asarray(cap_r, dtype=np.int64), return_inverse=True)
+                opts.append(_milp_option(prog, bt, gi, js, tot, o == 0, wmin_any, idx, coef, cap, dummy))
+            prog.n_ch += 1
+            prog.plan.append((bi, gi, js, opts))
+    return prog
+
+
+def _milp_solve(prog: _Program, proj: np.ndarray, cap: np.ndarray, nodes: int) -> tuple[np.ndarray | None, float]:
+    """Solve ``min U`` over the program (the arcs it does not move floor ``U``); returns the integer
+    columns of a solution better than the current maximum (or ``None``) and that maximum."""
+    dummy = len(proj) - 1
+    n_var = len(prog.hint)
+    arcs, arc_row = np.unique(np.asarray(prog.cap_r, dtype=np.int64), return_inverse=True)
     n_arc = len(arcs)
     u_col = n_var
     width = n_var + 1
-    cap_rows = sp.csr_matrix((np.asarray(cap_v) / cap[arcs][arc_row], (arc_row, cap_c)), shape=(n_arc, width))
+    cap_rows = sp.csr_matrix((np.asarray(prog.cap_v) / cap[arcs][arc_row], (arc_row, prog.cap_c)),
+                             shape=(n_arc, width))
     cap_rows = (cap_rows - sp.csr_matrix((np.ones(n_arc), (np.arange(n_arc), np.full(n_arc, u_col))),
                                          shape=(n_arc, width))).tocsr()
-    a = sp.vstack([cap_rows, sp.csr_matrix((eq_v, (eq_r, eq_c)), shape=(n_eq, width)),
-                   sp.csr_matrix((lo_v, (lo_r, lo_c)), shape=(n_lo, width)),
-                   sp.csr_matrix((np.ones(len(ch_c)), (ch_r, ch_c)), shape=(n_ch, width))]).tocsr()
-    row_lb = np.concatenate([np.full(n_arc, -np.inf), np.zeros(n_eq), np.zeros(n_lo), np.ones(n_ch)])
-    row_ub = np.concatenate([-const[arcs] / cap[arcs], np.zeros(n_eq), np.full(n_lo, np.inf), np.ones(n_ch)])
+    a = sp.vstack([cap_rows, sp.csr_matrix((prog.eq_v, (prog.eq_r, prog.eq_c)), shape=(prog.n_eq, width)),
+                   sp.csr_matrix((prog.lo_v, (prog.lo_r, prog.lo_c)), shape=(prog.n_lo, width)),
+                   sp.csr_matrix((np.ones(len(prog.ch_c)), (prog.ch_r, prog.ch_c)), shape=(prog.n_ch, width))]).tocsr()
+    row_lb = np.concatenate([np.full(n_arc, -np.inf), np.zeros(prog.n_eq), np.zeros(prog.n_lo), np.ones(prog.n_ch)])
+    row_ub = np.concatenate([-prog.const[arcs] / cap[arcs], np.zeros(prog.n_eq), np.full(prog.n_lo, np.inf),
+                             np.ones(prog.n_ch)])
     others = np.ones(len(cap), dtype=bool)
     others[arcs] = False
     others[dummy] = False
@@ -265,15 +281,21 @@ def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matri
     now = float((proj[:dummy] / cap[:dummy]).max(initial=0.0))
     c = np.zeros(width)
     c[u_col] = 1.0
-    res = solve_milp(c, a, row_lb, row_ub, np.append(np.zeros(n_var), floor_u), np.append(ub, np.inf),
-                     np.append(np.ones(n_var, dtype=bool), False), hint=np.append(hint, now), nodes=nodes)
+    res = solve_milp(c, a, row_lb, row_ub, np.append(np.zeros(n_var), floor_u), np.append(prog.ub, np.inf),
+                     np.append(np.ones(n_var, dtype=bool), False), hint=np.append(prog.hint, now), nodes=nodes)
     if res is None or res.x[u_col] >= now - 1e-12:
-        return
-    sol = np.rint(res.x[:n_var]).astype(np.int64)
+        return None, now
+    return np.rint(res.x[:n_var]).astype(np.int64), now
+
+
+def _milp_adopt(batches: list[_Batch], prog: _Program, sol: np.ndarray, now: float, x: np.ndarray,
+                mat: sp.csc_matrix, proj: np.ndarray, cap: np.ndarray, x_round: np.ndarray) -> None:
+    """Apply the program's weights and totals; undo them if the projected maximum is not lower after all."""
+    dummy = len(proj) - 1
     before = [(bt.w, bt.total.copy()) for bt in batches]
     new_w = [bt.w.copy() for bt in batches if bt.w is not None]
     new_t = [bt.total.copy() for bt in batches]
-    for bi, gi, js, opts in plan:
+    for bi, gi, js, opts in prog.plan:
         for tot, z, ws in opts:
             if sol[z] == 1:
                 new_t[bi][gi] = tot
@@ -288,6 +310,23 @@ def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matri
             bt.total = t_old
             t, u, _total, idx, coef = _setup(bt, x, mat, dummy)
             _apply(bt, w_old, u, t, idx, coef, proj, x_round)
+
+
+def _milp(batches: list[_Batch], x: np.ndarray, wmin_any: int, mat: sp.csc_matrix, proj: np.ndarray,
+          cap: np.ndarray, x_round: np.ndarray, nodes: int, totals: int = 1) -> None:
+    """Re-choose every carrying group's weights of one stage at once: the integer program
+    ``min U`` with each arc's load (the other stage fixed) ``<= U * capacity``, started from the
+    current weights; applied when it lowers the stage's MLU. Each group picks its total among
+    its current one and the ``totals - 1`` below it (a binary per choice keeps loads linear:
+    a unit of a group with total ``T`` carries ``demand / T``)."""
+    dummy = len(proj) - 1
+    setups = [_setup(bt, x, mat, dummy) for bt in batches]
+    prog = _milp_program(batches, setups, wmin_any, proj, cap, totals)
+    if not prog.plan:
+        return
+    sol, now = _milp_solve(prog, proj, cap, nodes)
+    if sol is not None:
+        _milp_adopt(batches, prog, sol, now, x, mat, proj, cap, x_round)
 
 
 def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | None, tor_budget: dict[int, int],
@@ -323,8 +362,147 @@ def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | Non
     return np.asarray(np.maximum(xv[:-1], 0.0) * s)
 
 
+@dataclass
+class _Rounding:
+    """What the stages of :func:`carry_round` share: the LP's variables, the rounded ones, the
+    projected load per arc (the last entry: a padding arc nothing overloads) and the LP's leaf split."""
+
+    m: PodModel
+    x: np.ndarray
+    x_round: np.ndarray
+    wmin_any: int
+    cap: np.ndarray
+    lmat: sp.csc_matrix  # the load matrix with the padding arc's row
+    proj: np.ndarray
+    share: np.ndarray  # per g column: its share of its a column in the LP
+    g_cols: np.ndarray
+    g_src: np.ndarray  # per g column: its a column
+
+    def a_matrix(self, share: np.ndarray) -> sp.csc_matrix:
+        """Loads per unit of ``a`` when every leaf splits by ``share`` (per g column)."""
+        n = self.m.n_vars
+        return (self.lmat + self.lmat @ sp.csr_matrix((share, (self.g_cols, self.g_src)), shape=(n, n))).tocsc()
+
+
+def _start(m: PodModel, x: np.ndarray, fib: bool) -> _Rounding:
+    x = np.asarray(x, dtype=np.float64)
+    n_a = len(m.a_col)
+    lmat = sp.vstack([m.load_matrix, sp.csr_matrix((1, m.n_vars))]).tocsc()
+    g_cols = np.arange(n_a, n_a + len(m.g_col), dtype=np.int64)
+    g_src = m.g_owner()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(x[g_src] > 0, x[g_cols] / x[np.maximum(g_src, 0)], 0.0) if len(m.g_col) else np.zeros(0)
+    return _Rounding(m=m, x=x, x_round=np.zeros_like(x), wmin_any=0 if fib else 1,
+                     cap=np.append(m.fab.arc_cap, np.inf), lmat=lmat, proj=np.asarray(lmat @ x), share=share,
+                     g_cols=g_cols, g_src=g_src)
+
+
+def _tor_batches(m: PodModel, tor_budget: dict[int, int]) -> list[_Batch]:
+    """ToR groups (a pod pair's split over planes) in rounds of pod pairs ``(q, q + r mod P)``."""
+    pods = m.pods
+    n_p = len(pods)
+    batches: list[_Batch] = []
+    for r in range(n_p):
+        keys = [(pods[i], pods[(i + r) % n_p]) for i in range(n_p)]
+        keys = [k for k in keys if m.allowed_planes.get(k)]
+        if not keys:
+            continue
+        members = [m.allowed_planes[k] for k in keys]
+        cols, valid = _pad([[m.a_col.get((q, p, pl), -1) for pl in ms] for (q, p), ms in zip(keys, members,
+                                                                                              strict=True)], -1)
+        batches.append(_Batch(list(keys), members, cols, valid, np.array([m.d_qp.get(k, 0.0) for k in keys]),
+                              np.array([tor_budget[k[0]] for k in keys], dtype=np.int64)))
+    return batches
+
+
+def _leaf_batches(m: PodModel, leaf_budget: dict[int, int], x_round: np.ndarray) -> list[_Batch]:
+    """Leaf groups (a leaf's split over its plane's spines toward a pod), per plane in rounds of pod
+    pairs; each carries the rounded plane traffic of its pair."""
+    pods = m.pods
+    n_p = len(pods)
+    batches: list[_Batch] = []
+    for pl in sorted({pl for (_q, pl) in m.leaf_at}):
+        for r in range(1, n_p):
+            keys3 = [(pods[i], pods[(i + r) % n_p], pl) for i in range(n_p)]
+            keys3 = [k for k in keys3 if k in m.allowed_spines]
+            if not keys3:
+                continue
+            members = [m.allowed_spines[k] for k in keys3]
+            cols, valid = _pad([[m.g_col.get((*k, arc), -1) for arc in ms] for k, ms in zip(keys3, members,
+                                                                                             strict=True)], -1)
+            demand = np.array([x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in keys3])
+            total = np.array([leaf_budget[m.leaf_at[(k[0], pl)]] for k in keys3], dtype=np.int64)
+            batches.append(_Batch(list(keys3), members, cols, valid, demand, total))
+    return batches
+
+
+def _leaf_targets(st: _Rounding) -> np.ndarray:
+    """The leaf stage's targets: the LP's leaf split of the rounded plane traffic."""
+    n_a = len(st.m.a_col)
+    target = st.x.copy()
+    target[:n_a] = st.x_round[:n_a]
+    if len(st.g_cols):
+        target[st.g_cols] = st.share * st.x_round[st.g_src]
+    return target
+
+
+def _round_leaves(st: _Rounding, batches: list[_Batch], target: np.ndarray, passes: int) -> None:
+    """Passes over the leaf groups; later passes only while they lower the projected maximum."""
+    worst = np.inf
+    for _ in range(passes):
+        for bt in batches:
+            _round_batch(bt, target, st.wmin_any, st.lmat, st.proj, st.cap, st.x_round)
+        now = float((st.proj[:-1] / st.cap[:-1]).max(initial=0.0))
+        if now >= worst - 1e-12:
+            break
+        worst = now
+
+
+def _alternate(st: _Rounding, tor_batches: list[_Batch], leaf_batches: list[_Batch], nodes: int,
+               totals: int) -> None:
+    """Once more each stage's integer program, knowing the other's integers: the ToR splits through
+    the leaves' rounded splits (not the LP's), then the leaves for the plane traffic that gives."""
+    m = st.m
+    leaf_share = st.share.copy()
+    g_pos = np.full(m.n_vars, -1, dtype=np.int64)
+    g_pos[st.g_cols] = np.arange(len(st.g_cols))
+    for bt in leaf_batches:
+        assert bt.w is not None
+        tot = np.maximum(bt.w.sum(axis=1, keepdims=True), 1)
+        ok = bt.cols >= 0
+        leaf_share[g_pos[bt.cols[ok]]] = (bt.w / tot)[ok]
+    a_mat = st.a_matrix(leaf_share)
+    for bt in tor_batches:
+        bt.err = None  # targets below are the current values: errors count from here
+    _milp(tor_batches, st.x_round.copy(), st.wmin_any, a_mat, st.proj, st.cap, st.x_round, nodes, totals)
+    if len(st.g_cols):
+        st.x_round[st.g_cols] = leaf_share * st.x_round[st.g_src]
+    for bt in leaf_batches:
+        bt.err = None
+        bt.demand = np.array([st.x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in bt.keys])
+    _milp(leaf_batches, st.x_round.copy(), st.wmin_any, st.lmat, st.proj, st.cap, st.x_round, nodes, totals)
+
+
+def _weights_of(m: PodModel, tor_batches: list[_Batch], leaf_batches: list[_Batch]
+                ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members]]:
+    """The batches' weights as ToR and leaf groups, zero weights left out, in lowest terms."""
+    tor_w: dict[tuple[int, int], _Members] = {}
+    for bt in tor_batches:
+        assert bt.w is not None
+        for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
+            tor_w[(k[0], k[1])] = _lowest(tuple((pl, int(v)) for pl, v in zip(ms, bt.w[gi, :len(ms)], strict=True)
+                                                if v > 0))
+    leaf_w: dict[tuple[int, int], _Members] = {}
+    for bt in leaf_batches:
+        assert bt.w is not None
+        for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
+            leaf_w[(m.leaf_at[(k[0], k[2])], k[1])] = _lowest(tuple(
+                (a, int(v)) for a, v in zip(ms, bt.w[gi, :len(ms)], strict=True) if v > 0))
+    return tor_w, leaf_w
+
+
 def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_budget: dict[int, int], fib: bool,
-                passes: int = 3, milp_nodes: int = MILP_NODES
+                *, options: ClosOptions = ClosOptions()
                 ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]:
     """Integer weights for every ToR group ``(q, p)`` and leaf group ``(leaf, p)`` of ``m``.
 
@@ -335,110 +513,33 @@ def carry_round(m: PodModel, x: np.ndarray, tor_budget: dict[int, int], leaf_bud
     tor_budget : weight budget per source pod (its ToRs' least ``max_ecmp_entries``).
     leaf_budget : weight budget per leaf.
     fib : members with no LP share may get weight 0 (dropped); otherwise every member keeps >= 1.
-    passes : most rounds over every group; after the first, each group is re-rounded knowing every other's
-        error, for as long as a round lowers the projected maximum utilization.
-    milp_nodes : the branch-and-bound nodes of each integer program (0: none), on fabrics small enough.
+    options : ``rounding_passes`` (most rounds over every group; after the first, each group is
+        re-rounded knowing every other's error, for as long as a round lowers the projected maximum
+        utilization), ``milp_nodes`` (branch-and-bound nodes of each integer program, 0: none),
+        ``milp_max_weights`` (the integer programs run on fabrics with at most this many leaf
+        weights) and ``milp_totals``.
 
     Returns
     -------
     ToR groups ``(q, p) -> ((plane, weight), ...)``, leaf groups ``(leaf, p) -> ((spine arc, weight), ...)``
     (zero weights left out) and the variables the rounded weights imply.
     """
-    fab = m.fab
-    cap = np.append(fab.arc_cap, np.inf)  # the last entry: a padding arc nothing overloads
-    pods = m.pods
-    n_p = len(pods)
-    n_a = len(m.a_col)
-    wmin_any = 0 if fib else 1
-    x = np.asarray(x, dtype=np.float64)
-    x_round = np.zeros_like(x)
-    lmat = sp.vstack([m.load_matrix, sp.csr_matrix((1, m.n_vars))]).tocsc()
-    proj = np.asarray(lmat @ x)
-    # --- ToR groups: a unit in plane l moves traffic on the a column's arcs and, through the LP's
+    passes, nodes, totals = options.rounding_passes, options.milp_nodes, options.milp_totals
+    st = _start(m, x, fib)
+    # ToR groups: a unit in plane l moves traffic on the a column's arcs and, through the LP's
     # leaf split, on the leaf-spine arcs of its g columns
-    has_g = len(m.g_col) > 0
-    g_cols = np.arange(n_a, n_a + len(m.g_col), dtype=np.int64)
-    g_src = m.g_owner()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(x[g_src] > 0, x[g_cols] / x[np.maximum(g_src, 0)], 0.0) if has_g else np.zeros(0)
-    spread = sp.csr_matrix((share, (g_cols, g_src)), shape=(m.n_vars, m.n_vars))
-    a_mat = (lmat + lmat @ spread).tocsc()
-    tor_batches: list[_Batch] = []
-    for r in range(n_p):
-        keys = [(pods[i], pods[(i + r) % n_p]) for i in range(n_p)]
-        keys = [k for k in keys if m.allowed_planes.get(k)]
-        if not keys:
-            continue
-        members = [m.allowed_planes[k] for k in keys]
-        cols, valid = _pad([[m.a_col.get((q, p, lp), -1) for lp in ms] for (q, p), ms in zip(keys, members,
-                                                                                              strict=True)], -1)
-        tor_batches.append(_Batch(list(keys), members, cols, valid, np.array([m.d_qp.get(k, 0.0) for k in keys]),
-                                  np.array([tor_budget[k[0]] for k in keys], dtype=np.int64)))
+    a_mat = st.a_matrix(st.share)
+    tor_batches = _tor_batches(m, tor_budget)
     for _ in range(passes):
         for bt in tor_batches:
-            _round_batch(bt, x, wmin_any, a_mat, proj, cap, x_round)
-    small = len(m.g_col) <= MILP_MAX_WEIGHTS and milp_nodes > 0
+            _round_batch(bt, st.x, st.wmin_any, a_mat, st.proj, st.cap, st.x_round)
+    small = len(m.g_col) <= options.milp_max_weights and nodes > 0
     if small:
-        _milp(tor_batches, x, wmin_any, a_mat, proj, cap, x_round, milp_nodes, MILP_TOTALS)
-    # --- leaf groups: targets are the LP's split of the rounded plane traffic
-    target = x.copy()
-    target[:n_a] = x_round[:n_a]
-    if has_g:
-        target[g_cols] = share * x_round[g_src]
-    planes = sorted({lp for (_q, lp) in m.leaf_at})
-    leaf_batches: list[_Batch] = []
-    for lp in planes:
-        for r in range(1, n_p):
-            keys3 = [(pods[i], pods[(i + r) % n_p], lp) for i in range(n_p)]
-            keys3 = [k for k in keys3 if k in m.allowed_spines]
-            if not keys3:
-                continue
-            members = [m.allowed_spines[k] for k in keys3]
-            cols, valid = _pad([[m.g_col.get((*k, arc), -1) for arc in ms] for k, ms in zip(keys3, members,
-                                                                                             strict=True)], -1)
-            demand = np.array([x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in keys3])
-            total = np.array([leaf_budget[m.leaf_at[(k[0], lp)]] for k in keys3], dtype=np.int64)
-            leaf_batches.append(_Batch(list(keys3), members, cols, valid, demand, total))
-    worst = np.inf
-    for _ in range(passes):  # later passes only while they lower the projected maximum
-        for bt in leaf_batches:
-            _round_batch(bt, target, wmin_any, lmat, proj, cap, x_round)
-        now = float((proj[:-1] / cap[:-1]).max(initial=0.0))
-        if now >= worst - 1e-12:
-            break
-        worst = now
+        _milp(tor_batches, st.x, st.wmin_any, a_mat, st.proj, st.cap, st.x_round, nodes, totals)
+    target = _leaf_targets(st)
+    leaf_batches = _leaf_batches(m, leaf_budget, st.x_round)
+    _round_leaves(st, leaf_batches, target, passes)
     if small:
-        _milp(leaf_batches, target, wmin_any, lmat, proj, cap, x_round, milp_nodes, MILP_TOTALS)
-        # once more each stage, knowing the other's integers: the ToR splits through the leaves'
-        # rounded splits (not the LP's), then the leaves for the plane traffic that gives
-        leaf_share = share.copy()
-        g_pos = np.full(m.n_vars, -1, dtype=np.int64)
-        g_pos[g_cols] = np.arange(len(g_cols))
-        for bt in leaf_batches:
-            assert bt.w is not None
-            tot = np.maximum(bt.w.sum(axis=1, keepdims=True), 1)
-            ok = bt.cols >= 0
-            leaf_share[g_pos[bt.cols[ok]]] = (bt.w / tot)[ok]
-        a_mat = (lmat + lmat @ sp.csr_matrix((leaf_share, (g_cols, g_src)), shape=(m.n_vars, m.n_vars))).tocsc()
-        for bt in tor_batches:
-            bt.err = None  # targets below are the current values: errors count from here
-        _milp(tor_batches, x_round.copy(), wmin_any, a_mat, proj, cap, x_round, milp_nodes, MILP_TOTALS)
-        if has_g:
-            x_round[g_cols] = leaf_share * x_round[g_src]
-        for bt in leaf_batches:
-            bt.err = None
-            bt.demand = np.array([x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in bt.keys])
-        _milp(leaf_batches, x_round.copy(), wmin_any, lmat, proj, cap, x_round, milp_nodes, MILP_TOTALS)
-    tor_w: dict[tuple[int, int], _Members] = {}
-    for bt in tor_batches:
-        assert bt.w is not None
-        for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
-            tor_w[(k[0], k[1])] = _lowest(tuple((lp, int(v)) for lp, v in zip(ms, bt.w[gi, :len(ms)], strict=True)
-                                                if v > 0))
-    leaf_w: dict[tuple[int, int], _Members] = {}
-    for bt in leaf_batches:
-        assert bt.w is not None
-        for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
-            leaf_w[(m.leaf_at[(k[0], k[2])], k[1])] = _lowest(tuple(
-                (a, int(v)) for a, v in zip(ms, bt.w[gi, :len(ms)], strict=True) if v > 0))
-    return tor_w, leaf_w, x_round
+        _milp(leaf_batches, target, st.wmin_any, st.lmat, st.proj, st.cap, st.x_round, nodes, totals)
+        _alternate(st, tor_batches, leaf_batches, nodes, totals)
+    return (*_weights_of(m, tor_batches, leaf_batches), st.x_round)
