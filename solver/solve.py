@@ -182,32 +182,44 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
             return plan
     elif method != "generic":
         raise ValueError(f"unknown method {method!r}: auto or generic")
+    return _generic_plan(intent, backend, say, t0)
+
+
+def _route_class_lp(intent: Intent, com: Commodities, backend: str, say: Progress
+                    ) -> tuple[np.ndarray, float, dict[int, tuple[int, ...]], dict[str, Any]]:
+    """The route-class LP's split ratios, its optimum, the ``loop_free`` fallback next hops and what
+    the plan's ``extra`` says about the solve."""
+    say("lp", 0.0)
+    fib = intent.wcmp_realization == WcmpRealization.FIB
+    share = None if fib else 1.0 / np.asarray(_budgets(intent), dtype=np.float64)
+    extra: dict[str, Any] = {"backend": backend, "lp_model": "route-classes"}
+    sol = solve_wcmp(com, backend=backend, min_share=share)
+    lp_ratio = sol.ratio
+    fallback: dict[int, tuple[int, ...]] = {}
+    if intent.paths_mode == "loop_free":
+        lp_ratio, fallback = make_loop_free(com, sol)
+    extra["lp_seconds"] = round(sol.seconds, 3)
+    if sol.backend:
+        extra["backend"] = sol.backend
+    say("lp", 1.0)
+    return lp_ratio, sol.mlu, fallback, extra
+
+
+def _generic_plan(intent: Intent, backend: str, say: Progress, t0: float) -> Plan:
+    """The plan through route classes: routes, commodities, ECMP, the LP (if WCMP), weights, loads."""
     fab = build_fabric(intent)
     classes = route_classes(fab)
     say("routes", 1.0)
     com = build_commodities(fab, classes)
-    ecmp = ecmp_ratios(com)
-    _, ecmp_loads = propagate(com, ecmp)
+    _, ecmp_loads = propagate(com, ecmp_ratios(com))
     ecmp_mlu = float((ecmp_loads / fab.arc_cap).max()) if fab.n_arcs else 0.0
     lp_ratio: np.ndarray | None = None
     fallback: dict[int, tuple[int, ...]] = {}
-    extra: dict[str, Any] = {"backend": backend}
     if intent.wcmp_enabled:
-        say("lp", 0.0)
-        fib = intent.wcmp_realization == WcmpRealization.FIB
-        share = None if fib else 1.0 / np.asarray(_budgets(intent), dtype=np.float64)
-        extra["lp_model"] = "route-classes"
-        sol = solve_wcmp(com, backend=backend, min_share=share)
-        lp_ratio, lp_bound = sol.ratio, sol.mlu
-        if intent.paths_mode == "loop_free":
-            lp_ratio, fallback = make_loop_free(com, sol)
-        extra["lp_seconds"] = round(sol.seconds, 3)
-        if sol.backend:
-            extra["backend"] = sol.backend
-        say("lp", 1.0)
+        lp_ratio, lp_bound, fallback, extra = _route_class_lp(intent, com, backend, say)
     else:
         lp_bound = ecmp_mlu
-        extra["wcmp"] = False
+        extra = {"backend": backend, "wcmp": False}
     fib = intent.wcmp_realization == WcmpRealization.FIB
     devices, rounded, n_routes = _groups(fab, com, lp_ratio, fib, _budgets(intent), say, fallback)
     say("loads", 0.0)

@@ -46,15 +46,15 @@ def test_relaxation_reaches_the_pod_model_optimum(seed: int) -> None:
     assert routed <= u_exact * (1 + 1e-4), (routed, u_exact, fit)
     # every leaf group sends exactly its plane traffic, and every spine at least its least share
     phi, _ = m.least_shares(share)
-    for (q, p, lp), spines in m.allowed_spines.items():
+    for (q, p, pl), spines in m.allowed_spines.items():
         if (q, p) not in m.d_qp:
             continue
-        a = x[m.a_col[(q, p, lp)]]
-        g = np.array([x[m.g_col[(q, p, lp, arc)]] for arc in spines])
+        a = x[m.a_col[(q, p, pl)]]
+        g = np.array([x[m.g_col[(q, p, pl, arc)]] for arc in spines])
         assert g.sum() == pytest.approx(a, rel=1e-9, abs=1e-9)
-        assert (g >= phi.get((q, p, lp), 0.0) * a * (1 - 1e-9) - 1e-12).all()
+        assert (g >= phi.get((q, p, pl), 0.0) * a * (1 - 1e-9) - 1e-12).all()
     for (q, p), d in m.d_qp.items():  # and every pod pair's demand
-        assert sum(x[m.a_col[(q, p, lp)]] for lp in m.allowed_planes[(q, p)]) == pytest.approx(d, rel=1e-6)
+        assert sum(x[m.a_col[(q, p, pl)]] for pl in m.allowed_planes[(q, p)]) == pytest.approx(d, rel=1e-6)
 
 
 def test_pdlp_plans_go_through_the_relaxation_and_pass_the_checker() -> None:
@@ -91,7 +91,7 @@ def test_a_vertex_of_the_relaxation_may_defeat_the_fit_but_not_the_bound() -> No
     assert routed >= float(xv[-1]) * (1 - 1e-6)
     assert fit >= 0.0
     for (q, p), d in m.d_qp.items():
-        assert sum(x[m.a_col[(q, p, lp)]] for lp in m.allowed_planes[(q, p)]) == pytest.approx(d, rel=1e-6)
+        assert sum(x[m.a_col[(q, p, pl)]] for pl in m.allowed_planes[(q, p)]) == pytest.approx(d, rel=1e-6)
 
 
 def test_pods_numbered_far_apart_plan_alike() -> None:

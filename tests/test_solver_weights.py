@@ -109,17 +109,17 @@ def test_load_aware_rounding_is_consistent_and_no_worse_than_per_group(budget: i
         d = m.d_qp.get((q, p), 0.0)
         if d > 0:
             tot = sum(w for _l, w in mem)
-            for lp, w in mem:
-                assert xr[m.a_col[(q, p, lp)]] == pytest.approx(d * w / tot, rel=1e-12)
+            for pl, w in mem:
+                assert xr[m.a_col[(q, p, pl)]] == pytest.approx(d * w / tot, rel=1e-12)
     for (leaf, p), mem in leaf_w.items():
-        q, lp = m.leaf_pp[leaf]
-        assert len(mem) == len(m.allowed_spines[(q, p, lp)]) and min(w for _a, w in mem) >= 1
+        q, pl = m.leaf_pp[leaf]
+        assert len(mem) == len(m.allowed_spines[(q, p, pl)]) and min(w for _a, w in mem) >= 1
         tot = sum(w for _a, w in mem)
         assert tot <= leaf_budget[leaf]
-        a_r = xr[m.a_col[(q, p, lp)]] if (q, p, lp) in m.a_col else 0.0
+        a_r = xr[m.a_col[(q, p, pl)]] if (q, p, pl) in m.a_col else 0.0
         for arc, w in mem:
-            if (q, p, lp, arc) in m.g_col:
-                assert xr[m.g_col[(q, p, lp, arc)]] == pytest.approx(a_r * w / tot, rel=1e-12, abs=1e-12)
+            if (q, p, pl, arc) in m.g_col:
+                assert xr[m.g_col[(q, p, pl, arc)]] == pytest.approx(a_r * w / tot, rel=1e-12, abs=1e-12)
     mlu = float((m.loads(xr) / fab.arc_cap).max())
     _t, _l, xr_group = _weights(intent, fab, m, x, False)
     mlu_group = float((m.loads(xr_group) / fab.arc_cap).max())

@@ -142,11 +142,11 @@ def _cut_bounds(m: PodModel, ecmp_loads: np.ndarray, spine_layer: np.ndarray) ->
     head, tail = m.fab.arc_head, m.fab.arc_tail
     n_dev = m.fab.n
     groups = np.full(m.fab.n_arcs, -1, dtype=np.int64)
-    for (t, _lp), arc in m.tor_arc.items():
+    for (t, _pl), arc in m.tor_arc.items():
         groups[arc] = t  # up from ToR t
         groups[arc ^ 1] = n_dev + t  # down to ToR t
     pod_ix = {p: i for i, p in enumerate(m.pods)}  # pods are numbered freely: index by position
-    pod_of = {v: pod_ix[q] for v, (q, _lp) in m.leaf_pp.items()}
+    pod_of = {v: pod_ix[q] for v, (q, _pl) in m.leaf_pp.items()}
     for arc in np.flatnonzero(spine_layer).tolist():
         up = int(tail[arc]) in pod_of
         groups[arc] = 2 * n_dev + 2 * (pod_of[int(tail[arc])] if up else pod_of[int(head[arc])]) + (0 if up else 1)
@@ -285,19 +285,19 @@ def _weights(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool
         if not planes:
             continue
         d = m.d_qp.get((q, p), 0.0)
-        cols = [m.a_col.get((q, p, lp)) for lp in planes]
+        cols = [m.a_col.get((q, p, pl)) for pl in planes]
         w = _split(reduce, np.array([x[c] if c is not None else 0.0 for c in cols]), tor_budget[q], fib, d > 0)
         tot = sum(w)
         for c, wi in zip(cols, w, strict=True):
             if c is not None:
                 x_round[c] = d * wi / tot
-        tor_w[(q, p)] = tuple((lp, wi) for lp, wi in zip(planes, w, strict=True) if wi > 0)
+        tor_w[(q, p)] = tuple((pl, wi) for pl, wi in zip(planes, w, strict=True) if wi > 0)
     leaf_w: dict[tuple[int, int], _Members] = {}
-    for (q, p, lp), arcs in m.allowed_spines.items():
-        leaf = m.leaf_at[(q, lp)]
-        ac = m.a_col.get((q, p, lp))
+    for (q, p, pl), arcs in m.allowed_spines.items():
+        leaf = m.leaf_at[(q, pl)]
+        ac = m.a_col.get((q, p, pl))
         a_r = x_round[ac] if ac is not None else 0.0
-        cols = [m.g_col.get((q, p, lp, arc)) for arc in arcs]
+        cols = [m.g_col.get((q, p, pl, arc)) for arc in arcs]
         vals = np.array([x[c] if c is not None else 0.0 for c in cols])
         w = _split(reduce, vals, _budget(intent, fab.names[leaf]), fib, a_r > 0)
         tot = sum(w)
@@ -332,8 +332,8 @@ def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[in
 
     nh_cache: dict[tuple[int, int], NextHop] = {}
     tor_arcs: dict[int, list[tuple[int, int]]] = {}  # ToR -> (plane, arc up)
-    for (t, lp), a in sorted(m.tor_arc.items()):
-        tor_arcs.setdefault(t, []).append((lp, a))
+    for (t, pl), a in sorted(m.tor_arc.items()):
+        tor_arcs.setdefault(t, []).append((pl, a))
     tor_groups: dict[tuple[Any, ...], tuple[dict[str, tuple[NextHop, ...]], dict[int, str]]] = {}
 
     def hop(a: int, w: int) -> NextHop:
@@ -365,15 +365,15 @@ def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[in
             own = v
             q = m.tor_pod[v]
             # ToRs of a pod with the same port and leaf per plane have the same groups: build them once
-            look = (q, tuple((lp, port[a], int(head[a])) for lp, a in tor_arcs.get(v, ())))
+            look = (q, tuple((pl, port[a], int(head[a])) for pl, a in tor_arcs.get(v, ())))
             shared = tor_groups.get(look)
             if shared is None:
                 for p in m.pods:
                     mem = tor_w.get((q, p))
                     if mem:
-                        by_pod[p] = gid_of(hops([(m.tor_arc[(v, lp)], w) for lp, w in mem]))
+                        by_pod[p] = gid_of(hops([(m.tor_arc[(v, pl)], w) for pl, w in mem]))
         elif role == Role.LEAF:
-            q, lp = m.leaf_pp[v]
+            q, pl = m.leaf_pp[v]
             for p in m.pods:
                 if p == q:
                     for t in m.tors_of[q]:

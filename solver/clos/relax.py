@@ -100,8 +100,8 @@ class Relaxation:
         # leaves' up and down traffic, spines' balance: one row per device
         f = 1.0 - self.n_spines_a * self.phi_a
         carries = np.flatnonzero(self.n_spines_a > 0)
-        a_src = np.array([m.leaf_at[(q, lp)] for (q, _p, lp) in m.a_col], dtype=np.int64)
-        a_dst = np.array([m.leaf_at[(p, lp)] for (_q, p, lp) in m.a_col], dtype=np.int64)
+        a_src = np.array([m.leaf_at[(q, pl)] for (q, _p, pl) in m.a_col], dtype=np.int64)
+        a_dst = np.array([m.leaf_at[(p, pl)] for (_q, p, pl) in m.a_col], dtype=np.int64)
         n_dev = fab.n
         y_cols = n_a + np.arange(n_up)
         z_cols = n_a + n_up + np.arange(n_dn)
@@ -167,21 +167,21 @@ def relaxation(m: PodModel, least: tuple[dict[tuple[int, int, int], float], np.n
     a_keys = list(m.a_col)
     a_q = np.array([pod_ix[q] for (q, _p, _l) in a_keys], dtype=np.int64)
     a_p = np.array([pod_ix[p] for (_q, p, _l) in a_keys], dtype=np.int64)
-    a_l = np.array([lp for (_q, _p, lp) in a_keys], dtype=np.int64)
+    a_l = np.array([pl for (_q, _p, pl) in a_keys], dtype=np.int64)
     leaf_pod = np.full(fab.n, -1, dtype=np.int64)
     leaf_plane = np.full(fab.n, -1, dtype=np.int64)
-    for v, (q, lp) in m.leaf_pp.items():
-        leaf_pod[v], leaf_plane[v] = pod_ix[q], lp
+    for v, (q, pl) in m.leaf_pp.items():
+        leaf_pod[v], leaf_plane[v] = pod_ix[q], pl
     n_pods = len(m.pods)
     planes: list[_Plane] = []
-    for lp in sorted(set(leaf_plane[tail[up_arcs]].tolist())):
-        ups = np.flatnonzero(leaf_plane[tail[up_arcs]] == lp)
-        dns = np.flatnonzero(leaf_plane[head[dn_arcs]] == lp)
+    for pl in sorted(set(leaf_plane[tail[up_arcs]].tolist())):
+        ups = np.flatnonzero(leaf_plane[tail[up_arcs]] == pl)
+        dns = np.flatnonzero(leaf_plane[head[dn_arcs]] == pl)
         spines, j_up = np.unique(head[up_arcs[ups]], return_inverse=True)
         j_dn = np.searchsorted(spines, tail[dn_arcs[dns]])
         n_s = len(spines)
-        cells = np.flatnonzero((a_l == lp) & (counts > 0))
-        g = np.flatnonzero(a_l[g_a] == lp)
+        cells = np.flatnonzero((a_l == pl) & (counts > 0))
+        g = np.flatnonzero(a_l[g_a] == pl)
         g_j = np.searchsorted(spines, head[up_arcs[g_up[g]]])
         planes.append(_Plane(
             n_pods=n_pods, n_spines=n_s, cell_a=cells, cell_qp=a_q[cells] * n_pods + a_p[cells],

@@ -139,12 +139,12 @@ def _index(m: PodModel) -> _Index:
         g_down=np.array([m.spine_down[(int(head[k[3]]), k[1])] for k in g_keys], dtype=np.int64),
         g_group=g_group,
         g_size=np.bincount(g_group, minlength=n_a),
-        a_src_leaf=np.array([m.leaf_at[(q, lp)] for q, _p, lp in a_keys], dtype=np.int64),
-        a_dst_leaf=np.array([m.leaf_at[(p, lp)] for _q, p, lp in a_keys], dtype=np.int64),
-        a_src_pp=np.array([pp[(q, lp)] for q, _p, lp in a_keys], dtype=np.int64),
-        a_dst_pp=np.array([pp[(p, lp)] for _q, p, lp in a_keys], dtype=np.int64),
+        a_src_leaf=np.array([m.leaf_at[(q, pl)] for q, _p, pl in a_keys], dtype=np.int64),
+        a_dst_leaf=np.array([m.leaf_at[(p, pl)] for _q, p, pl in a_keys], dtype=np.int64),
+        a_src_pp=np.array([pp[(q, pl)] for q, _p, pl in a_keys], dtype=np.int64),
+        a_dst_pp=np.array([pp[(p, pl)] for _q, p, pl in a_keys], dtype=np.int64),
         tor_arcs=np.array([arc for _k, arc in tor_items], dtype=np.int64),
-        tor_pp=np.array([pp[(m.tor_pod[t], lp)] for (t, lp), _arc in tor_items], dtype=np.int64),
+        tor_pp=np.array([pp[(m.tor_pod[t], pl)] for (t, pl), _arc in tor_items], dtype=np.int64),
         n_pp=len(pp),
     )
 
@@ -181,8 +181,8 @@ def scenario_losses(m: PodModel, devices: Iterable[str], links: Iterable[str], i
     for lost in (src_gone, src_gone | dst_gone | all_rec):
         per: dict[Pair, set[int]] = {}
         for i in np.flatnonzero(lost):
-            q, p, lp = ix.a_keys[i]
-            per.setdefault((q, p), set()).add(lp)
+            q, p, pl = ix.a_keys[i]
+            per.setdefault((q, p), set()).add(pl)
         for k, planes in per.items():
             fam.planes.setdefault(k, set()).add(frozenset(planes))
     leaf_alive = ~dev_dead[ix.a_src_leaf]
@@ -210,11 +210,11 @@ def protected_losses(intent: Intent, m: PodModel, ix: _Index | None = None) -> d
 
     if scope == "all_single":
         for pq in m.d_qp:
-            out["planes"].planes.setdefault(pq, set()).update(frozenset({lp}) for lp in m.allowed_planes[pq])
-        spines = {int(m.fab.arc_head[arc]) for (_q, _p, _lp, arc) in m.g_col}
+            out["planes"].planes.setdefault(pq, set()).update(frozenset({pl}) for pl in m.allowed_planes[pq])
+        spines = {int(m.fab.arc_head[arc]) for (_q, _p, _pl, arc) in m.g_col}
         for v in sorted(spines):
             add(scenario_losses(m, (m.fab.names[v],), (), ix))
-        leaf_spine = {m.fab.intent.links[arc // 2].key for (_q, _p, _lp, arc) in m.g_col}
+        leaf_spine = {m.fab.intent.links[arc // 2].key for (_q, _p, _pl, arc) in m.g_col}
         leaf_spine |= {m.fab.intent.links[arc // 2].key for arc in m.spine_down.values()}
         for key in sorted(leaf_spine):
             add(scenario_losses(m, (), (key,), ix))
@@ -261,12 +261,12 @@ def _kappas(m: PodModel, rows: _Rows, t1: float, t2: float) -> tuple[np.ndarray,
     """Per ``a`` column: ``kappa1`` of its pair and ``kappa2`` of its leaf group (see the module docstring)."""
     k1 = np.ones(len(m.a_col))
     k2 = np.ones(len(m.a_col))
-    for (q, p, lp), ac in m.a_col.items():
+    for (q, p, pl), ac in m.a_col.items():
         n = len(m.allowed_planes[(q, p)])
         k = rows.k_plane.get((q, p), 0)
         k1[ac] = t1 * n / (n - k) if k else 1.0
-        arcs = m.allowed_spines.get((q, p, lp), ())
-        kj = rows.k_spine.get((q, p, lp), 0)
+        arcs = m.allowed_spines.get((q, p, pl), ())
+        kj = rows.k_spine.get((q, p, pl), 0)
         k2[ac] = t2 * len(arcs) / (len(arcs) - kj) if kj else 1.0
     return k1, k2
 
@@ -331,7 +331,7 @@ def _lp(m: PodModel, ix: _Index, classes: list[tuple[_Rows, np.ndarray, np.ndarr
     s = m.scale
     b = _Builder(n + 2)
     for (q, p), d in m.d_qp.items():  # sum_l a = D
-        b.row(((m.a_col[(q, p, lp)], 1.0) for lp in m.allowed_planes[(q, p)]), d / s, d / s)
+        b.row(((m.a_col[(q, p, pl)], 1.0) for pl in m.allowed_planes[(q, p)]), d / s, d / s)
     for g, arcs in m.allowed_spines.items():  # sum_j g = a
         if g in m.a_col:
             b.row([*((m.g_col[(*g, arc)], 1.0) for arc in arcs), (m.a_col[g], -1.0)], 0.0, 0.0)
@@ -339,7 +339,7 @@ def _lp(m: PodModel, ix: _Index, classes: list[tuple[_Rows, np.ndarray, np.ndarr
         for (q, p), sets in rows.planes.items():
             top = m.d_qp[(q, p)] / s * (1.0 - 1.0 / k1[m.a_col[(q, p, m.allowed_planes[(q, p)][0])]])
             for lost in sets:
-                b.row(((m.a_col[(q, p, lp)], 1.0) for lp in lost), -np.inf, top)
+                b.row(((m.a_col[(q, p, pl)], 1.0) for pl in lost), -np.inf, top)
         for g, sets in rows.spines.items():
             ac = m.a_col[g]
             for lost in sets:
@@ -363,8 +363,8 @@ def _lp(m: PodModel, ix: _Index, classes: list[tuple[_Rows, np.ndarray, np.ndarr
     for (q, p), d in m.d_qp.items():  # every plane keeps one unit of the ToR's budget
         planes = m.allowed_planes[(q, p)]
         if len(planes) >= 2:
-            for lp in planes:
-                col_lb[m.a_col[(q, p, lp)]] = d / (tor_budget[q] * s)
+            for pl in planes:
+                col_lb[m.a_col[(q, p, pl)]] = d / (tor_budget[q] * s)
     c = np.zeros(n + 2)
     c[u_col] = 1.0
     c[e_col] = options.clos_penalty
@@ -397,7 +397,7 @@ def _round(m: PodModel, x: np.ndarray, budgets: tuple[dict[int, int], dict[int, 
     tor: dict[Pair, tuple[tuple[int, int], ...]] = {}
     for (q, p), planes in m.allowed_planes.items():
         if planes:
-            vals = [float(x[m.a_col[(q, p, lp)]]) if (q, p, lp) in m.a_col else 0.0 for lp in planes]
+            vals = [float(x[m.a_col[(q, p, pl)]]) if (q, p, pl) in m.a_col else 0.0 for pl in planes]
             tor[(q, p)] = tuple(zip(planes, reduce(vals, tor_budget[q]), strict=True))
     leaf: dict[Group, tuple[tuple[int, int], ...]] = {}
     for g, arcs in m.allowed_spines.items():
@@ -424,12 +424,12 @@ def certificate(m: PodModel, rows: _Rows, w: _Weights) -> tuple[np.ndarray, np.n
     base = np.zeros(m.n_vars)
     for (q, p), d in m.d_qp.items():
         mem = w.tor[(q, p)]
-        tot = sum(wi for _lp, wi in mem)
-        r = {lp: wi / tot for lp, wi in mem}
+        tot = sum(wi for _pl, wi in mem)
+        r = {pl: wi / tot for pl, wi in mem}
         amp = _amplify(r, rows.planes[(q, p)])
-        for lp, share in r.items():
-            ac = m.a_col[(q, p, lp)]
-            reserved[ac] = d * share * amp[lp]
+        for pl, share in r.items():
+            ac = m.a_col[(q, p, pl)]
+            reserved[ac] = d * share * amp[pl]
             base[ac] = d * share
     for g, mem in w.leaf.items():
         gac = m.a_col.get(g)
@@ -481,13 +481,13 @@ def _plan(intent: Intent, m: PodModel, w: _Weights, loads: np.ndarray, summary: 
             if role == Role.TOR:
                 mem = w.tor.get((m.tor_pod[v], p))
                 if t != v and mem:
-                    routes[prefix] = gid((m.tor_arc[(v, lp)], wt) for lp, wt in mem)
+                    routes[prefix] = gid((m.tor_arc[(v, pl)], wt) for pl, wt in mem)
             elif role == Role.LEAF:
-                q, lp = m.leaf_pp[v]
+                q, pl = m.leaf_pp[v]
                 if p == q:
                     routes[prefix] = gid([(m.down_arc[(v, t)], 1)])
-                elif (q, p, lp) in w.leaf:
-                    routes[prefix] = gid(w.leaf[(q, p, lp)])
+                elif (q, p, pl) in w.leaf:
+                    routes[prefix] = gid(w.leaf[(q, p, pl)])
             else:
                 arc = m.spine_down.get((v, p))
                 if arc is not None:

@@ -350,7 +350,7 @@ def integral_plane_split(m: PodModel, x: np.ndarray, min_share: np.ndarray | Non
     k_lb = np.array([1.0 if len(m.allowed_planes[k[:2]]) > 1 and col_lb[m.a_col[k]] > 0 else 0.0 for k in keys])
     hint = None
     if hint_w is not None:
-        w_of = {(q, p, lp): w for (q, p), mem in hint_w.items() for lp, w in mem}
+        w_of = {(q, p, pl): w for (q, p), mem in hint_w.items() for pl, w in mem}
         kv = np.array([float(w_of.get(k, 0)) for k in keys])
         hint = np.concatenate([np.full(n_lp, np.nan), kv])
     res = solve_milp(np.append(c, np.zeros(n_k)), big, np.append(row_lb, np.zeros(n_k)),
