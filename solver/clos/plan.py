@@ -320,82 +320,110 @@ def _split(reduce: Callable[[np.ndarray, int], tuple[int, ...]], vals: np.ndarra
     return tuple(int(v) for v in full)
 
 
+_Hops = tuple[tuple[int, int], ...]  # a group as (arc, weight) pairs in port order: its identity on a device
+_Shared = tuple[dict[str, tuple[NextHop, ...]], dict[int, str]]  # a ToR's groups and its group per pod
+
+
+class _Groups:
+    """Group ids of one device, numbered in the order its groups first appear."""
+
+    def __init__(self, port: tuple[str, ...]) -> None:
+        self.port = port
+        self.ids: dict[_Hops, str] = {}
+
+    def __call__(self, members: list[tuple[int, int]]) -> str:
+        h = tuple(sorted(members, key=lambda aw: self.port[aw[0]]))
+        g = self.ids.get(h)
+        if g is None:
+            g = self.ids[h] = f"g{len(self.ids) + 1}"
+        return g
+
+
+class _NextHops:
+    """``NextHop`` objects per (arc, weight), shared by every device of the plan."""
+
+    def __init__(self, fab: Fabric) -> None:
+        self.fab = fab
+        self.cache: dict[tuple[int, int], NextHop] = {}
+
+    def groups(self, gids: _Groups) -> dict[str, tuple[NextHop, ...]]:
+        return {g: tuple(self.hop(a, w) for a, w in h) for h, g in gids.ids.items()}
+
+    def hop(self, a: int, w: int) -> NextHop:
+        h = self.cache.get((a, w))
+        if h is None:
+            h = self.cache[(a, w)] = NextHop(self.fab.arc_port[a], self.fab.names[int(self.fab.arc_head[a])], w)
+        return h
+
+
+def _tor_groups(v: int, m: PodModel, tor_w: dict[tuple[int, int], _Members],
+                tor_arcs: dict[int, list[tuple[int, int]]], nexthops: _NextHops,
+                shared: dict[tuple[Any, ...], _Shared]) -> _Shared:
+    """A ToR's groups and its group per destination pod. ToRs of a pod with the same port and leaf
+    per plane have the same groups: they are built once and shared."""
+    port, head = m.fab.arc_port, m.fab.arc_head
+    q = m.tor_pod[v]
+    look = (q, tuple((pl, port[a], int(head[a])) for pl, a in tor_arcs.get(v, ())))
+    hit = shared.get(look)
+    if hit is not None:
+        return hit
+    gid = _Groups(port)
+    by_pod: dict[int, str] = {}
+    for p in m.pods:
+        mem = tor_w.get((q, p))
+        if mem:
+            by_pod[p] = gid([(m.tor_arc[(v, pl)], w) for pl, w in mem])
+    shared[look] = (nexthops.groups(gid), by_pod)
+    return shared[look]
+
+
+def _leaf_groups(v: int, m: PodModel, leaf_w: dict[tuple[int, int], _Members], gid: _Groups
+                 ) -> tuple[dict[int, str], dict[int, str]]:
+    """A leaf's group per destination pod (its split over spines) and per ToR of its own pod."""
+    q, _pl = m.leaf_pp[v]
+    by_pod: dict[int, str] = {}
+    by_tor: dict[int, str] = {}
+    for p in m.pods:
+        if p == q:
+            for t in m.tors_of[q]:
+                by_tor[t] = gid([(m.down_arc[(v, t)], 1)])
+        else:
+            mem = leaf_w.get((v, p))
+            if mem:
+                by_pod[p] = gid(list(mem))
+    return by_pod, by_tor
+
+
 def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[int, int], _Members],
                   leaf_w: dict[tuple[int, int], _Members]) -> tuple[dict[str, DevicePlan], int, int]:
-    names, port, head = fab.names, fab.arc_port, fab.arc_head
+    """Every device's groups and (lazy) routes; also the number of groups and routes."""
     prefixes = [p.prefix for p in intent.prefixes]
     index = {p: i for i, p in enumerate(prefixes)}
     ptor = np.array([fab.index[p.origins[0]] for p in intent.prefixes], dtype=np.int64)
     ppod = np.array([m.tor_pod[int(t)] for t in ptor], dtype=np.int64)
-    devices: dict[str, DevicePlan] = {}
-    n_groups = n_routes = 0
-
-    nh_cache: dict[tuple[int, int], NextHop] = {}
+    nexthops = _NextHops(fab)
     tor_arcs: dict[int, list[tuple[int, int]]] = {}  # ToR -> (plane, arc up)
     for (t, pl), a in sorted(m.tor_arc.items()):
         tor_arcs.setdefault(t, []).append((pl, a))
-    tor_groups: dict[tuple[Any, ...], tuple[dict[str, tuple[NextHop, ...]], dict[int, str]]] = {}
-
-    def hop(a: int, w: int) -> NextHop:
-        h = nh_cache.get((a, w))
-        if h is None:
-            h = nh_cache[(a, w)] = NextHop(port[a], names[int(head[a])], w)
-        return h
-
-    def hops(members: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-        """A group as (arc, weight) pairs in port order: its identity on the device."""
-        return tuple(sorted(members, key=lambda aw: port[aw[0]]))
-
-    for v, name in enumerate(names):
+    shared: dict[tuple[Any, ...], _Shared] = {}
+    devices: dict[str, DevicePlan] = {}
+    n_groups = n_routes = 0
+    for v, name in enumerate(fab.names):
         role = intent.devices[v].role
-        gids: dict[tuple[tuple[int, int], ...], str] = {}
-        by_pod: dict[int, str] = {}
         by_tor: dict[int, str] = {}
-
-        def gid_of(h: tuple[tuple[int, int], ...], gids: dict[tuple[tuple[int, int], ...], str] = gids) -> str:
-            g = gids.get(h)
-            if g is None:
-                g = gids[h] = f"g{len(gids) + 1}"
-            return g
-
         own: int | None = None
-        shared: tuple[dict[str, tuple[NextHop, ...]], dict[int, str]] | None = None
-        look: tuple[Any, ...] = ()
         if role == Role.TOR:
             own = v
-            q = m.tor_pod[v]
-            # ToRs of a pod with the same port and leaf per plane have the same groups: build them once
-            look = (q, tuple((pl, port[a], int(head[a])) for pl, a in tor_arcs.get(v, ())))
-            shared = tor_groups.get(look)
-            if shared is None:
-                for p in m.pods:
-                    mem = tor_w.get((q, p))
-                    if mem:
-                        by_pod[p] = gid_of(hops([(m.tor_arc[(v, pl)], w) for pl, w in mem]))
-        elif role == Role.LEAF:
-            q, pl = m.leaf_pp[v]
-            for p in m.pods:
-                if p == q:
-                    for t in m.tors_of[q]:
-                        by_tor[t] = gid_of(hops([(m.down_arc[(v, t)], 1)]))
-                else:
-                    mem = leaf_w.get((v, p))
-                    if mem:
-                        by_pod[p] = gid_of(hops(list(mem)))
+            groups, by_pod = _tor_groups(v, m, tor_w, tor_arcs, nexthops, shared)
         else:
-            for p in m.pods:
-                arc = m.spine_down.get((v, p))
-                if arc is not None:
-                    by_pod[p] = gid_of(hops([(arc, 1)]))
-        if shared is not None:
-            groups, by_pod = shared
-        else:
-            groups = {g: tuple(hop(a, w) for a, w in h) for h, g in gids.items()}
-            if role == Role.TOR:
-                tor_groups[look] = (groups, by_pod)
+            gid = _Groups(fab.arc_port)
+            if role == Role.LEAF:
+                by_pod, by_tor = _leaf_groups(v, m, leaf_w, gid)
+            else:
+                by_pod = {p: gid([(m.spine_down[(v, p)], 1)]) for p in m.pods if (v, p) in m.spine_down}
+            groups = nexthops.groups(gid)
         routes = _Routes(prefixes, index, ppod, ptor, by_pod, by_tor, own)
         devices[name] = DevicePlan(groups=groups, routes=routes)
         n_groups += len(groups)
         n_routes += len(routes)
     return devices, n_groups, n_routes
-
