@@ -31,8 +31,8 @@ weight reduction within each device's budget.
 
 On a clean 3-tier Clos (the fabrics :mod:`solver.clos.model` models) the same
 allocation idea runs first on the pod-level model instead
-(:mod:`solver.clos.robust`: a few thousand variables for Clos M where the DAG
-LP has tens of thousands of edges), pricing the baseline MLU against the
+(:mod:`solver.clos.robust`: variables per pod pair and plane, where the DAG
+LP has one per prefix and edge), pricing the baseline MLU against the
 limit; the oracle judges its best candidates. Only when none holds does the
 DAG path run, and then without the blend search (built for fabrics the pod
 model cannot describe).

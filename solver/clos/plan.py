@@ -1,7 +1,7 @@
 """The whole plan of a clean 3-tier RFC 7938 Clos, at pod granularity.
 
-This module owns the fast path that lets L and XL fabrics (thousands of ToR
-prefixes) plan in seconds. A Clos is *clean* when every ToR links once to
+This module owns the fast path whose work grows with pods and planes, not
+with ToR prefixes. A Clos is *clean* when every ToR links once to
 every leaf of its pod, each pod has at most one leaf per plane, leaves link
 only to spines of their plane, nothing is drained, every prefix has exactly
 one ToR origin and every demand enters at a ToR. Then the ToRs of a pod are
@@ -219,7 +219,7 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
         if full or not over.any():
             return xv, seconds, info
         if relax is not None:
-            # every ToR row at once: on XL, adding only the overloaded ones took up to five solves
+            # every ToR row at once: adding only the overloaded ones can take many solves
             # (each round's optimum skews other pods' plane splits onto new ToR arcs)
             rows[:] = True
         else:

@@ -2,7 +2,7 @@
 
 This module owns the step that makes the Clos LP scale with arcs instead of
 leaf groups. The pod model of :mod:`solver.clos.model` has a variable per leaf group
-and spine (``g[q, p, l, j]``: 4.2M on the XL bench fabric); in plane ``l`` they
+and spine (``g[q, p, l, j]``: pods squared times spines); in plane ``l`` they
 form a three-way table ``x[q, p, j]`` whose three two-way margins are what the
 LP constrains: ``sum_j x = a[q, p, l]`` (a pod pair's traffic in the plane),
 ``sum_p x = y[q, j]`` (the load up arc ``leaf(q, l) -> j``) and
@@ -23,11 +23,10 @@ stay zero. The ``a`` margin is fitted last, so the result always delivers
 every demand exactly; how close the ``y`` and ``z`` margins come is measured
 and reported. IPF converges when a table with those margins exists. That is
 not guaranteed for every optimal ``y, z`` (a vertex of the relaxation can
-defeat it), but PDLP's optimum is not a vertex and on every bench fabric the
-fitted table meets the margins to about 1e-8. The caller checks the fitted
-routing's loads and falls back to the full pod model when they exceed the
-relaxation's optimum by more than 0.1% (PDLP's tolerance alone leaves about
-0.01%).
+defeat it), but PDLP's optimum is not a vertex, so the fit is expected to
+meet the margins. The caller checks the fitted routing's loads and falls back
+to the full pod model when they exceed the relaxation's optimum by more than
+``ClosOptions.fit_above``.
 
 Least shares (a leaf's smallest weight, ``g >= share * a``) are carried as in
 :meth:`solver.clos.model.PodModel.lp`: the fitted table is ``g' = g - share * a``,

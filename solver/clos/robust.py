@@ -41,9 +41,9 @@ protected set (in the class) has ``k`` (``t = 1`` forces equal splits, a larger
 ``t`` allows skew and reserves more). One LP per ``(t1, t2)`` of a small grid
 minimizes the baseline MLU with every class's allocation rows under the limit
 (a penalized excess keeps it feasible and tells by how much it missed).
-The ``auto`` backend means PDLP here: this LP is degenerate and the simplex
-takes about 25 s on Clos M where PDLP takes under one; its tolerance is
-harmless since the certificate is recomputed at the rounded weights anyway.
+The ``auto`` backend means PDLP here: this LP is degenerate, which slows the
+simplex down far more than PDLP; PDLP's tolerance is harmless since the
+certificate is recomputed at the rounded weights anyway.
 Integer weights (within each device's budget) change the splits, so each
 candidate's certificate is recomputed at its rounded splits
 (:func:`certificate`: the tightest allocations of those splits, per class) and
