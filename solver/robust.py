@@ -51,14 +51,14 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from controller.model import Intent, WcmpRealization
+from controller.model import Intent
 from controller.model.errors import Infeasible
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan
 from solver.clos.robust import clos_robust
 from solver.lp import DEFAULT_BACKEND, solve_lp
 from solver.options import RobustOptions
 from solver.solve import solve
-from solver.weights import reduce_weights
+from solver.weights import device_budget, reduce_weights
 
 __all__ = ["Evaluation", "failed_topology_intent", "ffc_ratios", "plan_with_ratios", "solve_robust"]
 
@@ -292,11 +292,6 @@ def _lost_sets(intent: Intent, dags: _Dags, all_single: bool) -> list[list[froze
     return [sorted(x, key=sorted) for x in sets]
 
 
-def _head(intent: Intent, lid: int, index: dict[str, int]) -> int:
-    link = intent.links[lid // 2]
-    return index[link.b] if lid % 2 == 0 else index[link.a]
-
-
 def ffc_ratios(intent: Intent, plan: Plan, *, backend: str = DEFAULT_BACKEND,
                capacity: dict[str, float] | None = None) -> tuple[_Dags, list[np.ndarray], float]:
     """The FFC-style allocation LP over the plan's DAGs.
@@ -374,11 +369,6 @@ def ffc_ratios(intent: Intent, plan: Plan, *, backend: str = DEFAULT_BACKEND,
     return dags, ratios, float(res.x[u_col])
 
 
-def _budget(intent: Intent, device: str) -> int:
-    b = intent.max_ecmp_entries(device)
-    return min(b, 100) if intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH else b
-
-
 def plan_with_ratios(intent: Intent, plan: Plan, dags: _Dags, ratios: list[np.ndarray]) -> Plan:
     """``plan`` with the groups of every demanded (prefix, device) re-weighted to ``ratios``
     (integer weights by :func:`solver.weights.reduce_weights`); identical groups merged."""
@@ -390,7 +380,7 @@ def plan_with_ratios(intent: Intent, plan: Plan, dags: _Dags, ratios: list[np.nd
         dev = names[dags.node_dev[k]]
         hops = plan.devices[dev].nexthops(dags.prefixes[dags.node_cls[k]])
         by_port = {h.port: h for h in hops}
-        ws = reduce_weights(ratios[k].tolist(), max(_budget(intent, dev), len(edges)))
+        ws = reduce_weights(ratios[k].tolist(), max(device_budget(intent, dev), len(edges)))
         per_dev.setdefault(dev, {})[dags.prefixes[dags.node_cls[k]]] = tuple(
             NextHop(p, by_port[p].neighbor, w) for (_l, _n, p), w in zip(edges, ws, strict=True))
     devices = {}

@@ -15,7 +15,7 @@ false`` the plan *is* the ECMP plan (every weight 1) and no LP is solved.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,12 +28,11 @@ from solver.lp import DEFAULT_BACKEND
 from solver.options import ClosOptions
 from solver.routing import route_classes
 from solver.wcmp import Commodities, build_commodities, ecmp_ratios, make_loop_free, propagate, solve_wcmp
-from solver.weights import reduce_weights
+from solver.weights import device_budget, reduce_weights
 
 __all__ = ["solve"]
 
 Progress = Callable[[str, float], None]
-_LINK_BANDWIDTH_BUDGET = 100
 
 
 class _Weights:
@@ -58,9 +57,7 @@ class _Weights:
 
 
 def _budgets(intent: Intent) -> list[int]:
-    lb = intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH
-    return [min(intent.max_ecmp_entries(d.name), _LINK_BANDWIDTH_BUDGET) if lb else intent.max_ecmp_entries(d.name)
-            for d in intent.devices]
+    return [device_budget(intent, d.name) for d in intent.devices]
 
 
 def _link_loads(fab: Fabric, loads: np.ndarray) -> tuple[tuple[LinkLoad, ...], float]:
@@ -229,8 +226,4 @@ def _generic_plan(intent: Intent, backend: str, say: Progress, t0: float) -> Pla
     n_groups = sum(len(dp.groups) for dp in devices.values())
     summary = PlanSummary(max_utilization=mlu, lp_bound=lp_bound, ecmp_max_utilization=ecmp_mlu,
                           solve_seconds=time.perf_counter() - t0, groups=n_groups, routes=n_routes, extra=extra)
-    return Plan(fabric=intent.name, summary=summary, devices=_as_mapping(devices), links=links)
-
-
-def _as_mapping(devices: dict[str, DevicePlan]) -> Mapping[str, DevicePlan]:
-    return devices
+    return Plan(fabric=intent.name, summary=summary, devices=devices, links=links)

@@ -77,16 +77,16 @@ def test_budget_too_small_or_bad_ratios() -> None:
 def _pod_model_and_lp(pods: int, budget: int):  # type: ignore[no-untyped-def]
     import numpy as np
 
-    from solver.clos.plan import _budget
     from solver.lp import solve_lp
+    from solver.weights import device_budget
     from tests.podmodel import generated_pod_model
 
     intent, fab, m, share = generated_pod_model(pods=pods, tors=4, planes=2, spines=6, seed=3, missing=0.05,
                                                 hetero=0.3, max_ecmp_entries=budget)
     res = solve_lp(*m.lp(share), backend="glop")
     xv = m.lp_values(res.x)
-    tor_budget = {m.tor_pod[t]: _budget(intent, fab.names[t]) for t in m.tor_pod}
-    leaf_budget = {v: _budget(intent, fab.names[v]) for v in m.leaf_pp}
+    tor_budget = {m.tor_pod[t]: device_budget(intent, fab.names[t]) for t in m.tor_pod}
+    leaf_budget = {v: device_budget(intent, fab.names[v]) for v in m.leaf_pp}
     return intent, fab, m, np.maximum(xv[:-1], 0.0) * m.scale, float(xv[-1]), tor_budget, leaf_budget
 
 
@@ -121,6 +121,6 @@ def test_load_aware_rounding_is_consistent_and_no_worse_than_per_group(budget: i
             if (q, p, pl, arc) in m.g_col:
                 assert xr[m.g_col[(q, p, pl, arc)]] == pytest.approx(a_r * w / tot, rel=1e-12, abs=1e-12)
     mlu = float((m.loads(xr) / fab.arc_cap).max())
-    _t, _l, xr_group = _weights(intent, fab, m, x, False)
+    _t, _l, xr_group = _weights(m, x, False)
     mlu_group = float((m.loads(xr_group) / fab.arc_cap).max())
     assert lp_bound - 1e-9 <= mlu < mlu_group

@@ -36,8 +36,9 @@ from controller.model import Role
 from controller.model.errors import Infeasible
 from solver.fabric import Fabric
 from solver.routing import _bgp_class
+from solver.weights import device_budget
 
-__all__ = ["PodModel", "build_pod_model"]
+__all__ = ["PodModel", "build_pod_model", "pod_budgets"]
 
 
 @dataclass
@@ -497,3 +498,14 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
         allowed_spines=allowed_spines, d_qp=dict(d_qp), a_col=a_col, g_col=g_col, load_matrix=load_matrix,
         scale=float(np.median(fab.arc_cap)) if fab.n_arcs else 1.0,
     )
+
+
+def pod_budgets(m: PodModel) -> tuple[dict[int, int], dict[int, int]]:
+    """Weight budgets of ``m``'s groups: per source pod its ToRs' least, and per leaf its own."""
+    intent, names = m.fab.intent, m.fab.names
+    tor: dict[int, int] = {}
+    for t, q in m.tor_pod.items():
+        b = device_budget(intent, names[t])
+        tor[q] = min(tor.get(q, b), b)
+    leaf = {v: device_budget(intent, names[v]) for v in m.leaf_pp}
+    return tor, leaf

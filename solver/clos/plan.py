@@ -32,14 +32,14 @@ import numpy as np
 
 from controller.model import Intent, Role, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
-from solver.clos.model import PodModel, build_pod_model
+from solver.clos.model import PodModel, build_pod_model, pod_budgets
 from solver.clos.relax import Relaxation, decompose, relaxation
 from solver.clos.repair import repair_weights
 from solver.clos.rounding import carry_round, integral_plane_split
 from solver.fabric import Fabric, build_fabric
 from solver.lp import AUTO_PDLP_VARIABLES, solve_lp
 from solver.options import ClosOptions
-from solver.weights import reduce_weights
+from solver.weights import device_budget, reduce_weights
 
 __all__ = ["clos_plan"]
 
@@ -79,11 +79,6 @@ class _Routes(Mapping[str, str]):
         return int(self._n.sum())
 
 
-def _budget(intent: Intent, name: str) -> int:
-    b = intent.max_ecmp_entries(name)
-    return min(b, 100) if intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH else b
-
-
 def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
               options: ClosOptions = ClosOptions()) -> Plan | None:
     """The plan of a clean 3-tier Clos, or ``None`` when the fabric is not one (use the generic path)."""
@@ -97,7 +92,7 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
     ecmp_x = model.ecmp_x()
     ecmp_loads = model.loads(ecmp_x)
     ecmp_mlu = float((ecmp_loads / fab.arc_cap).max()) if fab.n_arcs else 0.0
-    share = None if fib else np.array([1.0 / _budget(intent, n) for n in fab.names])
+    share = None if fib else np.array([1.0 / device_budget(intent, n) for n in fab.names])
     if intent.wcmp_enabled and model.n_vars:
         progress("lp", 0.0)
         xv, seconds, info = _lp_lazy(model, share, backend, ecmp_loads, options)
@@ -112,10 +107,10 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
             extra["wcmp"] = False
     progress("weights", 0.0)
     if intent.wcmp_enabled:
-        tor_w, leaf_w, x_round, how = _rounded(intent, fab, model, x_lp, fib, share, lp_bound, options)
+        tor_w, leaf_w, x_round, how = _rounded(model, x_lp, fib, share, lp_bound, options)
         extra.update(how)
     else:
-        tor_w, leaf_w, x_round = _weights(intent, fab, model, x_lp, fib)
+        tor_w, leaf_w, x_round = _weights(model, x_lp, fib)
     loads = model.loads(x_round)
     util = loads / fab.arc_cap
     mlu = float(util.max()) if len(util) else 0.0
@@ -230,19 +225,16 @@ _Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members
 
 
 
-def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool, share: np.ndarray | None,
+def _rounded(m: PodModel, x: np.ndarray, fib: bool, share: np.ndarray | None,
              lp_bound: float, options: ClosOptions
              ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray, dict[str, Any]]:
     """Integer weights for the LP's splits: load-aware rounding (:mod:`solver.clos.rounding`), and on small
     fabrics the per-group optimum too, each polished by :func:`repair_weights`; the lower MLU wins."""
-    tor_budget: dict[int, int] = {}
-    for s, q in m.tor_pod.items():
-        b = _budget(intent, fab.names[s])
-        tor_budget[q] = min(tor_budget.get(q, b), b)
-    leaf_budget = {v: _budget(intent, fab.names[v]) for v in m.leaf_pp}
+    fab = m.fab
+    tor_budget, leaf_budget = pod_budgets(m)
     tries: dict[str, _Rounded] = {"load-aware": carry_round(m, x, tor_budget, leaf_budget, fib, options=options)}
     if len(m.allowed_spines) < options.small_groups:
-        tries["per-group"] = _weights(intent, fab, m, x, fib)
+        tries["per-group"] = _weights(m, x, fib)
     if len(m.g_col) <= options.milp_max_weights:
         x2 = integral_plane_split(m, x, share, tor_budget, tries["load-aware"][0], nodes=options.milp_nodes)
         if x2 is not None:
@@ -262,7 +254,7 @@ def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool,
     return (*best[2], {"rounding": best[1], "repair_moves": best[3]})
 
 
-def _weights(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool
+def _weights(m: PodModel, x: np.ndarray, fib: bool
              ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]:
     """Integer weights per (source pod, destination pod) for ToRs and per (leaf, destination pod),
     and the variables (``a`` then ``g``) implied by the rounded splits."""
@@ -275,10 +267,7 @@ def _weights(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool
             hit = cache[key] = tuple(reduce_weights(r, max(budget, len(r))))
         return hit
 
-    tor_budget: dict[int, int] = {}
-    for s, q in m.tor_pod.items():
-        b = _budget(intent, fab.names[s])
-        tor_budget[q] = min(tor_budget.get(q, b), b)
+    tor_budget, leaf_budget = pod_budgets(m)
     x_round = np.zeros_like(x)
     tor_w: dict[tuple[int, int], _Members] = {}
     for (q, p), planes in m.allowed_planes.items():
@@ -299,7 +288,7 @@ def _weights(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool
         a_r = x_round[ac] if ac is not None else 0.0
         cols = [m.g_col.get((q, p, pl, arc)) for arc in arcs]
         vals = np.array([x[c] if c is not None else 0.0 for c in cols])
-        w = _split(reduce, vals, _budget(intent, fab.names[leaf]), fib, a_r > 0)
+        w = _split(reduce, vals, leaf_budget[leaf], fib, a_r > 0)
         tot = sum(w)
         for c, wi in zip(cols, w, strict=True):
             if c is not None:

@@ -159,7 +159,7 @@ def relaxation(m: PodModel, least: tuple[dict[tuple[int, int, int], float], np.n
     g_up_arc = np.where(first_up, ends[:, 0], ends[:, 1])
     g_dn_arc = np.where(first_up, ends[:, 1], ends[:, 0])
     up_arcs, g_up = np.unique(g_up_arc, return_inverse=True)
-    dn_arcs, g_dn = np.unique(g_dn_arc, return_inverse=True)
+    dn_arcs = np.unique(g_dn_arc)
     phi, a_lb = least
     phi_a = np.array([phi.get(k, 0.0) for k in m.a_col])
     pod_ix = {p: i for i, p in enumerate(m.pods)}

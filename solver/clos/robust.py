@@ -62,28 +62,22 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import scipy.sparse as sp
 
-from controller.model import Intent, Role, WcmpRealization
+from controller.model import Intent, Role
 from controller.model.errors import Infeasible
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
-from solver.clos.model import PodModel, build_pod_model
+from solver.clos.model import PodModel, build_pod_model, pod_budgets
 from solver.fabric import build_fabric
 from solver.lp import DEFAULT_BACKEND, solve_lp
 from solver.options import RobustOptions
 from solver.weights import reduce_weights
 
-__all__ = ["CLASSES", "ClosCandidate", "LossFamily", "certificate", "clos_robust", "device_budget",
+__all__ = ["CLASSES", "ClosCandidate", "LossFamily", "certificate", "clos_robust",
            "protected_losses", "scenario_losses"]
 
 CLASSES = ("planes", "spines", "mixed")
 Progress = Callable[[str, float], None]
 Pair = tuple[int, int]
 Group = tuple[int, int, int]
-
-
-def device_budget(intent: Intent, device: str) -> int:
-    """The largest weight sum of a group on ``device`` (link-bandwidth realization: at most 100)."""
-    b = intent.max_ecmp_entries(device)
-    return min(b, 100) if intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH else b
 
 
 @dataclasses.dataclass
@@ -445,16 +439,6 @@ def certificate(m: PodModel, rows: _Rows, w: _Weights) -> tuple[np.ndarray, np.n
     return m.loads(reserved), m.loads(base)
 
 
-def _budgets(intent: Intent, m: PodModel) -> tuple[dict[int, int], dict[int, int]]:
-    names = m.fab.names
-    tor: dict[int, int] = {}
-    for t, q in m.tor_pod.items():
-        b = device_budget(intent, names[t])
-        tor[q] = min(tor.get(q, b), b)
-    leaf = {v: device_budget(intent, names[v]) for v in m.leaf_pp}
-    return tor, leaf
-
-
 def _port(h: NextHop) -> str:
     return h.port
 
@@ -520,7 +504,7 @@ def _setup(intent: Intent, m: PodModel, t0: float) -> _Setup:
     fams = protected_losses(intent, m, ix)
     rows = [_rows(m, fams[c]) for c in CLASSES if fams[c].planes or fams[c].spines]
     ecmp_mlu = float((m.loads(m.ecmp_x()) / m.fab.arc_cap).max(initial=0.0))
-    return _Setup(intent, m, ix, rows, _budgets(intent, m), np.diff(m.load_matrix.indptr) > 0, ecmp_mlu, t0)
+    return _Setup(intent, m, ix, rows, pod_budgets(m), np.diff(m.load_matrix.indptr) > 0, ecmp_mlu, t0)
 
 
 def _candidate(st: _Setup, t: tuple[float, float], w: _Weights, u: float, excess: float) -> ClosCandidate:
