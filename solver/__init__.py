@@ -3,7 +3,7 @@
 It owns routing (RFC 7938 BGP and IS-IS next-hop sets, :mod:`solver.routing`),
 the WCMP linear program (:mod:`solver.wcmp`, backends in :mod:`solver.lp`),
 integer weight reduction (:mod:`solver.weights`) and the plan assembly
-(:mod:`solver.solve`; the plan type it returns is the ground layer's
+(:mod:`solver.solve`, tuned by :mod:`solver.options`; the plan type it returns is the ground layer's
 :mod:`controller.model.plan`). No database, HTTP
 or gRPC: values in, values out.
 """
@@ -11,6 +11,7 @@ or gRPC: values in, values out.
 from __future__ import annotations
 
 from solver.lp import BACKENDS, DEFAULT_BACKEND
+from solver.options import ClosOptions, RobustOptions
 from solver.solve import solve
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "solve"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "ClosOptions", "RobustOptions", "solve"]

@@ -7,31 +7,19 @@ LP. The Clos generator uses it to scale demand matrices to a target load.
 
 from __future__ import annotations
 
-import numpy as np
-
 from controller.model import Intent
-from solver.clos import build_pod_model
+from solver.clos.model import build_pod_model
 from solver.fabric import build_fabric
 from solver.routing import route_classes
 from solver.wcmp import build_commodities, ecmp_ratios, propagate
 
-__all__ = ["ecmp_loads", "ecmp_max_utilization"]
-
-
-def ecmp_loads(intent: Intent) -> np.ndarray:
-    """Gbps per arc (``2*i``: link ``i`` from ``a`` to ``b``; ``2*i+1``: back) under equal splits.
-
-    Raises ``controller.model.errors.Infeasible`` for unroutable demands.
-    """
-    fab = build_fabric(intent)
-    com = build_commodities(fab, route_classes(fab))
-    return propagate(com, ecmp_ratios(com))[1]
+__all__ = ["ecmp_max_utilization"]
 
 
 def ecmp_max_utilization(intent: Intent) -> float:
     """The largest link utilization (either direction) under plain ECMP.
 
-    A clean 3-tier Clos goes through the pod-level model of :mod:`solver.clos`
+    A clean 3-tier Clos goes through the pod-level model of :mod:`solver.clos.model`
     (one BGP simulation per pod); anything else through the route classes.
     """
     fab = build_fabric(intent)

@@ -19,7 +19,7 @@ conservative, so the plan is then judged by the exact scenario oracle; while
 scenarios still violate, later rounds derate the overloaded links' capacities
 in the LP (by ``limit / peak``) and the best plan seen is kept. For plans
 too large for the allocation LP on a small machine (more than
-:data:`FFC_MAX_EDGES` DAG edges) a cheaper search moves every split from the
+``RobustOptions.ffc_max_edges`` DAG edges) a cheaper search moves every split from the
 min-MLU plan's toward equal shares (ECMP, the least amplification a failure
 can cause) and keeps the least move that holds every scenario. Which
 scenarios make the limit *impossible* is proven separately: the min-MLU LP on
@@ -29,10 +29,10 @@ price of robustness is the baseline MLU with and without it
 (``summary.extra["robust"]``). Weights come from the splits by the solver's
 weight reduction within each device's budget.
 
-On a clean 3-tier Clos (the fabrics :mod:`solver.clos` models) the same
+On a clean 3-tier Clos (the fabrics :mod:`solver.clos.model` models) the same
 allocation idea runs first on the pod-level model instead
-(:mod:`solver.closrobust`: a few thousand variables for Clos M where the DAG
-LP has tens of thousands of edges), pricing the baseline MLU against the
+(:mod:`solver.clos.robust`: variables per pod pair and plane, where the DAG
+LP has one per prefix and edge), pricing the baseline MLU against the
 limit; the oracle judges its best candidates. Only when none holds does the
 DAG path run, and then without the blend search (built for fabrics the pod
 model cannot describe).
@@ -51,18 +51,17 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from controller.model import Intent, WcmpRealization
+from controller.model import Intent
 from controller.model.errors import Infeasible
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan
-from solver.closrobust import clos_robust
+from solver.clos.robust import clos_robust
 from solver.lp import DEFAULT_BACKEND, solve_lp
+from solver.options import RobustOptions
 from solver.solve import solve
-from solver.weights import reduce_weights
+from solver.weights import device_budget, reduce_weights
 
 __all__ = ["Evaluation", "failed_topology_intent", "ffc_ratios", "plan_with_ratios", "solve_robust"]
 
-FFC_MAX_EDGES = 60_000  # larger allocation LPs take minutes on a small machine: search blends instead
-MARGIN = 0.02  # derate a little below the limit so the next LP lands inside it
 Progress = Callable[[str, float], None]
 
 
@@ -73,8 +72,6 @@ class Evaluation(Protocol):
     def link_peak(self) -> dict[str, float]: ...
     @property
     def violating(self) -> dict[str, float]: ...
-    @property
-    def failing(self) -> tuple[str, ...]: ...
     @property
     def baseline_mlu(self) -> float: ...
     @property
@@ -158,14 +155,16 @@ def failed_topology_intent(intent: Intent, devices: frozenset[str], links: froze
     return validate_intent(doc)
 
 
-def _impossible(intent: Intent, names: list[str], limit: float, backend: str,
-                parts: Callable[[str], tuple[frozenset[str], frozenset[str]]]) -> dict[str, float | None]:
+def _impossible(intent: Intent, names: list[str], backend: str,
+                parts: Callable[[str], tuple[frozenset[str], frozenset[str]]],
+                options: RobustOptions) -> dict[str, float | None]:
     """Per scenario, the min-MLU bound of its failed topology (None: could not tell)."""
     out: dict[str, float | None] = {}
     for name in names:
         devices, links = parts(name)
         try:
-            bound = solve(failed_topology_intent(intent, devices, links), backend=backend).summary.lp_bound
+            bound = solve(failed_topology_intent(intent, devices, links), backend=backend,
+                          options=options.plan).summary.lp_bound
         except Exception:  # noqa: BLE001 - an unroutable or invalid failed topology: no verdict
             out[name] = None
             continue
@@ -291,11 +290,6 @@ def _lost_sets(intent: Intent, dags: _Dags, all_single: bool) -> list[list[froze
     return [sorted(x, key=sorted) for x in sets]
 
 
-def _head(intent: Intent, lid: int, index: dict[str, int]) -> int:
-    link = intent.links[lid // 2]
-    return index[link.b] if lid % 2 == 0 else index[link.a]
-
-
 def ffc_ratios(intent: Intent, plan: Plan, *, backend: str = DEFAULT_BACKEND,
                capacity: dict[str, float] | None = None) -> tuple[_Dags, list[np.ndarray], float]:
     """The FFC-style allocation LP over the plan's DAGs.
@@ -373,11 +367,6 @@ def ffc_ratios(intent: Intent, plan: Plan, *, backend: str = DEFAULT_BACKEND,
     return dags, ratios, float(res.x[u_col])
 
 
-def _budget(intent: Intent, device: str) -> int:
-    b = intent.max_ecmp_entries(device)
-    return min(b, 100) if intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH else b
-
-
 def plan_with_ratios(intent: Intent, plan: Plan, dags: _Dags, ratios: list[np.ndarray]) -> Plan:
     """``plan`` with the groups of every demanded (prefix, device) re-weighted to ``ratios``
     (integer weights by :func:`solver.weights.reduce_weights`); identical groups merged."""
@@ -389,7 +378,7 @@ def plan_with_ratios(intent: Intent, plan: Plan, dags: _Dags, ratios: list[np.nd
         dev = names[dags.node_dev[k]]
         hops = plan.devices[dev].nexthops(dags.prefixes[dags.node_cls[k]])
         by_port = {h.port: h for h in hops}
-        ws = reduce_weights(ratios[k].tolist(), max(_budget(intent, dev), len(edges)))
+        ws = reduce_weights(ratios[k].tolist(), max(device_budget(intent, dev), len(edges)))
         per_dev.setdefault(dev, {})[dags.prefixes[dags.node_cls[k]]] = tuple(
             NextHop(p, by_port[p].neighbor, w) for (_l, _n, p), w in zip(edges, ws, strict=True))
     devices = {}
@@ -410,9 +399,96 @@ def plan_with_ratios(intent: Intent, plan: Plan, dags: _Dags, ratios: list[np.nd
     return Plan(plan.fabric, plan.summary, devices, plan.links)
 
 
+@dataclasses.dataclass
+class _Search:
+    """The robust search's state: the best plan so far (by :func:`_score`) and what found it."""
+
+    best: tuple[tuple[int, float, float], Plan, Evaluation]
+    rounds: int = 0  # FFC rounds run
+    bound: float | None = None  # the allocation bound of the winning LP path
+    clos: tuple[Plan, dict[str, Any]] | None = None  # the pod-level plan, when it was the best at some point
+    clean: bool = False  # the fabric is a clean Clos (the pod-level path ran)
+    blend: tuple[Plan, float] | None = None
+
+    def offer(self, plan: Plan, ev: Evaluation) -> bool:
+        """Keep ``plan`` if it scores better than the best so far."""
+        if _score(ev) < self.best[0]:
+            self.best = (_score(ev), plan, ev)
+            return True
+        return False
+
+
+def _try_clos(intent: Intent, evaluate: Evaluate, plain: Plan, limit: float, search: _Search, backend: str,
+              oracle_tries: int, say: Progress, options: RobustOptions) -> None:
+    """The pod-level candidates of :mod:`solver.clos.robust`, best first, judged by the oracle."""
+    cands = clos_robust(intent, limit, backend=backend, baseline_floor=float(plain.summary.lp_bound),
+                        progress=say, options=options)
+    search.clean = cands is not None
+    for cand in (cands or [])[:oracle_tries]:
+        plan = cand.plan()
+        ev_c = evaluate(intent, plan)
+        if search.offer(plan, ev_c):
+            search.clos = (plan, {"t": list(cand.t), "certificate": round(cand.reserved_mlu, 6)})
+            search.bound = cand.reserved_mlu
+        if not ev_c.violating:
+            break
+
+
+def _try_ffc(intent: Intent, evaluate: Evaluate, plain: Plan, ev: Evaluation, limit: float, search: _Search,
+             backend: str, max_rounds: int, say: Progress, options: RobustOptions) -> _Dags | None:
+    """FFC rounds on the plan's DAGs, the first on real capacities, later ones with the links the
+    last round's plan overloaded derated. Returns the DAGs of the last round."""
+    capacity = {link.key: link.capacity_gbps for link in intent.links}
+    dags = None
+    while search.best[2].violating and search.rounds < max_rounds:
+        if search.rounds:
+            for key, peak in ev.link_peak.items():
+                if peak > limit:
+                    capacity[key] *= (limit / peak) * (1 - options.derate_margin)
+        search.rounds += 1
+        say("robust", search.rounds / max_rounds)
+        try:
+            dags, ratios, u = ffc_ratios(intent, plain, backend=backend, capacity=capacity)
+        except Infeasible:
+            break
+        search.bound = u if search.rounds == 1 and search.clos is None else search.bound
+        plan = plan_with_ratios(intent, plain, dags, ratios)
+        ev = evaluate(intent, plan)
+        search.offer(plan, ev)
+    return dags
+
+
+def _report(intent: Intent, plain: Plan, search: _Search, limit: float, backend: str, prove: int,
+            t0: float, options: RobustOptions) -> Plan:
+    """The best plan with ``summary.extra["robust"]`` (see :func:`solve_robust`)."""
+    _, plan, ev = search.best
+    impossible: dict[str, float] = {}
+    if ev.violating:
+        worst = sorted(ev.violating, key=lambda n: -ev.violating[n])[:prove]
+        bounds = _impossible(intent, worst, backend, _parts_of(intent), options)
+        impossible = {n: round(b, 6) for n, b in bounds.items() if b is not None and b > limit + 1e-9}
+    clos = search.clos
+    extra = {
+        "robust": not ev.violating,
+        "limit": limit,
+        "baseline_mlu_plain": round(float(plain.summary.max_utilization), 6),
+        "baseline_mlu_robust": round(ev.baseline_mlu, 6),
+        "rounds": search.rounds,
+        "method": _method(plan, plain, clos, search.blend),
+        "ffc_bound": None if search.bound is None else round(search.bound, 6),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "violating": {n: round(u, 6) for n, u in sorted(ev.violating.items(), key=lambda kv: -kv[1])[:50]},
+        "violating_count": len(ev.violating),
+        "impossible": impossible,
+    }
+    if clos is not None and plan is clos[0]:
+        extra["clos"] = clos[1]
+    return _real_plan(intent, plan, ev.baseline_mlu, extra, loads_known=clos is not None and plan is clos[0])
+
+
 def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_BACKEND, max_rounds: int = 4,
                  prove: int = 10, method: str = "auto", oracle_tries: int = 2,
-                 progress: Progress | None = None) -> Plan:
+                 progress: Progress | None = None, options: RobustOptions = RobustOptions()) -> Plan:
     """A plan whose utilization stays under the limit in every scenario where possible.
 
     Parameters
@@ -422,15 +498,17 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
         (pass :func:`safety.replay.peaks`).
     backend : the LP backend of :func:`solver.solve`.
     max_rounds : FFC rounds at most (the first on real capacities, then derated).
-    method : ``clos`` (the pod-level allocation LP of :mod:`solver.closrobust`,
+    method : ``clos`` (the pod-level allocation LP of :mod:`solver.clos.robust`,
         clean Clos fabrics only), ``ffc`` (the allocation LP on the plan's DAGs),
         ``blend`` (the search between the min-MLU splits and ECMP) or ``auto``:
         ``clos`` on a clean Clos, then (if scenarios still violate) FFC when the
-        plan's DAGs have at most :data:`FFC_MAX_EDGES` edges, then the blend
+        plan's DAGs have at most ``options.ffc_max_edges`` edges, then the blend
         search unless the fabric is a clean Clos.
     oracle_tries : how many of the pod-level candidates (best first) the oracle judges at most.
     prove : how many still-violating scenarios to test for impossibility.
     progress : called as ``progress(stage, fraction)``.
+    options : the robust knobs and those of the plain plans solved on the way
+        (:class:`solver.options.RobustOptions`).
 
     Returns
     -------
@@ -451,74 +529,22 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     """
     t0 = time.perf_counter()
     say: Progress = progress or (lambda stage, frac: None)
-    plain = solve(intent, backend=backend)
+    plain = solve(intent, backend=backend, options=options.plan)
     ev = evaluate(intent, plain)
     limit = ev.limits["failure"]
-    capacity = {link.key: link.capacity_gbps for link in intent.links}
-    best: tuple[tuple[int, float, float], Plan, Evaluation] = (_score(ev), plain, ev)
-    rounds = 0
-    bound = None
-    clos: tuple[Plan, dict[str, Any]] | None = None
-    clean = False
+    search = _Search((_score(ev), plain, ev))
     if ev.violating and method in ("auto", "clos"):
-        cands = clos_robust(intent, limit, backend=backend, baseline_floor=float(plain.summary.lp_bound),
-                            progress=say)
-        clean = cands is not None
-        for cand in (cands or [])[:oracle_tries]:
-            plan = cand.plan()
-            ev_c = evaluate(intent, plan)
-            if _score(ev_c) < best[0]:
-                best = (_score(ev_c), plan, ev_c)
-                clos = (plan, {"t": list(cand.t), "certificate": round(cand.reserved_mlu, 6)})
-                bound = cand.reserved_mlu
-            if not ev_c.violating:
-                break
-    dags = _dags(intent, plain) if best[2].violating and method != "clos" else None
-    use_ffc = method == "ffc" or (method == "auto" and dags is not None and dags.n_edges <= FFC_MAX_EDGES)
-    while use_ffc and dags is not None and best[2].violating and rounds < max_rounds:
-        if rounds:
-            for key, peak in ev.link_peak.items():
-                if peak > limit:
-                    capacity[key] *= (limit / peak) * (1 - MARGIN)
-        rounds += 1
-        say("robust", rounds / max_rounds)
-        try:
-            dags, ratios, u = ffc_ratios(intent, plain, backend=backend, capacity=capacity)
-        except Infeasible:
-            break
-        bound = u if rounds == 1 and clos is None else bound
-        plan = plan_with_ratios(intent, plain, dags, ratios)
-        ev = evaluate(intent, plan)
-        if _score(ev) < best[0]:
-            best = (_score(ev), plan, ev)
-    blend = None
-    if dags is not None and best[2].violating and (method == "blend" or (method == "auto" and not clean)):
-        blend, found = _blend_search(intent, plain, dags, evaluate)
-        if _score(found[1]) < best[0]:
-            best = (_score(found[1]), found[0], found[1])
-    _, plan, ev = best
-    impossible: dict[str, float] = {}
-    if ev.violating:
-        worst = sorted(ev.violating, key=lambda n: -ev.violating[n])[:prove]
-        bounds = _impossible(intent, worst, limit, backend, _parts_of(intent))
-        impossible = {n: round(b, 6) for n, b in bounds.items() if b is not None and b > limit + 1e-9}
-    extra = {
-        "robust": not ev.violating,
-        "limit": limit,
-        "baseline_mlu_plain": round(evaluate_baseline(plain, intent), 6),
-        "baseline_mlu_robust": round(ev.baseline_mlu, 6),
-        "rounds": rounds,
-        "method": _method(best[1], plain, clos, blend),
-        "ffc_bound": None if bound is None else round(bound, 6),
-        "seconds": round(time.perf_counter() - t0, 3),
-        "violating": {n: round(u, 6) for n, u in sorted(ev.violating.items(), key=lambda kv: -kv[1])[:50]},
-        "violating_count": len(ev.violating),
-        "impossible": impossible,
-    }
-    if clos is not None and plan is clos[0]:
-        extra["clos"] = clos[1]
+        _try_clos(intent, evaluate, plain, limit, search, backend, oracle_tries, say, options)
+    dags = _dags(intent, plain) if search.best[2].violating and method != "clos" else None
+    use_ffc = method == "ffc" or (method == "auto" and dags is not None and dags.n_edges <= options.ffc_max_edges)
+    if use_ffc and dags is not None:
+        dags = _try_ffc(intent, evaluate, plain, ev, limit, search, backend, max_rounds, say, options) or dags
+    if dags is not None and search.best[2].violating and (method == "blend" or (method == "auto" and not search.clean)):
+        search.blend, found = _blend_search(intent, plain, dags, evaluate, options.blend_steps)
+        search.offer(*found)
+    plan = _report(intent, plain, search, limit, backend, prove, t0, options)
     say("robust", 1.0)
-    return _real_plan(intent, plan, ev.baseline_mlu, extra, loads_known=clos is not None and plan is clos[0])
+    return plan
 
 
 def _method(plan: Plan, plain: Plan, clos: tuple[Plan, dict[str, Any]] | None,
@@ -573,11 +599,6 @@ def _blend_search(intent: Intent, plain: Plan, dags: _Dags, evaluate: Evaluate,
 
 def _score(ev: Evaluation) -> tuple[int, float, float]:
     return (len(ev.violating), max(ev.violating.values(), default=0.0), ev.baseline_mlu)
-
-
-def evaluate_baseline(plan: Plan, intent: Intent) -> float:
-    """The plain plan's baseline MLU as its summary reports it (after rounding)."""
-    return float(plan.summary.max_utilization)
 
 
 def _parts_of(intent: Intent) -> Callable[[str], tuple[frozenset[str], frozenset[str]]]:

@@ -15,24 +15,24 @@ false`` the plan *is* the ECMP plan (every weight 1) and no LP is solved.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from controller.model import Intent, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
-from solver.closplan import clos_plan
+from solver.clos.plan import clos_plan
 from solver.fabric import Fabric, build_fabric
 from solver.lp import DEFAULT_BACKEND
+from solver.options import ClosOptions
 from solver.routing import route_classes
 from solver.wcmp import Commodities, build_commodities, ecmp_ratios, make_loop_free, propagate, solve_wcmp
-from solver.weights import reduce_weights
+from solver.weights import device_budget, reduce_weights
 
 __all__ = ["solve"]
 
 Progress = Callable[[str, float], None]
-_LINK_BANDWIDTH_BUDGET = 100
 
 
 class _Weights:
@@ -57,9 +57,7 @@ class _Weights:
 
 
 def _budgets(intent: Intent) -> list[int]:
-    lb = intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH
-    return [min(intent.max_ecmp_entries(d.name), _LINK_BANDWIDTH_BUDGET) if lb else intent.max_ecmp_entries(d.name)
-            for d in intent.devices]
+    return [device_budget(intent, d.name) for d in intent.devices]
 
 
 def _link_loads(fab: Fabric, loads: np.ndarray) -> tuple[tuple[LinkLoad, ...], float]:
@@ -134,7 +132,7 @@ def _groups(
 
 
 def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress | None = None,
-          method: str = "auto") -> Plan:
+          method: str = "auto", options: ClosOptions = ClosOptions()) -> Plan:
     """Compile ``intent`` into a forwarding plan.
 
     Parameters
@@ -142,8 +140,9 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     intent : a validated intent.
     backend : the LP backend, one of :data:`solver.BACKENDS`.
     progress : called as ``progress(stage, fraction)`` while solving.
-    method : ``auto`` uses the pod-level LP of :mod:`solver.clos` on a clean
+    method : ``auto`` uses the pod-level LP of :mod:`solver.clos.model` on a clean
         3-tier Clos and the route-class LP otherwise; ``generic`` always the latter.
+    options : the tuning knobs of the Clos pipeline (:class:`solver.options.ClosOptions`).
 
     Returns
     -------
@@ -175,37 +174,49 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
         raise ValueError(f"unknown LP backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     say("routes", 0.0)
     if method == "auto":
-        plan = clos_plan(intent, backend=backend, progress=say, t0=t0)
+        plan = clos_plan(intent, backend=backend, progress=say, t0=t0, options=options)
         if plan is not None:
             return plan
     elif method != "generic":
         raise ValueError(f"unknown method {method!r}: auto or generic")
+    return _generic_plan(intent, backend, say, t0)
+
+
+def _route_class_lp(intent: Intent, com: Commodities, backend: str, say: Progress
+                    ) -> tuple[np.ndarray, float, dict[int, tuple[int, ...]], dict[str, Any]]:
+    """The route-class LP's split ratios, its optimum, the ``loop_free`` fallback next hops and what
+    the plan's ``extra`` says about the solve."""
+    say("lp", 0.0)
+    fib = intent.wcmp_realization == WcmpRealization.FIB
+    share = None if fib else 1.0 / np.asarray(_budgets(intent), dtype=np.float64)
+    extra: dict[str, Any] = {"backend": backend, "lp_model": "route-classes"}
+    sol = solve_wcmp(com, backend=backend, min_share=share)
+    lp_ratio = sol.ratio
+    fallback: dict[int, tuple[int, ...]] = {}
+    if intent.paths_mode == "loop_free":
+        lp_ratio, fallback = make_loop_free(com, sol)
+    extra["lp_seconds"] = round(sol.seconds, 3)
+    if sol.backend:
+        extra["backend"] = sol.backend
+    say("lp", 1.0)
+    return lp_ratio, sol.mlu, fallback, extra
+
+
+def _generic_plan(intent: Intent, backend: str, say: Progress, t0: float) -> Plan:
+    """The plan through route classes: routes, commodities, ECMP, the LP (if WCMP), weights, loads."""
     fab = build_fabric(intent)
     classes = route_classes(fab)
     say("routes", 1.0)
     com = build_commodities(fab, classes)
-    ecmp = ecmp_ratios(com)
-    _, ecmp_loads = propagate(com, ecmp)
+    _, ecmp_loads = propagate(com, ecmp_ratios(com))
     ecmp_mlu = float((ecmp_loads / fab.arc_cap).max()) if fab.n_arcs else 0.0
     lp_ratio: np.ndarray | None = None
     fallback: dict[int, tuple[int, ...]] = {}
-    extra: dict[str, Any] = {"backend": backend}
     if intent.wcmp_enabled:
-        say("lp", 0.0)
-        fib = intent.wcmp_realization == WcmpRealization.FIB
-        share = None if fib else 1.0 / np.asarray(_budgets(intent), dtype=np.float64)
-        extra["lp_model"] = "route-classes"
-        sol = solve_wcmp(com, backend=backend, min_share=share)
-        lp_ratio, lp_bound = sol.ratio, sol.mlu
-        if intent.paths_mode == "loop_free":
-            lp_ratio, fallback = make_loop_free(com, sol)
-        extra["lp_seconds"] = round(sol.seconds, 3)
-        if sol.backend:
-            extra["backend"] = sol.backend
-        say("lp", 1.0)
+        lp_ratio, lp_bound, fallback, extra = _route_class_lp(intent, com, backend, say)
     else:
         lp_bound = ecmp_mlu
-        extra["wcmp"] = False
+        extra = {"backend": backend, "wcmp": False}
     fib = intent.wcmp_realization == WcmpRealization.FIB
     devices, rounded, n_routes = _groups(fab, com, lp_ratio, fib, _budgets(intent), say, fallback)
     say("loads", 0.0)
@@ -215,8 +226,4 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     n_groups = sum(len(dp.groups) for dp in devices.values())
     summary = PlanSummary(max_utilization=mlu, lp_bound=lp_bound, ecmp_max_utilization=ecmp_mlu,
                           solve_seconds=time.perf_counter() - t0, groups=n_groups, routes=n_routes, extra=extra)
-    return Plan(fabric=intent.name, summary=summary, devices=_as_mapping(devices), links=links)
-
-
-def _as_mapping(devices: dict[str, DevicePlan]) -> Mapping[str, DevicePlan]:
-    return devices
+    return Plan(fabric=intent.name, summary=summary, devices=devices, links=links)

@@ -65,13 +65,8 @@ class Commodities:
         return len(self.node_c)
 
 
-def build_commodities(fab: Fabric, classes: list[RouteClass]) -> Commodities:
-    """Aggregate the intent's demands per route class and index the DAGs.
-
-    Raises
-    ------
-    Infeasible : some demand cannot be routed; ``details`` lists each one with the reason.
-    """
+def _class_demands(fab: Fabric, classes: list[RouteClass]) -> dict[int, dict[int, float]]:
+    """Gbps per route class and source device; raises ``Infeasible`` naming every unroutable demand."""
     intent: Intent = fab.intent
     class_of = {p: ci for ci, rc in enumerate(classes) for p in rc.prefixes}
     per_class: dict[int, dict[int, float]] = {}
@@ -105,6 +100,17 @@ def build_commodities(fab: Fabric, classes: list[RouteClass]) -> Commodities:
         head = problems[0]
         raise Infeasible(f"{len(problems)} demand(s) cannot be routed; first: {head['loc']} "
                          f"{head['from']} -> {head['to']}: {head['reason']}", problems)
+    return per_class
+
+
+def build_commodities(fab: Fabric, classes: list[RouteClass]) -> Commodities:
+    """Aggregate the intent's demands per route class and index the DAGs.
+
+    Raises
+    ------
+    Infeasible : some demand cannot be routed; ``details`` lists each one with the reason.
+    """
+    per_class = _class_demands(fab, classes)
     n = fab.n
     commodity_class = np.array(sorted(per_class), dtype=np.int64)
     node_c: list[int] = []

@@ -20,7 +20,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["oversubscription", "reduce_weights"]
+from controller.model import Intent, WcmpRealization
+
+__all__ = ["LINK_BANDWIDTH_BUDGET", "device_budget", "oversubscription", "reduce_weights"]
+
+#: FRR scales BGP link-bandwidths to kernel weights out of 100: the largest group sum it can express
+LINK_BANDWIDTH_BUDGET = 100
+
+
+def device_budget(intent: Intent, device: str) -> int:
+    """The largest weight sum of a group on ``device``: its ``max_ecmp_entries``, and at most
+    :data:`LINK_BANDWIDTH_BUDGET` under the link-bandwidth realization."""
+    b = intent.max_ecmp_entries(device)
+    return min(b, LINK_BANDWIDTH_BUDGET) if intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH else b
 
 
 def oversubscription(weights: Sequence[int] | np.ndarray, ratios: Sequence[float] | np.ndarray) -> float:
@@ -30,27 +42,6 @@ def oversubscription(weights: Sequence[int] | np.ndarray, ratios: Sequence[float
     r = r / r.sum()
     pos = r > 0
     return float(np.max((w[pos] / w.sum()) / r[pos]))
-
-
-def _best_for_total(r: np.ndarray, total: int) -> np.ndarray | None:
-    n = len(r)
-    w = np.maximum(1, np.floor(total * r)).astype(np.int64)
-    if int(w.sum()) > total:  # the floor of 1 lifted members: water-fill from all ones
-        w = np.ones(n, dtype=np.int64)
-    left = total - int(w.sum())
-    if left:
-        # give each remaining unit to the member whose (w+1)/r is smallest:
-        # the `left` smallest values among the candidate increments, all at once
-        pos = r > 0
-        if not pos.any():
-            return None
-        ks = np.arange(1, left + 1)
-        inc = (w[pos, None] + ks[None, :]) / r[pos, None]  # member x k-th extra unit
-        flat = np.argsort(inc, axis=None, kind="stable")[:left]
-        extra = np.bincount(flat // left, minlength=int(pos.sum()))
-        w[np.flatnonzero(pos)] += extra
-    assert int(w.sum()) == total and n == len(w)
-    return w
 
 
 def _fill(base: np.ndarray, left: np.ndarray, r: np.ndarray) -> np.ndarray:

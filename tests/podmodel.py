@@ -14,9 +14,9 @@ import numpy as np
 from controller.gen import clos_document
 from controller.model import Intent
 from controller.model.intent import validate_intent
-from solver.clos import PodModel, build_pod_model
-from solver.closplan import _budget
+from solver.clos.model import PodModel, build_pod_model
 from solver.fabric import Fabric, build_fabric
+from solver.weights import device_budget
 
 __all__ = ["generated_pod_model"]
 
@@ -29,5 +29,5 @@ def generated_pod_model(**shape: Any) -> tuple[Intent, Fabric, PodModel, np.ndar
     fab = build_fabric(intent)
     m = build_pod_model(fab)
     assert m is not None
-    share = np.array([1.0 / _budget(intent, n) for n in fab.names])
+    share = np.array([1.0 / device_budget(intent, n) for n in fab.names])
     return intent, fab, m, share

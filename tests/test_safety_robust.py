@@ -3,7 +3,7 @@ min-MLU plan breaks the failure limit when a spine of its small plane fails, whi
 robust plan holds; every scenario of the report is then checked by the replay; and a
 limit no weights can meet is reported as impossible, naming the scenarios.
 
-The pod-level path (solver.closrobust) on a generated Clos with a half-size plane and
+The pod-level path (solver.clos.robust) on a generated Clos with a half-size plane and
 ``all_single``: the plain plan breaks the limit, the robust plan holds in every scenario
 of the replay; its certificate bounds every link's peak the replay finds, at every grid
 point (held or not); every single failure takes no more than the protected loss sets
@@ -22,8 +22,8 @@ from controller.model.intent import validate_intent
 from safety.replay import peaks, replay
 from safety.scenarios import scenarios
 from solver import solve
-from solver.clos import build_pod_model
-from solver.closrobust import CLASSES, clos_robust, protected_losses, scenario_losses
+from solver.clos.model import build_pod_model
+from solver.clos.robust import CLASSES, clos_robust, protected_losses, scenario_losses
 from solver.fabric import build_fabric
 from solver.robust import solve_robust
 

@@ -1,4 +1,4 @@
-"""The spine-transport relaxation of the Clos LP (solver.closrelax) and its recovery by IPF.
+"""The spine-transport relaxation of the Clos LP (solver.clos.relax) and its recovery by IPF.
 
 The relaxation's optimum must be a lower bound on the pod model's (it drops
 constraints), the routing recovered from it must deliver every demand exactly
@@ -16,8 +16,8 @@ from controller.gen import clos_document
 from controller.model import Intent
 from controller.model.intent import validate_intent
 from solver import solve
-from solver.clos import PodModel
-from solver.closrelax import decompose, relaxation
+from solver.clos.model import PodModel
+from solver.clos.relax import decompose, relaxation
 from solver.lp import solve_lp
 from tests.checker import assert_plan_ok
 from tests.podmodel import generated_pod_model
@@ -46,15 +46,15 @@ def test_relaxation_reaches_the_pod_model_optimum(seed: int) -> None:
     assert routed <= u_exact * (1 + 1e-4), (routed, u_exact, fit)
     # every leaf group sends exactly its plane traffic, and every spine at least its least share
     phi, _ = m.least_shares(share)
-    for (q, p, lp), spines in m.allowed_spines.items():
+    for (q, p, pl), spines in m.allowed_spines.items():
         if (q, p) not in m.d_qp:
             continue
-        a = x[m.a_col[(q, p, lp)]]
-        g = np.array([x[m.g_col[(q, p, lp, arc)]] for arc in spines])
+        a = x[m.a_col[(q, p, pl)]]
+        g = np.array([x[m.g_col[(q, p, pl, arc)]] for arc in spines])
         assert g.sum() == pytest.approx(a, rel=1e-9, abs=1e-9)
-        assert (g >= phi.get((q, p, lp), 0.0) * a * (1 - 1e-9) - 1e-12).all()
+        assert (g >= phi.get((q, p, pl), 0.0) * a * (1 - 1e-9) - 1e-12).all()
     for (q, p), d in m.d_qp.items():  # and every pod pair's demand
-        assert sum(x[m.a_col[(q, p, lp)]] for lp in m.allowed_planes[(q, p)]) == pytest.approx(d, rel=1e-6)
+        assert sum(x[m.a_col[(q, p, pl)]] for pl in m.allowed_planes[(q, p)]) == pytest.approx(d, rel=1e-6)
 
 
 def test_pdlp_plans_go_through_the_relaxation_and_pass_the_checker() -> None:
@@ -66,14 +66,13 @@ def test_pdlp_plans_go_through_the_relaxation_and_pass_the_checker() -> None:
     assert plan.summary.lp_bound == pytest.approx(float(m.lp_values(exact.x)[-1]), rel=1e-4)
 
 
-def test_a_missed_fit_falls_back_to_the_full_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missed_fit_falls_back_to_the_full_model() -> None:
     """When the recovered routing does not meet the relaxation's optimum (forced here), the plan
     comes from the full pod model, and still passes the checker."""
-    import solver.closplan as closplan
+    from solver.options import ClosOptions
 
-    monkeypatch.setattr(closplan, "FIT_ABOVE", -1.0)  # no routing can be that far under its optimum
     intent, _m, _share = _fabric(5)
-    plan = solve(intent, backend="pdlp")
+    plan = solve(intent, backend="pdlp", options=ClosOptions(fit_above=-1.0))  # no routing is that far under
     assert plan.summary.extra["lp_model_solved"] == "pod-groups"
     assert "spine_transport_missed" in plan.summary.extra
     assert_plan_ok(intent, plan)
@@ -92,7 +91,7 @@ def test_a_vertex_of_the_relaxation_may_defeat_the_fit_but_not_the_bound() -> No
     assert routed >= float(xv[-1]) * (1 - 1e-6)
     assert fit >= 0.0
     for (q, p), d in m.d_qp.items():
-        assert sum(x[m.a_col[(q, p, lp)]] for lp in m.allowed_planes[(q, p)]) == pytest.approx(d, rel=1e-6)
+        assert sum(x[m.a_col[(q, p, pl)]] for pl in m.allowed_planes[(q, p)]) == pytest.approx(d, rel=1e-6)
 
 
 def test_pods_numbered_far_apart_plan_alike() -> None:

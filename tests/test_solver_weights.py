@@ -77,16 +77,16 @@ def test_budget_too_small_or_bad_ratios() -> None:
 def _pod_model_and_lp(pods: int, budget: int):  # type: ignore[no-untyped-def]
     import numpy as np
 
-    from solver.closplan import _budget
     from solver.lp import solve_lp
+    from solver.weights import device_budget
     from tests.podmodel import generated_pod_model
 
     intent, fab, m, share = generated_pod_model(pods=pods, tors=4, planes=2, spines=6, seed=3, missing=0.05,
                                                 hetero=0.3, max_ecmp_entries=budget)
     res = solve_lp(*m.lp(share), backend="glop")
     xv = m.lp_values(res.x)
-    tor_budget = {m.tor_pod[t]: _budget(intent, fab.names[t]) for t in m.tor_pod}
-    leaf_budget = {v: _budget(intent, fab.names[v]) for v in m.leaf_pp}
+    tor_budget = {m.tor_pod[t]: device_budget(intent, fab.names[t]) for t in m.tor_pod}
+    leaf_budget = {v: device_budget(intent, fab.names[v]) for v in m.leaf_pp}
     return intent, fab, m, np.maximum(xv[:-1], 0.0) * m.scale, float(xv[-1]), tor_budget, leaf_budget
 
 
@@ -95,11 +95,13 @@ def test_load_aware_rounding_is_consistent_and_no_worse_than_per_group(budget: i
     """The load-aware rounding's variables are exactly what its weights send, every group keeps
     its budget with every member >= 1, and its MLU beats rounding each group on its own."""
 
-    from solver.closplan import _weights
-    from solver.rounding import carry_round
+    from solver.clos.plan import _weights
+    from solver.clos.rounding import carry_round
+    from solver.options import ClosOptions
 
     intent, fab, m, x, lp_bound, tor_budget, leaf_budget = _pod_model_and_lp(12, budget)
-    tor_w, leaf_w, xr = carry_round(m, x, tor_budget, leaf_budget, fib=False, milp_nodes=0)
+    tor_w, leaf_w, xr = carry_round(m, x, tor_budget, leaf_budget, fib=False,
+                                    options=ClosOptions(milp_nodes=0))
     assert set(tor_w) == {k for k, v in m.allowed_planes.items() if v}
     for (q, p), mem in tor_w.items():
         assert len(mem) == len(m.allowed_planes[(q, p)]) and min(w for _l, w in mem) >= 1
@@ -107,18 +109,18 @@ def test_load_aware_rounding_is_consistent_and_no_worse_than_per_group(budget: i
         d = m.d_qp.get((q, p), 0.0)
         if d > 0:
             tot = sum(w for _l, w in mem)
-            for lp, w in mem:
-                assert xr[m.a_col[(q, p, lp)]] == pytest.approx(d * w / tot, rel=1e-12)
+            for pl, w in mem:
+                assert xr[m.a_col[(q, p, pl)]] == pytest.approx(d * w / tot, rel=1e-12)
     for (leaf, p), mem in leaf_w.items():
-        q, lp = m.leaf_pp[leaf]
-        assert len(mem) == len(m.allowed_spines[(q, p, lp)]) and min(w for _a, w in mem) >= 1
+        q, pl = m.leaf_pp[leaf]
+        assert len(mem) == len(m.allowed_spines[(q, p, pl)]) and min(w for _a, w in mem) >= 1
         tot = sum(w for _a, w in mem)
         assert tot <= leaf_budget[leaf]
-        a_r = xr[m.a_col[(q, p, lp)]] if (q, p, lp) in m.a_col else 0.0
+        a_r = xr[m.a_col[(q, p, pl)]] if (q, p, pl) in m.a_col else 0.0
         for arc, w in mem:
-            if (q, p, lp, arc) in m.g_col:
-                assert xr[m.g_col[(q, p, lp, arc)]] == pytest.approx(a_r * w / tot, rel=1e-12, abs=1e-12)
+            if (q, p, pl, arc) in m.g_col:
+                assert xr[m.g_col[(q, p, pl, arc)]] == pytest.approx(a_r * w / tot, rel=1e-12, abs=1e-12)
     mlu = float((m.loads(xr) / fab.arc_cap).max())
-    _t, _l, xr_group = _weights(intent, fab, m, x, False)
+    _t, _l, xr_group = _weights(m, x, False)
     mlu_group = float((m.loads(xr_group) / fab.arc_cap).max())
     assert lp_bound - 1e-9 <= mlu < mlu_group

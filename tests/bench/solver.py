@@ -14,6 +14,24 @@ device. The public Repetita networks (``../shared/bench/repetita``) as
 unrestricted destination-based flow LP, which ``paths: loop_free`` solves) is
 exactly 0.90: MLU with ``loop_free`` after rounding, with shortest paths
 (WCMP), and ECMP, and seconds per network.
+
+Figures measured with these fabrics (2-core shared machine), which the solver's
+defaults (:class:`solver.options.ClosOptions`, :class:`solver.options.RobustOptions`)
+were tuned on, kept here rather than in the solver's docstrings:
+
+* the pod model of XL has 4.2M leaf-group variables, which is why large models go
+  through the spine-transport relaxation (one column per arc); on every bench fabric
+  its fitted table meets the margins to about 1e-8, against ``fit_above`` = 1e-3;
+* on XL the ToR and pod cut bounds are 0.384 and 0.374 (the optimum is 0.384), which
+  set ``tor_rows_at`` = 0.9; adding only the overloaded ToR rows there took up to five
+  PDLP solves, so the relaxed LP takes every ToR row at once;
+* ``pdlp_tolerance`` = 1e-5 saves about a third of PDLP's time against 1e-7;
+* a branch-and-bound run of ``milp_nodes`` = 50 takes one to two seconds on S;
+* the repair prices a move in about 0.25 ms on M, where a repair prices under a
+  thousand (``repair_tries`` = 20,000 bounds it near 5 s);
+* the pod-level robust LP of M is degenerate: the simplex takes about 25 s where
+  PDLP takes under one; its DAG counterpart has tens of thousands of edges, and
+  allocation LPs beyond ``ffc_max_edges`` = 60,000 take minutes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The whole plan of a clean 3-tier RFC 7938 Clos, at pod granularity.
 
-This module owns the fast path that lets L and XL fabrics (thousands of ToR
-prefixes) plan in seconds. A Clos is *clean* when every ToR links once to
+This module owns the fast path whose work grows with pods and planes, not
+with ToR prefixes. A Clos is *clean* when every ToR links once to
 every leaf of its pod, each pod has at most one leaf per plane, leaves link
 only to spines of their plane, nothing is drained, every prefix has exactly
 one ToR origin and every demand enters at a ToR. Then the ToRs of a pod are
@@ -9,14 +9,14 @@ interchangeable in BGP (swapping two of them is an automorphism of the fabric
 and its ASN plan), so the path-vector simulation of :mod:`solver.routing` runs
 once per destination pod, and every device's route to any ToR of pod ``p`` is
 its route to pod ``p``'s representative (leaves of pod ``p`` itself deliver
-straight to the ToR). The LP is the pod-level model of :mod:`solver.clos`,
+straight to the ToR). The LP is the pod-level model of :mod:`solver.clos.model`,
 its capacity rows added lazily (leaf-spine arcs first; ToR arcs only when the
 solution overloads one, which keeps it exact). A model PDLP would solve is
-solved through its spine-transport relaxation instead (:mod:`solver.closrelax`:
+solved through its spine-transport relaxation instead (:mod:`solver.clos.relax`:
 one column per arc instead of per leaf group and spine), the routing recovered
 from it by matrix scaling and checked against the relaxation's optimum; weights
 are chosen once per (pod pair) and (leaf, destination pod) by the load-aware rounding of
-:mod:`solver.rounding` (on small fabrics also by the per-group optimum of
+:mod:`solver.clos.rounding` (on small fabrics also by the per-group optimum of
 :mod:`solver.weights`; the lower MLU wins); loads (after rounding, and for
 ECMP) are the LP's own linear load rows evaluated at the rounded splits.
 Routes are a lazy :class:`Mapping` per device.
@@ -32,13 +32,14 @@ import numpy as np
 
 from controller.model import Intent, Role, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
-from solver.clos import PodModel, build_pod_model
-from solver.closrelax import Relaxation, decompose, relaxation
+from solver.clos.model import PodModel, build_pod_model, pod_budgets
+from solver.clos.relax import Relaxation, decompose, relaxation
+from solver.clos.repair import repair_weights
+from solver.clos.rounding import carry_round, integral_plane_split
 from solver.fabric import Fabric, build_fabric
 from solver.lp import AUTO_PDLP_VARIABLES, solve_lp
-from solver.repair import repair_weights
-from solver.rounding import MILP_MAX_WEIGHTS, MILP_NODES, carry_round, integral_plane_split
-from solver.weights import reduce_weights
+from solver.options import ClosOptions
+from solver.weights import device_budget, reduce_weights
 
 __all__ = ["clos_plan"]
 
@@ -78,12 +79,8 @@ class _Routes(Mapping[str, str]):
         return int(self._n.sum())
 
 
-def _budget(intent: Intent, name: str) -> int:
-    b = intent.max_ecmp_entries(name)
-    return min(b, 100) if intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH else b
-
-
-def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) -> Plan | None:
+def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
+              options: ClosOptions = ClosOptions()) -> Plan | None:
     """The plan of a clean 3-tier Clos, or ``None`` when the fabric is not one (use the generic path)."""
     fab = build_fabric(intent)
     model = build_pod_model(fab)
@@ -95,10 +92,10 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
     ecmp_x = model.ecmp_x()
     ecmp_loads = model.loads(ecmp_x)
     ecmp_mlu = float((ecmp_loads / fab.arc_cap).max()) if fab.n_arcs else 0.0
-    share = None if fib else np.array([1.0 / _budget(intent, n) for n in fab.names])
+    share = None if fib else np.array([1.0 / device_budget(intent, n) for n in fab.names])
     if intent.wcmp_enabled and model.n_vars:
         progress("lp", 0.0)
-        xv, seconds, info = _lp_lazy(model, share, backend, ecmp_loads)
+        xv, seconds, info = _lp_lazy(model, share, backend, ecmp_loads, options)
         lp_bound = float(xv[-1])
         x_lp = np.maximum(xv[:-1], 0.0) * model.scale
         extra["lp_seconds"] = round(seconds, 3)
@@ -110,10 +107,10 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float) ->
             extra["wcmp"] = False
     progress("weights", 0.0)
     if intent.wcmp_enabled:
-        tor_w, leaf_w, x_round, how = _rounded(intent, fab, model, x_lp, fib, share, lp_bound)
+        tor_w, leaf_w, x_round, how = _rounded(model, x_lp, fib, share, lp_bound, options)
         extra.update(how)
     else:
-        tor_w, leaf_w, x_round = _weights(intent, fab, model, x_lp, fib)
+        tor_w, leaf_w, x_round = _weights(model, x_lp, fib)
     loads = model.loads(x_round)
     util = loads / fab.arc_cap
     mlu = float(util.max()) if len(util) else 0.0
@@ -140,11 +137,11 @@ def _cut_bounds(m: PodModel, ecmp_loads: np.ndarray, spine_layer: np.ndarray) ->
     head, tail = m.fab.arc_head, m.fab.arc_tail
     n_dev = m.fab.n
     groups = np.full(m.fab.n_arcs, -1, dtype=np.int64)
-    for (t, _lp), arc in m.tor_arc.items():
+    for (t, _pl), arc in m.tor_arc.items():
         groups[arc] = t  # up from ToR t
         groups[arc ^ 1] = n_dev + t  # down to ToR t
     pod_ix = {p: i for i, p in enumerate(m.pods)}  # pods are numbered freely: index by position
-    pod_of = {v: pod_ix[q] for v, (q, _lp) in m.leaf_pp.items()}
+    pod_of = {v: pod_ix[q] for v, (q, _pl) in m.leaf_pp.items()}
     for arc in np.flatnonzero(spine_layer).tolist():
         up = int(tail[arc]) in pod_of
         groups[arc] = 2 * n_dev + 2 * (pod_of[int(tail[arc])] if up else pod_of[int(head[arc])]) + (0 if up else 1)
@@ -156,13 +153,13 @@ def _cut_bounds(m: PodModel, ecmp_loads: np.ndarray, spine_layer: np.ndarray) ->
     return float(util[:2 * n_dev].max(initial=0.0)), float(util[2 * n_dev:].max(initial=0.0))
 
 
-def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np.ndarray, rounds: int = 4
+def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np.ndarray, options: ClosOptions
              ) -> tuple[np.ndarray, float, dict[str, Any]]:
     """The pod model's LP with capacity rows added lazily: first only the leaf-spine arcs (where
     a Clos's splits bind), then every arc the solution overloads (and those near ``U``), until
     the solution keeps every arc under ``U`` (so it is optimal for the full LP) or, after
-    ``rounds``, with every row. Models PDLP would solve go through the spine-transport
-    relaxation (:mod:`solver.closrelax`; every row from the first round when a ToR cut is
+    ``options.lp_rounds``, with every row. Models PDLP would solve go through the spine-transport
+    relaxation (:mod:`solver.clos.relax`; every row from the first round when a ToR cut is
     near the pods' cut bound, from the second otherwise) as long as its fitted routing meets
     the relaxation's optimum; otherwise the full model. Returns the
     variables ``[a, g, U]``, seconds, and what the plan's ``extra`` says about the solve."""
@@ -181,24 +178,24 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
             relax = None  # a group with more spines than weights: its margins go negative (the full model says why)
         else:
             tor_cut, pod_cut = _cut_bounds(m, ecmp_loads, spine_layer)
-            if tor_cut >= TOR_ROWS_AT * pod_cut:  # ToR arcs are likely to bind: their rows from the start
+            if tor_cut >= options.tor_rows_at * pod_cut:  # ToR arcs are likely to bind: their rows from the start
                 rows[:] = True
     info: dict[str, Any] = {}
     seconds = 0.0
     k = 0
     while True:
         k += 1
-        full = k > rounds or rows.all()
+        full = k > options.lp_rounds or rows.all()
         arcs = used if full else used[rows]
         if relax is not None:
-            res = solve_lp(*relax.lp(arcs), backend="pdlp", tolerance=PDLP_TOLERANCE)
+            res = solve_lp(*relax.lp(arcs), backend="pdlp", tolerance=options.pdlp_tolerance)
             t0 = time.perf_counter()
-            xv, fit, sweeps = decompose(relax, res.x)
+            xv, fit, sweeps = decompose(relax, res.x, options)
             seconds += res.seconds + time.perf_counter() - t0
             u = float(xv[-1])
             util = m.loads(np.maximum(xv[:-1], 0.0) * m.scale) / cap
             info.update(lp_model_solved="spine-transport", fit_error=float(f"{fit:.3g}"), fit_sweeps=sweeps)
-            if float(util[spine_layer].max(initial=0.0)) > u * (1 + FIT_ABOVE):
+            if float(util[spine_layer].max(initial=0.0)) > u * (1 + options.fit_above):
                 relax = None  # the margins admit no table close enough: solve the full model instead
                 rows = spine_layer[used]
                 info = {"lp_model_solved": "pod-groups",
@@ -207,69 +204,49 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
                 continue
             util = util[used]
         else:
-            res = solve_lp(*m.lp(share, arcs), backend=backend, tolerance=PDLP_TOLERANCE)
+            res = solve_lp(*m.lp(share, arcs), backend=backend, tolerance=options.pdlp_tolerance)
             seconds += res.seconds
             xv = m.lp_values(res.x)
             u = float(xv[-1])
             util = m.loads(np.maximum(xv[:-1], 0.0) * m.scale)[used] / cap[used]
         info.update(backend=res.backend, lp_rounds=k)
-        over = ~rows & (util > u * (1 + 1e-6) + 1e-9)
+        over = ~rows & (util > u * (1 + options.lazy_overload) + 1e-9)
         if full or not over.any():
             return xv, seconds, info
         if relax is not None:
-            # every ToR row at once: on XL, adding only the overloaded ones took up to five solves
+            # every ToR row at once: adding only the overloaded ones can take many solves
             # (each round's optimum skews other pods' plane splits onto new ToR arcs)
             rows[:] = True
         else:
-            rows |= over | (util > 0.98 * u)
+            rows |= over | (util > options.lazy_near * u)
 
 
 _Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]
 
-#: below this many leaf groups the per-group (EuroSys) rounding is tried too and the better plan kept:
-#: few groups give load-aware rounding few errors to compensate with
-SMALL_GROUPS = 5_000
-#: candidate unit moves the repair may price, shared by the roundings it polishes: a bound on work
-#: (about 5 s at 0.25 ms a move on Clos M, where a repair prices under a thousand)
-REPAIR_TRIES = 20_000
-#: the unit-move repair runs only when rounding left the MLU this far above the LP optimum
-REPAIR_ABOVE = 0.002
-#: the relaxed LP has every ToR row from its first round when some ToR's cut bound is at least this
-#: fraction of the pods' (on the XL bench the two are 0.384 and 0.374, and the optimum is 0.384)
-TOR_ROWS_AT = 0.9
-#: the spine-transport relaxation's routing is used when its leaf-spine arcs end within this of the
-#: relaxation's optimum (a bound on the full model's): PDLP's own feasibility tolerance leaves about
-#: 1e-4, and the routing is then within 0.1% of optimal (far inside the rounding's error)
-FIT_ABOVE = 1e-3
-#: PDLP (large fabrics) stops at this relative gap and residual: the LP optimum it reports is within
-#: about that of the true one, far inside the rounding's own error, for a third less time than 1e-7
-PDLP_TOLERANCE = 1e-5
 
 
-def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool, share: np.ndarray | None,
-             lp_bound: float
+def _rounded(m: PodModel, x: np.ndarray, fib: bool, share: np.ndarray | None,
+             lp_bound: float, options: ClosOptions
              ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray, dict[str, Any]]:
-    """Integer weights for the LP's splits: load-aware rounding (:mod:`solver.rounding`), and on small
+    """Integer weights for the LP's splits: load-aware rounding (:mod:`solver.clos.rounding`), and on small
     fabrics the per-group optimum too, each polished by :func:`repair_weights`; the lower MLU wins."""
-    tor_budget: dict[int, int] = {}
-    for s, q in m.tor_pod.items():
-        b = _budget(intent, fab.names[s])
-        tor_budget[q] = min(tor_budget.get(q, b), b)
-    leaf_budget = {v: _budget(intent, fab.names[v]) for v in m.leaf_pp}
-    tries: dict[str, _Rounded] = {"load-aware": carry_round(m, x, tor_budget, leaf_budget, fib)}
-    if len(m.allowed_spines) < SMALL_GROUPS:
-        tries["per-group"] = _weights(intent, fab, m, x, fib)
-    if len(m.g_col) <= MILP_MAX_WEIGHTS:
-        x2 = integral_plane_split(m, x, share, tor_budget, tries["load-aware"][0], nodes=MILP_NODES)
+    fab = m.fab
+    tor_budget, leaf_budget = pod_budgets(m)
+    tries: dict[str, _Rounded] = {"load-aware": carry_round(m, x, tor_budget, leaf_budget, fib, options=options)}
+    if len(m.allowed_spines) < options.small_groups:
+        tries["per-group"] = _weights(m, x, fib)
+    if len(m.g_col) <= options.milp_max_weights:
+        x2 = integral_plane_split(m, x, share, tor_budget, tries["load-aware"][0], nodes=options.milp_nodes)
         if x2 is not None:
-            tries["integral-planes"] = carry_round(m, x2, tor_budget, leaf_budget, fib)
+            tries["integral-planes"] = carry_round(m, x2, tor_budget, leaf_budget, fib, options=options)
     best: tuple[float, str, _Rounded, int] | None = None
     for name, (tor_w, leaf_w, x_round) in tries.items():
         mlu = float((m.loads(x_round) / fab.arc_cap).max()) if fab.n_arcs else 0.0
         moves = 0
-        if mlu > lp_bound * (1 + REPAIR_ABOVE):
+        if mlu > lp_bound * (1 + options.repair_above):
             tor_w, leaf_w, x_round, moves = repair_weights(m, tor_w, leaf_w, x_round.copy(),
-                                                           max_tries=REPAIR_TRIES // len(tries))
+                                                           max_moves=options.repair_moves,
+                                                           max_tries=options.repair_tries // len(tries))
             mlu = float((m.loads(x_round) / fab.arc_cap).max()) if fab.n_arcs else 0.0
         if best is None or mlu < best[0] - 1e-12:
             best = (mlu, name, (tor_w, leaf_w, x_round), moves)
@@ -277,7 +254,7 @@ def _rounded(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool,
     return (*best[2], {"rounding": best[1], "repair_moves": best[3]})
 
 
-def _weights(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool
+def _weights(m: PodModel, x: np.ndarray, fib: bool
              ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]:
     """Integer weights per (source pod, destination pod) for ToRs and per (leaf, destination pod),
     and the variables (``a`` then ``g``) implied by the rounded splits."""
@@ -290,31 +267,28 @@ def _weights(intent: Intent, fab: Fabric, m: PodModel, x: np.ndarray, fib: bool
             hit = cache[key] = tuple(reduce_weights(r, max(budget, len(r))))
         return hit
 
-    tor_budget: dict[int, int] = {}
-    for s, q in m.tor_pod.items():
-        b = _budget(intent, fab.names[s])
-        tor_budget[q] = min(tor_budget.get(q, b), b)
+    tor_budget, leaf_budget = pod_budgets(m)
     x_round = np.zeros_like(x)
     tor_w: dict[tuple[int, int], _Members] = {}
     for (q, p), planes in m.allowed_planes.items():
         if not planes:
             continue
         d = m.d_qp.get((q, p), 0.0)
-        cols = [m.a_col.get((q, p, lp)) for lp in planes]
+        cols = [m.a_col.get((q, p, pl)) for pl in planes]
         w = _split(reduce, np.array([x[c] if c is not None else 0.0 for c in cols]), tor_budget[q], fib, d > 0)
         tot = sum(w)
         for c, wi in zip(cols, w, strict=True):
             if c is not None:
                 x_round[c] = d * wi / tot
-        tor_w[(q, p)] = tuple((lp, wi) for lp, wi in zip(planes, w, strict=True) if wi > 0)
+        tor_w[(q, p)] = tuple((pl, wi) for pl, wi in zip(planes, w, strict=True) if wi > 0)
     leaf_w: dict[tuple[int, int], _Members] = {}
-    for (q, p, lp), arcs in m.allowed_spines.items():
-        leaf = m.leaf_at[(q, lp)]
-        ac = m.a_col.get((q, p, lp))
+    for (q, p, pl), arcs in m.allowed_spines.items():
+        leaf = m.leaf_at[(q, pl)]
+        ac = m.a_col.get((q, p, pl))
         a_r = x_round[ac] if ac is not None else 0.0
-        cols = [m.g_col.get((q, p, lp, arc)) for arc in arcs]
+        cols = [m.g_col.get((q, p, pl, arc)) for arc in arcs]
         vals = np.array([x[c] if c is not None else 0.0 for c in cols])
-        w = _split(reduce, vals, _budget(intent, fab.names[leaf]), fib, a_r > 0)
+        w = _split(reduce, vals, leaf_budget[leaf], fib, a_r > 0)
         tot = sum(w)
         for c, wi in zip(cols, w, strict=True):
             if c is not None:
@@ -335,82 +309,110 @@ def _split(reduce: Callable[[np.ndarray, int], tuple[int, ...]], vals: np.ndarra
     return tuple(int(v) for v in full)
 
 
+_Hops = tuple[tuple[int, int], ...]  # a group as (arc, weight) pairs in port order: its identity on a device
+_Shared = tuple[dict[str, tuple[NextHop, ...]], dict[int, str]]  # a ToR's groups and its group per pod
+
+
+class _Groups:
+    """Group ids of one device, numbered in the order its groups first appear."""
+
+    def __init__(self, port: tuple[str, ...]) -> None:
+        self.port = port
+        self.ids: dict[_Hops, str] = {}
+
+    def __call__(self, members: list[tuple[int, int]]) -> str:
+        h = tuple(sorted(members, key=lambda aw: self.port[aw[0]]))
+        g = self.ids.get(h)
+        if g is None:
+            g = self.ids[h] = f"g{len(self.ids) + 1}"
+        return g
+
+
+class _NextHops:
+    """``NextHop`` objects per (arc, weight), shared by every device of the plan."""
+
+    def __init__(self, fab: Fabric) -> None:
+        self.fab = fab
+        self.cache: dict[tuple[int, int], NextHop] = {}
+
+    def groups(self, gids: _Groups) -> dict[str, tuple[NextHop, ...]]:
+        return {g: tuple(self.hop(a, w) for a, w in h) for h, g in gids.ids.items()}
+
+    def hop(self, a: int, w: int) -> NextHop:
+        h = self.cache.get((a, w))
+        if h is None:
+            h = self.cache[(a, w)] = NextHop(self.fab.arc_port[a], self.fab.names[int(self.fab.arc_head[a])], w)
+        return h
+
+
+def _tor_groups(v: int, m: PodModel, tor_w: dict[tuple[int, int], _Members],
+                tor_arcs: dict[int, list[tuple[int, int]]], nexthops: _NextHops,
+                shared: dict[tuple[Any, ...], _Shared]) -> _Shared:
+    """A ToR's groups and its group per destination pod. ToRs of a pod with the same port and leaf
+    per plane have the same groups: they are built once and shared."""
+    port, head = m.fab.arc_port, m.fab.arc_head
+    q = m.tor_pod[v]
+    look = (q, tuple((pl, port[a], int(head[a])) for pl, a in tor_arcs.get(v, ())))
+    hit = shared.get(look)
+    if hit is not None:
+        return hit
+    gid = _Groups(port)
+    by_pod: dict[int, str] = {}
+    for p in m.pods:
+        mem = tor_w.get((q, p))
+        if mem:
+            by_pod[p] = gid([(m.tor_arc[(v, pl)], w) for pl, w in mem])
+    shared[look] = (nexthops.groups(gid), by_pod)
+    return shared[look]
+
+
+def _leaf_groups(v: int, m: PodModel, leaf_w: dict[tuple[int, int], _Members], gid: _Groups
+                 ) -> tuple[dict[int, str], dict[int, str]]:
+    """A leaf's group per destination pod (its split over spines) and per ToR of its own pod."""
+    q, _pl = m.leaf_pp[v]
+    by_pod: dict[int, str] = {}
+    by_tor: dict[int, str] = {}
+    for p in m.pods:
+        if p == q:
+            for t in m.tors_of[q]:
+                by_tor[t] = gid([(m.down_arc[(v, t)], 1)])
+        else:
+            mem = leaf_w.get((v, p))
+            if mem:
+                by_pod[p] = gid(list(mem))
+    return by_pod, by_tor
+
+
 def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[int, int], _Members],
                   leaf_w: dict[tuple[int, int], _Members]) -> tuple[dict[str, DevicePlan], int, int]:
-    names, port, head = fab.names, fab.arc_port, fab.arc_head
+    """Every device's groups and (lazy) routes; also the number of groups and routes."""
     prefixes = [p.prefix for p in intent.prefixes]
     index = {p: i for i, p in enumerate(prefixes)}
     ptor = np.array([fab.index[p.origins[0]] for p in intent.prefixes], dtype=np.int64)
     ppod = np.array([m.tor_pod[int(t)] for t in ptor], dtype=np.int64)
+    nexthops = _NextHops(fab)
+    tor_arcs: dict[int, list[tuple[int, int]]] = {}  # ToR -> (plane, arc up)
+    for (t, pl), a in sorted(m.tor_arc.items()):
+        tor_arcs.setdefault(t, []).append((pl, a))
+    shared: dict[tuple[Any, ...], _Shared] = {}
     devices: dict[str, DevicePlan] = {}
     n_groups = n_routes = 0
-
-    nh_cache: dict[tuple[int, int], NextHop] = {}
-    tor_arcs: dict[int, list[tuple[int, int]]] = {}  # ToR -> (plane, arc up)
-    for (t, lp), a in sorted(m.tor_arc.items()):
-        tor_arcs.setdefault(t, []).append((lp, a))
-    tor_groups: dict[tuple[Any, ...], tuple[dict[str, tuple[NextHop, ...]], dict[int, str]]] = {}
-
-    def hop(a: int, w: int) -> NextHop:
-        h = nh_cache.get((a, w))
-        if h is None:
-            h = nh_cache[(a, w)] = NextHop(port[a], names[int(head[a])], w)
-        return h
-
-    def hops(members: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-        """A group as (arc, weight) pairs in port order: its identity on the device."""
-        return tuple(sorted(members, key=lambda aw: port[aw[0]]))
-
-    for v, name in enumerate(names):
+    for v, name in enumerate(fab.names):
         role = intent.devices[v].role
-        gids: dict[tuple[tuple[int, int], ...], str] = {}
-        by_pod: dict[int, str] = {}
         by_tor: dict[int, str] = {}
-
-        def gid_of(h: tuple[tuple[int, int], ...], gids: dict[tuple[tuple[int, int], ...], str] = gids) -> str:
-            g = gids.get(h)
-            if g is None:
-                g = gids[h] = f"g{len(gids) + 1}"
-            return g
-
         own: int | None = None
-        shared: tuple[dict[str, tuple[NextHop, ...]], dict[int, str]] | None = None
-        look: tuple[Any, ...] = ()
         if role == Role.TOR:
             own = v
-            q = m.tor_pod[v]
-            # ToRs of a pod with the same port and leaf per plane have the same groups: build them once
-            look = (q, tuple((lp, port[a], int(head[a])) for lp, a in tor_arcs.get(v, ())))
-            shared = tor_groups.get(look)
-            if shared is None:
-                for p in m.pods:
-                    mem = tor_w.get((q, p))
-                    if mem:
-                        by_pod[p] = gid_of(hops([(m.tor_arc[(v, lp)], w) for lp, w in mem]))
-        elif role == Role.LEAF:
-            q, lp = m.leaf_pp[v]
-            for p in m.pods:
-                if p == q:
-                    for t in m.tors_of[q]:
-                        by_tor[t] = gid_of(hops([(m.down_arc[(v, t)], 1)]))
-                else:
-                    mem = leaf_w.get((v, p))
-                    if mem:
-                        by_pod[p] = gid_of(hops(list(mem)))
+            groups, by_pod = _tor_groups(v, m, tor_w, tor_arcs, nexthops, shared)
         else:
-            for p in m.pods:
-                arc = m.spine_down.get((v, p))
-                if arc is not None:
-                    by_pod[p] = gid_of(hops([(arc, 1)]))
-        if shared is not None:
-            groups, by_pod = shared
-        else:
-            groups = {g: tuple(hop(a, w) for a, w in h) for h, g in gids.items()}
-            if role == Role.TOR:
-                tor_groups[look] = (groups, by_pod)
+            gid = _Groups(fab.arc_port)
+            if role == Role.LEAF:
+                by_pod, by_tor = _leaf_groups(v, m, leaf_w, gid)
+            else:
+                by_pod = {p: gid([(m.spine_down[(v, p)], 1)]) for p in m.pods if (v, p) in m.spine_down}
+            groups = nexthops.groups(gid)
         routes = _Routes(prefixes, index, ppod, ptor, by_pod, by_tor, own)
         devices[name] = DevicePlan(groups=groups, routes=routes)
         n_groups += len(groups)
         n_routes += len(routes)
     return devices, n_groups, n_routes
-

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
-from solver.clos import PodModel
+from solver.clos.model import PodModel
 
 __all__ = ["repair_weights"]
 
@@ -53,6 +54,68 @@ def _delta(m: PodModel, g: _Group, i: int, j: int, x: np.ndarray, demand: float)
     return out
 
 
+_Owners = dict[int, tuple[_Group, int, float]]  # column -> (group, member index, pair demand)
+_Move = tuple[float, _Group, int, int, np.ndarray, np.ndarray]  # (MLU after, group, from, to, columns, changes)
+
+
+def _groups(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: dict[tuple[int, int], _Members]
+            ) -> tuple[dict[tuple[int, int], _Group], dict[tuple[int, int], _Group], _Owners]:
+    """The ToR and leaf groups of the weights, and which group and member owns each column."""
+    col_owner: _Owners = {}
+    leaf_groups: dict[tuple[int, int], _Group] = {}
+    for (leaf, p), members in leaf_w.items():
+        q, pl = m.leaf_pp[leaf]
+        ac = m.a_col.get((q, p, pl))
+        if ac is None:
+            continue
+        arcs = [a for a, _w in members]
+        g = _Group(arcs, [w for _a, w in members], [m.g_col[(q, p, pl, a)] for a in arcs], ac, [])
+        leaf_groups[(leaf, p)] = g
+        for i, c in enumerate(g.cols):
+            col_owner[c] = (g, i, 0.0)
+    tor_groups: dict[tuple[int, int], _Group] = {}
+    for (q, p), members in tor_w.items():
+        if (q, p) not in m.d_qp or any((q, p, pl) not in m.a_col for pl, _w in members):
+            continue
+        planes = [pl for pl, _w in members]
+        lgs = [leaf_groups.get((m.leaf_at[(q, pl)], p)) if q != p else None for pl in planes]
+        g = _Group(planes, [w for _pl, w in members], [m.a_col[(q, p, pl)] for pl in planes], None, lgs)
+        tor_groups[(q, p)] = g
+        for i, c in enumerate(g.cols):
+            col_owner[c] = (g, i, m.d_qp[(q, p)])
+    return tor_groups, leaf_groups, col_owner
+
+
+def _best_move(m: PodModel, row: np.ndarray, col_owner: _Owners, x: np.ndarray, loads: np.ndarray,
+               lcsc: sp.csc_matrix, mlu: float) -> tuple[_Move | None, int]:
+    """The unit move, among the groups with a column on the hot arc's row ``row``, that lowers the
+    largest utilization of the arcs it changes the most below ``mlu``; and how many were priced."""
+    cap = m.fab.arc_cap
+    best: _Move | None = None
+    tries = 0
+    for c in row:
+        owner = col_owner.get(int(c))
+        if owner is None:
+            continue
+        g, i, demand = owner
+        if g.w[i] < 2:
+            continue
+        for j in range(len(g.w)):
+            if j == i:
+                continue
+            tries += 1
+            dx = _delta(m, g, i, j, x, demand)
+            cols = np.fromiter(dx, dtype=np.int64)
+            vals = np.fromiter(dx.values(), dtype=np.float64)
+            sub = lcsc[:, cols]
+            touched = np.unique(sub.indices)
+            dl = sub[touched] @ vals
+            after = float(((loads[touched] + dl) / cap[touched]).max()) if touched.size else mlu
+            if after < mlu - 1e-12 and (best is None or after < best[0]):
+                best = (after, g, i, j, cols, vals)
+    return best, tries
+
+
 def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: dict[tuple[int, int], _Members],
                    x: np.ndarray, *, max_moves: int = 2000, max_tries: int = 20_000
                    ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray, int]:
@@ -63,32 +126,10 @@ def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: 
     machine, however busy). Returns the updated ToR groups, leaf groups, variables and the number
     of moves.
     """
-    fab = m.fab
-    cap = fab.arc_cap
+    cap = m.fab.arc_cap
     lcsr = m.load_matrix.tocsr()
     lcsc = m.load_matrix.tocsc()
-    col_owner: dict[int, tuple[_Group, int, float]] = {}  # column -> (group, member index, pair demand)
-    leaf_groups: dict[tuple[int, int], _Group] = {}
-    for (leaf, p), members in leaf_w.items():
-        q, lp = m.leaf_pp[leaf]
-        ac = m.a_col.get((q, p, lp))
-        if ac is None:
-            continue
-        arcs = [a for a, _w in members]
-        g = _Group(arcs, [w for _a, w in members], [m.g_col[(q, p, lp, a)] for a in arcs], ac, [])
-        leaf_groups[(leaf, p)] = g
-        for i, c in enumerate(g.cols):
-            col_owner[c] = (g, i, 0.0)
-    tor_groups: dict[tuple[int, int], _Group] = {}
-    for (q, p), members in tor_w.items():
-        if (q, p) not in m.d_qp or any((q, p, lp) not in m.a_col for lp, _w in members):
-            continue
-        planes = [lp for lp, _w in members]
-        lgs = [leaf_groups.get((m.leaf_at[(q, lp)], p)) if q != p else None for lp in planes]
-        g = _Group(planes, [w for _lp, w in members], [m.a_col[(q, p, lp)] for lp in planes], None, lgs)
-        tor_groups[(q, p)] = g
-        for i, c in enumerate(g.cols):
-            col_owner[c] = (g, i, m.d_qp[(q, p)])
+    tor_groups, leaf_groups, col_owner = _groups(m, tor_w, leaf_w)
     loads = m.loads(x)
     moves = 0
     if loads.size == 0:  # no links carry anything to improve (a fabric without links)
@@ -97,29 +138,9 @@ def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: 
     while moves < max_moves and tries < max_tries:
         util = loads / cap
         hot = int(np.argmax(util))
-        mlu = float(util[hot])
         row = lcsr.indices[lcsr.indptr[hot]:lcsr.indptr[hot + 1]]
-        best: tuple[float, _Group, int, int, np.ndarray, np.ndarray] | None = None
-        for c in row:
-            owner = col_owner.get(int(c))
-            if owner is None:
-                continue
-            g, i, demand = owner
-            if g.w[i] < 2:
-                continue
-            for j in range(len(g.w)):
-                if j == i:
-                    continue
-                tries += 1
-                dx = _delta(m, g, i, j, x, demand)
-                cols = np.fromiter(dx, dtype=np.int64)
-                vals = np.fromiter(dx.values(), dtype=np.float64)
-                sub = lcsc[:, cols]
-                touched = np.unique(sub.indices)
-                dl = sub[touched] @ vals
-                after = float(((loads[touched] + dl) / cap[touched]).max()) if touched.size else mlu
-                if after < mlu - 1e-12 and (best is None or after < best[0]):
-                    best = (after, g, i, j, cols, vals)
+        best, priced = _best_move(m, row, col_owner, x, loads, lcsc, float(util[hot]))
+        tries += priced
         if best is None:
             break  # no single unit move lowers the maximum: a local optimum
         _after, g, i, j, cols, vals = best

@@ -1,8 +1,8 @@
 """The pod model's LP through its spine-transport relaxation, for large Clos fabrics.
 
 This module owns the step that makes the Clos LP scale with arcs instead of
-leaf groups. The pod model of :mod:`solver.clos` has a variable per leaf group
-and spine (``g[q, p, l, j]``: 4.2M on the XL bench fabric); in plane ``l`` they
+leaf groups. The pod model of :mod:`solver.clos.model` has a variable per leaf group
+and spine (``g[q, p, l, j]``: pods squared times spines); in plane ``l`` they
 form a three-way table ``x[q, p, j]`` whose three two-way margins are what the
 LP constrains: ``sum_j x = a[q, p, l]`` (a pod pair's traffic in the plane),
 ``sum_p x = y[q, j]`` (the load up arc ``leaf(q, l) -> j``) and
@@ -23,14 +23,13 @@ stay zero. The ``a`` margin is fitted last, so the result always delivers
 every demand exactly; how close the ``y`` and ``z`` margins come is measured
 and reported. IPF converges when a table with those margins exists. That is
 not guaranteed for every optimal ``y, z`` (a vertex of the relaxation can
-defeat it), but PDLP's optimum is not a vertex and on every bench fabric the
-fitted table meets the margins to about 1e-8. The caller checks the fitted
-routing's loads and falls back to the full pod model when they exceed the
-relaxation's optimum by more than 0.1% (PDLP's tolerance alone leaves about
-0.01%).
+defeat it), but PDLP's optimum is not a vertex, so the fit is expected to
+meet the margins. The caller checks the fitted routing's loads and falls back
+to the full pod model when they exceed the relaxation's optimum by more than
+``ClosOptions.fit_above``.
 
 Least shares (a leaf's smallest weight, ``g >= share * a``) are carried as in
-:meth:`solver.clos.PodModel.lp`: the fitted table is ``g' = g - share * a``,
+:meth:`solver.clos.model.PodModel.lp`: the fitted table is ``g' = g - share * a``,
 with margins ``(1 - n * share) * a`` and the arcs' loads less their least-share
 loads.
 """
@@ -43,15 +42,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from controller.model import Role
-from solver.clos import PodModel
+from solver.clos.model import PodModel
+from solver.options import ClosOptions
 
 __all__ = ["Relaxation", "decompose", "relaxation"]
-
-#: IPF stops once no arc's fitted load is further than this from its margin (in utilization)
-FIT_TOLERANCE = 1e-7
-#: and after at most this many sweeps (three rescalings each)
-FIT_SWEEPS = 400
-
 
 @dataclass
 class _Plane:
@@ -88,7 +82,7 @@ class Relaxation:
     def lp(self, arcs: np.ndarray
            ) -> tuple[np.ndarray, sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``min U`` over ``[a, y, z, U, aggregates]`` (scaled by the model's scale), with capacity rows
-        on ``arcs`` only (see :meth:`solver.clos.PodModel.lp` for least shares and lazy rows)."""
+        on ``arcs`` only (see :meth:`solver.clos.model.PodModel.lp` for least shares and lazy rows)."""
         m = self.m
         fab = m.fab
         s = m.scale
@@ -105,8 +99,8 @@ class Relaxation:
         # leaves' up and down traffic, spines' balance: one row per device
         f = 1.0 - self.n_spines_a * self.phi_a
         carries = np.flatnonzero(self.n_spines_a > 0)
-        a_src = np.array([m.leaf_at[(q, lp)] for (q, _p, lp) in m.a_col], dtype=np.int64)
-        a_dst = np.array([m.leaf_at[(p, lp)] for (_q, p, lp) in m.a_col], dtype=np.int64)
+        a_src = np.array([m.leaf_at[(q, pl)] for (q, _p, pl) in m.a_col], dtype=np.int64)
+        a_dst = np.array([m.leaf_at[(p, pl)] for (_q, p, pl) in m.a_col], dtype=np.int64)
         n_dev = fab.n
         y_cols = n_a + np.arange(n_up)
         z_cols = n_a + n_up + np.arange(n_dn)
@@ -165,28 +159,28 @@ def relaxation(m: PodModel, least: tuple[dict[tuple[int, int, int], float], np.n
     g_up_arc = np.where(first_up, ends[:, 0], ends[:, 1])
     g_dn_arc = np.where(first_up, ends[:, 1], ends[:, 0])
     up_arcs, g_up = np.unique(g_up_arc, return_inverse=True)
-    dn_arcs, g_dn = np.unique(g_dn_arc, return_inverse=True)
+    dn_arcs = np.unique(g_dn_arc)
     phi, a_lb = least
     phi_a = np.array([phi.get(k, 0.0) for k in m.a_col])
     pod_ix = {p: i for i, p in enumerate(m.pods)}
     a_keys = list(m.a_col)
     a_q = np.array([pod_ix[q] for (q, _p, _l) in a_keys], dtype=np.int64)
     a_p = np.array([pod_ix[p] for (_q, p, _l) in a_keys], dtype=np.int64)
-    a_l = np.array([lp for (_q, _p, lp) in a_keys], dtype=np.int64)
+    a_l = np.array([pl for (_q, _p, pl) in a_keys], dtype=np.int64)
     leaf_pod = np.full(fab.n, -1, dtype=np.int64)
     leaf_plane = np.full(fab.n, -1, dtype=np.int64)
-    for v, (q, lp) in m.leaf_pp.items():
-        leaf_pod[v], leaf_plane[v] = pod_ix[q], lp
+    for v, (q, pl) in m.leaf_pp.items():
+        leaf_pod[v], leaf_plane[v] = pod_ix[q], pl
     n_pods = len(m.pods)
     planes: list[_Plane] = []
-    for lp in sorted(set(leaf_plane[tail[up_arcs]].tolist())):
-        ups = np.flatnonzero(leaf_plane[tail[up_arcs]] == lp)
-        dns = np.flatnonzero(leaf_plane[head[dn_arcs]] == lp)
+    for pl in sorted(set(leaf_plane[tail[up_arcs]].tolist())):
+        ups = np.flatnonzero(leaf_plane[tail[up_arcs]] == pl)
+        dns = np.flatnonzero(leaf_plane[head[dn_arcs]] == pl)
         spines, j_up = np.unique(head[up_arcs[ups]], return_inverse=True)
         j_dn = np.searchsorted(spines, tail[dn_arcs[dns]])
         n_s = len(spines)
-        cells = np.flatnonzero((a_l == lp) & (counts > 0))
-        g = np.flatnonzero(a_l[g_a] == lp)
+        cells = np.flatnonzero((a_l == pl) & (counts > 0))
+        g = np.flatnonzero(a_l[g_a] == pl)
         g_j = np.searchsorted(spines, head[up_arcs[g_up[g]]])
         planes.append(_Plane(
             n_pods=n_pods, n_spines=n_s, cell_a=cells, cell_qp=a_q[cells] * n_pods + a_p[cells],
@@ -207,10 +201,12 @@ def _ratio(target: np.ndarray, now: np.ndarray) -> np.ndarray:
     return np.divide(target, now, out=np.zeros_like(now), where=now > 0)
 
 
-def decompose(r: Relaxation, x_lp: np.ndarray) -> tuple[np.ndarray, float, int]:
+def decompose(r: Relaxation, x_lp: np.ndarray, options: ClosOptions = ClosOptions()) -> tuple[np.ndarray, float, int]:
     """The pod model's variables ``[a, g, U]`` (scaled) from a solution of :meth:`Relaxation.lp`, by IPF
     per plane. Also returns how far the fitted loads ended from the ``y``/``z`` margins (the largest
-    difference over any leaf-spine arc, in utilization) and the most sweeps a plane took."""
+    difference over any leaf-spine arc, in utilization) and the most sweeps a plane took. A plane's
+    fit stops once that difference is at most ``options.fit_tolerance`` or after
+    ``options.fit_sweeps`` sweeps (three rescalings each)."""
     m = r.m
     n_a, n_up = len(m.a_col), len(r.up_arcs)
     a = np.maximum(x_lp[:n_a], 0.0)
@@ -232,15 +228,15 @@ def decompose(r: Relaxation, x_lp: np.ndarray) -> tuple[np.ndarray, float, int]:
         x = mask * _ratio(target_a, n_cell)[:, :, None]
         err = np.inf
         k = 0
-        while k < FIT_SWEEPS:
+        while k < options.fit_sweeps:
             x *= _ratio(target_y, x.sum(axis=1))[:, None, :]
             x *= _ratio(target_z, x.sum(axis=0))[None, :, :]
             x *= _ratio(target_a, x.sum(axis=2))[:, :, None]
             k += 1
-            if k % 10 == 0 or k == FIT_SWEEPS:
+            if k % 10 == 0 or k == options.fit_sweeps:
                 err = max(float((np.abs(x.sum(axis=1) - target_y) / cap_y).max(initial=0.0)),
                           float((np.abs(x.sum(axis=0) - target_z) / cap_z).max(initial=0.0)))
-                if err <= FIT_TOLERANCE:
+                if err <= options.fit_tolerance:
                     break
         lost = (x.sum(axis=2) <= 0) & (target_a > 0)  # a group whose every spine's margin is 0: split evenly
         if lost.any():

@@ -36,8 +36,9 @@ from controller.model import Role
 from controller.model.errors import Infeasible
 from solver.fabric import Fabric
 from solver.routing import _bgp_class
+from solver.weights import device_budget
 
-__all__ = ["PodModel", "build_pod_model"]
+__all__ = ["PodModel", "build_pod_model", "pod_budgets"]
 
 
 @dataclass
@@ -73,7 +74,7 @@ class PodModel:
         return self._g_a
 
     def lp_values(self, x_lp: np.ndarray) -> np.ndarray:
-        """The variables ``[a, g, U]`` from an LP solution of :meth:`lp` (undoing the substitution)."""
+        """The variables ``[a, g, U]`` from an LP solution of :meth:`pl` (undoing the substitution)."""
         return np.asarray(self._shift @ x_lp) if self._shift is not None else x_lp
 
     @property
@@ -88,12 +89,12 @@ class PodModel:
         x = np.zeros(self.n_vars)
         for (q, p), d in self.d_qp.items():
             planes = self.allowed_planes[(q, p)]
-            for lp in planes:
+            for pl in planes:
                 a = d / len(planes)
-                x[self.a_col[(q, p, lp)]] = a
-                spines = self.allowed_spines.get((q, p, lp), [])
+                x[self.a_col[(q, p, pl)]] = a
+                spines = self.allowed_spines.get((q, p, pl), [])
                 for arc in spines:
-                    x[self.g_col[(q, p, lp, arc)]] = a / len(spines)
+                    x[self.g_col[(q, p, pl, arc)]] = a / len(spines)
         return x
 
     def least_shares(self, min_share: np.ndarray | None) -> tuple[dict[tuple[int, int, int], float], np.ndarray]:
@@ -107,8 +108,8 @@ class PodModel:
         for (q, p), planes in self.allowed_planes.items():
             if len(planes) >= 2 and (q, p) in self.d_qp:
                 least = max(min_share[t] for t in self.tors_of[q])
-                for lp in planes:
-                    a_lb[self.a_col[(q, p, lp)]] = least * self.d_qp[(q, p)] / self.scale
+                for pl in planes:
+                    a_lb[self.a_col[(q, p, pl)]] = least * self.d_qp[(q, p)] / self.scale
         for k, spines in self.allowed_spines.items():
             if len(spines) >= 2 and k[:2] in self.d_qp:
                 phi[k] = float(min_share[self.leaf_at[(k[0], k[2])]])
@@ -118,8 +119,8 @@ class PodModel:
     def aggregate_columns(phi: dict[tuple[int, int, int], float], first: int
                           ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
         """Columns from ``first`` on for each leaf's least-share traffic up (by (q, l)) and toward it (by (p, l))."""
-        up_keys = sorted({(q, lp) for (q, _p, lp) in phi})
-        dn_keys = sorted({(p, lp) for (_q, p, lp) in phi})
+        up_keys = sorted({(q, pl) for (q, _p, pl) in phi})
+        dn_keys = sorted({(p, pl) for (_q, p, pl) in phi})
         up_col = {k: first + i for i, k in enumerate(up_keys)}
         dn_col = {k: first + len(up_keys) + i for i, k in enumerate(dn_keys)}
         return up_col, dn_col
@@ -136,8 +137,8 @@ class PodModel:
         agg_rows = np.arange(n_up + len(dn_col))
         agg_cols = np.array(list(up_col.values()) + list(dn_col.values()), dtype=np.int64)
         return sp.csr_matrix((np.concatenate([shares, shares, -np.ones(len(agg_rows))]),
-                              (np.concatenate([[up_row[(q, lp)] for (q, _p, lp) in keys],
-                                               [dn_row[(p, lp)] for (_q, p, lp) in keys], agg_rows]),
+                              (np.concatenate([[up_row[(q, pl)] for (q, _p, pl) in keys],
+                                               [dn_row[(p, pl)] for (_q, p, pl) in keys], agg_rows]),
                                np.concatenate([a_of, a_of, agg_cols]))),
                              shape=(len(agg_rows), width))
 
@@ -164,7 +165,7 @@ class PodModel:
         n = n_a + n_g
         s = self.scale
         g_keys = list(self.g_col)
-        split = sorted({(q, p, lp) for (q, p, lp, _arc) in self.g_col})
+        split = sorted({(q, p, pl) for (q, p, pl, _arc) in self.g_col})
         phi, a_lb = self.least_shares(min_share)
         col_lb = np.zeros(n + 1)
         col_lb[:n_a] = a_lb
@@ -177,7 +178,7 @@ class PodModel:
         ubs: list[np.ndarray] = [dem]
         # 2. sum_j g'[q, p, l, j] = (1 - n * share) * a[q, p, l] where the leaf splits
         srow = {k: i for i, k in enumerate(split)}
-        rows = [srow[(q, p, lp)] for (q, p, lp, _a) in g_keys] + list(range(len(split)))
+        rows = [srow[(q, p, pl)] for (q, p, pl, _a) in g_keys] + list(range(len(split)))
         cols = [self.g_col[k] for k in g_keys] + [self.a_col[k] for k in split]
         vals = [1.0] * n_g + [-(1.0 - len(self.allowed_spines[k]) * phi.get(k, 0.0)) for k in split]
         blocks.append(sp.csr_matrix((vals, (rows, cols)), shape=(len(split), width)))
@@ -222,34 +223,34 @@ class PodModel:
         row_of[used] = np.arange(len(used))
         up_set: dict[tuple[int, int], set[int]] = defaultdict(set)  # leaf (q, l) -> its arcs up that groups use
         dn_set: dict[tuple[int, int], set[int]] = defaultdict(set)  # leaf (p, l) -> spine arcs down to it used
-        for (q, p, lp), arcs in self.allowed_spines.items():
-            up_set[(q, lp)].update(arcs)
-            dn_set[(p, lp)].update(self.spine_down[(int(head[a]), p)] for a in arcs)
+        for (q, p, pl), arcs in self.allowed_spines.items():
+            up_set[(q, pl)].update(arcs)
+            dn_set[(p, pl)].update(self.spine_down[(int(head[a]), p)] for a in arcs)
         up_arcs = {k: sorted(v) for k, v in up_set.items()}
         dn_arcs = {k: sorted(v) for k, v in dn_set.items()}
         rows: list[int] = []
         cols: list[int] = []
         vals: list[float] = []
-        for (q, lp), col in up_col.items():
-            for arc in up_arcs[(q, lp)]:
+        for (q, pl), col in up_col.items():
+            for arc in up_arcs[(q, pl)]:
                 rows.append(arc)
                 cols.append(col)
                 vals.append(1.0)
-        for (p, lp), col in dn_col.items():
-            for arc in dn_arcs[(p, lp)]:
+        for (p, pl), col in dn_col.items():
+            for arc in dn_arcs[(p, pl)]:
                 rows.append(arc)
                 cols.append(col)
                 vals.append(1.0)
-        for (q, p, lp), share in phi.items():  # exceptions: arcs of the leaf a group does not use
-            mine = set(self.allowed_spines[(q, p, lp)])
-            ac = self.a_col[(q, p, lp)]
-            for arc in up_arcs[(q, lp)]:
+        for (q, p, pl), share in phi.items():  # exceptions: arcs of the leaf a group does not use
+            mine = set(self.allowed_spines[(q, p, pl)])
+            ac = self.a_col[(q, p, pl)]
+            for arc in up_arcs[(q, pl)]:
                 if arc not in mine:
                     rows.append(arc)
                     cols.append(ac)
                     vals.append(-share)
             downs = {self.spine_down[(int(head[a]), p)] for a in mine}
-            for arc in dn_arcs[(p, lp)]:
+            for arc in dn_arcs[(p, pl)]:
                 if arc not in downs:
                     rows.append(arc)
                     cols.append(ac)
@@ -289,8 +290,8 @@ def _structure(fab: Fabric) -> dict[str, Any]:
     for t, p in tor_pod.items():
         tors_of[p].append(t)
     planes_of: dict[int, list[int]] = defaultdict(list)
-    for (p, lp) in sorted(leaf_at):
-        planes_of[p].append(lp)
+    for (p, pl) in sorted(leaf_at):
+        planes_of[p].append(pl)
     tor_arc: dict[tuple[int, int], int] = {}
     down_arc: dict[tuple[int, int], int] = {}
     for t, p in tor_pod.items():
@@ -301,40 +302,38 @@ def _structure(fab: Fabric) -> dict[str, Any]:
             ups[leaf_pp[w][1]] = arc
         if sorted(ups) != planes_of[p]:
             raise _NotClean("a ToR without a link to every leaf of its pod")
-        for lp, arc in ups.items():
-            tor_arc[(t, lp)] = arc
-            down_arc[(leaf_at[(p, lp)], t)] = arc ^ 1
-    for v, (p, lp) in leaf_pp.items():
+        for pl, arc in ups.items():
+            tor_arc[(t, pl)] = arc
+            down_arc[(leaf_at[(p, pl)], t)] = arc ^ 1
+    for v, (p, pl) in leaf_pp.items():
         if fab.asn[v] != fab.asn[leaf_at[(p, planes_of[p][0])]]:
             raise _NotClean("the leaves of a pod do not share one ASN")
         for _arc, w, _port in fab.adj[v]:
-            if w in spines and spines[w] != lp:
+            if w in spines and spines[w] != pl:
                 raise _NotClean("a leaf linked to a spine of another plane")
     return {"tor_pod": tor_pod, "leaf_at": leaf_at, "leaf_pp": leaf_pp, "spines": spines,
             "tors_of": dict(tors_of), "planes_of": dict(planes_of), "tor_arc": tor_arc, "down_arc": down_arc}
 
 
-def build_pod_model(fab: Fabric) -> PodModel | None:
-    """Routes and the load model of a clean Clos, or ``None`` (use the generic path).
-
-    Raises
-    ------
-    Infeasible : a demand whose source has no route to its destination.
-    """
-    try:
-        st = _structure(fab)
-    except _NotClean:
-        return None
-    intent = fab.intent
-    tor_pod: dict[int, int] = st["tor_pod"]
-    leaf_at: dict[tuple[int, int], int] = st["leaf_at"]
-    tors_of: dict[int, list[int]] = st["tors_of"]
+def _origins(fab: Fabric, tor_pod: dict[int, int]) -> dict[str, int] | None:
+    """Each prefix's one ToR origin, or ``None`` when some prefix has another kind of origin."""
     origin: dict[str, int] = {}
-    for pf in intent.prefixes:
+    for pf in fab.intent.prefixes:
         if len(pf.origins) != 1 or fab.index[pf.origins[0]] not in tor_pod:
             return None
         origin[pf.prefix] = fab.index[pf.origins[0]]
-    pods = sorted(tors_of)
+    return origin
+
+
+_Routes = tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int, int], list[int]], dict[tuple[int, int], int]]
+
+
+def _pod_routes(fab: Fabric, st: dict[str, Any], pods: list[int]) -> _Routes | None:
+    """The planes and spines BGP offers each pod pair, and each spine's arc down to each pod: one
+    path-vector simulation per destination pod; ``None`` when BGP does not match the structure."""
+    tor_pod: dict[int, int] = st["tor_pod"]
+    leaf_at: dict[tuple[int, int], int] = st["leaf_at"]
+    tors_of: dict[int, list[int]] = st["tors_of"]
     head = fab.arc_head
     allowed_planes: dict[tuple[int, int], list[int]] = {}
     allowed_spines: dict[tuple[int, int, int], list[int]] = {}
@@ -358,18 +357,18 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
         for q in pods:
             probe = tors_of[q][0] if q != p else (tors_of[p][1] if len(tors_of[p]) > 1 else None)
             planes = []
-            for lp in st["planes_of"][q]:
-                leaf = leaf_at[(q, lp)]
+            for pl in st["planes_of"][q]:
+                leaf = leaf_at[(q, pl)]
                 arcs = routes.get(leaf, ())
                 if q == p:
                     if arcs != (st["down_arc"][(leaf, rep)],):
                         return None
-                    planes.append(lp)
+                    planes.append(pl)
                 elif arcs:
                     if not all(is_spine[head_l[a]] for a in arcs):
                         return None
-                    allowed_spines[(q, p, lp)] = list(arcs)
-                    planes.append(lp)
+                    allowed_spines[(q, p, pl)] = list(arcs)
+                    planes.append(pl)
             if probe is not None:
                 got = sorted(st["leaf_pp"][int(head[a])][1] for a in routes.get(probe, ()))
                 if got != planes:
@@ -381,10 +380,17 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
                 return None
             if arcs:
                 spine_down[(s, p)] = arcs[0]
-    # demands per (source ToR, destination ToR)
+    return allowed_planes, allowed_spines, spine_down
+
+
+def _tor_demands(fab: Fabric, tor_pod: dict[int, int], origin: dict[str, int],
+                 allowed_planes: dict[tuple[int, int], list[int]]) -> dict[tuple[int, int], float] | None:
+    """Demands per (source ToR, destination ToR); ``None`` when a demand does not enter at a ToR.
+
+    Raises ``Infeasible`` for demands between pods BGP offers no plane."""
     d_st: dict[tuple[int, int], float] = defaultdict(float)
     problems: list[dict[str, Any]] = []
-    for i, d in enumerate(intent.demands):
+    for i, d in enumerate(fab.intent.demands):
         if d.gbps <= 0:
             continue
         s, t = fab.index.get(d.from_), origin.get(d.to)
@@ -402,27 +408,34 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
         h = problems[0]
         raise Infeasible(f"{len(problems)} demand(s) cannot be routed; first: {h['loc']} {h['from']} -> {h['to']}: "
                          f"{h['reason']}", problems)
-    d_qp: dict[tuple[int, int], float] = defaultdict(float)
+    return d_st
+
+
+def _load_matrix(fab: Fabric, st: dict[str, Any], pods: list[int], d_st: dict[tuple[int, int], float],
+                 d_qp: dict[tuple[int, int], float], allowed_planes: dict[tuple[int, int], list[int]],
+                 allowed_spines: dict[tuple[int, int, int], list[int]], spine_down: dict[tuple[int, int], int]
+                 ) -> tuple[dict[tuple[int, int, int], int], dict[tuple[int, int, int, int], int], sp.csr_matrix]:
+    """The ``a`` and ``g`` columns and the load rows over them (see the module docstring)."""
+    tor_pod: dict[int, int] = st["tor_pod"]
+    head = fab.arc_head
     d_sp: dict[tuple[int, int], float] = defaultdict(float)
     d_qt: dict[tuple[int, int], float] = defaultdict(float)
     for (s, t), x in d_st.items():
-        q, p = tor_pod[s], tor_pod[t]
-        d_qp[(q, p)] += x
-        d_sp[(s, p)] += x
-        d_qt[(q, t)] += x
+        d_sp[(s, tor_pod[t])] += x
+        d_qt[(tor_pod[s], t)] += x
     a_col: dict[tuple[int, int, int], int] = {}
     for (q, p) in d_qp:
-        for lp in allowed_planes[(q, p)]:
-            a_col[(q, p, lp)] = len(a_col)
+        for pl in allowed_planes[(q, p)]:
+            a_col[(q, p, pl)] = len(a_col)
     n_a = len(a_col)
     g_keys: list[tuple[int, int, int, int]] = []
     g_arc: list[int] = []  # per g column: its arc up to the spine
     g_pod: list[int] = []  # and the destination pod's position
     pod_ix = {p: i for i, p in enumerate(pods)}
     for (q, p) in d_qp:
-        for lp in allowed_planes[(q, p)]:
-            ups = allowed_spines.get((q, p, lp)) or []
-            g_keys.extend((q, p, lp, arc) for arc in ups)
+        for pl in allowed_planes[(q, p)]:
+            ups = allowed_spines.get((q, p, pl)) or []
+            g_keys.extend((q, p, pl, arc) for arc in ups)
             g_arc.extend(ups)
             g_pod.extend([pod_ix[p]] * len(ups))
     g_col = dict(zip(g_keys, range(n_a, n_a + len(g_keys)), strict=True))
@@ -431,15 +444,15 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
     vals: list[float] = []
     for (s, p), x in d_sp.items():  # ToR up: share of a[q, p, l] that is this ToR's
         q = tor_pod[s]
-        for lp in allowed_planes[(q, p)]:
-            rows.append(st["tor_arc"][(s, lp)])
-            cols.append(a_col[(q, p, lp)])
+        for pl in allowed_planes[(q, p)]:
+            rows.append(st["tor_arc"][(s, pl)])
+            cols.append(a_col[(q, p, pl)])
             vals.append(x / d_qp[(q, p)])
     for (q, t), x in d_qt.items():  # leaf down to the destination ToR
         p = tor_pod[t]
-        for lp in allowed_planes[(q, p)]:
-            rows.append(st["down_arc"][(leaf_at[(p, lp)], t)])
-            cols.append(a_col[(q, p, lp)])
+        for pl in allowed_planes[(q, p)]:
+            rows.append(st["down_arc"][(st["leaf_at"][(p, pl)], t)])
+            cols.append(a_col[(q, p, pl)])
             vals.append(x / d_qp[(q, p)])
     down = np.full((fab.n, len(pods)), -1, dtype=np.int64)  # (spine, destination pod position) -> arc
     for (sp_, p), arc in spine_down.items():
@@ -451,9 +464,48 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
     all_cols = np.concatenate([np.asarray(cols, dtype=np.int64), g_cols, g_cols])
     all_vals = np.concatenate([np.asarray(vals, dtype=np.float64), np.ones(2 * len(g_keys))])
     load_matrix = sp.csr_matrix((all_vals, (all_rows, all_cols)), shape=(fab.n_arcs, n_a + len(g_col)))
+    return a_col, g_col, load_matrix
+
+
+def build_pod_model(fab: Fabric) -> PodModel | None:
+    """Routes and the load model of a clean Clos, or ``None`` (use the generic path).
+
+    Raises
+    ------
+    Infeasible : a demand whose source has no route to its destination.
+    """
+    try:
+        st = _structure(fab)
+    except _NotClean:
+        return None
+    tor_pod: dict[int, int] = st["tor_pod"]
+    pods = sorted(st["tors_of"])
+    origin = _origins(fab, tor_pod)
+    routes = _pod_routes(fab, st, pods) if origin is not None else None
+    if origin is None or routes is None:
+        return None
+    allowed_planes, allowed_spines, spine_down = routes
+    d_st = _tor_demands(fab, tor_pod, origin, allowed_planes)
+    if d_st is None:
+        return None
+    d_qp: dict[tuple[int, int], float] = defaultdict(float)
+    for (s, t), x in d_st.items():
+        d_qp[(tor_pod[s], tor_pod[t])] += x
+    a_col, g_col, load_matrix = _load_matrix(fab, st, pods, d_st, d_qp, allowed_planes, allowed_spines, spine_down)
     return PodModel(
-        fab=fab, pods=pods, tor_pod=tor_pod, tors_of=tors_of, leaf_at=leaf_at, leaf_pp=st["leaf_pp"],
+        fab=fab, pods=pods, tor_pod=tor_pod, tors_of=st["tors_of"], leaf_at=st["leaf_at"], leaf_pp=st["leaf_pp"],
         tor_arc=st["tor_arc"], down_arc=st["down_arc"], spine_down=spine_down, allowed_planes=allowed_planes,
         allowed_spines=allowed_spines, d_qp=dict(d_qp), a_col=a_col, g_col=g_col, load_matrix=load_matrix,
         scale=float(np.median(fab.arc_cap)) if fab.n_arcs else 1.0,
     )
+
+
+def pod_budgets(m: PodModel) -> tuple[dict[int, int], dict[int, int]]:
+    """Weight budgets of ``m``'s groups: per source pod its ToRs' least, and per leaf its own."""
+    intent, names = m.fab.intent, m.fab.names
+    tor: dict[int, int] = {}
+    for t, q in m.tor_pod.items():
+        b = device_budget(intent, names[t])
+        tor[q] = min(tor.get(q, b), b)
+    leaf = {v: device_budget(intent, names[v]) for v in m.leaf_pp}
+    return tor, leaf

@@ -1,7 +1,7 @@
 """Robust WCMP on the pod-level model of a clean 3-tier RFC 7938 Clos.
 
 This module owns the FFC-style ("Traffic Engineering with Forward Fault
-Correction", SIGCOMM 2014) robust plan for the fabrics :mod:`solver.clos`
+Correction", SIGCOMM 2014) robust plan for the fabrics :mod:`solver.clos.model`
 models: the ToR's split over planes per pod pair and the leaf's split over its
 plane's spines per destination pod. Variables are the baseline flows of that
 model, ``a[q, p, l]`` (pod pair ``q -> p`` in plane ``l``, summing to ``D[q, p]``)
@@ -41,9 +41,9 @@ protected set (in the class) has ``k`` (``t = 1`` forces equal splits, a larger
 ``t`` allows skew and reserves more). One LP per ``(t1, t2)`` of a small grid
 minimizes the baseline MLU with every class's allocation rows under the limit
 (a penalized excess keeps it feasible and tells by how much it missed).
-The ``auto`` backend means PDLP here: this LP is degenerate and the simplex
-takes about 25 s on Clos M where PDLP takes under one; its tolerance is
-harmless since the certificate is recomputed at the rounded weights anyway.
+The ``auto`` backend means PDLP here: this LP is degenerate, which slows the
+simplex down far more than PDLP; PDLP's tolerance is harmless since the
+certificate is recomputed at the rounded weights anyway.
 Integer weights (within each device's budget) change the splits, so each
 candidate's certificate is recomputed at its rounded splits
 (:func:`certificate`: the tightest allocations of those splits, per class) and
@@ -62,31 +62,22 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import scipy.sparse as sp
 
-from controller.model import Intent, Role, WcmpRealization
+from controller.model import Intent, Role
 from controller.model.errors import Infeasible
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
-from solver.clos import PodModel, build_pod_model
+from solver.clos.model import PodModel, build_pod_model, pod_budgets
 from solver.fabric import build_fabric
 from solver.lp import DEFAULT_BACKEND, solve_lp
+from solver.options import RobustOptions
 from solver.weights import reduce_weights
 
-__all__ = ["CLASSES", "ClosCandidate", "LossFamily", "certificate", "clos_robust", "device_budget",
+__all__ = ["CLASSES", "ClosCandidate", "LossFamily", "certificate", "clos_robust",
            "protected_losses", "scenario_losses"]
 
-MARGIN = 0.01  # allocation rows aim this far under the limit, for the rounding of weights
-PENALTY = 100.0  # objective weight of the allocation rows' excess over the limit
-GRID = ((1.2, 1.0), (1.1, 1.0), (1.3, 1.0), (1.2, 1.1), (1.45, 1.0), (1.3, 1.2))  # t = 1 (equal splits) never won
-FLOOR_SLACK = 0.01  # a certified baseline this close to the min-MLU bound ends the search
 CLASSES = ("planes", "spines", "mixed")
 Progress = Callable[[str, float], None]
 Pair = tuple[int, int]
 Group = tuple[int, int, int]
-
-
-def device_budget(intent: Intent, device: str) -> int:
-    """The largest weight sum of a group on ``device`` (link-bandwidth realization: at most 100)."""
-    b = intent.max_ecmp_entries(device)
-    return min(b, 100) if intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH else b
 
 
 @dataclasses.dataclass
@@ -142,12 +133,12 @@ def _index(m: PodModel) -> _Index:
         g_down=np.array([m.spine_down[(int(head[k[3]]), k[1])] for k in g_keys], dtype=np.int64),
         g_group=g_group,
         g_size=np.bincount(g_group, minlength=n_a),
-        a_src_leaf=np.array([m.leaf_at[(q, lp)] for q, _p, lp in a_keys], dtype=np.int64),
-        a_dst_leaf=np.array([m.leaf_at[(p, lp)] for _q, p, lp in a_keys], dtype=np.int64),
-        a_src_pp=np.array([pp[(q, lp)] for q, _p, lp in a_keys], dtype=np.int64),
-        a_dst_pp=np.array([pp[(p, lp)] for _q, p, lp in a_keys], dtype=np.int64),
+        a_src_leaf=np.array([m.leaf_at[(q, pl)] for q, _p, pl in a_keys], dtype=np.int64),
+        a_dst_leaf=np.array([m.leaf_at[(p, pl)] for _q, p, pl in a_keys], dtype=np.int64),
+        a_src_pp=np.array([pp[(q, pl)] for q, _p, pl in a_keys], dtype=np.int64),
+        a_dst_pp=np.array([pp[(p, pl)] for _q, p, pl in a_keys], dtype=np.int64),
         tor_arcs=np.array([arc for _k, arc in tor_items], dtype=np.int64),
-        tor_pp=np.array([pp[(m.tor_pod[t], lp)] for (t, lp), _arc in tor_items], dtype=np.int64),
+        tor_pp=np.array([pp[(m.tor_pod[t], pl)] for (t, pl), _arc in tor_items], dtype=np.int64),
         n_pp=len(pp),
     )
 
@@ -184,8 +175,8 @@ def scenario_losses(m: PodModel, devices: Iterable[str], links: Iterable[str], i
     for lost in (src_gone, src_gone | dst_gone | all_rec):
         per: dict[Pair, set[int]] = {}
         for i in np.flatnonzero(lost):
-            q, p, lp = ix.a_keys[i]
-            per.setdefault((q, p), set()).add(lp)
+            q, p, pl = ix.a_keys[i]
+            per.setdefault((q, p), set()).add(pl)
         for k, planes in per.items():
             fam.planes.setdefault(k, set()).add(frozenset(planes))
     leaf_alive = ~dev_dead[ix.a_src_leaf]
@@ -213,11 +204,11 @@ def protected_losses(intent: Intent, m: PodModel, ix: _Index | None = None) -> d
 
     if scope == "all_single":
         for pq in m.d_qp:
-            out["planes"].planes.setdefault(pq, set()).update(frozenset({lp}) for lp in m.allowed_planes[pq])
-        spines = {int(m.fab.arc_head[arc]) for (_q, _p, _lp, arc) in m.g_col}
+            out["planes"].planes.setdefault(pq, set()).update(frozenset({pl}) for pl in m.allowed_planes[pq])
+        spines = {int(m.fab.arc_head[arc]) for (_q, _p, _pl, arc) in m.g_col}
         for v in sorted(spines):
             add(scenario_losses(m, (m.fab.names[v],), (), ix))
-        leaf_spine = {m.fab.intent.links[arc // 2].key for (_q, _p, _lp, arc) in m.g_col}
+        leaf_spine = {m.fab.intent.links[arc // 2].key for (_q, _p, _pl, arc) in m.g_col}
         leaf_spine |= {m.fab.intent.links[arc // 2].key for arc in m.spine_down.values()}
         for key in sorted(leaf_spine):
             add(scenario_losses(m, (), (key,), ix))
@@ -264,12 +255,12 @@ def _kappas(m: PodModel, rows: _Rows, t1: float, t2: float) -> tuple[np.ndarray,
     """Per ``a`` column: ``kappa1`` of its pair and ``kappa2`` of its leaf group (see the module docstring)."""
     k1 = np.ones(len(m.a_col))
     k2 = np.ones(len(m.a_col))
-    for (q, p, lp), ac in m.a_col.items():
+    for (q, p, pl), ac in m.a_col.items():
         n = len(m.allowed_planes[(q, p)])
         k = rows.k_plane.get((q, p), 0)
         k1[ac] = t1 * n / (n - k) if k else 1.0
-        arcs = m.allowed_spines.get((q, p, lp), ())
-        kj = rows.k_spine.get((q, p, lp), 0)
+        arcs = m.allowed_spines.get((q, p, pl), ())
+        kj = rows.k_spine.get((q, p, pl), 0)
         k2[ac] = t2 * len(arcs) / (len(arcs) - kj) if kj else 1.0
     return k1, k2
 
@@ -325,7 +316,8 @@ class _Builder:
 
 
 def _lp(m: PodModel, ix: _Index, classes: list[tuple[_Rows, np.ndarray, np.ndarray]], limit: float,
-        cap_res: np.ndarray, tor_budget: dict[int, int], backend: str) -> tuple[np.ndarray, float, float]:
+        cap_res: np.ndarray, tor_budget: dict[int, int], backend: str, options: RobustOptions
+        ) -> tuple[np.ndarray, float, float]:
     """Baseline flows ``[a, g]`` (gbps), the baseline MLU and the allocation excess (module docstring)."""
     n_a, n_g = len(m.a_col), len(m.g_col)
     n = n_a + n_g
@@ -333,7 +325,7 @@ def _lp(m: PodModel, ix: _Index, classes: list[tuple[_Rows, np.ndarray, np.ndarr
     s = m.scale
     b = _Builder(n + 2)
     for (q, p), d in m.d_qp.items():  # sum_l a = D
-        b.row(((m.a_col[(q, p, lp)], 1.0) for lp in m.allowed_planes[(q, p)]), d / s, d / s)
+        b.row(((m.a_col[(q, p, pl)], 1.0) for pl in m.allowed_planes[(q, p)]), d / s, d / s)
     for g, arcs in m.allowed_spines.items():  # sum_j g = a
         if g in m.a_col:
             b.row([*((m.g_col[(*g, arc)], 1.0) for arc in arcs), (m.a_col[g], -1.0)], 0.0, 0.0)
@@ -341,7 +333,7 @@ def _lp(m: PodModel, ix: _Index, classes: list[tuple[_Rows, np.ndarray, np.ndarr
         for (q, p), sets in rows.planes.items():
             top = m.d_qp[(q, p)] / s * (1.0 - 1.0 / k1[m.a_col[(q, p, m.allowed_planes[(q, p)][0])]])
             for lost in sets:
-                b.row(((m.a_col[(q, p, lp)], 1.0) for lp in lost), -np.inf, top)
+                b.row(((m.a_col[(q, p, pl)], 1.0) for pl in lost), -np.inf, top)
         for g, sets in rows.spines.items():
             ac = m.a_col[g]
             for lost in sets:
@@ -360,16 +352,16 @@ def _lp(m: PodModel, ix: _Index, classes: list[tuple[_Rows, np.ndarray, np.ndarr
     for _rows_c, k1, k2 in classes:
         scale = sp.diags(np.concatenate([k1, k1[ix.g_group] * k2[ix.g_group]]))
         b.block(with_col(lm @ scale, e_col, -cap_res[used] / s), np.full(len(used), -np.inf),
-                limit * (1 - MARGIN) * cap_res[used] / s)
+                limit * (1 - options.clos_margin) * cap_res[used] / s)
     col_lb = np.zeros(n + 2)
     for (q, p), d in m.d_qp.items():  # every plane keeps one unit of the ToR's budget
         planes = m.allowed_planes[(q, p)]
         if len(planes) >= 2:
-            for lp in planes:
-                col_lb[m.a_col[(q, p, lp)]] = d / (tor_budget[q] * s)
+            for pl in planes:
+                col_lb[m.a_col[(q, p, pl)]] = d / (tor_budget[q] * s)
     c = np.zeros(n + 2)
     c[u_col] = 1.0
-    c[e_col] = PENALTY
+    c[e_col] = options.clos_penalty
     a, lo, hi = b.matrix()
     res = solve_lp(c, a, lo, hi, col_lb, np.full(n + 2, np.inf), backend="pdlp" if backend == "auto" else backend)
     return np.maximum(res.x[:n], 0.0) * s, float(res.x[u_col]), float(max(res.x[e_col], 0.0))
@@ -399,7 +391,7 @@ def _round(m: PodModel, x: np.ndarray, budgets: tuple[dict[int, int], dict[int, 
     tor: dict[Pair, tuple[tuple[int, int], ...]] = {}
     for (q, p), planes in m.allowed_planes.items():
         if planes:
-            vals = [float(x[m.a_col[(q, p, lp)]]) if (q, p, lp) in m.a_col else 0.0 for lp in planes]
+            vals = [float(x[m.a_col[(q, p, pl)]]) if (q, p, pl) in m.a_col else 0.0 for pl in planes]
             tor[(q, p)] = tuple(zip(planes, reduce(vals, tor_budget[q]), strict=True))
     leaf: dict[Group, tuple[tuple[int, int], ...]] = {}
     for g, arcs in m.allowed_spines.items():
@@ -426,12 +418,12 @@ def certificate(m: PodModel, rows: _Rows, w: _Weights) -> tuple[np.ndarray, np.n
     base = np.zeros(m.n_vars)
     for (q, p), d in m.d_qp.items():
         mem = w.tor[(q, p)]
-        tot = sum(wi for _lp, wi in mem)
-        r = {lp: wi / tot for lp, wi in mem}
+        tot = sum(wi for _pl, wi in mem)
+        r = {pl: wi / tot for pl, wi in mem}
         amp = _amplify(r, rows.planes[(q, p)])
-        for lp, share in r.items():
-            ac = m.a_col[(q, p, lp)]
-            reserved[ac] = d * share * amp[lp]
+        for pl, share in r.items():
+            ac = m.a_col[(q, p, pl)]
+            reserved[ac] = d * share * amp[pl]
             base[ac] = d * share
     for g, mem in w.leaf.items():
         gac = m.a_col.get(g)
@@ -447,22 +439,12 @@ def certificate(m: PodModel, rows: _Rows, w: _Weights) -> tuple[np.ndarray, np.n
     return m.loads(reserved), m.loads(base)
 
 
-def _budgets(intent: Intent, m: PodModel) -> tuple[dict[int, int], dict[int, int]]:
-    names = m.fab.names
-    tor: dict[int, int] = {}
-    for t, q in m.tor_pod.items():
-        b = device_budget(intent, names[t])
-        tor[q] = min(tor.get(q, b), b)
-    leaf = {v: device_budget(intent, names[v]) for v in m.leaf_pp}
-    return tor, leaf
-
-
 def _port(h: NextHop) -> str:
     return h.port
 
 
 def _plan(intent: Intent, m: PodModel, w: _Weights, loads: np.ndarray, summary: PlanSummary) -> Plan:
-    """The device plans of weights ``w`` (routes as :mod:`solver.closplan` lays them out) and link loads."""
+    """The device plans of weights ``w`` (routes as :mod:`solver.clos.plan` lays them out) and link loads."""
     fab = m.fab
     names, port, head = fab.names, fab.arc_port, fab.arc_head
     prefix_tor = [(pf.prefix, fab.index[pf.origins[0]]) for pf in intent.prefixes]
@@ -483,13 +465,13 @@ def _plan(intent: Intent, m: PodModel, w: _Weights, loads: np.ndarray, summary: 
             if role == Role.TOR:
                 mem = w.tor.get((m.tor_pod[v], p))
                 if t != v and mem:
-                    routes[prefix] = gid((m.tor_arc[(v, lp)], wt) for lp, wt in mem)
+                    routes[prefix] = gid((m.tor_arc[(v, pl)], wt) for pl, wt in mem)
             elif role == Role.LEAF:
-                q, lp = m.leaf_pp[v]
+                q, pl = m.leaf_pp[v]
                 if p == q:
                     routes[prefix] = gid([(m.down_arc[(v, t)], 1)])
-                elif (q, p, lp) in w.leaf:
-                    routes[prefix] = gid(w.leaf[(q, p, lp)])
+                elif (q, p, pl) in w.leaf:
+                    routes[prefix] = gid(w.leaf[(q, p, pl)])
             else:
                 arc = m.spine_down.get((v, p))
                 if arc is not None:
@@ -503,9 +485,71 @@ def _plan(intent: Intent, m: PodModel, w: _Weights, loads: np.ndarray, summary: 
     return Plan(intent.name, dataclasses.replace(summary, groups=n_groups, routes=n_routes), devices, links)
 
 
+@dataclasses.dataclass
+class _Setup:
+    """What every grid point of :func:`clos_robust` shares."""
+
+    intent: Intent
+    m: PodModel
+    ix: _Index
+    rows: list[_Rows]  # per class with protected sets
+    budgets: tuple[dict[int, int], dict[int, int]]
+    used: np.ndarray  # arcs that carry anything
+    ecmp_mlu: float
+    t0: float
+
+
+def _setup(intent: Intent, m: PodModel, t0: float) -> _Setup:
+    ix = _index(m)
+    fams = protected_losses(intent, m, ix)
+    rows = [_rows(m, fams[c]) for c in CLASSES if fams[c].planes or fams[c].spines]
+    ecmp_mlu = float((m.loads(m.ecmp_x()) / m.fab.arc_cap).max(initial=0.0))
+    return _Setup(intent, m, ix, rows, pod_budgets(m), np.diff(m.load_matrix.indptr) > 0, ecmp_mlu, t0)
+
+
+def _candidate(st: _Setup, t: tuple[float, float], w: _Weights, u: float, excess: float) -> ClosCandidate:
+    """The candidate of rounded weights ``w``: its certificate per class, worst over the classes."""
+    m, fab = st.m, st.m.fab
+    res_load = np.zeros(fab.n_arcs)
+    base_load = certificate(m, _rows(m, LossFamily({}, {})), w)[1]
+    for r in st.rows:
+        np.maximum(res_load, certificate(m, r, w)[0], out=res_load)
+    res_util = np.where(st.used, res_load / fab.arc_cap, 0.0)
+    reserved = float(res_util.max(initial=0.0))
+    baseline = float((base_load / fab.arc_cap).max(initial=0.0))
+    extra = {"lp_model": "clos-pods-robust", "t": [t[0], t[1]], "reserved_mlu": round(reserved, 6)}
+    summary = PlanSummary(max_utilization=baseline, lp_bound=u, ecmp_max_utilization=st.ecmp_mlu,
+                          solve_seconds=time.perf_counter() - st.t0, groups=0, routes=0, extra=extra)
+    return ClosCandidate(t, reserved, baseline, excess, functools.partial(_plan, st.intent, m, w, base_load, summary),
+                         res_util)
+
+
+def _grid_point(st: _Setup, t: tuple[float, float], limit: float, derate_rounds: int, backend: str,
+                options: RobustOptions) -> list[ClosCandidate]:
+    """The candidates of one grid point: the LP, then LPs with the arcs over the limit derated."""
+    m = st.m
+    classes = [(r, *_kappas(m, r, t[0], t[1])) for r in st.rows]
+    cap_res = m.fab.arc_cap.astype(np.float64).copy()
+    out: list[ClosCandidate] = []
+    for _round_no in range(derate_rounds + 1):
+        try:
+            x, u, excess = _lp(m, st.ix, classes, limit, cap_res, st.budgets[0], backend, options)
+        except Infeasible:
+            break
+        cand = _candidate(st, t, _round(m, x, st.budgets), u, excess)
+        out.append(cand)
+        res_util = cand.arc_reserved
+        over = res_util > limit
+        if not over.any() or excess > options.clos_margin * limit + 1e-6:  # derating cannot help an LP over the limit
+            break
+        cap_res[over] *= limit / res_util[over] * (1 - options.clos_margin)
+    return out
+
+
 def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
-                grid: Iterable[tuple[float, float]] = GRID, derate_rounds: int = 2,
-                baseline_floor: float | None = None, progress: Progress | None = None) -> list[ClosCandidate] | None:
+                grid: Iterable[tuple[float, float]] | None = None, derate_rounds: int | None = None,
+                baseline_floor: float | None = None, progress: Progress | None = None,
+                options: RobustOptions = RobustOptions()) -> list[ClosCandidate] | None:
     """Robust plans of a clean Clos, best first, or ``None`` when the fabric is not one.
 
     Parameters
@@ -513,13 +557,15 @@ def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
     intent : a validated intent (its ``failure_tolerance`` scope and domains set the loss sets).
     limit : the utilization every protected scenario must stay under.
     backend : the LP backend (:func:`solver.lp.solve_lp`).
-    grid : the ``(t1, t2)`` over-provisioning factors to try (see the module docstring).
+    grid : the ``(t1, t2)`` over-provisioning factors to try (see the module docstring;
+        default ``options.clos_grid``).
     derate_rounds : LPs per grid point after the first, with the arcs whose rounded
-        certificate exceeds the limit derated.
+        certificate exceeds the limit derated (default ``options.clos_derate_rounds``).
     baseline_floor : the min-MLU bound without robustness (the plain plan's LP
-        bound), if known: a certified candidate within :data:`FLOOR_SLACK` of it
+        bound), if known: a certified candidate within ``options.clos_floor_slack`` of it
         ends the search, since no grid point can do better.
     progress : called as ``progress(stage, fraction)``.
+    options : the robust knobs (:class:`solver.options.RobustOptions`).
 
     Returns
     -------
@@ -548,43 +594,15 @@ def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
     m = build_pod_model(build_fabric(intent))
     if m is None:
         return None
-    ix = _index(m)
-    fams = protected_losses(intent, m, ix)
-    rows = [_rows(m, fams[c]) for c in CLASSES if fams[c].planes or fams[c].spines]
-    budgets = _budgets(intent, m)
-    fab = m.fab
-    used = np.diff(m.load_matrix.indptr) > 0
-    ecmp_mlu = float((m.loads(m.ecmp_x()) / fab.arc_cap).max(initial=0.0))
-    grid = list(grid)
+    st = _setup(intent, m, t0)
+    points = list(options.clos_grid if grid is None else grid)
+    rounds = options.clos_derate_rounds if derate_rounds is None else derate_rounds
     out: list[ClosCandidate] = []
-    for gi, (t1, t2) in enumerate(grid):
-        say("robust", gi / len(grid))
-        classes = [(r, *_kappas(m, r, t1, t2)) for r in rows]
-        cap_res = fab.arc_cap.astype(np.float64).copy()
-        for _round_no in range(derate_rounds + 1):
-            try:
-                x, u, excess = _lp(m, ix, classes, limit, cap_res, budgets[0], backend)
-            except Infeasible:
-                break
-            w = _round(m, x, budgets)
-            res_load = np.zeros(fab.n_arcs)
-            base_load = certificate(m, _rows(m, LossFamily({}, {})), w)[1]
-            for r in rows:
-                np.maximum(res_load, certificate(m, r, w)[0], out=res_load)
-            res_util = np.where(used, res_load / fab.arc_cap, 0.0)
-            reserved = float(res_util.max(initial=0.0))
-            baseline = float((base_load / fab.arc_cap).max(initial=0.0))
-            extra = {"lp_model": "clos-pods-robust", "t": [t1, t2], "reserved_mlu": round(reserved, 6)}
-            summary = PlanSummary(max_utilization=baseline, lp_bound=u, ecmp_max_utilization=ecmp_mlu,
-                                  solve_seconds=time.perf_counter() - t0, groups=0, routes=0, extra=extra)
-            out.append(ClosCandidate((t1, t2), reserved, baseline, excess,
-                                     functools.partial(_plan, intent, m, w, base_load, summary), res_util))
-            over = res_util > limit
-            if not over.any() or excess > MARGIN * limit + 1e-6:  # derating cannot help an LP over the limit
-                break
-            cap_res[over] *= limit / res_util[over] * (1 - MARGIN)
+    for gi, t in enumerate(points):
+        say("robust", gi / len(points))
+        out += _grid_point(st, t, limit, rounds, backend, options)
         if baseline_floor is not None and any(c.reserved_mlu <= limit and c.baseline_mlu <= baseline_floor *
-                                              (1 + FLOOR_SLACK) for c in out):
+                                              (1 + options.clos_floor_slack) for c in out):
             break
     say("robust", 1.0)
     ok = sorted((c for c in out if c.reserved_mlu <= limit + 1e-9), key=lambda c: c.baseline_mlu)
