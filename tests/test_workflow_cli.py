@@ -99,3 +99,25 @@ def test_bad_input_and_missing_token(server: LoomServer, tmp_path: Path) -> None
     nowhere = subprocess.run([*LOOM, "changes", "list", "--server", "http://127.0.0.1:9"], capture_output=True,
                              text=True, env={**os.environ, "LOOM_TOKEN": TOKEN}, cwd=REPO, timeout=60)
     assert nowhere.returncode == 1 and "cannot reach" in nowhere.stderr
+
+
+def test_drain_and_undrain_are_reviewed_changes(server: LoomServer, tmp_path: Path) -> None:
+    assert loom(server, "apply", str(write(tmp_path, "intent.yaml", DOC)), "--json").returncode == 0
+    reviewed = loom(server, "drain", "spine-1-1", "--json")
+    assert reviewed.returncode == 0, reviewed.stdout + reviewed.stderr
+    doc = json.loads(reviewed.stdout)
+    assert doc["verdict"] == "safe" and any(x["after"] == 0 for x in doc["links"])
+    assert server("GET", f"/v1/changes/{doc['change']}").json()["state"] == "reviewed"  # not committed
+    done = loom(server, "drain", "spine-1-1", "--commit", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["state"] == "committed", done.stdout + done.stderr
+    active = server("GET", "/v1/status").json()["active_revision"]
+    policies = server("GET", f"/v1/revisions/{active}/intent").json()["policies"]
+    assert {"kind": "drain", "target": "spine-1-1"} in policies
+    again = loom(server, "drain", "spine-1-1", "--json")
+    assert again.returncode == 2 and json.loads(again.stdout)["errors"][0]["msg"] == "already drained"
+    undone = loom(server, "undrain", "spine-1-1", "--commit")
+    assert undone.returncode == 0 and "committed" in undone.stdout, undone.stdout + undone.stderr
+    active = server("GET", "/v1/status").json()["active_revision"]
+    policies = server("GET", f"/v1/revisions/{active}/intent").json()["policies"]
+    assert not any(p.get("kind") == "drain" for p in policies)
+    assert loom(server, "undrain", "spine-1-1").returncode == 2

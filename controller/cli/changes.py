@@ -84,7 +84,7 @@ def _print_failing(failing: list[dict[str, Any]]) -> None:
         console.print(f"... and {len(failing) - 50} more", highlight=False)
 
 
-def _print_review(rv: dict[str, Any]) -> None:
+def print_review(rv: dict[str, Any]) -> None:
     colour = "green" if rv["verdict"] == "safe" else "red"
     safety = rv["safety"]
     c = safety.get("counts", {})
@@ -166,7 +166,7 @@ def _final(ch: dict[str, Any], as_json: bool) -> None:
         raise typer.Exit(EXIT_FAIL)
 
 
-def _commit(client: Client, cid: int, force: bool, reason: str | None, as_json: bool) -> None:
+def commit_and_follow(client: Client, cid: int, force: bool, reason: str | None, as_json: bool) -> None:
     client.call("POST", f"/v1/changes/{cid}/commit", json={"force": force, "reason": reason})
     _final(follow(client, cid, as_json=as_json), as_json)
 
@@ -197,14 +197,14 @@ def apply(
             emit_json({"change": ch["id"], **rv})
         else:
             console.print(f"change {ch['id']} (dry run)", highlight=False)
-            _print_review(rv)
+            print_review(rv)
         if rv["verdict"] != "safe":
             raise typer.Exit(EXIT_FAIL)
         return
     if not as_json:
         console.print(f"change {ch['id']}", highlight=False)
-        _print_review(rv)
-    _commit(client, ch["id"], force, reason, as_json)
+        print_review(rv)
+    commit_and_follow(client, ch["id"], force, reason, as_json)
 
 
 @changes_app.command("list")
@@ -270,7 +270,7 @@ def review(
     if as_json:
         emit_json(rv)
     else:
-        _print_review(rv)
+        print_review(rv)
     if rv["verdict"] != "safe":
         raise typer.Exit(EXIT_FAIL)
 
@@ -284,7 +284,7 @@ def commit(
     as_json: JsonOption = False,
 ) -> None:
     """Commit a reviewed change and follow its progress per device."""
-    _commit(Client(server, as_json), change_id, force, reason, as_json)
+    commit_and_follow(Client(server, as_json), change_id, force, reason, as_json)
 
 
 @changes_app.command("rollback")
@@ -302,12 +302,12 @@ def rollback(
     rv = client.call("POST", f"/v1/changes/{ch['id']}/review")
     if not as_json:
         console.print(f"change {ch['id']}: roll back to revision {revision}", highlight=False)
-        _print_review(rv)
+        print_review(rv)
     if dry_run:
         if as_json:
             emit_json({"change": ch["id"], **rv})
         return
-    _commit(client, ch["id"], force, reason, as_json)
+    commit_and_follow(client, ch["id"], force, reason, as_json)
 
 
 @app.command("drift")
