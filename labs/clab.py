@@ -158,7 +158,7 @@ def _parse(doc: Any, base: Path, errors: list[IntentError]) -> Topology | None:
     return Topology(str(name), base, tuple(nodes), tuple(links))
 
 
-def _parse_node(nname: Any, spec: Any, defaults: dict[str, Any], base: Path,
+def _parse_node(nname: object, spec: object, defaults: dict[str, Any], base: Path,
                 errors: list[IntentError]) -> ClabNode | None:
     """One node: kind ``linux``, its bind files (FRR's config and daemons files at least), labels."""
     loc = f"topology.nodes.{nname}"
@@ -193,7 +193,7 @@ def _parse_node(nname: Any, spec: Any, defaults: dict[str, Any], base: Path,
     return ClabNode(nname, str(kind), spec.get("image", defaults.get("image")), binds, labels)
 
 
-def _parse_links(raw_links: Any, names: set[str], errors: list[IntentError]) -> list[ClabLink]:
+def _parse_links(raw_links: object, names: set[str], errors: list[IntentError]) -> list[ClabLink]:
     """Links as endpoint pairs ``node:interface`` between known nodes, each interface used once."""
     if not isinstance(raw_links, list):
         errors.append(IntentError("topology.links", "must be a list of {endpoints: [a, b]}"))

@@ -13,10 +13,12 @@ through :func:`add_agent_servicer`; the driver calls agents through
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import grpc
+from grpc.aio import ServicerContext as Context
 
 from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
 from southbound.state import AgentError, AgentInfo, BgpSession, DeviceState, KernelNextHop, KernelRoute, Outcome
@@ -35,6 +37,8 @@ __all__ = ["SERVICE_NAME", "AgentClient", "AgentService", "add_agent_servicer", 
 
 SERVICE_NAME = "loom.agent.v1.Agent"
 
+T = TypeVar("T")
+
 _CODES = {
     "failed_precondition": grpc.StatusCode.FAILED_PRECONDITION,
     "invalid_argument": grpc.StatusCode.INVALID_ARGUMENT,
@@ -45,7 +49,7 @@ _CODES = {
 
 
 # -- DeviceConfig ----------------------------------------------------------------
-def config_to_proto(c: DeviceConfig) -> Any:
+def config_to_proto(c: DeviceConfig) -> pb.DeviceConfig:
     msg = pb.DeviceConfig(
         hostname=c.hostname, router_id=c.router_id, originated=list(c.originated), routing=c.routing,
         drained=c.drained, maximum_paths=c.maximum_paths, multipath_relax=c.multipath_relax,
@@ -76,7 +80,7 @@ def _opt(msg: Any, name: str) -> Any:
     return getattr(msg, name) if msg.HasField(name) else None
 
 
-def config_from_proto(m: Any) -> DeviceConfig:
+def config_from_proto(m: pb.DeviceConfig) -> DeviceConfig:
     return DeviceConfig(
         hostname=m.hostname, asn=_opt(m, "asn"), router_id=m.router_id,
         interfaces=tuple(Interface(i.name, _opt(i, "address"), _opt(i, "peer"), _opt(i, "peer_port"), i.host,
@@ -93,7 +97,7 @@ def config_from_proto(m: Any) -> DeviceConfig:
 
 
 # -- state -----------------------------------------------------------------------
-def state_to_proto(s: DeviceState) -> Any:
+def state_to_proto(s: DeviceState) -> pb.DeviceState:
     return pb.DeviceState(
         hostname=s.hostname, running_hash=s.running_hash, observed=s.observed,
         routes=[pb.KernelRoute(prefix=r.prefix, protocol=r.protocol, nexthops=[
@@ -105,7 +109,7 @@ def state_to_proto(s: DeviceState) -> Any:
     )
 
 
-def state_from_proto(m: Any) -> DeviceState:
+def state_from_proto(m: pb.DeviceState) -> DeviceState:
     return DeviceState(
         hostname=m.hostname, running_hash=m.running_hash, observed=m.observed,
         routes={r.prefix: KernelRoute(r.prefix, r.protocol, tuple(KernelNextHop(h.port, h.via, h.weight)
@@ -115,13 +119,13 @@ def state_from_proto(m: Any) -> DeviceState:
     )
 
 
-def _info_to_proto(i: AgentInfo) -> Any:
+def _info_to_proto(i: AgentInfo) -> pb.AgentInfo:
     return pb.AgentInfo(hostname=i.hostname, agent_version=i.agent_version, frr_version=i.frr_version,
                         dry_frr=i.dry_frr, running_hash=i.running_hash, pending_change=i.pending_change,
                         prepared_change=i.prepared_change)
 
 
-def _info_from_proto(m: Any) -> AgentInfo:
+def _info_from_proto(m: pb.AgentInfo) -> AgentInfo:
     return AgentInfo(m.hostname, m.agent_version, m.frr_version, m.dry_frr, m.running_hash, m.pending_change,
                      m.prepared_change)
 
@@ -143,16 +147,17 @@ class _Servicer(pb_grpc.AgentServicer):  # type: ignore[misc]
     def __init__(self, core: AgentService):
         self.core = core
 
-    async def _call(self, context: Any, coro: Any) -> Any:
+    async def _call(self, context: Context, coro: Awaitable[T]) -> T:
         try:
             return await coro
         except AgentError as exc:
             await context.abort(_CODES.get(exc.code, grpc.StatusCode.INTERNAL), str(exc))
+            raise  # abort raises; this line only tells the type checker
 
-    async def GetInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def GetInfo(self, request: pb.GetInfoRequest, context: Context) -> pb.AgentInfo:  # noqa: N802
         return _info_to_proto(await self._call(context, self.core.info()))
 
-    async def Prepare(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def Prepare(self, request: pb.PrepareRequest, context: Context) -> pb.PrepareResponse:  # noqa: N802
         try:
             config = config_from_proto(request.config)
         except (TypeError, ValueError) as exc:
@@ -160,23 +165,23 @@ class _Servicer(pb_grpc.AgentServicer):  # type: ignore[misc]
         o = await self._call(context, self.core.prepare(request.change, config))
         return pb.PrepareResponse(changed=o.changed, diff=o.diff, config_hash=o.config_hash)
 
-    async def Commit(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:  # noqa: N802
         o = await self._call(context, self.core.commit(request.change, request.confirm_within_seconds))
         return pb.CommitResponse(changed=o.changed, diff=o.diff, config_hash=o.config_hash,
                                  confirm_deadline_unix=o.confirm_deadline)
 
-    async def Confirm(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def Confirm(self, request: pb.ConfirmRequest, context: Context) -> pb.ConfirmResponse:  # noqa: N802
         o = await self._call(context, self.core.confirm(request.change))
         return pb.ConfirmResponse(config_hash=o.config_hash)
 
-    async def Abort(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def Abort(self, request: pb.AbortRequest, context: Context) -> pb.AbortResponse:  # noqa: N802
         return pb.AbortResponse(dropped=await self._call(context, self.core.abort(request.change)))
 
-    async def Rollback(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def Rollback(self, request: pb.RollbackRequest, context: Context) -> pb.RollbackResponse:  # noqa: N802
         o = await self._call(context, self.core.rollback(request.change, request.to_hash))
         return pb.RollbackResponse(changed=o.changed, diff=o.diff, config_hash=o.config_hash)
 
-    async def GetState(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def GetState(self, request: pb.GetStateRequest, context: Context) -> pb.DeviceState:  # noqa: N802
         return state_to_proto(await self._call(context, self.core.state(tuple(request.prefixes))))
 
 

@@ -37,6 +37,7 @@ from controller.model import (
     Intent,
     Link,
     PathsPolicy,
+    Policy,
     Prefix,
     Role,
     Routing,
@@ -226,7 +227,7 @@ def _shape_sections(doc: dict[Any, Any], errors: list[IntentError]) -> tuple[_It
     return items, names_seen
 
 
-def _shape_policy(i: int, value: Any, errors: list[IntentError]) -> Any | None:
+def _shape_policy(i: int, value: object, errors: list[IntentError]) -> Policy | None:
     kind = value.get("kind") if isinstance(value, dict) else None
     if not isinstance(value, dict):
         errors.append(IntentError(f"policies[{i}]", "must be a mapping"))
@@ -372,7 +373,7 @@ def _check_prefixes(prefixes: list[tuple[int, Prefix]], refs: _Refs, errors: lis
     return prefix_index
 
 
-def _check_policies(policies: list[tuple[int, Any]], routing: Routing, refs: _Refs,
+def _check_policies(policies: list[tuple[int, Policy]], routing: Routing, refs: _Refs,
                     errors: list[IntentError]) -> None:
     """One of each singleton kind, drain targets, and the policies the routing cannot realize."""
     singleton: dict[str, int] = {}
