@@ -1,10 +1,13 @@
-// The Fabric page (the topology by tier, links coloured by the active plan's utilization, drains marked,
-// a link's details on hover and click) and a switch's page (routes, groups and weights; reported state; drift).
+// The Fabric page (the topology by tier, links coloured by the active plan's utilization or, with
+// ?view=observed, by what the switches' counters measure, stale links marked; drains marked and offered to
+// operators; a link's details on hover and click) and a switch's page (routes, groups and weights; reported
+// state; drift; drain or undrain).
 
 import { h, s, clear, fmt, pct, utilColour, table, badge, message } from "./util.js";
 import { api, maybe, ApiError } from "./api.js";
 
 const TIERS = ["superspine", "spine", "leaf", "tor", "router"];
+const OBSERVED_WINDOW_S = 60;
 const TIER_LABEL = { superspine: "superspines", spine: "spines", leaf: "leaves", tor: "ToRs", router: "routers" };
 
 /** The active plan, the revision it belongs to, and that revision's intent (or the head's when none is active). */
@@ -42,6 +45,32 @@ function drains(intent) {
     else devices.add(p.target);
   }
   return { devices, ends };
+}
+
+/** An operator's drain or undrain of ``target`` as a change against ``revision``; opens its page to review. */
+async function drainChange(intent, revision, target, undrain) {
+  const index = (intent.policies || []).findIndex((p) => p.kind === "drain" && p.target === target);
+  const patch = undrain ? [{ op: "remove", path: `/policies/${index}` }]
+    : [{ op: "add", path: "/policies/-", value: { kind: "drain", target } }];
+  const ch = await api("/v1/changes", { method: "POST",
+    body: { base_revision: revision, patch, message: `${undrain ? "undrain" : "drain"} ${target} (web UI)` } });
+  location.hash = `#/changes/${ch.id}`;
+}
+
+function drainButton(ctx, intent, revision, target, drained) {
+  if (!ctx.canOperate || revision === null || revision === undefined) return null;
+  const label = `${drained ? "Undrain" : "Drain"} ${target}`;
+  const btn = h("button", { class: "drain-action", "data-target": target }, label);
+  btn.addEventListener("click", async () => {
+    btn.disabled = true;
+    try {
+      await drainChange(intent, revision, target, drained);
+    } catch (e) {
+      btn.disabled = false;
+      btn.after(message(e.message, "error"));
+    }
+  });
+  return h("p", {}, btn, h("span", { class: "muted" }, " creates a change to review before it commits"));
 }
 
 function loadIndex(plan) {
@@ -133,8 +162,9 @@ function byPlaneName(a, b) {
   return pa !== pb ? pa - pb : a.name.localeCompare(b.name);
 }
 
-function linkInfo(link, entry, groups, drained) {
+function linkInfo(link, entry, groups, drained, view, action) {
   const l = entry ? entry.load : null;
+  const none = view.observed ? "no counters" : "no active plan";
   const ab = l ? (entry.forward ? l.gbps_ab : l.gbps_ba) : null;
   const ba = l ? (entry.forward ? l.gbps_ba : l.gbps_ab) : null;
   const cap = link.capacity_gbps ?? 100;
@@ -142,10 +172,13 @@ function linkInfo(link, entry, groups, drained) {
   return h("div", { class: "link-info" },
     h("h3", {}, `${link.a}:${link.a_port} ↔ ${link.b}:${link.b_port}`),
     drained ? h("p", {}, badge("drained", "drained")) : null,
+    view.observed && l && l.stale ? h("p", {}, badge("stale", "stale"),
+      ` no fresh counters for ${fmt(l.age_s, 0)} s: the load shown is the last one measured`) : null,
+    h("p", { class: "muted" }, view.observed ? `observed over the last ${OBSERVED_WINDOW_S} s` : "planned (active plan)"),
     h("dl", {},
       h("dt", {}, "capacity"), h("dd", { class: "capacity" }, `${fmt(cap)} Gb/s each way`),
-      h("dt", {}, `${link.a} → ${link.b}`), h("dd", {}, l ? `${fmt(ab, 2)} Gb/s (${pct(ab / cap)})` : "no active plan"),
-      h("dt", {}, `${link.b} → ${link.a}`), h("dd", {}, l ? `${fmt(ba, 2)} Gb/s (${pct(ba / cap)})` : "no active plan"),
+      h("dt", {}, `${link.a} → ${link.b}`), h("dd", {}, l ? `${fmt(ab, 2)} Gb/s (${pct(ab / cap)})` : none),
+      h("dt", {}, `${link.b} → ${link.a}`), h("dd", {}, l ? `${fmt(ba, 2)} Gb/s (${pct(ba / cap)})` : none),
       h("dt", {}, "utilization"), h("dd", {}, l ? pct(l.utilization) : "–"),
       link.metric !== undefined ? [h("dt", {}, "metric"), h("dd", {}, fmt(link.metric))] : null),
     users.length
@@ -155,19 +188,34 @@ function linkInfo(link, entry, groups, drained) {
           `${u.weight}/${u.total}`, `${u.routes.length}${u.routes.length ? ": " + u.routes.slice(0, 3).join(", ") : ""}`
             + (u.routes.length > 3 ? "…" : "")]), { class: "compact" }),
         users.length > 40 ? h("p", {}, `… and ${users.length - 40} more`) : null]
-      : h("p", { class: "muted" }, l ? "no nexthop group uses it" : ""));
+      : h("p", { class: "muted" }, l ? "no nexthop group uses it" : ""),
+    action);
 }
 
-function legend(hasPlan) {
+function legend(hasLoads, view) {
   const stops = [0, 0.25, 0.5, 0.75, 1].map((u) => h("span", { class: "swatch", style: `background:${utilColour(u)}` }, pct(u)));
   return h("div", { class: "legend", id: "legend" },
-    h("strong", {}, "utilization "), hasPlan ? stops : h("span", { class: "swatch", style: "background:#9aa0a6" }, "no active plan"),
-    h("span", { class: "swatch drained-swatch" }, "drained"));
+    h("strong", {}, view.observed ? "observed utilization " : "planned utilization "),
+    hasLoads ? stops : h("span", { class: "swatch", style: "background:#9aa0a6" },
+      view.observed ? "no counters yet" : "no active plan"),
+    h("span", { class: "swatch drained-swatch" }, "drained"),
+    view.observed ? h("span", { class: "swatch stale-swatch" }, "stale") : null);
+}
+
+/** Planned (the active plan's loads) or observed (the switches' counters, GET /v1/telemetry/links). */
+function viewToggle(view) {
+  const link = (label, href, on, id) => h("a", { href, id, class: `toggle${on ? " on" : ""}`, "aria-pressed": on }, label);
+  return h("div", { class: "view-toggle", id: "view-toggle" },
+    link("planned", "#/fabric", !view.observed, "view-planned"),
+    link("observed", "#/fabric?view=observed", view.observed, "view-observed"));
 }
 
 export async function renderFabric(main, ctx) {
   main.append(h("p", { class: "muted" }, "loading the fabric…"));
-  const { status, plan, intent, revision, active, previewed } = await loadFabric(ctx.params.get("plan") === "head");
+  const view = { observed: ctx.params.get("view") === "observed" };
+  const [{ status, plan, intent, revision, active, previewed }, observed] = await Promise.all([
+    loadFabric(ctx.params.get("plan") === "head"),
+    view.observed ? maybe(`/v1/telemetry/links?window_s=${OBSERVED_WINDOW_S}`) : null]);
   if (!ctx.alive()) return;
   clear(main);
   if (!intent) {
@@ -175,9 +223,10 @@ export async function renderFabric(main, ctx) {
     return;
   }
   const dr = drains(intent);
-  const byEnd = loadIndex(plan);
+  const byEnd = loadIndex(view.observed ? observed : plan);
   const groups = groupIndex(plan);
   const lay = layout(intent.devices, intent.routing);
+  const stale = view.observed && observed ? observed.links.filter((l) => l.stale).length : 0;
   const summary = plan ? plan.summary || {} : null;
   main.append(h("div", { class: "page-head" },
     h("h1", {}, `Fabric ${intent.name}`),
@@ -190,9 +239,12 @@ export async function renderFabric(main, ctx) {
     summary ? h("span", { class: "muted", id: "plan-summary" },
       ` · max utilization ${pct(summary.max_utilization)} (ECMP would be ${pct(summary.ecmp_max_utilization)}) · `
       + `${summary.groups ?? "?"} groups · ${summary.routes ?? "?"} routes`) : null,
+    view.observed ? h("span", { class: "muted", id: "observed-summary" }, observed
+      ? ` · observed: ${observed.links.length} links measured over ${observed.window_s} s, ${stale} stale`
+      : " · observed: no telemetry from the switches yet") : null,
     status && status.committing_change
       ? h("a", { class: "badge committing", href: `#/changes/${status.committing_change}` }, "commit in progress") : null));
-  main.append(legend(!!plan));
+  main.append(viewToggle(view), legend(view.observed ? !!(observed && observed.links.length) : !!plan, view));
 
   // at least ~16 px a switch on screen: a large fabric scrolls sideways rather than shrinking to dots
   const shown = Math.max(Math.max(600, (main.clientWidth || 1400) - 380), lay.wide * 16 + 120);
@@ -217,13 +269,16 @@ export async function renderFabric(main, ctx) {
     const entry = byEnd.get(`${link.a}:${link.a_port}`) || byEnd.get(`${link.b}:${link.b_port}`);
     const drained = dr.ends.has(`${link.a}:${link.a_port}`) || dr.ends.has(`${link.b}:${link.b_port}`);
     const u = entry ? entry.load.utilization : null;
+    const isStale = !!(view.observed && entry && entry.load.stale);
     const id = `${link.a}:${link.a_port}`;
-    const g = s("g", { class: `link${drained ? " drained" : ""}`, "data-link": id, "data-utilization": u ?? "" },
+    const g = s("g", { class: `link${drained ? " drained" : ""}${isStale ? " stale" : ""}`, "data-link": id,
+      "data-utilization": u ?? "" },
       s("line", { x1: p.x, y1: p.y, x2: q.x, y2: q.y, class: "wire",
-        stroke: drained ? "#9aa0a6" : utilColour(u), "stroke-width": 2 + 2 * Math.min(1, (link.capacity_gbps ?? 100) / 400) }),
+        stroke: drained || isStale ? "#9aa0a6" : utilColour(u), "stroke-width": 2 + 2 * Math.min(1, (link.capacity_gbps ?? 100) / 400) }),
       s("line", { x1: p.x, y1: p.y, x2: q.x, y2: q.y, class: "hit" }));
     if (drained) svg.append(s("text", { x: (p.x + q.x) / 2, y: (p.y + q.y) / 2, class: "drain-label" }, "drained"));
-    const info = () => linkInfo(link, entry, groups, drained);
+    const info = () => linkInfo(link, entry, groups, drained, view,
+      drainButton(ctx, intent, revision, `${link.a}:${link.a_port}`, drained));
     g.addEventListener("mousemove", (ev) => {
       clear(tip).append(info());
       tip.hidden = false;
@@ -308,6 +363,7 @@ export async function renderDevice(main, name, ctx) {
   main.append(h("div", { class: "page-head" },
     h("a", { href: "#/fabric" }, "← fabric"), h("h1", { id: "device-name" }, name), badge(dev.role, "role"),
     dr.devices.has(name) ? badge("drained", "drained") : null));
+  main.append(drainButton(ctx, intent, fabric.revision, name, dr.devices.has(name)) || "");
   const attrs = ["pod", "plane", "asn", "loopback", "max_ecmp_entries"].filter((k) => dev[k] !== undefined && dev[k] !== null);
   main.append(h("dl", { class: "attrs" }, attrs.map((k) => [h("dt", {}, k), h("dd", {}, String(dev[k]))])));
 
