@@ -94,21 +94,26 @@ def gen(
     intent_path: Annotated[Path, typer.Argument(metavar="INTENT", help="the intent document (YAML or JSON)")],
     out: Annotated[Path, typer.Option("--out", help="the lab directory to write (labs/<name>)")],
     name: Annotated[str | None, typer.Option(help="lab name (default: the directory's name)")] = None,
+    hosts: Annotated[int, typer.Option("--hosts", min=0, max=64,
+                                       help="host nodes behind each host port of a ToR (0: none)")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write a containerlab lab for INTENT: topology.clab.yml, FRR configs, daemons, intent.yaml."""
+    """Write a containerlab lab for INTENT: topology.clab.yml, FRR configs, daemons, intent.yaml (and hosts)."""
     from labs.gen import generate_lab
 
     intent = read_intent(intent_path, as_json=as_json)
     try:
-        path = generate_lab(intent, out, name=name)
+        path = generate_lab(intent, out, name=name, hosts=hosts)
     except (OSError, ValueError) as exc:
         die(f"cannot write the lab: {exc}", as_json=as_json)
     topo = load_topology(path)
+    routers = len(topo.routers)
     if as_json:
-        emit_json({"lab": topo.name, "topology": str(path), "nodes": len(topo.nodes), "links": len(topo.links)})
+        emit_json({"lab": topo.name, "topology": str(path), "nodes": routers, "hosts": len(topo.hosts),
+                   "links": len(topo.links)})
     else:
-        console.print(f"wrote {path}: lab {topo.name}, {len(topo.nodes)} nodes, {len(topo.links)} links")
+        console.print(f"wrote {path}: lab {topo.name}, {routers} nodes, {len(topo.hosts)} hosts, "
+                      f"{len(topo.links)} links")
 
 
 @lab_app.command("up")
@@ -129,7 +134,8 @@ def up(
     except InvalidIntent as exc:
         die(f"{lab_dir / 'intent.yaml'}: invalid intent", as_json=as_json, errors=[e.as_dict() for e in exc.errors])
     if not as_json:
-        console.print(f"lab {topo.name}: {len(topo.nodes)} nodes, {len(topo.links)} links, "
+        hosts = f", {len(topo.hosts)} hosts" if topo.hosts else ""
+        console.print(f"lab {topo.name}: {len(topo.routers)} nodes{hosts}, {len(topo.links)} links, "
                       f"namespaces loom-{topo.name}-*", highlight=False, soft_wrap=True)
     try:
         with _progress(as_json) as show:
@@ -148,7 +154,7 @@ def up(
             runner.down(topo.name, [n.name for n in topo.nodes])
             die(str(exc), code=EXIT_FAIL, as_json=as_json)
     doc["memory_mb_per_node"] = round(
-        sum(runner.memory_per_node(topo.name).values()) / max(1, len(topo.nodes)) / 2**20, 1)
+        sum(runner.memory_per_node(topo.name).values()) / max(1, len(topo.routers)) / 2**20, 1)
     if as_json:
         emit_json(doc)
     else:
@@ -246,3 +252,4 @@ def routes(lab: LabArg, as_json: JsonOpt = False) -> None:
         for prefix, hops in prefixes.items():
             table.add_row(node, prefix, ", ".join(f"{h['port']} {h['weight']}" for h in hops))
     console.print(table)
+
