@@ -8,11 +8,24 @@ relative to the file); ``topology.links`` as ``endpoints`` pairs of
 the host subnet ports a node needs, which containerlab creates with the node's
 ``exec`` commands). A file is accepted whole or rejected with every error
 located (``topology.links[3].endpoints[1]: unknown node 'leaf-9'``).
+
+Hosts are nodes too: ``kind: linux`` with the label ``loom.role: host``, a
+plain image and no FRR binds, one link to their ToR, and the ``exec``
+commands a containerlab user would give them, which are also what Loom reads:
+``ip addr add ADDRESS/LEN dev IF`` and ``ip route replace default via
+GATEWAY`` (``add`` works too; ``ip link set IF up`` is accepted and implied).
+Any other command on a host is refused with its location. A ToR's host port
+(``host0``, holding the prefix's first address) is then the veth to its host;
+with several hosts on one port it is a bridge over the host links' ends,
+declared as ``loom.host-bridges: host0=host0h0,host0h1`` (``;`` between
+bridges) and created by the ToR's ``exec`` commands under containerlab.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +36,14 @@ from controller.model.errors import IntentError, LoomError
 
 __all__ = [
     "FRR_IMAGE",
+    "HOST_BRIDGES_LABEL",
+    "HOST_IMAGE",
     "HOST_PORTS_LABEL",
+    "HOST_ROLE",
+    "ROLE_LABEL",
     "ClabLink",
     "ClabNode",
+    "HostSpec",
     "InvalidLab",
     "Topology",
     "dump_topology",
@@ -35,6 +53,10 @@ __all__ = [
 
 FRR_IMAGE = "quay.io/frrouting/frr:8.4.1"
 HOST_PORTS_LABEL = "loom.host-ports"
+HOST_BRIDGES_LABEL = "loom.host-bridges"
+ROLE_LABEL = "loom.role"
+HOST_ROLE = "host"
+HOST_IMAGE = "alpine:3.20"
 FILE_NAME = "topology.clab.yml"
 _IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -50,19 +72,48 @@ class InvalidLab(LoomError):
 
 
 @dataclass(frozen=True, slots=True)
+class HostSpec:
+    """A host's network, read from its ``exec`` commands: ``address`` in CIDR form on ``interface``,
+    the default route via ``gateway`` (its ToR's address on the host port)."""
+
+    interface: str
+    address: str
+    gateway: str
+
+    @property
+    def ip(self) -> str:
+        return self.address.split("/")[0]
+
+    @property
+    def prefix(self) -> str:
+        return str(ipaddress.IPv4Interface(self.address).network)
+
+
+@dataclass(frozen=True, slots=True)
 class ClabNode:
-    """A node: ``binds`` map container paths (``/etc/frr/frr.conf``) to files on the host."""
+    """A node: ``binds`` map container paths (``/etc/frr/frr.conf``) to files on the host;
+    ``host`` is set for host nodes (``loom.role: host``), which run no FRR."""
 
     name: str
     kind: str
     image: str | None
     binds: dict[str, Path] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    host: HostSpec | None = None
+
+    @property
+    def is_host(self) -> bool:
+        return self.labels.get(ROLE_LABEL) == HOST_ROLE
 
     @property
     def host_ports(self) -> tuple[str, ...]:
         raw = self.labels.get(HOST_PORTS_LABEL, "")
         return tuple(p for p in raw.split(",") if p)
+
+    @property
+    def host_bridges(self) -> dict[str, tuple[str, ...]]:
+        """Host ports that are bridges -> their member ports (the ends of the links to hosts)."""
+        return _parse_bridges(self.labels.get(HOST_BRIDGES_LABEL, ""))
 
     @property
     def frr_conf(self) -> Path:
@@ -93,6 +144,24 @@ class Topology:
     @property
     def node_map(self) -> dict[str, ClabNode]:
         return {n.name: n for n in self.nodes}
+
+    @property
+    def routers(self) -> tuple[ClabNode, ...]:
+        """The nodes that run FRR (and a device agent): every node but the hosts."""
+        return tuple(n for n in self.nodes if not n.is_host)
+
+    @property
+    def hosts(self) -> tuple[ClabNode, ...]:
+        return tuple(n for n in self.nodes if n.is_host)
+
+    def attachment(self, host: str) -> tuple[str, str]:
+        """``(tor, tor_port)``: where ``host``'s one link ends; ``tor_port`` is the host port
+        (the bridge, when the link's end is one of its members)."""
+        (_port, tor, tor_port), = self.ports(host)
+        for bridge, members in self.node_map[tor].host_bridges.items():
+            if tor_port in members:
+                return tor, bridge
+        return tor, tor_port
 
     def ports(self, node: str) -> list[tuple[str, str, str]]:
         """``(port, peer, peer_port)`` of each link end on ``node``."""
@@ -155,7 +224,9 @@ def _parse(doc: Any, base: Path, errors: list[IntentError]) -> Topology | None:
     links = _parse_links(topo.get("links", []), names, errors)
     if errors:
         return None
-    return Topology(str(name), base, tuple(nodes), tuple(links))
+    result = Topology(str(name), base, tuple(nodes), tuple(links))
+    _check_hosts(result, errors)
+    return None if errors else result
 
 
 def _parse_node(nname: object, spec: object, defaults: dict[str, Any], base: Path,
@@ -169,6 +240,11 @@ def _parse_node(nname: object, spec: object, defaults: dict[str, Any], base: Pat
     kind = spec.get("kind", defaults.get("kind"))
     if kind != "linux":
         errors.append(IntentError(f"{loc}.kind", f"kind {kind!r} is not supported (expected linux with FRR)"))
+    labels = spec.get("labels", {})
+    labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+    if labels.get(ROLE_LABEL) == HOST_ROLE:
+        network = _parse_host_exec(loc, spec.get("exec", []), errors)
+        return ClabNode(nname, str(kind), spec.get("image", defaults.get("image")), {}, labels, network)
     binds: dict[str, Path] = {}
     raw_binds = spec.get("binds", defaults.get("binds", []))
     if not isinstance(raw_binds, list):
@@ -188,9 +264,110 @@ def _parse_node(nname: object, spec: object, defaults: dict[str, Any], base: Pat
     for needed in ("/etc/frr/frr.conf", "/etc/frr/daemons"):
         if needed not in binds and not any(e.loc.startswith(f"{loc}.binds[") for e in errors):
             errors.append(IntentError(f"{loc}.binds", f"no bind for {needed} (each node needs its FRR files)"))
-    labels = spec.get("labels", {})
-    labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+    raw_bridges = labels.get(HOST_BRIDGES_LABEL, "")
+    if raw_bridges and not _parse_bridges(raw_bridges):
+        errors.append(IntentError(f"{loc}.labels.{HOST_BRIDGES_LABEL}",
+                                  f"'{raw_bridges}' is not 'PORT=MEMBER,MEMBER[;PORT=...]'"))
     return ClabNode(nname, str(kind), spec.get("image", defaults.get("image")), binds, labels)
+
+
+def _parse_bridges(raw: str) -> dict[str, tuple[str, ...]]:
+    """``host0=host0h0,host0h1;host1=...`` -> ``{"host0": ("host0h0", "host0h1"), ...}`` ({} if malformed)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for part in (p.strip() for p in raw.split(";") if p.strip()):
+        port, sep, members = part.partition("=")
+        names = tuple(m.strip() for m in members.split(",") if m.strip())
+        if not sep or not _IFNAME.match(port.strip()) or not names or not all(_IFNAME.match(m) for m in names):
+            return {}
+        out[port.strip()] = names
+    return out
+
+
+def _parse_host_exec(loc: str, raw: Any, errors: list[IntentError]) -> HostSpec | None:
+    """A host's network from its containerlab ``exec`` commands (see the module docstring)."""
+    if not isinstance(raw, list):
+        errors.append(IntentError(f"{loc}.exec", "must be a list of commands"))
+        return None
+    address: tuple[str, str] | None = None
+    gateway: str | None = None
+    for j, cmd in enumerate(raw):
+        where = f"{loc}.exec[{j}]"
+        try:
+            words = shlex.split(str(cmd))
+        except ValueError as exc:
+            errors.append(IntentError(where, f"cannot parse {cmd!r}: {exc}"))
+            continue
+        if words[:1] == ["ip"] and words[1:2] in (["addr"], ["address"]) and words[2:3] == ["add"] \
+                and len(words) == 6 and words[4] == "dev":
+            try:
+                iface = ipaddress.IPv4Interface(words[3])
+            except ValueError:
+                errors.append(IntentError(where, f"'{words[3]}' is not an IPv4 address with a prefix length"))
+                continue
+            if "/" not in words[3] or iface.network.prefixlen >= 31:
+                errors.append(IntentError(where, f"'{words[3]}' needs a prefix length below 31 (the host subnet)"))
+            elif address is not None:
+                errors.append(IntentError(where, "a host has one address (a second 'ip addr add')"))
+            else:
+                address = (words[5], str(iface))
+        elif words[:2] == ["ip", "route"] and words[2:3] in (["add"], ["replace"]) \
+                and words[3:5] == ["default", "via"] and len(words) in (6, 8) and words[6:7] in ([], ["dev"]):
+            try:
+                gateway = str(ipaddress.IPv4Address(words[5]))
+            except ValueError:
+                errors.append(IntentError(where, f"'{words[5]}' is not an IPv4 address"))
+        elif words[:3] == ["ip", "link", "set"] and len(words) == 5 and words[4] == "up":
+            continue
+        else:
+            errors.append(IntentError(where, f"'{cmd}' is not supported on a host (expected 'ip addr add A/L dev IF', "
+                                             "'ip route replace default via G', 'ip link set IF up')"))
+    if address is None or gateway is None:
+        if not any(e.loc.startswith(f"{loc}.exec") for e in errors):
+            errors.append(IntentError(f"{loc}.exec", "a host needs 'ip addr add A/L dev IF' and "
+                                                     "'ip route replace default via G'"))
+        return None
+    if ipaddress.IPv4Address(gateway) not in ipaddress.IPv4Interface(address[1]).network:
+        errors.append(IntentError(f"{loc}.exec", f"gateway {gateway} is not in the host's subnet {address[1]}"))
+        return None
+    return HostSpec(address[0], address[1], gateway)
+
+
+def _check_hosts(topo: Topology, errors: list[IntentError]) -> None:
+    """Each host has one link, on its addressed interface, to a router's host port (or a member of its bridge);
+    host addresses are unique."""
+    nodes = topo.node_map
+    seen: dict[str, str] = {}
+    for node in topo.hosts:
+        loc = f"topology.nodes.{node.name}"
+        ports = topo.ports(node.name)
+        if len(ports) != 1:
+            errors.append(IntentError(loc, f"a host has exactly one link (to its ToR), not {len(ports)}"))
+            continue
+        port, peer, peer_port = ports[0]
+        if node.host is None:
+            continue
+        if port != node.host.interface:
+            errors.append(IntentError(f"{loc}.exec", f"the address is on {node.host.interface}, "
+                                                     f"but the host's link ends on {port}"))
+        if nodes[peer].is_host:
+            errors.append(IntentError(loc, f"linked to another host ({peer}); a host links to its ToR"))
+            continue
+        tor_port = topo.attachment(node.name)[1]
+        if tor_port not in nodes[peer].host_ports:
+            errors.append(IntentError(loc, f"linked to {peer}:{peer_port}, which is not one of {peer}'s host ports "
+                                           f"({HOST_PORTS_LABEL}: {','.join(nodes[peer].host_ports) or 'none'})"))
+        if node.host.ip in seen:
+            errors.append(IntentError(f"{loc}.exec", f"address {node.host.ip} already used by {seen[node.host.ip]}"))
+        seen.setdefault(node.host.ip, node.name)
+    for node in topo.routers:
+        ends = {p for p, _peer, _pp in topo.ports(node.name)}
+        for bridge, members in node.host_bridges.items():
+            loc = f"topology.nodes.{node.name}.labels.{HOST_BRIDGES_LABEL}"
+            if bridge not in node.host_ports:
+                errors.append(IntentError(loc, f"bridge {bridge} is not one of the node's host ports"))
+            missing = [m for m in members if m not in ends]
+            if missing:
+                errors.append(IntentError(loc, f"bridge {bridge}: {', '.join(missing)} not a link end of the node"))
 
 
 def _parse_links(raw_links: object, names: set[str], errors: list[IntentError]) -> list[ClabLink]:
@@ -246,11 +423,14 @@ _Dumper.add_representer(_Flow, _flow_representer)
 
 def dump_topology(name: str, nodes: dict[str, dict[str, Any]], links: list[tuple[str, str, str, str]],
                   image: str = FRR_IMAGE) -> str:
-    """containerlab YAML for ``nodes`` (name -> {binds, labels, exec}) and
-    ``links`` ``(a, a_port, b, b_port)``; every node is ``kind: linux`` running ``image``."""
+    """containerlab YAML for ``nodes`` (name -> {binds, labels, exec, image}) and
+    ``links`` ``(a, a_port, b, b_port)``; every node is ``kind: linux`` running its
+    ``image`` or ``image``; a node without ``binds`` (a host) is written without them."""
     doc: dict[str, Any] = {"name": name, "topology": {"nodes": {}, "links": []}}
     for nname, spec in nodes.items():
-        node: dict[str, Any] = {"kind": "linux", "image": image, "binds": list(spec.get("binds", []))}
+        node: dict[str, Any] = {"kind": "linux", "image": spec.get("image", image)}
+        if "binds" in spec or not spec.get("labels", {}).get(ROLE_LABEL) == HOST_ROLE:
+            node["binds"] = list(spec.get("binds", []))
         if spec.get("labels"):
             node["labels"] = dict(spec["labels"])
         if spec.get("exec"):

@@ -4,21 +4,34 @@ This module owns ``loom lab gen``: for an intent it writes
 ``topology.clab.yml`` (a node of kind ``linux`` per device, a link per intent
 link with the intent's port names), each node's ``frr.conf`` rendered by
 :func:`southbound.render.render_frr` (the one source of FRR syntax) and its
-``daemons`` file, and the intent itself as ``intent.yaml``. It also builds the
+``daemons`` file, and the intent itself as ``intent.yaml``; with ``hosts=N``,
+N host nodes behind each host port of a device that originates prefixes
+(``tor-0-0-h0``, ..., addressed ``.10``, ``.11``, ... in the prefix, see
+:mod:`labs.clab` for their form). It also builds the
 documents of 3-tier RFC 7938 Clos intents used by the shipped labs and the
 benchmark (:func:`clos3_document`, :func:`clos2_document`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 from pathlib import Path
 from typing import Any
 
 from controller.model import Intent, Routing
 from controller.model.intent import dump_intent
-from labs.clab import FILE_NAME, FRR_IMAGE, HOST_PORTS_LABEL, dump_topology
-from southbound.render import device_configs, render_frr
+from labs.clab import (
+    FILE_NAME,
+    FRR_IMAGE,
+    HOST_BRIDGES_LABEL,
+    HOST_IMAGE,
+    HOST_PORTS_LABEL,
+    HOST_ROLE,
+    ROLE_LABEL,
+    dump_topology,
+)
+from southbound.render import device_configs, host_address, render_frr
 
 __all__ = ["clos2_document", "clos3_document", "daemons_text", "generate_lab"]
 
@@ -38,14 +51,68 @@ def daemons_text(node: str, routing: Routing) -> str:
     return "\n".join(lines) + "\n"
 
 
-def generate_lab(intent: Intent, out: Path | str, *, name: str | None = None, image: str = FRR_IMAGE) -> Path:
+#: the first host of a prefix is its ``.10``; the ToR holds ``.1``
+FIRST_HOST = 10
+
+
+def host_addresses(prefix: str, origin_index: int, count: int) -> list[str]:
+    """The addresses (CIDR) of ``count`` hosts behind the ``origin_index``-th origin of ``prefix``:
+    ``.10``, ``.11``, ...; raises ValueError when the prefix is too small for them."""
+    net = ipaddress.IPv4Network(prefix)
+    first = FIRST_HOST + origin_index * count
+    if first + count >= net.num_addresses - 1:
+        raise ValueError(f"prefix {prefix} is too small for {count} host(s) from .{FIRST_HOST} "
+                         f"(origin {origin_index})")
+    return [f"{net.network_address + first + i}/{net.prefixlen}" for i in range(count)]
+
+
+def _add_hosts(intent: Intent, configs: dict[str, Any], nodes: dict[str, dict[str, Any]],
+               links: list[tuple[str, str, str, str]], per_port: int) -> None:
+    """``per_port`` host nodes behind each host port: a veth to the port itself (one host) or to members
+    ``PORThI`` of a bridge named after the port (several); the ToR's ``exec`` makes the bridge."""
+    origin_index = {(o, p.prefix): j for p in intent.prefixes for j, o in enumerate(p.origins)}
+    for dev in intent.devices:
+        cfg = configs[dev.name]
+        spec = nodes[dev.name]
+        spec["exec"] = []
+        bridges: list[str] = []
+        index = 0
+        for port, prefix in zip(cfg.host_ports, cfg.originated, strict=True):
+            gateway = host_address(prefix).split("/")[0]
+            addresses = host_addresses(prefix, origin_index[dev.name, prefix], per_port)
+            members = [port] if per_port == 1 else [f"{port}h{i}" for i in range(per_port)]
+            if per_port > 1:
+                bridges.append(f"{port}={','.join(members)}")
+                spec["exec"] += [f"ip link add {port} type bridge", f"ip link set {port} up"]
+                spec["exec"] += [f"ip link set {m} master {port}" for m in members]
+            for member, address in zip(members, addresses, strict=True):
+                host = f"{dev.name}-h{index}"
+                index += 1
+                nodes[host] = {"image": HOST_IMAGE, "labels": {ROLE_LABEL: HOST_ROLE},
+                               "exec": [f"ip addr add {address} dev eth1", "ip link set eth1 up",
+                                        f"ip route replace default via {gateway}"]}
+                links.append((dev.name, member, host, "eth1"))
+        if bridges:
+            spec["labels"][HOST_BRIDGES_LABEL] = ";".join(bridges)
+        if not spec["exec"]:
+            del spec["exec"]
+
+
+def generate_lab(intent: Intent, out: Path | str, *, name: str | None = None, image: str = FRR_IMAGE,
+                 hosts: int = 0) -> Path:
     """Write the lab for ``intent`` into ``out`` (created; stale node directories
     of an earlier generation removed) and return the topology file's path.
-    The lab is named ``name`` or after ``out``'s last component."""
+    The lab is named ``name`` or after ``out``'s last component. ``hosts``: host
+    nodes per host port (0: none, the host subnets stay inside the devices).
+    Raises ValueError when a prefix has no room for the hosts."""
+    if hosts < 0:
+        raise ValueError(f"hosts must be 0 or more, not {hosts}")
+    configs = device_configs(intent)
+    for p in intent.prefixes if hosts else ():
+        host_addresses(p.prefix, len(p.origins) - 1, hosts)  # room for every origin's hosts, before writing
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     lab = name or out.resolve().name
-    configs = device_configs(intent)
     for child in out.iterdir():
         if child.is_dir() and (child / "frr.conf").exists() and child.name not in configs:
             shutil.rmtree(child)
@@ -64,6 +131,8 @@ def generate_lab(intent: Intent, out: Path | str, *, name: str | None = None, im
                             for cmd in (f"ip link add {p} type dummy", f"ip link set {p} up")]
         nodes[dev.name] = spec
     links = [(link.a, link.a_port, link.b, link.b_port) for link in intent.links]
+    if hosts:
+        _add_hosts(intent, configs, nodes, links, hosts)
     path = out / FILE_NAME
     path.write_text(dump_topology(lab, nodes, links, image=image))
     (out / "intent.yaml").write_text(dump_intent(intent))

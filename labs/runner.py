@@ -13,6 +13,12 @@ a bound. What was created is recorded in a state file first, so ``down`` (and
 ``up`` of a half-built lab) can stop every daemon by pid and delete every
 namespace after a crash. Nothing here knows FRR's configuration syntax: the
 files come from :mod:`labs.gen`.
+
+Host nodes (:mod:`labs.clab`) get a namespace, their link, their address and
+default route, and an nftables rule that drops the lab's test traffic
+(:data:`SINK_PORTS`) so that nothing answers it; no FRR and no agent. A ToR's
+host port that is a link end is that veth; one declared a bridge is made a
+bridge over its members; otherwise it stays a veth kept inside the node.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ __all__ = [
     "UpReport",
     "check_prerequisites",
     "down",
+    "existing_namespaces",
     "namespace",
     "node_exec",
     "observe",
@@ -61,6 +68,8 @@ RUN_ROOT = Path(os.environ.get("LOOM_LAB_RUN_DIR", "/run/loom/labs"))
 SYSCTLS = ("net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1",
            "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
 HASH_SEED = "/proc/sys/net/ipv4/fib_multipath_hash_seed"
+#: UDP ports of lab traffic (:mod:`labs.traffic`), dropped silently by every host
+SINK_PORTS = (40000, 49999)
 _ROUTE_PROTOCOLS_SKIPPED = ("kernel",)
 
 
@@ -142,7 +151,8 @@ def _save_state(state: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _existing_namespaces() -> set[str]:
+def existing_namespaces() -> set[str]:
+    """The names of the machine's network namespaces."""
     out = _run(["ip", "-j", "netns", "list"], check=False) or "[]"
     try:
         return {n["name"] for n in json.loads(out)}
@@ -220,7 +230,7 @@ def down(lab: str, nodes: Iterable[str] = (), *, grace: float = 10.0) -> DownRep
         pids = {p for p in pids if _alive(p, directory)}
         time.sleep(0.05)
     wanted = set(state.get("namespaces", [])) | {namespace(lab, n) for n in nodes}
-    present = _existing_namespaces() & wanted
+    present = existing_namespaces() & wanted
     if present:
         _run(["ip", "-batch", "-"], input="".join(f"netns del {ns}\n" for ns in sorted(present)), check=False)
         report.namespaces = len(present)
@@ -340,9 +350,11 @@ class UpReport:
     expected_routes: int | None
     observation: Observation | None = None
     problems: list[str] = field(default_factory=list)
+    hosts: int = 0
 
     def to_document(self) -> dict[str, Any]:
-        return {"lab": self.lab, "nodes": self.nodes, "links": self.links, "converged": self.converged,
+        return {"lab": self.lab, "nodes": self.nodes, "hosts": self.hosts, "links": self.links,
+                "converged": self.converged,
                 "seconds": round(self.seconds, 2), "sessions_established": self.sessions[0],
                 "sessions": self.sessions[1], "routes": self.routes, "expected_routes": self.expected_routes,
                 "problems": self.problems}
@@ -357,7 +369,15 @@ def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[
     for port, _peer, _pp in topo.ports(node):
         tmp = temp_names[node, port]
         lines += [f"ip link set {tmp} name {port}", f"ip link set {port} up"]
+    ends = {port for port, _peer, _pp in topo.ports(node)}
+    bridges = topo.node_map[node].host_bridges
     for port in topo.node_map[node].host_ports:
+        if port in ends:
+            continue  # the veth to the node's host
+        if port in bridges:
+            lines += [f"ip link add {port} type bridge", f"ip link set {port} up"]
+            lines += [f"ip link set {m} master {port}" for m in bridges[port]]
+            continue
         peer = f"{port}p"[:15]
         lines += [f"ip link add {port} type veth peer name {peer}", f"ip link set {port} up", f"ip link set {peer} up"]
     lines.append("sysctl -q -w " + " ".join(SYSCTLS) + " >/dev/null")
@@ -373,6 +393,22 @@ def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[
         starts.append(f"{FRR_BIN / d} {opts}")
     inner = f"hostname {shlex.quote(node)}; " + "; ".join(starts)
     lines.append(f"unshare --uts sh -c {shlex.quote(inner)}")
+    return "\n".join(lines) + "\n"
+
+
+def _host_script(topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str]) -> str:
+    """A host: its link renamed, its address and default route, and the sink for lab traffic."""
+    spec = topo.node_map[node].host
+    assert spec is not None  # validated by labs.clab
+    (port, _peer, _pp), = topo.ports(node)
+    low, high = SINK_PORTS
+    sink = (f"nft add table ip loom-host && nft add chain ip loom-host input "
+            f"'{{ type filter hook input priority 0; policy accept; }}' && "
+            f"nft add rule ip loom-host input udp dport {low}-{high} counter drop")
+    lines = ["set -e", "ip link set lo up", f"ip link set {temp_names[node, port]} name {port}",
+             f"ip link set {port} up", f"ip addr add {spec.address} dev {spec.interface}",
+             f"ip route replace default via {spec.gateway}",
+             f"if command -v nft >/dev/null; then {sink}; fi"]
     return "\n".join(lines) + "\n"
 
 
@@ -399,7 +435,7 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
     check_prerequisites()
     note = progress or (lambda phase, done, total: None)
     lab = topo.name
-    node_names = [n.name for n in topo.nodes]
+    node_names = [n.name for n in topo.nodes]  # hosts too: every node has a namespace
     t0 = time.monotonic()
     down(lab, node_names)  # a lab that is half there is cleaned first
     state: dict[str, Any] = {"lab": lab, "topology": str(topo.directory), "run_dir": str(run_dir(lab)),
@@ -412,8 +448,9 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
     note("links", len(topo.links), len(topo.links))
     _start_daemons(topo, temp_names, state)
     note("daemons", len(node_names), len(node_names))
-    _load_configs(lab, node_names)
-    note("config", len(node_names), len(node_names))
+    routers = [n.name for n in topo.routers]
+    _load_configs(lab, routers)
+    note("config", len(routers), len(routers))
     report = wait_converged(topo, expected=expected, timeout=timeout, progress=note, poll=poll)
     report.seconds = time.monotonic() - t0
     return report
@@ -442,7 +479,12 @@ def _start_daemons(topo: Topology, temp_names: Mapping[tuple[str, str], str], st
     lab, directory = topo.name, run_dir(topo.name)
     procs: list[tuple[str, subprocess.Popen[str]]] = []
     node_daemons: dict[str, list[str]] = {}
-    for node in topo.nodes:
+    for node in topo.hosts:
+        state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "role": "host", "pids": {}}
+        procs.append((node.name, subprocess.Popen(
+            ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", _host_script(topo, node.name, temp_names)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    for node in topo.routers:
         ndir = directory / node.name
         ndir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(node.frr_conf, ndir / "frr.conf")
@@ -504,7 +546,7 @@ def agents_file(lab: str) -> Path:
 def write_agents_file(topo: Topology) -> Path:
     """Write :func:`agents_file` for every node of ``topo`` and return its path."""
     path = agents_file(topo.name)
-    doc = {n.name: f"unix:{agent_socket(topo.name, n.name)}" for n in topo.nodes}
+    doc = {n.name: f"unix:{agent_socket(topo.name, n.name)}" for n in topo.routers}
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return path
 
@@ -538,7 +580,7 @@ def start_agents(topo: Topology, *, timeout: float = 60.0) -> list[str]:
     if not base.exists():
         raise LabError(f"lab {topo.name} is not running (loom lab up {topo.directory})")
     started = []
-    for node in topo.nodes:
+    for node in topo.routers:
         ndir = base / node.name
         sock = agent_socket(topo.name, node.name)
         if _socket_answers(sock):
@@ -586,7 +628,7 @@ def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | No
     """Poll until converged (see :func:`up`) or ``timeout`` seconds have passed."""
     note = progress or (lambda phase, done, total: None)
     want = {k: set(v) for k, v in expected.items()} if expected is not None else None
-    names = [n.name for n in topo.nodes]
+    names = [n.name for n in topo.routers]
     want_routes = sum(len(v) for v in want.values()) if want is not None else None
     t0 = time.monotonic()
     previous = ""
@@ -610,7 +652,7 @@ def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | No
     routes = obs.route_count if want is None else sum(
         len(set(n.routes) & want.get(k, set())) for k, n in obs.nodes.items())
     return UpReport(topo.name, len(names), len(topo.links), time.monotonic() - t0, converged, obs.sessions,
-                    routes, want_routes, obs, problems if not converged else [])
+                    routes, want_routes, obs, problems if not converged else [], len(topo.hosts))
 
 
 def status(topo: Topology) -> Observation | None:
@@ -618,7 +660,7 @@ def status(topo: Topology) -> Observation | None:
     state = _load_state(topo.name)
     if state is None:
         return None
-    return observe(topo.name, [n.name for n in topo.nodes])
+    return observe(topo.name, [n.name for n in topo.routers])
 
 
 def memory_per_node(lab: str) -> dict[str, int]:
@@ -626,6 +668,8 @@ def memory_per_node(lab: str) -> dict[str, int]:
     state = _load_state(lab) or {}
     out: dict[str, int] = {}
     for name, info in state.get("nodes", {}).items():
+        if info.get("role") == "host":
+            continue
         total = 0
         for pid in info.get("pids", {}).values():
             try:

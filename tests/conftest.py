@@ -59,6 +59,8 @@ TIERS: dict[str, str] = {
     "test_intent.py": "unit",
     "test_lab_fabric.py": "lab",
     "test_lab_files.py": "unit",             # `loom lab up` as a subprocess is component
+    "test_lab_hosts.py": "lab",              # one lab with hosts for the module
+    "test_lab_traffic.py": "unit",           # matrices and the traffic plan, no lab
     "test_lab_runner.py": "lab",
     "test_logs.py": "component",
     "test_metrics.py": "component",

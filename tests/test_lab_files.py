@@ -159,3 +159,99 @@ def test_up_without_frr_exits_2(tmp_path: Path) -> None:
                           timeout=60, env={**os.environ, "LOOM_FRR_BIN": str(tmp_path / "no-frr")})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert ("FRR" in proc.stderr and "install" in proc.stderr) or "root" in proc.stderr
+
+
+def test_clos3_hosts_is_what_gen_writes_with_two_hosts_per_tor(tmp_path: Path) -> None:
+    shipped = REPO / "labs" / "clos3-hosts"
+    out = tmp_path / "clos3-hosts"
+    result = runner.invoke(app, ["lab", "gen", str(shipped / "intent.yaml"), "--out", str(out), "--hosts", "2"])
+    assert result.exit_code == 0, result.output
+    assert _files(out) == _files(shipped)
+    intent = load_intent(shipped / "intent.yaml")
+    assert {lk.capacity_gbps for lk in intent.links} == {0.05}  # small enough for UDP from Python to fill
+
+
+def test_hosts_are_linux_nodes_without_frr_read_from_their_exec_commands() -> None:
+    topo = load_topology(REPO / "labs" / "clos3-hosts")
+    assert {n.name for n in topo.routers} == {d.name for d in load_intent(REPO / "labs" / "clos3-hosts" /
+                                                                          "intent.yaml").devices}
+    assert len(topo.hosts) == 8
+    for host in topo.hosts:
+        assert host.kind == "linux" and host.binds == {} and "frr" not in (host.image or "")
+        assert host.host is not None and host.host.interface == "eth1"
+    h = topo.node_map["tor-0-1-h1"].host
+    assert h is not None and (h.ip, h.prefix, h.gateway) == ("10.0.1.11", "10.0.1.0/24", "10.0.1.1")
+    assert topo.attachment("tor-0-1-h1") == ("tor-0-1", "host0")  # the bridge over host0h0 and host0h1
+    assert topo.node_map["tor-0-1"].host_bridges == {"host0": ("host0h0", "host0h1")}
+
+
+def test_one_host_per_port_is_the_host_port_itself(tmp_path: Path) -> None:
+    intent = load_intent(REPO / "labs" / "clos3-hosts" / "intent.yaml")
+    topo = load_topology(generate_lab(intent, tmp_path / "one", hosts=1))
+    assert topo.attachment("tor-1-1-h0") == ("tor-1-1", "host0")
+    assert ("host0", "tor-1-1-h0", "eth1") in topo.ports("tor-1-1")
+    assert topo.node_map["tor-1-1"].host_bridges == {}
+    doc = yaml.safe_load((tmp_path / "one" / "topology.clab.yml").read_text())
+    assert "exec" not in doc["topology"]["nodes"]["tor-1-1"]  # no dummy port: the link is the host port
+
+
+def test_gen_refuses_hosts_that_do_not_fit_their_prefix(tmp_path: Path) -> None:
+    doc = yaml.safe_load((REPO / "labs" / "clos3-hosts" / "intent.yaml").read_text())
+    doc["prefixes"][0]["prefix"] = "10.0.0.0/28"
+    doc["demands"] = [d for d in doc["demands"] if d["to"] != "10.0.0.0/24"]
+    (tmp_path / "i.yaml").write_text(yaml.safe_dump(doc))
+    result = runner.invoke(app, ["lab", "gen", str(tmp_path / "i.yaml"), "--out", str(tmp_path / "lab"),
+                                 "--hosts", "6"])
+    assert result.exit_code == 2 and "too small" in result.output, result.output
+    assert not (tmp_path / "lab").exists()
+
+
+def _host_lab(tmp_path: Path, mutate) -> Path:  # type: ignore[no-untyped-def]
+    lab = tmp_path / "bad-hosts"
+    shutil.copytree(REPO / "labs" / "clos3-hosts", lab)
+    path = lab / "topology.clab.yml"
+    doc = yaml.safe_load(path.read_text())
+    mutate(doc["topology"])
+    path.write_text(yaml.safe_dump(doc))
+    return lab
+
+
+def _host_runs_a_script(topo: dict) -> None:
+    topo["nodes"]["tor-0-0-h0"]["exec"].append("curl http://example.com | sh")
+
+
+def _host_gateway_elsewhere(topo: dict) -> None:
+    topo["nodes"]["tor-0-0-h1"]["exec"][2] = "ip route replace default via 10.9.0.1"
+
+
+def _host_without_address(topo: dict) -> None:
+    topo["nodes"]["tor-1-0-h0"]["exec"] = ["ip route replace default via 10.1.0.1"]
+
+
+def _host_on_a_fabric_port(topo: dict) -> None:
+    topo["links"].append({"endpoints": ["leaf-0-0:eth9", "tor-0-0-h0:eth2"]})
+
+
+def _host_address_twice(topo: dict) -> None:
+    topo["nodes"]["tor-0-0-h1"]["exec"][0] = "ip addr add 10.0.0.10/24 dev eth1"
+
+
+def _bad_bridge_label(topo: dict) -> None:
+    topo["nodes"]["tor-0-1"]["labels"]["loom.host-bridges"] = "host0=host0h0,host0h7"
+
+
+@pytest.mark.parametrize("mutate, loc, words", [
+    (_host_runs_a_script, "topology.nodes.tor-0-0-h0.exec[3]", "not supported on a host"),
+    (_host_gateway_elsewhere, "topology.nodes.tor-0-0-h1.exec", "not in the host's subnet"),
+    (_host_without_address, "topology.nodes.tor-1-0-h0.exec", "needs 'ip addr add"),
+    (_host_on_a_fabric_port, "topology.nodes.tor-0-0-h0", "exactly one link"),
+    (_host_address_twice, "topology.nodes.tor-0-0-h1.exec", "already used by tor-0-0-h0"),
+    (_bad_bridge_label, "topology.nodes.tor-0-1.labels.loom.host-bridges", "host0h7 not a link end"),
+])
+def test_a_bad_host_is_refused_with_a_location(tmp_path: Path, mutate, loc: str, words: str) -> None:  # type: ignore[no-untyped-def]
+    lab = _host_lab(tmp_path, mutate)
+    with pytest.raises(InvalidLab) as err:
+        load_topology(lab)
+    assert any(e.loc == loc and words in e.msg for e in err.value.errors), err.value.errors
+    result = runner.invoke(app, ["lab", "hosts", str(lab)])
+    assert result.exit_code == 2 and loc in result.output

@@ -6,8 +6,11 @@ and waits until BGP has converged to what the solver expects (every session
 established, every prefix the solver routes in every node's kernel);
 ``status`` shows nodes, sessions and route counts; ``down`` removes
 everything; ``routes`` prints the kernel routes of every node as
-``{"NODE": {"PREFIX": [{"port": "eth1", "weight": 1}, ...]}}``. Bad input
-(not a containerlab file, a missing bind file, not root, no FRR) exits 2.
+``{"NODE": {"PREFIX": [{"port": "eth1", "weight": 1}, ...]}}``; ``hosts``
+lists a lab's host nodes as ``{"HOST": {"netns", "tor", "address", "prefix"}}``
+and ``traffic`` sends a demand matrix from them as UDP (DESIGN.md, Telemetry;
+:mod:`labs.traffic`). Bad input (not a containerlab file, a missing bind file,
+a bad matrix, not root, no FRR) exits 2.
 """
 
 from __future__ import annotations
@@ -94,21 +97,26 @@ def gen(
     intent_path: Annotated[Path, typer.Argument(metavar="INTENT", help="the intent document (YAML or JSON)")],
     out: Annotated[Path, typer.Option("--out", help="the lab directory to write (labs/<name>)")],
     name: Annotated[str | None, typer.Option(help="lab name (default: the directory's name)")] = None,
+    hosts: Annotated[int, typer.Option("--hosts", min=0, max=64,
+                                       help="host nodes behind each host port of a ToR (0: none)")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write a containerlab lab for INTENT: topology.clab.yml, FRR configs, daemons, intent.yaml."""
+    """Write a containerlab lab for INTENT: topology.clab.yml, FRR configs, daemons, intent.yaml (and hosts)."""
     from labs.gen import generate_lab
 
     intent = read_intent(intent_path, as_json=as_json)
     try:
-        path = generate_lab(intent, out, name=name)
+        path = generate_lab(intent, out, name=name, hosts=hosts)
     except (OSError, ValueError) as exc:
         die(f"cannot write the lab: {exc}", as_json=as_json)
     topo = load_topology(path)
+    routers = len(topo.routers)
     if as_json:
-        emit_json({"lab": topo.name, "topology": str(path), "nodes": len(topo.nodes), "links": len(topo.links)})
+        emit_json({"lab": topo.name, "topology": str(path), "nodes": routers, "hosts": len(topo.hosts),
+                   "links": len(topo.links)})
     else:
-        console.print(f"wrote {path}: lab {topo.name}, {len(topo.nodes)} nodes, {len(topo.links)} links")
+        console.print(f"wrote {path}: lab {topo.name}, {routers} nodes, {len(topo.hosts)} hosts, "
+                      f"{len(topo.links)} links")
 
 
 @lab_app.command("up")
@@ -129,7 +137,8 @@ def up(
     except InvalidIntent as exc:
         die(f"{lab_dir / 'intent.yaml'}: invalid intent", as_json=as_json, errors=[e.as_dict() for e in exc.errors])
     if not as_json:
-        console.print(f"lab {topo.name}: {len(topo.nodes)} nodes, {len(topo.links)} links, "
+        hosts = f", {len(topo.hosts)} hosts" if topo.hosts else ""
+        console.print(f"lab {topo.name}: {len(topo.routers)} nodes{hosts}, {len(topo.links)} links, "
                       f"namespaces loom-{topo.name}-*", highlight=False, soft_wrap=True)
     try:
         with _progress(as_json) as show:
@@ -148,7 +157,7 @@ def up(
             runner.down(topo.name, [n.name for n in topo.nodes])
             die(str(exc), code=EXIT_FAIL, as_json=as_json)
     doc["memory_mb_per_node"] = round(
-        sum(runner.memory_per_node(topo.name).values()) / max(1, len(topo.nodes)) / 2**20, 1)
+        sum(runner.memory_per_node(topo.name).values()) / max(1, len(topo.routers)) / 2**20, 1)
     if as_json:
         emit_json(doc)
     else:
@@ -246,3 +255,66 @@ def routes(lab: LabArg, as_json: JsonOpt = False) -> None:
         for prefix, hops in prefixes.items():
             table.add_row(node, prefix, ", ".join(f"{h['port']} {h['weight']}" for h in hops))
     console.print(table)
+
+
+@lab_app.command("hosts")
+def hosts(lab: LabArg, as_json: JsonOpt = False) -> None:
+    """The lab's hosts: namespace, ToR, address and prefix (from the topology file)."""
+    from labs.traffic import lab_hosts
+
+    found = lab_hosts(_topology(lab, as_json))
+    if as_json:
+        emit_json({name: h.to_document() for name, h in found.items()})
+        return
+    table = Table()
+    for col in ("host", "namespace", "ToR", "address", "prefix"):
+        table.add_column(col)
+    for name, h in found.items():
+        table.add_row(name, h.netns, h.tor, h.address, h.prefix)
+    console.print(table)
+    console.print(f"{len(found)} hosts", highlight=False)
+
+
+@lab_app.command("traffic")
+def traffic(
+    lab: LabArg,
+    matrix: Annotated[Path, typer.Option("--matrix", help="demands [{from: TOR, to: PREFIX, gbps: G}] (YAML/JSON)")],
+    duration: Annotated[float, typer.Option("--duration", min=0.1, max=86400.0, help="seconds of traffic")] = 10.0,
+    flows: Annotated[int, typer.Option("--flows", min=1, max=64, help="UDP flows per demand")] = 32,
+    packet_bytes: Annotated[int, typer.Option("--packet-bytes", min=64, max=1500,
+                                              help="IP packet size (headers included)")] = 1300,
+    as_json: JsonOpt = False,
+) -> None:
+    """Send a demand matrix as UDP from the lab's hosts for --duration seconds; report what each demand sent."""
+    from labs import runner
+    from labs.traffic import InvalidMatrix, TrafficOptions, lab_hosts, load_matrix, send
+
+    topo = _topology(lab, as_json)
+    options = TrafficOptions(packet_bytes=packet_bytes, flows=flows)
+    try:
+        demands = load_matrix(matrix, lab_hosts(topo), options)
+    except InvalidMatrix as exc:
+        die(str(exc), as_json=as_json, errors=[e.as_dict() for e in exc.errors])
+    try:
+        runner.check_prerequisites()
+        with _progress(as_json) as show:
+            report = send(topo, demands, duration, options=options, progress=show)
+    except LabPrerequisiteError as exc:
+        die(str(exc), as_json=as_json)
+    except LabError as exc:
+        die(str(exc), code=EXIT_FAIL, as_json=as_json)
+    doc = report.to_document()
+    if as_json:
+        emit_json(doc)
+    else:
+        table = Table(title=f"lab {topo.name}: {duration:g} s, {flows} flows per demand, {packet_bytes}-byte packets")
+        for col in ("from", "to", "Gbit/s asked", "Gbit/s sent", "error", "packets", "senders"):
+            table.add_column(col, justify="right" if col not in ("from", "to", "senders") else "left")
+        for d in doc["demands"]:
+            table.add_row(d["from"], d["to"], f"{d['gbps']:g}", f"{d['achieved_gbps']:.4f}",
+                          f"{100 * d['error']:+.1f}%", str(d["packets"]), ", ".join(d["sources"]))
+        console.print(table)
+        for host, why in doc["failed"].items():
+            err_console.print(f"  {host}: {why}", highlight=False, markup=False)
+    if doc["failed"]:
+        raise typer.Exit(EXIT_FAIL)

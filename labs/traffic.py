@@ -1,0 +1,342 @@
+"""Lab traffic: a demand matrix sent as UDP by a lab's hosts.
+
+This module owns ``loom lab hosts`` and ``loom lab traffic`` (DESIGN.md,
+Telemetry). :func:`lab_hosts` lists a lab's host nodes with their namespace,
+ToR, address and prefix. :func:`load_matrix` reads a matrix, a list of
+demands in the intent's shape (``{from: TOR, to: PREFIX, gbps: G}``, also
+accepted under a ``demands:`` key), and checks it against the lab: every
+error is located (``demands[1].to: ...``) and a matrix with any error is
+refused whole. :func:`plan_traffic` (pure) spreads each demand over
+``flows`` UDP flows, from the hosts of its ToR to the hosts in its prefix
+(destination addresses and ports vary, so L4 multipath hashing spreads them;
+a demand's flows have equal shares of its rate). :func:`send` runs one
+:mod:`labs.udp_sender` per sending host with ``ip netns exec``, all started
+for one common wall-clock instant, and collects their counts; a sender still
+running after the duration and a grace period is killed by its pid. Traffic a
+ToR originates itself is not host traffic: only hosts send. Rates are in the
+intent's units (Gbit/s) and count IP packets (headers included), as the
+switches' prefix counters do.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from controller.model.domain import Demand
+from controller.model.errors import IntentError, InvalidIntent, LoomError
+from controller.model.intent import format_loc, parse_intent_text
+from labs import runner
+from labs.clab import Topology
+
+__all__ = [
+    "HostInfo",
+    "InvalidMatrix",
+    "SenderPlan",
+    "TrafficOptions",
+    "TrafficReport",
+    "lab_hosts",
+    "load_matrix",
+    "plan_traffic",
+    "send",
+    "validate_matrix",
+]
+
+SENDER = Path(__file__).with_name("udp_sender.py")
+_DEMAND = TypeAdapter(Demand)
+
+
+class InvalidMatrix(LoomError):
+    """A traffic matrix that cannot be sent in this lab; ``errors`` are located."""
+
+    def __init__(self, source: str, errors: list[IntentError]) -> None:
+        self.source = source
+        self.errors = errors
+        super().__init__(f"{source}: invalid traffic matrix ({len(errors)} error(s))")
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficOptions:
+    """Knobs of lab traffic: ``packet_bytes`` (IP packet), ``flows`` per demand (at most
+    ``ports_per_demand``), destination ports from ``base_port`` (a block per demand, within
+    :data:`labs.runner.SINK_PORTS`), the start ``lead_s`` that lets every sender start, the
+    senders' pacing ``tick_s`` and the ``grace_s`` after the duration before a sender is killed."""
+
+    packet_bytes: int = 1300
+    flows: int = 32
+    base_port: int = runner.SINK_PORTS[0]
+    ports_per_demand: int = 64
+    lead_s: float = 1.0
+    tick_s: float = 0.001
+    grace_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 64 <= self.packet_bytes <= 1500:
+            raise ValueError(f"packet_bytes must be 64..1500, not {self.packet_bytes}")
+        if not 1 <= self.flows <= self.ports_per_demand:
+            raise ValueError(f"flows must be 1..{self.ports_per_demand}, not {self.flows}")
+
+    @property
+    def max_demands(self) -> int:
+        return (runner.SINK_PORTS[1] + 1 - self.base_port) // self.ports_per_demand
+
+
+@dataclass(frozen=True, slots=True)
+class HostInfo:
+    """A host of a lab: the DESIGN.md document of ``loom lab hosts`` is :meth:`to_document`."""
+
+    name: str
+    netns: str
+    tor: str
+    address: str
+    prefix: str
+
+    def to_document(self) -> dict[str, str]:
+        return {"netns": self.netns, "tor": self.tor, "address": self.address, "prefix": self.prefix}
+
+
+def lab_hosts(topo: Topology) -> dict[str, HostInfo]:
+    """The lab's hosts by name, from its topology file (the lab need not be up)."""
+    out = {}
+    for node in topo.hosts:
+        assert node.host is not None  # validated by labs.clab
+        out[node.name] = HostInfo(node.name, runner.namespace(topo.name, node.name), topo.attachment(node.name)[0],
+                                  node.host.ip, node.host.prefix)
+    return out
+
+
+# -- the matrix --------------------------------------------------------------------------------
+
+
+def load_matrix(path: Path | str, hosts: Mapping[str, HostInfo], options: TrafficOptions | None = None,
+                ) -> tuple[Demand, ...]:
+    """Read a matrix file (YAML or JSON) and :func:`validate_matrix` it; raises :class:`InvalidMatrix`."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidMatrix(str(path), [IntentError("", f"cannot read {path}: {exc.strerror}")]) from None
+    try:
+        doc = parse_intent_text(text, "json" if path.suffix.lower() == ".json" else None)
+    except InvalidIntent as exc:
+        raise InvalidMatrix(str(path), exc.errors) from None
+    return validate_matrix(doc, hosts, options, source=str(path))
+
+
+def validate_matrix(doc: Any, hosts: Mapping[str, HostInfo], options: TrafficOptions | None = None, *,
+                    source: str = "matrix") -> tuple[Demand, ...]:
+    """The demands of ``doc`` (a list, or a mapping with only ``demands``), each shaped as an
+    intent's demand, sent from a ToR with hosts to a prefix with hosts, at most once per pair.
+
+    >>> h = {"h0": HostInfo("h0", "ns", "tor-0", "10.0.0.10", "10.0.0.0/24")}
+    >>> validate_matrix([{"from": "tor-0", "to": "10.0.0.0/24", "gbps": 0.01}], h)[0].gbps
+    0.01
+    >>> validate_matrix([{"from": "tor-9", "to": "10.0.0.0/24", "gbps": 1}], h)
+    Traceback (most recent call last):
+    ...
+    labs.traffic.InvalidMatrix: matrix: invalid traffic matrix (1 error(s))
+    """
+    options = options or TrafficOptions()
+    errors: list[IntentError] = []
+    if isinstance(doc, dict) and set(doc) == {"demands"}:
+        doc = doc["demands"]
+    if not isinstance(doc, list) or not doc:
+        raise InvalidMatrix(source, [IntentError("", "a traffic matrix is a non-empty list of demands "
+                                                     "{from: TOR, to: PREFIX, gbps: G}")])
+    tors = sorted({h.tor for h in hosts.values()})
+    prefixes = sorted({h.prefix for h in hosts.values()})
+    demands: list[Demand] = []
+    first: dict[tuple[str, str], int] = {}
+    for i, item in enumerate(doc):
+        try:
+            dm = _DEMAND.validate_python(item)
+        except ValidationError as exc:
+            errors += [IntentError(format_loc(("demands", i, *e["loc"])), _message(e)) for e in exc.errors()]
+            continue
+        if dm.from_ not in tors:
+            errors.append(IntentError(f"demands[{i}].from", f"'{dm.from_}' is not a ToR with hosts in this lab "
+                                                            f"({', '.join(tors) or 'the lab has no hosts'})"))
+        if dm.to not in prefixes:
+            errors.append(IntentError(f"demands[{i}].to", f"no host lives in {dm.to} "
+                                                          f"(prefixes with hosts: {', '.join(prefixes) or 'none'})"))
+        if (dm.from_, dm.to) in first:
+            errors.append(IntentError(f"demands[{i}]", f"duplicate demand from '{dm.from_}' to {dm.to} "
+                                                       f"(first at demands[{first[dm.from_, dm.to]}])"))
+        first.setdefault((dm.from_, dm.to), i)
+        demands.append(dm)
+    if len(doc) > options.max_demands:
+        errors.append(IntentError("demands", f"{len(doc)} demands: at most {options.max_demands} "
+                                             "(a block of UDP ports each)"))
+    if errors:
+        raise InvalidMatrix(source, errors)
+    return tuple(demands)
+
+
+def _message(err: Mapping[str, Any]) -> str:
+    if err.get("type") == "extra_forbidden":
+        return "unknown field"
+    if err.get("type") == "missing":
+        return "required field missing"
+    return str(err.get("msg", "invalid")).removeprefix("Value error, ")
+
+
+# -- the plan ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SenderPlan:
+    """What one host sends: streams of ``{"demand", "bps", "flows": [[address, port], ...]}``."""
+
+    host: str
+    netns: str
+    streams: tuple[dict[str, Any], ...]
+
+
+def plan_traffic(demands: tuple[Demand, ...], hosts: Mapping[str, HostInfo],
+                 options: TrafficOptions | None = None) -> dict[str, SenderPlan]:
+    """The senders for ``demands`` (pure): demand ``d``'s flow ``f`` goes from the ``f``-th host of its
+    ToR (round robin) to the next host of its prefix, on port ``base_port + d * ports_per_demand + f``;
+    each flow carries ``gbps / flows``.
+
+    >>> h = {"a": HostInfo("a", "ns-a", "t0", "10.0.0.10", "10.0.0.0/24"),
+    ...      "b": HostInfo("b", "ns-b", "t1", "10.0.1.10", "10.0.1.0/24")}
+    >>> p = plan_traffic((Demand.model_validate({"from": "t0", "to": "10.0.1.0/24", "gbps": 0.032}),), h)
+    >>> s = p["a"].streams[0]; (s["bps"], len(s["flows"]), s["flows"][0])
+    (32000000.0, 32, ['10.0.1.10', 40000])
+    """
+    options = options or TrafficOptions()
+    streams: dict[str, list[dict[str, Any]]] = {}
+    for d, dm in enumerate(demands):
+        if dm.gbps <= 0:
+            continue
+        sources = sorted(n for n, h in hosts.items() if h.tor == dm.from_)
+        targets = sorted((h.address for h in hosts.values() if h.prefix == dm.to),
+                         key=lambda a: tuple(int(o) for o in a.split(".")))
+        flows: dict[str, list[list[Any]]] = {s: [] for s in sources}
+        for f in range(options.flows):
+            src = sources[f % len(sources)]
+            dst = targets[(f // len(sources) + f) % len(targets)]
+            flows[src].append([dst, options.base_port + d * options.ports_per_demand + f])
+        for src, fl in flows.items():
+            if fl:
+                streams.setdefault(src, []).append(
+                    {"demand": d, "bps": dm.gbps * 1e9 * len(fl) / options.flows, "flows": fl})
+    return {h: SenderPlan(h, hosts[h].netns, tuple(s)) for h, s in sorted(streams.items())}
+
+
+# -- sending -----------------------------------------------------------------------------------
+
+
+@dataclass
+class TrafficReport:
+    """Per demand what was sent; ``achieved_gbps`` is bytes over the duration."""
+
+    lab: str
+    duration_s: float
+    options: TrafficOptions
+    demands: tuple[Demand, ...]
+    senders: dict[str, SenderPlan]
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> the sender's counts
+    failed: dict[str, str] = field(default_factory=dict)  # host -> why (killed, exit status)
+    seconds: float = 0.0
+
+    def demand_totals(self) -> list[dict[str, Any]]:
+        totals: list[dict[str, Any]] = [
+            {"from": dm.from_, "to": dm.to, "gbps": dm.gbps, "sources": [], "packets": 0, "bytes": 0, "errors": 0}
+            for dm in self.demands]
+        for host, plan in self.senders.items():
+            for s in plan.streams:
+                totals[s["demand"]]["sources"].append(host)
+        for res in self.results.values():
+            for s in res.get("streams", []):
+                t = totals[s["demand"]]
+                t["packets"] += s["packets"]
+                t["bytes"] += s["bytes"]
+                t["errors"] += s["errors"]
+        for t in totals:
+            t["achieved_gbps"] = round(t["bytes"] * 8 / self.duration_s / 1e9, 6)
+            t["error"] = round(t["achieved_gbps"] / t["gbps"] - 1, 4) if t["gbps"] else 0.0
+        return totals
+
+    def to_document(self) -> dict[str, Any]:
+        return {"lab": self.lab, "duration_s": self.duration_s, "packet_bytes": self.options.packet_bytes,
+                "flows_per_demand": self.options.flows, "senders": sorted(self.senders),
+                "demands": self.demand_totals(), "failed": self.failed, "seconds": round(self.seconds, 2)}
+
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+def send(topo: Topology, demands: tuple[Demand, ...], duration: float, *, options: TrafficOptions | None = None,
+         progress: ProgressFn | None = None) -> TrafficReport:
+    """Send ``demands`` from the hosts of the running lab for ``duration`` seconds (see the module docstring).
+
+    Raises :class:`labs.runner.LabError` when the lab is not up or a sender cannot start.
+    """
+    options = options or TrafficOptions()
+    note = progress or (lambda phase, done, total: None)
+    hosts = lab_hosts(topo)
+    missing = sorted(set(h.netns for h in hosts.values()) - runner.existing_namespaces())
+    if not hosts or missing:
+        raise runner.LabError(f"lab {topo.name} is not up with its hosts"
+                              + (f" (no namespace {', '.join(missing[:3])})" if missing else ""))
+    plans = plan_traffic(demands, hosts, options)
+    report = TrafficReport(topo.name, duration, options, demands, plans)
+    workdir = runner.run_dir(topo.name) / "traffic"
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    start_at = time.time() + options.lead_s
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for host, plan in plans.items():
+            spec = workdir / f"{host}.json"
+            spec.write_text(json.dumps({"start_at": start_at, "duration": duration, "tick_s": options.tick_s,
+                                        "packet_bytes": options.packet_bytes, "streams": list(plan.streams)}))
+            procs[host] = subprocess.Popen(["ip", "netns", "exec", plan.netns, sys.executable, str(SENDER), str(spec)],
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _collect(procs, report, start_at + duration + options.grace_s, start_at, duration, note)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _collect(procs: dict[str, subprocess.Popen[str]], report: TrafficReport, deadline: float, start_at: float,
+             duration: float, note: ProgressFn) -> None:
+    """Wait for the senders (progress in tenths of the duration), kill those past ``deadline``, read their counts."""
+    pending = dict(procs)
+    while pending and time.time() < deadline:
+        note("sending", int(10 * min(max(time.time() - start_at, 0), duration) / duration), 10)
+        for host, proc in list(pending.items()):
+            if proc.poll() is not None:
+                del pending[host]
+        time.sleep(0.1)
+    for host, proc in pending.items():
+        proc.kill()  # by its pid: ip netns exec runs the sender in its own process
+        proc.wait()
+        report.failed[host] = "killed after the duration and grace period"
+    note("sending", 10, 10)
+    for host, proc in procs.items():
+        out, err = proc.communicate()
+        if host in report.failed:
+            continue
+        if proc.returncode != 0:
+            report.failed[host] = f"exit status {proc.returncode}: {err.strip()[-300:]}"
+            continue
+        try:
+            report.results[host] = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            report.failed[host] = f"no counts: {out.strip()[-200:]} {err.strip()[-200:]}"
