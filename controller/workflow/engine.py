@@ -269,9 +269,10 @@ class Workflow:
         tracker.doc["step"] = "done" if result.ok else result.stage
         outcome, reason = _outcome(result, len(names))
         log.info("change %s: %s (%s)", ch.id, outcome, reason, extra={"change": ch.id, "outcome": outcome})
+        self._count_outcome(rev if result.ok else None, outcome)
         await self._db(lambda s: changes.finish_commit(ch.id, outcome, session=s, ctx=ctx, reason=reason,
                                                        error=result.error or None, progress=tracker.doc))
-        self._after_commit(rev if result.ok else None, outcome)
+        self._after_commit(outcome)
 
     async def _record_without_devices(self, ch: wrepo.Change, ctx: WriteContext) -> None:
         """With no agents attached a commit only records the revision as active."""
@@ -279,10 +280,11 @@ class Workflow:
         log.info("change %s: no devices attached, recording revision r%s as active", ch.id, rev,
                  extra={"change": ch.id, "revision": rev})
         recorded: Doc = {"step": "done", "devices": {}, "note": "no devices attached: the revision is only recorded"}
+        self._count_outcome(rev, ChangeState.COMMITTED)
         await self._db(lambda s: changes.finish_commit(
             ch.id, ChangeState.COMMITTED, session=s, ctx=ctx, progress=recorded,
             reason="no devices attached: the revision was recorded as active"))
-        self._after_commit(rev, ChangeState.COMMITTED)
+        self._after_commit(ChangeState.COMMITTED)
 
     async def _transact(self, ch: wrepo.Change, intent: Any, plan: Any, names: list[str],
                         tracker: _PushProgress) -> Any:
@@ -353,11 +355,16 @@ class Workflow:
         if result.ok:
             await asyncio.sleep(1.0)  # let BGP carry the re-advertisements into the kernels
 
-    def _after_commit(self, active: int | None, outcome: ChangeState) -> None:
+    def _count_outcome(self, active: int | None, outcome: ChangeState) -> None:
+        """The commit counter and the active-revision gauge, moved before the outcome is stored, so that
+        whoever sees the change final also sees it counted."""
         if self.metrics is not None:
             self.metrics.commits.labels(outcome=outcome.value).inc()
             if active is not None:
                 self.metrics.active_revision.set(active)
+
+    def _after_commit(self, outcome: ChangeState) -> None:
+        """After the outcome is stored: a drift check of a committed revision."""
         if outcome == ChangeState.COMMITTED and self.driver is not None:
             self._spawn(self.check_drift(repair=False))
 
