@@ -24,7 +24,7 @@ from southbound.agent import AgentCore, serve
 from southbound.counters import CounterSnapshot, NftTable, SyntheticCounters, fabric_ports
 from southbound.frr_apply import DryFrr
 from southbound.gnmi import GnmiClient, GnmiOptions, Sample, SyncMarker, format_path, parse_path
-from southbound.pki import ClientTls, ServerTls, init_ca, issue
+from southbound.pki import ServerTls, init_ca, issue
 
 pytestmark = [
     pytest.mark.anyio,
@@ -200,7 +200,7 @@ async def test_once_poll_and_stream_sample(tmp_path: Path) -> None:
         assert isinstance(got[1], SyncMarker)
         s = [x for x in got if isinstance(x, Sample)]
         assert [x.path for x in s] == [IF.format("eth2", "out-octets")] * 3
-        assert all(b.value >= a.value and b.timestamp_ns > a.timestamp_ns for a, b in zip(s, s[1:]))
+        assert all(b.value >= a.value and b.timestamp_ns > a.timestamp_ns for a, b in zip(s, s[1:], strict=False))
         target_defined = c.subscribe(["/network-instances"], "target_defined", interval_s=0.1)
         assert len(await until_sync(target_defined)) == 4
         await target_defined.aclose()  # type: ignore[attr-defined]
@@ -316,7 +316,7 @@ def three_namespaces() -> Iterator[None]:
         sh("ip", "link", "add", "r-fab", "netns", "loomgn-r", "type", "veth", "peer", "d0", "netns", "loomgn-d")
         for n, dev, addrs in (("loomgn-h", "h0", ("192.168.1.2/24", "10.8.0.5/24")),
                               ("loomgn-r", "r-host", ("192.168.1.1/24",)), ("loomgn-r", "r-fab", ("192.168.2.1/24",)),
-                              ("loomgn-d", "d0", ("192.168.2.2/24", "10.9.0.5/24"))):
+                              ("loomgn-d", "d0", ("192.168.2.2/24", "10.9.0.5/24", "10.9.0.200/32"))):
             for a in addrs:
                 ns(n, "ip", "addr", "add", a, "dev", dev)
             ns(n, "ip", "link", "set", dev, "up")
