@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import re
 import subprocess
 import time
@@ -50,6 +51,8 @@ from typing import Protocol
 
 __all__ = ["AFT_LEAVES", "INTERFACE_LEAVES", "CounterSnapshot", "CounterSource", "KernelCounters", "NftTable",
            "SyntheticCounters", "config_ports", "config_prefixes", "fabric_ports"]
+
+log = logging.getLogger("loom.agent.counters")
 
 #: the ``openconfig-interfaces`` counters served, and the ``IFLA_STATS64`` field each comes from
 INTERFACE_LEAVES: dict[str, str] = {
@@ -247,11 +250,24 @@ class KernelCounters:
         self.prefixes = prefixes
         self.clock = clock
 
+    _nft_failed = False
+
     def read(self) -> CounterSnapshot:
+        """Interface counters always; prefix counters when nftables works here (else none, logged once:
+        the device then serves interface counters only, as many switches do)."""
         links = read_links()
         host = frozenset(links) - self.fabric()
-        self.table.sync(self.prefixes(), host)
-        counts = self.table.list_counters()
+        try:
+            self.table.sync(self.prefixes(), host)
+            counts = self.table.list_counters()
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            if not self._nft_failed:
+                log.warning("no prefix counters: nftables failed (%s); serving interface counters only", exc)
+            self._nft_failed = True
+            self.table = NftTable(self.table.name, self.table.nft, self.table.priority)  # start over next time
+            counts = {}
+        else:
+            self._nft_failed = False
         now = self.clock()
         return CounterSnapshot(now, links, {p: {"octets-forwarded": b, "packets-forwarded": n}
                                             for p, (_, n, b) in counts.items()})

@@ -267,8 +267,18 @@ class GnmiService:
         self._last: CounterSnapshot | None = None
         self._last_at = 0.0
 
-    async def read(self) -> CounterSnapshot:
-        """One reading of the counters, shared by the callers within ``share_s`` of each other."""
+    async def read(self, context: Any = None) -> CounterSnapshot:
+        """One reading of the counters, shared by the callers within ``share_s`` of each other;
+        a source that fails ends the call with ``UNAVAILABLE`` (the client retries later)."""
+        try:
+            return await self._read()
+        except Exception as exc:
+            if context is None:
+                raise
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"reading the counters failed: {exc}")
+            raise
+
+    async def _read(self) -> CounterSnapshot:
         async with self._lock:
             now = time.monotonic()
             if self._last is None or now - self._last_at > self.options.share_s:
@@ -294,7 +304,7 @@ class GnmiService:
             queries = [compile_path(e, o) for e, o in paths]
         except PathError as exc:
             await _abort(context, exc)
-        snapshot = await self.read()
+        snapshot = await self.read(context)
         picked: dict[tuple[str, str], dict[str, int]] = {}
         for (elems, _), qs in zip(paths, queries, strict=True):
             got = select(snapshot, qs)
@@ -318,19 +328,19 @@ class GnmiService:
         subs = await self._subscriptions(sl, context)
         target = sl.prefix.target
         if sl.mode == pb.SubscriptionList.ONCE:
-            async for r in self._full(subs, target, sl.updates_only):
+            async for r in self._full(subs, target, sl.updates_only, context):
                 yield r
             return
         if sl.mode == pb.SubscriptionList.POLL:
-            async for r in self._full(subs, target, sl.updates_only):
+            async for r in self._full(subs, target, sl.updates_only, context):
                 yield r
             while (req := await _next_request(request_iterator)) is not None:
                 if not req.HasField("poll"):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a POLL subscription takes Poll requests")
-                async for r in self._full(subs, target, False):
+                async for r in self._full(subs, target, False, context):
                     yield r
             return
-        async for r in self._stream(subs, target, sl.updates_only):
+        async for r in self._stream(subs, target, sl.updates_only, context):
             yield r
 
     # -- parts --------------------------------------------------------------------------
@@ -366,9 +376,9 @@ class GnmiService:
                              s.heartbeat_interval))
         return subs
 
-    async def _full(self, subs: Sequence[_Sub], target: str, updates_only: bool) -> AsyncIterator[Any]:
+    async def _full(self, subs: Sequence[_Sub], target: str, updates_only: bool, context: Any) -> AsyncIterator[Any]:
         """Every subscribed counter now (nothing with ``updates_only``), then ``sync_response``."""
-        snapshot = await self.read()
+        snapshot = await self.read(context)
         for s in subs:
             s.last = select(snapshot, s.queries)
             if not updates_only:
@@ -376,8 +386,8 @@ class GnmiService:
                     yield pb.SubscribeResponse(update=n)
         yield pb.SubscribeResponse(sync_response=True)
 
-    async def _stream(self, subs: Sequence[_Sub], target: str, updates_only: bool) -> AsyncIterator[Any]:
-        async for r in self._full(subs, target, updates_only):
+    async def _stream(self, subs: Sequence[_Sub], target: str, updates_only: bool, context: Any) -> AsyncIterator[Any]:
+        async for r in self._full(subs, target, updates_only, context):
             yield r
         now = time.monotonic_ns()
         for s in subs:
@@ -386,7 +396,7 @@ class GnmiService:
         while True:
             wake = min(s.due for s in subs)
             await asyncio.sleep(max(0, wake - time.monotonic_ns()) / 1e9)
-            snapshot = await self.read()
+            snapshot = await self.read(context)
             now = time.monotonic_ns()
             for s in subs:
                 if s.due > now:

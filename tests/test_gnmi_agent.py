@@ -394,3 +394,26 @@ async def test_kernel_and_nft_counters_count_real_traffic(tmp_path: Path, three_
         proc.wait(10)
         subprocess.run(["ip", "netns", "exec", "loomgn-r", "nft", "delete", "table", "ip", NftTable().name],
                        capture_output=True)
+
+
+class Failing:
+    blocking = True
+
+    def read(self) -> CounterSnapshot:
+        raise OSError("netlink is gone")
+
+
+async def test_a_failing_source_is_unavailable_not_a_crash(tmp_path: Path) -> None:
+    from controller.model.errors import RetryableDriverError
+
+    async with client(tmp_path, counters=Failing()) as c:
+        with pytest.raises(RetryableDriverError, match="UNAVAILABLE"):
+            await c.get(["/interfaces"])
+        assert (await c.capabilities()).version == "0.8.0"
+
+
+def test_without_nftables_a_switch_serves_interface_counters_only() -> None:
+    from southbound.counters import KernelCounters
+
+    snap = KernelCounters(table=NftTable(nft="/bin/false")).read()  # reads this namespace's links, writes nothing
+    assert snap.interfaces and not snap.prefixes
