@@ -417,3 +417,18 @@ def test_without_nftables_a_switch_serves_interface_counters_only() -> None:
 
     snap = KernelCounters(table=NftTable(nft="/bin/false")).read()  # reads this namespace's links, writes nothing
     assert snap.interfaces and not snap.prefixes
+
+
+async def test_suppress_redundant_with_a_heartbeat(tmp_path: Path) -> None:
+    src = Stepped()
+    async with client(tmp_path, counters=src, options=GnmiOptions(min_interval_s=0.01, share_s=0.0)) as c:
+        stream = c.subscribe([IF.format("eth1", "in-octets")], "sample", interval_s=0.05, suppress_redundant=True,
+                             heartbeat_s=0.5)
+        assert [x.value for x in await until_sync(stream)] == [100]
+        t0 = time.monotonic()
+        [beat] = await take(stream, 1)  # nothing changed: the next update is the heartbeat's
+        assert isinstance(beat, Sample) and beat.value == 100 and time.monotonic() - t0 > 0.3
+        src.values["eth1"] = 150
+        [change] = await take(stream, 1)
+        assert isinstance(change, Sample) and change.value == 150 and time.monotonic() - t0 < 1.0
+        await stream.aclose()  # type: ignore[attr-defined]
