@@ -12,7 +12,8 @@ journal of a commit in flight (``journal.json``: phase ``applying``,
 ``committed`` or ``rolling_back``, the previous config, the confirm deadline)
 and a short history for ``Rollback``. On start, a half-applied config is undone
 and an unconfirmed commit whose deadline passed is rolled back. :func:`serve`
-runs it on a unix socket or TCP (mutual TLS) with the gRPC health service.
+runs it on a unix socket or TCP (mutual TLS) with the gRPC health service and,
+on the same listener, gNMI telemetry (:mod:`southbound.gnmi`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from southbound.config import DeviceConfig
 from southbound.frr_apply import FrrBackend, FrrError, Rendered, atomic_write_json, read_json, text_diff
 from southbound.state import AgentError, AgentInfo, DeviceState, Outcome
 
-__all__ = ["AGENT_VERSION", "AgentCore", "lab_agent_command", "serve"]
+__all__ = ["AGENT_VERSION", "AgentCore", "default_counters", "lab_agent_command", "serve"]
 
 AGENT_VERSION = "0.1.0"
 HISTORY = 16
@@ -368,21 +369,40 @@ def lab_agent_command(node: str, node_dir: Path, *, python: str | None = None) -
 
 
 # -- the server ------------------------------------------------------------------
+def default_counters(core: AgentCore) -> Any:
+    """The counters an agent serves over gNMI: the kernel's (netlink, the agent's nftables table) beside
+    real FRR, synthetic ones for a ``--dry-frr`` agent. Both follow the running config: its fabric ports
+    (the rest are host-facing) and, for the synthetic source, its ports and prefixes."""
+    from southbound.counters import KernelCounters, SyntheticCounters, fabric_ports
+
+    if core.backend.dry:
+        def config() -> tuple[str, tuple[str, ...]]:
+            r = core.running
+            return (r.frr_text, tuple(r.fib)) if r is not None else ("", ())
+        return SyntheticCounters(core.hostname, config=config)
+    return KernelCounters(lambda: fabric_ports(core.running.frr_text) if core.running is not None else frozenset())
+
+
 async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callable[[], None] | None = None,
-                stop: asyncio.Event | None = None) -> None:
+                stop: asyncio.Event | None = None, counters: Any = None, gnmi_options: Any = None) -> None:
     """Run ``core`` on ``listen`` (``unix:PATH`` or ``HOST:PORT``) until ``stop`` is set or SIGTERM/SIGINT.
 
     ``tls`` (a :class:`southbound.pki.ServerTls`) is required for TCP: mutual TLS, client certificates required.
+    The same server serves gNMI (:mod:`southbound.gnmi`) over ``counters`` (a
+    :class:`~southbound.counters.CounterSource`; default :func:`default_counters`).
     """
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from grpc_health.v1._async import HealthServicer
 
+    from southbound.gnmi import GNMI_SERVICE, GnmiService, add_gnmi_servicer
     from southbound.grpc_adapter import SERVICE_NAME, add_agent_servicer
 
     await core.start()
     server = grpc.aio.server()
     add_agent_servicer(server, core)
+    add_gnmi_servicer(server, GnmiService(counters if counters is not None else default_counters(core),
+                                          core.hostname, gnmi_options))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     if listen.startswith("unix:"):
@@ -396,7 +416,7 @@ async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callabl
             raise ValueError("an agent on TCP needs --tls (mutual TLS with a private CA)")
         core.port = server.add_secure_port(listen, tls.server_credentials())
     await server.start()
-    for svc in ("", SERVICE_NAME):
+    for svc in ("", SERVICE_NAME, GNMI_SERVICE):
         await health.set(svc, health_pb2.HealthCheckResponse.SERVING)
     log.info("agent %s listening on %s (%s)", core.hostname, listen, "dry-frr" if core.backend.dry else "frr")
     if ready is not None:

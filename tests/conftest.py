@@ -56,6 +56,7 @@ TIERS: dict[str, str] = {
     "test_cli_polish.py": "unit",            # the CLI on a pseudo-terminal is component
     "test_e2e_lab.py": "lab",
     "test_gen.py": "unit",
+    "test_gnmi_agent.py": "component",       # gNMI served by in-process agents; real counters in netns are lab
     "test_intent.py": "unit",
     "test_lab_fabric.py": "lab",
     "test_lab_files.py": "unit",             # `loom lab up` as a subprocess is component

@@ -1,0 +1,341 @@
+"""Where a device agent's telemetry counters come from: the kernel, or a synthetic model.
+
+This module owns the counter sources behind the agent's gNMI service
+(:mod:`southbound.gnmi`), in domain values: a :class:`CounterSnapshot` holds,
+at one instant, every interface's counters (OpenConfig
+``openconfig-interfaces`` leaf names: ``in-octets``, ``out-pkts``, ...) and
+every destination prefix's forwarding counters (OpenConfig AFT
+``ipv4-entry`` ``octets-forwarded`` / ``packets-forwarded``).
+:class:`CounterSource` is the protocol; two sources implement it:
+
+* :class:`KernelCounters` reads the node it runs in (the agent runs in the
+  node's network namespace): interface statistics over netlink (``IFLA_STATS64``),
+  and per-prefix packet counters from an nftables table the agent owns
+  (``table ip loom_telemetry``). Its ``forward`` chain first lets through
+  everything that did not enter on a host-facing port (a named set
+  ``host_ports``), then has one ``counter accept`` rule per IPv4 prefix of the
+  node's FIB, longest prefix first, so each forwarded packet is counted once,
+  against the prefix the FIB forwards it by (longest match). ``accept`` ends
+  only this table's chain; other tables' chains on the hook still see the
+  packet. The FIB prefixes are the main table's IPv4 routes except connected
+  and host/link-scope ones (``proto kernel``) and the default route; when they,
+  or the host-facing ports, change, the rule set is resynced in one atomic
+  ``nft -f`` batch that adds and deletes rules by handle, so the counters of
+  prefixes that stay are never reset. The table is left in place when the agent
+  stops: a restarted agent keeps counting from where it was.
+* :class:`SyntheticCounters` (``--dry-frr`` agents, benchmarks): deterministic
+  counters growing at rates drawn from a seed per device, interface and
+  prefix, computed from the clock on demand (no state per sample).
+
+Host-facing ports (the rule of :func:`fabric_ports`): every interface of the
+node except ``lo`` and the fabric ports, a fabric port being an interface the
+running FRR configuration describes as a link to a peer (``description to
+PEER:PORT``, what :mod:`southbound.render` writes for an interface whose
+``peer`` is set) or carries a BGP session (``neighbor ... via PORT``). Before
+any configuration is known, no port is a fabric port, so every interface counts
+as host-facing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import re
+import subprocess
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["AFT_LEAVES", "INTERFACE_LEAVES", "CounterSnapshot", "CounterSource", "KernelCounters", "NftTable",
+           "SyntheticCounters", "config_ports", "config_prefixes", "fabric_ports"]
+
+log = logging.getLogger("loom.agent.counters")
+
+#: the ``openconfig-interfaces`` counters served, and the ``IFLA_STATS64`` field each comes from
+INTERFACE_LEAVES: dict[str, str] = {
+    "in-octets": "rx_bytes", "out-octets": "tx_bytes", "in-pkts": "rx_packets", "out-pkts": "tx_packets",
+    "in-discards": "rx_dropped", "out-discards": "tx_dropped",
+}
+#: the AFT ``ipv4-entry`` counters served
+AFT_LEAVES: tuple[str, ...] = ("octets-forwarded", "packets-forwarded")
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSnapshot:
+    """Every counter of a device at ``timestamp_ns``: ``interfaces[PORT][LEAF]`` and ``prefixes[PREFIX][LEAF]``."""
+
+    timestamp_ns: int
+    interfaces: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    prefixes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+class CounterSource(Protocol):
+    """What the gNMI service reads. ``blocking``: :meth:`read` does I/O (it is run in a thread)."""
+
+    blocking: bool
+
+    def read(self) -> CounterSnapshot: ...
+
+
+# -- what the running configuration says --------------------------------------------------------------------
+_IFACE = re.compile(r"^interface (\S+)", re.M)
+_FABRIC_DESC = re.compile(r"^interface (\S+)\n(?: [^\n]*\n)*? description to \S+", re.M)
+_NEIGHBOR_VIA = re.compile(r"^ neighbor \S+ description \S+ via (\S+)", re.M)
+_UNNUMBERED = re.compile(r"^ neighbor (\S+) interface", re.M)
+_NETWORK = re.compile(r"^\s*network (\d+\.\d+\.\d+\.\d+/\d+)", re.M)
+_PREFIX_LIST = re.compile(r"^ip prefix-list \S+ (?:seq \d+ )?permit (\d+\.\d+\.\d+\.\d+/\d+)", re.M)
+
+
+def fabric_ports(frr_text: str) -> frozenset[str]:
+    """The fabric ports of a rendered FRR configuration (links to peers, BGP sessions)."""
+    ports = set(_FABRIC_DESC.findall(frr_text)) | set(_NEIGHBOR_VIA.findall(frr_text))
+    ports |= set(_UNNUMBERED.findall(frr_text))
+    return frozenset(ports)
+
+
+def config_ports(frr_text: str) -> tuple[str, ...]:
+    """The interfaces a rendered FRR configuration names, ``lo`` excluded."""
+    return tuple(sorted({p for p in _IFACE.findall(frr_text) if p != "lo"}))
+
+
+def config_prefixes(frr_text: str, fib: Iterable[str] = ()) -> tuple[str, ...]:
+    """The IPv4 prefixes a configuration mentions: originated, in prefix lists, in its FIB routes."""
+    found = set(_NETWORK.findall(frr_text)) | set(_PREFIX_LIST.findall(frr_text)) | set(fib)
+    return tuple(sorted(found, key=_prefix_order))
+
+
+def _prefix_order(prefix: str) -> tuple[int, int]:
+    """Longest prefix first, then by address: the order of the counter rules."""
+    net = ipaddress.ip_network(prefix, strict=False)
+    return (-net.prefixlen, int(net.network_address))
+
+
+# -- the kernel ------------------------------------------------------------------------------------------
+RT_PROTO_KERNEL = 2
+MAIN_TABLE = 254
+
+
+def read_links() -> dict[str, dict[str, int]]:
+    """Every interface's counters over netlink (``IFLA_STATS64``), ``lo`` excluded."""
+    from pyroute2 import IPRoute
+
+    out: dict[str, dict[str, int]] = {}
+    with IPRoute() as ipr:
+        for link in ipr.get_links():
+            name = str(link.get_attr("IFLA_IFNAME"))
+            if name == "lo":
+                continue
+            stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS") or {}
+            out[name] = {leaf: int(stats.get(k, 0)) for leaf, k in INTERFACE_LEAVES.items()}
+    return out
+
+
+def read_fib_prefixes() -> frozenset[str]:
+    """The IPv4 destinations of the main table: routes learned or installed (BGP, IS-IS, static, Loom),
+    not the connected or link-scope routes of the node's own interfaces, not the default route."""
+    import socket
+
+    from pyroute2 import IPRoute
+
+    found: set[str] = set()
+    with IPRoute() as ipr:
+        for r in ipr.get_routes(family=socket.AF_INET, table=MAIN_TABLE):
+            if r["proto"] == RT_PROTO_KERNEL or r["scope"] != 0 or r["dst_len"] == 0 or r["type"] != 1:
+                continue
+            found.add(f"{r.get_attr('RTA_DST')}/{r['dst_len']}")
+    return frozenset(found)
+
+
+@dataclass
+class NftTable:
+    """The agent's nftables table of per-prefix counters (see the module docstring for its design)."""
+
+    name: str = "loom_telemetry"
+    nft: str = "nft"
+    priority: int = -150
+    _prefixes: dict[str, int] = field(default_factory=dict)  # prefix -> rule handle
+    _host_ports: frozenset[str] | None = None
+    _ready: bool = False
+    _has_skip: bool = False
+
+    def _run(self, args: list[str], stdin: str | None = None) -> str:
+        proc = subprocess.run([self.nft, *args], input=stdin, capture_output=True, text=True, timeout=10)
+        if proc.returncode != 0:
+            raise OSError(f"nft {' '.join(args)}: {proc.stderr.strip()[-500:]}")
+        return proc.stdout
+
+    def _ensure(self) -> None:
+        t = f"ip {self.name}"
+        self._run(["-f", "-"], "\n".join([
+            f"add table {t}",
+            f"add set {t} host_ports {{ type ifname; }}",
+            f"add chain {t} forward {{ type filter hook forward priority {self.priority}; policy accept; }}",
+        ]) + "\n")
+        counters = self.list_counters()  # learns the rules (and handles) a previous agent left
+        if not self._has_skip:
+            self._run(["add", "rule", "ip", self.name, "forward", "iifname", "!=", "@host_ports", "accept",
+                       "comment", '"skip"'])
+        self._prefixes = {p: h for p, (h, _, _) in counters.items()}
+        self._ready = True
+
+    def list_counters(self) -> dict[str, tuple[int, int, int]]:
+        """``{PREFIX: (handle, packets, bytes)}`` from ``nft -j list table``."""
+        doc = json.loads(self._run(["-j", "list", "table", "ip", self.name]) or "{}")
+        out: dict[str, tuple[int, int, int]] = {}
+        seen: set[str] = set()
+        for item in doc.get("nftables", []):
+            rule = item.get("rule")
+            if not rule:
+                continue
+            comment = str(rule.get("comment", ""))
+            seen.add(comment)
+            counter = next((e["counter"] for e in rule.get("expr", []) if "counter" in e), None)
+            if counter is not None and comment != "skip":
+                out[comment] = (int(rule["handle"]), int(counter["packets"]), int(counter["bytes"]))
+        self._has_skip = "skip" in seen
+        return out
+
+    def sync(self, prefixes: frozenset[str], host_ports: frozenset[str]) -> bool:
+        """Make the rules count exactly ``prefixes`` from ``host_ports``; returns whether anything changed."""
+        if not self._ready:
+            self._ensure()
+        t = f"ip {self.name}"
+        lines: list[str] = []
+        if host_ports != self._host_ports:
+            lines.append(f"flush set {t} host_ports")
+            if host_ports:
+                lines.append(f"add element {t} host_ports {{ {', '.join(json.dumps(p) for p in sorted(host_ports))} }}")
+        gone = set(self._prefixes) - prefixes
+        lines += [f"delete rule {t} forward handle {self._prefixes[p]}" for p in sorted(gone)]
+        keep = sorted((p for p in self._prefixes if p not in gone), key=_prefix_order)
+        for p in sorted(prefixes - set(self._prefixes), key=_prefix_order):
+            # before the first remaining rule of a shorter prefix: longest match stays first
+            plen = -_prefix_order(p)[0]
+            after = next((self._prefixes[q] for q in keep if -_prefix_order(q)[0] < plen), None)
+            where = f"insert rule {t} forward position {after}" if after is not None else f"add rule {t} forward"
+            lines.append(f'{where} ip daddr {p} counter accept comment "{p}"')
+        if not lines:
+            return False
+        self._run(["-f", "-"], "\n".join(lines) + "\n")
+        self._host_ports = host_ports
+        if gone or prefixes - set(self._prefixes):
+            self._prefixes = {p: h for p, (h, _, _) in self.list_counters().items()}
+        return True
+
+    def delete(self) -> None:
+        """Remove the table (tests; an agent leaves it so that its counters survive a restart)."""
+        self._run(["delete", "table", "ip", self.name])
+        self._ready = False
+        self._prefixes = {}
+        self._host_ports = None
+
+
+class KernelCounters:
+    """The node's own counters: netlink for interfaces, the agent's nftables table for prefixes.
+
+    ``fabric``: the fabric ports now (from the running config); every other interface but ``lo`` is
+    host-facing. ``prefixes`` overrides where the counted prefixes come from (default: the FIB).
+    """
+
+    blocking = True
+
+    def __init__(self, fabric: Callable[[], frozenset[str]] = frozenset, *, table: NftTable | None = None,
+                 prefixes: Callable[[], frozenset[str]] = read_fib_prefixes,
+                 clock: Callable[[], int] = time.time_ns):
+        self.fabric = fabric
+        self.table = table or NftTable()
+        self.prefixes = prefixes
+        self.clock = clock
+
+    _nft_failed = False
+
+    def read(self) -> CounterSnapshot:
+        """Interface counters always; prefix counters when nftables works here (else none, logged once:
+        the device then serves interface counters only, as many switches do)."""
+        links = read_links()
+        host = frozenset(links) - self.fabric()
+        try:
+            self.table.sync(self.prefixes(), host)
+            counts = self.table.list_counters()
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            if not self._nft_failed:
+                log.warning("no prefix counters: nftables failed (%s); serving interface counters only", exc)
+            self._nft_failed = True
+            self.table = NftTable(self.table.name, self.table.nft, self.table.priority)  # start over next time
+            counts = {}
+        else:
+            self._nft_failed = False
+        now = self.clock()
+        return CounterSnapshot(now, links, {p: {"octets-forwarded": b, "packets-forwarded": n}
+                                            for p, (_, n, b) in counts.items()})
+
+
+# -- synthetic --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Model:
+    ports: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    rates: tuple[tuple[str, str, float], ...]  # (kind, key, bytes per second) for each entity
+
+
+class SyntheticCounters:
+    """Deterministic counters for dry agents: each interface direction and each prefix grows at a rate
+    (bytes/s, drawn from ``seed``, the device and the key, between ``min_bps`` and ``max_bps`` bits/s)
+    since ``start`` (a restart resets them, as a real switch's would), packets at ``packet_bytes`` each.
+
+    ``config``: the running config's FRR text and FIB prefixes (the ports and prefixes it names; when it
+    names no port, ``default_ports``); ``extra_prefixes`` are counted as well.
+    """
+
+    blocking = False
+
+    def __init__(self, device: str, *, seed: int = 0, config: Callable[[], tuple[str, Iterable[str]]] | None = None,
+                 default_ports: tuple[str, ...] = ("eth1", "eth2"), extra_prefixes: tuple[str, ...] = (),
+                 min_bps: float = 1e6, max_bps: float = 1e9, packet_bytes: int = 1000,
+                 clock: Callable[[], int] = time.time_ns, start: int | None = None):
+        self.device = device
+        self.seed = seed
+        self.config = config or (lambda: ("", ()))
+        self.default_ports = default_ports
+        self.extra_prefixes = extra_prefixes
+        self.min_bps, self.max_bps = min_bps, max_bps
+        self.packet_bytes = packet_bytes
+        self.clock = clock
+        self.start = clock() if start is None else start
+        self._key: tuple[str, tuple[str, ...]] | None = None
+        self._model = _Model((), (), ())
+
+    def rate(self, kind: str, key: str) -> float:
+        """Bytes per second of one counter (``kind``: ``in``, ``out`` or ``aft``)."""
+        h = zlib.crc32(f"{self.seed}/{self.device}/{kind}/{key}".encode()) / 0xFFFFFFFF
+        return (self.min_bps + h * (self.max_bps - self.min_bps)) / 8
+
+    def _current(self) -> _Model:
+        text, fib = self.config()
+        key = (text, tuple(fib))
+        if key != self._key:
+            ports = config_ports(text) or self.default_ports
+            prefixes = tuple(dict.fromkeys(config_prefixes(text, fib) + self.extra_prefixes))
+            rates = tuple((k, p, self.rate(k, p)) for p in ports for k in ("in", "out")) + tuple(
+                ("aft", p, self.rate("aft", p)) for p in prefixes)
+            self._model, self._key = _Model(ports, prefixes, rates), key
+        return self._model
+
+    def read(self) -> CounterSnapshot:
+        m = self._current()
+        now = self.clock()
+        elapsed = max(0, now - self.start) / 1e9
+        octets = {(k, p): int(r * elapsed) for k, p, r in m.rates}
+        pb = self.packet_bytes
+        interfaces: dict[str, dict[str, int]] = {}
+        for p in m.ports:
+            i, o = octets[("in", p)], octets[("out", p)]
+            interfaces[p] = {"in-octets": i, "out-octets": o, "in-pkts": i // pb, "out-pkts": o // pb,
+                             "in-discards": 0, "out-discards": 0}
+        prefixes = {p: {"octets-forwarded": octets[("aft", p)], "packets-forwarded": octets[("aft", p)] // pb}
+                    for p in m.prefixes}
+        return CounterSnapshot(now, interfaces, prefixes)
+

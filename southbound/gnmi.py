@@ -1,0 +1,638 @@
+"""The one module that speaks gNMI (gNMI specification 0.8.0, OpenConfig paths).
+
+It owns the gNMI protocol's published stubs (``pygnmi.spec.v080``, imported
+here only; CONVENTIONS 2) and both ends of the wire:
+
+* the **service** a device agent serves beside its own on the same listener
+  (:class:`GnmiService`, registered by :func:`add_gnmi_servicer`):
+  ``Capabilities``; ``Get``; ``Subscribe`` in ``STREAM`` (``SAMPLE``,
+  ``ON_CHANGE``, ``TARGET_DEFINED`` as ``SAMPLE``), ``ONCE`` and ``POLL``,
+  with ``sync_response`` after the first complete set of updates. It serves
+  the OpenConfig paths of DESIGN.md's Telemetry table, read from a
+  :class:`~southbound.counters.CounterSource`. Values are ``uint_val`` leaves
+  whatever the requested encoding (JSON, JSON_IETF or PROTO: the encoding
+  governs structured values, and only leaves are sent); each Notification
+  carries a prefix (the entity's ``.../state/counters`` container) and
+  updates with the leaf name. Errors are gRPC status codes on the RPC as the
+  specification says: an unknown path ``NOT_FOUND``, a malformed one
+  ``INVALID_ARGUMENT``, an unsupported encoding ``UNIMPLEMENTED``.
+* the **client** the controller's collector uses (:class:`GnmiClient`), in
+  domain values, not protobufs: :class:`Sample` (device, xpath, value,
+  timestamp in ns) and :class:`SyncMarker`. It reads any target that serves
+  these paths (prefix-carrying or full-path notifications alike).
+
+The path helpers :func:`parse_path` and :func:`format_path` convert between
+the xpath form (``/interfaces/interface[name=eth1]/state/counters/in-octets``)
+and :data:`Elems`, a tuple of ``(name, ((key, value), ...))``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import grpc
+from pygnmi.spec.v080 import gnmi_pb2 as pb
+from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
+
+from southbound.counters import AFT_LEAVES, INTERFACE_LEAVES, CounterSnapshot, CounterSource
+
+__all__ = ["GNMI_SERVICE", "GNMI_VERSION", "Capabilities", "Elems", "GnmiClient", "GnmiOptions", "GnmiService",
+           "PathError", "Poller", "Sample", "SyncMarker", "add_gnmi_servicer", "format_path", "parse_path"]
+
+GNMI_SERVICE = "gnmi.gNMI"
+GNMI_VERSION = "0.8.0"
+MODELS = (("openconfig-interfaces", "OpenConfig working group", "3.0.0"),
+          ("openconfig-network-instance", "OpenConfig working group", "1.3.0"))
+ENCODINGS = {"json": pb.JSON, "json_ietf": pb.JSON_IETF, "proto": pb.PROTO}
+_ORIGINS = {"", "openconfig", "openconfig-interfaces", "openconfig-network-instance"}
+
+Elems = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+
+
+# -- xpath <-> elems ----------------------------------------------------------------------------------------
+class PathError(ValueError):
+    """A path the service refuses: ``code`` is ``not_found`` or ``invalid_argument``."""
+
+    def __init__(self, code: str, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+def parse_path(xpath: str) -> Elems:
+    """``/a/b[k=v]/c`` as elems; key values may hold ``/`` (``[prefix=10.0.0.0/24]``), ``\\]`` escapes ``]``.
+
+    >>> parse_path("/interfaces/interface[name=eth1]/state")
+    (('interfaces', ()), ('interface', (('name', 'eth1'),)), ('state', ()))
+    """
+    elems: list[tuple[str, tuple[tuple[str, str], ...]]] = []
+    i, n = 0, len(xpath)
+    while i < n:
+        if xpath[i] == "/":
+            i += 1
+            continue
+        name_start = i
+        while i < n and xpath[i] not in "/[":
+            i += 1
+        name = xpath[name_start:i]
+        keys: list[tuple[str, str]] = []
+        while i < n and xpath[i] == "[":
+            j = i + 1
+            buf: list[str] = []
+            while j < n and xpath[j] != "]":
+                if xpath[j] == "\\" and j + 1 < n:
+                    j += 1
+                buf.append(xpath[j])
+                j += 1
+            if j >= n:
+                raise PathError("invalid_argument", f"{xpath!r}: unterminated key selector")
+            k, sep, v = "".join(buf).partition("=")
+            if not sep or not k:
+                raise PathError("invalid_argument", f"{xpath!r}: key selector without name=value")
+            keys.append((k, v))
+            i = j + 1
+        if not name:
+            raise PathError("invalid_argument", f"{xpath!r}: empty path element")
+        elems.append((name, tuple(sorted(keys))))
+    return tuple(elems)
+
+
+def format_path(elems: Elems) -> str:
+    """Elems as an xpath (keys sorted by name); the inverse of :func:`parse_path`."""
+    parts = []
+    for name, keys in elems:
+        sel = "".join(f"[{k}={v.replace(']', chr(92) + ']')}]" for k, v in sorted(keys))
+        parts.append(name + sel)
+    return "/" + "/".join(parts)
+
+
+# -- the OpenConfig tree served ---------------------------------------------------------------------------
+# each tree: its elems from the root to the leaf's container, with the position of its one keyed list
+_IF_TREE: tuple[tuple[str, str], ...] = (("interfaces", ""), ("interface", "name"), ("state", ""), ("counters", ""))
+_AFT_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), ("network-instance", "name"), ("afts", ""),
+                                         ("ipv4-unicast", ""), ("ipv4-entry", "prefix"), ("state", ""),
+                                         ("counters", ""))
+_TREES = {"interfaces": (_IF_TREE, tuple(INTERFACE_LEAVES)), "aft": (_AFT_TREE, AFT_LEAVES)}
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A compiled request path: which tree, which entity (``None``: all) and which leaves."""
+
+    tree: str
+    entity: str | None
+    leaves: tuple[str, ...]
+
+    @property
+    def concrete(self) -> bool:
+        return self.entity is not None and len(self.leaves) == 1
+
+
+def _match_tree(tree: str, elems: Elems) -> Query | None:
+    """``elems`` against one tree: ``None`` if they name something else, a :class:`PathError` if wrong inside it."""
+    spine, leaves = _TREES[tree]
+    entity: str | None = None
+    for depth, (name, keys) in enumerate(elems):
+        if depth < len(spine):
+            want, key = spine[depth]
+            if name != want:
+                return None if depth == 0 else _not_found(elems, f"no {name!r} here (expected {want!r})")
+            given = dict(keys)
+            if set(given) - {key}:
+                _not_found(elems, f"{name} has no key {sorted(set(given) - {key})[0]!r}")
+            value = given.get(key, "*") if key else "*"
+            if key == "name" and name == "network-instance":
+                if value not in ("*", "default"):
+                    _not_found(elems, f"no network instance {value!r} (only 'default')")
+            elif key and value != "*":
+                if key == "prefix":
+                    try:
+                        value = str(ipaddress.IPv4Network(value))
+                    except ValueError:
+                        raise PathError("invalid_argument", f"{format_path(elems)}: {value!r} is not an IPv4 "
+                                        "prefix in canonical form") from None
+                entity = value
+        elif depth == len(spine):
+            if keys:
+                _not_found(elems, f"leaf {name} has no keys")
+            if name not in leaves:
+                _not_found(elems, f"no counter {name!r} (known: {', '.join(leaves)})")
+            leaves = (name,)
+        else:
+            _not_found(elems, "path goes below a leaf")
+    return Query(tree, entity, tuple(leaves))
+
+
+def _not_found(elems: Elems, why: str) -> Any:
+    raise PathError("not_found", f"{format_path(elems)}: {why}")
+
+
+def compile_path(elems: Elems, origin: str = "") -> list[Query]:
+    """The queries a request path stands for (the root: everything); raises :class:`PathError`."""
+    if origin not in _ORIGINS:
+        raise PathError("not_found", f"origin {origin!r} is not served (OpenConfig paths only)")
+    if not elems:
+        return [Query(t, None, leaves) for t, (_, leaves) in _TREES.items()]
+    for tree in _TREES:
+        q = _match_tree(tree, elems)
+        if q is not None:
+            return [q]
+    raise PathError("not_found", f"{format_path(elems)}: not served (see DESIGN.md, Telemetry)")
+
+
+def _entity_elems(tree: str, entity: str) -> Elems:
+    if tree == "interfaces":
+        return (("interfaces", ()), ("interface", (("name", entity),)), ("state", ()), ("counters", ()))
+    return (("network-instances", ()), ("network-instance", (("name", "default"),)), ("afts", ()),
+            ("ipv4-unicast", ()), ("ipv4-entry", (("prefix", entity),)), ("state", ()), ("counters", ()))
+
+
+def select(snapshot: CounterSnapshot, queries: Iterable[Query]) -> dict[tuple[str, str], dict[str, int]]:
+    """``{(tree, entity): {leaf: value}}`` for every counter the queries name in ``snapshot``."""
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for q in queries:
+        table = snapshot.interfaces if q.tree == "interfaces" else snapshot.prefixes
+        entities: Iterable[str] = table if q.entity is None else ([q.entity] if q.entity in table else [])
+        for e in entities:
+            values = table[e]
+            got = out.setdefault((q.tree, e), {})
+            for leaf in q.leaves:
+                if leaf in values:
+                    got[leaf] = values[leaf]
+    return {k: v for k, v in out.items() if v}
+
+
+# -- protobuf conversions (this module only) --------------------------------------------------------------
+def _path_to_pb(elems: Elems, *, target: str = "", origin: str = "") -> Any:
+    return pb.Path(elem=[pb.PathElem(name=n, key=dict(k)) for n, k in elems], target=target, origin=origin)
+
+
+def _path_from_pb(path: Any) -> Elems:
+    if len(path.element) and not len(path.elem):
+        raise PathError("invalid_argument", "the deprecated 'element' path field is not supported; use 'elem'")
+    out = []
+    for e in path.elem:
+        if not e.name:
+            raise PathError("invalid_argument", "empty path element name")
+        out.append((e.name, tuple(sorted(e.key.items()))))
+    return tuple(out)
+
+
+def _notifications(snapshot: CounterSnapshot, picked: Mapping[tuple[str, str], Mapping[str, int]],
+                   target: str) -> list[Any]:
+    return [pb.Notification(timestamp=snapshot.timestamp_ns, prefix=_path_to_pb(_entity_elems(tree, e), target=target),
+                            update=[pb.Update(path=pb.Path(elem=[pb.PathElem(name=leaf)]),
+                                              val=pb.TypedValue(uint_val=v)) for leaf, v in values.items()])
+            for (tree, e), values in picked.items()]
+
+
+# -- the service ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GnmiOptions:
+    """Knobs of the service: the interval of a SAMPLE subscription that asks for none (and of
+    TARGET_DEFINED), the shortest interval granted, how often ON_CHANGE looks for changes, and how long
+    one reading of the counters is shared between the calls and subscriptions that ask for it."""
+
+    default_interval_s: float = 10.0
+    min_interval_s: float = 0.1
+    on_change_check_s: float = 1.0
+    share_s: float = 0.05
+
+
+@dataclass
+class _Sub:
+    queries: list[Query]
+    mode: int
+    interval_ns: int
+    suppress_redundant: bool
+    heartbeat_ns: int
+    due: int = 0
+    beat_due: int = 0
+    last: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+
+
+class GnmiService:
+    """The gNMI service of one device, over a counter source."""
+
+    def __init__(self, source: CounterSource, device: str = "", options: GnmiOptions | None = None):
+        self.source = source
+        self.device = device
+        self.options = options or GnmiOptions()
+        self._lock = asyncio.Lock()
+        self._last: CounterSnapshot | None = None
+        self._last_at = 0.0
+
+    async def read(self, context: Any = None) -> CounterSnapshot:
+        """One reading of the counters, shared by the callers within ``share_s`` of each other;
+        a source that fails ends the call with ``UNAVAILABLE`` (the client retries later)."""
+        try:
+            return await self._read()
+        except Exception as exc:
+            if context is None:
+                raise
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"reading the counters failed: {exc}")
+            raise
+
+    async def _read(self) -> CounterSnapshot:
+        async with self._lock:
+            now = time.monotonic()
+            if self._last is None or now - self._last_at > self.options.share_s:
+                if self.source.blocking:
+                    self._last = await asyncio.to_thread(self.source.read)
+                else:
+                    self._last = self.source.read()
+                self._last_at = time.monotonic()
+            return self._last
+
+    # -- RPCs ---------------------------------------------------------------------------
+    async def Capabilities(self, request: Any, context: Any) -> Any:  # noqa: N802 (the RPC's name)
+        return pb.CapabilityResponse(
+            supported_models=[pb.ModelData(name=n, organization=o, version=v) for n, o, v in MODELS],
+            supported_encodings=list(ENCODINGS.values()), gNMI_version=GNMI_VERSION)
+
+    async def Get(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await self._check_encoding(request.encoding, context)
+        try:
+            prefix = _path_from_pb(request.prefix)
+            paths = [(prefix + _path_from_pb(p), p.origin or request.prefix.origin) for p in request.path] or [
+                (prefix, request.prefix.origin)]
+            queries = [compile_path(e, o) for e, o in paths]
+        except PathError as exc:
+            await _abort(context, exc)
+        snapshot = await self.read(context)
+        picked: dict[tuple[str, str], dict[str, int]] = {}
+        for (elems, _), qs in zip(paths, queries, strict=True):
+            got = select(snapshot, qs)
+            if not got and all(q.entity is not None for q in qs):
+                await _abort(context, PathError("not_found", f"{format_path(elems)}: no such entity on "
+                                                f"{self.device or 'this device'}"))
+            for k, v in got.items():
+                picked.setdefault(k, {}).update(v)
+        return pb.GetResponse(notification=_notifications(snapshot, picked, request.prefix.target))
+
+    async def Set(self, request: Any, context: Any) -> Any:  # noqa: N802
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Set is not supported: configure through Loom's intent")
+
+    async def Subscribe(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+        first = await _next_request(request_iterator)
+        if first is None or not first.HasField("subscribe"):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first SubscribeRequest must carry a "
+                                "SubscriptionList")
+        sl = first.subscribe
+        await self._check_encoding(sl.encoding, context)
+        subs = await self._subscriptions(sl, context)
+        target = sl.prefix.target
+        if sl.mode == pb.SubscriptionList.ONCE:
+            async for r in self._full(subs, target, sl.updates_only, context):
+                yield r
+            return
+        if sl.mode == pb.SubscriptionList.POLL:
+            async for r in self._full(subs, target, sl.updates_only, context):
+                yield r
+            while (req := await _next_request(request_iterator)) is not None:
+                if not req.HasField("poll"):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a POLL subscription takes Poll requests")
+                async for r in self._full(subs, target, False, context):
+                    yield r
+            return
+        async for r in self._stream(subs, target, sl.updates_only, context):
+            yield r
+
+    # -- parts --------------------------------------------------------------------------
+    @staticmethod
+    async def _check_encoding(encoding: int, context: Any) -> None:
+        if encoding not in ENCODINGS.values():
+            name = pb.Encoding.Name(encoding) if encoding in pb.Encoding.values() else str(encoding)
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                                f"encoding {name} is not supported (JSON, JSON_IETF, PROTO)")
+
+    async def _subscriptions(self, sl: Any, context: Any) -> list[_Sub]:
+        if sl.mode not in (pb.SubscriptionList.STREAM, pb.SubscriptionList.ONCE, pb.SubscriptionList.POLL):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown subscription list mode {sl.mode}")
+        if not sl.subscription:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a SubscriptionList needs subscriptions")
+        o = self.options
+        subs = []
+        for s in sl.subscription:
+            try:
+                queries = compile_path(_path_from_pb(sl.prefix) + _path_from_pb(s.path),
+                                       s.path.origin or sl.prefix.origin)
+            except PathError as exc:
+                await _abort(context, exc)
+            mode = s.mode
+            if mode not in (pb.SAMPLE, pb.ON_CHANGE, pb.TARGET_DEFINED):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown subscription mode {mode}")
+            if mode == pb.TARGET_DEFINED:
+                mode = pb.SAMPLE
+            interval = s.sample_interval or int(o.default_interval_s * 1e9)
+            if mode == pb.ON_CHANGE:
+                interval = int(o.on_change_check_s * 1e9)
+            subs.append(_Sub(queries, mode, max(interval, int(o.min_interval_s * 1e9)), s.suppress_redundant,
+                             s.heartbeat_interval))
+        return subs
+
+    async def _full(self, subs: Sequence[_Sub], target: str, updates_only: bool, context: Any) -> AsyncIterator[Any]:
+        """Every subscribed counter now (nothing with ``updates_only``), then ``sync_response``."""
+        snapshot = await self.read(context)
+        for s in subs:
+            s.last = select(snapshot, s.queries)
+            if not updates_only:
+                for n in _notifications(snapshot, s.last, target):
+                    yield pb.SubscribeResponse(update=n)
+        yield pb.SubscribeResponse(sync_response=True)
+
+    async def _stream(self, subs: Sequence[_Sub], target: str, updates_only: bool, context: Any) -> AsyncIterator[Any]:
+        async for r in self._full(subs, target, updates_only, context):
+            yield r
+        now = time.monotonic_ns()
+        for s in subs:
+            s.due = now + s.interval_ns
+            s.beat_due = now + s.heartbeat_ns
+        while True:
+            wake = min(s.due for s in subs)
+            await asyncio.sleep(max(0, wake - time.monotonic_ns()) / 1e9)
+            snapshot = await self.read(context)
+            now = time.monotonic_ns()
+            for s in subs:
+                if s.due > now:
+                    continue
+                s.due = max(s.due + s.interval_ns, now + s.interval_ns // 2)
+                current = select(snapshot, s.queries)
+                beat = bool(s.heartbeat_ns) and now >= s.beat_due
+                if beat:
+                    s.beat_due = now + s.heartbeat_ns
+                if s.mode == pb.SAMPLE and not s.suppress_redundant or beat:
+                    send = current
+                else:
+                    send = _changed(s.last, current)
+                s.last = current
+                for n in _notifications(snapshot, send, target):
+                    yield pb.SubscribeResponse(update=n)
+
+
+def _changed(before: Mapping[tuple[str, str], Mapping[str, int]],
+             now: Mapping[tuple[str, str], Mapping[str, int]]) -> dict[tuple[str, str], dict[str, int]]:
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for k, values in now.items():
+        old = before.get(k, {})
+        diff = {leaf: v for leaf, v in values.items() if old.get(leaf) != v}
+        if diff:
+            out[k] = diff
+    return out
+
+
+async def _next_request(it: Any) -> Any:
+    try:
+        return await it.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+async def _abort(context: Any, exc: PathError) -> Any:
+    code = grpc.StatusCode.NOT_FOUND if exc.code == "not_found" else grpc.StatusCode.INVALID_ARGUMENT
+    await context.abort(code, str(exc))
+
+
+def add_gnmi_servicer(server: Any, service: GnmiService) -> None:
+    """Register ``service`` as ``gnmi.gNMI`` on a ``grpc.aio`` server."""
+    pb_grpc.add_gNMIServicer_to_server(service, server)
+
+
+# -- the client -----------------------------------------------------------------------------------------
+class Sample(NamedTuple):
+    """One counter reading: ``path`` in xpath form (:func:`format_path`), ``timestamp_ns`` the target's."""
+
+    device: str
+    path: str
+    value: int
+    timestamp_ns: int
+
+
+class SyncMarker(NamedTuple):
+    """The target has sent every subscribed counter once (gNMI ``sync_response``)."""
+
+    device: str
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    models: tuple[str, ...]
+    encodings: tuple[str, ...]
+    version: str
+
+
+def _value(v: Any) -> int | None:
+    kind = v.WhichOneof("value")
+    if kind in ("uint_val", "int_val"):
+        return int(getattr(v, kind))
+    if kind in ("json_val", "json_ietf_val"):
+        try:
+            return int(json.loads(getattr(v, kind)))  # RFC 7951 writes uint64 as a string: int() takes both
+        except (ValueError, TypeError):
+            return None
+    if kind == "string_val":
+        return int(v.string_val) if v.string_val.isdigit() else None
+    return None
+
+
+def _samples(device: str, n: Any) -> list[Sample]:
+    prefix = _path_from_pb(n.prefix)
+    out = []
+    for u in n.update:
+        value = _value(u.val)
+        if value is not None:
+            out.append(Sample(device, format_path(prefix + _path_from_pb(u.path)), value, int(n.timestamp)))
+    return out
+
+
+def _service_config(max_attempts: int) -> str:
+    method: dict[str, Any] = {"name": [{"service": GNMI_SERVICE, "method": "Capabilities"},
+                                       {"service": GNMI_SERVICE, "method": "Get"}]}
+    if max_attempts >= 2:
+        method["retryPolicy"] = {"maxAttempts": max_attempts, "initialBackoff": "0.2s", "maxBackoff": "2s",
+                                 "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+    return json.dumps({"methodConfig": [method]})
+
+
+_MODES = {"sample": pb.SAMPLE, "on_change": pb.ON_CHANGE, "target_defined": pb.TARGET_DEFINED}
+
+
+class GnmiClient:
+    """gNMI to one device: ``endpoint`` ``unix:PATH`` or ``HOST:PORT`` (TCP needs ``tls``, a
+    :class:`southbound.pki.ClientTls`, as :class:`southbound.driver.AgentDriver` uses). One channel,
+    closed by :meth:`close` (or ``async with``); ``timeout`` is the deadline of the unary calls.
+    Failed calls raise :class:`~controller.model.errors.RetryableDriverError` (UNAVAILABLE, a deadline)
+    or :class:`~controller.model.errors.FatalDriverError`; their ``text`` starts with the status name.
+    """
+
+    def __init__(self, device: str, endpoint: str, *, tls: Any = None, timeout: float = 10.0,
+                 max_attempts: int = 5, encoding: str = "proto"):
+        self.device = device
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self.encoding = ENCODINGS[encoding]
+        options: list[tuple[str, Any]] = [
+            ("grpc.service_config", _service_config(max_attempts)), ("grpc.enable_retries", 1),
+            ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000), ("grpc.max_receive_message_length", 64 << 20)]
+        if endpoint.startswith("unix:"):
+            self._channel = grpc.aio.insecure_channel(endpoint, options=options)
+        else:
+            if tls is None:
+                raise ValueError(f"{device}: TCP endpoint {endpoint} needs client TLS (mutual TLS)")
+            self._channel = grpc.aio.secure_channel(endpoint, tls.channel_credentials(),
+                                                    options=options + tls.channel_options())
+        self._stub = pb_grpc.gNMIStub(self._channel)
+
+    async def __aenter__(self) -> GnmiClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    def _error(self, exc: grpc.aio.AioRpcError) -> Exception:
+        from southbound.driver import driver_error
+
+        return driver_error(self.device, exc)
+
+    async def capabilities(self) -> Capabilities:
+        try:
+            r = await self._stub.Capabilities(pb.CapabilityRequest(), timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc) from exc
+        return Capabilities(tuple(m.name for m in r.supported_models),
+                            tuple(pb.Encoding.Name(e) for e in r.supported_encodings), r.gNMI_version)
+
+    async def get(self, paths: Iterable[str]) -> list[Sample]:
+        """The counters under ``paths`` (xpaths; wildcards ``[name=*]`` and subtrees allowed)."""
+        req = pb.GetRequest(path=[_path_to_pb(parse_path(p)) for p in paths], encoding=self.encoding)
+        try:
+            r = await self._stub.Get(req, timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc) from exc
+        return [s for n in r.notification for s in _samples(self.device, n)]
+
+    async def subscribe(self, paths: Iterable[str], mode: str = "sample", interval_s: float = 10.0, *,
+                        once: bool = False, updates_only: bool = False, suppress_redundant: bool = False,
+                        heartbeat_s: float = 0.0) -> AsyncIterator[Sample | SyncMarker]:
+        """A ``STREAM`` subscription (``mode`` ``sample``, ``on_change`` or ``target_defined``), or with
+        ``once`` a ``ONCE`` one that ends after its :class:`SyncMarker`. Runs until the caller stops."""
+        subs = [pb.Subscription(path=_path_to_pb(parse_path(p)), mode=_MODES[mode],
+                                sample_interval=int(interval_s * 1e9), suppress_redundant=suppress_redundant,
+                                heartbeat_interval=int(heartbeat_s * 1e9)) for p in paths]
+        sl = pb.SubscriptionList(subscription=subs, encoding=self.encoding, updates_only=updates_only,
+                                 mode=pb.SubscriptionList.ONCE if once else pb.SubscriptionList.STREAM)
+        call = self._stub.Subscribe()
+        try:
+            await call.write(pb.SubscribeRequest(subscribe=sl))
+            if once:
+                await call.done_writing()
+            while True:
+                r = await call.read()
+                if r is grpc.aio.EOF:
+                    return
+                if r.HasField("sync_response") and r.sync_response:
+                    yield SyncMarker(self.device)
+                    if once:
+                        return
+                elif r.HasField("update"):
+                    for s in _samples(self.device, r.update):
+                        yield s
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc) from exc
+        finally:
+            call.cancel()
+
+    def poller(self, paths: Iterable[str]) -> Poller:
+        """A ``POLL`` subscription: ``async with client.poller(paths) as p: samples = await p.poll()``."""
+        return Poller(self, [_path_to_pb(parse_path(p)) for p in paths])
+
+
+class Poller:
+    """An open ``POLL`` subscription; each :meth:`poll` returns every subscribed counter once."""
+
+    def __init__(self, client: GnmiClient, paths: list[Any]):
+        self.client = client
+        self._paths = paths
+        self._call: Any = None
+
+    async def __aenter__(self) -> Poller:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def poll(self) -> list[Sample]:
+        c = self.client
+        try:
+            if self._call is None:
+                self._call = c._stub.Subscribe()
+                sl = pb.SubscriptionList(subscription=[pb.Subscription(path=p) for p in self._paths],
+                                         encoding=c.encoding, mode=pb.SubscriptionList.POLL)
+                await self._call.write(pb.SubscribeRequest(subscribe=sl))
+            else:
+                await self._call.write(pb.SubscribeRequest(poll=pb.Poll()))
+            out: list[Sample] = []
+            while True:
+                r = await asyncio.wait_for(self._call.read(), c.timeout)
+                if r is grpc.aio.EOF:
+                    raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                               grpc.aio.Metadata(), "the target closed the poll subscription")
+                if r.HasField("sync_response") and r.sync_response:
+                    return out
+                out += _samples(c.device, r.update)
+        except grpc.aio.AioRpcError as exc:
+            raise c._error(exc) from exc
+
+    async def close(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
