@@ -125,3 +125,35 @@ def test_a_measured_matrix_becomes_the_intent_in_one_audited_revision(live: tupl
     assert "window_s=60" in audit["detail"] and "stat=max" in audit["detail"] and "headroom=1.5" in audit["detail"]
     bad = api("POST", "/v1/demands/from-telemetry", json={**body, "headroom": 0})
     assert bad.status_code == 422 and "headroom" in bad.text
+
+
+def test_loom_demand_capture_writes_the_measured_matrix(live: tuple[Api, Telemetry],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import httpx
+    from typer.testing import CliRunner
+
+    from controller.cli import _register
+    from controller.cli.common import app as cli
+
+    api, tel = live
+    _register()
+
+    def through_app(*, base_url: str, headers: dict[str, str], timeout: float) -> Any:
+        api.client.headers.update(headers)  # the CLI's client is the in-process app's
+        return api.client
+
+    monkeypatch.setattr(httpx, "Client", through_app)
+    monkeypatch.setenv("LOOM_TOKEN", api.tokens["operator"])
+    runner = CliRunner()
+    empty = runner.invoke(cli, ["demand", "capture", "--server", "http://app", "--json"])
+    assert empty.exit_code == 1 and "no demand measured" in empty.output  # nothing streamed yet: kept
+    stream(tel, Fabric(INTENT, solve(INTENT), SKEW, t0=time.time() - 100))
+    done = runner.invoke(cli, ["demand", "capture", "--server", "http://app", "--window-s", "60", "--stat", "p95",
+                               "--headroom", "1.1", "--base", "1", "--json"])
+    assert done.exit_code == 0, done.output
+    out = json.loads(done.output)
+    assert out["revision"] == 2 and {(d["from"], d["to"]) for d in out["demands"]} == set(SKEW)
+    stale = runner.invoke(cli, ["demand", "capture", "--server", "http://app", "--base", "1"])
+    assert stale.exit_code == 1
