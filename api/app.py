@@ -36,6 +36,7 @@ from api.routers import (
 from controller.logs import bind_request_id
 from controller.settings import Settings
 from controller.store.db import Database
+from controller.telemetry import Telemetry
 from controller.workflow.agents import make_driver
 from southbound.driver import DeviceDriver
 
@@ -69,11 +70,11 @@ class RequestIdMiddleware:
 
 
 def create_app(settings: Settings | None = None, *, database: Database | None = None,
-               driver: DeviceDriver | None = None) -> FastAPI:
+               driver: DeviceDriver | None = None, telemetry: Telemetry | None = None) -> FastAPI:
     """Build the API. ``database`` defaults to one made from ``settings.db_url``
     (and disposed of at shutdown); it is migrated to the newest schema at startup.
     ``driver`` reaches the device agents; by default the gRPC driver of the settings' agents
-    file (none without one)."""
+    file (none without one). ``telemetry`` is the collector the views read (a fresh one by default)."""
     settings = settings or Settings()  # type: ignore[call-arg]  # fields come from the environment
     owned = database is None
     db = database or Database(settings.db_url)
@@ -108,6 +109,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.settings = settings
     app.state.database = db
     app.state.driver = driver
+    app.state.telemetry = telemetry if telemetry is not None else Telemetry()  # fed by the gNMI subscription
     metrics.install(app)  # app.state.metrics, /metrics; inside the request id middleware
     app.add_middleware(RequestIdMiddleware)
     problems.install(app)
@@ -119,8 +121,9 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.include_router(tokens.router)
     app.include_router(audit.router)
     from api.routers import changes, device_state, drift, plans
+    from api.routers import telemetry as telemetry_views
 
-    for module in (changes, plans, device_state, drift):
+    for module in (changes, plans, device_state, drift, telemetry_views):
         app.include_router(module.router)
     ui.install(app)  # the web UI at /, /v1/whoami, offline /docs
     return app

@@ -74,6 +74,8 @@ TIERS: dict[str, str] = {
     "test_solver_routing.py": "unit",
     "test_solver_weights.py": "unit",
     "test_store.py": "component",
+    "test_telemetry.py": "unit",             # counter windows, views and tomogravity on synthetic counters
+    "test_telemetry_api.py": "component",    # the views and the capture through the app, on dry agents
     "test_transaction_dry.py": "component",
     "test_ui_browser.py": "browser",
     "test_workflow_api.py": "component",

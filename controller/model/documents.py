@@ -35,6 +35,13 @@ __all__ = [
     "DevicePlanDocument",
     "DeviceProgress",
     "DeviceStateDocument",
+    "DemandCaptureDocument",
+    "FidelityDocument",
+    "FidelityLinkDocument",
+    "MeasuredDemandDocument",
+    "MeasuredDemandsDocument",
+    "TelemetryLinkDocument",
+    "TelemetryLinksDocument",
     "DroppedDemandDocument",
     "FailureDocument",
     "InstalledNextHop",
@@ -356,3 +363,75 @@ class DeviceStateDocument(_Closed):
     sessions: list[SessionDocument]
     pending_change: str = Field(description="a change committed but not yet confirmed, or empty")
     endpoint: str | None = Field(None, description="where the controller reaches the device's agent")
+
+
+# -- telemetry (DESIGN.md, Telemetry) -----------------------------------------------------
+class TelemetryLinkDocument(_Closed):
+    """One link's observed load over the window; ``null`` where no rate is known (a stale or silent
+    counter is never reported as zero)."""
+
+    a: str
+    a_port: str
+    b: str
+    b_port: str
+    gbps_ab: float | None = Field(description="a's out-octets rate (b's in-octets when a's is missing)")
+    gbps_ba: float | None
+    utilization: float | None = Field(description="the busier direction over the link's capacity")
+    age_s: float | None = Field(description="seconds since the older direction's last sample")
+    stale: bool = Field(description="no sample for more than 3 intervals, older than the window, or disconnected")
+
+
+class TelemetryLinksDocument(_Closed):
+    """``GET /v1/telemetry/links``."""
+
+    window_s: float
+    links: list[TelemetryLinkDocument]
+
+
+class MeasuredDemandDocument(_Closed):
+    from_: str = Field(alias="from", description="ingress device")
+    to: str = Field(description="destination prefix")
+    gbps: float
+
+
+class MeasuredDemandsDocument(_Closed):
+    """``GET /v1/telemetry/demand``: the measured matrix (non-zero entries)."""
+
+    window_s: float
+    stat: Literal["mean", "p95", "max"]
+    method: Literal["aft", "tomogravity"] = Field(
+        description="aft: the devices' per-prefix forwarding counters; tomogravity: estimated from link loads")
+    demands: list[MeasuredDemandDocument]
+
+
+class FidelityLinkDocument(_Closed):
+    a: str
+    a_port: str
+    b: str
+    b_port: str
+    predicted: float = Field(description="the active plan's utilization under the measured demand")
+    observed: float | None = Field(description="the counters' utilization (null when stale)")
+    error: float | None = Field(description="observed - predicted")
+
+
+class FidelityDocument(_Closed):
+    """``GET /v1/telemetry/fidelity``: predicted against observed utilization, per link."""
+
+    window_s: float
+    stat: Literal["mean", "p95", "max"]
+    method: Literal["aft", "tomogravity"] = Field(description="how the measured demand was obtained")
+    links: list[FidelityLinkDocument]
+    worst: float | None = Field(description="the largest |error| over links with an observation")
+    p95: float | None = Field(description="the 95th percentile of |error|")
+
+
+class DemandCaptureDocument(_Closed):
+    """``POST /v1/demands/from-telemetry``: the revision that holds the measured demands."""
+
+    revision: int
+    changed: bool
+    window_s: float
+    stat: Literal["mean", "p95", "max"]
+    headroom: float
+    method: Literal["aft", "tomogravity"]
+    demands: list[MeasuredDemandDocument]

@@ -1,0 +1,96 @@
+"""``/v1/telemetry/*``: what the switches' counters say (DESIGN.md, Telemetry), and
+``POST /v1/demands/from-telemetry``, which turns the measured matrix into intent.
+
+The views read the collector on ``app.state.telemetry`` (fed by the serving
+process's gNMI subscription) against the active revision's intent and plan;
+``now`` is the wall clock here, the only place that reads it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from api.core.deps import OperatorWrite, SessionDep, Viewer
+from api.core.problems import error_responses
+from controller.model.documents import (
+    DemandCaptureDocument,
+    FidelityDocument,
+    MeasuredDemandsDocument,
+    TelemetryLinksDocument,
+)
+from controller.telemetry import Telemetry
+from controller.workflow.telemetry import active_context, capture_demands
+
+router = APIRouter(tags=["telemetry"])
+
+Stat = Literal["mean", "p95", "max"]
+WindowS = Annotated[float, Query(gt=0, le=86400, description="the window in seconds (rates ending within it)")]
+StatQ = Annotated[Stat, Query(description="statistic of the per-interval rates: mean, p95 or max")]
+
+
+def telemetry(request: Request) -> Telemetry:
+    tel: Telemetry = request.app.state.telemetry
+    return tel
+
+
+@router.get("/v1/telemetry/links", response_model=TelemetryLinksDocument, summary="Observed link loads",
+            responses=error_responses(401, 403, 404, 422))
+def links(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0) -> Any:
+    tel = telemetry(request)
+    _rev, intent, _plan = active_context(tel, session=session)
+    return {"window_s": window_s, "links": [v.to_document() for v in tel.links(intent, time.time(), window_s)]}
+
+
+@router.get("/v1/telemetry/demand", response_model=MeasuredDemandsDocument, response_model_by_alias=True,
+            summary="The measured demand matrix (ingress device to prefix)",
+            responses=error_responses(401, 403, 404, 422))
+def demand(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0,
+           stat: StatQ = "mean") -> Any:
+    tel = telemetry(request)
+    _rev, intent, plan = active_context(tel, session=session)
+    return tel.demand(intent, plan, time.time(), window_s, stat).to_document(window_s, stat)
+
+
+@router.get("/v1/telemetry/fidelity", response_model=FidelityDocument,
+            summary="The active plan's predicted link utilization under the measured demand, beside the observed",
+            responses=error_responses(401, 403, 404, 422))
+def fidelity(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0,
+             stat: StatQ = "mean") -> Any:
+    tel = telemetry(request)
+    _rev, intent, plan = active_context(tel, session=session)
+    return {"window_s": window_s, "stat": stat, **tel.fidelity(intent, plan, time.time(), window_s, stat).to_document()}
+
+
+class DemandCapture(BaseModel):
+    """The body of ``POST /v1/demands/from-telemetry``."""
+
+    model_config = ConfigDict(extra="forbid")
+    window_s: float = Field(60.0, gt=0, le=86400, description="the window in seconds")
+    stat: Stat = Field("p95", description="mean, p95 or max of the per-interval rates")
+    headroom: float = Field(1.0, gt=0, le=100, description="factor applied to every measured demand")
+
+
+@router.post("/v1/demands/from-telemetry", response_model=DemandCaptureDocument, response_model_by_alias=True,
+             tags=["demands"], summary="Replace the intent's demands with the measured matrix (one revision)",
+             responses=error_responses(401, 403, 404, 409, 422))
+async def from_telemetry(request: Request, response: Response, body: DemandCapture, ctx: OperatorWrite) -> Any:
+    tel = telemetry(request)
+    database = request.app.state.database
+
+    def write() -> dict[str, Any]:
+        with database.session() as session:
+            _rev, intent, plan = active_context(tel, session=session)
+            view = tel.demand(intent, plan, time.time(), body.window_s, body.stat)
+            result = capture_demands(view.demands, headroom=body.headroom, window_s=body.window_s, stat=body.stat,
+                                     method=view.method, session=session, ctx=ctx)
+        response.headers["ETag"] = f'"{result.revision.id}"'
+        return {"revision": result.revision.id, "changed": result.changed, "window_s": body.window_s,
+                "stat": body.stat, "headroom": body.headroom, "method": view.method,
+                "demands": result.document.get("demands", [])}
+
+    return await run_in_threadpool(write)

@@ -1,0 +1,53 @@
+"""``loom demand capture``: the measured demand matrix of a running controller becomes its intent.
+
+``loom demand capture --server URL [--window-s W] [--stat mean|p95|max] [--headroom H] [--base REV] [--json]``
+calls ``POST /v1/demands/from-telemetry`` with the token in ``$LOOM_TOKEN``: the
+intent's demands are replaced by the measured matrix times the headroom in one
+revision (``--base`` sends ``If-Match``: refused with exit status 1 when the
+head has moved). It prints the new revision, the method (``aft`` or
+``tomogravity``) and the demands. Exit status: 0 done, 1 refused or
+unreachable, 2 bad input.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import typer
+from rich.table import Table
+
+from controller.cli.changes import DEFAULT_SERVER, Client, JsonOption, ServerOption
+from controller.cli.common import app, console, emit_json
+
+__all__ = ["capture", "demand_app"]
+
+demand_app = typer.Typer(help="Traffic demands measured on a running controller.", no_args_is_help=True)
+app.add_typer(demand_app, name="demand")
+
+
+@demand_app.command()
+def capture(
+    server: ServerOption = DEFAULT_SERVER,
+    window_s: Annotated[float, typer.Option("--window-s", min=0.001, help="the window in seconds")] = 300.0,
+    stat: Annotated[Literal["mean", "p95", "max"], typer.Option(help="statistic of the interval rates")] = "p95",
+    headroom: Annotated[float, typer.Option(min=0.001, help="factor applied to every measured demand")] = 1.0,
+    base: Annotated[int | None, typer.Option(help="the head revision the write is based on (If-Match)")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Replace the intent's demands with the measured matrix, in one revision."""
+    client = Client(server, as_json)
+    headers = {"If-Match": f'"{base}"'} if base is not None else {}
+    out = client.call("POST", "/v1/demands/from-telemetry", ok=(200,), headers=headers,
+                      json={"window_s": window_s, "stat": stat, "headroom": headroom})
+    if as_json:
+        emit_json(out)
+        return
+    verb = "revision" if out["changed"] else "unchanged, revision"
+    console.print(f"{verb} {out['revision']}: {len(out['demands'])} demands measured by {out['method']} "
+                  f"({out['stat']} over {out['window_s']:g} s, headroom {out['headroom']:g})")
+    t = Table(title_justify="left")
+    for col in ("from", "to", "gbps"):
+        t.add_column(col, justify="right" if col == "gbps" else "left")
+    for d in out["demands"]:
+        t.add_row(d["from"], d["to"], f"{d['gbps']:.3f}")
+    console.print(t)

@@ -1,0 +1,255 @@
+"""The collector: counter windows of every device, and the views built on them.
+
+:class:`Telemetry` holds a :class:`~controller.telemetry.counters.CounterStore`
+and answers, for the active intent and plan handed in (it reads no store
+itself), the link view (per link, the rate both ways and the utilization), the
+demand view (ingress device -> prefix, from the OpenConfig AFT counters, or
+estimated by tomogravity when a device serves none) and the fidelity of the plan
+(its predicted link loads under the measured demand beside the observed ones).
+The samples come from outside (the gNMI subscription of the serving process,
+or tests) as plain :class:`~controller.telemetry.counters.Sample` values through
+:meth:`Telemetry.ingest`; ``now`` is always a parameter.
+
+OpenConfig paths read (DESIGN.md, Telemetry):
+``/interfaces/interface[name=PORT]/state/counters/{in,out}-octets`` and
+``/network-instances/network-instance[name=default]/afts/ipv4-unicast/ipv4-entry[prefix=P]/state/counters/octets-forwarded``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from controller.model import Intent
+from controller.model.plan import Plan
+from controller.telemetry.counters import STATS, CounterStore, Options, Sample, WindowStats
+from safety.estimate import RoutingMatrix, link_loads, routing_matrix, tomogravity
+
+__all__ = ["DemandView", "Fidelity", "FidelityLink", "LinkView", "Telemetry", "aft_path", "interface_path"]
+
+_IFACE = re.compile(r"^/interfaces/interface\[name=([^\]]+)\]/state/counters/([a-z-]+)$")
+_AFT = re.compile(r"^/network-instances/network-instance\[name=default\]/afts/ipv4-unicast/"
+                  r"ipv4-entry\[prefix=([^\]]+)\]/state/counters/([a-z-]+)$")
+_BITS_PER_GBPS = 1e9 / 8  # octets per second in one Gbps
+
+
+def interface_path(port: str, counter: str = "out-octets") -> str:
+    return f"/interfaces/interface[name={port}]/state/counters/{counter}"
+
+
+def aft_path(prefix: str, counter: str = "octets-forwarded") -> str:
+    return ("/network-instances/network-instance[name=default]/afts/ipv4-unicast/"
+            f"ipv4-entry[prefix={prefix}]/state/counters/{counter}")
+
+
+@dataclass(frozen=True, slots=True)
+class LinkView:
+    """One link's observed load: ``None`` where no rate is known (never zero for unknown)."""
+
+    a: str
+    a_port: str
+    b: str
+    b_port: str
+    gbps_ab: float | None
+    gbps_ba: float | None
+    utilization: float | None
+    age_s: float | None
+    stale: bool
+    fresh: bool = False  # both directions read from counters that are not stale
+
+    def to_document(self) -> dict[str, object]:
+        return {"a": self.a, "a_port": self.a_port, "b": self.b, "b_port": self.b_port,
+                "gbps_ab": _r(self.gbps_ab), "gbps_ba": _r(self.gbps_ba), "utilization": _r(self.utilization),
+                "age_s": _r(self.age_s, 3), "stale": self.stale}
+
+
+@dataclass(frozen=True, slots=True)
+class DemandView:
+    method: str  # "aft" | "tomogravity"
+    demands: dict[tuple[str, str], float]
+    residual: float | None = None  # tomogravity: ||A x - y||_1 in gbps
+
+    def to_document(self, window_s: float, stat: str) -> dict[str, object]:
+        return {"window_s": window_s, "stat": stat, "method": self.method,
+                "demands": [{"from": f, "to": p, "gbps": round(g, 6)} for (f, p), g in sorted(self.demands.items())]}
+
+
+@dataclass(frozen=True, slots=True)
+class FidelityLink:
+    a: str
+    a_port: str
+    b: str
+    b_port: str
+    predicted: float
+    observed: float | None
+    error: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Fidelity:
+    links: tuple[FidelityLink, ...]
+    worst: float | None
+    p95: float | None
+    method: str
+
+    def to_document(self) -> dict[str, object]:
+        return {"links": [{"a": x.a, "a_port": x.a_port, "b": x.b, "b_port": x.b_port,
+                           "predicted": round(x.predicted, 6), "observed": _r(x.observed), "error": _r(x.error)}
+                          for x in self.links],
+                "worst": _r(self.worst), "p95": _r(self.p95), "method": self.method}
+
+
+def _r(x: float | None, nd: int = 6) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _opt(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+class Telemetry:
+    """The controller's telemetry: ingest samples, answer views. Thread-safe (one lock)."""
+
+    def __init__(self, options: Options | None = None):
+        self.options = options or Options()
+        self.store = CounterStore(self.options)
+        self._lock = threading.Lock()
+        self._routing: tuple[object, RoutingMatrix] | None = None
+        #: The active (revision, intent, plan), set by the serving shell; the views take them as arguments.
+        self.context: tuple[int, Intent, Plan] | None = None
+
+    # -- feeding ---------------------------------------------------------------
+    def ingest(self, samples: Iterable[Sample | tuple[str, str, int, int]], now: float) -> int:
+        """Add samples ``(device, path, value, timestamp_ns)``; returns how many were kept (not late)."""
+        with self._lock:
+            return self.store.ingest((s if isinstance(s, Sample) else Sample(*s) for s in samples), now)
+
+    def mark_disconnected(self, device: str) -> None:
+        """The device's stream broke: its counters read stale (not zero) until it samples again."""
+        with self._lock:
+            self.store.mark_disconnected(device)
+
+    def forget(self, device: str) -> None:
+        """Drop the device's counters (it left the active revision)."""
+        with self._lock:
+            self.store.forget(device)
+
+    def expire(self, now: float) -> list[str]:
+        """Forget the devices silent for ``options.forget_after_s``."""
+        with self._lock:
+            return self.store.expire(now)
+
+    def counts(self) -> dict[str, int]:
+        s = self.store
+        return {"counters": len(s), "devices": len(s.devices), "late": s.late, "resets": s.resets,
+                "wraps": s.wraps, "spikes": s.spikes}
+
+    # -- views -------------------------------------------------------------------
+    def _stats(self, keys: list[tuple[str, str]], now: float, window_s: float) -> WindowStats:
+        rows = [self.store.rows.get(k, -1) for k in keys]
+        return self.store.stats(rows, now, window_s)
+
+    def links(self, intent: Intent, now: float, window_s: float, stat: str = "mean") -> list[LinkView]:
+        """Each link of ``intent``: ``a``'s out-octets rate (``b``'s in-octets when missing) and back."""
+        if stat not in STATS:
+            raise ValueError(f"unknown statistic {stat!r}")
+        keys: list[tuple[str, str]] = []
+        for lk in intent.links:
+            keys += [(lk.a, interface_path(lk.a_port, "out-octets")), (lk.b, interface_path(lk.b_port, "in-octets")),
+                     (lk.b, interface_path(lk.b_port, "out-octets")), (lk.a, interface_path(lk.a_port, "in-octets"))]
+        with self._lock:
+            st = self._stats(keys, now, window_s)
+        val = st.stat(stat) / _BITS_PER_GBPS
+        out: list[LinkView] = []
+        for i, lk in enumerate(intent.links):
+            j = 4 * i  # a out, b in (a -> b); b out, a in (b -> a)
+            ab = j if not st.stale[j] else (j + 1 if not st.stale[j + 1] else j)
+            ba = j + 2 if not st.stale[j + 2] else (j + 3 if not st.stale[j + 3] else j + 2)
+            g_ab, g_ba = _opt(val[ab]), _opt(val[ba])
+            # an end is stale when both its counters of this port are: its device stopped reporting
+            end_a, end_b = (j, j + 3), (j + 1, j + 2)
+            stale = any(all(st.stale[k] for k in end) for end in (end_a, end_b))
+            known = [g for g in (g_ab, g_ba) if g is not None]
+            util = max(known) / lk.capacity_gbps if known and lk.capacity_gbps > 0 else None
+            ages = [min(a for k in end if not np.isnan(a := float(st.age_s[k]))) for end in (end_a, end_b)
+                    if any(not np.isnan(st.age_s[k]) for k in end)]
+            out.append(LinkView(lk.a, lk.a_port, lk.b, lk.b_port, g_ab, g_ba, util,
+                                max(ages) if ages else None, stale,
+                                fresh=bool(not st.stale[ab] and not st.stale[ba])))
+        return out
+
+    def _has_aft(self, intent: Intent) -> bool:
+        """True when every device of ``intent`` that reports counters reports AFT counters too."""
+        reporting = [d.name for d in intent.devices if d.name in self.store.devices]
+        if not reporting:
+            return False
+        aft = {k[0] for k in self.store.rows if _AFT.match(k[1])}
+        return all(d in aft for d in reporting)
+
+    def demand(self, intent: Intent, plan: Plan | None, now: float, window_s: float,
+               stat: str = "mean") -> DemandView:
+        """The measured matrix (ingress device -> prefix, gbps, non-zero entries only)."""
+        if stat not in STATS:
+            raise ValueError(f"unknown statistic {stat!r}")
+        with self._lock:
+            if self._has_aft(intent):
+                keys = [k for k in self.store.rows if k[0] in intent.device_map
+                        and (m := _AFT.match(k[1])) is not None and m.group(2) == "octets-forwarded"]
+                st = self._stats(keys, now, window_s)
+                val = st.stat(stat) / _BITS_PER_GBPS
+                demands: dict[tuple[str, str], float] = {}
+                for (dev, path), g in zip(keys, val, strict=True):
+                    m = _AFT.match(path)
+                    assert m is not None
+                    if not np.isnan(g) and g > 0:
+                        demands[(dev, m.group(1))] = demands.get((dev, m.group(1)), 0.0) + float(g)
+                return DemandView("aft", demands)
+        if plan is None:
+            return DemandView("tomogravity", {})
+        return self._estimate(intent, plan, now, window_s, stat)
+
+    def _routing_matrix(self, intent: Intent, plan: Plan) -> RoutingMatrix:
+        key = (intent.content_hash, id(plan))
+        if self._routing is None or self._routing[0] != key:
+            self._routing = (key, routing_matrix(intent, plan))
+        return self._routing[1]
+
+    def _estimate(self, intent: Intent, plan: Plan, now: float, window_s: float, stat: str) -> DemandView:
+        rm = self._routing_matrix(intent, plan)
+        views = self.links(intent, now, window_s, stat)
+        y = np.zeros(rm.topo.n_edges)
+        known = np.zeros(rm.topo.n_edges, dtype=bool)
+        for i, v in enumerate(views):
+            if v.gbps_ab is not None and v.fresh:
+                y[2 * i], known[2 * i] = v.gbps_ab, True
+            if v.gbps_ba is not None and v.fresh:
+                y[2 * i + 1], known[2 * i + 1] = v.gbps_ba, True
+        if not known.any():
+            return DemandView("tomogravity", {})
+        est = tomogravity(rm, y, measured=known)
+        return DemandView("tomogravity", est.demands(threshold=1e-6), est.residual)
+
+    def fidelity(self, intent: Intent, plan: Plan, now: float, window_s: float, stat: str = "mean") -> Fidelity:
+        """The plan's predicted utilization per link under the measured demand, beside the observed one."""
+        measured = self.demand(intent, plan, now, window_s, stat)
+        known = {p.prefix for p in intent.prefixes}
+        demands = {k: g for k, g in measured.demands.items() if k[0] in intent.device_map and k[1] in known}
+        load = link_loads(intent, plan, demands)
+        observed = self.links(intent, now, window_s, stat)
+        rows: list[FidelityLink] = []
+        errors: list[float] = []
+        for i, (lk, ob) in enumerate(zip(intent.links, observed, strict=True)):
+            cap = lk.capacity_gbps or 1.0
+            pred = max(load[2 * i], load[2 * i + 1]) / cap
+            obs = ob.utilization if ob.fresh else None
+            err = None if obs is None else obs - pred
+            if err is not None:
+                errors.append(abs(err))
+            rows.append(FidelityLink(lk.a, lk.a_port, lk.b, lk.b_port, float(pred), obs, err))
+        worst = max(errors) if errors else None
+        p95 = float(np.percentile(errors, 95)) if errors else None
+        return Fidelity(tuple(rows), worst, p95, measured.method)

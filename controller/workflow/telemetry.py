@@ -1,0 +1,66 @@
+"""The shell around :mod:`controller.telemetry`: the active revision's intent and
+plan for the views, and a measured demand matrix written into the intent.
+
+:func:`active_context` reads the active revision (cached per revision on the
+:class:`~controller.telemetry.Telemetry`, so a view does not parse the plan on
+every request); :func:`capture_demands` replaces the intent's demands with the
+measured matrix times a headroom factor in one revision, through the service's
+single write path (If-Match, whole-document validation, audit entry recording
+the window, statistic and headroom).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from controller import service
+from controller.model import Intent
+from controller.model.errors import Conflict, NotFound
+from controller.model.plan import Plan
+from controller.service import WriteContext, WriteResult
+from controller.telemetry import Telemetry
+from controller.workflow import changes
+
+__all__ = ["active_context", "capture_demands"]
+
+
+def active_context(telemetry: Telemetry, *, session: Session) -> tuple[int, Intent, Plan]:
+    """The active revision, its intent and its plan (:class:`NotFound` before the first commit)."""
+    rev = changes.active_revision(session=session)
+    if rev is None:
+        raise NotFound("no revision is active yet: commit a change first")
+    cached = telemetry.context
+    if cached is not None and cached[0] == rev:
+        return cached
+    intent, plan = changes.plan_for(rev, session=session)
+    telemetry.context = (rev, intent, plan)
+    return telemetry.context
+
+
+def capture_demands(demands: Mapping[tuple[str, str], float], *, headroom: float, window_s: float, stat: str,
+                    method: str, session: Session, ctx: WriteContext) -> WriteResult:
+    """Replace the head intent's demands with ``demands`` x ``headroom`` in one revision.
+
+    Raises :class:`Conflict` for an empty matrix (nothing measured yet: the
+    intent's demands are kept), and what :func:`service.apply_edit` raises.
+    """
+    if not demands:
+        raise Conflict("no demand measured in the window: the intent's demands are kept")
+    rows = [{"from": f, "to": p, "gbps": round(g * headroom, 6)} for (f, p), g in sorted(demands.items())]
+
+    def edit(base: dict[str, Any] | None) -> dict[str, Any]:
+        if base is None:
+            raise NotFound("the store holds no intent yet: PUT /v1/intent first")
+        doc = copy.deepcopy(base)
+        doc["demands"] = rows
+        return doc
+
+    message = (f"demands from telemetry: window_s={window_s:g} stat={stat} headroom={headroom:g} method={method} "
+               f"({len(rows)} demands)")
+    ctx = WriteContext(ctx.actor, ctx.request_id, ctx.method, ctx.path, ctx.if_match, ctx.message or message,
+                       ctx.status, ctx.reject_status)
+    return service.apply_edit(edit, session=session, ctx=ctx, action="demands.from_telemetry")

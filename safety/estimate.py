@@ -1,0 +1,227 @@
+"""Traffic-matrix estimation from link loads through a plan (tomogravity).
+
+Pure numpy/scipy, no I/O. Given an intent and its plan, :func:`routing_matrix`
+builds ``A``: the fraction of a demand (ingress device, destination prefix) that
+each directed edge carries, with the plan's WCMP weights, from the same
+forwarding table that :mod:`safety.forwarding` propagates demand through
+(edge ``2*i`` is ``a -> b`` of link ``i``, ``2*i+1`` is ``b -> a``). Column ``j``
+is the pair ``pairs[j]``; pairs whose ingress originates the prefix (local
+delivery, never on a fabric link) are left out.
+
+:func:`tomogravity` estimates the matrix from measured edge loads ``y``
+(Zhang, Roughan, Duffield, Greenberg, SIGMETRICS 2003):
+
+1. **Edge totals.** At an edge device (one that originates prefixes or is a
+   ToR), the traffic its hosts send into the fabric is its links' total
+   outgoing load and what the fabric delivers to it the total incoming load:
+   edge devices carry no transit (true of a valley-free RFC 7938 Clos; a ToR
+   that did transit would be over-counted on both sides).
+2. **Gravity prior** (the generalized one: no self pairs):
+   ``x_g(i, p) = In(i) * Out(p) / sum of Out(q) over the prefixes q not local to i``,
+   where ``Out(p)`` is the incoming total of p's origins, shared evenly among
+   the prefixes each origin originates.
+3. **Refinement**: the weighted minimum-norm correction that fits the link
+   loads, ``x = x_g + W z`` with ``z`` the minimum-norm least-squares solution
+   of ``A W z = y - A x_g`` (LSQR) and ``W = diag(x_g)`` (relative changes
+   cost the same for large and small entries); negative entries are clipped to
+   zero and the fit repeated on the remaining ones (a few rounds), so the
+   result is non-negative.
+
+Example
+-------
+>>> from controller.gen import clos_document
+>>> from controller.model.intent import validate_intent
+>>> from controller.planning import compile_plan
+>>> intent = validate_intent(clos_document(pods=2, tors=2, planes=2, spines=2, scale_to_ecmp=False))
+>>> plan = compile_plan(intent)
+>>> rm = routing_matrix(intent, plan)
+>>> y = link_loads(intent, plan)
+>>> est = tomogravity(rm, y)
+>>> bool(est.residual < 1e-6 * max(1.0, float(y.sum())))
+True
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import lsqr
+
+from controller.model import Intent
+from controller.model.domain import Demand
+from controller.model.plan import Plan
+from safety.forwarding import Table, Topology, build_topology, plan_table, propagate, ranges
+
+__all__ = ["Estimate", "RoutingMatrix", "edge_totals", "gravity", "link_loads", "routing_matrix", "tomogravity",
+           "with_demands"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingMatrix:
+    """``A`` (edges x pairs, CSR) and what indexes it."""
+
+    topo: Topology
+    pairs: tuple[tuple[str, str], ...]  # (ingress device, prefix)
+    matrix: sp.csr_matrix
+    edge_devices: tuple[str, ...]
+    prefix_origins: Mapping[str, frozenset[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """An estimated matrix (gbps per pair of ``pairs``), its prior and the fit."""
+
+    pairs: tuple[tuple[str, str], ...]
+    gbps: np.ndarray
+    prior: np.ndarray
+    residual: float  # ||A x - y||_1 over the measured edges
+
+    def demands(self, threshold: float = 1e-9) -> dict[tuple[str, str], float]:
+        return {p: float(g) for p, g in zip(self.pairs, self.gbps, strict=True) if g > threshold}
+
+
+def with_demands(intent: Intent, demands: Mapping[tuple[str, str], float]) -> Intent:
+    """``intent`` with its demands replaced (no re-validation: the pairs must name its devices and prefixes)."""
+    ds = tuple(Demand.model_validate({"from": f, "to": p, "gbps": float(g)}) for (f, p), g in demands.items())
+    return intent.model_copy(update={"demands": ds})
+
+
+def link_loads(intent: Intent, plan: Plan, demands: Mapping[tuple[str, str], float] | None = None) -> np.ndarray:
+    """Load (gbps) of every directed edge under ``demands`` (the intent's by default), by safety's propagation."""
+    if demands is not None:
+        intent = with_demands(intent, demands)
+    topo = build_topology(intent)
+    return propagate(plan_table(intent, plan, topo), topo).load
+
+
+def _edge_devices(intent: Intent) -> tuple[str, ...]:
+    origins = {o for p in intent.prefixes for o in p.origins}
+    return tuple(d.name for d in intent.devices if d.name in origins or d.role == "tor")
+
+
+def _all_prefix_table(intent: Intent, plan: Plan, topo: Topology) -> Table:
+    """The plan's forwarding table with a class for every prefix that has a non-origin device."""
+    names = [d.name for d in intent.devices]
+    unit: dict[tuple[str, str], float] = {}
+    for p in intent.prefixes:
+        src = next((n for n in names if n not in p.origins), None)
+        if src is not None:
+            unit[(src, p.prefix)] = 1.0
+    return plan_table(with_demands(intent, unit), plan, topo)
+
+
+def routing_matrix(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | None = None) -> RoutingMatrix:
+    """``A[e, j]``: the fraction of pair ``j``'s demand on directed edge ``e`` under ``plan``.
+
+    ``ingresses`` defaults to the edge devices (prefix origins and ToRs). Traffic
+    in a forwarding loop is cut after as many hops as there are devices.
+    """
+    topo = build_topology(intent)
+    table = _all_prefix_table(intent, plan, topo)
+    n, n_edges = topo.n, topo.n_edges
+    sources = list(ingresses) if ingresses is not None else list(_edge_devices(intent))
+    src_idx = np.array([topo.index[s] for s in sources], dtype=np.int64)
+    to_dst = sp.csr_matrix((np.ones(n_edges), (np.arange(n_edges), topo.edge_dst)), shape=(n_edges, n))
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    pairs: list[tuple[str, str]] = []
+    for c, prefix in enumerate(table.prefixes):
+        keep = ~np.isin(src_idx, list(table.origins[c]))
+        si = src_idx[keep]
+        if not len(si):
+            continue
+        g = table.route[c].astype(np.int64)
+        routed = np.flatnonzero(g >= 0)
+        hop, lens = ranges(table.g_indptr, g[routed])
+        split = sp.csr_matrix((table.g_frac[hop], (np.repeat(routed, lens), table.g_edge[hop])), shape=(n, n_edges))
+        step = (split @ to_dst).tocsc()  # device -> device fractions
+        front = np.zeros((len(si), n))
+        front[np.arange(len(si)), si] = 1.0
+        reach = np.zeros_like(front)
+        for _ in range(n):
+            reach += front
+            front = np.asarray((step.T @ front.T).T)
+            if not front.any():
+                break
+        load = sp.csr_matrix(reach) @ split  # sources x edges
+        coo = load.tocoo()
+        base = len(pairs)
+        rows.append(coo.col.astype(np.int64))
+        cols.append(coo.row.astype(np.int64) + base)
+        vals.append(coo.data)
+        pairs.extend((topo.names[i], prefix) for i in si)
+    matrix = sp.csr_matrix((np.concatenate(vals) if vals else np.empty(0),
+                            (np.concatenate(rows) if rows else np.empty(0, dtype=np.int64),
+                             np.concatenate(cols) if cols else np.empty(0, dtype=np.int64))),
+                           shape=(n_edges, len(pairs)))
+    origins = {p.prefix: frozenset(p.origins) for p in intent.prefixes}
+    return RoutingMatrix(topo, tuple(pairs), matrix, tuple(sources), origins)
+
+
+def edge_totals(rm: RoutingMatrix, y: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
+    """Traffic entering (``In``) and leaving (``Out``) the fabric at each edge device, from edge loads."""
+    topo = rm.topo
+    out = np.bincount(topo.edge_src, weights=y, minlength=topo.n)
+    inn = np.bincount(topo.edge_dst, weights=y, minlength=topo.n)
+    return ({d: float(out[topo.index[d]]) for d in rm.edge_devices},
+            {d: float(inn[topo.index[d]]) for d in rm.edge_devices})
+
+
+def gravity(rm: RoutingMatrix, ingress: Mapping[str, float], egress: Mapping[str, float]) -> np.ndarray:
+    """The generalized gravity prior over ``rm.pairs`` (see the module docstring)."""
+    per_origin: dict[str, int] = defaultdict(int)
+    for origins in rm.prefix_origins.values():
+        for o in origins:
+            per_origin[o] += 1
+    out_p = {p: sum(egress.get(o, 0.0) / per_origin[o] for o in origins) for p, origins in rm.prefix_origins.items()}
+    total = sum(out_p.values())
+    local: dict[str, float] = defaultdict(float)
+    for p, origins in rm.prefix_origins.items():
+        for o in origins:
+            local[o] += out_p[p]
+    x = np.empty(len(rm.pairs))
+    for j, (i, p) in enumerate(rm.pairs):
+        rest = total - local.get(i, 0.0)
+        x[j] = ingress.get(i, 0.0) * out_p.get(p, 0.0) / rest if rest > 0 else 0.0
+    return x
+
+
+def tomogravity(rm: RoutingMatrix, y: np.ndarray, *, measured: np.ndarray | None = None, rounds: int = 4,
+                tol: float = 1e-10) -> Estimate:
+    """Estimate the pairs' demands from directed edge loads ``y`` (gbps per edge).
+
+    ``measured`` (bool per edge) marks the edges whose load is known (all by
+    default); unknown edges are left out of the fit and of the edge totals
+    (whose devices then under-count). See the module docstring for the method.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    known = np.ones(len(y), dtype=bool) if measured is None else np.asarray(measured, dtype=bool)
+    y_known = np.where(known, y, 0.0)
+    ingress, egress = edge_totals(rm, y_known)
+    prior = gravity(rm, ingress, egress)
+    a = rm.matrix[np.flatnonzero(known)]
+    target = y[known]
+    x = prior.copy()
+    active = prior > 0
+    for _ in range(max(1, rounds)):
+        cols = np.flatnonzero(active)
+        if not len(cols):
+            break
+        w = prior[cols]
+        aw = a[:, cols] @ sp.diags(w)
+        r = target - a[:, cols] @ prior[cols]
+        z = lsqr(aw, r, atol=tol, btol=tol, iter_lim=10 * max(len(target), 1))[0]
+        x = np.zeros_like(prior)
+        x[cols] = prior[cols] + w * z
+        negative = x < 0
+        if not negative.any():
+            break
+        x[negative] = 0.0
+        active &= ~negative
+    residual = float(np.abs(a @ x - target).sum())
+    return Estimate(rm.pairs, x, prior, residual)
