@@ -9,6 +9,7 @@ router per resource under ``/v1`` (DESIGN.md section 4). Room is left for
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -34,10 +35,15 @@ from api.routers import (
     ui,
 )
 from controller.logs import bind_request_id
+from controller.model import Intent
+from controller.model.errors import NotFound
+from controller.model.plan import Plan
 from controller.settings import Settings
 from controller.store.db import Database
 from controller.telemetry import Telemetry
-from controller.workflow.agents import make_driver
+from controller.telemetry.stream import StreamOptions, TelemetryStream
+from controller.workflow.agents import client_tls, make_driver
+from controller.workflow.telemetry import active_context
 from southbound.driver import DeviceDriver
 
 __all__ = ["create_app"]
@@ -69,6 +75,25 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
 
 
+def _telemetry_stream(settings: Settings, db: Database, driver: DeviceDriver | None,
+                      telemetry: Telemetry) -> TelemetryStream | None:
+    """The gNMI subscriptions to the attached devices, feeding ``telemetry`` (none without devices)."""
+    if driver is None or settings.telemetry_interval_s <= 0:
+        return None
+
+    async def active() -> tuple[int, Intent, Plan] | None:
+        def read() -> tuple[int, Intent, Plan] | None:
+            with db.session() as session:
+                try:
+                    return active_context(telemetry, session=session)
+                except NotFound:
+                    return None
+        return await asyncio.to_thread(read)
+
+    return TelemetryStream(telemetry, {d: driver.endpoint(d) for d in driver.devices}, active,
+                           tls=client_tls(settings), options=StreamOptions(interval_s=settings.telemetry_interval_s))
+
+
 def create_app(settings: Settings | None = None, *, database: Database | None = None,
                driver: DeviceDriver | None = None, telemetry: Telemetry | None = None) -> FastAPI:
     """Build the API. ``database`` defaults to one made from ``settings.db_url``
@@ -87,7 +112,12 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
 
         app.state.workflow = Workflow(settings, db, driver=driver, metrics=getattr(app.state, "metrics", None))
         await app.state.workflow.start()
+        stream = _telemetry_stream(settings, db, driver, app.state.telemetry)
+        if stream is not None:
+            await stream.start()
         yield
+        if stream is not None:
+            await stream.stop()
         await app.state.workflow.stop()
         if owned:
             db.dispose()

@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     agent_max_attempts: int = Field(3, ge=1, le=10, description="tries of an agent call that finds it UNAVAILABLE")
     confirm_within: float = Field(60.0, gt=0, description="agents roll a commit back unless confirmed within (s)")
     verify_timeout: float = Field(30.0, gt=0, description="how long a commit waits for kernels to match the plan (s)")
+    telemetry_interval_s: float = Field(
+        10.0, ge=0, description="the gNMI sample interval asked of every switch (s); 0: no telemetry stream")
     drift_interval: float = Field(60.0, ge=0, description="seconds between drift checks (0: only after commits)")
     drift_repair: bool = Field(False, description="re-push the active revision when drift is found")
 

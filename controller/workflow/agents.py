@@ -21,8 +21,9 @@ import yaml
 from controller.model.errors import LoomError
 from controller.settings import Settings
 from southbound.driver import DeviceDriver, drivers
+from southbound.pki import ClientTls
 
-__all__ = ["endpoints_from_settings", "make_driver", "read_agents_file"]
+__all__ = ["client_tls", "endpoints_from_settings", "make_driver", "read_agents_file"]
 
 
 def read_agents_file(path: str | Path) -> dict[str, str]:
@@ -49,18 +50,20 @@ def endpoints_from_settings(settings: Settings) -> dict[str, str]:
     return read_agents_file(settings.agents) if settings.agents else {}
 
 
+def client_tls(settings: Settings) -> ClientTls | None:
+    """The client side of mutual TLS towards agents on TCP (``None`` without a CA: unix sockets only)."""
+    if not settings.agent_tls_ca:
+        return None
+    return ClientTls(Path(settings.agent_tls_cert) if settings.agent_tls_cert else None,
+                     Path(settings.agent_tls_key) if settings.agent_tls_key else None,
+                     Path(settings.agent_tls_ca))
+
+
 def make_driver(settings: Settings, endpoints: dict[str, str] | None = None) -> DeviceDriver | None:
     """The gRPC driver for ``endpoints`` (default: the agents file), with the settings' deadlines,
     retries and client TLS; ``None`` when there are no agents."""
     endpoints = endpoints_from_settings(settings) if endpoints is None else endpoints
     if not endpoints:
         return None
-    tls = None
-    if settings.agent_tls_ca:
-        from southbound.pki import ClientTls
-
-        tls = ClientTls(Path(settings.agent_tls_cert) if settings.agent_tls_cert else None,
-                        Path(settings.agent_tls_key) if settings.agent_tls_key else None,
-                        Path(settings.agent_tls_ca))
-    return drivers.create("grpc", endpoints=endpoints, tls=tls, timeout=settings.agent_timeout,
+    return drivers.create("grpc", endpoints=endpoints, tls=client_tls(settings), timeout=settings.agent_timeout,
                           commit_timeout=settings.agent_commit_timeout, max_attempts=settings.agent_max_attempts)
