@@ -64,17 +64,21 @@ class InvalidMatrix(LoomError):
         super().__init__(f"{source}: invalid traffic matrix ({len(errors)} error(s))")
 
 
+#: the most flows one demand may have (each takes a destination port of the hosts' sink range)
+MAX_FLOWS = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class TrafficOptions:
-    """Knobs of lab traffic: ``packet_bytes`` (IP packet), ``flows`` per demand (at most
-    ``ports_per_demand``), destination ports from ``base_port`` (a block per demand, within
+    """Knobs of lab traffic: ``packet_bytes`` (IP packet), ``flows`` per demand (each its own
+    destination port: more flows spread more evenly over a multipath group, and leave room for fewer
+    demands), destination ports from ``base_port`` (a block of ``flows`` per demand, within
     :data:`labs.runner.SINK_PORTS`), the start ``lead_s`` that lets every sender start, the
     senders' pacing ``tick_s`` and the ``grace_s`` after the duration before a sender is killed."""
 
     packet_bytes: int = 1300
     flows: int = 32
     base_port: int = runner.SINK_PORTS[0]
-    ports_per_demand: int = 64
     lead_s: float = 1.0
     tick_s: float = 0.001
     grace_s: float = 10.0
@@ -82,12 +86,12 @@ class TrafficOptions:
     def __post_init__(self) -> None:
         if not 64 <= self.packet_bytes <= 1500:
             raise ValueError(f"packet_bytes must be 64..1500, not {self.packet_bytes}")
-        if not 1 <= self.flows <= self.ports_per_demand:
-            raise ValueError(f"flows must be 1..{self.ports_per_demand}, not {self.flows}")
+        if not 1 <= self.flows <= MAX_FLOWS:
+            raise ValueError(f"flows must be 1..{MAX_FLOWS}, not {self.flows}")
 
     @property
     def max_demands(self) -> int:
-        return (runner.SINK_PORTS[1] + 1 - self.base_port) // self.ports_per_demand
+        return (runner.SINK_PORTS[1] + 1 - self.base_port) // self.flows
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +208,7 @@ class SenderPlan:
 def plan_traffic(demands: tuple[Demand, ...], hosts: Mapping[str, HostInfo],
                  options: TrafficOptions | None = None) -> dict[str, SenderPlan]:
     """The senders for ``demands`` (pure): demand ``d``'s flow ``f`` goes from the ``f``-th host of its
-    ToR (round robin) to the next host of its prefix, on port ``base_port + d * ports_per_demand + f``;
+    ToR (round robin) to the next host of its prefix, on port ``base_port + d * flows + f``;
     each flow carries ``gbps / flows``.
 
     >>> h = {"a": HostInfo("a", "ns-a", "t0", "10.0.0.10", "10.0.0.0/24"),
@@ -225,7 +229,7 @@ def plan_traffic(demands: tuple[Demand, ...], hosts: Mapping[str, HostInfo],
         for f in range(options.flows):
             src = sources[f % len(sources)]
             dst = targets[(f // len(sources) + f) % len(targets)]
-            flows[src].append([dst, options.base_port + d * options.ports_per_demand + f])
+            flows[src].append([dst, options.base_port + d * options.flows + f])
         for src, fl in flows.items():
             if fl:
                 streams.setdefault(src, []).append(

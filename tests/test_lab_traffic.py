@@ -15,7 +15,16 @@ import pytest
 
 from controller.model.domain import Demand
 from labs.clab import load_topology
-from labs.traffic import HostInfo, InvalidMatrix, TrafficOptions, lab_hosts, load_matrix, plan_traffic, validate_matrix
+from labs.traffic import (
+    MAX_FLOWS,
+    HostInfo,
+    InvalidMatrix,
+    TrafficOptions,
+    lab_hosts,
+    load_matrix,
+    plan_traffic,
+    validate_matrix,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTS = lab_hosts(load_topology(REPO / "labs" / "clos3-hosts"))
@@ -84,13 +93,13 @@ def test_the_plan_spreads_every_demand_over_its_flows() -> None:
         targets = {a for a, _port in flows}
         assert targets == {h.address for h in HOSTS.values() if h.prefix == dm.to}
         ports = {port for _a, port in flows}
-        assert ports == set(range(options.base_port + 64 * d, options.base_port + 64 * d + 32))
+        assert ports == set(range(options.base_port + 32 * d, options.base_port + 32 * d + 32))  # a block of flows
         assert {(p.host, t) for p in plan.values() for s in p.streams if s["demand"] == d
                 for t, _port in s["flows"]} == {(h, t) for h in plan for t in targets}  # every pair has flows
 
 
 def test_options_are_checked() -> None:
     with pytest.raises(ValueError, match="flows"):
-        TrafficOptions(flows=65)
+        TrafficOptions(flows=MAX_FLOWS + 1)
     with pytest.raises(ValueError, match="packet_bytes"):
         TrafficOptions(packet_bytes=9000)

@@ -30,6 +30,7 @@ from controller.model.errors import InvalidIntent, LoomError
 from controller.model.intent import load_intent
 from labs.clab import InvalidLab, Topology, load_topology, topology_path
 from labs.runner import LabError, LabPrerequisiteError, Observation, ProgressFn
+from labs.traffic import MAX_FLOWS
 
 __all__ = ["expected_prefixes", "lab_app"]
 
@@ -280,7 +281,7 @@ def traffic(
     lab: LabArg,
     matrix: Annotated[Path, typer.Option("--matrix", help="demands [{from: TOR, to: PREFIX, gbps: G}] (YAML/JSON)")],
     duration: Annotated[float, typer.Option("--duration", min=0.1, max=86400.0, help="seconds of traffic")] = 10.0,
-    flows: Annotated[int, typer.Option("--flows", min=1, max=64, help="UDP flows per demand")] = 32,
+    flows: Annotated[int, typer.Option("--flows", min=1, max=MAX_FLOWS, help="UDP flows per demand")] = 32,
     packet_bytes: Annotated[int, typer.Option("--packet-bytes", min=64, max=1500,
                                               help="IP packet size (headers included)")] = 1300,
     as_json: JsonOpt = False,

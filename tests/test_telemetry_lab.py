@@ -1,0 +1,132 @@
+"""Telemetry end to end: real FRR with hosts, a real ``loom serve``, real UDP traffic, and the API's answers.
+
+The lab is clos3-hosts (links of 50 Mb/s, two hosts per ToR) under its own name;
+``loom serve --lab`` attaches to the lab's agents, which serve gNMI from their
+nodes' kernels (interface counters over netlink, per-prefix counters in the
+agents' nftables tables) and the server subscribes to them every second. After
+the lab's intent is committed, ``loom lab traffic`` sends a skewed matrix from
+the hosts; then the measured demand matrix must match the matrix sent within
+5% per entry (by the AFT counters), every link's measured load must match the
+kernel's own interface counters read independently in the node's namespace
+within 5%, and the active plan's prediction under the measured demand must
+stay within 5 points of utilization of what the links carry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controller.model.intent import load_intent
+from labs import runner
+from labs.clab import load_topology
+from labs.gen import generate_lab
+from tests.serving import LOOM, LoomServer
+
+REPO = Path(__file__).resolve().parent.parent
+LAB = "tel-t"
+TOKEN = "tel-" + "Vb7Nq2Lx9Rk4Tz1Hc8Mw5Jd3Pf6Gs0Ye"
+MATRIX = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 0.02},
+          {"from": "tor-1-1", "to": "10.0.0.0/24", "gbps": 0.012},
+          {"from": "tor-0-1", "to": "10.1.1.0/24", "gbps": 0.006}]
+WINDOW_S = 6
+
+
+class Lab:
+    def __init__(self, base: Path):
+        intent = load_intent(REPO / "labs" / "clos3-hosts" / "intent.yaml")
+        self.doc = intent.to_document()
+        self.doc["name"] = LAB
+        self.path = generate_lab(intent, base / LAB, name=LAB, hosts=2)
+        self.topo = load_topology(self.path)
+        (base / "intent.yaml").write_text(yaml.safe_dump(self.doc, sort_keys=False))
+        self.intent_file = base / "intent.yaml"
+        self.server = LoomServer(base, ["--db", str(base / "loom.db"), "--lab", str(self.topo.directory)], TOKEN,
+                                 cwd=REPO, env={"LOOM_DRIFT_INTERVAL": "0", "LOOM_TELEMETRY_INTERVAL_S": "1"})
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "LOOM_TOKEN": TOKEN, "LOOM_SERVER": self.server.url}
+        return subprocess.run([*LOOM, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    lab = Lab(tmp_path_factory.mktemp("tel"))
+    try:
+        report = runner.up(lab.topo, timeout=90)
+        assert report.converged, report.problems
+        lab.server.start()
+        applied = lab.cli("apply", str(lab.intent_file), "--json")
+        assert applied.returncode == 0 and json.loads(applied.stdout)["state"] == "committed", applied.stdout
+        yield lab
+    finally:
+        lab.server.stop()
+        runner.down(LAB, [n.name for n in lab.topo.nodes])
+
+
+def tx_bytes(node: str, ports: list[str]) -> dict[str, int]:
+    script = " ; ".join(f"cat /sys/class/net/{p}/statistics/tx_bytes" for p in ports)
+    out = runner.node_exec(LAB, node, ["sh", "-c", script]).split()
+    return dict(zip(ports, map(int, out), strict=True))
+
+
+def kernel_snapshot(doc: dict[str, Any]) -> tuple[float, dict[tuple[str, str], int]]:
+    ends: dict[str, list[str]] = {}
+    for link in doc["links"]:
+        ends.setdefault(link["a"], []).append(link["a_port"])
+        ends.setdefault(link["b"], []).append(link["b_port"])
+    t = time.time()
+    return t, {(node, port): v for node, ports in ends.items() for port, v in tx_bytes(node, ports).items()}
+
+
+def test_measured_demand_links_and_fidelity_match_the_traffic(lab: Lab, tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(MATRIX))
+    sender = subprocess.Popen([*LOOM, "lab", "traffic", str(lab.topo.directory), "--matrix", str(matrix),
+                               "--duration", "16", "--flows", "512", "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        time.sleep(4)  # the senders start together, and the first full samples of the stream arrive
+        t0, before = kernel_snapshot(lab.doc)
+        time.sleep(WINDOW_S + 1)
+        t1, after = kernel_snapshot(lab.doc)
+        demand = lab.server("GET", f"/v1/telemetry/demand?window_s={WINDOW_S}").json()
+        links = lab.server("GET", f"/v1/telemetry/links?window_s={WINDOW_S}").json()["links"]
+        fidelity = lab.server("GET", f"/v1/telemetry/fidelity?window_s={WINDOW_S}").json()
+    finally:
+        out, err = sender.communicate(timeout=60)
+    assert sender.returncode == 0, out + err
+    sent = {(d["from"], d["to"]): d for d in json.loads(out)["demands"]}
+    assert all(abs(d["achieved_gbps"] - d["gbps"]) <= 0.02 * d["gbps"] for d in sent.values()), sent
+
+    # the demand matrix, by the ToRs' AFT counters: what was sent, and nothing else
+    assert demand["method"] == "aft", demand
+    measured = {(d["from"], d["to"]): d["gbps"] for d in demand["demands"] if d["gbps"] > 0.0005}
+    assert set(measured) == {(d["from"], d["to"]) for d in MATRIX}, measured
+    for d in MATRIX:
+        assert abs(measured[d["from"], d["to"]] - d["gbps"]) <= 0.05 * d["gbps"], (d, measured)
+
+    # every link, both ways, against the kernel's own counters read in the nodes
+    seconds = t1 - t0
+    checked = 0
+    for x in links:
+        assert not x["stale"], x
+        for src, port, gbps in ((x["a"], x["a_port"], x["gbps_ab"]), (x["b"], x["b_port"], x["gbps_ba"])):
+            kernel = (after[src, port] - before[src, port]) * 8 / seconds / 1e9
+            if kernel > 0.002:
+                checked += 1
+                assert abs(gbps - kernel) <= 0.05 * kernel, (x, src, port, kernel)
+            else:
+                assert gbps < 0.002, (x, src, port, kernel)
+    assert checked >= 8  # the matrix crosses both pods' uplinks and the spines
+
+    # the active plan, under the measured demand, predicts what the links carry
+    assert fidelity["worst"] is not None and abs(fidelity["worst"]) <= 0.05, fidelity
