@@ -110,7 +110,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         db.migrate()
         from controller.workflow.engine import Workflow
 
-        app.state.workflow = Workflow(settings, db, driver=driver, metrics=getattr(app.state, "metrics", None))
+        app.state.workflow = Workflow(settings, db, driver=driver, metrics=getattr(app.state, "metrics", None),
+                                      telemetry=app.state.telemetry)
         await app.state.workflow.start()
         stream = _telemetry_stream(settings, db, driver, app.state.telemetry)
         if stream is not None:

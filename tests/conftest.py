@@ -76,6 +76,7 @@ TIERS: dict[str, str] = {
     "test_store.py": "component",
     "test_telemetry.py": "unit",             # counter windows, views and tomogravity on synthetic counters
     "test_telemetry_api.py": "component",    # the views and the capture through the app, on dry agents
+    "test_telemetry_drains.py": "unit",
     "test_telemetry_lab.py": "lab",
     "test_telemetry_stream.py": "component",     # the server's gNMI subscription to a fleet of real agents
     "test_transaction_dry.py": "component",

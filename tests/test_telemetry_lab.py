@@ -130,3 +130,34 @@ def test_measured_demand_links_and_fidelity_match_the_traffic(lab: Lab, tmp_path
 
     # the active plan, under the measured demand, predicts what the links carry
     assert fidelity["worst"] is not None and abs(fidelity["worst"]) <= 0.05, fidelity
+
+
+def test_a_drain_committed_under_traffic_is_verified_on_the_counters(lab: Lab, tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(yaml.safe_dump(MATRIX))
+    sender = subprocess.Popen([*LOOM, "lab", "traffic", str(lab.topo.directory), "--matrix", str(matrix),
+                               "--duration", "30", "--flows", "128", "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        time.sleep(4)
+        busy = [x for x in lab.server("GET", "/v1/telemetry/links?window_s=3").json()["links"]
+                if "spine-0-0" in (x["a"], x["b"])]
+        assert max(max(x["gbps_ab"], x["gbps_ba"]) for x in busy) > 0.002, busy  # the spine carries traffic
+        drained = lab.cli("drain", "spine-0-0", "--commit", "--json")
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        cid = json.loads(drained.stdout)["id"]
+        deadline = time.monotonic() + 60
+        while not ((ch := lab.server("GET", f"/v1/changes/{cid}").json()).get("progress") or {}).get("drain_check"):
+            assert time.monotonic() < deadline, ch
+            time.sleep(0.5)
+        check = ch["progress"]["drain_check"]
+        assert check["status"] == "verified", check
+        assert check["targets"][0]["target"] == "spine-0-0" and check["targets"][0]["transit_gbps"] is not None
+        cooled = [x for x in lab.server("GET", "/v1/telemetry/links?window_s=3").json()["links"]
+                  if "spine-0-0" in (x["a"], x["b"])]
+        assert all(max(x["gbps_ab"], x["gbps_ba"]) < 0.001 for x in cooled), cooled
+        audit = lab.server("GET", "/v1/audit?limit=20").json()["items"]
+        assert any(a["action"] == "change.drain_check" and "verified" in a["detail"] for a in audit)
+    finally:
+        out, err = sender.communicate(timeout=60)
+    assert sender.returncode == 0, out + err

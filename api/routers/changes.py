@@ -40,7 +40,7 @@ def workflow(request: Request) -> Workflow:
     wf: Workflow | None = getattr(request.app.state, "workflow", None)
     if wf is None or wf.db is not request.app.state.database:
         wf = Workflow(request.app.state.settings, request.app.state.database, driver=request.app.state.driver,
-                      metrics=getattr(request.app.state, "metrics", None))
+                      metrics=getattr(request.app.state, "metrics", None), telemetry=request.app.state.telemetry)
         request.app.state.workflow = wf
     return wf
 

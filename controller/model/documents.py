@@ -295,12 +295,33 @@ class DeviceProgress(_Closed):
     steps: dict[str, str] | None = Field(None, description="every finished step's status")
 
 
+class DrainTargetCheck(_Closed):
+    """One drained device or link, by its counters after the commit."""
+
+    target: str
+    kind: Literal["device", "link"]
+    status: Literal["verified", "carrying", "unknown"]
+    transit_gbps: float | None = Field(description="transit traffic it still carries (None: no fresh counters)")
+    tolerance_gbps: float = Field(description="what still counts as drained (a share of its capacity)")
+
+
+class DrainCheckDocument(_Closed):
+    """Whether the drains a change added took effect in the traffic (``carrying`` flags one that did not)."""
+
+    status: Literal["verified", "carrying", "unknown"]
+    checked_at: str
+    window_s: float
+    targets: list[DrainTargetCheck]
+
+
 class ProgressDocument(_Closed):
     """A commit's progress: the transaction's step (``done`` at the end) and each device's."""
 
     step: str
     devices: dict[str, DeviceProgress]
     note: str | None = Field(None, description="why there is nothing to follow (no devices attached)")
+    drain_check: DrainCheckDocument | None = Field(
+        None, description="after a committed drain: what the counters say the drained targets still carry")
 
 
 class TransitionDocument(_Closed):

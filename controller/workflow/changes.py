@@ -290,6 +290,30 @@ def save_progress(change_id: int, progress: Doc, *, session: Session) -> None:
         wrepo.update_change(change_id, session=session, progress=progress)
 
 
+def record_drain_check(change_id: int, check: Doc, *, session: Session, ctx: WriteContext) -> None:
+    """Keep what the counters said of a committed change's drains on its progress, and audit it
+    (outcome ``flagged`` when a drained target still carries traffic)."""
+    with write_transaction(session):
+        ch = wrepo.get_change(change_id, session=session)
+        wrepo.update_change(change_id, session=session, progress={**(ch.progress or {}), "drain_check": check})
+        detail = "; ".join(f"{t['target']}: {t['status']}"
+                           + (f" ({t['transit_gbps']} Gb/s)" if t["transit_gbps"] is not None else "")
+                           for t in check["targets"])
+        _audit(session, ctx, "change.drain_check", outcome="flagged" if check["status"] == "carrying" else "accepted",
+               revision=ch.proposed_revision, detail=f"change {change_id}: drains {check['status']}: {detail}")
+
+
+def drains_added(change: Change, intent: Intent, *, session: Session) -> list[str]:
+    """The drain targets ``intent`` has that the revision active before ``change`` did not."""
+    def targets(i: Intent) -> frozenset[str]:
+        return i.drained_devices | i.drained_link_ends
+
+    before: frozenset[str] = frozenset()
+    if change.previous_active is not None:
+        before = targets(_validated(repo.revision_document(change.previous_active, session=session)))
+    return sorted(targets(intent) - before)
+
+
 def active_revision(*, session: Session) -> int | None:
     return wrepo.active_revision(session=session)
 

@@ -41,12 +41,14 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
+from controller.model import Intent
 from controller.model.documents import ChangeState
 from controller.model.errors import NotFound, Unreachable
 from controller.service import Actor, WriteContext
 from controller.settings import Settings
 from controller.store import workflow_repo as wrepo
 from controller.store.db import Database, write_transaction
+from controller.telemetry import Telemetry
 from controller.workflow import changes
 from controller.workflow.review import build_review, expected_hashes, local_config_diff
 from southbound.driver import DeviceDriver
@@ -119,13 +121,14 @@ class Workflow:
     """The change engine of one controller process."""
 
     def __init__(self, settings: Settings, database: Database, *, driver: DeviceDriver | None = None,
-                 metrics: Any = None):
+                 metrics: Any = None, telemetry: Telemetry | None = None):
         """``driver`` talks to the device agents (``None``: no devices attached); the composition
         root (``loom serve``, or :func:`api.app.create_app` from the settings) makes it."""
         self.settings = settings
         self.db = database
         self.metrics = metrics
         self.driver = driver
+        self.telemetry = telemetry  # the collector, when the server streams counters: drains are verified on it
         self._tasks: set[asyncio.Task[Any]] = set()
         self._commit_task: asyncio.Task[Any] | None = None
         self._drift_task: asyncio.Task[Any] | None = None
@@ -273,6 +276,8 @@ class Workflow:
         await self._db(lambda s: changes.finish_commit(ch.id, outcome, session=s, ctx=ctx, reason=reason,
                                                        error=result.error or None, progress=tracker.doc))
         self._after_commit(outcome)
+        if outcome == ChangeState.COMMITTED:
+            self._spawn(self._verify_drains(ch, intent))
 
     async def _record_without_devices(self, ch: wrepo.Change, ctx: WriteContext) -> None:
         """With no agents attached a commit only records the revision as active."""
@@ -354,6 +359,25 @@ class Workflow:
                               confirm_within=self.settings.confirm_within, verify_timeout=self.settings.verify_timeout)
         if result.ok:
             await asyncio.sleep(1.0)  # let BGP carry the re-advertisements into the kernels
+
+    async def _verify_drains(self, ch: wrepo.Change, intent: Intent) -> None:
+        """After a committed change that drains something: once the counters have had time to show
+        traffic after the commit, record whether the drained targets still carry any (DESIGN.md: a
+        drained device or link carries no transit traffic)."""
+        if self.telemetry is None or self.settings.telemetry_interval_s <= 0:
+            return
+        targets = await self._db(lambda s: changes.drains_added(ch, intent, session=s))
+        if not targets:
+            return
+        window = max(3 * self.settings.telemetry_interval_s, 3.0)
+        await asyncio.sleep(window + self.settings.telemetry_interval_s)
+        from controller.telemetry.drains import check_drains
+
+        check = check_drains(self.telemetry, intent, targets, time.time(), window)
+        doc = check.to_document(_now().isoformat())
+        log.info("change %s: drains %s", ch.id, check.status, extra={"change": ch.id, "drain_check": check.status})
+        ctx = WriteContext(actor=Actor("loom-controller (drain check)", "admin"), method="SYSTEM", path="drain-check")
+        await self._db(lambda s: changes.record_drain_check(ch.id, doc, session=s, ctx=ctx))
 
     def _count_outcome(self, active: int | None, outcome: ChangeState) -> None:
         """The commit counter and the active-revision gauge, moved before the outcome is stored, so that
