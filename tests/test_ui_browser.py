@@ -53,6 +53,7 @@ class Loom:
     def __init__(self, url: str, tokens: dict[str, str], base: Path):
         self.url, self.tokens, self.base = url, tokens, base
         self.http = httpx.Client(base_url=url, timeout=60)
+        self.agents: dict[str, subprocess.Popen[bytes]] = {}  # device -> its agent process
 
     def __call__(self, method: str, path: str, role: str = "operator", **kw: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.tokens[role]}", **kw.pop("headers", {})}
@@ -71,7 +72,7 @@ class Loom:
 def _serving(base: Path, agents: str) -> Iterator[Loom]:
     """``loom serve --example`` (SQLite in ``base``) with ``LOOM_AGENTS`` = ``agents``, an admin token, once ready."""
     server = LoomServer(base, ["--example", "--db", f"sqlite:///{base / 'loom.db'}", "--host", "127.0.0.1"],
-                        secrets.token_urlsafe(32), env={"LOOM_AGENTS": agents})
+                        secrets.token_urlsafe(32), env={"LOOM_AGENTS": agents, "LOOM_TELEMETRY_INTERVAL_S": "1"})
     try:
         server.start()
         lm = Loom(server.url, {"admin": server.token}, base)
@@ -102,6 +103,7 @@ def loom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loom]:
                 assert time.monotonic() < deadline, (base / f"{d.name}.log").read_text()[-2000:]
                 time.sleep(0.05)
         with _serving(base, json.dumps(endpoints)) as lm:
+            lm.agents = {d.name: a for d, a in zip(EXAMPLE.devices, agents, strict=True)}
             for role in ("operator", "viewer"):
                 r = lm("POST", "/v1/tokens", "admin", json={"name": f"ui-{role}", "role": role})
                 assert r.status_code == 201, r.text
@@ -426,6 +428,59 @@ def test_an_unsafe_change_is_forced_only_with_a_reason(ui: Page, loom: Loom) -> 
     assert f"forced: {reason}" in p.inner_text("main")
     assert loom("GET", f"/v1/changes/{ch['id']}", "viewer").json()["force_reason"] == reason
     ui.shot("forced")
+
+
+def test_an_operator_drains_a_switch_from_its_page(ui: Page, loom: Loom) -> None:
+    p = ui.login("operator")
+    p.goto(loom.url + "/#/device/spine-0-1")
+    p.click("button.drain-action")
+    p.wait_for_url("**/#/changes/*")
+    cid = int(p.url.rsplit("/", 1)[1])
+    ch = loom("GET", f"/v1/changes/{cid}", "viewer").json()
+    assert ch["state"] == "draft" and ch["message"] == "drain spine-0-1 (web UI)"
+    proposed = loom("GET", f"/v1/revisions/{ch['proposed_revision']}/intent", "viewer").json()
+    assert {"kind": "drain", "target": "spine-0-1"} in proposed["policies"]
+    viewer = ui.context.new_page()  # a viewer is offered no drain
+    viewer.goto(loom.url + "/")
+    viewer.fill("#token", loom.tokens["viewer"])
+    viewer.click("#login-submit")
+    viewer.wait_for_selector("#who")
+    viewer.goto(loom.url + "/#/device/spine-0-1")
+    viewer.wait_for_selector("#device-name")
+    assert viewer.locator("button.drain-action").count() == 0
+
+
+def test_the_observed_view_colours_links_by_their_counters_and_marks_stale_ones(ui: Page, loom: Loom) -> None:
+    def observed() -> list[dict[str, Any]]:
+        return list(loom("GET", "/v1/telemetry/links?window_s=60", "viewer").json()["links"])
+
+    deadline = time.monotonic() + 60
+    while not all(not x["stale"] and x["utilization"] is not None for x in observed()):
+        assert time.monotonic() < deadline, observed()[:3]
+        time.sleep(0.5)
+    p = ui.login("viewer")
+    p.goto(loom.url + "/#/fabric?view=observed")
+    p.wait_for_selector("#observed-summary")
+    expect(p.locator("#view-observed")).to_have_class("toggle on")
+    assert "links measured" in p.inner_text("#observed-summary")
+    utils = p.eval_on_selector_all("svg#fabric g.link", "els => els.map(e => e.dataset.utilization)")
+    assert sorted(float(u) for u in utils) == pytest.approx(sorted(x["utilization"] for x in observed()), abs=0.02)
+    ui.shot("fabric-observed")
+    # a switch whose agent stops: its links are marked stale, not drawn as idle (the last module test on `loom`)
+    stop_processes([loom.agents["leaf-1-1"]])
+    deadline = time.monotonic() + 60
+    while not any(x["stale"] for x in observed()):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    p.goto(loom.url + "/#/fabric")
+    p.goto(loom.url + "/#/fabric?view=observed")
+    p.wait_for_selector("svg#fabric g.link.stale")
+    stale = set(p.eval_on_selector_all("svg#fabric g.link.stale", "els => els.map(e => e.dataset.link)"))
+    touching = {f"{lk.a}:{lk.a_port}" for lk in EXAMPLE.links if "leaf-1-1" in (lk.a, lk.b)}
+    assert stale == touching
+    p.click(f"svg#fabric g.link[data-link='{sorted(touching)[0]}'] line.hit", force=True)
+    assert "no fresh counters" in p.inner_text("#details")
+    ui.shot("fabric-observed-stale")
 
 
 @pytest.fixture(scope="module")

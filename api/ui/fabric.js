@@ -173,7 +173,8 @@ function linkInfo(link, entry, groups, drained, view, action) {
     h("h3", {}, `${link.a}:${link.a_port} ↔ ${link.b}:${link.b_port}`),
     drained ? h("p", {}, badge("drained", "drained")) : null,
     view.observed && l && l.stale ? h("p", {}, badge("stale", "stale"),
-      ` no fresh counters for ${fmt(l.age_s, 0)} s: the load shown is the last one measured`) : null,
+      ` no fresh counters (the last sample is ${fmt(l.age_s, 0)} s old): the load shown is the last one measured`)
+      : null,
     h("p", { class: "muted" }, view.observed ? `observed over the last ${OBSERVED_WINDOW_S} s` : "planned (active plan)"),
     h("dl", {},
       h("dt", {}, "capacity"), h("dd", { class: "capacity" }, `${fmt(cap)} Gb/s each way`),
