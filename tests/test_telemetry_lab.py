@@ -101,6 +101,7 @@ def test_measured_demand_links_and_fidelity_match_the_traffic(lab: Lab, tmp_path
         demand = lab.server("GET", f"/v1/telemetry/demand?window_s={WINDOW_S}").json()
         links = lab.server("GET", f"/v1/telemetry/links?window_s={WINDOW_S}").json()["links"]
         fidelity = lab.server("GET", f"/v1/telemetry/fidelity?window_s={WINDOW_S}").json()
+        captured = lab.cli("demand", "capture", "--window-s", str(WINDOW_S), "--stat", "mean", "--review", "--json")
     finally:
         out, err = sender.communicate(timeout=60)
     assert sender.returncode == 0, out + err
@@ -130,6 +131,23 @@ def test_measured_demand_links_and_fidelity_match_the_traffic(lab: Lab, tmp_path
 
     # the active plan, under the measured demand, predicts what the links carry
     assert fidelity["worst"] is not None and abs(fidelity["worst"]) <= 0.05, fidelity
+
+    # the measured matrix becomes the intent's demands in one revision, and its review shows the plan move
+    assert captured.returncode == 0, captured.stdout + captured.stderr
+    cap = json.loads(captured.stdout)
+    assert cap["changed"] and cap["method"] == "aft"
+    rows = {(d["from"], d["to"]): d["gbps"] for d in cap["demands"]}
+    assert set(rows) == {(d["from"], d["to"]) for d in MATRIX}
+    assert all(abs(rows[d["from"], d["to"]] - d["gbps"]) <= 0.05 * d["gbps"] for d in MATRIX), rows
+    head = lab.server("GET", "/v1/intent").json()
+    assert {(d["from"], d["to"]) for d in head["demands"]} == set(rows)
+    review = cap["review"]
+    assert review["verdict"] == "safe" and review["proposed_revision"] == cap["revision"]  # the captured one
+    assert review["active_revision"] == 1
+    assert any(abs(x["after"] - x["before"]) > 1e-3 for x in review["links"]), review["links"]
+    audit = lab.server("GET", "/v1/audit?limit=20").json()["items"]
+    assert any(a["action"] == "demands.from_telemetry" and f"window_s={WINDOW_S} stat=mean" in a["detail"]
+               for a in audit), [a for a in audit if a["action"].startswith("demands")]
 
 
 def test_a_drain_committed_under_traffic_is_verified_on_the_counters(lab: Lab, tmp_path: Path) -> None:
