@@ -9,7 +9,6 @@ of ``tests/conftest.py`` is this, on a fresh SQLite file per test.
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from api.app import create_app
 from controller import service
 from controller.settings import Settings
 from controller.store.db import Database
+from tests.serving import settled_change
 
 with warnings.catch_warnings():  # starlette's note about httpx versions
     warnings.simplefilter("ignore")
@@ -81,12 +81,8 @@ class Api:
 
     def wait(self, cid: int, timeout: float = 60) -> dict[str, Any]:
         """The change once it is no longer committing (or after ``timeout`` seconds)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            ch = self("GET", f"/v1/changes/{cid}", role="viewer").json()
-            if ch["state"] != "committing" or time.monotonic() > deadline:
-                return dict(ch)
-            time.sleep(0.05)
+        return settled_change(lambda path: self("GET", path, role="viewer").json(), cid, timeout=timeout,
+                              interval=0.05)
 
     def commit(self, cid: int, **body: Any) -> dict[str, Any]:
         r = self("POST", f"/v1/changes/{cid}/commit", json=body)

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,18 @@ class LoomServer:
         """An API call with the admin token."""
         return httpx.request(method, self.url + path, headers={"Authorization": f"Bearer {self.token}"},
                              timeout=self.request_timeout, **kw)
+
+
+def settled_change(fetch: Callable[[str], Any], cid: int, *, timeout: float, interval: float = 0.1,
+                   must_settle: bool = False) -> dict[str, Any]:
+    """Change ``cid`` once it is no longer committing, read with ``fetch(path)`` (a JSON document); at
+    ``timeout`` seconds the last one read (or, with ``must_settle``, a failed assertion)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ch = dict(fetch(f"/v1/changes/{cid}"))
+        if ch["state"] != "committing":
+            return ch
+        if time.monotonic() > deadline:
+            assert not must_settle, ch
+            return ch
+        time.sleep(interval)

@@ -27,7 +27,7 @@ import yaml
 
 from controller.model.intent import validate_intent
 from labs import runner
-from tests.serving import LOOM, LoomServer
+from tests.serving import LOOM, LoomServer, settled_change
 
 REPO = Path(__file__).resolve().parent.parent
 LAB = "wfe2e"
@@ -56,13 +56,8 @@ class Controller(LoomServer):
         return subprocess.run([*LOOM, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
 
     def wait(self, cid: int, timeout: float = 180) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            ch = self("GET", f"/v1/changes/{cid}").json()
-            if ch["state"] != "committing":
-                return dict(ch)
-            assert time.monotonic() < deadline, ch
-            time.sleep(0.3)
+        return settled_change(lambda path: self("GET", path).json(), cid, timeout=timeout, interval=0.3,
+                              must_settle=True)
 
     def change(self, patch: list[Any]) -> dict[str, Any]:
         base = self("GET", "/v1/status").json()["active_revision"]

@@ -52,6 +52,14 @@ class Lab:
         self.server = LoomServer(base, ["--db", str(base / "loom.db"), "--lab", str(self.topo.directory)], TOKEN,
                                  cwd=REPO, env={"LOOM_DRIFT_INTERVAL": "0", "LOOM_TELEMETRY_INTERVAL_S": "1"})
 
+    def traffic(self, tmp: Path, *, duration: float, flows: int) -> subprocess.Popen[str]:
+        """``loom lab traffic`` of :data:`MATRIX` in the background (its JSON summary on stdout)."""
+        matrix = tmp / "matrix.yaml"
+        matrix.write_text(yaml.safe_dump(MATRIX))
+        return subprocess.Popen([*LOOM, "lab", "traffic", str(self.topo.directory), "--matrix", str(matrix),
+                                 "--duration", str(duration), "--flows", str(flows), "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "LOOM_TOKEN": TOKEN, "LOOM_SERVER": self.server.url}
         return subprocess.run([*LOOM, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
@@ -88,11 +96,7 @@ def kernel_snapshot(doc: dict[str, Any]) -> tuple[float, dict[tuple[str, str], i
 
 
 def test_measured_demand_links_and_fidelity_match_the_traffic(lab: Lab, tmp_path: Path) -> None:
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(yaml.safe_dump(MATRIX))
-    sender = subprocess.Popen([*LOOM, "lab", "traffic", str(lab.topo.directory), "--matrix", str(matrix),
-                               "--duration", "16", "--flows", "512", "--json"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=REPO)
+    sender = lab.traffic(tmp_path, duration=16, flows=512)
     try:
         time.sleep(4)  # the senders start together, and the first full samples of the stream arrive
         t0, before = kernel_snapshot(lab.doc)
@@ -151,11 +155,7 @@ def test_measured_demand_links_and_fidelity_match_the_traffic(lab: Lab, tmp_path
 
 
 def test_a_drain_committed_under_traffic_is_verified_on_the_counters(lab: Lab, tmp_path: Path) -> None:
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(yaml.safe_dump(MATRIX))
-    sender = subprocess.Popen([*LOOM, "lab", "traffic", str(lab.topo.directory), "--matrix", str(matrix),
-                               "--duration", "30", "--flows", "128", "--json"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=REPO)
+    sender = lab.traffic(tmp_path, duration=30, flows=128)
     try:
         time.sleep(4)
         busy = [x for x in lab.server("GET", "/v1/telemetry/links?window_s=3").json()["links"]

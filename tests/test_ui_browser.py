@@ -31,7 +31,7 @@ import pytest
 
 from controller import service
 from controller.model.intent import load_intent
-from tests.serving import LOOM, LoomServer, stop_processes
+from tests.serving import LOOM, LoomServer, settled_change, stop_processes
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -60,12 +60,8 @@ class Loom:
         return self.http.request(method, path, headers=headers, **kw)
 
     def wait_change(self, change_id: int, timeout: float = 90) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            ch: dict[str, Any] = self("GET", f"/v1/changes/{change_id}", "viewer").json()
-            if ch["state"] != "committing" or time.monotonic() > deadline:
-                return ch
-            time.sleep(0.2)
+        return settled_change(lambda path: self("GET", path, "viewer").json(), change_id, timeout=timeout,
+                              interval=0.2)
 
 
 @contextmanager

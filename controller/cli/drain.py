@@ -11,6 +11,7 @@ refused as bad input (exit 2) before any change is made.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -71,42 +72,33 @@ def _run(client: Client, base: int, patch: list[dict[str, Any]], message: str, *
     commit_and_follow(client, ch["id"], force, reason, as_json)
 
 
-@app.command()
-def drain(
-    target: TargetArg,
-    server: ServerOption = DEFAULT_SERVER,
-    commit: CommitOption = False,
-    force: ForceOption = False,
-    reason: ReasonOption = None,
-    message: MessageOption = "",
-    as_json: JsonOption = False,
-) -> None:
-    """Drain TARGET: a change that adds the drain policy, reviewed, and with --commit committed."""
-    client = Client(server, as_json)
-    base, doc = _base(client)
-    if _drain_index(doc, target) is not None:
-        die(f"{target} is already drained in revision {base}", as_json=as_json,
-            errors=[{"loc": "target", "msg": "already drained"}])
-    patch = [{"op": "add", "path": "/policies/-", "value": {"kind": "drain", "target": target}}]
-    _run(client, base, patch, message or f"loom drain {target}", commit=commit, force=force, reason=reason)
+def _command(undrain: bool) -> Callable[..., None]:
+    """``loom drain`` or ``loom undrain``: one signature, the policy added or removed."""
+    verb = "undrain" if undrain else "drain"
+
+    def command(
+        target: TargetArg,
+        server: ServerOption = DEFAULT_SERVER,
+        commit: CommitOption = False,
+        force: ForceOption = False,
+        reason: ReasonOption = None,
+        message: MessageOption = "",
+        as_json: JsonOption = False,
+    ) -> None:
+        client = Client(server, as_json)
+        base, doc = _base(client)
+        index = _drain_index(doc, target)
+        if (index is None) == undrain:
+            state = "not drained" if undrain else "already drained"
+            die(f"{target} is {state} in revision {base}", as_json=as_json, errors=[{"loc": "target", "msg": state}])
+        patch = ([{"op": "remove", "path": f"/policies/{index}"}] if undrain else
+                 [{"op": "add", "path": "/policies/-", "value": {"kind": "drain", "target": target}}])
+        _run(client, base, patch, message or f"loom {verb} {target}", commit=commit, force=force, reason=reason)
+
+    command.__doc__ = (f"{verb.capitalize()} TARGET: a change that {'removes' if undrain else 'adds'} its drain "
+                       "policy, reviewed, and with --commit committed.")
+    return command
 
 
-@app.command()
-def undrain(
-    target: TargetArg,
-    server: ServerOption = DEFAULT_SERVER,
-    commit: CommitOption = False,
-    force: ForceOption = False,
-    reason: ReasonOption = None,
-    message: MessageOption = "",
-    as_json: JsonOption = False,
-) -> None:
-    """Undrain TARGET: a change that removes its drain policy, reviewed, and with --commit committed."""
-    client = Client(server, as_json)
-    base, doc = _base(client)
-    index = _drain_index(doc, target)
-    if index is None:
-        die(f"{target} is not drained in revision {base}", as_json=as_json,
-            errors=[{"loc": "target", "msg": "not drained"}])
-    patch = [{"op": "remove", "path": f"/policies/{index}"}]
-    _run(client, base, patch, message or f"loom undrain {target}", commit=commit, force=force, reason=reason)
+drain = app.command("drain")(_command(undrain=False))
+undrain = app.command("undrain")(_command(undrain=True))
