@@ -56,8 +56,8 @@ from controller.model.domain import Demand
 from controller.model.plan import Plan
 from safety.forwarding import Table, Topology, build_topology, plan_table, propagate, ranges
 
-__all__ = ["Estimate", "RoutingMatrix", "edge_totals", "gravity", "link_loads", "routing_matrix", "tomogravity",
-           "with_demands"]
+__all__ = ["Estimate", "RoutingMatrix", "edge_devices", "edge_totals", "gravity", "link_loads", "routing_matrix",
+           "tomogravity", "with_demands"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +85,9 @@ class Estimate:
 
 
 def with_demands(intent: Intent, demands: Mapping[tuple[str, str], float]) -> Intent:
-    """``intent`` with its demands replaced (no re-validation: the pairs must name its devices and prefixes)."""
-    ds = tuple(Demand.model_validate({"from": f, "to": p, "gbps": float(g)}) for (f, p), g in demands.items())
+    """``intent`` with its demands replaced, unvalidated: the pairs must name its devices and its prefixes
+    (canonical) and the rates be non-negative."""
+    ds = tuple(Demand.model_construct(from_=f, to=p, gbps=float(g)) for (f, p), g in demands.items())
     return intent.model_copy(update={"demands": ds})
 
 
@@ -98,7 +99,8 @@ def link_loads(intent: Intent, plan: Plan, demands: Mapping[tuple[str, str], flo
     return propagate(plan_table(intent, plan, topo), topo).load
 
 
-def _edge_devices(intent: Intent) -> tuple[str, ...]:
+def edge_devices(intent: Intent) -> tuple[str, ...]:
+    """The devices where traffic enters and leaves the fabric: prefix origins and ToRs."""
     origins = {o for p in intent.prefixes for o in p.origins}
     return tuple(d.name for d in intent.devices if d.name in origins or d.role == "tor")
 
@@ -123,7 +125,7 @@ def routing_matrix(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | Non
     topo = build_topology(intent)
     table = _all_prefix_table(intent, plan, topo)
     n, n_edges = topo.n, topo.n_edges
-    sources = list(ingresses) if ingresses is not None else list(_edge_devices(intent))
+    sources = list(ingresses) if ingresses is not None else list(edge_devices(intent))
     src_idx = np.array([topo.index[s] for s in sources], dtype=np.int64)
     to_dst = sp.csr_matrix((np.ones(n_edges), (np.arange(n_edges), topo.edge_dst)), shape=(n_edges, n))
     rows: list[np.ndarray] = []
@@ -191,13 +193,14 @@ def gravity(rm: RoutingMatrix, ingress: Mapping[str, float], egress: Mapping[str
     return x
 
 
-def tomogravity(rm: RoutingMatrix, y: np.ndarray, *, measured: np.ndarray | None = None, rounds: int = 4,
-                tol: float = 1e-10) -> Estimate:
+def tomogravity(rm: RoutingMatrix, y: np.ndarray, *, measured: np.ndarray | None = None, rounds: int = 3,
+                tol: float = 1e-8, iter_lim: int = 300) -> Estimate:
     """Estimate the pairs' demands from directed edge loads ``y`` (gbps per edge).
 
     ``measured`` (bool per edge) marks the edges whose load is known (all by
     default); unknown edges are left out of the fit and of the edge totals
-    (whose devices then under-count). See the module docstring for the method.
+    (whose devices then under-count). ``rounds`` bounds the clip-and-refit
+    rounds, ``tol`` and ``iter_lim`` each LSQR solve. See the module docstring.
     """
     y = np.asarray(y, dtype=np.float64)
     known = np.ones(len(y), dtype=bool) if measured is None else np.asarray(measured, dtype=bool)
@@ -215,7 +218,7 @@ def tomogravity(rm: RoutingMatrix, y: np.ndarray, *, measured: np.ndarray | None
         w = prior[cols]
         aw = a[:, cols] @ sp.diags(w)
         r = target - a[:, cols] @ prior[cols]
-        z = lsqr(aw, r, atol=tol, btol=tol, iter_lim=10 * max(len(target), 1))[0]
+        z = lsqr(aw, r, atol=tol, btol=tol, iter_lim=iter_lim)[0]
         x = np.zeros_like(prior)
         x[cols] = prior[cols] + w * z
         negative = x < 0

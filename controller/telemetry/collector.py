@@ -27,7 +27,7 @@ import numpy as np
 from controller.model import Intent
 from controller.model.plan import Plan
 from controller.telemetry.counters import STATS, CounterStore, Options, Sample, WindowStats
-from safety.estimate import RoutingMatrix, link_loads, routing_matrix, tomogravity
+from safety.estimate import RoutingMatrix, edge_devices, link_loads, routing_matrix, tomogravity
 
 __all__ = ["DemandView", "Fidelity", "FidelityLink", "LinkView", "Telemetry", "aft_path", "interface_path"]
 
@@ -183,8 +183,9 @@ class Telemetry:
         return out
 
     def _has_aft(self, intent: Intent) -> bool:
-        """True when every device of ``intent`` that reports counters reports AFT counters too."""
-        reporting = [d.name for d in intent.devices if d.name in self.store.devices]
+        """True when every edge device of ``intent`` (a ToR or prefix origin: where host traffic enters,
+        which is all AFT entries count) that reports counters reports AFT counters too."""
+        reporting = [d for d in edge_devices(intent) if d in self.store.devices]
         if not reporting:
             return False
         aft = {k[0] for k in self.store.rows if _AFT.match(k[1])}
