@@ -103,6 +103,13 @@ def test_a_disconnected_device_is_stale_until_it_samples_again_and_silent_device
     assert store.stats([store.rows[("f", P)]], T0 + 130, 60).mean[0] == 50
 
 
+def test_the_collector_forgets_devices_that_went_silent_as_it_ingests() -> None:
+    tel = Telemetry(Options(forget_after_s=100))
+    tel.ingest([Sample("gone", P, 0, T0 * S), Sample("here", P, 0, T0 * S)], now=T0)
+    tel.ingest([Sample("here", P, 10, (T0 + 200) * S)], now=T0 + 200)
+    assert tel.counts()["devices"] == 1 and ("gone", P) not in tel.store.rows
+
+
 @cache
 def clos() -> tuple[Intent, Plan]:
     intent = validate_intent(clos_document(pods=2, tors=4, planes=2, spines=2, seed=3, demand="gravity"))

@@ -119,14 +119,20 @@ class Telemetry:
         self.store = CounterStore(self.options)
         self._lock = threading.Lock()
         self._routing: tuple[object, RoutingMatrix] | None = None
+        self._expired_at = float("-inf")
         #: The active (revision, intent, plan), set by the serving shell; the views take them as arguments.
         self.context: tuple[int, Intent, Plan] | None = None
 
     # -- feeding ---------------------------------------------------------------
     def ingest(self, samples: Iterable[Sample | tuple[str, str, int, int]], now: float) -> int:
-        """Add samples ``(device, path, value, timestamp_ns)``; returns how many were kept (not late)."""
+        """Add samples ``(device, path, value, timestamp_ns)``; returns how many were kept (not late).
+        Devices silent for ``options.forget_after_s`` are forgotten on the way (checked once a minute)."""
         with self._lock:
-            return self.store.ingest((s if isinstance(s, Sample) else Sample(*s) for s in samples), now)
+            kept = self.store.ingest((s if isinstance(s, Sample) else Sample(*s) for s in samples), now)
+            if now - self._expired_at >= 60.0:
+                self._expired_at = now
+                self.store.expire(now)
+            return kept
 
     def mark_disconnected(self, device: str) -> None:
         """The device's stream broke: its counters read stale (not zero) until it samples again."""

@@ -57,14 +57,15 @@ class Options:
     """Tuning of the collector's windows (the knobs a user or a bench may turn).
 
     ``interval_s`` is the subscription's sample interval; ``max_rates`` bounds each
-    counter's ring (``max_rates x interval_s`` is the longest useful window);
+    counter's ring (``max_rates x interval_s`` is the longest useful window: 6
+    minutes by default, beyond a 300 s planning window; 16 bytes per rate);
     ``max_rate`` is the most a counter can plausibly grow per second (units of
     the counter: octets by default, 1.6 Tbps); ``reset_ratio`` bounds the rate
     believed after a reset relative to the previous one.
     """
 
     interval_s: float = 10.0
-    max_rates: int = 64
+    max_rates: int = 36
     stale_intervals: float = 3.0
     max_rate: float = 2e11
     reset_ratio: float = 1.0
