@@ -77,6 +77,21 @@ def test_samples_of_one_batch_in_any_order_are_replayed_in_time_order() -> None:
     assert list(rates(store, 20)) == [100, 200] and store.late == 0
 
 
+def test_the_collector_takes_any_sample_shaped_object_and_plain_tuples() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class AdapterSample:  # what southbound.gnmi yields: the same four fields, a type of its own
+        device: str
+        path: str
+        value: int
+        timestamp_ns: int
+
+    tel = Telemetry()
+    assert tel.ingest([AdapterSample("d", P, 0, T0 * S), ("d", P, 1000, (T0 + 10) * S)], now=T0 + 10) == 2
+    assert tel.store.stats([tel.store.rows[("d", P)]], T0 + 10, 60).mean[0] == 100
+
+
 def test_missing_samples_make_a_counter_stale_never_zero() -> None:
     store = CounterStore(Options(interval_s=10))
     feed(store, [(0, 0), (10, 1000), (20, 2000)])

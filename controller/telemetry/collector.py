@@ -21,6 +21,7 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -124,11 +125,13 @@ class Telemetry:
         self.context: tuple[int, Intent, Plan] | None = None
 
     # -- feeding ---------------------------------------------------------------
-    def ingest(self, samples: Iterable[Sample | tuple[str, str, int, int]], now: float) -> int:
-        """Add samples ``(device, path, value, timestamp_ns)``; returns how many were kept (not late).
-        Devices silent for ``options.forget_after_s`` are forgotten on the way (checked once a minute)."""
+    def ingest(self, samples: Iterable[Any], now: float) -> int:
+        """Add samples: any objects with ``device``, ``path``, ``value`` and ``timestamp_ns``
+        (:class:`Sample`, the gNMI adapter's own sample type) or plain 4-tuples in that order.
+        Returns how many were kept (not late). Devices silent for ``options.forget_after_s`` are
+        forgotten on the way (checked once a minute of ``now``)."""
         with self._lock:
-            kept = self.store.ingest((s if isinstance(s, Sample) else Sample(*s) for s in samples), now)
+            kept = self.store.ingest((Sample(*s) if type(s) is tuple else s for s in samples), now)
             if now - self._expired_at >= 60.0:
                 self._expired_at = now
                 self.store.expire(now)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -158,8 +158,9 @@ class CounterStore:
         return len(self.rows)
 
     # -- ingestion ------------------------------------------------------------
-    def ingest(self, samples: Iterable[Sample], now: float) -> int:
-        """Add samples (any order, any counters); returns how many were kept."""
+    def ingest(self, samples: Iterable[Any], now: float) -> int:
+        """Add samples (objects with ``device``, ``path``, ``value``, ``timestamp_ns``; any order,
+        any counters); returns how many were kept."""
         rows: list[int] = []
         ts: list[int] = []
         vs: list[int] = []
