@@ -16,7 +16,7 @@ from controller.model.intent import validate_intent
 from controller.model.plan import Plan
 from controller.planning import compile_plan
 from controller.telemetry import CounterStore, Options, Sample, Telemetry, interface_path
-from safety.estimate import link_loads, routing_matrix, tomogravity
+from safety.estimate import link_loads, routing_matrix, routing_operator, tomogravity
 from tests.telemetry_synth import Fabric
 
 P = interface_path("eth1", "out-octets")
@@ -221,3 +221,15 @@ def test_tomogravity_fits_the_link_loads_and_beats_gravity() -> None:
     assert (est.gbps >= 0).all()
     err, err_prior = (np.abs(v - x_true).sum() / x_true.sum() for v in (est.gbps, est.prior))
     assert est.residual < 1e-3 * y.sum() and err <= err_prior + 1e-9 and err < 0.3, (err, err_prior)
+
+
+def test_the_matrix_free_routing_operator_is_the_routing_matrix() -> None:
+    intent = validate_intent(clos_document(pods=4, tors=4, planes=2, spines=2, seed=5, demand="gravity", fanout=5))
+    plan = compile_plan(intent)
+    rm, ro = routing_matrix(intent, plan), routing_operator(intent, plan)
+    assert rm.pairs == ro.pairs
+    rng = np.random.default_rng(0)
+    x, r = rng.random(len(rm.pairs)), rng.random(rm.topo.n_edges)
+    assert np.allclose(rm.matrix @ x, ro.matrix @ x) and np.allclose(rm.matrix.T @ r, ro.matrix.T @ r)
+    y = link_loads(intent, plan)
+    assert np.allclose(tomogravity(rm, y).gbps, tomogravity(ro, y).gbps, atol=1e-4)
