@@ -103,14 +103,14 @@ class LinkGauges:
 
     def refresh(self, app: FastAPI) -> None:
         """Set the gauges from ``app.state.telemetry`` and the active revision (none before a commit)."""
-        from controller.workflow.telemetry import active_context
+        from controller.workflow.telemetry import active_intent
 
         tel = getattr(app.state, "telemetry", None)
-        if tel is None:
-            return
+        if tel is None or not tel.counts()["counters"]:
+            return  # nothing streamed: no gauges, and no store read on this scrape
         try:
             with app.state.database.session() as session:
-                _rev, intent, _plan = active_context(tel, session=session)
+                intent = active_intent(tel, session=session)
         except LoomError:
             return
         for g in (self.utilization, self.gbps, self.stale):

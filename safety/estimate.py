@@ -49,15 +49,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.linalg import lsqr
+from scipy.sparse.linalg import LinearOperator, aslinearoperator, lsqr
 
 from controller.model import Intent
 from controller.model.domain import Demand
 from controller.model.plan import Plan
 from safety.forwarding import Table, Topology, build_topology, plan_table, propagate, ranges
 
-__all__ = ["Estimate", "RoutingMatrix", "edge_totals", "gravity", "link_loads", "routing_matrix", "tomogravity",
-           "with_demands"]
+__all__ = ["Estimate", "RoutingMatrix", "edge_devices", "edge_totals", "gravity", "link_loads", "routing_matrix",
+           "routing_operator", "tomogravity", "with_demands"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ class RoutingMatrix:
 
     topo: Topology
     pairs: tuple[tuple[str, str], ...]  # (ingress device, prefix)
-    matrix: sp.csr_matrix
+    matrix: sp.csr_matrix | LinearOperator  # explicit (routing_matrix) or matrix-free (routing_operator)
     edge_devices: tuple[str, ...]
     prefix_origins: Mapping[str, frozenset[str]]
 
@@ -85,8 +85,9 @@ class Estimate:
 
 
 def with_demands(intent: Intent, demands: Mapping[tuple[str, str], float]) -> Intent:
-    """``intent`` with its demands replaced (no re-validation: the pairs must name its devices and prefixes)."""
-    ds = tuple(Demand.model_validate({"from": f, "to": p, "gbps": float(g)}) for (f, p), g in demands.items())
+    """``intent`` with its demands replaced, unvalidated: the pairs must name its devices and its prefixes
+    (canonical) and the rates be non-negative."""
+    ds = tuple(Demand.model_construct(from_=f, to=p, gbps=float(g)) for (f, p), g in demands.items())
     return intent.model_copy(update={"demands": ds})
 
 
@@ -98,7 +99,8 @@ def link_loads(intent: Intent, plan: Plan, demands: Mapping[tuple[str, str], flo
     return propagate(plan_table(intent, plan, topo), topo).load
 
 
-def _edge_devices(intent: Intent) -> tuple[str, ...]:
+def edge_devices(intent: Intent) -> tuple[str, ...]:
+    """The devices where traffic enters and leaves the fabric: prefix origins and ToRs."""
     origins = {o for p in intent.prefixes for o in p.origins}
     return tuple(d.name for d in intent.devices if d.name in origins or d.role == "tor")
 
@@ -123,7 +125,7 @@ def routing_matrix(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | Non
     topo = build_topology(intent)
     table = _all_prefix_table(intent, plan, topo)
     n, n_edges = topo.n, topo.n_edges
-    sources = list(ingresses) if ingresses is not None else list(_edge_devices(intent))
+    sources = list(ingresses) if ingresses is not None else list(edge_devices(intent))
     src_idx = np.array([topo.index[s] for s in sources], dtype=np.int64)
     to_dst = sp.csr_matrix((np.ones(n_edges), (np.arange(n_edges), topo.edge_dst)), shape=(n_edges, n))
     rows: list[np.ndarray] = []
@@ -191,37 +193,112 @@ def gravity(rm: RoutingMatrix, ingress: Mapping[str, float], egress: Mapping[str
     return x
 
 
-def tomogravity(rm: RoutingMatrix, y: np.ndarray, *, measured: np.ndarray | None = None, rounds: int = 4,
-                tol: float = 1e-10) -> Estimate:
+def _weighted(a: LinearOperator, w: np.ndarray, rows: np.ndarray) -> LinearOperator:
+    """``A[rows] @ diag(w)`` as an operator."""
+    n_edges = a.shape[0]
+
+    def matvec(z: np.ndarray) -> np.ndarray:
+        out: np.ndarray = (a @ (w * np.ravel(z)))[rows]
+        return out
+
+    def rmatvec(r: np.ndarray) -> np.ndarray:
+        full = np.zeros(n_edges)
+        full[rows] = np.ravel(r)
+        out: np.ndarray = w * (a.T @ full)
+        return out
+
+    return LinearOperator((len(rows), a.shape[1]), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
+
+
+def tomogravity(rm: RoutingMatrix, y: np.ndarray, *, measured: np.ndarray | None = None, rounds: int = 3,
+                tol: float = 1e-8, iter_lim: int = 300) -> Estimate:
     """Estimate the pairs' demands from directed edge loads ``y`` (gbps per edge).
 
     ``measured`` (bool per edge) marks the edges whose load is known (all by
     default); unknown edges are left out of the fit and of the edge totals
-    (whose devices then under-count). See the module docstring for the method.
+    (whose devices then under-count). ``rounds`` bounds the clip-and-refit
+    rounds, ``tol`` and ``iter_lim`` each LSQR solve. See the module docstring.
     """
     y = np.asarray(y, dtype=np.float64)
     known = np.ones(len(y), dtype=bool) if measured is None else np.asarray(measured, dtype=bool)
-    y_known = np.where(known, y, 0.0)
-    ingress, egress = edge_totals(rm, y_known)
+    ingress, egress = edge_totals(rm, np.where(known, y, 0.0))
     prior = gravity(rm, ingress, egress)
-    a = rm.matrix[np.flatnonzero(known)]
-    target = y[known]
+    a = aslinearoperator(rm.matrix)
+    rows = np.flatnonzero(known)
+    target = y[rows]
     x = prior.copy()
     active = prior > 0
     for _ in range(max(1, rounds)):
-        cols = np.flatnonzero(active)
-        if not len(cols):
+        if not active.any():
             break
-        w = prior[cols]
-        aw = a[:, cols] @ sp.diags(w)
-        r = target - a[:, cols] @ prior[cols]
-        z = lsqr(aw, r, atol=tol, btol=tol, iter_lim=10 * max(len(target), 1))[0]
-        x = np.zeros_like(prior)
-        x[cols] = prior[cols] + w * z
+        w = np.where(active, prior, 0.0)  # W = diag(prior) on the active pairs, 0 elsewhere
+        aw = _weighted(a, w, rows)
+        r = target - (a @ w)[rows]
+        z = lsqr(aw, r, atol=tol, btol=tol, iter_lim=iter_lim)[0]
+        x = w + w * z
         negative = x < 0
         if not negative.any():
             break
         x[negative] = 0.0
         active &= ~negative
-    residual = float(np.abs(a @ x - target).sum())
+    residual = float(np.abs((a @ x)[rows] - target).sum())
     return Estimate(rm.pairs, x, prior, residual)
+
+
+def routing_operator(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | None = None) -> RoutingMatrix:
+    """:func:`routing_matrix` without materializing ``A``: its ``matrix`` is a
+    ``LinearOperator`` that propagates a pair vector
+    through the plan's forwarding (states ``(class, device)``, level by level)
+    and back (its adjoint), for fabrics whose ``A`` would not fit in memory.
+    Memory is linear in the forwarding table (classes x routed next hops), not
+    in pairs x path lengths."""
+    topo = build_topology(intent)
+    table = _all_prefix_table(intent, plan, topo)
+    n, n_edges, n_cls = topo.n, topo.n_edges, len(table.prefixes)
+    sources = list(ingresses) if ingresses is not None else list(edge_devices(intent))
+    src_idx = np.array([topo.index[s] for s in sources], dtype=np.int64)
+    route = table.route.reshape(-1).astype(np.int64)
+    routed = np.flatnonzero(route >= 0)
+    hop, lens = ranges(table.g_indptr, route[routed])
+    state = np.repeat(routed, lens)
+    edge = table.g_edge[hop]
+    frac = table.g_frac[hop]
+    n_states = n_cls * n
+    emit = sp.csr_matrix((frac, (state, edge)), shape=(n_states, n_edges))  # state -> edge fractions
+    step = sp.csr_matrix((frac, (state, (state // n) * n + topo.edge_dst[edge])), shape=(n_states, n_states))
+    del hop, lens, state, edge, frac
+    pair_state: list[np.ndarray] = []
+    pairs: list[tuple[str, str]] = []
+    for c, prefix in enumerate(table.prefixes):
+        si = src_idx[~np.isin(src_idx, list(table.origins[c]))]
+        pair_state.append(c * n + si)
+        pairs.extend((topo.names[i], prefix) for i in si)
+    cols = np.concatenate(pair_state) if pair_state else np.empty(0, dtype=np.int64)
+    step_t = step.T.tocsr()
+
+    def matvec(x: np.ndarray) -> np.ndarray:
+        front = np.zeros(n_states)
+        front[cols] = np.ravel(x)
+        reach = np.zeros(n_states)
+        for _ in range(n):
+            reach += front
+            front = step_t @ front
+            if not front.any():
+                break
+        out: np.ndarray = emit.T @ reach
+        return out
+
+    def rmatvec(r: np.ndarray) -> np.ndarray:
+        value = emit @ np.ravel(r)  # expected measured load downstream of each state
+        total = value.copy()
+        for _ in range(n):
+            value = step @ value
+            if not value.any():
+                break
+            total += value
+        out: np.ndarray = total[cols]
+        return out
+
+    op = LinearOperator((n_edges, len(pairs)), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
+    origins = {p.prefix: frozenset(p.origins) for p in intent.prefixes}
+    return RoutingMatrix(topo, tuple(pairs), op, tuple(sources), origins)

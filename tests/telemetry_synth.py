@@ -20,10 +20,11 @@ OCTETS_PER_GBPS = 1e9 / 8
 
 class Fabric:
     """Counters of a fabric at a constant demand: ``samples(t_s)`` reads every counter at second ``t_s``
-    (counting from ``t0`` at zero plus ``base``, so tests can start counters anywhere, e.g. near 2**64)."""
+    (counting from ``t0`` at zero plus ``base``, so tests can start counters anywhere, e.g. near 2**64).
+    ``aft_zeros=False`` leaves out the AFT entries that carry nothing (a large fabric's bench)."""
 
     def __init__(self, intent: Intent, plan: Plan, demands: Mapping[tuple[str, str], float] | None = None, *,
-                 aft: bool = True, t0: float = 1_700_000_000.0, base: int = 0):
+                 aft: bool = True, aft_zeros: bool = True, t0: float = 1_700_000_000.0, base: int = 0):
         self.intent, self.t0, self.base, self.aft = intent, t0, base, aft
         self.demands = dict(demands) if demands is not None else {(d.from_, d.to): d.gbps for d in intent.demands}
         self.load = link_loads(intent, plan, self.demands)
@@ -37,7 +38,9 @@ class Fabric:
         if aft:  # every device serves an entry per prefix; only host traffic counts (at the ingress ToR)
             for d in intent.devices:
                 for p in intent.prefixes:
-                    rates[(d.name, aft_path(p.prefix))] = self.demands.get((d.name, p.prefix), 0.0) * OCTETS_PER_GBPS
+                    g = self.demands.get((d.name, p.prefix), 0.0)
+                    if g > 0 or aft_zeros:
+                        rates[(d.name, aft_path(p.prefix))] = g * OCTETS_PER_GBPS
         self.keys = list(rates)
         self.rates = np.array([rates[k] for k in self.keys])
 

@@ -16,7 +16,7 @@ from controller.model.intent import validate_intent
 from controller.model.plan import Plan
 from controller.planning import compile_plan
 from controller.telemetry import CounterStore, Options, Sample, Telemetry, interface_path
-from safety.estimate import link_loads, routing_matrix, tomogravity
+from safety.estimate import link_loads, routing_matrix, routing_operator, tomogravity
 from tests.telemetry_synth import Fabric
 
 P = interface_path("eth1", "out-octets")
@@ -77,6 +77,21 @@ def test_samples_of_one_batch_in_any_order_are_replayed_in_time_order() -> None:
     assert list(rates(store, 20)) == [100, 200] and store.late == 0
 
 
+def test_the_collector_takes_any_sample_shaped_object_and_plain_tuples() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class AdapterSample:  # what southbound.gnmi yields: the same four fields, a type of its own
+        device: str
+        path: str
+        value: int
+        timestamp_ns: int
+
+    tel = Telemetry()
+    assert tel.ingest([AdapterSample("d", P, 0, T0 * S), ("d", P, 1000, (T0 + 10) * S)], now=T0 + 10) == 2
+    assert tel.store.stats([tel.store.rows[("d", P)]], T0 + 10, 60).mean[0] == 100
+
+
 def test_missing_samples_make_a_counter_stale_never_zero() -> None:
     store = CounterStore(Options(interval_s=10))
     feed(store, [(0, 0), (10, 1000), (20, 2000)])
@@ -101,6 +116,13 @@ def test_a_disconnected_device_is_stale_until_it_samples_again_and_silent_device
     assert store.expire(T0 + 115) == ["e"] and ("e", P) not in store.rows and len(store) == 1
     feed(store, [(120, 0), (130, 500)], device="f")  # reuses e's row, from scratch
     assert store.stats([store.rows[("f", P)]], T0 + 130, 60).mean[0] == 50
+
+
+def test_the_collector_forgets_devices_that_went_silent_as_it_ingests() -> None:
+    tel = Telemetry(Options(forget_after_s=100))
+    tel.ingest([Sample("gone", P, 0, T0 * S), Sample("here", P, 0, T0 * S)], now=T0)
+    tel.ingest([Sample("here", P, 10, (T0 + 200) * S)], now=T0 + 200)
+    assert tel.counts()["devices"] == 1 and ("gone", P) not in tel.store.rows
 
 
 @cache
@@ -199,3 +221,15 @@ def test_tomogravity_fits_the_link_loads_and_beats_gravity() -> None:
     assert (est.gbps >= 0).all()
     err, err_prior = (np.abs(v - x_true).sum() / x_true.sum() for v in (est.gbps, est.prior))
     assert est.residual < 1e-3 * y.sum() and err <= err_prior + 1e-9 and err < 0.3, (err, err_prior)
+
+
+def test_the_matrix_free_routing_operator_is_the_routing_matrix() -> None:
+    intent = validate_intent(clos_document(pods=4, tors=4, planes=2, spines=2, seed=5, demand="gravity", fanout=5))
+    plan = compile_plan(intent)
+    rm, ro = routing_matrix(intent, plan), routing_operator(intent, plan)
+    assert rm.pairs == ro.pairs
+    rng = np.random.default_rng(0)
+    x, r = rng.random(len(rm.pairs)), rng.random(rm.topo.n_edges)
+    assert np.allclose(rm.matrix @ x, ro.matrix @ x) and np.allclose(rm.matrix.T @ r, ro.matrix.T @ r)
+    y = link_loads(intent, plan)
+    assert np.allclose(tomogravity(rm, y).gbps, tomogravity(ro, y).gbps, atol=1e-4)

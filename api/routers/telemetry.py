@@ -24,7 +24,7 @@ from controller.model.documents import (
     TelemetryLinksDocument,
 )
 from controller.telemetry import Telemetry
-from controller.workflow.telemetry import active_context, capture_demands
+from controller.workflow.telemetry import active_context, active_intent, capture_demands
 
 router = APIRouter(tags=["telemetry"])
 
@@ -42,7 +42,7 @@ def telemetry(request: Request) -> Telemetry:
             responses=error_responses(401, 403, 404, 422))
 def links(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0) -> Any:
     tel = telemetry(request)
-    _rev, intent, _plan = active_context(tel, session=session)
+    intent = active_intent(tel, session=session)
     return {"window_s": window_s, "links": [v.to_document() for v in tel.links(intent, time.time(), window_s)]}
 
 

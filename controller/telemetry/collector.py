@@ -21,13 +21,14 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from controller.model import Intent
 from controller.model.plan import Plan
 from controller.telemetry.counters import STATS, CounterStore, Options, Sample, WindowStats
-from safety.estimate import RoutingMatrix, link_loads, routing_matrix, tomogravity
+from safety.estimate import RoutingMatrix, edge_devices, link_loads, routing_matrix, tomogravity
 
 __all__ = ["DemandView", "Fidelity", "FidelityLink", "LinkView", "Telemetry", "aft_path", "interface_path"]
 
@@ -119,14 +120,22 @@ class Telemetry:
         self.store = CounterStore(self.options)
         self._lock = threading.Lock()
         self._routing: tuple[object, RoutingMatrix] | None = None
+        self._expired_at = float("-inf")
         #: The active (revision, intent, plan), set by the serving shell; the views take them as arguments.
         self.context: tuple[int, Intent, Plan] | None = None
 
     # -- feeding ---------------------------------------------------------------
-    def ingest(self, samples: Iterable[Sample | tuple[str, str, int, int]], now: float) -> int:
-        """Add samples ``(device, path, value, timestamp_ns)``; returns how many were kept (not late)."""
+    def ingest(self, samples: Iterable[Any], now: float) -> int:
+        """Add samples: any objects with ``device``, ``path``, ``value`` and ``timestamp_ns``
+        (:class:`Sample`, the gNMI adapter's own sample type) or plain 4-tuples in that order.
+        Returns how many were kept (not late). Devices silent for ``options.forget_after_s`` are
+        forgotten on the way (checked once a minute of ``now``)."""
         with self._lock:
-            return self.store.ingest((s if isinstance(s, Sample) else Sample(*s) for s in samples), now)
+            kept = self.store.ingest((Sample(*s) if type(s) is tuple else s for s in samples), now)
+            if now - self._expired_at >= 60.0:
+                self._expired_at = now
+                self.store.expire(now)
+            return kept
 
     def mark_disconnected(self, device: str) -> None:
         """The device's stream broke: its counters read stale (not zero) until it samples again."""
@@ -183,8 +192,9 @@ class Telemetry:
         return out
 
     def _has_aft(self, intent: Intent) -> bool:
-        """True when every device of ``intent`` that reports counters reports AFT counters too."""
-        reporting = [d.name for d in intent.devices if d.name in self.store.devices]
+        """True when every edge device of ``intent`` (a ToR or prefix origin: where host traffic enters,
+        which is all AFT entries count) that reports counters reports AFT counters too."""
+        reporting = [d for d in edge_devices(intent) if d in self.store.devices]
         if not reporting:
             return False
         aft = {k[0] for k in self.store.rows if _AFT.match(k[1])}

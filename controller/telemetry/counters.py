@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -57,14 +57,15 @@ class Options:
     """Tuning of the collector's windows (the knobs a user or a bench may turn).
 
     ``interval_s`` is the subscription's sample interval; ``max_rates`` bounds each
-    counter's ring (``max_rates x interval_s`` is the longest useful window);
+    counter's ring (``max_rates x interval_s`` is the longest useful window: 6
+    minutes by default, beyond a 300 s planning window; 16 bytes per rate);
     ``max_rate`` is the most a counter can plausibly grow per second (units of
     the counter: octets by default, 1.6 Tbps); ``reset_ratio`` bounds the rate
     believed after a reset relative to the previous one.
     """
 
     interval_s: float = 10.0
-    max_rates: int = 64
+    max_rates: int = 36
     stale_intervals: float = 3.0
     max_rate: float = 2e11
     reset_ratio: float = 1.0
@@ -118,13 +119,15 @@ class CounterStore:
         self.ring_rate = np.zeros((size, k), dtype=np.float32)
 
     def _grow(self, size: int) -> None:
-        old = (self.last_t, self.last_v, self.has_last, self.prev_rate, self.head, self.ring_t, self.ring_dt,
-               self.ring_rate)
+        old = self._arrays()
         n = len(old[0])
         self._alloc(size)
-        for new, prev in zip((self.last_t, self.last_v, self.has_last, self.prev_rate, self.head, self.ring_t,
-                              self.ring_dt, self.ring_rate), old, strict=True):
+        for new, prev in zip(self._arrays(), old, strict=True):
             new[:n] = prev
+
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.last_t, self.last_v, self.has_last, self.prev_rate, self.head, self.ring_t, self.ring_dt,
+                self.ring_rate)
 
     def _clear(self, row: int) -> None:
         self.has_last[row] = False
@@ -155,8 +158,9 @@ class CounterStore:
         return len(self.rows)
 
     # -- ingestion ------------------------------------------------------------
-    def ingest(self, samples: Iterable[Sample], now: float) -> int:
-        """Add samples (any order, any counters); returns how many were kept."""
+    def ingest(self, samples: Iterable[Any], now: float) -> int:
+        """Add samples (objects with ``device``, ``path``, ``value``, ``timestamp_ns``; any order,
+        any counters); returns how many were kept."""
         rows: list[int] = []
         ts: list[int] = []
         vs: list[int] = []
@@ -265,13 +269,8 @@ class CounterStore:
         span = dt.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = np.where(span > 0, (rate * dt).sum(axis=1) / np.where(span > 0, span, 1.0), np.nan)
-        masked = np.where(inside, rate, np.nan)
         any_in = inside.any(axis=1)
-        p95 = np.full(len(idx), np.nan)
-        mx = np.full(len(idx), np.nan)
-        if any_in.any():
-            p95[any_in] = np.nanpercentile(masked[any_in], 95, axis=1)
-            mx[any_in] = np.nanmax(masked[any_in], axis=1)
+        p95, mx = _p95_max(np.where(inside, rate, np.nan))
         seen = known & self.has_last[safe]
         age = np.where(seen, now - self.last_t[safe] / 1e9, np.nan)
         off = np.array([k is not None and k[0] in self.disconnected for k in (self.keys[i] for i in safe)],
@@ -279,3 +278,19 @@ class CounterStore:
         limit = min(o.stale_intervals * o.interval_s, window_s)
         stale = ~seen | (age > limit) | off | ~any_in
         return WindowStats(mean, p95, mx, age, stale)
+
+
+def _p95_max(masked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the 95th percentile (linear interpolation, as numpy's default) and the maximum of the
+    non-NaN entries; NaN for a row without any. Vectorized: one sort, NaNs last."""
+    rows = np.sort(masked, axis=1)
+    k = (~np.isnan(rows)).sum(axis=1)
+    pos = np.maximum(k - 1, 0) * 0.95
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, np.maximum(k - 1, 0))
+    r = np.arange(len(rows))
+    frac = pos - lo
+    p95 = rows[r, lo] * (1 - frac) + rows[r, hi] * frac if len(rows) else np.empty(0)
+    mx = rows[r, np.maximum(k - 1, 0)] if len(rows) else np.empty(0)
+    none = k == 0
+    return np.where(none, np.nan, p95), np.where(none, np.nan, mx)

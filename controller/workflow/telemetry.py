@@ -3,7 +3,8 @@ plan for the views, and a measured demand matrix written into the intent.
 
 :func:`active_context` reads the active revision (cached per revision on the
 :class:`~controller.telemetry.Telemetry`, so a view does not parse the plan on
-every request); :func:`capture_demands` replaces the intent's demands with the
+every request); :func:`active_intent` reads only its intent (no plan compiled
+or stored: what ``/metrics`` and the link view need); :func:`capture_demands` replaces the intent's demands with the
 measured matrix times a headroom factor in one revision, through the service's
 single write path (If-Match, whole-document validation, audit entry recording
 the window, statistic and headroom).
@@ -20,12 +21,13 @@ from sqlalchemy.orm import Session
 from controller import service
 from controller.model import Intent
 from controller.model.errors import Conflict, NotFound
+from controller.model.intent import validate_intent
 from controller.model.plan import Plan
 from controller.service import WriteContext, WriteResult
 from controller.telemetry import Telemetry
 from controller.workflow import changes
 
-__all__ = ["active_context", "capture_demands"]
+__all__ = ["active_context", "active_intent", "capture_demands"]
 
 
 def active_context(telemetry: Telemetry, *, session: Session) -> tuple[int, Intent, Plan]:
@@ -39,6 +41,18 @@ def active_context(telemetry: Telemetry, *, session: Session) -> tuple[int, Inte
     intent, plan = changes.plan_for(rev, session=session)
     telemetry.context = (rev, intent, plan)
     return telemetry.context
+
+
+def active_intent(telemetry: Telemetry, *, session: Session) -> Intent:
+    """The active revision's intent only: never compiles or stores a plan (for ``/metrics`` and the link view)."""
+    rev = changes.active_revision(session=session)
+    if rev is None:
+        raise NotFound("no revision is active yet: commit a change first")
+    cached = telemetry.context
+    if cached is not None and cached[0] == rev:
+        return cached[1]
+    _rev, doc = service.get_intent(session=session, revision=rev)
+    return validate_intent(doc)
 
 
 def capture_demands(demands: Mapping[tuple[str, str], float], *, headroom: float, window_s: float, stat: str,
