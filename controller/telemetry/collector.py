@@ -35,7 +35,7 @@ __all__ = ["DemandView", "Fidelity", "FidelityLink", "LinkView", "Telemetry", "a
 _IFACE = re.compile(r"^/interfaces/interface\[name=([^\]]+)\]/state/counters/([a-z-]+)$")
 _AFT = re.compile(r"^/network-instances/network-instance\[name=default\]/afts/ipv4-unicast/"
                   r"ipv4-entry\[prefix=([^\]]+)\]/state/counters/([a-z-]+)$")
-_BITS_PER_GBPS = 1e9 / 8  # octets per second in one Gbps
+_OCTETS_PER_GBPS = 1e9 / 8  # octets per second in one Gbps
 
 
 def interface_path(port: str, counter: str = "out-octets") -> str:
@@ -172,7 +172,7 @@ class Telemetry:
                      (lk.b, interface_path(lk.b_port, "out-octets")), (lk.a, interface_path(lk.a_port, "in-octets"))]
         with self._lock:
             st = self._stats(keys, now, window_s)
-        val = st.stat(stat) / _BITS_PER_GBPS
+        val = st.stat(stat) / _OCTETS_PER_GBPS
         out: list[LinkView] = []
         for i, lk in enumerate(intent.links):
             j = 4 * i  # a out, b in (a -> b); b out, a in (b -> a)
@@ -210,7 +210,7 @@ class Telemetry:
                 keys = [k for k in self.store.rows if k[0] in intent.device_map
                         and (m := _AFT.match(k[1])) is not None and m.group(2) == "octets-forwarded"]
                 st = self._stats(keys, now, window_s)
-                val = st.stat(stat) / _BITS_PER_GBPS
+                val = st.stat(stat) / _OCTETS_PER_GBPS
                 demands: dict[tuple[str, str], float] = {}
                 for (dev, path), g in zip(keys, val, strict=True):
                     m = _AFT.match(path)
