@@ -40,6 +40,7 @@ from controller.model.errors import NotFound
 from controller.model.plan import Plan
 from controller.settings import Settings
 from controller.store.db import Database
+from controller.telemetry import Options as TelemetryOptions
 from controller.telemetry import Telemetry
 from controller.telemetry.stream import StreamOptions, TelemetryStream
 from controller.workflow.agents import client_tls, make_driver
@@ -140,7 +141,9 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.settings = settings
     app.state.database = db
     app.state.driver = driver
-    app.state.telemetry = telemetry if telemetry is not None else Telemetry()  # fed by the gNMI subscription
+    # fed by the gNMI subscription; its stale threshold counts in the subscription's sample intervals
+    app.state.telemetry = telemetry if telemetry is not None else Telemetry(
+        TelemetryOptions(interval_s=settings.telemetry_interval_s or 10.0))
     metrics.install(app)  # app.state.metrics, /metrics; inside the request id middleware
     app.add_middleware(RequestIdMiddleware)
     problems.install(app)
