@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from controller.model import Intent
 from controller.model.plan import Plan
-from solver.lp import DEFAULT_BACKEND
+from solver.core.lp import DEFAULT_BACKEND
 
 __all__ = ["CompileOptions", "compile_plan"]
 

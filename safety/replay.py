@@ -15,7 +15,7 @@ scenario is replayed in two stages, both reported:
   Clos with its ASN plan the valid AS paths are exactly the valley-free ones,
   so a failure can only remove equal-length paths, never make a longer one
   best: this is what BGP converges to (the tests hold it against
-  ``solver.routing.next_hops`` on failed topologies). Model ``routing`` (every
+  ``solver.core.routing.next_hops`` on failed topologies). Model ``routing`` (every
   other fabric, e.g. ``routing: isis`` where a failure can create new shortest
   paths): the solver's ``routing.next_hops`` on the failed topology gives each
   device's next hops; those the plan has keep its weight, new ones get the
@@ -370,7 +370,7 @@ class Replayer:
 
     def _rerouted(self, sc: Scenario) -> _Outcome:
         from safety.forwarding import table_from_routes
-        from solver.routing import next_hops  # the routing semantics of the solver, by design
+        from solver.core.routing import next_hops  # the routing semantics of the solver, by design
 
         routes = next_hops(self.intent, failed_devices=sc.devices, failed_links=sc.links)
         tab = table_from_routes(self.intent, self.topo, self.table, routes)

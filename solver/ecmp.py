@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from controller.model import Intent
 from solver.clos.model import build_pod_model
-from solver.fabric import build_fabric
-from solver.routing import route_classes
+from solver.core.fabric import build_fabric
+from solver.core.routing import route_classes
 from solver.wcmp import build_commodities, ecmp_ratios, propagate
 
 __all__ = ["ecmp_max_utilization"]

@@ -55,10 +55,10 @@ from controller.model import Intent
 from controller.model.errors import Infeasible
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan
 from solver.clos.robust import clos_robust
-from solver.lp import DEFAULT_BACKEND, solve_lp
-from solver.options import RobustOptions
+from solver.core.lp import DEFAULT_BACKEND, solve_lp
+from solver.core.options import RobustOptions
+from solver.core.weights import device_budget, reduce_weights
 from solver.solve import solve
-from solver.weights import device_budget, reduce_weights
 
 __all__ = ["Evaluation", "failed_topology_intent", "ffc_ratios", "plan_with_ratios", "solve_robust"]
 
@@ -369,7 +369,7 @@ def ffc_ratios(intent: Intent, plan: Plan, *, backend: str = DEFAULT_BACKEND,
 
 def plan_with_ratios(intent: Intent, plan: Plan, dags: _Dags, ratios: list[np.ndarray]) -> Plan:
     """``plan`` with the groups of every demanded (prefix, device) re-weighted to ``ratios``
-    (integer weights by :func:`solver.weights.reduce_weights`); identical groups merged."""
+    (integer weights by :func:`solver.core.weights.reduce_weights`); identical groups merged."""
     names = [d.name for d in intent.devices]
     per_dev: dict[str, dict[str, tuple[NextHop, ...]]] = {}
     for k, edges in enumerate(dags.out):
@@ -508,7 +508,7 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     prove : how many still-violating scenarios to test for impossibility.
     progress : called as ``progress(stage, fraction)``.
     options : the robust knobs and those of the plain plans solved on the way
-        (:class:`solver.options.RobustOptions`).
+        (:class:`solver.core.options.RobustOptions`).
 
     Returns
     -------

@@ -2,9 +2,9 @@
 
 This module owns the orchestration of one solve and the assembly of the
 :class:`~controller.model.plan.Plan` (DESIGN.md, contract 2). Stages: route classes
-(:mod:`solver.routing`), commodities and the WCMP LP (:mod:`solver.wcmp`),
+(:mod:`solver.core.routing`), commodities and the WCMP LP (:mod:`solver.wcmp`),
 integer weights per next-hop group within the device's budget
-(:mod:`solver.weights`; ``min(max_ecmp_entries, 100)`` where the realization
+(:mod:`solver.core.weights`; ``min(max_ecmp_entries, 100)`` where the realization
 is BGP link-bandwidth, since FRR scales bandwidths to kernel weights out of
 100), deduplication of identical weighted groups per device, and the loads
 after rounding, recomputed by propagating every demand through the integer
@@ -23,12 +23,12 @@ import numpy as np
 from controller.model import Intent, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.clos.plan import clos_plan
-from solver.fabric import Fabric, build_fabric
-from solver.lp import DEFAULT_BACKEND
-from solver.options import ClosOptions
-from solver.routing import route_classes
+from solver.core.fabric import Fabric, build_fabric
+from solver.core.lp import DEFAULT_BACKEND
+from solver.core.options import ClosOptions
+from solver.core.routing import route_classes
+from solver.core.weights import device_budget, reduce_weights
 from solver.wcmp import Commodities, build_commodities, ecmp_ratios, make_loop_free, propagate, solve_wcmp
-from solver.weights import device_budget, reduce_weights
 
 __all__ = ["solve"]
 
@@ -142,7 +142,7 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     progress : called as ``progress(stage, fraction)`` while solving.
     method : ``auto`` uses the pod-level LP of :mod:`solver.clos.model` on a clean
         3-tier Clos and the route-class LP otherwise; ``generic`` always the latter.
-    options : the tuning knobs of the Clos pipeline (:class:`solver.options.ClosOptions`).
+    options : the tuning knobs of the Clos pipeline (:class:`solver.core.options.ClosOptions`).
 
     Returns
     -------
@@ -168,7 +168,7 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     """
     t0 = time.perf_counter()
     say: Progress = progress or (lambda stage, frac: None)
-    from solver.lp import BACKENDS
+    from solver.core.lp import BACKENDS
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown LP backend {backend!r}: choose one of {', '.join(BACKENDS)}")

@@ -32,9 +32,9 @@ import scipy.sparse as sp
 
 from controller.model import Intent, Routing
 from controller.model.errors import Infeasible
-from solver.fabric import Fabric
-from solver.lp import DEFAULT_BACKEND, solve_lp
-from solver.routing import RouteClass
+from solver.core.fabric import Fabric
+from solver.core.lp import DEFAULT_BACKEND, solve_lp
+from solver.core.routing import RouteClass
 
 __all__ = ["Commodities", "build_commodities", "ecmp_ratios", "propagate", "solve_wcmp"]
 

@@ -15,8 +15,8 @@ from controller.gen import clos_document
 from controller.model import Intent
 from controller.model.intent import validate_intent
 from solver.clos.model import PodModel, build_pod_model
-from solver.fabric import Fabric, build_fabric
-from solver.weights import device_budget
+from solver.core.fabric import Fabric, build_fabric
+from solver.core.weights import device_budget
 
 __all__ = ["generated_pod_model"]
 

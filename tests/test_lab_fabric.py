@@ -4,7 +4,7 @@ Each lab (the two shipped ones, and clos3-small with a drained spine plus a
 drained link, and with a missing leaf-spine link) is brought up once with
 ``loom lab up`` and torn down in a finalizer even when a test fails. For every
 node and prefix, the next-hop ports FRR installed in the kernel
-(``loom lab routes --json``) must equal the solver's (``solver.routing.next_hops``)
+(``loom lab routes --json``) must equal the solver's (``solver.core.routing.next_hops``)
 and the plan ``loom plan`` writes with WCMP disabled, including where
 valley-free rules and drains withdraw a route. An IS-IS ring is held to the
 same standard.
@@ -35,7 +35,7 @@ from controller.model.intent import load_intent, validate_intent
 from controller.model.plan import Plan
 from labs import runner
 from labs.clab import load_topology
-from solver.routing import next_hops
+from solver.core.routing import next_hops
 from southbound.state import AgentInfo
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ from controller.model.plan import DevicePlan, NextHop, Plan, PlanSummary
 from safety.forwarding import build_topology, plan_table, propagate
 from safety.replay import Replayer, replay
 from safety.scenarios import Scenario, count_scenarios, scenarios
-from solver.routing import next_hops
+from solver.core.routing import next_hops
 
 
 def clos_doc(pods: int, tors: int, planes: int, spines: int, *, ls_cap: float = 100.0, tl_cap: float = 100.0,

@@ -24,7 +24,7 @@ from safety.scenarios import scenarios
 from solver import solve
 from solver.clos.model import build_pod_model
 from solver.clos.robust import CLASSES, clos_robust, protected_losses, scenario_losses
-from solver.fabric import build_fabric
+from solver.core.fabric import build_fabric
 from solver.robust import solve_robust
 
 

@@ -18,7 +18,7 @@ from controller.model.intent import validate_intent
 from solver import solve
 from solver.clos.model import PodModel
 from solver.clos.relax import decompose, relaxation
-from solver.lp import solve_lp
+from solver.core.lp import solve_lp
 from tests.checker import assert_plan_ok
 from tests.podmodel import generated_pod_model
 
@@ -69,7 +69,7 @@ def test_pdlp_plans_go_through_the_relaxation_and_pass_the_checker() -> None:
 def test_a_missed_fit_falls_back_to_the_full_model() -> None:
     """When the recovered routing does not meet the relaxation's optimum (forced here), the plan
     comes from the full pod model, and still passes the checker."""
-    from solver.options import ClosOptions
+    from solver.core.options import ClosOptions
 
     intent, _m, _share = _fabric(5)
     plan = solve(intent, backend="pdlp", options=ClosOptions(fit_above=-1.0))  # no routing is that far under

@@ -13,7 +13,7 @@ import pytest
 
 from controller.gen import clos_document
 from controller.model.intent import validate_intent
-from solver.routing import next_hops
+from solver.core.routing import next_hops
 
 
 def small_clos(pods: int = 2, tors: int = 2, planes: int = 2, spines: int = 1, **kw: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from solver.weights import oversubscription, reduce_weights
+from solver.core.weights import oversubscription, reduce_weights
 
 
 def brute_force(ratios: list[float], budget: int) -> float:
@@ -77,8 +77,8 @@ def test_budget_too_small_or_bad_ratios() -> None:
 def _pod_model_and_lp(pods: int, budget: int):  # type: ignore[no-untyped-def]
     import numpy as np
 
-    from solver.lp import solve_lp
-    from solver.weights import device_budget
+    from solver.core.lp import solve_lp
+    from solver.core.weights import device_budget
     from tests.podmodel import generated_pod_model
 
     intent, fab, m, share = generated_pod_model(pods=pods, tors=4, planes=2, spines=6, seed=3, missing=0.05,
@@ -97,7 +97,7 @@ def test_load_aware_rounding_is_consistent_and_no_worse_than_per_group(budget: i
 
     from solver.clos.plan import _weights
     from solver.clos.rounding import carry_round
-    from solver.options import ClosOptions
+    from solver.core.options import ClosOptions
 
     intent, fab, m, x, lp_bound, tor_budget, leaf_budget = _pod_model_and_lp(12, budget)
     tor_w, leaf_w, xr = carry_round(m, x, tor_budget, leaf_budget, fib=False,

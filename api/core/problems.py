@@ -115,18 +115,19 @@ def _request_loc(loc: tuple[Any, ...] | list[Any]) -> str:
 
 def install(app: FastAPI) -> None:
     """Register the exception handlers and the OpenAPI rewrite on ``app``."""
+    _install_domain_handlers(app)
+    _install_http_handlers(app)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+
+
+def _install_domain_handlers(app: FastAPI) -> None:
+    """Loom's own errors (:mod:`controller.model.errors`), each as its problem document."""
 
     @app.exception_handler(InvalidIntent)
     async def _invalid(request: Request, exc: InvalidIntent) -> JSONResponse:
         return problem_response(request, status_for(exc), "Invalid intent",
                                 f"the resulting intent has {len(exc.errors)} error(s); nothing was stored",
                                 kind="invalid-intent", errors=[e.as_dict() for e in exc.errors])
-
-    @app.exception_handler(RequestValidationError)
-    async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": _request_loc(e.get("loc", ())), "msg": str(e.get("msg", "invalid"))} for e in exc.errors()]
-        return problem_response(request, 422, "Invalid request", f"{len(errors)} error(s) in the request",
-                                kind="invalid-request", errors=errors)
 
     @app.exception_handler(SafetyViolation)
     async def _unsafe(request: Request, exc: SafetyViolation) -> JSONResponse:
@@ -161,6 +162,17 @@ def install(app: FastAPI) -> None:
     async def _loom(request: Request, exc: LoomError) -> JSONResponse:
         return problem_response(request, status_for(exc), "Bad request", str(exc), kind="bad-request")
 
+
+
+def _install_http_handlers(app: FastAPI) -> None:
+    """What the framework raises (request validation, routing, HTTP errors) and anything unexpected."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": _request_loc(e.get("loc", ())), "msg": str(e.get("msg", "invalid"))} for e in exc.errors()]
+        return problem_response(request, 422, "Invalid request", f"{len(errors)} error(s) in the request",
+                                kind="invalid-request", errors=errors)
+
     @app.exception_handler(ProblemException)
     async def _problem(request: Request, exc: ProblemException) -> JSONResponse:
         return problem_response(request, exc.status, exc.title, exc.detail, kind=exc.kind, headers=exc.headers)
@@ -178,27 +190,27 @@ def install(app: FastAPI) -> None:
                                 "the controller failed unexpectedly; the request id is in the server log",
                                 kind="internal")
 
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema:
-            return app.openapi_schema
-        schema = get_openapi(title=app.title, version=app.version, description=app.description,
-                             routes=app.routes, separate_input_output_schemas=False)
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components.setdefault("Problem", Problem.model_json_schema(ref_template="#/components/schemas/{model}"))
-        for defn in Problem.model_json_schema(ref_template="#/components/schemas/{model}").get("$defs", {}).items():
-            components.setdefault(*defn)
-        components["Problem"].pop("$defs", None)
-        for ops in schema.get("paths", {}).values():
-            for op in ops.values():
-                for code, resp in op.get("responses", {}).items():
-                    if code.isdigit() and int(code) >= 400:
-                        resp["content"] = {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}
-        for name in ("HTTPValidationError", "ValidationError"):
-            components.pop(name, None)
-        app.openapi_schema = schema
-        return schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The app's OpenAPI document, with every 4xx/5xx answer as an RFC 9457 problem document."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                         routes=app.routes, separate_input_output_schemas=False)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components.setdefault("Problem", Problem.model_json_schema(ref_template="#/components/schemas/{model}"))
+    for defn in Problem.model_json_schema(ref_template="#/components/schemas/{model}").get("$defs", {}).items():
+        components.setdefault(*defn)
+    components["Problem"].pop("$defs", None)
+    for ops in schema.get("paths", {}).values():
+        for op in ops.values():
+            for code, resp in op.get("responses", {}).items():
+                if code.isdigit() and int(code) >= 400:
+                    resp["content"] = {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    app.openapi_schema = schema
+    return schema
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:

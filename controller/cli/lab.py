@@ -45,7 +45,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 def expected_prefixes(lab_dir: Path) -> dict[str, set[str]] | None:
     """Per node, the prefixes the solver routes there, from the lab's
     ``intent.yaml`` (``None`` when the lab has no intent)."""
-    from solver.routing import next_hops
+    from solver.core.routing import next_hops
 
     path = lab_dir / "intent.yaml"
     if not path.exists():

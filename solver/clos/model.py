@@ -18,7 +18,7 @@ Load rows cover all four arc kinds (ToR up, leaf down to a ToR, leaf up, spine
 down) with each ToR's exact load as a linear function of ``a``, so the same
 matrix gives the LP's capacity rows and the loads of any split (rounded, or
 ECMP). Which planes and spines a pod pair may use is read off the BGP routes
-(one path-vector simulation per destination pod, :mod:`solver.routing`), so
+(one path-vector simulation per destination pod, :mod:`solver.core.routing`), so
 the model never uses a path BGP lacks. :func:`build_pod_model` returns
 ``None`` when the fabric is not such a clean Clos.
 """
@@ -34,9 +34,9 @@ import scipy.sparse as sp
 
 from controller.model import Role
 from controller.model.errors import Infeasible
-from solver.fabric import Fabric
-from solver.routing import _bgp_class
-from solver.weights import device_budget
+from solver.core.fabric import Fabric
+from solver.core.routing import _bgp_class
+from solver.core.weights import device_budget
 
 __all__ = ["PodModel", "build_pod_model", "pod_budgets"]
 

@@ -6,7 +6,7 @@ every leaf of its pod, each pod has at most one leaf per plane, leaves link
 only to spines of their plane, nothing is drained, every prefix has exactly
 one ToR origin and every demand enters at a ToR. Then the ToRs of a pod are
 interchangeable in BGP (swapping two of them is an automorphism of the fabric
-and its ASN plan), so the path-vector simulation of :mod:`solver.routing` runs
+and its ASN plan), so the path-vector simulation of :mod:`solver.core.routing` runs
 once per destination pod, and every device's route to any ToR of pod ``p`` is
 its route to pod ``p``'s representative (leaves of pod ``p`` itself deliver
 straight to the ToR). The LP is the pod-level model of :mod:`solver.clos.model`,
@@ -17,7 +17,7 @@ one column per arc instead of per leaf group and spine), the routing recovered
 from it by matrix scaling and checked against the relaxation's optimum; weights
 are chosen once per (pod pair) and (leaf, destination pod) by the load-aware rounding of
 :mod:`solver.clos.rounding` (on small fabrics also by the per-group optimum of
-:mod:`solver.weights`; the lower MLU wins); loads (after rounding, and for
+:mod:`solver.core.weights`; the lower MLU wins); loads (after rounding, and for
 ECMP) are the LP's own linear load rows evaluated at the rounded splits.
 Routes are a lazy :class:`Mapping` per device.
 """
@@ -36,10 +36,10 @@ from solver.clos.model import PodModel, build_pod_model, pod_budgets
 from solver.clos.relax import Relaxation, decompose, relaxation
 from solver.clos.repair import repair_weights
 from solver.clos.rounding import carry_round, integral_plane_split
-from solver.fabric import Fabric, build_fabric
-from solver.lp import AUTO_PDLP_VARIABLES, solve_lp
-from solver.options import ClosOptions
-from solver.weights import device_budget, reduce_weights
+from solver.core.fabric import Fabric, build_fabric
+from solver.core.lp import AUTO_PDLP_VARIABLES, solve_lp
+from solver.core.options import ClosOptions
+from solver.core.weights import device_budget, reduce_weights
 
 __all__ = ["clos_plan"]
 

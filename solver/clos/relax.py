@@ -43,7 +43,7 @@ import scipy.sparse as sp
 
 from controller.model import Role
 from solver.clos.model import PodModel
-from solver.options import ClosOptions
+from solver.core.options import ClosOptions
 
 __all__ = ["Relaxation", "decompose", "relaxation"]
 

@@ -66,10 +66,10 @@ from controller.model import Intent, Role
 from controller.model.errors import Infeasible
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.clos.model import PodModel, build_pod_model, pod_budgets
-from solver.fabric import build_fabric
-from solver.lp import DEFAULT_BACKEND, solve_lp
-from solver.options import RobustOptions
-from solver.weights import reduce_weights
+from solver.core.fabric import build_fabric
+from solver.core.lp import DEFAULT_BACKEND, solve_lp
+from solver.core.options import RobustOptions
+from solver.core.weights import reduce_weights
 
 __all__ = ["CLASSES", "ClosCandidate", "LossFamily", "certificate", "clos_robust",
            "protected_losses", "scenario_losses"]
@@ -556,7 +556,7 @@ def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
     ----------
     intent : a validated intent (its ``failure_tolerance`` scope and domains set the loss sets).
     limit : the utilization every protected scenario must stay under.
-    backend : the LP backend (:func:`solver.lp.solve_lp`).
+    backend : the LP backend (:func:`solver.core.lp.solve_lp`).
     grid : the ``(t1, t2)`` over-provisioning factors to try (see the module docstring;
         default ``options.clos_grid``).
     derate_rounds : LPs per grid point after the first, with the arcs whose rounded
@@ -565,7 +565,7 @@ def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
         bound), if known: a certified candidate within ``options.clos_floor_slack`` of it
         ends the search, since no grid point can do better.
     progress : called as ``progress(stage, fraction)``.
-    options : the robust knobs (:class:`solver.options.RobustOptions`).
+    options : the robust knobs (:class:`solver.core.options.RobustOptions`).
 
     Returns
     -------

@@ -2,7 +2,7 @@
 
 This module owns the step from the pod model's fractional splits (the LP's
 ``a`` and ``g`` of :mod:`solver.clos.model`) to integer weights. Rounding each group
-on its own (the WCMP paper's per-group optimum, :mod:`solver.weights`) is
+on its own (the WCMP paper's per-group optimum, :mod:`solver.core.weights`) is
 blind to links: at the LP optimum nearly every leaf-spine arc is at the
 maximum utilization, and a group's rounding error lands on the same arcs as
 the errors of every other group through them (identical splits round alike,
@@ -42,8 +42,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from solver.clos.model import PodModel
-from solver.lp import solve_milp
-from solver.options import ClosOptions
+from solver.core.lp import solve_milp
+from solver.core.options import ClosOptions
 
 __all__ = ["carry_round", "integral_plane_split"]
 

@@ -16,7 +16,7 @@ exactly 0.90: MLU with ``loop_free`` after rounding, with shortest paths
 (WCMP), and ECMP, and seconds per network.
 
 Figures measured with these fabrics (2-core shared machine), which the solver's
-defaults (:class:`solver.options.ClosOptions`, :class:`solver.options.RobustOptions`)
+defaults (:class:`solver.core.options.ClosOptions`, :class:`solver.core.options.RobustOptions`)
 were tuned on, kept here rather than in the solver's docstrings:
 
 * the pod model of XL has 4.2M leaf-group variables, which is why large models go

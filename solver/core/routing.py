@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from controller.model import Intent, Routing
-from solver.fabric import Fabric, build_fabric
+from solver.core.fabric import Fabric, build_fabric
 
 __all__ = ["RouteClass", "next_hops", "route_classes"]
 
