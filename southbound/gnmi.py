@@ -480,13 +480,31 @@ def _value(v: Any) -> int | None:
     return None
 
 
+_PATH_TEXT: dict[bytes, str] = {}  # a path's wire bytes -> its xpath (streams repeat the same paths)
+_PATH_TEXT_MAX = 200_000
+
+
+def _path_text(path: Any) -> str:
+    """``format_path`` of a wire path, remembered by its bytes: a stream sends the same few paths every
+    interval, and formatting them again was most of a subscriber's CPU."""
+    key = path.SerializeToString(deterministic=True)
+    text = _PATH_TEXT.get(key)
+    if text is None:
+        text = format_path(_path_from_pb(path)) if len(path.elem) or len(path.element) else ""
+        if len(_PATH_TEXT) >= _PATH_TEXT_MAX:
+            _PATH_TEXT.clear()
+        _PATH_TEXT[key] = text
+    return text
+
+
 def _samples(device: str, n: Any) -> list[Sample]:
-    prefix = _path_from_pb(n.prefix)
+    prefix = _path_text(n.prefix)
+    ts = int(n.timestamp)
     out = []
     for u in n.update:
         value = _value(u.val)
         if value is not None:
-            out.append(Sample(device, format_path(prefix + _path_from_pb(u.path)), value, int(n.timestamp)))
+            out.append(Sample(device, prefix + _path_text(u.path) or "/", value, ts))
     return out
 
 

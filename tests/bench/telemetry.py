@@ -13,6 +13,12 @@ Two tables, each row beside its reference.
   checks) on the same samples; its memory is after the 7 intervals run and
   grows with every sample until its deques are full. Each runs in a fresh
   process.
+* **Live subscription**: ``STREAM_DEVICES`` dry agents in one process serve
+  synthetic counters (64 ports, 128 prefixes each) over gNMI on unix sockets;
+  the collector's :class:`~controller.telemetry.stream.TelemetryStream` in
+  another process subscribes to all of them. Its CPU per sample round (gNMI
+  decode, buffering and ingest) scaled to 1,000 devices, beside the ingest row's
+  figure (ingest alone) as the reference.
 * **Demand estimation** on Clos M and L (sizes of :mod:`tests.bench.solver`,
   seed 1, 5% of links missing, 20% heterogeneous): with AFT counters (the
   collector's demand view on synthetic counters, exact by construction) and
@@ -37,7 +43,7 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-__all__ = ["estimation_row", "ingest_row", "run"]
+__all__ = ["estimation_row", "ingest_row", "run", "stream_row"]
 
 DEVICES, IFACES, IFACE_COUNTERS, AFT_PREFIXES = 1000, 64, 6, 128
 INTERVAL_S, WARMUP, MEASURED = 10.0, 2, 5
@@ -110,6 +116,99 @@ def _in_child(target: Any, *args: Any, timeout: float = 1800) -> dict[str, Any]:
         if proc.is_alive():
             proc.terminate()
         proc.join(10)
+
+
+STREAM_DEVICES, STREAM_INTERVAL_S, STREAM_ROUNDS = 200, 5.0, 4
+
+
+def _fleet_child(names: list[str], base: str, queue: Any) -> None:
+    """``names`` dry agents in one process, each serving gNMI over synthetic counters (64 ports, 128 prefixes)."""
+    import asyncio
+    from pathlib import Path
+
+    from southbound.agent import AgentCore, serve
+    from southbound.counters import SyntheticCounters
+    from southbound.frr_apply import DryFrr
+
+    ports = tuple(f"eth{i}" for i in range(1, IFACES + 1))
+    prefixes = tuple(f"10.{k // 256}.{k % 256}.0/24" for k in range(AFT_PREFIXES))
+
+    async def main() -> None:
+        ready = asyncio.Event()
+        started = []
+
+        def one() -> None:
+            started.append(1)
+            if len(started) == len(names):
+                ready.set()
+
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(serve(
+            AgentCore(DryFrr(Path(base) / n / "dry"), Path(base) / n / "state", n), f"unix:{base}/{n}.sock",
+            ready=one, stop=stop, counters=SyntheticCounters(n, default_ports=ports, extra_prefixes=prefixes)))
+            for n in names]
+        await ready.wait()
+        queue.put({"ready": True})
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+
+
+def _stream_child(names: list[str], base: str, queue: Any) -> None:
+    """The server's gNMI subscription (:class:`controller.telemetry.stream.TelemetryStream`) to ``names``,
+    CPU and memory measured over ``STREAM_ROUNDS`` sample intervals after the first full round."""
+    try:
+        import asyncio
+
+        from controller.telemetry import Options, Telemetry
+        from controller.telemetry.stream import StreamOptions, TelemetryStream
+
+        async def main() -> dict[str, Any]:
+            async def active() -> None:
+                return None
+
+            before = _rss_mb()
+            tel = Telemetry(Options(interval_s=STREAM_INTERVAL_S))
+            stream = TelemetryStream(tel, {n: f"unix:{base}/{n}.sock" for n in names}, active,
+                                     options=StreamOptions(interval_s=STREAM_INTERVAL_S))
+            await stream.start()
+            deadline = time.monotonic() + 120
+            while len(stream.connected) < len(names):
+                assert time.monotonic() < deadline, f"{len(stream.connected)} of {len(names)} streams up"
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(STREAM_INTERVAL_S)  # one full round after every stream is up
+            c0, k0 = time.process_time(), tel.counts()["counters"]
+            await asyncio.sleep(STREAM_ROUNDS * STREAM_INTERVAL_S)
+            cpu = (time.process_time() - c0) / STREAM_ROUNDS
+            counts = tel.counts()
+            await stream.stop()
+            return {"devices": len(names), "counters": counts["counters"], "new_counters": counts["counters"] - k0,
+                    "cpu_s": cpu, "mem_mb": _rss_mb() - before}
+
+        queue.put(asyncio.run(main()))
+    except BaseException as exc:  # report, never hang the parent
+        queue.put({"error": f"{type(exc).__name__}: {exc}"[:200]})
+
+
+def stream_row(devices: int = STREAM_DEVICES) -> dict[str, Any]:
+    """A fleet of ``devices`` dry agents serving synthetic counters over gNMI in one process, and the
+    collector's live subscription to all of them in another: the subscriber's CPU per sample round."""
+    import tempfile
+
+    ctx = mp.get_context("spawn")
+    names = [f"dev-{i}" for i in range(devices)]
+    with tempfile.TemporaryDirectory() as base:
+        queue = ctx.Queue()
+        fleet = ctx.Process(target=_fleet_child, args=(names, base, queue))
+        fleet.start()
+        try:
+            if "ready" not in queue.get(timeout=300):
+                return {"error": "the fleet did not start"}
+            row = _in_child(_stream_child, names, base, timeout=600)
+        finally:
+            fleet.terminate()
+            fleet.join(10)
+    return row
 
 
 def ingest_row(kind: str) -> dict[str, Any]:
@@ -195,6 +294,19 @@ def run(args: Any) -> list[Table]:
         ingest.add_row("collector (rates, resets, wraps, stale)", f"{col['samples']:,}", f"{col['cpu_s']:.2f}",
                        f"{100 * col['cpu_s'] / INTERVAL_S:.0f}%", f"{col['mem_mb']:.0f}",
                        f"{ref['cpu_s']:.2f}", f"{ref['mem_mb']:.0f}")
+    stream = Table(title=f"live gNMI subscription: {STREAM_DEVICES} dry agents (synthetic counters, one process) "
+                         f"every {STREAM_INTERVAL_S:g} s, scaled to 1,000 devices at {INTERVAL_S:g} s")
+    for c in ("devices", "counters", "subscriber CPU s / round", "per 1,000 devices", "core share at 10 s",
+              "memory MB", "reference: ingest alone per 1,000"):
+        stream.add_column(c, justify="right")
+    sr = stream_row()
+    if "error" in sr:
+        stream.add_row(sr["error"], *[""] * 6)
+    else:
+        per_k = sr["cpu_s"] * 1000 / sr["devices"]
+        stream.add_row(str(sr["devices"]), f"{sr['counters']:,}", f"{sr['cpu_s']:.2f}", f"{per_k:.2f}",
+                       f"{100 * per_k / INTERVAL_S:.0f}%", f"{sr['mem_mb']:.0f}",
+                       f"{col['cpu_s']:.2f}" if "cpu_s" in col else "")
     est = Table(title="demand estimation: AFT counters (exact) and tomogravity (link counters only), "
                       "beside the gravity prior")
     for c in ("size", "matrix", "devices", "demands", "unknowns", "AFT s", "AFT err", "A s", "A nnz",
@@ -211,4 +323,4 @@ def run(args: Any) -> list[Table]:
                         _f(r, "aft_s"), _f(r, "aft_err", "{:.1e}"), _f(r, "a_s", "{:.1f}"),
                         _nnz(r), _f(r, "fit_s", "{:.1f}"), _f(r, "tomo_err"),
                         _f(r, "residual", "{:.1e}"), _f(r, "grav_err"), _f(r, "peak_mb", "{:.0f}"))
-    return [ingest, est]
+    return [ingest, stream, est]
