@@ -78,6 +78,7 @@ TIERS: dict[str, str] = {
     "test_telemetry_api.py": "component",    # the views and the capture through the app, on dry agents
     "test_telemetry_drains.py": "unit",
     "test_telemetry_lab.py": "lab",
+    "test_telemetry_patterns.py": "unit",     # the endpoint test through the app is component
     "test_telemetry_stream.py": "component",     # the server's gNMI subscription to a fleet of real agents
     "test_transaction_dry.py": "component",
     "test_ui_browser.py": "browser",

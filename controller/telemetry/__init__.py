@@ -16,6 +16,9 @@ from controller.telemetry.collector import (
     interface_path,
 )
 from controller.telemetry.counters import STATS, CounterStore, Options, Sample, WindowStats
+from controller.telemetry.patterns import PATTERNS, Group, Series, classify, tor_series
+from controller.telemetry.patterns import Options as PatternOptions
 
-__all__ = ["STATS", "CounterStore", "DemandView", "Fidelity", "FidelityLink", "LinkView", "Options", "Sample",
-           "Telemetry", "WindowStats", "aft_path", "interface_path"]
+__all__ = ["PATTERNS", "STATS", "CounterStore", "DemandView", "Fidelity", "FidelityLink", "Group", "LinkView",
+           "Options", "PatternOptions", "Sample", "Series", "Telemetry", "WindowStats", "aft_path", "classify",
+           "interface_path", "tor_series"]

@@ -28,6 +28,8 @@ import numpy as np
 from controller.model import Intent
 from controller.model.plan import Plan
 from controller.telemetry.counters import STATS, CounterStore, Options, Sample, WindowStats
+from controller.telemetry.patterns import Group, classify, matrix_series, tor_series
+from controller.telemetry.patterns import Options as PatternOptions
 from safety.estimate import RoutingMatrix, edge_devices, link_loads, routing_matrix, tomogravity
 
 __all__ = ["DemandView", "Fidelity", "FidelityLink", "LinkView", "Telemetry", "aft_path", "interface_path"]
@@ -221,6 +223,48 @@ class Telemetry:
         if plan is None:
             return DemandView("tomogravity", {})
         return self._estimate(intent, plan, now, window_s, stat)
+
+    def demand_series(self, intent: Intent, now: float, window_s: float
+                      ) -> tuple[list[tuple[str, str]], np.ndarray, float]:
+        """The AFT demand keys (ingress device, prefix) and their rates per interval over the window,
+        ``(intervals x keys)`` gbps, oldest first: each interval rate of a counter falls in the bin of
+        ``options.interval_s`` seconds (counting back from ``now``) where it ends; NaN where a counter
+        has none. No keys (and a ``0 x 0`` array) when the fabric serves no AFT counters."""
+        step = self.options.interval_s
+        bins = max(1, int(np.ceil(window_s / step - 1e-9)))
+        with self._lock:
+            if not self._has_aft(intent):
+                return [], np.zeros((0, 0)), step
+            keys = [k for k in self.store.rows if k[0] in intent.device_map
+                    and (m := _AFT.match(k[1])) is not None and m.group(2) == "octets-forwarded"]
+            s = self.store
+            rows = np.array([s.rows[k] for k in keys], dtype=np.int64)
+            tt = s.ring_t[rows]
+            dt = s.ring_dt[rows].astype(np.float64)
+            rate = s.ring_rate[rows].astype(np.float64)
+        inside = (tt > now - window_s) & (tt <= now)
+        b = np.clip(((now - np.where(inside, tt, now)) // step).astype(np.int64), 0, bins - 1)
+        b = bins - 1 - b  # oldest first
+        weight = np.zeros((len(keys), bins))
+        total = np.zeros((len(keys), bins))
+        r, c = np.nonzero(inside)
+        np.add.at(weight, (r, b[r, c]), dt[r, c])
+        np.add.at(total, (r, b[r, c]), rate[r, c] * dt[r, c])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), np.nan) / _OCTETS_PER_GBPS
+        prefixes = [_AFT.match(p) for _d, p in keys]
+        return [(d, m.group(1)) for (d, _p), m in zip(keys, prefixes, strict=True) if m is not None], out.T, step
+
+    def patterns(self, intent: Intent, plan: Plan | None, now: float, window_s: float,
+                 options: PatternOptions | None = None) -> tuple[str, list[Group]]:
+        """The method (``aft`` or ``tomogravity``) and the communication groups of the measured traffic
+        (:func:`controller.telemetry.patterns.classify`): on the per-interval AFT matrices, or on
+        tomogravity's single mean matrix."""
+        keys, rates, step = self.demand_series(intent, now, window_s)
+        if keys:
+            return "aft", classify(tor_series(intent, keys, rates, step), options)
+        view = self.demand(intent, plan, now, window_s)
+        return view.method, classify(matrix_series(intent, view.demands, step), options)
 
     def _routing_matrix(self, intent: Intent, plan: Plan) -> RoutingMatrix:
         key = (intent.content_hash, id(plan))
