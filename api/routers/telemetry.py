@@ -1,4 +1,5 @@
-"""``/v1/telemetry/*``: what the switches' counters say (DESIGN.md, Telemetry), and
+"""``/v1/telemetry/*``: what the switches' counters say (DESIGN.md, Telemetry: links, demand,
+fidelity, the traffic patterns), and
 ``POST /v1/demands/from-telemetry``, which turns the measured matrix into intent.
 
 The views read the collector on ``app.state.telemetry`` (fed by the serving
@@ -21,6 +22,7 @@ from controller.model.documents import (
     DemandCaptureDocument,
     FidelityDocument,
     MeasuredDemandsDocument,
+    PatternsDocument,
     TelemetryLinksDocument,
 )
 from controller.telemetry import Telemetry
@@ -64,6 +66,16 @@ def fidelity(request: Request, session: SessionDep, _actor: Viewer, window_s: Wi
     tel = telemetry(request)
     _rev, intent, plan = active_context(tel, session=session)
     return {"window_s": window_s, "stat": stat, **tel.fidelity(intent, plan, time.time(), window_s, stat).to_document()}
+
+
+@router.get("/v1/telemetry/patterns", response_model=PatternsDocument,
+            summary="Communication groups of the measured traffic and their pattern (ring, all-to-all, ...)",
+            responses=error_responses(401, 403, 404, 422))
+def patterns(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 300.0) -> Any:
+    tel = telemetry(request)
+    _rev, intent, plan = active_context(tel, session=session)
+    method, groups = tel.patterns(intent, plan, time.time(), window_s)
+    return {"window_s": window_s, "method": method, "groups": [g.to_document() for g in groups]}
 
 
 class DemandCapture(BaseModel):

@@ -40,6 +40,8 @@ __all__ = [
     "FidelityLinkDocument",
     "MeasuredDemandDocument",
     "MeasuredDemandsDocument",
+    "PatternGroupDocument",
+    "PatternsDocument",
     "TelemetryLinkDocument",
     "TelemetryLinksDocument",
     "DroppedDemandDocument",
@@ -456,3 +458,28 @@ class DemandCaptureDocument(_Closed):
     headroom: float
     method: Literal["aft", "tomogravity"]
     demands: list[MeasuredDemandDocument]
+
+
+class PatternGroupDocument(_Closed):
+    """One communication group of the measured traffic and the evidence for its pattern."""
+
+    members: list[str] = Field(description="the ToRs of the group")
+    pattern: Literal["ring_allreduce", "all_to_all", "pipeline", "incast", "background"]
+    confidence: float = Field(ge=0, le=1)
+    gbps: float = Field(description="the group's total rate between its members (mean over the window)")
+    score: float = Field(description="fit x uniformity of the pattern (0 for background)")
+    fit: float = Field(description="share of the group's traffic on the pattern's edges")
+    uniformity: float = Field(description="1 - CV / max_cv of the pattern edges' rates, clipped to [0, 1]")
+    internal: float = Field(description="share of the members' traffic that stays inside the group")
+    periodicity: float = Field(description="autocorrelation peak of the group's total rate over the intervals")
+    period_s: float | None = Field(description="the period of that peak in seconds (null: none found)")
+    scores: dict[str, float] = Field(description="every pattern's score for this group")
+
+
+class PatternsDocument(_Closed):
+    """``GET /v1/telemetry/patterns``: the communication groups and their patterns."""
+
+    window_s: float
+    method: Literal["aft", "tomogravity"] = Field(
+        description="aft: per-interval matrices from the forwarding counters; tomogravity: one estimated matrix")
+    groups: list[PatternGroupDocument]
