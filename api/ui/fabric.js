@@ -1,5 +1,6 @@
 // The Fabric page (the topology by tier, links coloured by the active plan's utilization or, with
-// ?view=observed, by what the switches' counters measure, stale links marked; drains marked and offered to
+// ?view=observed, by what the switches' counters measure, stale links marked, with the recognized traffic
+// patterns in a card under the legend; drains marked and offered to
 // operators; a link's details on hover and click) and a switch's page (routes, groups and weights; reported
 // state; drift; drain or undrain).
 
@@ -203,6 +204,24 @@ function legend(hasLoads, view) {
     view.observed ? h("span", { class: "swatch stale-swatch" }, "stale") : null);
 }
 
+const PATTERN_LABEL = { ring_allreduce: "ring all-reduce", all_to_all: "all-to-all", pipeline: "pipeline",
+  incast: "incast", background: "background" };
+
+/** The communication groups of the measured traffic (GET /v1/telemetry/patterns), or a note when none. */
+function patternsCard(patterns) {
+  const groups = patterns ? patterns.groups : [];
+  return h("section", { class: "card", id: "patterns" },
+    h("h2", {}, "Traffic patterns"),
+    !patterns ? h("p", { class: "muted" }, "no measured traffic to classify yet")
+      : !groups.length ? h("p", { class: "muted" }, `no traffic between ToRs over the last ${patterns.window_s} s`)
+        : table(["pattern", "members", "confidence", "Gb/s", "period"], groups.map((g) => [
+          h("span", { class: `pattern ${g.pattern}` }, PATTERN_LABEL[g.pattern] || g.pattern),
+          g.members.length > 8 ? `${g.members.slice(0, 8).join(", ")} … (${g.members.length})` : g.members.join(", "),
+          pct(g.confidence), fmt(g.gbps, 2), g.period_s == null ? "–" : `${fmt(g.period_s, 0)} s`]),
+        { class: "compact" }),
+    patterns ? h("p", { class: "muted" }, `over the last ${patterns.window_s} s (${patterns.method})`) : null);
+}
+
 /** Planned (the active plan's loads) or observed (the switches' counters, GET /v1/telemetry/links). */
 function viewToggle(view) {
   const link = (label, href, on, id) => h("a", { href, id, class: `toggle${on ? " on" : ""}`, "aria-pressed": on }, label);
@@ -214,9 +233,10 @@ function viewToggle(view) {
 export async function renderFabric(main, ctx) {
   main.append(h("p", { class: "muted" }, "loading the fabric…"));
   const view = { observed: ctx.params.get("view") === "observed" };
-  const [{ status, plan, intent, revision, active, previewed }, observed] = await Promise.all([
+  const [{ status, plan, intent, revision, active, previewed }, observed, patterns] = await Promise.all([
     loadFabric(ctx.params.get("plan") === "head"),
-    view.observed ? maybe(`/v1/telemetry/links?window_s=${OBSERVED_WINDOW_S}`) : null]);
+    view.observed ? maybe(`/v1/telemetry/links?window_s=${OBSERVED_WINDOW_S}`) : null,
+    view.observed ? maybe(`/v1/telemetry/patterns?window_s=${OBSERVED_WINDOW_S}`).catch(() => null) : null]);
   if (!ctx.alive()) return;
   clear(main);
   if (!intent) {
@@ -246,6 +266,7 @@ export async function renderFabric(main, ctx) {
     status && status.committing_change
       ? h("a", { class: "badge committing", href: `#/changes/${status.committing_change}` }, "commit in progress") : null));
   main.append(viewToggle(view), legend(view.observed ? !!(observed && observed.links.length) : !!plan, view));
+  if (view.observed) main.append(patternsCard(patterns));
 
   // at least ~16 px a switch on screen: a large fabric scrolls sideways rather than shrinking to dots
   const shown = Math.max(Math.max(600, (main.clientWidth || 1400) - 380), lay.wide * 16 + 120);
