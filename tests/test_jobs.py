@@ -251,3 +251,28 @@ def test_what_if_without_an_intent_is_404(tmp_path: Any) -> None:
     with running_api(f"sqlite:///{tmp_path / 'empty.db'}", intent=None, example=False) as api:
         r = api("POST", "/v1/jobs/what-if", json=_job(["tor-0-0", "tor-1-1"]))
         assert r.status_code == 404, r.text
+
+
+# -- /v1/jobs, the collection ----------------------------------------------------------
+def test_jobs_are_a_collection_like_the_others(api: Api) -> None:
+    made = api("POST", "/v1/jobs", json=_job(["tor-0-0", "tor-1-1"], gbps=2))
+    assert made.status_code == 201, made.text
+    assert made.json()["id"] == "train" and made.headers["Location"].endswith("/v1/jobs/train")
+    api("POST", "/v1/jobs", json=_job(["tor-0-1", "tor-1-0"], "all_to_all", name="moe"))
+    assert [j["id"] for j in api("GET", "/v1/jobs?tor=tor-1-1", role="viewer").json()["items"]] == ["train"]
+    assert [j["id"] for j in api("GET", "/v1/jobs?collective=all_to_all", role="viewer").json()["items"]] == ["moe"]
+    assert api("GET", "/v1/jobs/train", role="viewer").json()["tors"] == ["tor-0-0", "tor-1-1"]
+    patched = api("PATCH", "/v1/jobs/train", json={"iter_s": 2.0})
+    assert patched.status_code == 200 and patched.json()["iter_s"] == 2.0
+    assert api("POST", "/v1/jobs", json=_job(["tor-0-0", "tor-1-1"])).status_code == 409
+    intent = api("GET", "/v1/intent", role="viewer").json()
+    assert [j["name"] for j in intent["jobs"]] == ["train", "moe"]
+    diff = api("GET", "/v1/revisions/1/diff/3", role="viewer").json()
+    assert {"kind": "job", "name": "train"} in diff["added"]
+    assert api("DELETE", "/v1/jobs/moe").status_code == 204
+
+
+def test_a_job_on_unknown_tors_is_refused_with_its_location(api: Api) -> None:
+    r = api("POST", "/v1/jobs", json=_job(["tor-0-0", "nope"]))
+    assert r.status_code == 422, r.text
+    assert [(e["loc"], e["msg"]) for e in r.json()["errors"]] == [("jobs[0].tors[1]", "unknown device 'nope'")]

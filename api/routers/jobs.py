@@ -1,4 +1,5 @@
-"""``POST /v1/jobs/what-if``: the planned maximum utilization and the safety verdict of the active
+"""``/v1/jobs``: ML jobs of the intent, by name (the collection routes; filter by a member ToR and
+by collective); and ``POST /v1/jobs/what-if``: the planned maximum utilization and the safety verdict of the active
 intent with one more ML job (DESIGN.md, Closed loop); nothing is written.
 
 The body is one job as the intent document spells it (JSON or YAML); errors are located under
@@ -10,25 +11,35 @@ names the revision the job was added to (the active one, else the head). The wor
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from api.core.deps import Operator, set_etag
 from api.core.problems import error_responses
+from api.routers.collection import collection_router
 from api.routers.intent import YAML_TYPES
 from controller.model.documents import JobWhatIfDocument
 from controller.model.intent import parse_intent_text
 from controller.workflow import jobs
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+def filters(
+    tor: Annotated[str | None, Query(description="jobs with this member")] = None,
+    collective: Annotated[str | None, Query(description="ring_allreduce, all_to_all or pipeline")] = None,
+) -> dict[str, str | None]:
+    return {"tor": tor, "collective": collective}
+
+
+router = APIRouter(tags=["jobs"])
+router.include_router(collection_router("jobs", filters, id_help="the job's name"))
 
 _CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}},
             "application/yaml": {"schema": {"type": "string"}}}
 
 
-@router.post("/what-if", response_model=JobWhatIfDocument,
+@router.post("/v1/jobs/what-if", response_model=JobWhatIfDocument,
              summary="Plan and check the active intent with one more job (nothing stored)",
              responses=error_responses(401, 403, 404, 422),
              openapi_extra={"requestBody": {"required": True, "content": _CONTENT}})
