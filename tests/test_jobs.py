@@ -276,3 +276,33 @@ def test_a_job_on_unknown_tors_is_refused_with_its_location(api: Api) -> None:
     r = api("POST", "/v1/jobs", json=_job(["tor-0-0", "nope"]))
     assert r.status_code == 422, r.text
     assert [(e["loc"], e["msg"]) for e in r.json()["errors"]] == [("jobs[0].tors[1]", "unknown device 'nope'")]
+
+
+# -- the CLI: loom validate, plan and check see the jobs ----------------------------------
+def test_loom_plan_and_check_route_the_job_demand(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from controller.cli import _register, app
+    from controller.model.plan import Plan
+
+    _register()
+    runner = CliRunner()
+    jobs = [_job(["tor-0-0", "tor-1-1"], "pipeline", gbps=40)]
+    plain, with_jobs = tmp_path / "plain.yaml", tmp_path / "jobs.yaml"
+    declared = [{"from": "tor-1-0", "to": "10.0.1.0/24", "gbps": 1.0}]
+    plain.write_text(dump_intent(validate_intent({**_doc(), "demands": declared})))
+    with_jobs.write_text(dump_intent(validate_intent({**_doc(jobs), "demands": declared})))
+    v = runner.invoke(app, ["validate", str(with_jobs), "--json"])
+    assert v.exit_code == 0 and '"jobs": 1' in v.output
+    for path in (plain, with_jobs):
+        r = runner.invoke(app, ["plan", str(path), "--json", "--out", str(path.with_suffix(".plan.json"))])
+        assert r.exit_code == 0, r.output
+    carried = {}
+    for path in (plain, with_jobs):
+        plan = Plan.from_document(parse_intent_text(path.with_suffix(".plan.json").read_text(), "json"))
+        carried[path.name] = max(max(x.gbps_ab, x.gbps_ba) for x in plan.links)
+    # ToR to leaf: the two planes share each demand
+    assert carried == {"plain.yaml": pytest.approx(0.5), "jobs.yaml": pytest.approx(40.0 / 2)}
+    c = runner.invoke(app, ["check", str(with_jobs), "--json"])
+    assert c.exit_code == 0, c.output
+    assert '"verdict": "safe"' in c.output
