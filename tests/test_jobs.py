@@ -306,3 +306,30 @@ def test_loom_plan_and_check_route_the_job_demand(tmp_path: Any) -> None:
     c = runner.invoke(app, ["check", str(with_jobs), "--json"])
     assert c.exit_code == 0, c.output
     assert '"verdict": "safe"' in c.output
+
+
+def test_loom_jobs_what_if(api: Api, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``loom jobs what-if`` through the API app in-process (its HTTP client is the test client)."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from controller.cli import _register, app
+    from controller.cli import changes as cli_changes
+
+    def client(base_url: str, headers: dict[str, str], timeout: float) -> httpx.Client:
+        api.client.headers.update(headers)
+        return api.client  # type: ignore[no-any-return]
+
+    _register()
+    monkeypatch.setattr(cli_changes.httpx, "Client", client)
+    monkeypatch.setenv("LOOM_TOKEN", api.tokens["operator"])
+    job = tmp_path / "job.yaml"
+    job.write_text("name: t\ntors: [tor-0-0, tor-1-1]\ncollective: ring_allreduce\nbytes_per_iter: 1e8\niter_s: 1\n")
+    r = CliRunner().invoke(app, ["jobs", "what-if", str(job), "--server", "http://test"])
+    assert r.exit_code == 0, r.output
+    assert "SAFE with job 't'" in r.output
+    r = CliRunner().invoke(app, ["jobs", "what-if", str(job), "--json"])
+    assert r.exit_code == 0 and '"verdict": "safe"' in r.output
+    job.write_text("name: t\ntors: [tor-0-0, nope]\ncollective: ring_allreduce\nbytes_per_iter: 1e8\niter_s: 1\n")
+    r = CliRunner().invoke(app, ["jobs", "what-if", str(job)])
+    assert r.exit_code == 2 and "job.tors[1]" in r.output
