@@ -119,7 +119,7 @@ def _demand_classes(
 ) -> tuple[list[str], list[frozenset[int]], dict[str, int], dict[tuple[int, int], float]]:
     index = {d.name: i for i, d in enumerate(intent.devices)}
     total: dict[tuple[str, int], float] = defaultdict(float)
-    for dm in intent.demands:
+    for dm in intent.effective_demands:
         if dm.gbps > 0:
             total[(dm.to, index[dm.from_])] += dm.gbps
     origins_of = {p.prefix: frozenset(index[o] for o in p.origins) for p in intent.prefixes}

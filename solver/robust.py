@@ -196,7 +196,7 @@ def _dags(intent: Intent, plan: Plan) -> _Dags:
         port_link[(index[link.b], link.b_port)] = (2 * i + 1, index[link.a])
     origins = {p.prefix: {index[o] for o in p.origins} for p in intent.prefixes}
     dem: dict[str, dict[int, float]] = {}
-    for d in intent.demands:
+    for d in intent.effective_demands:
         if d.gbps > 0 and index[d.from_] not in origins.get(d.to, ()):
             dem.setdefault(d.to, {}).setdefault(index[d.from_], 0.0)
             dem[d.to][index[d.from_]] += d.gbps

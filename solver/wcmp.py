@@ -71,27 +71,26 @@ def _class_demands(fab: Fabric, classes: list[RouteClass]) -> dict[int, dict[int
     class_of = {p: ci for ci, rc in enumerate(classes) for p in rc.prefixes}
     per_class: dict[int, dict[int, float]] = {}
     problems: list[dict[str, Any]] = []
-    for i, d in enumerate(intent.demands):
+    for i, d in enumerate(intent.effective_demands):
         if d.gbps <= 0:
             continue
         ci = class_of.get(d.to)
         s = fab.index.get(d.from_)
-        where = f"demands[{i}]"
         if ci is None or s is None:
-            problems.append({"loc": where, "from": d.from_, "to": d.to,
+            problems.append({"loc": intent.demand_loc(i), "from": d.from_, "to": d.to,
                              "reason": f"no prefix {d.to} is originated" if ci is None else "unknown source"})
             continue
         rc = classes[ci]
         if s in rc.origins:
             continue  # delivered locally
         if not rc.origins:
-            problems.append({"loc": where, "from": d.from_, "to": d.to,
+            problems.append({"loc": intent.demand_loc(i), "from": d.from_, "to": d.to,
                              "reason": f"every origin of {d.to} is down"})
         elif s not in rc.nexthops:
             why = ("it is drained or isolated" if fab.drained[s] or not fab.adj[s] else
                    "no valid path: drains, missing links or AS-path loop prevention withdraw the route there"
                    if intent.routing == Routing.BGP else "no path: drains or missing links cut it off")
-            problems.append({"loc": where, "from": d.from_, "to": d.to,
+            problems.append({"loc": intent.demand_loc(i), "from": d.from_, "to": d.to,
                              "reason": f"{d.from_} has no route to {d.to} ({why})"})
         else:
             per_class.setdefault(ci, {}).setdefault(s, 0.0)

@@ -58,6 +58,7 @@ TIERS: dict[str, str] = {
     "test_gen.py": "unit",
     "test_gnmi_agent.py": "component",       # gNMI served by in-process agents; real counters in netns are lab
     "test_intent.py": "unit",
+    "test_jobs.py": "component",                # the compile is unit; the what-if runs the API in-process
     "test_lab_fabric.py": "lab",
     "test_lab_files.py": "unit",             # `loom lab up` as a subprocess is component
     "test_lab_hosts.py": "lab",              # one lab with hosts for the module

@@ -20,6 +20,7 @@ from controller.model import (
     DrainPolicy,
     FailureDomain,
     FailureTolerancePolicy,
+    Job,
     Link,
     PathsPolicy,
     Prefix,
@@ -100,6 +101,10 @@ class DemandCreate(Demand):
     """A demand as the intent document spells it (``from`` is the ingress device)."""
 
 
+class JobCreate(Job):
+    """An ML job as the intent document spells it (``tors`` in ring or stage order)."""
+
+
 PolicyCreate = Annotated[
     DrainPolicy | UtilizationLimitPolicy | FailureTolerancePolicy | WcmpPolicy | PathsPolicy,
     Field(discriminator="kind"),
@@ -125,6 +130,10 @@ class PrefixPublic(Prefix):
 
 
 class DemandPublic(Demand):
+    id: str = _ID
+
+
+class JobPublic(Job):
     id: str = _ID
 
 
@@ -159,6 +168,7 @@ LinkUpdate = _update(Link, "LinkUpdate")
 FailureDomainUpdate = _update(FailureDomain, "FailureDomainUpdate")
 PrefixUpdate = _update(Prefix, "PrefixUpdate")
 DemandUpdate = _update(Demand, "DemandUpdate")
+JobUpdate = _update(Job, "JobUpdate")
 
 
 class PolicyUpdate(BaseModel):
@@ -189,6 +199,7 @@ SCHEMAS: dict[str, CollectionSchemas] = {
     "prefixes": CollectionSchemas(PrefixCreate, PrefixUpdate, PrefixPublic),
     "policies": CollectionSchemas(PolicyCreate, PolicyUpdate, PolicyPublic),
     "demands": CollectionSchemas(DemandCreate, DemandUpdate, DemandPublic),
+    "jobs": CollectionSchemas(JobCreate, JobUpdate, JobPublic),
 }
 
 

@@ -187,13 +187,14 @@ def validate(
     summary = {"valid": True, "name": parsed.name, "routing": parsed.routing.value, "devices": len(parsed.devices),
                "links": len(parsed.links), "failure_domains": len(parsed.failure_domains),
                "prefixes": len(parsed.prefixes), "policies": len(parsed.policies), "demands": len(parsed.demands),
-               "hash": parsed.content_hash}
+               "jobs": len(parsed.jobs), "hash": parsed.content_hash}
     if as_json:
         emit_json(summary)
     else:
         console.print(f"{intent}: valid intent '{parsed.name}' ({parsed.routing.value}): "
                       f"{len(parsed.devices)} devices, {len(parsed.links)} links, "
-                      f"{len(parsed.prefixes)} prefixes, {len(parsed.demands)} demands; "
+                      f"{len(parsed.prefixes)} prefixes, {len(parsed.demands)} demands"
+                      f"{f', {len(parsed.jobs)} jobs' if parsed.jobs else ''}; "
                       f"hash {parsed.content_hash[:12]}", highlight=False, markup=False, soft_wrap=True)
 
 

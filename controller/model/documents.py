@@ -48,6 +48,7 @@ __all__ = [
     "FailureDocument",
     "InstalledNextHop",
     "InvariantDocument",
+    "JobWhatIfDocument",
     "LinkDeltaDocument",
     "LinkLoadDocument",
     "LinkUseDocument",
@@ -218,6 +219,14 @@ class SafetyReportDocument(BaseModel):
     seconds: float
     failing: list[FailureDocument]
     scenarios: list[ScenarioDocument]
+
+
+class JobWhatIfDocument(_Closed):
+    """``POST /v1/jobs/what-if``: the active intent with one more job, planned and replayed (nothing stored)."""
+
+    max_utilization: float = Field(description="the planned maximum link utilization with the job")
+    verdict: Literal["safe", "unsafe"] = Field(description="the safety replay's verdict (the review's scope)")
+    failing: list[FailureDocument] = Field(description="the safety report's failing entries")
 
 
 # -- the review (contract 4) -----------------------------------------------------------

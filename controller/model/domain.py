@@ -19,7 +19,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "ASN_MAX",
@@ -30,7 +30,9 @@ __all__ = [
     "FailureDomain",
     "FailureToleranceScope",
     "FailureTolerancePolicy",
+    "Collective",
     "Intent",
+    "Job",
     "Link",
     "LinkEnd",
     "PathsPolicy",
@@ -253,6 +255,39 @@ class Demand(_Frozen):
         return canonical_prefix(v)
 
 
+class Collective(StrEnum):
+    """The communication pattern of an ML job (DESIGN.md, Closed loop)."""
+
+    RING_ALLREDUCE = "ring_allreduce"
+    ALL_TO_ALL = "all_to_all"
+    PIPELINE = "pipeline"
+
+
+#: Sane upper bounds of a job: a petabyte per iteration, a day per iteration, a petabit per second per flow.
+JOB_MAX_BYTES_PER_ITER = 1e15
+JOB_MAX_ITER_S = 86_400.0
+JOB_MAX_GBPS = 1e6
+
+
+class Job(_Frozen):
+    """An ML training job placed on ``tors`` (in ring or stage order): every
+    iteration of ``iter_s`` seconds moves ``bytes_per_iter`` bytes in the pattern
+    of ``collective``. It compiles to demands (:mod:`controller.model.jobs`)."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    tors: tuple[str, ...] = Field(min_length=2, max_length=4096)
+    collective: Collective
+    bytes_per_iter: float = Field(gt=0, le=JOB_MAX_BYTES_PER_ITER, allow_inf_nan=False)
+    iter_s: float = Field(gt=0, le=JOB_MAX_ITER_S, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _rate_bound(self) -> Job:
+        gbps = self.bytes_per_iter * 8 / 1e9 / self.iter_s
+        if gbps > JOB_MAX_GBPS:
+            raise ValueError(f"bytes_per_iter / iter_s is {gbps:.3g} gbps, above the bound of {JOB_MAX_GBPS:g} gbps")
+        return self
+
+
 class Intent(_Frozen):
     """One whole intent document (DESIGN.md, contract 1).
 
@@ -270,6 +305,7 @@ class Intent(_Frozen):
     prefixes: tuple[Prefix, ...] = ()
     policies: tuple[Policy, ...] = ()
     demands: tuple[Demand, ...] = ()
+    jobs: tuple[Job, ...] = ()
 
     # -- derived views (cached; the object is immutable) -------------------
     @cached_property
@@ -299,6 +335,34 @@ class Intent(_Frozen):
     def drained_links(self) -> frozenset[str]:
         """Keys (:attr:`Link.key`) of links drained directly or through an end."""
         return frozenset(self.link_by_end[e].key for e in self.drained_link_ends if e in self.link_by_end)
+
+    @cached_property
+    def effective_demands(self) -> tuple[Demand, ...]:
+        """The demand every planner and safety check routes: the declared demands
+        with the jobs' demands added (summed where a pair already has demand).
+
+        Declared demands keep their place (``demands[i]`` is still element ``i``);
+        pairs only jobs ask for follow, in job order. See :func:`controller.model.jobs.merge_demands`.
+        """
+        if not self.jobs:
+            return self.demands
+        from controller.model.jobs import merge_demands
+
+        return merge_demands(self)
+
+    def demand_loc(self, i: int) -> str:
+        """Where element ``i`` of :attr:`effective_demands` comes from, for error messages:
+        ``demands[i]``, or ``jobs[j]`` for a pair only a job asks for."""
+        if i < len(self.demands):
+            return f"demands[{i}]"
+        return self.job_demand_sources[i - len(self.demands)]
+
+    @cached_property
+    def job_demand_sources(self) -> tuple[str, ...]:
+        """``jobs[j]`` for each effective demand past the declared ones (see :meth:`demand_loc`)."""
+        from controller.model.jobs import job_sources
+
+        return tuple(job_sources(self))
 
     def policy(self, kind: str) -> Any | None:
         """The first policy of ``kind`` or ``None``."""

@@ -35,6 +35,7 @@ from controller.model import (
     FailureDomain,
     FailureTolerancePolicy,
     Intent,
+    Job,
     Link,
     PathsPolicy,
     Policy,
@@ -47,7 +48,8 @@ from controller.model import (
 )
 from controller.model.errors import IntentError, InvalidIntent
 
-__all__ = ["dump_intent", "load_intent", "parse_intent_text", "validate_intent", "format_loc"]
+__all__ = ["dump_intent", "load_intent", "parse_intent_text", "validate_intent", "validate_job", "format_loc",
+           "with_job"]
 
 _SECTIONS: dict[str, type] = {
     "devices": Device,
@@ -55,6 +57,7 @@ _SECTIONS: dict[str, type] = {
     "failure_domains": FailureDomain,
     "prefixes": Prefix,
     "demands": Demand,
+    "jobs": Job,
 }
 _POLICY_TYPES: dict[str, type] = {
     "drain": DrainPolicy,
@@ -64,7 +67,7 @@ _POLICY_TYPES: dict[str, type] = {
     "paths": PathsPolicy,
 }
 _TOP_KEYS = ("name", "routing", "defaults", "devices", "links", "failure_domains", "prefixes",
-             "policies", "demands")
+             "policies", "demands", "jobs")
 _REQUIRED = ("name", "devices", "links")
 _SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths")
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
@@ -162,6 +165,7 @@ def validate_intent(doc: Any) -> Intent:
         prefixes=tuple(o for _, o in items["prefixes"]),
         policies=tuple(o for _, o in items["policies"]),
         demands=tuple(o for _, o in items["demands"]),
+        jobs=tuple(o for _, o in items["jobs"]),
     )
 
 
@@ -283,6 +287,7 @@ def _check_meaning(
     prefix_index = _check_prefixes(items["prefixes"], refs, errors)
     _check_policies(items["policies"], routing, refs, errors)
     _check_demands(items["demands"], prefix_index, refs, errors)
+    _check_jobs(items["jobs"], items["prefixes"], refs, errors)
     if routing == Routing.BGP:
         _check_clos(refs.devices, refs.device_index, good_links, errors, uplinks=structure)
 
@@ -423,6 +428,63 @@ def _check_demands(demands: list[tuple[int, Demand]], prefix_index: dict[str, in
                                       f"duplicate demand from '{dm.from_}' to {dm.to} "
                                       f"(first at demands[{demand_index[key]}])"))
         demand_index.setdefault(key, i)
+
+
+def _check_jobs(jobs: list[tuple[int, Job]], prefixes: list[tuple[int, Prefix]], refs: _Refs,
+                errors: list[IntentError]) -> None:
+    """Unique names; members are known devices that originate a prefix (the job's demand goes there),
+    each listed once."""
+    check_job_members(jobs, {o for _, p in prefixes for o in p.origins}, refs.unknown, errors)
+
+
+def check_job_members(jobs: list[tuple[int, Job]], originators: set[str], unknown: Any,
+                      errors: list[IntentError], section: str = "jobs") -> None:
+    """The cross-object rules of ``jobs`` (``(index, job)``) given the devices that originate a prefix
+    and a test for unknown device names. ``section`` is the location's head (``jobs`` in a document,
+    ``job`` for one job on its own)."""
+    names: dict[str, int] = {}
+    for i, job in jobs:
+        here = f"{section}[{i}]" if section == "jobs" else section
+        if job.name in names:
+            errors.append(IntentError(f"{here}.name",
+                                      f"duplicate job '{job.name}' (first at jobs[{names[job.name]}])"))
+        names.setdefault(job.name, i)
+        seen: dict[str, int] = {}
+        for j, tor in enumerate(job.tors):
+            if unknown(tor):
+                errors.append(IntentError(f"{here}.tors[{j}]", f"unknown device '{tor}'"))
+            elif tor in seen:
+                errors.append(IntentError(f"{here}.tors[{j}]", f"'{tor}' already listed at tors[{seen[tor]}]"))
+            elif tor not in originators:
+                errors.append(IntentError(f"{here}.tors[{j}]",
+                                          f"'{tor}' originates no prefix (a job member needs one to receive at)"))
+            seen.setdefault(tor, j)
+
+
+def validate_job(value: Any, intent: Intent) -> Job:
+    """One job on its own, checked against ``intent`` (its members must be devices there that
+    originate a prefix). Errors are located under ``job`` (``job.tors[0]: unknown device 'x'``).
+
+    Raises :class:`InvalidIntent` listing every error.
+    """
+    errors: list[IntentError] = []
+    job = _shape(Job, value, ("job",), errors)
+    if job is not None:
+        originators = {o for p in intent.prefixes for o in p.origins}
+        check_job_members([(0, job)], originators, lambda name: name not in intent.device_map, errors,
+                          section="job")
+    if errors or job is None:
+        raise InvalidIntent(errors)
+    return job
+
+
+def with_job(intent: Intent, job: Job) -> Intent:
+    """``intent`` with ``job`` added, or in place of its job of the same name (a candidate placement
+    of a job already declared replaces it). ``job`` must have passed :func:`validate_job` against
+    ``intent``; the other sections are not checked again (a fabric of 65,000 demands takes seconds)."""
+    jobs = (*(j for j in intent.jobs if j.name != job.name), job)
+    # the rest of the intent was validated whole and ``job`` against it (validate_job): no second pass
+    return Intent(**{**{f: getattr(intent, f) for f in Intent.model_fields}, "jobs": jobs})
 
 
 def _asn_group(d: Device) -> tuple[str, Any]:

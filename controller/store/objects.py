@@ -1,6 +1,6 @@
 """The intent's collections as addressable objects, and diffs between revisions.
 
-An intent document holds six lists; the API and the revision diff address their
+An intent document holds seven lists; the API and the revision diff address their
 elements by a stable identity (DESIGN.md section 4):
 
 =================  ===============  =========================================
@@ -12,6 +12,7 @@ failure-domains    failure_domains  ``name``
 prefixes           prefixes         the prefix (``10.0.0.0/24``; in URLs ``10.0.0.0_24`` or ``%2F``)
 policies           policies         ``drain:<target>`` for drains, else the kind (the others are singletons)
 demands            demands          ``<from>,<prefix>`` (``tor-0-1,10.0.0.0/24``)
+jobs               jobs             ``name``
 =================  ===============  =========================================
 
 Everything here is pure: functions take plain documents (as stored) and return
@@ -89,6 +90,8 @@ COLLECTIONS: dict[str, Collection] = {c.name: c for c in (
     Collection("policies", "policies", "policy", _policy_key, {"kind": _eq("kind")}),
     Collection("demands", "demands", "demand", lambda e: f"{e.get('from')},{e.get('to')}",
                {"from": _eq("from"), "to": _eq("to")}),
+    Collection("jobs", "jobs", "job", lambda e: str(e.get("name")),
+               {"tor": _member("tors"), "collective": _eq("collective")}),
 )}
 _BY_KEY = {c.key: c for c in COLLECTIONS.values()}
 _TOP_FIELDS = ("name", "routing", "defaults")

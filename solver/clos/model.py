@@ -390,7 +390,7 @@ def _tor_demands(fab: Fabric, tor_pod: dict[int, int], origin: dict[str, int],
     Raises ``Infeasible`` for demands between pods BGP offers no plane."""
     d_st: dict[tuple[int, int], float] = defaultdict(float)
     problems: list[dict[str, Any]] = []
-    for i, d in enumerate(fab.intent.demands):
+    for i, d in enumerate(fab.intent.effective_demands):
         if d.gbps <= 0:
             continue
         s, t = fab.index.get(d.from_), origin.get(d.to)
@@ -399,7 +399,7 @@ def _tor_demands(fab: Fabric, tor_pod: dict[int, int], origin: dict[str, int],
         if s == t:
             continue
         if not allowed_planes[(tor_pod[s], tor_pod[t])]:
-            problems.append({"loc": f"demands[{i}]", "from": d.from_, "to": d.to,
+            problems.append({"loc": fab.intent.demand_loc(i), "from": d.from_, "to": d.to,
                              "reason": f"{d.from_} has no route to {d.to} (no valid path: missing links or AS-path "
                                        "loop prevention withdraw the route there)"})
             continue

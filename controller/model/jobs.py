@@ -1,0 +1,101 @@
+"""ML jobs as demand: what a training job's collective sends, and where.
+
+This module owns the compile of the intent's ``jobs`` into demand entries
+(DESIGN.md, Closed loop). With n members, B bytes per iteration and t seconds
+per iteration:
+
+* ``ring_allreduce``: 2(n-1)/n x B/t from each member to the next in the listed
+  order, the last to the first (the bandwidth-optimal ring all-reduce: a
+  reduce-scatter and an all-gather, each moving (n-1)/n of the buffer);
+* ``all_to_all``: B/(n t) from each member to each other member;
+* ``pipeline``: B/t from each stage to the next (no wrap).
+
+Rates are in gbps (bytes x 8 / 1e9), towards the prefixes the receiving member
+originates, split evenly over them. :func:`merge_demands` adds them to the
+declared demands (summed where a pair already has demand); it is what
+:attr:`controller.model.Intent.effective_demands` returns, so the solver, the
+safety replay and every caller of them see the same matrix. Pure: values in,
+values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from controller.model.domain import Collective, Demand, Intent, Job
+
+__all__ = ["job_demands", "job_pairs", "merge_demands", "job_sources", "originated_prefixes"]
+
+GBPS_PER_BYTE_PER_S = 8 / 1e9
+
+
+def job_pairs(job: Job) -> list[tuple[str, str, float]]:
+    """``(from member, to member, gbps)`` of ``job``'s collective, in member order.
+
+    >>> from controller.model import Job
+    >>> job_pairs(Job(name="j", tors=("a", "b"), collective="pipeline", bytes_per_iter=1e9, iter_s=1))
+    [('a', 'b', 8.0)]
+    """
+    members = list(job.tors)
+    n = len(members)
+    rate = job.bytes_per_iter / job.iter_s * GBPS_PER_BYTE_PER_S
+    if job.collective == Collective.RING_ALLREDUCE:
+        share = 2 * (n - 1) / n * rate
+        return [(members[i], members[(i + 1) % n], share) for i in range(n)]
+    if job.collective == Collective.ALL_TO_ALL:
+        share = rate / n
+        return [(a, b, share) for a in members for b in members if a != b]
+    return [(members[i], members[i + 1], rate) for i in range(n - 1)]
+
+
+def originated_prefixes(intent: Intent) -> dict[str, list[str]]:
+    """Each device's originated prefixes, in document order."""
+    out: dict[str, list[str]] = {}
+    for p in intent.prefixes:
+        for o in p.origins:
+            out.setdefault(o, []).append(p.prefix)
+    return out
+
+
+def job_demands(job: Job, origins: Mapping[str, Sequence[str]]) -> dict[tuple[str, str], float]:
+    """``{(from device, to prefix): gbps}`` of ``job``; ``origins`` maps a device to the prefixes it
+    originates. A member that originates nothing receives nothing (validation refuses such jobs)."""
+    out: dict[tuple[str, str], float] = {}
+    for src, dst, gbps in job_pairs(job):
+        prefixes = origins.get(dst, ())
+        for prefix in prefixes:
+            key = (src, prefix)
+            out[key] = out.get(key, 0.0) + gbps / len(prefixes)
+    return out
+
+
+def _job_matrix(intent: Intent) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], int]]:
+    """The jobs' demand summed over jobs, and the first job asking for each pair."""
+    origins = originated_prefixes(intent)
+    total: dict[tuple[str, str], float] = {}
+    first: dict[tuple[str, str], int] = {}
+    for j, job in enumerate(intent.jobs):
+        for key, gbps in job_demands(job, origins).items():
+            total[key] = total.get(key, 0.0) + gbps
+            first.setdefault(key, j)
+    return total, first
+
+
+def merge_demands(intent: Intent) -> tuple[Demand, ...]:
+    """The declared demands with the jobs' added: a declared pair keeps its place with the job
+    rate summed in; pairs only jobs ask for follow, in the order the jobs produce them."""
+    extra, _ = _job_matrix(intent)
+    out: list[Demand] = []
+    for d in intent.demands:
+        add = extra.pop((d.from_, d.to), 0.0)
+        out.append(d if add == 0.0 else d.model_copy(update={"gbps": d.gbps + add}))
+    for (src, prefix), gbps in extra.items():
+        out.append(Demand.model_validate({"from": src, "to": prefix, "gbps": gbps}))
+    return tuple(out)
+
+
+def job_sources(intent: Intent) -> list[str]:
+    """For each effective demand past the declared ones, the job that asks for it (``jobs[j]``)."""
+    extra, first = _job_matrix(intent)
+    declared = {(d.from_, d.to) for d in intent.demands}
+    return [f"jobs[{first[key]}]" for key in extra if key not in declared]

@@ -1,0 +1,65 @@
+"""What-if for ML jobs: plan and check the fabric with one more job, writing nothing.
+
+:func:`what_if` is pure: given an intent and a candidate job (as the intent
+document spells one), it adds the job (in place of a declared job of the same
+name: a what-if of a job already declared tries a new placement), compiles the
+plan with :func:`controller.planning.compile_plan` (the jobs become demand
+through :attr:`controller.model.Intent.effective_demands`, as in every plan)
+and replays it with :func:`safety.replay.replay` in the scope a change's review
+uses (the intent's ``failure_tolerance`` policy). :func:`what_if_stored` runs
+it against the active revision's intent (the head's when none is active); it
+only reads the store. This answers ``POST /v1/jobs/what-if`` (DESIGN.md,
+Closed loop).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from controller.model import Intent
+from controller.model.errors import NotFound
+from controller.model.intent import validate_intent, validate_job, with_job
+from controller.planning import compile_plan
+from controller.store import repo
+from controller.store import workflow_repo as wrepo
+
+__all__ = ["base_revision", "what_if", "what_if_stored"]
+
+Doc = dict[str, Any]
+
+
+def what_if(intent: Intent, job: Any) -> Doc:
+    """``{"max_utilization", "verdict", "failing"}`` of ``intent`` with ``job`` added.
+
+    Raises :class:`~controller.model.errors.InvalidIntent` (errors located under ``job``) when the
+    job is malformed or names devices the intent lacks, and
+    :class:`~controller.model.errors.Infeasible` when its demand cannot be routed.
+    """
+    from safety.replay import replay
+
+    candidate = with_job(intent, validate_job(job, intent))
+    plan = compile_plan(candidate)
+    report = replay(candidate, plan)
+    doc = report.to_document()
+    return {"max_utilization": plan.summary.max_utilization, "verdict": doc["verdict"], "failing": doc["failing"]}
+
+
+def base_revision(*, session: Session) -> repo.Revision:
+    """The revision a what-if builds on: the active one, else the head; :class:`NotFound` when the
+    store holds no intent."""
+    active = wrepo.active_revision(session=session)
+    if active is not None:
+        return repo.get_revision(active, session=session)
+    head = repo.head_revision(session=session)
+    if head is None:
+        raise NotFound("the store holds no intent yet: PUT /v1/intent (or loom serve --example)")
+    return head
+
+
+def what_if_stored(job: Any, *, session: Session) -> tuple[repo.Revision, Doc]:
+    """:func:`what_if` against :func:`base_revision`'s intent; returns that revision and the answer."""
+    rev = base_revision(session=session)
+    intent = validate_intent(repo.revision_document(rev.id, session=session))
+    return rev, what_if(intent, job)
