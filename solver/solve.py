@@ -141,7 +141,7 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     backend : the LP backend, one of :data:`solver.BACKENDS`.
     progress : called as ``progress(stage, fraction)`` while solving.
     method : ``auto`` uses the pod-level LP of :mod:`solver.clos.model` on a clean
-        3-tier Clos and the route-class LP otherwise; ``generic`` always the latter.
+        3-tier Clos with demand and the route-class LP otherwise; ``generic`` always the latter.
     options : the tuning knobs of the Clos pipeline (:class:`solver.core.options.ClosOptions`).
 
     Returns
@@ -173,12 +173,12 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     if backend not in BACKENDS:
         raise ValueError(f"unknown LP backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     say("routes", 0.0)
-    if method == "auto":
+    if method not in ("auto", "generic"):
+        raise ValueError(f"unknown method {method!r}: auto or generic")
+    if method == "auto" and intent.effective_demands:  # with no demand there is nothing to balance: plain routes
         plan = clos_plan(intent, backend=backend, progress=say, t0=t0, options=options)
         if plan is not None:
             return plan
-    elif method != "generic":
-        raise ValueError(f"unknown method {method!r}: auto or generic")
     return _generic_plan(intent, backend, say, t0)
 
 

@@ -222,3 +222,20 @@ def test_a_fabric_without_links_plans_its_local_demand() -> None:
     plan = solve(intent)
     assert plan.summary.max_utilization == 0.0
     assert_plan_ok(intent, plan)
+
+
+def test_a_clos_without_demand_plans_its_routes_at_zero_load() -> None:
+    """No demand at all (a new fabric): every route is planned, no link carries anything (the Clos
+    pipeline's rounding used to fail on an empty demand)."""
+    from controller.gen import clos_document
+
+    doc = clos_document(pods=2, tors=2, planes=2, spines=2)
+    doc["demands"] = []
+    intent = validate_intent(doc)
+    plan = solve(intent)
+    assert plan.summary.max_utilization == 0 and all(x.utilization == 0 for x in plan.links)
+    tors = [d.name for d in intent.devices if d.role == "tor"]
+    prefixes = {p.prefix for p in intent.prefixes}
+    for tor in tors:  # every other ToR's prefix is routed from every ToR
+        own = {p.prefix for p in intent.prefixes if tor in p.origins}
+        assert set(plan.devices[tor].routes) == prefixes - own
