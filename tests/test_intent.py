@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 
 from controller.model import Intent
 from controller.model.errors import InvalidIntent
-from controller.model.intent import dump_intent, parse_intent_text, validate_intent
+from controller.model.intent import dump_intent, load_intent, parse_intent_text, validate_intent
 
 
 def clos_doc() -> dict[str, Any]:
@@ -412,3 +413,12 @@ def test_yaml_aliases_can_be_refused_for_network_input() -> None:
     assert "YAML aliases (*name) are not accepted here" in str(info.value.errors[0])
     assert parse_intent_text(bomb, "yaml")["b"] == [["x", "x"], ["x", "x"]]
     assert parse_intent_text("name: 'R&D'\n", "yaml", allow_aliases=False) == {"name": "R&D"}
+
+
+def test_a_copy_with_other_demands_derives_its_own_views() -> None:
+    """pydantic copies the instance dict, where the cached derived views live: a copy must not answer
+    the original's (the telemetry views replace the demands with the measured ones this way)."""
+    intent = load_intent(Path(__file__).resolve().parent.parent / "labs" / "clos3-small" / "intent.yaml")
+    assert intent.effective_demands and intent.device_map
+    other = intent.model_copy(update={"demands": ()})
+    assert other.effective_demands == () and other.device_map == intent.device_map

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+from collections.abc import Mapping
 from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Literal
@@ -306,6 +307,16 @@ class Intent(_Frozen):
     policies: tuple[Policy, ...] = ()
     demands: tuple[Demand, ...] = ()
     jobs: tuple[Job, ...] = ()
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Intent:
+        """A copy with ``update`` applied, whose derived views below are computed again: pydantic copies
+        the instance's ``__dict__``, where :func:`functools.cached_property` keeps them, so a copy with
+        other demands would otherwise answer the original's ``effective_demands``."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name, attr in type(self).__dict__.items():
+            if isinstance(attr, cached_property):
+                copy.__dict__.pop(name, None)
+        return copy
 
     # -- derived views (cached; the object is immutable) -------------------
     @cached_property
