@@ -97,12 +97,14 @@ class Api:
 
 
 @contextmanager
-def running_api(url: str, *, intent: dict[str, Any] | None = None, example: bool = True,
-                **settings: Any) -> Iterator[Api]:
-    """The app on a store seeded by :func:`seeded_store`, with ``Settings(**settings)``."""
+def running_api(url: str, *, intent: dict[str, Any] | None = None, example: bool = True, driver: Any = None,
+                telemetry: Any = None, **settings: Any) -> Iterator[Api]:
+    """The app on a store seeded by :func:`seeded_store`, with ``Settings(**settings)`` (and the device
+    ``driver`` and ``telemetry`` collector the composition root would hand it)."""
     db, tokens = seeded_store(url, intent=intent, example=example)
     try:
-        with TestClient(create_app(Settings(db_url=db.url, **settings), database=db)) as client:
+        app = create_app(Settings(db_url=db.url, **settings), database=db, driver=driver, telemetry=telemetry)
+        with TestClient(app) as client:
             yield Api(client, tokens, db, intent)
     finally:
         db.dispose()

@@ -13,18 +13,15 @@ from typing import Any
 
 import pytest
 
-from api.app import create_app
 from controller.model.intent import load_intent
-from controller.settings import Settings
 from controller.telemetry import Telemetry
 from solver import solve
 from southbound.dry import DryDriver
-from tests.apps import Api, seeded_store
+from tests.apps import Api, running_api
 from tests.telemetry_synth import Fabric
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
 
 REPO = Path(__file__).resolve().parent.parent
 INTENT = load_intent(REPO / "labs" / "clos3-small" / "intent.yaml")
@@ -34,19 +31,12 @@ SKEW = {("tor-0-0", "10.1.0.0/24"): 30.0, ("tor-0-1", "10.1.1.0/24"): 5.0, ("tor
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[tuple[Api, Telemetry]]:
-    doc = INTENT.to_document()
-    db, tokens = seeded_store(f"sqlite:///{tmp_path / 'loom.db'}", intent=doc)
     tel = Telemetry()
     driver = DryDriver([d.name for d in INTENT.devices], tmp_path / "dry")
-    try:
-        app = create_app(Settings(db_url=db.url, drift_interval=0, verify_timeout=5), database=db, driver=driver,
-                         telemetry=tel)
-        with TestClient(app) as client:
-            api = Api(client, tokens, db, doc)
-            assert api.initial()["state"] == "committed"
-            yield api, tel
-    finally:
-        db.dispose()
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=INTENT.to_document(), driver=driver, telemetry=tel,
+                     drift_interval=0, verify_timeout=5) as api:
+        assert api.initial()["state"] == "committed"
+        yield api, tel
 
 
 def stream(tel: Telemetry, fabric: Fabric, seconds: int = 60) -> None:

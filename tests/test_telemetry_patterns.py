@@ -13,19 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from api.app import create_app
 from controller.gen import clos_document
 from controller.model.intent import validate_intent
-from controller.settings import Settings
 from controller.telemetry import Sample, Telemetry, aft_path
 from controller.telemetry.patterns import Series, classify, periodicity, tor_series
 from southbound.dry import DryDriver
-from tests.apps import Api, seeded_store
+from tests.apps import Api, running_api
 from tests.pattern_synth import Job, background, edges, synth
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
 
 DOC = clos_document(pods=2, tors=6, planes=2, spines=2, scale_to_ecmp=False)
 INTENT = validate_intent(DOC)
@@ -140,16 +137,11 @@ def test_the_collector_series_follows_the_counters_interval_by_interval() -> Non
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Api, Telemetry]]:
-    db, tokens = seeded_store(f"sqlite:///{tmp_path / 'loom.db'}", intent=DOC)
     tel = Telemetry()
     driver = DryDriver([d.name for d in INTENT.devices], tmp_path / "dry")
-    try:
-        app = create_app(Settings(db_url=db.url, drift_interval=0, verify_timeout=5), database=db, driver=driver,
-                         telemetry=tel)
-        with TestClient(app) as client:
-            yield Api(client, tokens, db, DOC), tel
-    finally:
-        db.dispose()
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=DOC, driver=driver, telemetry=tel,
+                     drift_interval=0, verify_timeout=5) as api:
+        yield api, tel
 
 
 def test_patterns_endpoint_names_the_running_collectives(served: tuple[Api, Telemetry]) -> None:
