@@ -16,7 +16,7 @@ import pytest
 from controller.gen import clos_document
 from controller.model.intent import validate_intent
 from controller.telemetry import Sample, Telemetry, aft_path
-from controller.telemetry.patterns import Series, classify, periodicity, tor_series
+from controller.telemetry.patterns import Series, classify, matrix_series, periodicity, tor_series
 from southbound.dry import DryDriver
 from tests.apps import Api, running_api
 from tests.pattern_synth import Job, background, edges, synth
@@ -167,3 +167,9 @@ def test_patterns_endpoint_names_the_running_collectives(served: tuple[Api, Tele
         assert bad.status_code == 422 and bad.headers["content-type"].startswith("application/problem+json")
         assert "window_s" in bad.text
     assert api.client.get("/v1/telemetry/patterns").status_code == 401
+
+
+def test_nothing_measured_is_no_group() -> None:
+    """No demand measured (a fresh collector, or a window with no counters): no group, no error."""
+    assert classify(matrix_series(INTENT, {}, 10.0)) == []
+    assert classify(tor_series(INTENT, [], np.zeros((5, 0)), 10.0)) == []

@@ -125,6 +125,8 @@ def tor_series(intent: Intent, keys: Sequence[tuple[str, str]], rates: np.ndarra
     cols: list[tuple[str, tuple[str, ...]]] = [(dev, origins.get(prefix, ())) for dev, prefix in keys]
     names = sorted({d for d, o in cols if o} | {x for _d, o in cols for x in o})
     index = {n: i for i, n in enumerate(names)}
+    if not keys:  # nothing measured: no ToR, no interval
+        return Series((), np.zeros((0, 0, 0)), interval_s)
     r = np.nan_to_num(np.asarray(rates, dtype=np.float64).reshape(-1, len(keys)))
     out = np.zeros((len(r), len(names), len(names)))
     for c, (dev, dst) in enumerate(cols):
