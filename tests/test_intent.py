@@ -422,3 +422,11 @@ def test_a_copy_with_other_demands_derives_its_own_views() -> None:
     assert intent.effective_demands and intent.device_map
     other = intent.model_copy(update={"demands": ()})
     assert other.effective_demands == () and other.device_map == intent.device_map
+
+
+def test_an_intent_without_jobs_hashes_as_before_jobs_existed() -> None:
+    """Stored revisions are identified by their content hash: adding the jobs section must not change
+    the canonical document (nor the hash) of an intent that has none."""
+    intent = load_intent(Path(__file__).resolve().parent.parent / "labs" / "clos3-small" / "intent.yaml")
+    assert "jobs" not in intent.to_document()
+    assert intent.content_hash == "29c4fbe8ba507aae697a9b9360c9c370d2f65eb5133ed0c0c433d2973b8d9cd5"

@@ -408,8 +408,13 @@ class Intent(_Frozen):
 
     # -- serialization ------------------------------------------------------
     def to_document(self) -> dict[str, Any]:
-        """The canonical document: every field, defaults included, ``None`` left out."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        """The canonical document: every field, defaults included, ``None`` left out; ``jobs`` only when
+        there are any, so that an intent without jobs reads, exports and hashes as it did before jobs
+        existed (stored revisions keep their content hashes)."""
+        doc = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not doc.get("jobs"):
+            doc.pop("jobs", None)
+        return doc
 
     @cached_property
     def content_hash(self) -> str:
