@@ -39,6 +39,15 @@ class Metrics:
                                              buckets=_FAST, registry=r)
         self.drift_devices = Gauge("loom_drift_devices", "Devices whose state differs from the active plan",
                                    registry=r)
+        self.auto_te_decisions = Counter("loom_auto_te_decisions_total",
+                                         "Automatic re-tuning decisions by decision and reason",
+                                         ["decision", "reason"], registry=r)
+        self.auto_te_paused = Gauge("loom_auto_te_paused", "1 while automatic re-tuning is paused", registry=r)
+        self.auto_te_gain = Gauge("loom_auto_te_gain",
+                                  "The last evaluation's predicted maximum utilization gain of re-tuning", registry=r)
+        self.auto_te_predicted = Gauge("loom_auto_te_predicted_utilization",
+                                       "Predicted maximum utilization under the measured demand, by plan",
+                                       ["plan"], registry=r)
         self.active_revision = Gauge("loom_active_revision", "The revision last committed successfully",
                                      registry=r)
 

@@ -45,6 +45,12 @@ class Settings(BaseSettings):
         10.0, ge=0, description="the gNMI sample interval asked of every switch (s); 0: no telemetry stream")
     drift_interval: float = Field(60.0, ge=0, description="seconds between drift checks (0: only after commits)")
     drift_repair: bool = Field(False, description="re-push the active revision when drift is found")
+    auto_te_confirm: int = Field(
+        2, ge=1, le=100, description="automatic re-tuning commits only after this many consecutive evaluations "
+                                     "cleared min_gain (hysteresis against noise)")
+    auto_te_backoff_max: int = Field(
+        32, ge=1, le=10000, description="the longest back-off after refused or failed re-tunings, in intervals "
+                                        "(it doubles from 2 with each consecutive one)")
 
     @field_validator("db_url")
     @classmethod

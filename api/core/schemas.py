@@ -273,7 +273,9 @@ class AuditPublic(_Out):
     method: str
     path: str
     action: str
-    outcome: Literal["accepted", "unchanged", "rejected"]
+    outcome: Literal["accepted", "unchanged", "rejected", "flagged", "skipped", "failed"] = Field(
+        description="accepted, unchanged (a no-op write), rejected; flagged (a drain check found a drained target "
+                    "carrying traffic); skipped and failed (automatic re-tuning's decisions)")
     status: int
     revision: int | None
     detail: str

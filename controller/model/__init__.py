@@ -20,6 +20,7 @@ from controller.model.domain import (
     DEFAULT_METRIC,
     POLICY_KINDS,
     TIER,
+    AutoTePolicy,
     Collective,
     Defaults,
     Demand,
@@ -45,6 +46,7 @@ from controller.model.domain import (
 )
 
 __all__ = [
+    "AutoTePolicy",
     "ASN_MAX",
     "DEFAULT_CAPACITY_GBPS",
     "DEFAULT_MAX_ECMP_ENTRIES",

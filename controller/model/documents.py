@@ -27,6 +27,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "AutoTeDecisionDocument",
+    "AutoTeStatusDocument",
+    "AutoTeTrigger",
     "FINAL_STATES",
     "REVIEWABLE_STATES",
     "ChangeDocument",
@@ -344,6 +347,25 @@ class TransitionDocument(_Closed):
     reason: str
 
 
+class AutoTeTrigger(_Closed):
+    """What made ``auto-te`` propose a change: the measured demand and both plans' predictions under it."""
+
+    window_s: float
+    stat: Literal["mean", "p95", "max"]
+    headroom: float
+    method: Literal["aft", "tomogravity"] = Field(description="how the demand was measured")
+    demands: int = Field(description="measured (ingress, prefix) entries")
+    measured_gbps: float = Field(description="total measured demand, before the headroom")
+    active_revision: int
+    active_predicted: float = Field(description="the active plan's maximum utilization under the measured demand "
+                                                "(times the headroom)")
+    candidate_predicted: float = Field(description="the re-tuned plan's maximum utilization under that demand")
+    gain: float = Field(description="active_predicted - candidate_predicted")
+    min_gain: float
+    observed: float | None = Field(description="the busiest link's observed utilization in the window (counters), "
+                                               "null where no link reported")
+
+
 class ChangeDocument(_Closed):
     """``GET /v1/changes/{id}``: a set of edits against a base revision, and how it went."""
 
@@ -364,6 +386,8 @@ class ChangeDocument(_Closed):
     force_reason: str | None
     error: str | None
     transaction: str | None = None
+    trigger: AutoTeTrigger | None = Field(None, description="for a change by auto-te: the measured figures that "
+                                                            "triggered it")
 
 
 # -- what a device really runs -------------------------------------------------------------
@@ -467,6 +491,40 @@ class DemandCaptureDocument(_Closed):
     headroom: float
     method: Literal["aft", "tomogravity"]
     demands: list[MeasuredDemandDocument]
+
+
+class AutoTeDecisionDocument(_Closed):
+    """One evaluation of the automatic re-tuning and what it decided."""
+
+    at: str
+    decision: Literal["skipped", "committed", "refused", "failed"]
+    reason: str = Field(description="a stable key: paused, disabled, pending_edits, busy, backoff, rate_limit, "
+                                    "no_telemetry, incomplete_telemetry, no_demand, below_min_gain, confirming, "
+                                    "invalid_candidate, unsafe, conflict, committed, failed, rolled_back, error")
+    detail: str
+    change: int | None = None
+    trigger: AutoTeTrigger | None = None
+
+
+class AutoTeStatusDocument(_Closed):
+    """``GET /v1/auto-te``: the policy, the kill switch, the guard rails' state and the recent decisions."""
+
+    policy: dict[str, Any] | None = Field(description="the active revision's auto_te policy (null: none)")
+    enabled: bool = Field(description="the policy is present and enabled")
+    paused: bool
+    paused_by: str | None
+    paused_at: str | None
+    pause_reason: str | None
+    leader: bool = Field(description="this replica runs the loop")
+    running: bool = Field(description="the loop runs here (telemetry attached and leader)")
+    streak: int = Field(description="consecutive evaluations that cleared min_gain (commits need "
+                                    "`confirm` of them)")
+    confirm: int
+    backoff_until: str | None
+    failures: int = Field(description="consecutive refused or failed attempts (the back-off doubles with each)")
+    last_commit_at: str | None
+    next_run_at: str | None
+    decisions: list[AutoTeDecisionDocument] = Field(description="the most recent first")
 
 
 class PatternGroupDocument(_Closed):

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "AutoTePolicy",
     "ASN_MAX",
     "Defaults",
     "Demand",
@@ -235,12 +236,27 @@ class PathsPolicy(_Frozen):
     mode: Literal["shortest", "loop_free"] = "shortest"
 
 
+class AutoTePolicy(_Frozen):
+    """Automatic re-tuning from measured traffic (DESIGN.md, Closed loop): every ``interval_s`` the
+    leader plans on the measured demand (``stat`` of the per-interval rates over ``window_s``, times
+    ``headroom``) and commits it, as a change by ``auto-te``, when it is safe and lowers the predicted
+    maximum utilization under that demand by ``min_gain`` (utilization points: 0.05 = 5 points) or more."""
+
+    kind: Literal["auto_te"]
+    enabled: bool = True
+    interval_s: float = Field(60.0, ge=1, le=86400, allow_inf_nan=False)
+    window_s: float = Field(300.0, ge=1, le=86400, allow_inf_nan=False)
+    stat: Literal["mean", "p95", "max"] = "p95"
+    headroom: float = Field(1.1, ge=1, le=10, allow_inf_nan=False)
+    min_gain: float = Field(0.05, ge=0, le=10, allow_inf_nan=False)
+
+
 Policy = Annotated[
-    DrainPolicy | UtilizationLimitPolicy | FailureTolerancePolicy | WcmpPolicy | PathsPolicy,
+    DrainPolicy | UtilizationLimitPolicy | FailureTolerancePolicy | WcmpPolicy | PathsPolicy | AutoTePolicy,
     Field(discriminator="kind"),
 ]
 
-POLICY_KINDS = ("drain", "utilization_limit", "failure_tolerance", "wcmp", "paths")
+POLICY_KINDS = ("drain", "utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te")
 
 
 class Demand(_Frozen):

@@ -28,6 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 from controller.model import (
     POLICY_KINDS,
     TIER,
+    AutoTePolicy,
     Defaults,
     Demand,
     Device,
@@ -65,11 +66,12 @@ _POLICY_TYPES: dict[str, type] = {
     "failure_tolerance": FailureTolerancePolicy,
     "wcmp": WcmpPolicy,
     "paths": PathsPolicy,
+    "auto_te": AutoTePolicy,
 }
 _TOP_KEYS = ("name", "routing", "defaults", "devices", "links", "failure_domains", "prefixes",
              "policies", "demands", "jobs")
 _REQUIRED = ("name", "devices", "links")
-_SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths")
+_SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te")
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
 _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: large fabrics
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controller.store.models import Base
 
-__all__ = ["ChangeRow", "DeploymentRow", "DriftRow", "IdempotencyRow", "PlanRow", "TransitionRow"]
+__all__ = ["AutoTeStateRow", "ChangeRow", "DeploymentRow", "DriftRow", "IdempotencyRow", "PlanRow", "TransitionRow"]
 
 
 class ChangeRow(Base):
@@ -48,6 +48,7 @@ class ChangeRow(Base):
     transaction: Mapped[str | None] = mapped_column(String(64))
     previous_active: Mapped[int | None] = mapped_column(Integer)
     committing_slot: Mapped[int | None] = mapped_column(Integer, unique=True)
+    trigger: Mapped[str | None] = mapped_column(Text)  # JSON: what made auto-te propose it (measured vs predicted)
 
 
 class TransitionRow(Base):
@@ -108,3 +109,14 @@ class IdempotencyRow(Base):
     status: Mapped[int] = mapped_column(Integer)
     body: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AutoTeStateRow(Base):
+    """The automatic re-tuning's kill switch: one row (id 1), made by the migration."""
+
+    __tablename__ = "auto_te_state"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    paused: Mapped[bool] = mapped_column(Boolean)
+    actor: Mapped[str] = mapped_column(String(128))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    reason: Mapped[str] = mapped_column(Text, default="")

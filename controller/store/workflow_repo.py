@@ -24,6 +24,7 @@ from controller.model.documents import ChangeState
 from controller.model.errors import Conflict, NotFound
 from controller.store.repo import utc
 from controller.store.workflow_models import (
+    AutoTeStateRow,
     ChangeRow,
     DeploymentRow,
     DriftRow,
@@ -73,13 +74,15 @@ class Change:
     transaction: str | None
     previous_active: int | None
     transitions: tuple[Transition, ...] = ()
+    trigger: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, row: ChangeRow, transitions: tuple[Transition, ...] = ()) -> Change:
         return cls(row.id, row.kind, ChangeState(row.state), row.base_revision, row.proposed_revision, row.message,
                    row.author, utc(row.created_at) or row.created_at, json.loads(row.review) if row.review else None,
                    row.reviewed_active, row.verdict, json.loads(row.progress) if row.progress else None,
-                   row.force_reason, row.error, row.transaction, row.previous_active, transitions)
+                   row.force_reason, row.error, row.transaction, row.previous_active, transitions,
+                   json.loads(row.trigger) if row.trigger else None)
 
 
 def _transitions(session: Session, ids: list[int]) -> dict[int, tuple[Transition, ...]]:
@@ -94,9 +97,10 @@ def _transitions(session: Session, ids: list[int]) -> dict[int, tuple[Transition
 
 # -- changes ------------------------------------------------------------------
 def add_change(*, session: Session, kind: str, base_revision: int | None, proposed_revision: int | None,
-               message: str, author: str, now: datetime) -> Change:
+               message: str, author: str, now: datetime, trigger: dict[str, Any] | None = None) -> Change:
     row = ChangeRow(kind=kind, state=ChangeState.DRAFT, base_revision=base_revision,
-                    proposed_revision=proposed_revision, message=message, author=author, created_at=now)
+                    proposed_revision=proposed_revision, message=message, author=author, created_at=now,
+                    trigger=json.dumps(trigger, separators=(",", ":")) if trigger is not None else None)
     session.add(row)
     session.flush()
     add_transition(row.id, ChangeState.DRAFT, session=session, actor=author, now=now, reason=message)
@@ -130,7 +134,7 @@ def list_changes(*, session: Session, limit: int, offset: int, state: ChangeStat
     return [Change.of(r, trans[r.id]) for r in rows], total
 
 
-_JSON_FIELDS = ("review", "progress")
+_JSON_FIELDS = ("review", "progress", "trigger")
 
 
 def update_change(change_id: int, *, session: Session, **fields: Any) -> None:
@@ -222,3 +226,15 @@ def put_idempotent(actor: str, key: str, *, session: Session, path: str, request
                                        status=status, body=body, created_at=now))
     except IntegrityError:
         pass  # a concurrent retry stored it first
+
+
+def auto_te_paused(*, session: Session) -> AutoTeStateRow | None:
+    """The automatic re-tuning's pause switch (one row, made by the migration)."""
+    return session.get(AutoTeStateRow, 1, populate_existing=True)
+
+
+def set_auto_te_paused(paused: bool, *, session: Session, actor: str, now: datetime, reason: str) -> None:
+    """Set the switch (its one row exists from the migration on: concurrent writers update, never insert)."""
+    session.execute(update(AutoTeStateRow).where(AutoTeStateRow.id == 1)
+                    .values(paused=paused, actor=actor, at=now, reason=reason[:4000]))
+    session.flush()

@@ -193,6 +193,20 @@ class Telemetry:
                                 fresh=bool(not st.stale[ab] and not st.stale[ba])))
         return out
 
+    def silent_edges(self, intent: Intent, now: float, window_s: float) -> list[str]:
+        """The edge devices of ``intent`` (ToRs and prefix origins, where demand enters) whose counters
+        are all stale or absent in the window: a measured matrix misses whatever they send."""
+        with self._lock:
+            by_device: dict[str, list[int]] = {}
+            for (dev, _path), row in self.store.rows.items():
+                by_device.setdefault(dev, []).append(row)
+            silent: list[str] = []
+            for d in edge_devices(intent):
+                rows = by_device.get(d)
+                if not rows or bool(self.store.stats(rows, now, window_s).stale.all()):
+                    silent.append(d)
+        return sorted(silent)
+
     def _has_aft(self, intent: Intent) -> bool:
         """True when every edge device of ``intent`` (a ToR or prefix origin: where host traffic enters,
         which is all AFT entries count) that reports counters reports AFT counters too."""

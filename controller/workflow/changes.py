@@ -55,7 +55,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _validated(document: Any) -> Intent:
+def validated(document: Any) -> Intent:
     try:
         return validate_intent(document)
     except ValidationError as exc:
@@ -86,7 +86,8 @@ def change_document(ch: Change, *, full: bool = True) -> Doc:
             "created_at": ch.created_at.isoformat(),
             "transitions": [t.to_document() for t in ch.transitions],
             "review": ch.review if full else _brief(ch.review), "progress": ch.progress,
-            "force_reason": ch.force_reason, "error": ch.error, "transaction": ch.transaction}
+            "force_reason": ch.force_reason, "error": ch.error, "transaction": ch.transaction,
+            "trigger": ch.trigger}
 
 
 # -- reading --------------------------------------------------------------------
@@ -111,7 +112,7 @@ def plan_for(revision: int, *, session: Session, observe: Callable[[float], None
     """The intent of ``revision`` and its plan (compiled once, then read back from the store)."""
     import time
 
-    intent = _validated(repo.revision_document(revision, session=session))
+    intent = validated(repo.revision_document(revision, session=session))
     doc = wrepo.get_plan(revision, session=session)
     if doc is not None:
         return intent, Plan.from_document(doc)
@@ -139,7 +140,8 @@ def _store_proposed(intent: Intent, base: repo.Revision, *, session: Session, ct
 
 
 def create_change(*, session: Session, ctx: WriteContext, base_revision: int, patch: list[Any] | None,
-                  intent: Any | None, message: str = "", kind: str = "change") -> Change:
+                  intent: Any | None, message: str = "", kind: str = "change",
+                  trigger: Doc | None = None) -> Change:
     """A draft change: the base's document with ``patch`` applied, or ``intent`` whole.
 
     Raises :class:`InvalidIntent` (422, nothing stored) when the result is not a valid intent
@@ -153,10 +155,10 @@ def create_change(*, session: Session, ctx: WriteContext, base_revision: int, pa
                 base = repo.get_revision(base_revision, session=session)
                 document = (apply_patch(repo.revision_document(base.id, session=session), patch)
                             if patch is not None else intent)
-                proposed = _validated(document)
+                proposed = validated(document)
                 rev = _store_proposed(proposed, base, session=session, ctx=ctx)
                 ch = wrepo.add_change(session=session, kind=kind, base_revision=base.id, proposed_revision=rev,
-                                      message=message, author=ctx.actor.name, now=_now())
+                                      message=message, author=ctx.actor.name, now=_now(), trigger=trigger)
                 _audit(session, ctx, f"{kind}.create", status=201, revision=rev,
                        detail=f"change {ch.id}: base {base.id} -> proposed {rev}" + (f": {message}" if message else ""))
             return wrepo.get_change(ch.id, session=session)
@@ -310,7 +312,7 @@ def drains_added(change: Change, intent: Intent, *, session: Session) -> list[st
 
     before: frozenset[str] = frozenset()
     if change.previous_active is not None:
-        before = targets(_validated(repo.revision_document(change.previous_active, session=session)))
+        before = targets(validated(repo.revision_document(change.previous_active, session=session)))
     return sorted(targets(intent) - before)
 
 

@@ -135,6 +135,12 @@ class Workflow:
         self._drift_lock = asyncio.Lock()
         self._southbound = asyncio.Lock()  # a transaction holds it; a review's Prepare must not interleave
         self.recovered: Doc | None = None
+        self.reviews_in_flight = 0  # automatic re-tuning waits while any review runs
+        #: Whether this process leads: a single ``loom serve`` does; replicas elect one through the store.
+        self.is_leader: Callable[[], bool] = lambda: True
+        from controller.workflow.autote import AutoTe
+
+        self.auto_te = AutoTe(self)
 
     # -- plumbing -----------------------------------------------------------------
     async def _db(self, fn: Callable[[Session], T]) -> T:
@@ -174,8 +180,10 @@ class Workflow:
             self.metrics.active_revision.set(active)
         if self.driver is not None and self.settings.drift_interval > 0:
             self._drift_task = asyncio.get_running_loop().create_task(self._drift_loop())
+        self.auto_te.start()
 
     async def stop(self) -> None:
+        await self.auto_te.stop()
         if self._drift_task is not None:
             self._drift_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -195,7 +203,19 @@ class Workflow:
         return task
 
     # -- review -------------------------------------------------------------------
+    @property
+    def southbound_busy(self) -> bool:
+        """A transaction (or a review's Prepare) holds the devices now."""
+        return self._southbound.locked()
+
     async def review(self, change_id: int, ctx: WriteContext) -> Doc:
+        self.reviews_in_flight += 1
+        try:
+            return await self._review(change_id, ctx)
+        finally:
+            self.reviews_in_flight -= 1
+
+    async def _review(self, change_id: int, ctx: WriteContext) -> Doc:
         inp = await self._db(lambda s: changes.review_inputs(change_id, session=s, observe=self._observe_solve))
         busy = self._southbound.locked() or await self._db(lambda s: wrepo.committing_change(session=s) is not None)
         config_diff: dict[str, str] | None = None
