@@ -24,6 +24,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -252,6 +253,7 @@ class TrafficReport:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> the sender's counts
     failed: dict[str, str] = field(default_factory=dict)  # host -> why (killed, exit status)
     seconds: float = 0.0
+    stopped_early: bool = False
 
     def demand_totals(self) -> list[dict[str, Any]]:
         totals: list[dict[str, Any]] = [
@@ -274,15 +276,17 @@ class TrafficReport:
     def to_document(self) -> dict[str, Any]:
         return {"lab": self.lab, "duration_s": self.duration_s, "packet_bytes": self.options.packet_bytes,
                 "flows_per_demand": self.options.flows, "senders": sorted(self.senders),
-                "demands": self.demand_totals(), "failed": self.failed, "seconds": round(self.seconds, 2)}
+                "demands": self.demand_totals(), "failed": self.failed, "seconds": round(self.seconds, 2),
+                "stopped_early": self.stopped_early}
 
 
 ProgressFn = Callable[[str, int, int], None]
 
 
 def send(topo: Topology, demands: tuple[Demand, ...], duration: float, *, options: TrafficOptions | None = None,
-         progress: ProgressFn | None = None) -> TrafficReport:
-    """Send ``demands`` from the hosts of the running lab for ``duration`` seconds (see the module docstring).
+         progress: ProgressFn | None = None, stop: threading.Event | None = None) -> TrafficReport:
+    """Send ``demands`` from the hosts of the running lab for ``duration`` seconds (see the module docstring);
+    setting ``stop`` ends the senders early (by their pids; the report says ``stopped_early``).
 
     Raises :class:`labs.runner.LabError` when the lab is not up or a sender cannot start.
     """
@@ -307,7 +311,7 @@ def send(topo: Topology, demands: tuple[Demand, ...], duration: float, *, option
                                         "packet_bytes": options.packet_bytes, "streams": list(plan.streams)}))
             procs[host] = subprocess.Popen(["ip", "netns", "exec", plan.netns, sys.executable, str(SENDER), str(spec)],
                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        _collect(procs, report, start_at + duration + options.grace_s, start_at, duration, note)
+        _collect(procs, report, start_at + duration + options.grace_s, start_at, duration, note, stop)
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -319,10 +323,17 @@ def send(topo: Topology, demands: tuple[Demand, ...], duration: float, *, option
 
 
 def _collect(procs: dict[str, subprocess.Popen[str]], report: TrafficReport, deadline: float, start_at: float,
-             duration: float, note: ProgressFn) -> None:
+             duration: float, note: ProgressFn, stop: threading.Event | None = None) -> None:
     """Wait for the senders (progress in tenths of the duration), kill those past ``deadline``, read their counts."""
     pending = dict(procs)
     while pending and time.time() < deadline:
+        if stop is not None and stop.is_set():
+            report.stopped_early = True
+            for host, proc in pending.items():
+                proc.kill()
+                proc.wait()
+                report.failed[host] = "stopped early"
+            return
         note("sending", int(10 * min(max(time.time() - start_at, 0), duration) / duration), 10)
         for host, proc in list(pending.items()):
             if proc.poll() is not None:

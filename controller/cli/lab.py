@@ -286,7 +286,11 @@ def traffic(
                                               help="IP packet size (headers included)")] = 1300,
     as_json: JsonOpt = False,
 ) -> None:
-    """Send a demand matrix as UDP from the lab's hosts for --duration seconds; report what each demand sent."""
+    """Send a demand matrix as UDP from the lab's hosts for --duration seconds; report what each demand sent.
+    SIGINT or SIGTERM stops the senders at once (the report then says stopped_early)."""
+    import signal
+    import threading
+
     from labs import runner
     from labs.traffic import InvalidMatrix, TrafficOptions, lab_hosts, load_matrix, send
 
@@ -298,8 +302,11 @@ def traffic(
         die(str(exc), as_json=as_json, errors=[e.as_dict() for e in exc.errors])
     try:
         runner.check_prerequisites()
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         with _progress(as_json) as show:
-            report = send(topo, demands, duration, options=options, progress=show)
+            report = send(topo, demands, duration, options=options, progress=show, stop=stop)
     except LabPrerequisiteError as exc:
         die(str(exc), as_json=as_json)
     except LabError as exc:
@@ -317,5 +324,5 @@ def traffic(
         console.print(table)
         for host, why in doc["failed"].items():
             err_console.print(f"  {host}: {why}", highlight=False, markup=False)
-    if doc["failed"]:
+    if any(why != "stopped early" for why in doc["failed"].values()):
         raise typer.Exit(EXIT_FAIL)
