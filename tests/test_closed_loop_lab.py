@@ -88,14 +88,16 @@ class Lab:
                                                 "LOOM_AUTO_TE_CONFIRM": "2"})
         self.traffic = Traffic(self.topo)
 
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "LOOM_TOKEN": TOKEN, "LOOM_SERVER": self.server.url}
+        out = subprocess.run([*LOOM, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out
+
     def apply(self, doc: dict[str, Any]) -> dict[str, Any]:
         path = self.base / "intent.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        env = {**os.environ, "LOOM_TOKEN": TOKEN, "LOOM_SERVER": self.server.url}
-        out = subprocess.run([*LOOM, "apply", str(path), "--json"], capture_output=True, text=True, env=env,
-                             cwd=REPO, timeout=300)
-        assert out.returncode == 0, out.stdout + out.stderr
-        return dict(json.loads(out.stdout))
+        return dict(json.loads(self.cli("apply", str(path), "--json").stdout))
 
     def get(self, path: str) -> Any:
         r = self.server("GET", path)
@@ -189,7 +191,7 @@ def test_a_traffic_shift_is_measured_retuned_committed_and_the_links_cool(lab: L
 
 
 def test_paused_it_holds_while_a_ring_allreduce_runs_and_patterns_name_it(lab: Lab) -> None:
-    assert lab.server("POST", "/v1/auto-te/pause", json={"reason": "test"}).json()["paused"]
+    assert json.loads(lab.cli("auto-te", "pause", "--reason", "ring test", "--json").stdout)["paused"]
     known = {c["id"] for c in lab.auto_changes()}
     lab.traffic.run(RING)
     time.sleep(WINDOW_S + 3)
@@ -198,6 +200,8 @@ def test_paused_it_holds_while_a_ring_allreduce_runs_and_patterns_name_it(lab: L
     ring = [g for g in groups if g["pattern"] == "ring_allreduce"]
     assert ring and set(ring[0]["members"]) == {"tor-0-0", "tor-0-1", "tor-1-0", "tor-1-1"}, groups
     assert {c["id"] for c in lab.auto_changes()} == known
+    shown = lab.cli("auto-te", "status").stdout
+    assert "PAUSED" in shown and "ring test" in shown and "paused" in shown
 
 
 def test_an_unsafe_candidate_is_refused_and_audited(lab: Lab) -> None:

@@ -9,7 +9,7 @@ import { histogram } from "./charts.js";
 const STATES = ["draft", "reviewed", "committing", "committed", "failed", "rolled_back"];
 const PAGE = 50;
 
-export async function renderChanges(main, ctx) {
+export async function renderChanges(main, ctx, target = main) {
   const state = ctx.params.get("state") || "";
   const offset = Number(ctx.params.get("offset") || 0);
   const q = new URLSearchParams({ limit: PAGE, offset });
@@ -29,6 +29,9 @@ export async function renderChanges(main, ctx) {
   main.append(h("div", { class: "page-head" }, h("h1", {}, "Changes"),
     h("span", { class: "filters" }, h("a", { href: link(0, ""), class: state ? "" : "active" }, "all"),
       STATES.map((st) => [" · ", h("a", { href: link(0, st), class: state === st ? "active" : "" }, st.replace("_", " "))]))));
+  const auto = await autoTeStrip(ctx, () => renderAgain(target, ctx));
+  if (!ctx.alive()) return;
+  if (auto) main.append(auto);
   if (!page.items.length) {
     main.append(message(state ? `No ${state} changes.` : "No changes yet: POST /v1/changes proposes one.", "info"));
     return;
@@ -36,7 +39,7 @@ export async function renderChanges(main, ctx) {
   main.append(table(["change", "state", "message", "author", "base", "proposed", "verdict", "created"],
     page.items.map((c) => h("tr", { "data-change": c.id },
       h("td", {}, h("a", { href: `#/changes/${c.id}` }, `#${c.id}`)), h("td", {}, badge(c.state)),
-      h("td", {}, c.message || ""), h("td", {}, c.author || ""), h("td", {}, `r${c.base_revision}`),
+      h("td", {}, c.message || ""), h("td", { class: "author" }, authorCell(c)), h("td", {}, `r${c.base_revision}`),
       h("td", {}, c.proposed_revision ? `r${c.proposed_revision}` : "–"),
       h("td", {}, c.review ? badge(c.review.verdict) : "–"), h("td", {}, when(c.created_at)))),
     { id: "changes", class: "list" }));
@@ -44,6 +47,59 @@ export async function renderChanges(main, ctx) {
     offset > 0 ? h("a", { href: link(Math.max(0, offset - PAGE), state) }, "← newer") : null, " ",
     `${offset + 1}–${offset + page.items.length} of ${page.total}`, " ",
     page.next ? h("a", { href: link(offset + PAGE, state) }, "older →") : null));
+}
+
+/** Draw the list again into ``target`` (the page's container: a redraw renders off-screen, then swaps). */
+async function renderAgain(target, ctx) {
+  const fresh = h("div");
+  await renderChanges(fresh, ctx, target);
+  if (ctx.alive()) target.replaceChildren(...fresh.childNodes);
+}
+
+/** Who made the change; for auto-te, the predicted maximum utilization it moved (active -> re-tuned). */
+function authorCell(c) {
+  if (c.author !== "auto-te" || !c.trigger) return c.author || "";
+  const t = c.trigger;
+  return h("span", {}, h("span", { class: "badge auto-te" }, "auto-te"), " ",
+    h("span", { class: "muted", title: "predicted max utilization under the measured demand: active plan → re-tuned" },
+      `${pct(t.active_predicted)} → ${pct(t.candidate_predicted)}`));
+}
+
+/** The automatic re-tuning's state above the list, with pause/resume for operators (none without /v1/auto-te). */
+async function autoTeStrip(ctx, rerender) {
+  const st = await maybe("/v1/auto-te");
+  if (!st || !st.policy) return null;
+  const last = (st.decisions || [])[0];
+  const state = !st.enabled ? "disabled by the policy" : st.paused
+    ? `paused by ${st.paused_by}${st.pause_reason ? `: ${st.pause_reason}` : ""}` : (st.running ? "running" : "not running here");
+  const box = h("section", { class: `card auto-te ${st.paused ? "paused" : ""}`, id: "auto-te" },
+    h("strong", {}, "Automatic re-tuning: "), h("span", { id: "auto-te-state" }, state),
+    h("span", { class: "muted" }, ` · every ${st.policy.interval_s} s on the ${st.policy.stat} of ${st.policy.window_s} s`
+      + ` × ${st.policy.headroom}, min gain ${st.policy.min_gain}`),
+    last ? h("div", { class: "muted", id: "auto-te-last" }, `last: ${last.decision} (${last.reason}) ${when(last.at)}: ${last.detail}`) : null);
+  if (ctx.canOperate && st.enabled) {
+    const path = st.paused ? "/v1/auto-te/resume" : "/v1/auto-te/pause";
+    box.append(h("button", { id: "auto-te-toggle", class: st.paused ? "primary" : "danger",
+      onclick: async (ev) => {
+        ev.preventDefault();
+        ev.target.disabled = true;
+        await api(path, { method: "POST", body: { reason: "from the web UI" } });
+        await rerender();
+      } }, st.paused ? "Resume" : "Pause"));
+  }
+  return box;
+}
+
+/** What made auto-te propose the change: the measured demand and both plans' predictions under it. */
+function triggerSection(t) {
+  return h("section", { class: "card", id: "trigger" }, h("h2", {}, "Triggered by measured traffic"),
+    table(["", "value"], [
+      ["measured demand", `${t.demands} entries, ${fmt(t.measured_gbps)} Gb/s (${t.stat} over ${t.window_s} s, ${t.method})`],
+      ["headroom", `× ${t.headroom}`],
+      ["observed max utilization (counters)", t.observed === null ? "–" : pct(t.observed)],
+      [`predicted, active plan r${t.active_revision}`, pct(t.active_predicted)],
+      ["predicted, re-tuned plan", pct(t.candidate_predicted)],
+      ["gain", `${(t.gain * 100).toFixed(1)} pt (min ${(t.min_gain * 100).toFixed(1)} pt)`]], { class: "compact" }));
 }
 
 function linkId(l) {
@@ -200,6 +256,7 @@ async function build(main, id, ctx, rerender) {
     h("span", { id: "change-state" }, badge(change.state)),
     h("span", { class: "muted" }, `${change.message || ""} · by ${change.author || "?"} · ${when(change.created_at)} · `
       + `base r${change.base_revision}${change.proposed_revision ? ` → proposed r${change.proposed_revision}` : ""}`)));
+  if (change.trigger) main.append(triggerSection(change.trigger));
   if (review) main.append(verdictBlock(review));
   else main.append(message("Not reviewed yet: Review replays the proposed plan under every failure scenario.", "info"));
   main.append(actions(change, ctx, rerender));

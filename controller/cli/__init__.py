@@ -14,7 +14,7 @@ from controller.cli.common import app
 
 __all__ = ["app", "main"]
 
-_MODULES = ("core", "plan", "check", "lab", "agent", "changes", "drain", "telemetry", "jobs")
+_MODULES = ("core", "plan", "check", "lab", "agent", "changes", "drain", "telemetry", "jobs", "autote")
 
 
 def _register() -> None:
