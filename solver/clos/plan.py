@@ -176,10 +176,9 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
         relax = relaxation(m, least)
         if (relax.n_spines_a * relax.phi_a > 1 + 1e-12).any():
             relax = None  # a group with more spines than weights: its margins go negative (the full model says why)
-        else:
-            tor_cut, pod_cut = _cut_bounds(m, ecmp_loads, spine_layer)
-            if tor_cut >= options.tor_rows_at * pod_cut:  # ToR arcs are likely to bind: their rows from the start
-                rows[:] = True
+    tor_cut, pod_cut = _cut_bounds(m, ecmp_loads, spine_layer)
+    if tor_cut >= options.tor_rows_at * pod_cut:  # ToR arcs are likely to bind: their rows from the start
+        rows[:] = True
     info: dict[str, Any] = {}
     seconds = 0.0
     k = 0
