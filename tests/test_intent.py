@@ -294,7 +294,7 @@ def test_unknown_policy_kind() -> None:
     doc = clos_doc()
     doc["policies"].append({"kind": "teleport"})
     assert_error(doc, "policies[4].kind: unknown policy kind 'teleport' "
-                      "(expected one of drain, utilization_limit, failure_tolerance, wcmp, paths)")
+                      "(expected one of drain, utilization_limit, failure_tolerance, wcmp, paths, auto_te)")
 
 
 def test_unknown_policy_field() -> None:

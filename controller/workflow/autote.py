@@ -52,6 +52,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from controller.model import AutoTePolicy, Intent
@@ -254,6 +255,9 @@ class AutoTe:
                 delay = await self.tick()
             except asyncio.CancelledError:
                 raise
+            except DBAPIError as exc:  # the store is down or not migrated: /readyz says so; try again later
+                log.warning("automatic re-tuning: the store cannot answer: %s", str(exc).splitlines()[0])
+                delay = IDLE_S
             except Exception:
                 log.exception("automatic re-tuning: the evaluation failed")
                 delay = IDLE_S
