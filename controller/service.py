@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -27,10 +28,19 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
-from controller.model.errors import Conflict, IntentError, InvalidIntent, LoomError, NotFound, StaleRevision
+from controller.model.errors import (
+    Conflict,
+    IntentError,
+    InvalidIntent,
+    LoomError,
+    NotFound,
+    StaleRevision,
+    StoreContention,
+    StoreUnavailable,
+)
 from controller.model.intent import format_loc, load_intent, validate_intent
 from controller.store import objects, repo
-from controller.store.db import write_transaction
+from controller.store.db import RetryOptions, lock_revisions, retrying, write_transaction
 from controller.store.models import ROLES
 from controller.store.repo import ConcurrentWrite, Revision, Token
 
@@ -66,8 +76,8 @@ __all__ = [
 
 EXAMPLE_INTENT = Path(__file__).parent / "examples" / "dc1.yaml"
 _RANK = {r: i for i, r in enumerate(ROLES)}
-_RETRIES = 3
 Doc = dict[str, Any]
+log = logging.getLogger("loom.service")
 
 
 class NoIntent(Conflict):
@@ -214,56 +224,66 @@ def _validated(document: Any) -> Intent:
         raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"])) for e in exc.errors()]) from None
 
 
-def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: WriteContext, action: str) -> WriteResult:
+def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: WriteContext, action: str,
+               retry: RetryOptions = RetryOptions()) -> WriteResult:
     """Apply ``edit`` (head document, or ``None`` on an empty store -> new
     document) as one transaction: If-Match, whole-document validation, a new
     revision if the content hash changed, and the audit entry.
 
     Raises :class:`StaleRevision` (If-Match is not the head), :class:`InvalidIntent`
     (every located error of the resulting document), or what ``edit`` raises
-    (:class:`NotFound`, :class:`Conflict`). Without If-Match, a write that loses a
-    race with another writer is re-applied on the new head (a few times).
+    (:class:`NotFound`, :class:`Conflict`). Writers of the revision chain queue on
+    :func:`lock_revisions`; a write that still loses a race (a serialization failure, another
+    writer's revision first) runs again on the new head after a jittered back-off (``retry``),
+    where a stale If-Match is refused as ever. Once the attempts are used up it is
+    :class:`StoreContention`; a store that does not answer is :class:`StoreUnavailable`.
     """
-    attempts = 1 if ctx.if_match else _RETRIES
-    for attempt in range(attempts):
-        try:
-            with write_transaction(session):
-                rev = repo.head_revision(session=session)
-                _check_if_match(ctx.if_match, rev)
-                base = repo.revision_document(rev.id, session=session) if rev else None
-                intent = _validated(edit(base))
-                doc = intent.to_document()
-                now = _now()
-                changed = rev is None or rev.hash != intent.content_hash
-                if changed:
-                    rev = repo.add_revision(session=session, document=doc, content_hash=intent.content_hash,
-                                            parent=rev.id if rev else None, author=ctx.actor.name,
-                                            message=ctx.message, request_id=ctx.request_id, now=now)
-                assert rev is not None
-                repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                               request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
-                               outcome="accepted" if changed else "unchanged", status=ctx.status,
-                               revision=rev.id, detail=ctx.message)
-            return WriteResult(rev, changed, doc)
-        except ConcurrentWrite as exc:
-            if attempt + 1 < attempts:
-                continue
-            _audit_rejected(exc, session=session, ctx=ctx, action=action)
-            raise
-        except LoomError as exc:
-            _audit_rejected(exc, session=session, ctx=ctx, action=action)
-            raise
-    raise AssertionError("unreachable")
+
+    def attempt() -> WriteResult:
+        with write_transaction(session):
+            lock_revisions(session)
+            rev = repo.head_revision(session=session)
+            _check_if_match(ctx.if_match, rev)
+            base = repo.revision_document(rev.id, session=session) if rev else None
+            intent = _validated(edit(base))
+            doc = intent.to_document()
+            now = _now()
+            changed = rev is None or rev.hash != intent.content_hash
+            if changed:
+                rev = repo.add_revision(session=session, document=doc, content_hash=intent.content_hash,
+                                        parent=rev.id if rev else None, author=ctx.actor.name,
+                                        message=ctx.message, request_id=ctx.request_id, now=now)
+            assert rev is not None
+            repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
+                           request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
+                           outcome="accepted" if changed else "unchanged", status=ctx.status,
+                           revision=rev.id, detail=ctx.message)
+        return WriteResult(rev, changed, doc)
+
+    try:
+        return retrying(attempt, retry_on=(StoreContention, ConcurrentWrite), options=retry)
+    except ConcurrentWrite as exc:  # every attempt lost: the store is too busy for this write now
+        busy = StoreContention(f"{exc} ({retry.attempts} attempts)")
+        _audit_rejected(busy, session=session, ctx=ctx, action=action)
+        raise busy from exc
+    except LoomError as exc:
+        _audit_rejected(exc, session=session, ctx=ctx, action=action)
+        raise
 
 
 def _audit_rejected(exc: LoomError, *, session: Session, ctx: WriteContext, action: str) -> None:
+    """Record a rejected write (in its own transaction); a store that cannot take the entry either
+    is logged, and the caller's error stands."""
     detail = str(exc)
     if isinstance(exc, InvalidIntent):
         detail = json.dumps([e.as_dict() for e in exc.errors][:50])
-    with write_transaction(session):
-        repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                       request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
-                       outcome="rejected", status=ctx.rejected_status(exc), detail=detail[:4000])
+    try:
+        with write_transaction(session):
+            repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
+                           request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
+                           outcome="rejected", status=ctx.rejected_status(exc), detail=detail[:4000])
+    except StoreUnavailable as lost:
+        log.warning("the rejected write %s (%s) is not in the audit log: %s", action, type(exc).__name__, lost)
 
 
 def replace_intent(document: Any, *, session: Session, ctx: WriteContext) -> WriteResult:

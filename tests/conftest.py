@@ -66,6 +66,7 @@ TIERS: dict[str, str] = {
     "test_lab_runner.py": "lab",
     "test_logs.py": "component",
     "test_metrics.py": "component",
+    "test_outage.py": "component",       # PostgreSQL stopped under a real loom serve; the pure checks are unit
     "test_pki.py": "component",
     "test_render.py": "unit",                # FRR's own parser is lab
     "test_safety_replay.py": "unit",
