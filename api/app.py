@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import metrics
 from api.core import problems
+from api.core.refusals import RefusalAudit
 from api.routers import (
     audit,
     demands,
@@ -39,6 +40,7 @@ from controller.logs import bind_request_id
 from controller.model import Intent
 from controller.model.errors import NotFound
 from controller.model.plan import Plan
+from controller.refusals import RefusalOptions
 from controller.settings import Settings
 from controller.store.db import Database
 from controller.telemetry import Options as TelemetryOptions
@@ -127,6 +129,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.stopping = False
         db.migrate()
         from controller.workflow.engine import Workflow
 
@@ -136,8 +139,11 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         stream = _telemetry_stream(settings, db, driver, app.state.telemetry)
         if stream is not None:
             await stream.start()
+        summaries = asyncio.create_task(app.state.refusals.run(settings.audit_refusal_refill_s))
         yield
         app.state.stopping = True  # a request that still arrives is answered 503 (RequestIdMiddleware)
+        summaries.cancel()
+        await asyncio.to_thread(app.state.refusals.flush)  # what the last interval counted
         if stream is not None:
             await stream.stop()
         await app.state.workflow.stop()
@@ -161,6 +167,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.settings = settings
     app.state.stopping = False
     app.state.database = db
+    app.state.refusals = RefusalAudit(lambda: app.state.database, RefusalOptions(
+        burst=settings.audit_refusal_burst, refill_s=settings.audit_refusal_refill_s))
     app.state.driver = driver
     # fed by the gNMI subscription; its stale threshold counts in the subscription's sample intervals
     app.state.telemetry = telemetry if telemetry is not None else Telemetry(

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
@@ -32,6 +32,8 @@ from controller.model.errors import (
     Conflict,
     IntentError,
     InvalidIntent,
+    InvalidRequest,
+    LastAdmin,
     LoomError,
     NotFound,
     StaleRevision,
@@ -39,6 +41,7 @@ from controller.model.errors import (
     StoreUnavailable,
 )
 from controller.model.intent import format_loc, load_intent, validate_intent
+from controller.model.tokens import token_name_problem
 from controller.store import objects, repo
 from controller.store.db import RetryOptions, lock_revisions, retrying, write_transaction
 from controller.store.models import ROLES
@@ -50,9 +53,11 @@ __all__ = [
     "Actor",
     "NoIntent",
     "Page",
+    "Refusal",
     "WriteContext",
     "WriteResult",
     "apply_edit",
+    "audit_refusals",
     "authenticate",
     "bootstrap_admin",
     "create_object",
@@ -72,11 +77,13 @@ __all__ = [
     "revoke_token",
     "role_allows",
     "update_object",
+    "update_token",
 ]
 
 EXAMPLE_INTENT = Path(__file__).parent / "examples" / "dc1.yaml"
 _RANK = {r: i for i, r in enumerate(ROLES)}
 Doc = dict[str, Any]
+T = TypeVar("T")
 log = logging.getLogger("loom.service")
 
 
@@ -124,6 +131,7 @@ class WriteContext:
     message: str = ""
     status: int = 200
     reject_status: Callable[[LoomError], int] | None = None
+    client: str | None = None  # the caller's address (HTTP), for the audit log
 
     def rejected_status(self, exc: LoomError) -> int:
         """The audit status of a write rejected with ``exc``."""
@@ -255,8 +263,8 @@ def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: Writ
                                         message=ctx.message, request_id=ctx.request_id, now=now)
             assert rev is not None
             repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                           request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
-                           outcome="accepted" if changed else "unchanged", status=ctx.status,
+                           client=ctx.client, request_id=ctx.request_id, method=ctx.method, path=ctx.path,
+                           action=action, outcome="accepted" if changed else "unchanged", status=ctx.status,
                            revision=rev.id, detail=ctx.message)
         return WriteResult(rev, changed, doc)
 
@@ -280,10 +288,43 @@ def _audit_rejected(exc: LoomError, *, session: Session, ctx: WriteContext, acti
     try:
         with write_transaction(session):
             repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                           request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
-                           outcome="rejected", status=ctx.rejected_status(exc), detail=detail[:4000])
+                           client=ctx.client, request_id=ctx.request_id, method=ctx.method, path=ctx.path,
+                           action=action, outcome="rejected", status=ctx.rejected_status(exc),
+                           detail=detail[:4000])
     except StoreUnavailable as lost:
         log.warning("the rejected write %s (%s) is not in the audit log: %s", action, type(exc).__name__, lost)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request refused before it did anything (401, 403, a malformed request's 422), for the audit
+    log: who (a token's name, else ``anonymous``) from which ``client`` address, what (``method``,
+    ``path``) and why (``detail``). A ``summary`` stands for ``count`` refusals not recorded one by one."""
+
+    actor: str
+    token_id: str | None
+    client: str | None
+    request_id: str | None
+    method: str
+    path: str
+    status: int
+    detail: str
+    count: int = 1
+    summary: bool = False
+
+
+def audit_refusals(refusals: list[Refusal], *, session: Session) -> None:
+    """Record refused requests (action ``request.refused``, or ``request.refused.summary`` for a
+    summary; outcome ``rejected``) in one transaction."""
+    if not refusals:
+        return
+    with write_transaction(session):
+        now = _now()
+        for r in refusals:
+            repo.add_audit(session=session, now=now, actor=r.actor, token_id=r.token_id, client=r.client,
+                           request_id=r.request_id, method=r.method, path=r.path,
+                           action="request.refused.summary" if r.summary else "request.refused",
+                           outcome="rejected", status=r.status, detail=r.detail[:4000])
 
 
 def replace_intent(document: Any, *, session: Session, ctx: WriteContext) -> WriteResult:
@@ -362,9 +403,32 @@ def _new_secret() -> tuple[str, str]:
     return token_id, f"{TOKEN_PREFIX}_{token_id}_{secrets.token_urlsafe(32)}"
 
 
+def _check_token_name(name: str) -> None:
+    problem = token_name_problem(name)
+    if problem:
+        raise InvalidRequest([IntentError("name", problem)])
+
+
+def _audit_token(ctx: WriteContext, action: str, detail: str, *, session: Session, now: datetime) -> None:
+    repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id, client=ctx.client,
+                   request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action, outcome="accepted",
+                   status=ctx.status, detail=detail)
+
+
+def _token_write(action: str, run: Callable[[], T], *, session: Session, ctx: WriteContext) -> T:
+    """``run`` (one write transaction) retried on contention; a refusal is audited as rejected."""
+    try:
+        return retrying(run)
+    except LoomError as exc:
+        _audit_rejected(exc, session=session, ctx=ctx, action=action)
+        raise
+
+
 def create_token(name: str, role: str, *, session: Session, ctx: WriteContext,
                  expires_at: datetime | None = None) -> tuple[Token, str]:
-    """Issue a token; returns it and its secret (shown once, stored hashed)."""
+    """Issue a token; returns it and its secret (shown once, stored hashed). Raises
+    :class:`InvalidRequest` for a name that breaks :func:`token_name_problem`'s rules and
+    :class:`Conflict` for a name an unrevoked token has."""
     if role not in ROLES:
         raise Conflict(f"unknown role {role!r} (expected one of {', '.join(ROLES)})")
     now = _now()
@@ -373,14 +437,17 @@ def create_token(name: str, role: str, *, session: Session, ctx: WriteContext,
         if expires_at <= now:
             raise Conflict("expires_at is in the past")
     token_id, secret = _new_secret()
-    with write_transaction(session):
-        token = repo.add_token(session=session, token_id=token_id, name=name, role=role,
-                               secret_hash=_hash_secret(secret), created_by=ctx.actor.name, now=now,
-                               expires_at=expires_at)
-        repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                       request_id=ctx.request_id, method=ctx.method, path=ctx.path, action="token.create",
-                       outcome="accepted", status=ctx.status, detail=f"token {token_id} ({name}, {role})")
-    return token, secret
+
+    def run() -> Token:
+        _check_token_name(name)
+        with write_transaction(session):
+            token = repo.add_token(session=session, token_id=token_id, name=name, role=role,
+                                   secret_hash=_hash_secret(secret), created_by=ctx.actor.name, now=now,
+                                   expires_at=expires_at)
+            _audit_token(ctx, "token.create", f"token {token_id} ({name}, {role})", session=session, now=now)
+        return token
+
+    return _token_write("token.create", run, session=session, ctx=ctx), secret
 
 
 def get_token(token_id: str, *, session: Session) -> Token:
@@ -391,26 +458,69 @@ def list_tokens(*, session: Session, include_revoked: bool = True) -> list[Token
     return repo.list_tokens(session=session, include_revoked=include_revoked)
 
 
-def revoke_token(token_id: str, *, session: Session, ctx: WriteContext) -> Token:
-    try:
+def _keep_an_admin(token: Token, what: str, *, session: Session, now: datetime) -> None:
+    """:class:`LastAdmin` when ``token`` is the only active admin token. Run inside the write
+    transaction: :func:`repo.active_admins` locks them, so two concurrent writes cannot each
+    leave the other's token as the last one and then remove it too."""
+    admins = repo.active_admins(session=session, now=now)
+    if token.role == "admin" and token.active(now) and all(a.id == token.id for a in admins):
+        raise LastAdmin(f"token {token.id} ({token.name}) is the last active admin token: {what} it would leave "
+                        "nobody to manage tokens over the API; issue another admin token first")
+
+
+def revoke_token(token_id: str, *, session: Session, ctx: WriteContext, keep_last_admin: bool = True) -> Token:
+    """Revoke a token (it stays listed). With ``keep_last_admin`` (the API's way) the last active
+    admin token is refused (:class:`LastAdmin`); the CLI, which works on the store itself and can
+    bootstrap a new admin, may pass False."""
+
+    def run() -> Token:
         with write_transaction(session):
-            token = repo.revoke_token(token_id, session=session, now=_now())
-            repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                           request_id=ctx.request_id, method=ctx.method, path=ctx.path, action="token.revoke",
-                           outcome="accepted", status=ctx.status, detail=f"token {token_id} ({token.name})")
-    except LoomError as exc:
-        _audit_rejected(exc, session=session, ctx=ctx, action="token.revoke")
-        raise
-    return token
+            now = _now()
+            current = repo.get_token(token_id, session=session)
+            if keep_last_admin:
+                _keep_an_admin(current, "revoking", session=session, now=now)
+            token = repo.revoke_token(token_id, session=session, now=now)
+            _audit_token(ctx, "token.revoke", f"token {token_id} ({token.name})", session=session, now=now)
+        return token
+
+    return _token_write("token.revoke", run, session=session, ctx=ctx)
+
+
+def update_token(token_id: str, *, session: Session, ctx: WriteContext, name: str | None = None,
+                 role: str | None = None, keep_last_admin: bool = True) -> Token:
+    """Rename a token or change its role. Demoting the last active admin token is :class:`LastAdmin`
+    (with ``keep_last_admin``); names follow :func:`create_token`'s rules."""
+    if role is not None and role not in ROLES:
+        raise Conflict(f"unknown role {role!r} (expected one of {', '.join(ROLES)})")
+
+    def run() -> Token:
+        if name is not None:
+            _check_token_name(name)
+        with write_transaction(session):
+            now = _now()
+            current = repo.get_token(token_id, session=session)
+            if keep_last_admin and role is not None and role != "admin":
+                _keep_an_admin(current, f"making {role} of", session=session, now=now)
+            token = repo.update_token(token_id, session=session, name=name, role=role)
+            changes = [f"{k} {getattr(current, k)!r} -> {getattr(token, k)!r}" for k in ("name", "role")
+                       if getattr(current, k) != getattr(token, k)]
+            _audit_token(ctx, "token.update", f"token {token_id}: {', '.join(changes) or 'unchanged'}",
+                         session=session, now=now)
+        return token
+
+    return _token_write("token.update", run, session=session, ctx=ctx)
 
 
 def bootstrap_admin(*, session: Session, ctx: WriteContext, name: str = "bootstrap-admin") -> tuple[Token, str] | None:
-    """Create the first admin token, only if no active admin token exists."""
+    """Create the first admin token, only if no active admin token exists (named ``name``, or
+    ``name-2``... when an unrevoked token, an expired one say, still has that name)."""
     with write_transaction(session):
         exists = repo.count_active_tokens(session=session, role="admin", now=_now()) > 0
+        taken = {t.name for t in repo.list_tokens(session=session, include_revoked=False)}
     if exists:
         return None
-    return create_token(name, "admin", session=session, ctx=ctx)
+    free = next(n for n in (name, *(f"{name}-{i}" for i in range(2, len(taken) + 3))) if n not in taken)
+    return create_token(free, "admin", session=session, ctx=ctx)
 
 
 def authenticate(bearer: str, *, session: Session, admin_token: str | None = None) -> Actor | None:

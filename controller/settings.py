@@ -45,6 +45,11 @@ class Settings(BaseSettings):
         10.0, ge=0, description="the gNMI sample interval asked of every switch (s); 0: no telemetry stream")
     drift_interval: float = Field(60.0, ge=0, description="seconds between drift checks (0: only after commits)")
     drift_repair: bool = Field(False, description="re-push the active revision when drift is found")
+    # -- the audit log of refused requests (401, 403, malformed 422) --
+    audit_refusal_burst: int = Field(
+        5, ge=1, le=10_000, description="refusals of one client and reason audited one by one at once")
+    audit_refusal_refill_s: float = Field(
+        60.0, gt=0, description="one more such entry per this many seconds; the rest are summarized as often")
 
     @field_validator("db_url")
     @classmethod

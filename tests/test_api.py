@@ -87,8 +87,9 @@ def test_only_admins_manage_tokens(api: Api) -> None:
     assert api("GET", "/v1/intent", role=None,
                headers={"Authorization": f"Bearer {body['token']}"}).status_code == 401
     assert api("GET", "/v1/tokens/nope", role="admin").status_code == 404
-    actions = [e["action"] for e in api("GET", "/v1/audit", role="viewer").json()["items"]]
-    assert actions[:2] == ["token.revoke", "token.create"]
+    entries = api("GET", "/v1/audit", role="viewer").json()["items"]
+    assert [e["action"] for e in entries if e["action"] != "request.refused"][:2] == ["token.revoke", "token.create"]
+    assert (entries[0]["action"], entries[0]["status"], entries[0]["actor"]) == ("request.refused", 401, "anonymous")
 
 
 def test_get_intent_json_and_yaml(api: Api) -> None:

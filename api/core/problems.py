@@ -9,6 +9,8 @@ refused unsafe commit) 409 with the failing invariants and scenarios,
 ``Unreachable`` (a device's agent) 503, other device errors 502, a missing or
 bad token 401 (with ``WWW-Authenticate: Bearer``), the wrong role 403, a
 request's own bad field (``InvalidRequest``) 422 located like a malformed one.
+Refused requests (401, 403, a malformed request's 422) are audited, at a
+bounded rate (:mod:`api.core.refusals`).
 Outages are 503 with ``Retry-After``: ``StoreUnavailable`` (the database does not
 answer, its pool is exhausted, it shuts down), ``StoreContention`` (a write that
 lost every retry to concurrent ones) and a controller that is shutting down.
@@ -206,7 +208,7 @@ def _install_domain_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Conflict)
     async def _conflict(request: Request, exc: Conflict) -> JSONResponse:
-        return problem_response(request, status_for(exc), "Conflict", str(exc), kind="conflict")
+        return problem_response(request, status_for(exc), "Conflict", str(exc), kind=exc.kind)
 
     @app.exception_handler(NotFound)
     async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
@@ -223,12 +225,16 @@ def _install_http_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": _request_loc(e.get("loc", ())), "msg": str(e.get("msg", "invalid"))} for e in exc.errors()]
+        errors = [{"loc": _request_loc(e.get("loc", ())),
+                   "msg": str(e.get("msg", "invalid")).removeprefix("Value error, ")} for e in exc.errors()]
+        await _audit_refusal(request, 422, errors)
         return problem_response(request, 422, "Invalid request", f"{len(errors)} error(s) in the request",
                                 kind="invalid-request", errors=errors)
 
     @app.exception_handler(ProblemException)
     async def _problem(request: Request, exc: ProblemException) -> JSONResponse:
+        if exc.status in (401, 403):
+            await _audit_refusal(request, exc.status, exc.detail or exc.title)
         return problem_response(request, exc.status, exc.title, exc.detail, kind=exc.kind, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
@@ -243,6 +249,14 @@ def _install_http_handlers(app: FastAPI) -> None:
         # last resort for an exception raised outside it
         with bind_request_id(getattr(request.state, "request_id", None)):
             return unexpected(request, exc)
+
+
+async def _audit_refusal(request: Request, status: int, why: str | list[dict[str, str]]) -> None:
+    """A refused request into the audit log, as the app's :class:`api.core.refusals.RefusalAudit`
+    (rate-limited) sees fit."""
+    audit = getattr(request.app.state, "refusals", None)
+    if audit is not None:
+        await audit.record(request, status, why)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

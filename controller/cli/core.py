@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from controller import service
 from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, read_intent
 from controller.model.errors import LoomError
+from controller.model.tokens import token_name_problem
 from controller.settings import Settings
 from controller.store.db import Database
 
@@ -209,8 +210,9 @@ def token_create(
     """Issue a token; its secret is printed once."""
     if role not in service.ROLES:
         die(f"--role: unknown role '{role}' (expected one of {', '.join(service.ROLES)})", as_json=as_json)
-    if not name.strip() or len(name) > 128:
-        die("--name: must be 1 to 128 characters", as_json=as_json)
+    problem = token_name_problem(name)
+    if problem:
+        die(f"--name: {problem}", as_json=as_json)
     expires = None
     if expires_in is not None:
         try:
@@ -261,7 +263,8 @@ def token_revoke(
     database = _open_store(_settings(as_json, db_url=db), as_json)
     with database.session() as session:
         try:
-            token = service.revoke_token(token_id, session=session, ctx=_cli_ctx())
+            # the store's own tool may revoke the last admin token: `loom token bootstrap` makes a new one
+            token = service.revoke_token(token_id, session=session, ctx=_cli_ctx(), keep_last_admin=False)
         except LoomError as exc:
             die(str(exc), as_json=as_json)
     if as_json:

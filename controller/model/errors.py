@@ -13,7 +13,8 @@ The tree::
     ├── InvalidIntent            an intent (or an edit of one) with located errors
     ├── NotFound                 no such object, revision, change or device
     ├── Conflict                 a write that conflicts with the stored state
-    │   └── StaleRevision        If-Match is not the head
+    │   ├── StaleRevision        If-Match is not the head
+    │   └── LastAdmin            the write would leave no active admin token
     ├── Infeasible               the solver cannot route or fit the demand
     ├── SafetyViolation          a commit refused: invariants fail in some scenarios
     ├── InvalidRequest           a request's own fields (not an intent's) with located errors
@@ -44,6 +45,7 @@ __all__ = [
     "IntentError",
     "InvalidIntent",
     "InvalidRequest",
+    "LastAdmin",
     "LoomError",
     "NotFound",
     "RetryableDriverError",
@@ -119,6 +121,13 @@ class StaleRevision(Conflict):
         self.expected = expected
         self.actual = actual
         super().__init__(f"stale revision: If-Match {expected!r} but the head is {actual!r}")
+
+
+class LastAdmin(Conflict):
+    """Revoking or demoting this token would leave no active admin token: nobody could manage
+    tokens over the API any more."""
+
+    kind = "last-admin"
 
 
 class Infeasible(LoomError):

@@ -65,8 +65,8 @@ def _validated(document: Any) -> Intent:
 def _audit(session: Session, ctx: WriteContext, action: str, *, outcome: str = "accepted", status: int = 200,
            revision: int | None = None, detail: str = "") -> None:
     repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                   request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action, outcome=outcome,
-                   status=status, revision=revision, detail=detail[:4000])
+                   client=ctx.client, request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
+                   outcome=outcome, status=status, revision=revision, detail=detail[:4000])
 
 
 def _brief(review: Doc | None) -> Doc | None:
