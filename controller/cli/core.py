@@ -121,6 +121,9 @@ def serve(
     if log_level.lower() not in ("debug", "info", "warning", "error") or log_format not in ("json", "text"):
         die(f"--log-level {log_level} --log-format {log_format}: expected debug|info|warning|error and json|text",
             as_json=as_json)
+    # from here on every record (and every Python warning, of the migrations say) is a log line with its
+    # request id (controller.logs); the banner below goes to stdout
+    setup_logging(log_level, json=log_format == "json")
     import uvicorn
 
     from api.app import create_app
@@ -172,7 +175,6 @@ def serve(
         else:
             console.print("an admin token exists already; make another with: "
                           "loom token create --role admin --name NAME", highlight=False)
-    setup_logging(log_level, json=log_format == "json")  # every record with its request id (controller.logs)
     # access lines come from api.metrics, with the request id
     uvicorn.run(create_app(settings, database=database, driver=driver), host=host, port=port,
                 log_level=log_level.lower(), log_config=None, access_log=False)
