@@ -188,6 +188,17 @@ def test_a_malformed_element_still_gets_its_reference_checks() -> None:
     assert not [e for e in errs if "names no devices" in e]  # its devices are in error, not missing
 
 
+@pytest.mark.parametrize("kind", [{"drain": 1}, ["drain"], 7, None])
+def test_a_policy_whose_kind_is_not_a_string_is_one_located_error(kind: Any) -> None:
+    doc = clos_doc()
+    doc["policies"].append({"kind": kind, "target": "nowhere"})
+    errs = errors_of(doc)
+    assert [e for e in errs if e.startswith("policies[4]")] == [
+        "policies[4].kind: " + ("required field missing" if kind is None else
+                                f"unknown policy kind {kind!r} (expected one of drain, utilization_limit, "
+                                "failure_tolerance, wcmp, paths)")]
+
+
 def test_a_malformed_element_is_never_a_reference_target_twice() -> None:
     doc = clos_doc()
     doc["links"][0]["capacity_gbps"] = "fast"  # the link is malformed, its ports are still in use

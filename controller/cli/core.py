@@ -121,14 +121,14 @@ def serve(
     if log_level.lower() not in ("debug", "info", "warning", "error") or log_format not in ("json", "text"):
         die(f"--log-level {log_level} --log-format {log_format}: expected debug|info|warning|error and json|text",
             as_json=as_json)
-    # from here on every record (and every Python warning, of the migrations say) is a log line with its
-    # request id (controller.logs); the banner below goes to stdout
-    setup_logging(log_level, json=log_format == "json")
     import uvicorn
 
     from api.app import create_app
 
     settings = _settings(as_json, db_url=db, host=host, port=port, agents=agents)
+    # from here on every record (and every Python warning, of the migrations say) is a log line with its
+    # request id (controller.logs); the banner below goes to stdout
+    setup_logging(log_level, json=log_format == "json")
     database = _open_store(settings, as_json)
     url = f"http://{host}:{port}"
     info: dict[str, Any] = {"url": url, "docs": f"{url}/docs", "store": database.display_url}

@@ -274,7 +274,8 @@ def _shape_sections(doc: dict[Any, Any], errors: list[IntentError]) -> tuple[_It
         for i, value in enumerate(raw):
             if section == "policies":
                 obj = _shape_policy(i, value, errors)
-                model = _POLICY_TYPES.get(value.get("kind")) if isinstance(value, dict) else None  # type: ignore
+                kind = value.get("kind") if isinstance(value, dict) else None
+                model = _POLICY_TYPES.get(kind) if isinstance(kind, str) else None
             else:
                 name = _element_name(value)
                 if name:
