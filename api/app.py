@@ -10,16 +10,18 @@ router per resource under ``/v1`` (DESIGN.md section 4). Room is left for
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import metrics
 from api.core import problems
+from api.core.refusals import RefusalAudit
 from api.routers import (
     audit,
     demands,
@@ -38,6 +40,7 @@ from controller.logs import bind_request_id
 from controller.model import Intent
 from controller.model.errors import NotFound
 from controller.model.plan import Plan
+from controller.refusals import RefusalOptions
 from controller.settings import Settings
 from controller.store.db import Database
 from controller.telemetry import Options as TelemetryOptions
@@ -49,11 +52,15 @@ from southbound.driver import DeviceDriver
 
 __all__ = ["create_app"]
 
+log = logging.getLogger("loom.api")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 class RequestIdMiddleware:
-    """Give each request an id (the client's ``X-Request-ID`` if sane) and echo it."""
+    """Give each request an id (the client's ``X-Request-ID`` if sane) and echo it; everything the
+    request logs carries it, its 500 answer too (an exception no handler knows is answered here,
+    inside the request's context, rather than by the server outside it). While the app shuts down
+    (``app.state.stopping``), a request is answered 503 at once."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -65,15 +72,29 @@ class RequestIdMiddleware:
         given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
         request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        started = False
 
         async def send_with_id(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
             await send(message)
 
         with bind_request_id(request_id):  # logs of this request, here and in what it calls, carry the id
-            await self.app(scope, receive, send_with_id)
+            app = scope.get("app")
+            if app is not None and getattr(app.state, "stopping", False):
+                await problems.shutting_down(Request(scope))(scope, receive, send_with_id)
+                return
+            try:
+                await self.app(scope, receive, send_with_id)
+            except Exception as exc:
+                if started:  # too late for an answer of our own: the server closes the connection
+                    log.error("error after the answer started on %s %s", scope.get("method"),
+                                       scope.get("path"), exc_info=True)
+                    raise
+                await problems.unexpected(Request(scope), exc)(scope, receive, send_with_id)
 
 
 def _telemetry_stream(settings: Settings, db: Database, driver: DeviceDriver | None,
@@ -108,6 +129,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.stopping = False
         db.migrate()
         from controller.workflow.engine import Workflow
 
@@ -117,7 +139,11 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         stream = _telemetry_stream(settings, db, driver, app.state.telemetry)
         if stream is not None:
             await stream.start()
+        summaries = asyncio.create_task(app.state.refusals.run(settings.audit_refusal_refill_s))
         yield
+        app.state.stopping = True  # a request that still arrives is answered 503 (RequestIdMiddleware)
+        summaries.cancel()
+        await asyncio.to_thread(app.state.refusals.flush)  # what the last interval counted
         if stream is not None:
             await stream.stop()
         await app.state.workflow.stop()
@@ -139,7 +165,10 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         redoc_url=None,
     )
     app.state.settings = settings
+    app.state.stopping = False
     app.state.database = db
+    app.state.refusals = RefusalAudit(lambda: app.state.database, RefusalOptions(
+        burst=settings.audit_refusal_burst, refill_s=settings.audit_refusal_refill_s))
     app.state.driver = driver
     # fed by the gNMI subscription; its stale threshold counts in the subscription's sample intervals
     app.state.telemetry = telemetry if telemetry is not None else Telemetry(

@@ -9,7 +9,8 @@ commit, the southbound driver's ``grpc.aio`` calls), so every record logged
 there by any ``loom.*`` logger carries ``request_id``. Work started in a plain
 ``threading.Thread`` can carry it with :func:`copy_context_run`.
 :func:`setup_logging` installs the handler on the root logger (``loom serve``
-calls it), JSON by default or a human line format. A record's ``extra`` fields
+calls it), JSON by default or a human line format, and routes Python's warnings
+(:func:`logging.captureWarnings`, logger ``py.warnings``) through it. A record's ``extra`` fields
 (``log.info("pushed", extra={"device": "leaf-0-0"})``) become JSON keys.
 """
 
@@ -106,7 +107,8 @@ def setup_logging(level: str | int = "INFO", json: bool = True, *, stream: IO[st
     """Send every logger's records to ``stream`` (stderr) as JSON lines (or text lines
     with ``json=False``), each with the request id. Idempotent: a second call
     replaces the handler it installed before. uvicorn's own loggers are pointed
-    at the same handler. Returns the handler."""
+    at the same handler, and so are Python's warnings (a record of ``py.warnings``
+    at level warning) instead of raw lines on stderr. Returns the handler."""
     root = logging.getLogger()
     for h in list(root.handlers):
         if getattr(h, _MARK, False):
@@ -117,8 +119,9 @@ def setup_logging(level: str | int = "INFO", json: bool = True, *, stream: IO[st
     handler.setFormatter(JsonFormatter() if json else logging.Formatter(_TEXT))
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "py.warnings"):
         lg = logging.getLogger(name)
         lg.handlers.clear()
         lg.propagate = True
+    logging.captureWarnings(True)
     return handler

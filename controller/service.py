@@ -16,21 +16,34 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
-from controller.model.errors import Conflict, IntentError, InvalidIntent, LoomError, NotFound, StaleRevision
+from controller.model.errors import (
+    Conflict,
+    IntentError,
+    InvalidIntent,
+    InvalidRequest,
+    LastAdmin,
+    LoomError,
+    NotFound,
+    StaleRevision,
+    StoreContention,
+    StoreUnavailable,
+)
 from controller.model.intent import format_loc, load_intent, validate_intent
+from controller.model.tokens import token_name_problem
 from controller.store import objects, repo
-from controller.store.db import write_transaction
+from controller.store.db import RetryOptions, lock_revisions, retrying, write_transaction
 from controller.store.models import ROLES
 from controller.store.repo import ConcurrentWrite, Revision, Token
 
@@ -40,9 +53,11 @@ __all__ = [
     "Actor",
     "NoIntent",
     "Page",
+    "Refusal",
     "WriteContext",
     "WriteResult",
     "apply_edit",
+    "audit_refusals",
     "authenticate",
     "bootstrap_admin",
     "create_object",
@@ -62,12 +77,14 @@ __all__ = [
     "revoke_token",
     "role_allows",
     "update_object",
+    "update_token",
 ]
 
 EXAMPLE_INTENT = Path(__file__).parent / "examples" / "dc1.yaml"
 _RANK = {r: i for i, r in enumerate(ROLES)}
-_RETRIES = 3
 Doc = dict[str, Any]
+T = TypeVar("T")
+log = logging.getLogger("loom.service")
 
 
 class NoIntent(Conflict):
@@ -114,6 +131,7 @@ class WriteContext:
     message: str = ""
     status: int = 200
     reject_status: Callable[[LoomError], int] | None = None
+    client: str | None = None  # the caller's address (HTTP), for the audit log
 
     def rejected_status(self, exc: LoomError) -> int:
         """The audit status of a write rejected with ``exc``."""
@@ -214,56 +232,99 @@ def _validated(document: Any) -> Intent:
         raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"])) for e in exc.errors()]) from None
 
 
-def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: WriteContext, action: str) -> WriteResult:
+def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: WriteContext, action: str,
+               retry: RetryOptions = RetryOptions()) -> WriteResult:
     """Apply ``edit`` (head document, or ``None`` on an empty store -> new
     document) as one transaction: If-Match, whole-document validation, a new
     revision if the content hash changed, and the audit entry.
 
     Raises :class:`StaleRevision` (If-Match is not the head), :class:`InvalidIntent`
     (every located error of the resulting document), or what ``edit`` raises
-    (:class:`NotFound`, :class:`Conflict`). Without If-Match, a write that loses a
-    race with another writer is re-applied on the new head (a few times).
+    (:class:`NotFound`, :class:`Conflict`). Writers of the revision chain queue on
+    :func:`lock_revisions`; a write that still loses a race (a serialization failure, another
+    writer's revision first) runs again on the new head after a jittered back-off (``retry``),
+    where a stale If-Match is refused as ever. Once the attempts are used up it is
+    :class:`StoreContention`; a store that does not answer is :class:`StoreUnavailable`.
     """
-    attempts = 1 if ctx.if_match else _RETRIES
-    for attempt in range(attempts):
-        try:
-            with write_transaction(session):
-                rev = repo.head_revision(session=session)
-                _check_if_match(ctx.if_match, rev)
-                base = repo.revision_document(rev.id, session=session) if rev else None
-                intent = _validated(edit(base))
-                doc = intent.to_document()
-                now = _now()
-                changed = rev is None or rev.hash != intent.content_hash
-                if changed:
-                    rev = repo.add_revision(session=session, document=doc, content_hash=intent.content_hash,
-                                            parent=rev.id if rev else None, author=ctx.actor.name,
-                                            message=ctx.message, request_id=ctx.request_id, now=now)
-                assert rev is not None
-                repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                               request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
-                               outcome="accepted" if changed else "unchanged", status=ctx.status,
-                               revision=rev.id, detail=ctx.message)
-            return WriteResult(rev, changed, doc)
-        except ConcurrentWrite as exc:
-            if attempt + 1 < attempts:
-                continue
-            _audit_rejected(exc, session=session, ctx=ctx, action=action)
-            raise
-        except LoomError as exc:
-            _audit_rejected(exc, session=session, ctx=ctx, action=action)
-            raise
-    raise AssertionError("unreachable")
+
+    def attempt() -> WriteResult:
+        with write_transaction(session):
+            lock_revisions(session)
+            rev = repo.head_revision(session=session)
+            _check_if_match(ctx.if_match, rev)
+            base = repo.revision_document(rev.id, session=session) if rev else None
+            intent = _validated(edit(base))
+            doc = intent.to_document()
+            now = _now()
+            changed = rev is None or rev.hash != intent.content_hash
+            if changed:
+                rev = repo.add_revision(session=session, document=doc, content_hash=intent.content_hash,
+                                        parent=rev.id if rev else None, author=ctx.actor.name,
+                                        message=ctx.message, request_id=ctx.request_id, now=now)
+            assert rev is not None
+            repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
+                           client=ctx.client, request_id=ctx.request_id, method=ctx.method, path=ctx.path,
+                           action=action, outcome="accepted" if changed else "unchanged", status=ctx.status,
+                           revision=rev.id, detail=ctx.message)
+        return WriteResult(rev, changed, doc)
+
+    try:
+        return retrying(attempt, retry_on=(StoreContention, ConcurrentWrite), options=retry)
+    except ConcurrentWrite as exc:  # every attempt lost: the store is too busy for this write now
+        busy = StoreContention(f"{exc} ({retry.attempts} attempts)")
+        _audit_rejected(busy, session=session, ctx=ctx, action=action)
+        raise busy from exc
+    except LoomError as exc:
+        _audit_rejected(exc, session=session, ctx=ctx, action=action)
+        raise
 
 
 def _audit_rejected(exc: LoomError, *, session: Session, ctx: WriteContext, action: str) -> None:
+    """Record a rejected write (in its own transaction); a store that cannot take the entry either
+    is logged, and the caller's error stands."""
     detail = str(exc)
     if isinstance(exc, InvalidIntent):
         detail = json.dumps([e.as_dict() for e in exc.errors][:50])
+    try:
+        with write_transaction(session):
+            repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
+                           client=ctx.client, request_id=ctx.request_id, method=ctx.method, path=ctx.path,
+                           action=action, outcome="rejected", status=ctx.rejected_status(exc),
+                           detail=detail[:4000])
+    except StoreUnavailable as lost:
+        log.warning("the rejected write %s (%s) is not in the audit log: %s", action, type(exc).__name__, lost)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request refused before it did anything (401, 403, a malformed request's 422), for the audit
+    log: who (a token's name, else ``anonymous``) from which ``client`` address, what (``method``,
+    ``path``) and why (``detail``). A ``summary`` stands for ``count`` refusals not recorded one by one."""
+
+    actor: str
+    token_id: str | None
+    client: str | None
+    request_id: str | None
+    method: str
+    path: str
+    status: int
+    detail: str
+    count: int = 1
+    summary: bool = False
+
+
+def audit_refusals(refusals: list[Refusal], *, session: Session) -> None:
+    """Record refused requests (action ``request.refused``, or ``request.refused.summary`` for a
+    summary; outcome ``rejected``) in one transaction."""
+    if not refusals:
+        return
     with write_transaction(session):
-        repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                       request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
-                       outcome="rejected", status=ctx.rejected_status(exc), detail=detail[:4000])
+        now = _now()
+        for r in refusals:
+            repo.add_audit(session=session, now=now, actor=r.actor, token_id=r.token_id, client=r.client,
+                           request_id=r.request_id, method=r.method, path=r.path,
+                           action="request.refused.summary" if r.summary else "request.refused",
+                           outcome="rejected", status=r.status, detail=r.detail[:4000])
 
 
 def replace_intent(document: Any, *, session: Session, ctx: WriteContext) -> WriteResult:
@@ -342,9 +403,32 @@ def _new_secret() -> tuple[str, str]:
     return token_id, f"{TOKEN_PREFIX}_{token_id}_{secrets.token_urlsafe(32)}"
 
 
+def _check_token_name(name: str) -> None:
+    problem = token_name_problem(name)
+    if problem:
+        raise InvalidRequest([IntentError("name", problem)])
+
+
+def _audit_token(ctx: WriteContext, action: str, detail: str, *, session: Session, now: datetime) -> None:
+    repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id, client=ctx.client,
+                   request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action, outcome="accepted",
+                   status=ctx.status, detail=detail)
+
+
+def _token_write(action: str, run: Callable[[], T], *, session: Session, ctx: WriteContext) -> T:
+    """``run`` (one write transaction) retried on contention; a refusal is audited as rejected."""
+    try:
+        return retrying(run)
+    except LoomError as exc:
+        _audit_rejected(exc, session=session, ctx=ctx, action=action)
+        raise
+
+
 def create_token(name: str, role: str, *, session: Session, ctx: WriteContext,
                  expires_at: datetime | None = None) -> tuple[Token, str]:
-    """Issue a token; returns it and its secret (shown once, stored hashed)."""
+    """Issue a token; returns it and its secret (shown once, stored hashed). Raises
+    :class:`InvalidRequest` for a name that breaks :func:`token_name_problem`'s rules and
+    :class:`Conflict` for a name an unrevoked token has."""
     if role not in ROLES:
         raise Conflict(f"unknown role {role!r} (expected one of {', '.join(ROLES)})")
     now = _now()
@@ -353,14 +437,17 @@ def create_token(name: str, role: str, *, session: Session, ctx: WriteContext,
         if expires_at <= now:
             raise Conflict("expires_at is in the past")
     token_id, secret = _new_secret()
-    with write_transaction(session):
-        token = repo.add_token(session=session, token_id=token_id, name=name, role=role,
-                               secret_hash=_hash_secret(secret), created_by=ctx.actor.name, now=now,
-                               expires_at=expires_at)
-        repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                       request_id=ctx.request_id, method=ctx.method, path=ctx.path, action="token.create",
-                       outcome="accepted", status=ctx.status, detail=f"token {token_id} ({name}, {role})")
-    return token, secret
+
+    def run() -> Token:
+        _check_token_name(name)
+        with write_transaction(session):
+            token = repo.add_token(session=session, token_id=token_id, name=name, role=role,
+                                   secret_hash=_hash_secret(secret), created_by=ctx.actor.name, now=now,
+                                   expires_at=expires_at)
+            _audit_token(ctx, "token.create", f"token {token_id} ({name}, {role})", session=session, now=now)
+        return token
+
+    return _token_write("token.create", run, session=session, ctx=ctx), secret
 
 
 def get_token(token_id: str, *, session: Session) -> Token:
@@ -371,26 +458,69 @@ def list_tokens(*, session: Session, include_revoked: bool = True) -> list[Token
     return repo.list_tokens(session=session, include_revoked=include_revoked)
 
 
-def revoke_token(token_id: str, *, session: Session, ctx: WriteContext) -> Token:
-    try:
+def _keep_an_admin(token: Token, what: str, *, session: Session, now: datetime) -> None:
+    """:class:`LastAdmin` when ``token`` is the only active admin token. Run inside the write
+    transaction: :func:`repo.active_admins` locks them, so two concurrent writes cannot each
+    leave the other's token as the last one and then remove it too."""
+    admins = repo.active_admins(session=session, now=now)
+    if token.role == "admin" and token.active(now) and all(a.id == token.id for a in admins):
+        raise LastAdmin(f"token {token.id} ({token.name}) is the last active admin token: {what} it would leave "
+                        "nobody to manage tokens over the API; issue another admin token first")
+
+
+def revoke_token(token_id: str, *, session: Session, ctx: WriteContext, keep_last_admin: bool = True) -> Token:
+    """Revoke a token (it stays listed). With ``keep_last_admin`` (the API's way) the last active
+    admin token is refused (:class:`LastAdmin`); the CLI, which works on the store itself and can
+    bootstrap a new admin, may pass False."""
+
+    def run() -> Token:
         with write_transaction(session):
-            token = repo.revoke_token(token_id, session=session, now=_now())
-            repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                           request_id=ctx.request_id, method=ctx.method, path=ctx.path, action="token.revoke",
-                           outcome="accepted", status=ctx.status, detail=f"token {token_id} ({token.name})")
-    except LoomError as exc:
-        _audit_rejected(exc, session=session, ctx=ctx, action="token.revoke")
-        raise
-    return token
+            now = _now()
+            current = repo.get_token(token_id, session=session)
+            if keep_last_admin:
+                _keep_an_admin(current, "revoking", session=session, now=now)
+            token = repo.revoke_token(token_id, session=session, now=now)
+            _audit_token(ctx, "token.revoke", f"token {token_id} ({token.name})", session=session, now=now)
+        return token
+
+    return _token_write("token.revoke", run, session=session, ctx=ctx)
+
+
+def update_token(token_id: str, *, session: Session, ctx: WriteContext, name: str | None = None,
+                 role: str | None = None, keep_last_admin: bool = True) -> Token:
+    """Rename a token or change its role. Demoting the last active admin token is :class:`LastAdmin`
+    (with ``keep_last_admin``); names follow :func:`create_token`'s rules."""
+    if role is not None and role not in ROLES:
+        raise Conflict(f"unknown role {role!r} (expected one of {', '.join(ROLES)})")
+
+    def run() -> Token:
+        if name is not None:
+            _check_token_name(name)
+        with write_transaction(session):
+            now = _now()
+            current = repo.get_token(token_id, session=session)
+            if keep_last_admin and role is not None and role != "admin":
+                _keep_an_admin(current, f"making {role} of", session=session, now=now)
+            token = repo.update_token(token_id, session=session, name=name, role=role)
+            changes = [f"{k} {getattr(current, k)!r} -> {getattr(token, k)!r}" for k in ("name", "role")
+                       if getattr(current, k) != getattr(token, k)]
+            _audit_token(ctx, "token.update", f"token {token_id}: {', '.join(changes) or 'unchanged'}",
+                         session=session, now=now)
+        return token
+
+    return _token_write("token.update", run, session=session, ctx=ctx)
 
 
 def bootstrap_admin(*, session: Session, ctx: WriteContext, name: str = "bootstrap-admin") -> tuple[Token, str] | None:
-    """Create the first admin token, only if no active admin token exists."""
+    """Create the first admin token, only if no active admin token exists (named ``name``, or
+    ``name-2``... when an unrevoked token, an expired one say, still has that name)."""
     with write_transaction(session):
         exists = repo.count_active_tokens(session=session, role="admin", now=_now()) > 0
+        taken = {t.name for t in repo.list_tokens(session=session, include_revoked=False)}
     if exists:
         return None
-    return create_token(name, "admin", session=session, ctx=ctx)
+    free = next(n for n in (name, *(f"{name}-{i}" for i in range(2, len(taken) + 3))) if n not in taken)
+    return create_token(free, "admin", session=session, ctx=ctx)
 
 
 def authenticate(bearer: str, *, session: Session, admin_token: str | None = None) -> Actor | None:

@@ -51,6 +51,11 @@ class Settings(BaseSettings):
     auto_te_backoff_max: int = Field(
         32, ge=1, le=10000, description="the longest back-off after refused or failed re-tunings, in intervals "
                                         "(it doubles from 2 with each consecutive one)")
+    # -- the audit log of refused requests (401, 403, malformed 422) --
+    audit_refusal_burst: int = Field(
+        5, ge=1, le=10_000, description="refusals of one client and reason audited one by one at once")
+    audit_refusal_refill_s: float = Field(
+        60.0, gt=0, description="one more such entry per this many seconds; the rest are summarized as often")
 
     @field_validator("db_url")
     @classmethod

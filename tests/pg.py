@@ -7,6 +7,8 @@ refuses root). The server listens only on a unix socket in that directory (no
 TCP), and is stopped and removed on exit even when a test fails. The
 ``postgres_url`` fixture of ``tests/conftest.py`` runs one per session; tests
 marked ``postgres`` skip there with :func:`missing`'s reason (a failure in CI).
+:func:`private_cluster` hands out the :class:`Cluster` itself, for a test that
+stops the server under a running controller and starts it again (an outage).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["drop_schema", "find_pg_bin", "missing", "postgres_cluster"]
+__all__ = ["Cluster", "drop_schema", "find_pg_bin", "missing", "postgres_cluster", "private_cluster"]
 
 DBNAME = "loomtest"
 
@@ -56,9 +58,32 @@ def _as_postgres(*argv: str) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
+class Cluster:
+    """A private server in ``root`` (data directory and unix socket), started and stopped with ``pg_ctl``."""
+
+    def __init__(self, bindir: Path, root: Path):
+        self.bindir, self.root = bindir, root
+        self.data = root / "data"
+        self.url = f"postgresql+psycopg://postgres@/{DBNAME}?host={root}"
+
+    def init(self) -> None:
+        _as_postgres(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E",
+                     "UTF8", "--no-sync")
+
+    def start(self) -> None:
+        opts = f"-c listen_addresses='' -k {self.root} -c fsync=off -c full_page_writes=off"
+        _as_postgres(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l",
+                     str(self.root / "server.log"), "-w", "-t", "60", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m MODE`` (fast: sessions are terminated; immediate: no clean shutdown), waiting."""
+        subprocess.run(["runuser", "-u", "postgres", "--", str(self.bindir / "pg_ctl"), "-D", str(self.data),
+                        "-m", mode, "-w", "stop"], capture_output=True, timeout=120)
+
+
 @contextmanager
-def postgres_cluster() -> Iterator[str]:
-    """URL of a fresh database ``loomtest`` on a private server, stopped and removed on exit."""
+def private_cluster() -> Iterator[Cluster]:
+    """A fresh server with database ``loomtest``, stopped and removed on exit (skips where it cannot run)."""
     reason = missing()
     if reason:
         pytest.skip(reason)
@@ -67,24 +92,25 @@ def postgres_cluster() -> Iterator[str]:
     pw = pwd.getpwnam("postgres")
     root = Path(tempfile.mkdtemp(prefix="loom-pg-"))
     os.chown(root, pw.pw_uid, pw.pw_gid)
-    data, sock = root / "data", root
-    started = False
+    cluster = Cluster(bindir, root)
     try:
-        _as_postgres(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                     "--no-sync")
-        opts = f"-c listen_addresses='' -k {sock} -c fsync=off -c full_page_writes=off"
-        _as_postgres(str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(root / "server.log"), "-w",
-                     "-t", "60", "start")
-        started = True
-        _as_postgres(str(bindir / "createdb"), "-h", str(sock), "-U", "postgres", DBNAME)
-        yield f"postgresql+psycopg://postgres@/{DBNAME}?host={sock}"
-    except subprocess.CalledProcessError as exc:
-        pytest.fail(f"could not start PostgreSQL: {exc.cmd[3:]}: {exc.stderr or exc.stdout}")
+        try:
+            cluster.init()
+            cluster.start()
+            _as_postgres(str(bindir / "createdb"), "-h", str(root), "-U", "postgres", DBNAME)
+        except subprocess.CalledProcessError as exc:
+            pytest.fail(f"could not start PostgreSQL: {exc.cmd[3:]}: {exc.stderr or exc.stdout}")
+        yield cluster
     finally:
-        if started:
-            subprocess.run(["runuser", "-u", "postgres", "--", str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast",
-                            "-w", "stop"], capture_output=True, timeout=120)
+        cluster.stop()  # a server that is not running: pg_ctl says so, nothing else
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def postgres_cluster() -> Iterator[str]:
+    """URL of a fresh database ``loomtest`` on a private server, stopped and removed on exit."""
+    with private_cluster() as cluster:
+        yield cluster.url
 
 
 def drop_schema(db: Any) -> None:

@@ -87,8 +87,9 @@ def test_only_admins_manage_tokens(api: Api) -> None:
     assert api("GET", "/v1/intent", role=None,
                headers={"Authorization": f"Bearer {body['token']}"}).status_code == 401
     assert api("GET", "/v1/tokens/nope", role="admin").status_code == 404
-    actions = [e["action"] for e in api("GET", "/v1/audit", role="viewer").json()["items"]]
-    assert actions[:2] == ["token.revoke", "token.create"]
+    entries = api("GET", "/v1/audit", role="viewer").json()["items"]
+    assert [e["action"] for e in entries if e["action"] != "request.refused"][:2] == ["token.revoke", "token.create"]
+    assert (entries[0]["action"], entries[0]["status"], entries[0]["actor"]) == ("request.refused", 401, "anonymous")
 
 
 def test_get_intent_json_and_yaml(api: Api) -> None:
@@ -131,6 +132,37 @@ def test_invalid_put_is_422_with_every_location_and_no_revision(api: Api) -> Non
     assert rejected[0]["request_id"] == "bad-put-1" and rejected[0]["status"] == 422
     syntax = api("PUT", "/v1/intent", content="name: [", headers={"Content-Type": "application/yaml"})
     assert syntax.status_code == 422 and "YAML syntax error" in syntax.json()["errors"][0]["msg"]
+    assert revisions_total(api) == 1
+
+
+def test_one_answer_holds_every_error_of_the_document(api: Api) -> None:
+    doc = EXAMPLE.to_document()
+    doc["links"].append({"a": "tor-0-0", "a_port": "eth9", "b": "zz", "b_port": "e1", "capacity_gbps": -5})
+    doc["demands"].append({"from": "nobody", "to": "10.0.0.0/24", "gbps": "lots"})
+    r = api("PUT", "/v1/intent", json=doc)
+    assert r.status_code == 422
+    assert {(e["loc"], e["msg"]) for e in r.json()["errors"]} >= {
+        ("links[16].capacity_gbps", "input should be greater than 0"), ("links[16].b", "unknown device 'zz'"),
+        ("demands[5].from", "unknown device 'nobody'")}
+    assert revisions_total(api) == 1
+
+
+def test_a_patch_is_validated_as_the_whole_intent_it_makes(api: Api) -> None:
+    """A ToR made a spine keeps its links between adjacent tiers; the resulting intent is still not a
+    Clos (a spine in a pod), so the PATCH, and the same edit as a change's JSON Patch, are refused."""
+    r = api("PATCH", "/v1/devices/tor-0-0", json={"role": "spine"}, headers={"If-Match": '"1"'})
+    assert r.status_code == 422 and r.json()["type"] == "urn:loom:problem:invalid-intent"
+    assert [e["loc"] for e in r.json()["errors"]] == ["devices[0].role", "links[1]"]
+    assert "pod 0" in r.json()["errors"][0]["msg"]
+    c = api("POST", "/v1/changes", json={"base_revision": 1,
+                                         "patch": [{"op": "replace", "path": "/devices/1/role", "value": "spine"}]})
+    assert c.status_code == 422 and "devices[1].role" in [e["loc"] for e in c.json()["errors"]]
+    assert revisions_total(api) == 1
+    assert api("GET", "/v1/devices/tor-0-0", role="viewer").json()["role"] == "tor"
+    # out of its pod as well, it would be a spine of two planes (its leaves are in planes 0 and 1)
+    r = api("PATCH", "/v1/devices/tor-0-0", json={"role": "spine", "pod": None})
+    assert r.status_code == 422 and [e["loc"] for e in r.json()["errors"]] == ["links[1]"], r.text
+    assert "a spine is in one plane" in r.json()["errors"][0]["msg"]
     assert revisions_total(api) == 1
 
 

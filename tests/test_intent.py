@@ -153,6 +153,60 @@ def test_every_error_is_reported_at_once_in_document_order() -> None:
     ]
 
 
+def test_a_malformed_element_still_gets_its_reference_checks() -> None:
+    """An element with a field error is checked against the rest of the document over its other
+    fields, so one answer holds every error (before, the second error of each came on the next try)."""
+    doc = clos_doc()
+    doc["links"].append({"a": "tor-0-0", "a_port": "eth7", "b": "zz", "b_port": "eth1", "capacity_gbps": -5})
+    doc["links"].append({"a": "tor-1-0", "a_port": "eth1", "b": "leaf-1-0", "b_port": "eth7", "metric": 0})
+    doc["failure_domains"].append({"name": "plane-0-power", "devices": "spine-0-0", "links": ["qq:eth1"]})
+    doc["prefixes"].append({"prefix": "10.8.0.0/24", "origins": ["ghost"], "color": "red"})
+    doc["policies"].append({"kind": "drain", "target": "ghost", "why": "maintenance"})
+    doc["demands"].append({"from": "nope", "to": "10.7.0.0/24", "gbps": -1})
+    doc["jobs"] = [{"name": "j", "tors": ["tor-0-0", "ghost"], "collective": "ring_allreduce",
+                    "bytes_per_iter": 1e15, "iter_s": 1e-6}]
+    doc["devices"].append({"name": "tor-0-0", "role": "tor", "asn": 0})
+    errs = errors_of(doc)
+    for expected in (
+        "devices[9].name: duplicate device 'tor-0-0' (first at devices[0])",
+        "links[10].b: unknown device 'zz'",
+        "links[11].a_port: port 'eth1' of 'tor-1-0' already used by links[4]",
+        "failure_domains[1].name: duplicate failure domain 'plane-0-power' (first at failure_domains[0])",
+        "failure_domains[1].links[0]: unknown device 'qq' in 'qq:eth1'",
+        "prefixes[3].origins[0]: unknown device 'ghost'",
+        "policies[4].target: unknown device 'ghost'",
+        "demands[2].from: unknown device 'nope'",
+        "demands[2].to: no device originates 10.7.0.0/24 (not in prefixes)",
+        "jobs[0].tors[1]: unknown device 'ghost'",
+    ):
+        assert expected in errs, f"{expected!r} not among {errs}"
+    # the field errors themselves are there too, and nothing is said twice or about a field in error
+    assert {e.split(":")[0] for e in errs} >= {"devices[9].asn", "links[10].capacity_gbps", "links[11].metric",
+                                              "failure_domains[1].devices", "prefixes[3].color",
+                                              "policies[4].why", "demands[2].gbps", "jobs[0]"}
+    assert len(errs) == len(set(errs))
+    assert not [e for e in errs if "names no devices" in e]  # its devices are in error, not missing
+
+
+@pytest.mark.parametrize("kind", [{"drain": 1}, ["drain"], 7, None])
+def test_a_policy_whose_kind_is_not_a_string_is_one_located_error(kind: Any) -> None:
+    doc = clos_doc()
+    doc["policies"].append({"kind": kind, "target": "nowhere"})
+    errs = errors_of(doc)
+    assert [e for e in errs if e.startswith("policies[4]")] == [
+        "policies[4].kind: " + ("required field missing" if kind is None else
+                                f"unknown policy kind {kind!r} (expected one of drain, utilization_limit, "
+                                "failure_tolerance, wcmp, paths, auto_te)")]
+
+
+def test_a_malformed_element_is_never_a_reference_target_twice() -> None:
+    doc = clos_doc()
+    doc["links"][0]["capacity_gbps"] = "fast"  # the link is malformed, its ports are still in use
+    doc["failure_domains"][0]["links"] = ["tor-0-0:eth1"]
+    assert errors_of(doc) == ["links[0].capacity_gbps: input should be a valid number, unable to parse string as "
+                              "a number"]
+
+
 def test_yaml_syntax_error_names_the_line() -> None:
     with pytest.raises(InvalidIntent) as info:
         parse_intent_text("name: x\ndevices: [\n", "yaml")
@@ -377,6 +431,32 @@ def test_leaf_wired_to_another_planes_spine() -> None:
     doc["links"][7]["b"] = "spine-1-0"
     doc["links"][7]["b_port"] = "eth3"
     assert_error(doc, "links[7]: leaf 'leaf-1-0' of plane 0 wired to spine 'spine-1-0' of plane 1")
+
+
+def test_a_tor_made_a_spine_is_refused_at_its_role() -> None:
+    """Its links still join adjacent tiers (leaf-spine) and its ASN is its own, but a pod groups
+    ToRs and leaves: the spine keeps the ToR's pod, and that is where the role change shows."""
+    doc = clos_doc()
+    doc["devices"][0]["role"] = "spine"
+    assert errors_of(doc) == [
+        "devices[0].role: spine 'tor-0-0' is in pod 0, but a pod groups ToRs and leaves: "
+        "a spine spans the pods (drop its pod, or give it the role of its tier)",
+        "links[1]: spine 'tor-0-0' wired to leaf 'leaf-0-1' of plane 1 and, by links[0], to a leaf of plane 0: "
+        "a spine is in one plane"]
+    del doc["devices"][0]["pod"]
+    assert errors_of(doc) == ["links[1]: spine 'tor-0-0' wired to leaf 'leaf-0-1' of plane 1 and, by links[0], "
+                              "to a leaf of plane 0: a spine is in one plane"]
+
+
+def test_a_spine_made_a_tor_is_refused_at_its_role() -> None:
+    doc = clos_doc()
+    doc["devices"][7]["role"] = "tor"  # spine-0-0, alone in plane 0, wired to leaves of pods 0 and 1
+    errs = errors_of(doc)
+    assert any(e.startswith("devices[7].role: tor 'spine-0-0' is in plane 0, but a plane groups leaves and spines")
+               for e in errs), errs
+    del doc["devices"][7]["plane"]
+    assert_error(doc, "links[7]: ToR 'spine-0-0' wired to leaf 'leaf-1-0' of pod 1 and, by links[6], "
+                      "to a leaf of pod 0: a ToR is in one pod")
 
 
 def test_isis_fabric_needs_no_clos() -> None:

@@ -49,6 +49,7 @@ def captured() -> Iterator[io.StringIO]:
     try:
         yield buf
     finally:
+        logging.captureWarnings(False)
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
 
@@ -149,6 +150,43 @@ def test_a_commit_logs_with_the_request_id_of_the_commit_call(tmp_path: Path, ca
     db.dispose()
     mine = [r for r in records(captured) if r["logger"] == "loom.workflow" and r.get("change") == ch["id"]]
     assert mine and all(r["request_id"] == "commit-log-1" for r in mine)  # the background commit kept it
+
+
+def test_python_warnings_are_json_records(captured: io.StringIO) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        with bind_request_id("req-warn"):
+            warnings.warn("this knob is going away", DeprecationWarning, stacklevel=1)
+    [doc] = [r for r in records(captured) if r["logger"] == "py.warnings"]
+    assert doc["level"] == "warning" and doc["request_id"] == "req-warn"
+    assert "DeprecationWarning: this knob is going away" in doc["msg"]
+
+
+def test_a_500_is_logged_and_answered_with_its_request_id(tmp_path: Path, captured: io.StringIO) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'e.db'}")
+    app = create_app(Settings(db_url=db.url), database=db)
+
+    def broken() -> None:
+        raise RuntimeError("a bug")
+
+    async def broken_async() -> None:
+        raise KeyError("another bug")
+
+    app.add_api_route("/test/broken", broken)
+    app.add_api_route("/test/broken-async", broken_async)
+    with TestClient(app) as client:  # raise_server_exceptions stays on: nothing escapes to the server
+        for path, rid in (("/test/broken", "rid-500"), ("/test/broken-async", "rid-500-async")):
+            r = client.get(path, headers={"X-Request-ID": rid})
+            assert r.status_code == 500 and r.headers["x-request-id"] == rid
+            assert r.json()["request_id"] == rid and r.json()["type"] == "urn:loom:problem:internal"
+            assert "bug" not in r.text  # no traceback, no message of the exception
+    db.dispose()
+    docs = records(captured)
+    for rid, cause in (("rid-500", "RuntimeError: a bug"), ("rid-500-async", "KeyError: 'another bug'")):
+        errors = [d for d in docs if d["level"] == "error" and d["request_id"] == rid]
+        assert len(errors) == 1 and cause in errors[0]["exc"], errors
+        assert [d["status"] for d in docs if d["logger"] == "loom.access" and d["request_id"] == rid] == [500]
+    assert all(d["request_id"] for d in docs if d["level"] in ("warning", "error"))
 
 
 def test_loom_serve_logs_json_lines_with_the_request_id(tmp_path: Path) -> None:

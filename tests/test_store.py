@@ -286,7 +286,7 @@ def test_bootstrap_admin_only_once(database: Database) -> None:
         first = service.bootstrap_admin(session=s, ctx=ctx())
         assert first is not None and first[0].role == "admin"
         assert service.bootstrap_admin(session=s, ctx=ctx()) is None
-        service.revoke_token(first[0].id, session=s, ctx=ctx())
+        service.revoke_token(first[0].id, session=s, ctx=ctx(), keep_last_admin=False)  # the CLI's way
         assert service.bootstrap_admin(session=s, ctx=ctx()) is not None  # recovery after revoking
 
 

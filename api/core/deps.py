@@ -95,7 +95,8 @@ IfMatch = Annotated[str | None, Header(
 
 def _context(request: Request, actor: Actor, if_match: str | None) -> WriteContext:
     return WriteContext(actor=actor, request_id=getattr(request.state, "request_id", None), method=request.method,
-                        path=request.url.path, if_match=if_match, reject_status=status_for)
+                        path=request.url.path, if_match=if_match, reject_status=status_for,
+                        client=request.client.host if request.client else None)
 
 
 def operator_write(request: Request, actor: Operator, if_match: IfMatch = None) -> WriteContext:

@@ -7,12 +7,20 @@ is 422 with request locations (``body.asn``, ``query.limit``), ``NotFound``
 404, ``StaleRevision`` and other ``Conflict`` 409, ``SafetyViolation`` (a
 refused unsafe commit) 409 with the failing invariants and scenarios,
 ``Unreachable`` (a device's agent) 503, other device errors 502, a missing or
-bad token 401 (with ``WWW-Authenticate: Bearer``), the wrong role 403.
+bad token 401 (with ``WWW-Authenticate: Bearer``), the wrong role 403, a
+request's own bad field (``InvalidRequest``) 422 located like a malformed one.
+Refused requests (401, 403, a malformed request's 422) are audited, at a
+bounded rate (:mod:`api.core.refusals`).
+Outages are 503 with ``Retry-After``: ``StoreUnavailable`` (the database does not
+answer, its pool is exhausted, it shuts down), ``StoreContention`` (a write that
+lost every retry to concurrent ones) and a controller that is shutting down.
 Unexpected exceptions are 500 problems that name the request id, never a
-traceback. The controller records a rejected write's status in the audit log
-with the :func:`status_for` the API hands it (``WriteContext.reject_status``).
-The OpenAPI document is rewritten so every error response is described as a
-``Problem`` under ``application/problem+json``.
+traceback. Every 5xx answer is logged with its problem type and the request id.
+The controller records a rejected write's status in the audit log with the
+:func:`status_for` the API hands it (``WriteContext.reject_status``). The
+OpenAPI document is rewritten so every error response is described as a
+``Problem`` under ``application/problem+json``, and every route documents its
+503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -27,29 +35,39 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.core.schemas import Problem, ProblemError
+from controller.logs import bind_request_id
 from controller.model.documents import FailureDocument
 from controller.model.errors import (
     Conflict,
     DeviceError,
     InvalidIntent,
+    InvalidRequest,
     LoomError,
     NotFound,
     SafetyViolation,
     StaleRevision,
+    StoreUnavailable,
     Unreachable,
 )
 from controller.model.intent import format_loc
 
-__all__ = ["PROBLEM", "STATUS", "ProblemException", "error_responses", "install", "problem_response", "status_for",
-           "unsafe_change"]
+__all__ = ["PROBLEM", "STATUS", "ProblemException", "error_responses", "install", "problem_response", "shutting_down",
+           "status_for", "unexpected", "unsafe_change"]
 
 PROBLEM = "application/problem+json"
+#: every route's 503: what an outage answers, anywhere
+OUTAGE = ("The store does not answer or stayed too busy, or the controller is shutting down: "
+          "retry after the Retry-After header's seconds")
+RETRY_AFTER = {"description": "seconds after which the request may succeed", "schema": {"type": "integer"}}
 _TYPE = "urn:loom:problem:"
 log = logging.getLogger("loom.api")
 
 #: The HTTP status of each error kind (``LoomError.kind``); a kind not listed is 400.
 STATUS: dict[str, int] = {
     "invalid-intent": 422,
+    "invalid-request": 422,
+    "store-unavailable": 503,
+    "store-contention": 503,
     "not-found": 404,
     "conflict": 409,
     "stale-revision": 409,
@@ -95,7 +113,33 @@ def problem_response(request: Request, status: int, title: str, detail: str | No
         errors=[ProblemError(**e) for e in errors or []],
         **extra,
     ).model_dump(mode="json", exclude_none=True)
+    if status >= 500 and kind != "internal":  # in the request's context: the record carries its id
+        log.warning("%d %s on %s %s: %s", status, body["type"], request.method, request.url.path, detail or title,
+                    extra={"status": status, "problem": body["type"]})
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def unexpected(request: Request, exc: BaseException) -> JSONResponse:
+    """The 500 of an exception no handler knows, logged (once) with its traceback; the caller runs
+    it in the request's context, so both carry the request id."""
+    log.error("unexpected error on %s %s", request.method, request.url.path,
+              exc_info=(type(exc), exc, exc.__traceback__))
+    return problem_response(request, 500, "Internal error",
+                            "the controller failed unexpectedly; the request id is in the server log",
+                            kind="internal")
+
+
+#: the ``Retry-After`` (seconds) of a request refused because the controller is shutting down
+SHUTDOWN_RETRY_AFTER = 5
+
+
+def shutting_down(request: Request) -> JSONResponse:
+    """The 503 of a request that arrives while the controller shuts down: another replica (or this
+    one, restarted) will answer it; the connection is closed."""
+    return problem_response(request, 503, "Shutting down",
+                            "the controller is shutting down; retry (another replica, or this one once restarted)",
+                            kind="shutting-down",
+                            headers={"Retry-After": str(SHUTDOWN_RETRY_AFTER), "Connection": "close"})
 
 
 def unsafe_change(request: Request, exc: SafetyViolation) -> tuple[int, dict[str, Any]]:
@@ -142,6 +186,18 @@ def _install_domain_handlers(app: FastAPI) -> None:
     async def _device(request: Request, exc: DeviceError) -> JSONResponse:
         return problem_response(request, status_for(exc), "Device error", str(exc), kind=exc.kind)
 
+    @app.exception_handler(StoreUnavailable)
+    async def _store(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        title = "Store busy" if exc.kind == "store-contention" else "Store unavailable"
+        return problem_response(request, status_for(exc), title, f"{exc}; retry in {exc.retry_after} s",
+                                kind=exc.kind, headers={"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(InvalidRequest)
+    async def _invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
+        return problem_response(request, status_for(exc), "Invalid request",
+                                f"{len(exc.errors)} error(s) in the request", kind="invalid-request",
+                                errors=[e.as_dict() for e in exc.errors])
+
     @app.exception_handler(StaleRevision)
     async def _stale(request: Request, exc: StaleRevision) -> JSONResponse:
         head = (exc.actual or "").strip('"')
@@ -152,7 +208,7 @@ def _install_domain_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Conflict)
     async def _conflict(request: Request, exc: Conflict) -> JSONResponse:
-        return problem_response(request, status_for(exc), "Conflict", str(exc), kind="conflict")
+        return problem_response(request, status_for(exc), "Conflict", str(exc), kind=exc.kind)
 
     @app.exception_handler(NotFound)
     async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
@@ -169,12 +225,16 @@ def _install_http_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": _request_loc(e.get("loc", ())), "msg": str(e.get("msg", "invalid"))} for e in exc.errors()]
+        errors = [{"loc": _request_loc(e.get("loc", ())),
+                   "msg": str(e.get("msg", "invalid")).removeprefix("Value error, ")} for e in exc.errors()]
+        await _audit_refusal(request, 422, errors)
         return problem_response(request, 422, "Invalid request", f"{len(errors)} error(s) in the request",
                                 kind="invalid-request", errors=errors)
 
     @app.exception_handler(ProblemException)
     async def _problem(request: Request, exc: ProblemException) -> JSONResponse:
+        if exc.status in (401, 403):
+            await _audit_refusal(request, exc.status, exc.detail or exc.title)
         return problem_response(request, exc.status, exc.title, exc.detail, kind=exc.kind, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
@@ -185,10 +245,18 @@ def _install_http_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return problem_response(request, 500, "Internal error",
-                                "the controller failed unexpectedly; the request id is in the server log",
-                                kind="internal")
+        # the request id middleware answers these first (inside the request's context); this is the
+        # last resort for an exception raised outside it
+        with bind_request_id(getattr(request.state, "request_id", None)):
+            return unexpected(request, exc)
+
+
+async def _audit_refusal(request: Request, status: int, why: str | list[dict[str, str]]) -> None:
+    """A refused request into the audit log, as the app's :class:`api.core.refusals.RefusalAudit`
+    (rate-limited) sees fit."""
+    audit = getattr(request.app.state, "refusals", None)
+    if audit is not None:
+        await audit.record(request, status, why)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -204,6 +272,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     components["Problem"].pop("$defs", None)
     for ops in schema.get("paths", {}).values():
         for op in ops.values():
+            outage = op.setdefault("responses", {}).setdefault("503", {"description": OUTAGE})
+            outage.setdefault("headers", {"Retry-After": RETRY_AFTER})
             for code, resp in op.get("responses", {}).items():
                 if code.isdigit() and int(code) >= 400:
                     resp["content"] = {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}

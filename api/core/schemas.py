@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model
 
 from controller.model import (
     Demand,
@@ -28,10 +28,11 @@ from controller.model import (
     WcmpPolicy,
 )
 from controller.model.documents import FailureDocument
+from controller.model.tokens import TOKEN_NAME_MAX, token_name_problem
 
 __all__ = [
     "AuditPublic", "CollectionSchemas", "DiffEntry", "Health", "Page", "Problem", "ProblemError",
-    "RevisionDiff", "RevisionPublic", "SCHEMAS", "TokenCreate", "TokenCreated", "TokenPublic",
+    "RevisionDiff", "RevisionPublic", "SCHEMAS", "TokenCreate", "TokenCreated", "TokenPublic", "TokenUpdate",
 ]
 
 
@@ -240,13 +241,34 @@ class RevisionDiff(_Out):
 
 
 # -- tokens and audit ---------------------------------------------------------------
+def _token_name(value: str) -> str:
+    problem = token_name_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+TokenName = Annotated[str, Field(min_length=1, max_length=TOKEN_NAME_MAX,
+                                 description="printable, no space at either end; unique among unrevoked tokens"),
+                      AfterValidator(_token_name)]
+
+
 class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=128)
+    name: TokenName
     role: Literal["viewer", "operator", "admin"]
     expires_in_seconds: int | None = Field(None, ge=60, le=10 * 365 * 86400,
                                            description="lifetime; none = no expiry")
+
+
+class TokenUpdate(BaseModel):
+    """A token's new name or role (fields left out stay); the last active admin token keeps its role."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: TokenName | None = None
+    role: Literal["viewer", "operator", "admin"] | None = None
 
 
 class TokenPublic(_Out):
@@ -279,6 +301,7 @@ class AuditPublic(_Out):
     status: int
     revision: int | None
     detail: str
+    client: str | None = Field(None, description="the caller's address (requests over HTTP)")
 
 
 class Health(_Out):

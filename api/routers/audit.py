@@ -1,5 +1,7 @@
-"""``/v1/audit``: every write attempt, newest first: who, when, request id,
-method, path, outcome (accepted, unchanged, rejected) and the resulting revision."""
+"""``/v1/audit``: every write attempt and every refused request (401, 403, a
+malformed request's 422; rate-limited, the rest summarized), newest first: who,
+from which client address, when, request id, method, path, outcome (accepted,
+unchanged, rejected) and the resulting revision."""
 
 from typing import Annotated, Any, Literal
 

@@ -9,6 +9,7 @@ from api.core.problems import ProblemException, error_responses
 from api.core.schemas import Health
 
 router = APIRouter(tags=["health"])
+_RETRY_AFTER = 2  # seconds
 
 
 @router.get("/healthz", response_model=Health, response_model_exclude_none=True, summary="Liveness")
@@ -20,12 +21,13 @@ def healthz() -> Any:
             responses=error_responses(503))
 def readyz(request: Request) -> Any:
     db = request.app.state.database
+    retry = {"Retry-After": str(_RETRY_AFTER)}
     try:
         current, head = db.current_migration(), db.head_migration()
     except Exception as exc:  # noqa: BLE001 - any store failure means not ready
         raise ProblemException(503, "Not ready", f"the store does not answer: {type(exc).__name__}",
-                               kind="not-ready") from None
+                               kind="not-ready", headers=retry) from None
     if current != head:
         raise ProblemException(503, "Not ready", f"store schema at {current}, expected {head}: run migrations",
-                               kind="not-ready")
+                               kind="not-ready", headers=retry)
     return {"status": "ready", "schema_revision": current}

@@ -1,5 +1,8 @@
 """``/v1/tokens`` (admin only): issue bearer tokens with a role and an optional
-expiry (the secret is shown once), list them, read one, revoke one."""
+expiry (the secret is shown once), list them, read one, rename one or change its
+role, revoke one. Names are printable and unique among unrevoked tokens (422,
+409); the last active admin token can be neither revoked nor demoted (409
+``last-admin``), so the API cannot lock every admin out."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -8,7 +11,7 @@ from fastapi import APIRouter, Path, Response
 
 from api.core.deps import Admin, AdminWrite, SessionDep, with_status
 from api.core.problems import error_responses
-from api.core.schemas import TokenCreate, TokenCreated, TokenPublic
+from api.core.schemas import TokenCreate, TokenCreated, TokenPublic, TokenUpdate
 from controller import service
 from controller.store.repo import Token
 
@@ -29,7 +32,7 @@ def list_tokens(session: SessionDep, _actor: Admin) -> Any:
 
 
 @router.post("", status_code=201, response_model=TokenCreated, summary="Issue a token; its secret is shown once",
-             responses=error_responses(401, 403, 422))
+             responses=error_responses(401, 403, 409, 422))
 def create_token(response: Response, session: SessionDep, ctx: AdminWrite, body: TokenCreate) -> Any:
     expires = None
     if body.expires_in_seconds is not None:
@@ -45,7 +48,13 @@ def get_token(session: SessionDep, _actor: Admin, token_id: TokenId) -> Any:
     return public(service.get_token(token_id, session=session))
 
 
+@router.patch("/{token_id}", response_model=TokenPublic, summary="Rename a token or change its role",
+              responses=error_responses(401, 403, 404, 409, 422))
+def update_token(session: SessionDep, ctx: AdminWrite, token_id: TokenId, body: TokenUpdate) -> Any:
+    return public(service.update_token(token_id, session=session, ctx=ctx, name=body.name, role=body.role))
+
+
 @router.delete("/{token_id}", response_model=TokenPublic, summary="Revoke a token (it stays listed)",
-               responses=error_responses(401, 403, 404))
+               responses=error_responses(401, 403, 404, 409))
 def revoke_token(session: SessionDep, ctx: AdminWrite, token_id: TokenId) -> Any:
     return public(service.revoke_token(token_id, session=session, ctx=ctx))

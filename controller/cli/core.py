@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from controller import service
 from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, read_intent
 from controller.model.errors import LoomError
+from controller.model.tokens import token_name_problem
 from controller.settings import Settings
 from controller.store.db import Database
 
@@ -125,6 +126,9 @@ def serve(
     from api.app import create_app
 
     settings = _settings(as_json, db_url=db, host=host, port=port, agents=agents)
+    # from here on every record (and every Python warning, of the migrations say) is a log line with its
+    # request id (controller.logs); the banner below goes to stdout
+    setup_logging(log_level, json=log_format == "json")
     database = _open_store(settings, as_json)
     url = f"http://{host}:{port}"
     info: dict[str, Any] = {"url": url, "docs": f"{url}/docs", "store": database.display_url}
@@ -171,7 +175,6 @@ def serve(
         else:
             console.print("an admin token exists already; make another with: "
                           "loom token create --role admin --name NAME", highlight=False)
-    setup_logging(log_level, json=log_format == "json")  # every record with its request id (controller.logs)
     # access lines come from api.metrics, with the request id
     uvicorn.run(create_app(settings, database=database, driver=driver), host=host, port=port,
                 log_level=log_level.lower(), log_config=None, access_log=False)
@@ -209,8 +212,9 @@ def token_create(
     """Issue a token; its secret is printed once."""
     if role not in service.ROLES:
         die(f"--role: unknown role '{role}' (expected one of {', '.join(service.ROLES)})", as_json=as_json)
-    if not name.strip() or len(name) > 128:
-        die("--name: must be 1 to 128 characters", as_json=as_json)
+    problem = token_name_problem(name)
+    if problem:
+        die(f"--name: {problem}", as_json=as_json)
     expires = None
     if expires_in is not None:
         try:
@@ -261,7 +265,8 @@ def token_revoke(
     database = _open_store(_settings(as_json, db_url=db), as_json)
     with database.session() as session:
         try:
-            token = service.revoke_token(token_id, session=session, ctx=_cli_ctx())
+            # the store's own tool may revoke the last admin token: `loom token bootstrap` makes a new one
+            token = service.revoke_token(token_id, session=session, ctx=_cli_ctx(), keep_last_admin=False)
         except LoomError as exc:
             die(str(exc), as_json=as_json)
     if as_json:

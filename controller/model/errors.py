@@ -13,9 +13,13 @@ The tree::
     ├── InvalidIntent            an intent (or an edit of one) with located errors
     ├── NotFound                 no such object, revision, change or device
     ├── Conflict                 a write that conflicts with the stored state
-    │   └── StaleRevision        If-Match is not the head
+    │   ├── StaleRevision        If-Match is not the head
+    │   └── LastAdmin            the write would leave no active admin token
     ├── Infeasible               the solver cannot route or fit the demand
     ├── SafetyViolation          a commit refused: invariants fail in some scenarios
+    ├── InvalidRequest           a request's own fields (not an intent's) with located errors
+    ├── StoreUnavailable         the store does not answer now (refused, pool exhausted, shut down): retry later
+    │   └── StoreContention      a write kept losing to concurrent ones (serialization failure, deadlock)
     └── DeviceError              something on or about one device failed
         ├── AgentError           the device agent refused or failed a call (gRPC status code)
         ├── FrrError             FRR refused a config, or a reload failed
@@ -40,11 +44,15 @@ __all__ = [
     "Infeasible",
     "IntentError",
     "InvalidIntent",
+    "InvalidRequest",
+    "LastAdmin",
     "LoomError",
     "NotFound",
     "RetryableDriverError",
     "SafetyViolation",
     "StaleRevision",
+    "StoreContention",
+    "StoreUnavailable",
     "Unreachable",
 ]
 
@@ -81,6 +89,17 @@ class InvalidIntent(LoomError):
         super().__init__(f"invalid intent: {len(errors)} error(s): {head}{more}")
 
 
+class InvalidRequest(LoomError):
+    """A request whose own fields are wrong (a token's name, ...), each error located
+    (``name``); an intent's errors are :class:`InvalidIntent`."""
+
+    kind = "invalid-request"
+
+    def __init__(self, errors: list[IntentError]):
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors) or "invalid request")
+
+
 class NotFound(LoomError):
     """A named object, revision or token that does not exist."""
 
@@ -102,6 +121,13 @@ class StaleRevision(Conflict):
         self.expected = expected
         self.actual = actual
         super().__init__(f"stale revision: If-Match {expected!r} but the head is {actual!r}")
+
+
+class LastAdmin(Conflict):
+    """Revoking or demoting this token would leave no active admin token: nobody could manage
+    tokens over the API any more."""
+
+    kind = "last-admin"
 
 
 class Infeasible(LoomError):
@@ -130,6 +156,25 @@ class SafetyViolation(LoomError):
     def scenarios(self) -> list[str]:
         """The failing scenarios' names, sorted."""
         return sorted({str(f.get("scenario")) for f in self.failing})
+
+
+class StoreUnavailable(LoomError):
+    """The store did not answer: the database refused the connection, the pool had none free in
+    time, the server is shutting down, or another operational failure. Nothing was written; the
+    same request may succeed ``retry_after`` seconds later."""
+
+    kind = "store-unavailable"
+
+    def __init__(self, message: str, *, retry_after: int = 2):
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class StoreContention(StoreUnavailable):
+    """A transaction lost to concurrent ones (a serialization failure or a deadlock) and was rolled
+    back. Writers retry it with back-off; it is raised once their attempts are used up."""
+
+    kind = "store-contention"
 
 
 class DeviceError(LoomError):

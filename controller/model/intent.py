@@ -6,10 +6,14 @@ the document (``links[7].b: unknown device 'leaf-9-9'``):
 
 1. shape: each top-level field and each list element on its own, so one bad
    device does not hide the errors of the next;
-2. meaning: names, references, ports, prefixes, policies, demands, and for
+2. meaning: names, references, ports, prefixes, policies, demands (run on a
+   malformed element too, over the fields that are valid on their own, so a
+   link with a bad capacity still reports its unknown device), and for
    ``routing: bgp`` the RFC 7938 Clos rules (links join adjacent tiers, every
    lower tier has uplinks, ASN plan of RFC 7938 section 5.2.1: each ToR its own
-   ASN, a pod's leaves one ASN, a plane's spines one ASN, groups distinct).
+   ASN, a pod's leaves one ASN, a plane's spines one ASN, groups distinct; a
+   pod groups ToRs and leaves, a plane leaves and spines, so a role change that
+   keeps the tiers adjacent, a ToR made a spine, is still refused).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import TypeAdapter, ValidationError
@@ -73,6 +77,7 @@ _TOP_KEYS = ("name", "routing", "defaults", "devices", "links", "failure_domains
 _REQUIRED = ("name", "devices", "links")
 _SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te")
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+_FIELD_ADAPTERS: dict[tuple[type, str], TypeAdapter[Any]] = {}
 _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: large fabrics
 
 
@@ -153,9 +158,10 @@ def validate_intent(doc: Any) -> Intent:
     if not isinstance(doc, dict):
         raise InvalidIntent([IntentError("", "an intent document must be a mapping of fields")])
     top, routing = _check_top(doc, errors)
-    items, names_seen = _shape_sections(doc, errors)
+    items, partial, names_seen = _shape_sections(doc, errors)
     shape_errors = bool(errors)
-    _check_meaning(routing, items, names_seen, errors, structure=not shape_errors)
+    merged = {section: sorted(good + partial[section], key=lambda e: e[0]) for section, good in items.items()}
+    _check_meaning(routing, merged, names_seen, errors, structure=not shape_errors)
     if errors:
         errors.sort(key=_doc_order)
         raise InvalidIntent(errors)
@@ -204,10 +210,59 @@ def _check_top(doc: dict[Any, Any], errors: list[IntentError]) -> tuple[dict[str
 _Items = dict[str, list[tuple[int, Any]]]
 
 
-def _shape_sections(doc: dict[Any, Any], errors: list[IntentError]) -> tuple[_Items, dict[str, set[str]]]:
-    """Every list element built alone (well-shaped ones kept with their index), and the names seen,
-    even of malformed elements, so that references to them are not reported as unknown."""
+class _Partial:
+    """What a malformed element still declares: those of its fields that are valid on their own
+    (an invalid one is absent), for the cross-object rules that need no more than them."""
+
+    def __init__(self, model: type, values: dict[str, Any]):
+        self.model = model
+        self.__dict__.update(values)
+
+
+def _field_value(model: Any, name: str, raw: Any) -> Any:
+    """``raw`` validated as field ``name`` of ``model`` alone (its type, constraints and after-validators)."""
+    adapter = _FIELD_ADAPTERS.get((model, name))
+    if adapter is None:
+        info = model.model_fields[name]
+        form: Any = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        adapter = _FIELD_ADAPTERS[model, name] = TypeAdapter(form)
+    value = adapter.validate_python(raw)
+    for dec in model.__pydantic_decorators__.field_validators.values():
+        if name in dec.info.fields and dec.info.mode == "after":
+            value = dec.func(value)
+    return value
+
+
+def _salvage(model: Any, value: Any) -> _Partial | None:
+    """The valid fields of a malformed element (defaults for those it leaves out), or ``None``
+    when it is not even a mapping."""
+    if not isinstance(value, dict):
+        return None
+    values: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key not in value:
+            if not info.is_required():
+                values[name] = info.get_default(call_default_factory=True)
+            continue
+        try:
+            values[name] = _field_value(model, name, value[key])
+        except (ValidationError, ValueError, TypeError):
+            continue
+    return _Partial(model, values)
+
+
+def _is(obj: Any, model: type) -> bool:
+    """``obj`` is a ``model``, whole or salvaged."""
+    return isinstance(obj, model) or (isinstance(obj, _Partial) and obj.model is model)
+
+
+def _shape_sections(doc: dict[Any, Any], errors: list[IntentError]) -> tuple[_Items, _Items, dict[str, set[str]]]:
+    """Every list element built alone (well-shaped ones kept with their index), what the malformed
+    ones still declare (:func:`_salvage`), and the names seen, even of malformed elements, so
+    that references to them are not reported as unknown."""
     items: _Items = {}
+    partial: _Items = defaultdict(list)
     names_seen: dict[str, set[str]] = defaultdict(set)
     for section in (*_SECTIONS, "policies"):
         raw = doc.get(section, [])
@@ -221,16 +276,21 @@ def _shape_sections(doc: dict[Any, Any], errors: list[IntentError]) -> tuple[_It
         for i, value in enumerate(raw):
             if section == "policies":
                 obj = _shape_policy(i, value, errors)
+                kind = value.get("kind") if isinstance(value, dict) else None
+                model = _POLICY_TYPES.get(kind) if isinstance(kind, str) else None
             else:
                 name = _element_name(value)
                 if name:
                     names_seen[section].add(name)
                 _note_raw_refs(section, value, names_seen)
-                obj = _shape(_SECTIONS[section], value, (section, i), errors)
+                model = _SECTIONS[section]
+                obj = _shape(model, value, (section, i), errors)
             if obj is not None:
                 good.append((i, obj))
+            elif model is not None and (salvaged := _salvage(model, value)) is not None:
+                partial[section].append((i, salvaged))
         items[section] = good
-    return items, names_seen
+    return items, partial, names_seen
 
 
 def _shape_policy(i: int, value: object, errors: list[IntentError]) -> Policy | None:
@@ -279,9 +339,10 @@ def _check_meaning(
     errors: list[IntentError],
     structure: bool = True,
 ) -> None:
-    """Cross-object rules. ``structure`` is False when some element was
-    malformed: rules that need the whole topology (uplinks) are skipped then,
-    since their verdict would only echo the shape error."""
+    """Cross-object rules, over well-shaped elements and what malformed ones still declare
+    (:class:`_Partial`: a rule needing a field it lacks skips it). ``structure`` is False when some
+    element was malformed: rules that need the whole topology (uplinks) are skipped then, since
+    their verdict would only echo the shape error; the Clos rules see only whole devices and links."""
     refs = _Refs(names_seen)
     _check_devices(items["devices"], refs, errors)
     good_links = _check_links(items["links"], refs, errors)
@@ -294,84 +355,94 @@ def _check_meaning(
         _check_clos(refs.devices, refs.device_index, good_links, errors, uplinks=structure)
 
 
-def _check_devices(devices: list[tuple[int, Device]], refs: _Refs, errors: list[IntentError]) -> None:
-    """Duplicate names and loopbacks; fills ``refs.devices``."""
+def _check_devices(devices: list[tuple[int, Any]], refs: _Refs, errors: list[IntentError]) -> None:
+    """Duplicate names and loopbacks; fills ``refs.devices`` with the whole devices."""
     loopbacks: dict[str, str] = {}
+    first: dict[str, int] = {}
     for i, d in devices:
-        if d.name in refs.devices:
-            errors.append(IntentError(f"devices[{i}].name",
-                                      f"duplicate device '{d.name}' (first at devices[{refs.device_index[d.name]}])"))
+        name = getattr(d, "name", None)
+        if name is None:
             continue
-        refs.devices[d.name] = d
-        refs.device_index[d.name] = i
-        if d.loopback is not None:
+        if name in first:
+            errors.append(IntentError(f"devices[{i}].name",
+                                      f"duplicate device '{name}' (first at devices[{first[name]}])"))
+            continue
+        first[name] = i
+        if not isinstance(d, _Partial):
+            refs.devices[name] = d
+            refs.device_index[name] = i
+        if getattr(d, "loopback", None) is not None:
             lb = str(d.loopback)
             if lb in loopbacks:
-                errors.append(IntentError(f"devices[{i}].loopback",
-                                          f"loopback {lb} already used by '{loopbacks[lb]}'"))
+                errors.append(IntentError(f"devices[{i}].loopback", f"loopback {lb} already used by '{loopbacks[lb]}'"))
             else:
-                loopbacks[lb] = d.name
+                loopbacks[lb] = name
 
 
-def _check_links(links: list[tuple[int, Link]], refs: _Refs, errors: list[IntentError]) -> list[tuple[int, Link]]:
-    """References, self-links, ports used twice; fills ``refs.ports``; returns the links between
+def _check_links(links: list[tuple[int, Any]], refs: _Refs, errors: list[IntentError]) -> list[tuple[int, Link]]:
+    """References, self-links, ports used twice; fills ``refs.ports``; returns the whole links between
     known devices that passed."""
     good_links: list[tuple[int, Link]] = []
     for i, link in links:
         bad = False
-        for side in ("a", "b"):
-            dev = getattr(link, side)
-            if refs.unknown(dev):
+        a, b = getattr(link, "a", None), getattr(link, "b", None)
+        for side, dev in (("a", a), ("b", b)):
+            if dev is not None and refs.unknown(dev):
                 errors.append(IntentError(f"links[{i}].{side}", f"unknown device '{dev}'"))
                 bad = True
-        if link.a == link.b:
-            errors.append(IntentError(f"links[{i}].b", f"link from '{link.a}' to itself"))
+        if a is not None and a == b:
+            errors.append(IntentError(f"links[{i}].b", f"link from '{a}' to itself"))
             bad = True
-        for dev, port, side in ((link.a, link.a_port, "a_port"), (link.b, link.b_port, "b_port")):
-            if (dev, port) in refs.ports and not (link.a == link.b):
+        for dev, port, side in ((a, getattr(link, "a_port", None), "a_port"), (b, getattr(link, "b_port", None),
+                                                                                 "b_port")):
+            if dev is None or port is None:
+                continue
+            if (dev, port) in refs.ports and a != b:
                 errors.append(IntentError(f"links[{i}].{side}",
                                           f"port '{port}' of '{dev}' already used by links[{refs.ports[dev, port]}]"))
                 bad = True
             else:
                 refs.ports.setdefault((dev, port), i)
-        if not bad and link.a in refs.devices and link.b in refs.devices:
+        if not bad and not isinstance(link, _Partial) and a in refs.devices and b in refs.devices:
             good_links.append((i, link))
     return good_links
 
 
-def _check_failure_domains(domains: list[tuple[int, FailureDomain]], refs: _Refs,
-                           errors: list[IntentError]) -> None:
+def _check_failure_domains(domains: list[tuple[int, Any]], refs: _Refs, errors: list[IntentError]) -> None:
     fd_names: dict[str, int] = {}
     for i, fd in domains:
-        if fd.name in fd_names:
-            errors.append(IntentError(f"failure_domains[{i}].name",
-                                      f"duplicate failure domain '{fd.name}' "
-                                      f"(first at failure_domains[{fd_names[fd.name]}])"))
-        fd_names.setdefault(fd.name, i)
-        if not fd.devices and not fd.links:
+        name = getattr(fd, "name", None)
+        if name is not None:
+            if name in fd_names:
+                errors.append(IntentError(f"failure_domains[{i}].name", f"duplicate failure domain '{name}' "
+                                          f"(first at failure_domains[{fd_names[name]}])"))
+            fd_names.setdefault(name, i)
+        devices, ends = getattr(fd, "devices", None), getattr(fd, "links", None)
+        if devices is not None and ends is not None and not devices and not ends:
             errors.append(IntentError(f"failure_domains[{i}]", "names no devices and no links"))
-        for j, dev in enumerate(fd.devices):
+        for j, dev in enumerate(devices or ()):
             if refs.unknown(dev):
                 errors.append(IntentError(f"failure_domains[{i}].devices[{j}]", f"unknown device '{dev}'"))
-        for j, end in enumerate(fd.links):
+        for j, end in enumerate(ends or ()):
             msg = refs.check_end(end)
             if msg:
                 errors.append(IntentError(f"failure_domains[{i}].links[{j}]", msg))
 
 
-def _check_prefixes(prefixes: list[tuple[int, Prefix]], refs: _Refs, errors: list[IntentError]) -> dict[str, int]:
+def _check_prefixes(prefixes: list[tuple[int, Any]], refs: _Refs, errors: list[IntentError]) -> dict[str, int]:
     """Duplicate prefixes and unknown or repeated origins; returns the index of each prefix."""
     prefix_index: dict[str, int] = {}
     for i, p in prefixes:
-        if p.prefix in prefix_index:
+        prefix = getattr(p, "prefix", None)
+        if prefix in prefix_index:
             errors.append(IntentError(
                 f"prefixes[{i}].prefix",
-                f"prefix {p.prefix} already listed at prefixes[{prefix_index[p.prefix]}] "
+                f"prefix {prefix} already listed at prefixes[{prefix_index[prefix]}] "
                 "(list several origins in one entry for anycast)"))
-        else:
-            prefix_index[p.prefix] = i
+        elif prefix is not None:
+            prefix_index[prefix] = i
         seen: set[str] = set()
-        for j, origin in enumerate(p.origins):
+        for j, origin in enumerate(getattr(p, "origins", None) or ()):
             if refs.unknown(origin):
                 errors.append(IntentError(f"prefixes[{i}].origins[{j}]", f"unknown device '{origin}'"))
             elif origin in seen:
@@ -380,7 +451,7 @@ def _check_prefixes(prefixes: list[tuple[int, Prefix]], refs: _Refs, errors: lis
     return prefix_index
 
 
-def _check_policies(policies: list[tuple[int, Policy]], routing: Routing, refs: _Refs,
+def _check_policies(policies: list[tuple[int, Any]], routing: Routing, refs: _Refs,
                     errors: list[IntentError]) -> None:
     """One of each singleton kind, drain targets, and the policies the routing cannot realize."""
     singleton: dict[str, int] = {}
@@ -392,18 +463,19 @@ def _check_policies(policies: list[tuple[int, Policy]], routing: Routing, refs: 
                                           f"only one '{pol.kind}' policy is allowed "
                                           f"(first at policies[{singleton[pol.kind]}])"))
             singleton.setdefault(pol.kind, i)
-        if isinstance(pol, DrainPolicy):
+        if _is(pol, DrainPolicy) and getattr(pol, "target", None) is not None:
             _check_drain(i, pol, refs, drains, errors)
-        if isinstance(pol, PathsPolicy) and pol.mode == "loop_free" and routing == Routing.BGP:
+        if _is(pol, PathsPolicy) and getattr(pol, "mode", None) == "loop_free" and routing == Routing.BGP:
             errors.append(IntentError(f"policies[{i}].mode",
                                       "paths: loop_free needs routing: isis (BGP installs only its own best paths)"))
-        if isinstance(pol, WcmpPolicy) and pol.realization == "link-bandwidth" and routing == Routing.ISIS:
+        if _is(pol, WcmpPolicy) and getattr(pol, "realization", None) == "link-bandwidth" \
+                and routing == Routing.ISIS:
             errors.append(IntentError(f"policies[{i}].realization",
                                       "link-bandwidth is a BGP extended community; "
                                       "routing: isis needs realization: fib"))
 
 
-def _check_drain(i: int, pol: DrainPolicy, refs: _Refs, drains: dict[str, int], errors: list[IntentError]) -> None:
+def _check_drain(i: int, pol: Any, refs: _Refs, drains: dict[str, int], errors: list[IntentError]) -> None:
     if ":" in pol.target:
         msg = refs.check_end(pol.target)
         if msg:
@@ -416,27 +488,31 @@ def _check_drain(i: int, pol: DrainPolicy, refs: _Refs, drains: dict[str, int], 
     drains.setdefault(pol.target, i)
 
 
-def _check_demands(demands: list[tuple[int, Demand]], prefix_index: dict[str, int], refs: _Refs,
+def _check_demands(demands: list[tuple[int, Any]], prefix_index: dict[str, int], refs: _Refs,
                    errors: list[IntentError]) -> None:
     demand_index: dict[tuple[str, str], int] = {}
     for i, dm in demands:
-        if refs.unknown(dm.from_):
-            errors.append(IntentError(f"demands[{i}].from", f"unknown device '{dm.from_}'"))
-        if dm.to not in prefix_index and dm.to not in refs.names_seen["prefixes"]:
-            errors.append(IntentError(f"demands[{i}].to", f"no device originates {dm.to} (not in prefixes)"))
-        key = (dm.from_, dm.to)
+        frm, to = getattr(dm, "from_", None), getattr(dm, "to", None)
+        if frm is not None and refs.unknown(frm):
+            errors.append(IntentError(f"demands[{i}].from", f"unknown device '{frm}'"))
+        if to is not None and to not in prefix_index and to not in refs.names_seen["prefixes"]:
+            errors.append(IntentError(f"demands[{i}].to", f"no device originates {to} (not in prefixes)"))
+        if frm is None or to is None:
+            continue
+        key = (frm, to)
         if key in demand_index:
             errors.append(IntentError(f"demands[{i}]",
-                                      f"duplicate demand from '{dm.from_}' to {dm.to} "
+                                      f"duplicate demand from '{frm}' to {to} "
                                       f"(first at demands[{demand_index[key]}])"))
         demand_index.setdefault(key, i)
 
 
-def _check_jobs(jobs: list[tuple[int, Job]], prefixes: list[tuple[int, Prefix]], refs: _Refs,
+def _check_jobs(jobs: list[tuple[int, Any]], prefixes: list[tuple[int, Any]], refs: _Refs,
                 errors: list[IntentError]) -> None:
     """Unique names; members are known devices that originate a prefix (the job's demand goes there),
     each listed once."""
-    check_job_members(jobs, {o for _, p in prefixes for o in p.origins}, refs.unknown, errors)
+    check_job_members(jobs, {o for _, p in prefixes for o in getattr(p, "origins", None) or ()}, refs.unknown,
+                      errors)
 
 
 def check_job_members(jobs: list[tuple[int, Job]], originators: set[str], unknown: Any,
@@ -447,12 +523,13 @@ def check_job_members(jobs: list[tuple[int, Job]], originators: set[str], unknow
     names: dict[str, int] = {}
     for i, job in jobs:
         here = f"{section}[{i}]" if section == "jobs" else section
-        if job.name in names:
-            errors.append(IntentError(f"{here}.name",
-                                      f"duplicate job '{job.name}' (first at jobs[{names[job.name]}])"))
-        names.setdefault(job.name, i)
+        name = getattr(job, "name", None)
+        if name in names:
+            errors.append(IntentError(f"{here}.name", f"duplicate job '{name}' (first at jobs[{names[name]}])"))
+        if name is not None:
+            names.setdefault(name, i)
         seen: dict[str, int] = {}
-        for j, tor in enumerate(job.tors):
+        for j, tor in enumerate(getattr(job, "tors", None) or ()):
             if unknown(tor):
                 errors.append(IntentError(f"{here}.tors[{j}]", f"unknown device '{tor}'"))
             elif tor in seen:
@@ -526,6 +603,10 @@ def _check_clos(
                                       "role 'router' is not a tier of an RFC 7938 Clos (use routing: isis)"))
         if d.asn is None:
             errors.append(IntentError(f"devices[{i}].asn", "required for routing: bgp"))
+        _check_grouping(i, d, errors)
+    # a ToR without a pod is in its leaves' pod, a spine without a plane in its leaves' plane: the first one
+    # seen, and by which link
+    implied: dict[str, tuple[int, int]] = {}
 
     uplink_count: dict[str, int] = defaultdict(int)
     for i, link in links:
@@ -545,6 +626,10 @@ def _check_clos(
             errors.append(IntentError(f"links[{i}]",
                                       f"ToR '{low.name}' of pod {low.pod} wired to "
                                       f"leaf '{high.name}' of pod {high.pod}"))
+        if low.role == Role.TOR and low.pod is None and high.pod is not None:
+            _one_group(i, low, high, "pod", high.pod, implied, errors)
+        if low.role == Role.LEAF and high.role == Role.SPINE and high.plane is None and low.plane is not None:
+            _one_group(i, high, low, "plane", low.plane, implied, errors)
         if low.role == Role.LEAF and low.plane is not None and high.plane is not None and low.plane != high.plane:
             errors.append(IntentError(
                 f"links[{i}]",
@@ -580,6 +665,32 @@ def _check_clos(
                 "RFC 7938 gives each ToR, each pod's leaves and each plane's spines their own ASN"))
             continue
         asn_group.setdefault(d.asn, (g, name))
+
+
+def _one_group(i: int, device: Device, peer: Device, group: str, value: int,
+               implied: dict[str, tuple[int, int]], errors: list[IntentError]) -> None:
+    """``device`` declares no ``group`` (pod, plane) and takes its peers': all of them must agree."""
+    first, via = implied.setdefault(device.name, (value, i))
+    if first != value:
+        what = "ToR" if device.role == Role.TOR else str(device.role)
+        errors.append(IntentError(f"links[{i}]",
+                                  f"{what} '{device.name}' wired to {peer.role} '{peer.name}' of {group} {value} and, "
+                                  f"by links[{via}], to a {peer.role} of {group} {first}: a {what} is in one {group}"))
+
+
+def _check_grouping(i: int, d: Device, errors: list[IntentError]) -> None:
+    """A pod groups ToRs and leaves, a plane leaves and spines (RFC 7938's clusters and spine
+    planes): a spine or superspine in a pod, or a ToR in a plane, is a device in the wrong role
+    (a ToR made a spine keeps its pod, and its links still join adjacent tiers)."""
+    if d.role in (Role.SPINE, Role.SUPERSPINE) and d.pod is not None:
+        errors.append(IntentError(f"devices[{i}].role",
+                                  f"{d.role} '{d.name}' is in pod {d.pod}, but a pod groups ToRs and leaves: "
+                                  f"a {d.role} spans the pods (drop its pod, or give it the role of its tier)"))
+    if d.role == Role.TOR and d.plane is not None:
+        errors.append(IntentError(f"devices[{i}].role",
+                                  f"tor '{d.name}' is in plane {d.plane}, but a plane groups leaves and spines: "
+                                  "a ToR reaches every plane through its pod's leaves (drop its plane, or give it "
+                                  "the role of its tier)"))
 
 
 def _has_alias(text: str) -> bool:

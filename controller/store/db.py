@@ -6,28 +6,52 @@ write transactions so writers queue instead of failing half way) or PostgreSQL
 (``postgresql+psycopg://...``). Alembic migrations live in this package
 (``controller/store/migrations``) and run programmatically: :meth:`Database.migrate`
 brings the schema to head, :meth:`Database.schema_is_current` tells ``/readyz``.
+
+Failures of the database itself become Loom's errors here, so nothing above the
+store sees a driver exception: an operational error of the driver (connection
+refused or lost, the server shutting down, a lock or statement timeout), a
+closed connection or an exhausted pool is :class:`StoreUnavailable`, and a
+serialization failure or deadlock (SQLSTATE 40001, 40P01) is
+:class:`StoreContention`, which :func:`retrying` runs again after a jittered
+back-off. Writers that append to the revision chain queue on one lock
+(:func:`lock_revisions`), as SQLite's ``BEGIN IMMEDIATE`` makes every writer do.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 
-__all__ = ["DEFAULT_URL", "Database", "normalize_url", "write_transaction"]
+from controller.model.errors import StoreContention, StoreUnavailable
+
+__all__ = ["DEFAULT_URL", "Database", "RetryOptions", "lock_revisions", "normalize_url", "retrying", "store_error",
+           "write_transaction"]
 
 DEFAULT_URL = "sqlite:///./loom.db"
 MIGRATIONS = Path(__file__).parent / "migrations"
 _WRITE = "loom_write"
+#: the PostgreSQL advisory lock that writers of the revision chain queue on ("LOOM" and 1)
+REVISIONS_LOCK = 0x4C4F4F4D_0001
+#: SQLSTATEs of a transaction that lost to a concurrent one: serialization failure, deadlock
+_CONTENTION = frozenset({"40001", "40P01"})
+log = logging.getLogger("loom.store")
+T = TypeVar("T")
 
 
 def normalize_url(url: str) -> str:
@@ -55,21 +79,71 @@ def _sqlite_setup(engine: Engine) -> None:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
 
-class Database:
-    """One store: an engine, a session factory and the migration scripts."""
+def store_error(orig: BaseException, dbapi: Any, *, disconnect: bool = False) -> StoreUnavailable | None:
+    """The Loom error a driver exception ``orig`` stands for (``dbapi``: the driver's module), or
+    ``None`` when it is not the database's failure (a constraint, a bad statement: those stay
+    SQLAlchemy's). Contention (SQLSTATE 40001, 40P01) is :class:`StoreContention`; a lost
+    connection, any other operational error and a closed connection are :class:`StoreUnavailable`."""
+    sqlstate = getattr(orig, "sqlstate", None)
+    first = (str(orig).strip().splitlines() or [""])[0][:200]
+    if sqlstate in _CONTENTION:
+        return StoreContention(f"the store refused a transaction that raced another ({sqlstate}): {first}")
+    operational = getattr(dbapi, "OperationalError", ()), getattr(dbapi, "InterfaceError", ())
+    if disconnect or isinstance(orig, operational):
+        return StoreUnavailable(f"the store does not answer: {type(orig).__name__}: {first}")
+    return None
 
-    def __init__(self, url: str = DEFAULT_URL, *, echo: bool = False):
+
+def _translate_errors(engine: Engine) -> None:
+    """Raise the store's errors in place of the driver's, for every statement and every connect.
+    Not during the pool's pre-ping: a dead pooled connection is replaced there, quietly."""
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(ctx: ExceptionContext) -> None:
+        if ctx.is_pre_ping:
+            return
+        err = store_error(ctx.original_exception, ctx.dialect.loaded_dbapi, disconnect=ctx.is_disconnect)
+        if err is not None:
+            raise err from ctx.sqlalchemy_exception
+
+
+class _QueuePool(QueuePool):
+    """SQLAlchemy's pool, whose timeout waiting for a free connection is :class:`StoreUnavailable`."""
+
+    def connect(self) -> PoolProxiedConnection:
+        try:
+            return super().connect()
+        except sa_exc.TimeoutError as exc:
+            raise StoreUnavailable(f"the store's connection pool had no free connection in {self.timeout()} s "
+                                   f"({self.size()} + {self._max_overflow} in use)") from exc
+
+
+class Database:
+    """One store: an engine, a session factory and the migration scripts. ``lock_timeout_s`` bounds
+    how long a PostgreSQL writer waits for a lock, ``pool_timeout_s`` how long a session waits for a
+    free connection of the pool; past either the request is :class:`StoreUnavailable`."""
+
+    def __init__(self, url: str = DEFAULT_URL, *, echo: bool = False, lock_timeout_s: float = 15.0,
+                 pool_timeout_s: float = 30.0):
         self.url = normalize_url(url)
         parsed = make_url(self.url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        self.lock_timeout_s = lock_timeout_s
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
+        pooled = {"poolclass": _QueuePool, "pool_timeout": pool_timeout_s}
         if self.is_sqlite:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 10}
+            if parsed.database not in (None, "", ":memory:"):
+                kwargs.update(pooled)  # a file (an in-memory store keeps its single connection)
         else:
             kwargs["pool_pre_ping"] = True
+            kwargs.update(pooled)
         self.engine = create_engine(self.url, **kwargs)
+        _translate_errors(self.engine)
         if self.is_sqlite:
             _sqlite_setup(self.engine)
+        else:
+            _postgres_setup(self.engine, lock_timeout_s)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @property
@@ -116,6 +190,54 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _postgres_setup(engine: Engine, lock_timeout_s: float) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        with dbapi_conn.cursor() as cur:  # a writer waits this long for a lock, then gives up (SQLSTATE 55P03)
+            cur.execute(f"SET lock_timeout = {int(lock_timeout_s * 1000)}")
+        dbapi_conn.commit()
+
+
+def lock_revisions(session: Session) -> None:
+    """Queue this write transaction behind any other that appends to the revision chain, until it
+    ends: read the head after this, and no concurrent writer can store the same next revision.
+    PostgreSQL: a transaction-scoped advisory lock; SQLite: nothing (``BEGIN IMMEDIATE`` already)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(REVISIONS_LOCK)))
+
+
+@dataclass(frozen=True)
+class RetryOptions:
+    """How a write that lost a race is run again: at most ``attempts`` runs, the n-th retry after a
+    random pause of up to ``min(cap_s, base_s * 2**n)`` seconds ("full jitter")."""
+
+    attempts: int = 8
+    base_s: float = 0.02
+    cap_s: float = 1.0
+
+    def pause(self, retry: int, rng: Callable[[], float] = random.random) -> float:
+        return rng() * min(self.cap_s, self.base_s * 2 ** retry)
+
+
+def retrying(run: Callable[[], T], *, retry_on: tuple[type[BaseException], ...] = (StoreContention,),
+             options: RetryOptions = RetryOptions(), sleep: Callable[[float], None] = time.sleep,
+             rng: Callable[[], float] = random.random) -> T:
+    """``run()`` (which opens and ends its own transaction), again after a jittered back-off while it
+    raises one of ``retry_on`` (the serialization failures of :class:`StoreContention` by default),
+    at most ``options.attempts`` times; then the last error is raised."""
+    for attempt in range(options.attempts):
+        try:
+            return run()
+        except retry_on as exc:
+            if attempt + 1 >= options.attempts:
+                raise
+            pause = options.pause(attempt, rng)
+            log.info("write lost a race (%s); attempt %d of %d in %.3f s", type(exc).__name__, attempt + 2,
+                     options.attempts, pause)
+            sleep(pause)
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager

@@ -6,8 +6,10 @@ parent; ids are 1, 2, 3... assigned as ``head + 1`` inside the writing
 transaction, so two writers racing on the same head cannot both commit (the
 loser hits the primary key, and the unique ``parent_id`` for good measure).
 **Tokens** are bearer credentials stored as SHA-256 hashes with a role and an
-optional expiry. The **audit** log records every write: who, when, request id,
-method, path, outcome and the resulting revision. Constraint names follow one
+optional expiry; no two unrevoked tokens share a name (a partial unique index,
+so a revoked token's name may be given again). The **audit** log records every
+write and every refused request: who, from which client address, when, request
+id, method, path, outcome and the resulting revision. Constraint names follow one
 naming convention so Alembic migrations stay portable between SQLite and
 PostgreSQL.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = ["AuditRow", "Base", "ROLES", "RevisionRow", "TokenRow", "metadata"]
@@ -57,7 +59,11 @@ class TokenRow(Base):
     """A bearer token: only the SHA-256 of the secret is kept."""
 
     __tablename__ = "tokens"
-    __table_args__ = (CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="role"),)
+    __table_args__ = (
+        CheckConstraint("role IN ('viewer', 'operator', 'admin')", name="role"),
+        Index("uq_tokens_name_unrevoked", "name", unique=True, sqlite_where=text("revoked_at IS NULL"),
+              postgresql_where=text("revoked_at IS NULL")),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(128))
@@ -70,7 +76,7 @@ class TokenRow(Base):
 
 
 class AuditRow(Base):
-    """One write attempt against the controller."""
+    """One write attempt against the controller, or one refused request (``client``: its address)."""
 
     __tablename__ = "audit"
     __table_args__ = (Index("ix_audit_at", "at"),)
@@ -79,6 +85,7 @@ class AuditRow(Base):
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     actor: Mapped[str] = mapped_column(String(128))
     token_id: Mapped[str | None] = mapped_column(String(32))
+    client: Mapped[str | None] = mapped_column(String(64))
     request_id: Mapped[str | None] = mapped_column(String(128))
     method: Mapped[str] = mapped_column(String(16))
     path: Mapped[str] = mapped_column(String(512))

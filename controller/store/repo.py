@@ -28,6 +28,7 @@ __all__ = [
     "Token",
     "add_audit",
     "add_revision",
+    "active_admins",
     "add_token",
     "count_active_tokens",
     "find_token",
@@ -39,6 +40,7 @@ __all__ = [
     "list_tokens",
     "revision_document",
     "revoke_token",
+    "update_token",
     "utc",
 ]
 
@@ -104,11 +106,12 @@ class AuditEntry:
     status: int
     revision: int | None
     detail: str
+    client: str | None = None
 
     @classmethod
     def of(cls, row: AuditRow) -> AuditEntry:
         return cls(row.id, utc(row.at) or row.at, row.actor, row.token_id, row.request_id, row.method, row.path,
-                   row.action, row.outcome, row.status, row.revision_id, row.detail)
+                   row.action, row.outcome, row.status, row.revision_id, row.detail, row.client)
 
 
 # -- revisions ----------------------------------------------------------------
@@ -171,6 +174,19 @@ def add_revision(
 
 
 # -- tokens -------------------------------------------------------------------
+def _live_name_taken(name: str, *, session: Session, other_than: str | None = None) -> Token | None:
+    q = select(TokenRow).where(TokenRow.name == name, TokenRow.revoked_at.is_(None))
+    if other_than is not None:
+        q = q.where(TokenRow.id != other_than)
+    row = session.scalars(q.limit(1)).first()
+    return Token.of(row) if row else None
+
+
+def _name_conflict(name: str, holder: Token | None) -> Conflict:
+    who = f" ({holder.id})" if holder else ""
+    return Conflict(f"a token named {name!r} exists already{who}: names of unrevoked tokens are unique")
+
+
 def add_token(
     *,
     session: Session,
@@ -182,11 +198,53 @@ def add_token(
     now: datetime,
     expires_at: datetime | None = None,
 ) -> Token:
+    """Store a token; :class:`Conflict` when an unrevoked token has its name (the unique index
+    settles a race between two writers of the same name)."""
+    holder = _live_name_taken(name, session=session)
+    if holder is not None:
+        raise _name_conflict(name, holder)
     row = TokenRow(id=token_id, name=name, role=role, secret_hash=secret_hash, created_at=now,
                    created_by=created_by, expires_at=expires_at)
     session.add(row)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError:
+        raise _name_conflict(name, None) from None
     return Token.of(row)
+
+
+def update_token(token_id: str, *, session: Session, name: str | None = None, role: str | None = None) -> Token:
+    """Rename a token or change its role; :class:`NotFound`, or :class:`Conflict` for a revoked token
+    or a name an unrevoked token has."""
+    row = session.get(TokenRow, token_id)
+    if row is None:
+        raise NotFound(f"token {token_id!r} does not exist")
+    if row.revoked_at is not None:
+        raise Conflict(f"token {token_id!r} is revoked: it changes no more")
+    if name is not None and name != row.name:
+        holder = _live_name_taken(name, session=session, other_than=token_id)
+        if holder is not None:
+            raise _name_conflict(name, holder)
+        row.name = name
+    if role is not None:
+        row.role = role
+    try:
+        session.flush()
+    except IntegrityError:
+        raise _name_conflict(name or row.name, None) from None
+    return Token.of(row)
+
+
+def active_admins(*, session: Session, now: datetime) -> list[Token]:
+    """The active admin tokens, locked until the transaction ends (``FOR UPDATE`` on PostgreSQL; on
+    SQLite the write transaction already excludes other writers), so a check of "is another admin
+    left" cannot race a concurrent revocation or demotion."""
+    q = select(TokenRow).where(
+        TokenRow.role == "admin",
+        TokenRow.revoked_at.is_(None),
+        (TokenRow.expires_at.is_(None)) | (TokenRow.expires_at > now),
+    ).order_by(TokenRow.id).with_for_update()
+    return [Token.of(r) for r in session.scalars(q)]
 
 
 def get_token(token_id: str, *, session: Session) -> Token:
@@ -242,10 +300,11 @@ def add_audit(
     status: int,
     revision: int | None = None,
     detail: str = "",
+    client: str | None = None,
 ) -> AuditEntry:
-    row = AuditRow(at=now, actor=actor, token_id=token_id, request_id=request_id, method=method,
+    row = AuditRow(at=now, actor=actor[:128], token_id=token_id, request_id=request_id, method=method[:16],
                    path=path[:512], action=action, outcome=outcome, status=status, revision_id=revision,
-                   detail=detail)
+                   detail=detail, client=client[:64] if client else None)
     session.add(row)
     session.flush()
     return AuditEntry.of(row)

@@ -28,14 +28,14 @@ from sqlalchemy.orm import Session
 
 from controller.model import Intent
 from controller.model.documents import FINAL_STATES, REVIEWABLE_STATES, ChangeState
-from controller.model.errors import Conflict, IntentError, InvalidIntent, NotFound, SafetyViolation
+from controller.model.errors import Conflict, IntentError, InvalidIntent, NotFound, SafetyViolation, StoreContention
 from controller.model.intent import format_loc, validate_intent
 from controller.model.plan import Plan
 from controller.planning import compile_plan
 from controller.service import WriteContext
 from controller.store import repo
 from controller.store import workflow_repo as wrepo
-from controller.store.db import write_transaction
+from controller.store.db import lock_revisions, retrying, write_transaction
 from controller.store.repo import ConcurrentWrite
 from controller.store.workflow_repo import Change
 from controller.workflow.jsonpatch import apply_patch
@@ -65,8 +65,8 @@ def validated(document: Any) -> Intent:
 def _audit(session: Session, ctx: WriteContext, action: str, *, outcome: str = "accepted", status: int = 200,
            revision: int | None = None, detail: str = "") -> None:
     repo.add_audit(session=session, now=_now(), actor=ctx.actor.name, token_id=ctx.actor.token_id,
-                   request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action, outcome=outcome,
-                   status=status, revision=revision, detail=detail[:4000])
+                   client=ctx.client, request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
+                   outcome=outcome, status=status, revision=revision, detail=detail[:4000])
 
 
 def _brief(review: Doc | None) -> Doc | None:
@@ -149,23 +149,25 @@ def create_change(*, session: Session, ctx: WriteContext, base_revision: int, pa
     """
     if (patch is None) == (intent is None):
         raise InvalidIntent([IntentError("body", "give exactly one of 'patch' and 'intent'")])
-    for attempt in range(3):
-        try:
-            with write_transaction(session):
-                base = repo.get_revision(base_revision, session=session)
-                document = (apply_patch(repo.revision_document(base.id, session=session), patch)
-                            if patch is not None else intent)
-                proposed = validated(document)
-                rev = _store_proposed(proposed, base, session=session, ctx=ctx)
-                ch = wrepo.add_change(session=session, kind=kind, base_revision=base.id, proposed_revision=rev,
-                                      message=message, author=ctx.actor.name, now=_now(), trigger=trigger)
-                _audit(session, ctx, f"{kind}.create", status=201, revision=rev,
-                       detail=f"change {ch.id}: base {base.id} -> proposed {rev}" + (f": {message}" if message else ""))
-            return wrepo.get_change(ch.id, session=session)
-        except ConcurrentWrite:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    def attempt() -> int:
+        with write_transaction(session):
+            lock_revisions(session)
+            base = repo.get_revision(base_revision, session=session)
+            document = (apply_patch(repo.revision_document(base.id, session=session), patch)
+                        if patch is not None else intent)
+            proposed = validated(document)
+            rev = _store_proposed(proposed, base, session=session, ctx=ctx)
+            ch = wrepo.add_change(session=session, kind=kind, base_revision=base.id, proposed_revision=rev,
+                                  message=message, author=ctx.actor.name, now=_now(), trigger=trigger)
+            _audit(session, ctx, f"{kind}.create", status=201, revision=rev,
+                   detail=f"change {ch.id}: base {base.id} -> proposed {rev}" + (f": {message}" if message else ""))
+        return ch.id
+
+    try:
+        change_id = retrying(attempt, retry_on=(StoreContention, ConcurrentWrite))
+    except ConcurrentWrite as exc:  # every attempt lost the race for the next revision
+        raise StoreContention(str(exc)) from exc
+    return wrepo.get_change(change_id, session=session)
 
 
 def create_rollback(revision: int, *, session: Session, ctx: WriteContext, message: str = "") -> Change:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -75,6 +76,5 @@ def capture_demands(demands: Mapping[tuple[str, str], float], *, headroom: float
 
     message = (f"demands from telemetry: window_s={window_s:g} stat={stat} headroom={headroom:g} method={method} "
                f"({len(rows)} demands)")
-    ctx = WriteContext(ctx.actor, ctx.request_id, ctx.method, ctx.path, ctx.if_match, ctx.message or message,
-                       ctx.status, ctx.reject_status)
+    ctx = replace(ctx, message=ctx.message or message)
     return service.apply_edit(edit, session=session, ctx=ctx, action="demands.from_telemetry")

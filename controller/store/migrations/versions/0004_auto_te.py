@@ -5,8 +5,8 @@ measured window, the active plan's predicted maximum utilization under the
 measured demand and the candidate's); ``auto_te_state`` is one row, the pause
 switch, so that a pause survives a restart and holds for every replica.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-11-24
 """
 
@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
