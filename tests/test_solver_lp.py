@@ -239,3 +239,25 @@ def test_a_clos_without_demand_plans_its_routes_at_zero_load() -> None:
     for tor in tors:  # every other ToR's prefix is routed from every ToR
         own = {p.prefix for p in intent.prefixes if tor in p.origins}
         assert set(plan.devices[tor].routes) == prefixes - own
+
+
+def test_milp_is_bounded_by_work_not_by_time() -> None:
+    """The integer programs that finish rounding are bounded by nodes and simplex iterations only:
+    a wall-clock limit would let a loaded machine (CI) return another plan for the same intent.
+    A small knapsack reaches its optimum, and the work bounds are the only knobs."""
+    import inspect
+
+    import numpy as np
+    import scipy.sparse as sp
+
+    from solver.core.lp import solve_milp
+
+    assert "seconds" not in inspect.signature(solve_milp).parameters
+    # max 5x + 4y + 3z  s.t.  2x + 3y + z <= 5,  4x + y + 2z <= 11,  3x + 4y + 2z <= 8,  x, y, z in {0..3}
+    a = sp.csr_matrix(np.array([[2.0, 3.0, 1.0], [4.0, 1.0, 2.0], [3.0, 4.0, 2.0]]))
+    res = solve_milp(np.array([-5.0, -4.0, -3.0]), a, np.full(3, -np.inf), np.array([5.0, 11.0, 8.0]),
+                     np.zeros(3), np.full(3, 3.0), np.ones(3, dtype=bool), nodes=100)
+    assert res is not None and res.backend == "scip"
+    assert res.objective == pytest.approx(-13.0)  # x = 2, z = 1 (or any other optimum of value 13)
+    assert solve_milp(np.array([-1.0]), sp.csr_matrix([[1.0]]), np.array([-np.inf]), np.array([1.0]),
+                      np.zeros(1), np.ones(1), np.ones(1, dtype=bool), nodes=0) is None

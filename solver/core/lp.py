@@ -136,15 +136,18 @@ def solve_lp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarr
 
 def solve_milp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarray, col_lb: np.ndarray,
                col_ub: np.ndarray, integer: np.ndarray, *, hint: np.ndarray | None = None,
-               nodes: int = 2000, seconds: float = 30.0) -> LpResult | None:
+               nodes: int = 2000, lp_iterations: int = 100_000) -> LpResult | None:
     """A mixed-integer program in the form of :func:`solve_lp` (``integer`` flags columns), by SCIP
-    started from ``hint``: the best solution found within ``nodes`` branch-and-bound nodes (a
-    deterministic limit: the same input gives the same answer on any machine), or ``None``.
-    ``seconds`` is only a safety net against a pathological model."""
+    started from ``hint``: the best solution found within ``nodes`` branch-and-bound nodes, or ``None``.
+
+    Every bound is on work, never on time, so the same input gives the same answer on any machine
+    however busy: ``nodes`` bounds the search and ``lp_iterations`` (simplex iterations per LP
+    solve, the root's included) is the safety net against a pathological model. A wall-clock
+    limit here would make a loaded machine (CI) return a different plan for the same intent."""
     from ortools.linear_solver.python import model_builder as mb
     from ortools.linear_solver.python import model_builder_helper as mbh
 
-    if seconds <= 0 or nodes <= 0:
+    if nodes <= 0 or lp_iterations <= 0:
         return None
     model = mb.Model()
     csr = sp.csr_matrix(a, dtype=np.float64)
@@ -160,8 +163,8 @@ def solve_milp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.nda
     helper = mbh.ModelSolverHelper("SCIP")
     if not helper.solver_is_supported():
         return None
-    helper.set_time_limit_in_seconds(seconds)
-    helper.set_solver_specific_parameters(f"limits/nodes = {int(nodes)}")
+    helper.set_solver_specific_parameters(f"limits/nodes = {int(nodes)}\nlp/iterlim = {int(lp_iterations)}\n"
+                                          f"lp/rootiterlim = {int(lp_iterations)}")
     t0 = time.perf_counter()
     helper.solve(model.helper)
     if helper.status() not in (mb.SolveStatus.OPTIMAL, mb.SolveStatus.FEASIBLE) or not helper.has_solution():
