@@ -50,6 +50,7 @@ TIERS: dict[str, str] = {
     "test_auto_te.py": "component",          # the re-tuning loop through the app on dry agents; its rails are unit
     "test_api_fuzz.py": "component",
     "test_closed_loop_lab.py": "lab",
+    "test_cluster.py": "component",          # leases on real stores, the agents' fence, the commit queue
     "test_check_cli.py": "unit",
     "test_documents.py": "component",        # the typed documents through a real app and its OpenAPI
     "test_dry_driver.py": "component",       # the workflow through the app, on in-process dry agents
