@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from api.app import create_app
 from controller.model.errors import AgentError, SingleReplicaStore
 from controller.settings import Settings
 from controller.store.db import Database
@@ -28,7 +29,6 @@ from southbound.agent import AgentCore, serve
 from southbound.config import DeviceConfig
 from southbound.driver import AgentDriver
 from southbound.frr_apply import DryFrr
-from api.app import create_app
 from tests.apps import Api, TestClient, running_api
 from tests.pg import drop_schema
 from tests.serving import LOOM, LoomServer

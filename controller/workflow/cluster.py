@@ -119,6 +119,7 @@ class Cluster:
         self.renew_every = settings.lease_renew_interval
         self.epoch = 0  # of this replica's current (or last) leadership; 0: never led
         self._valid_until = -math.inf
+        self._held = False  # the last attempt left this replica holding the lease
         self._started_at = time.time()
         self._task: asyncio.Task[None] | None = None
         path = sqlite_lock_path(database)
@@ -185,7 +186,7 @@ class Cluster:
 
     async def tick(self) -> None:
         """One renewal or acquisition attempt; moves this replica's role accordingly."""
-        was = self.is_leader()
+        was = self._held
         t0 = self.clock()
         try:
             epoch, renewed = await asyncio.to_thread(self._attempt)
@@ -199,8 +200,10 @@ class Cluster:
         self.last_error = None
         if epoch is None:
             self._valid_until = -math.inf
-            if was:
-                log.warning("lease lost: replica %s is no longer the leader (epoch %d)", self.replica, self.epoch)
+            if self._held:  # also when its belief had run out already (a replica frozen past its lease)
+                log.warning("lease lost: replica %s is no longer the leader (epoch %d)", self.replica, self.epoch,
+                            extra={"epoch": self.epoch, "replica": self.replica})
+            self._held = False
         else:
             self._valid_until = t0 + self.ttl
             if renewed:
@@ -210,6 +213,7 @@ class Cluster:
                 log.warning("lease acquired: replica %s leads with epoch %d", self.replica, epoch,
                             extra={"epoch": epoch, "replica": self.replica})
             self.epoch = epoch
+            self._held = True
         self._gauge()
 
     def _gauge(self) -> None:

@@ -536,13 +536,17 @@ class Workflow:
             if not bad:
                 outcome = ChangeState.COMMITTED
         if outcome != ChangeState.COMMITTED:
+            async def undo(d: str) -> tuple[Any, Any]:
+                return await agents.rollback(d, txn), await agents.abort(d, txn)
+
+            reachable = [d for d in names if d not in unreachable]
+            undone = dict(zip(reachable, await asyncio.gather(*(undo(d) for d in reachable)), strict=True))
             touched = 0
             for d in names:
                 if d in unreachable:
                     report[d] = f"unreachable ({states[d]}): its confirm timer rolls it back"
                     continue
-                rb = await agents.rollback(d, txn)
-                ab = await agents.abort(d, txn)
+                rb, ab = undone[d]
                 touched += int(rb.changed)
                 report[d] = ("rolled back" if rb.changed else "unchanged") + (
                     f" (rollback error: {rb.error})" if rb.failed else "") + (" (prepared change aborted)"
