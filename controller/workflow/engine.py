@@ -16,8 +16,16 @@ makes the gRPC one from the settings).
   ``committed`` (the revision becomes active), ``failed`` (Prepare refused,
   nothing applied) or ``rolled_back``. With no agents a commit only records the
   revision as active.
-- **Recovery** (at startup): a change left ``committing`` by a controller that
-  died is finished or undone by what the devices report: every reachable device
+- **Leadership** (:mod:`controller.workflow.cluster`): only the leader pushes,
+  recovers and checks drift. A commit asked of any replica is queued in the
+  store (``committing``, ``runner_epoch`` NULL); the leader takes it up
+  (:meth:`Workflow.take_up`, at once on the leader, else within
+  ``commit_poll_interval``), marking it with its epoch, and every agent call of
+  the transaction carries that epoch (the agents' fence). A deposed leader's
+  outcome and progress are not recorded (:class:`~controller.model.errors.Deposed`).
+- **Recovery** (when a replica leads, at startup included): a change left
+  ``committing`` under another epoch or by a process that died is finished or
+  undone by what the devices report: every reachable device
   runs the target config and none is unreachable -> Confirm where pending,
   ``committed``; otherwise Rollback and Abort the transaction everywhere,
   ``rolled_back``. Agents' confirm timers are the safety net for devices that
