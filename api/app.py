@@ -47,6 +47,7 @@ from controller.telemetry import Options as TelemetryOptions
 from controller.telemetry import Telemetry
 from controller.telemetry.stream import StreamOptions, TelemetryStream
 from controller.workflow.agents import client_tls, make_driver
+from controller.workflow.cluster import Cluster
 from controller.workflow.telemetry import active_context
 from southbound.driver import DeviceDriver
 
@@ -117,11 +118,14 @@ def _telemetry_stream(settings: Settings, db: Database, driver: DeviceDriver | N
 
 
 def create_app(settings: Settings | None = None, *, database: Database | None = None,
-               driver: DeviceDriver | None = None, telemetry: Telemetry | None = None) -> FastAPI:
+               driver: DeviceDriver | None = None, telemetry: Telemetry | None = None,
+               cluster: Cluster | None = None) -> FastAPI:
     """Build the API. ``database`` defaults to one made from ``settings.db_url``
     (and disposed of at shutdown); it is migrated to the newest schema at startup.
     ``driver`` reaches the device agents; by default the gRPC driver of the settings' agents
-    file (none without one). ``telemetry`` is the collector the views read (a fresh one by default)."""
+    file (none without one). ``telemetry`` is the collector the views read (a fresh one by default).
+    ``cluster`` is this replica's lease (made from the settings by default): started before the
+    workflow, so a lone replica leads, and recovers, before it serves."""
     settings = settings or Settings()  # type: ignore[call-arg]  # fields come from the environment
     owned = database is None
     db = database or Database(settings.db_url)
@@ -133,8 +137,9 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         db.migrate()
         from controller.workflow.engine import Workflow
 
+        await app.state.cluster.start()
         app.state.workflow = Workflow(settings, db, driver=driver, metrics=getattr(app.state, "metrics", None),
-                                      telemetry=app.state.telemetry)
+                                      telemetry=app.state.telemetry, cluster=app.state.cluster)
         await app.state.workflow.start()
         stream = _telemetry_stream(settings, db, driver, app.state.telemetry)
         if stream is not None:
@@ -147,6 +152,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         if stream is not None:
             await stream.stop()
         await app.state.workflow.stop()
+        await app.state.cluster.stop()
         if owned:
             db.dispose()
 
@@ -174,6 +180,9 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.telemetry = telemetry if telemetry is not None else Telemetry(
         TelemetryOptions(interval_s=settings.telemetry_interval_s or 10.0))
     metrics.install(app)  # app.state.metrics, /metrics; inside the request id middleware
+    app.state.cluster = cluster if cluster is not None else Cluster(settings, db, metrics=app.state.metrics)
+    if app.state.cluster.metrics is None:
+        app.state.cluster.metrics = app.state.metrics
     app.add_middleware(RequestIdMiddleware)
     problems.install(app)
     app.include_router(health.router)
@@ -184,9 +193,10 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.include_router(tokens.router)
     app.include_router(audit.router)
     from api.routers import auto_te, changes, device_state, drift, jobs, plans
+    from api.routers import cluster as cluster_view
     from api.routers import telemetry as telemetry_views
 
-    for module in (changes, plans, jobs, device_state, drift, telemetry_views, auto_te):
+    for module in (changes, plans, jobs, device_state, drift, telemetry_views, auto_te, cluster_view):
         app.include_router(module.router)
     ui.install(app)  # the web UI at /, /v1/whoami, offline /docs
     return app

@@ -48,6 +48,10 @@ class Metrics:
         self.auto_te_predicted = Gauge("loom_auto_te_predicted_utilization",
                                        "Predicted maximum utilization under the measured demand, by plan",
                                        ["plan"], registry=r)
+        self.leader = Gauge("loom_leader", "1 while this replica holds the leader lease", registry=r)
+        self.lease_epoch = Gauge("loom_lease_epoch", "The epoch of this replica's current or last leadership",
+                                 registry=r)
+        self.lease_renewals = Counter("loom_lease_renewals", "Leader lease renewals by this replica", registry=r)
         self.active_revision = Gauge("loom_active_revision", "The revision last committed successfully",
                                      registry=r)
 

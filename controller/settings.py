@@ -8,7 +8,7 @@ shorter than 32 characters, or one that looks like a placeholder.
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from controller.store.db import DEFAULT_URL, normalize_url
@@ -56,6 +56,25 @@ class Settings(BaseSettings):
         5, ge=1, le=10_000, description="refusals of one client and reason audited one by one at once")
     audit_refusal_refill_s: float = Field(
         60.0, gt=0, description="one more such entry per this many seconds; the rest are summarized as often")
+    # -- high availability (controller.workflow.cluster) --
+    replica_id: str | None = Field(
+        None, max_length=128, description="this replica's name in the cluster (default: HOST:PORT:PID, unique)")
+    lease_ttl: float = Field(10.0, gt=0, le=3600, description="the leader lease's time to live (s)")
+    lease_renew: float | None = Field(
+        None, gt=0, description="seconds between lease renewals (default: a third of lease_ttl)")
+    commit_poll_interval: float = Field(
+        0.5, gt=0, le=60, description="how often the leader looks for commits queued by any replica (s)")
+
+    @property
+    def lease_renew_interval(self) -> float:
+        return self.lease_renew if self.lease_renew is not None else self.lease_ttl / 3
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> Settings:
+        if self.lease_renew_interval >= self.lease_ttl:
+            raise ValueError(f"LOOM_LEASE_RENEW ({self.lease_renew_interval:g} s) must be shorter than "
+                             f"LOOM_LEASE_TTL ({self.lease_ttl:g} s): the lease would lapse between renewals")
+        return self
 
     @field_validator("db_url")
     @classmethod

@@ -11,7 +11,16 @@ running config (``running.json``), the prepared change (``prepared.json``), the
 journal of a commit in flight (``journal.json``: phase ``applying``,
 ``committed`` or ``rolling_back``, the previous config, the confirm deadline)
 and a short history for ``Rollback``. On start, a half-applied config is undone
-and an unconfirmed commit whose deadline passed is rolled back. :func:`serve`
+and an unconfirmed commit whose deadline passed is rolled back.
+
+**Fencing** (DESIGN.md, High availability): a controller call may carry the
+epoch of the leader that sends it. The agent keeps the highest epoch it has
+seen in its epoch log (``epochs.json``, written durably before the call that
+raised it goes on, with every refusal listed) and refuses any call carrying a
+lower epoch with ``failed_precondition``, so a leader that lost its lease while
+frozen cannot push a config after it wakes. Transaction calls are checked under
+the agent's lock, so a refused call never interleaves with an accepted one.
+Calls without an epoch (tools, tests, a review's preview) are not fenced. :func:`serve`
 runs it on a unix socket or TCP (mutual TLS) with the gRPC health service and,
 on the same listener, gNMI telemetry (:mod:`southbound.gnmi`).
 """
@@ -37,6 +46,7 @@ __all__ = ["AGENT_VERSION", "AgentCore", "default_counters", "lab_agent_command"
 
 AGENT_VERSION = "0.1.0"
 HISTORY = 16
+EPOCH_LOG = 100  # entries kept of each list of the epoch log
 log = logging.getLogger("loom.agent")
 
 
@@ -83,6 +93,8 @@ class AgentCore:
         self.running: Rendered | None = None
         self.port = 0  # the TCP port :func:`serve` bound (for HOST:0)
         self.dir.mkdir(parents=True, exist_ok=True)
+        log_doc = read_json(self._path("epochs.json")) or {}
+        self.epoch = int(log_doc.get("epoch", 0))  # the highest leader epoch seen (the fence)
 
     # -- disk ---------------------------------------------------------------------
     def _path(self, name: str) -> Path:
@@ -121,6 +133,43 @@ class AgentCore:
         doc = [c for c in doc if c["change"] != change][-(HISTORY - 1):]
         doc.append({"change": change, "previous": previous.hash if previous else "", "hash": target.hash})
         atomic_write_json(self._path("changes.json"), doc, durable=False)
+
+    # -- the fence --------------------------------------------------------------------
+    def fence(self, call: str, change: str, epoch: int | None) -> None:
+        """Refuse ``call`` when it carries an epoch lower than the highest seen; record a higher one
+        durably before the call goes on. (Synchronous: nothing else runs on the loop meanwhile.)"""
+        if epoch is None:
+            return
+        if epoch < self.epoch:
+            self._epoch_log("refused", {"epoch": epoch, "call": call, "change": change, "at": self.clock(),
+                                        "fence": self.epoch})
+            log.warning("refused %s of change %s from the leader of epoch %d: this agent follows epoch %d",
+                        call, change, epoch, self.epoch)
+            raise AgentError("failed_precondition",
+                             f"fenced: {call} of change {change or '-'} comes from the leader of epoch {epoch}, "
+                             f"but this agent follows epoch {self.epoch} (a newer leader took over)")
+        if epoch > self.epoch:
+            self._epoch_log("raised", {"epoch": epoch, "call": call, "change": change, "at": self.clock()},
+                            epoch=epoch)
+            log.info("leader epoch %d (was %d), first heard in %s", epoch, self.epoch, call)
+            self.epoch = epoch
+
+    def _epoch_log(self, key: str, entry: dict[str, Any], *, epoch: int | None = None) -> None:
+        doc = read_json(self._path("epochs.json")) or {}
+        doc[key] = [*doc.get(key, []), entry][-EPOCH_LOG:]
+        doc["epoch"] = epoch if epoch is not None else doc.get("epoch", self.epoch)
+        # a raised fence must survive a crash before the call it admits does anything; a refusal is a record
+        atomic_write_json(self._path("epochs.json"), doc, durable=epoch is not None)
+
+    def epoch_log(self) -> dict[str, Any]:
+        """``{"epoch": N, "raised": [...], "refused": [...]}`` as on disk."""
+        return self.read_epoch_log(self.dir)
+
+    @staticmethod
+    def read_epoch_log(state_dir: Path) -> dict[str, Any]:
+        """The epoch log an agent keeps in ``state_dir`` (also while it runs elsewhere: tests, operators)."""
+        doc = read_json(state_dir / "epochs.json") or {}
+        return {"epoch": int(doc.get("epoch", 0)), "raised": doc.get("raised", []), "refused": doc.get("refused", [])}
 
     def _prepared(self) -> dict[str, Any] | None:
         d = read_json(self._path("prepared.json"))
@@ -193,19 +242,26 @@ class AgentCore:
                 log.error("automatic rollback of %s failed: %s (will retry on restart)", change, exc)
 
     # -- calls --------------------------------------------------------------------
-    async def info(self) -> AgentInfo:
+    async def info(self, *, epoch: int | None = None) -> AgentInfo:
+        self.fence("GetInfo", "", epoch)
         j = self._journal()
         p = self._prepared()
         return AgentInfo(self.hostname, AGENT_VERSION, await asyncio.to_thread(self.backend.version),
                          self.backend.dry, self.running.hash if self.running else "",
                          j.change if j else "", p["change"] if p else "")
 
-    async def prepare(self, change: str, config: DeviceConfig) -> Outcome:
+    async def prepare(self, change: str, config: DeviceConfig, *, epoch: int | None = None,
+                      preview: bool = False) -> Outcome:
+        """Render ``config`` and answer the diff from the running config; store it as the prepared
+        change (``preview``: store nothing, whatever is in flight stays as it is)."""
         if not change:
             raise AgentError("invalid_argument", "a change id is required")
         if config.hostname != self.hostname:
             raise AgentError("invalid_argument", f"config is for {config.hostname!r}, this is {self.hostname!r}")
+        if preview:
+            return await self._preview(change, config, epoch)
         async with self._lock:
+            self.fence("Prepare", change, epoch)
             j = self._journal()
             if j is not None and j.change != change:
                 raise AgentError("failed_precondition", f"busy: change {j.change} is {j.phase}, not yet confirmed")
@@ -224,8 +280,22 @@ class AgentCore:
             changed = self.running is None or target.hash != self.running.hash
             return Outcome(changed, diff, target.hash)
 
-    async def commit(self, change: str, confirm_within: float) -> Outcome:
+    async def _preview(self, change: str, config: DeviceConfig, epoch: int | None) -> Outcome:
+        self.fence("Prepare", change, epoch)
+        try:
+            target = self.build(config)
+        except (ValueError, KeyError) as exc:
+            raise AgentError("invalid_argument", f"config does not render: {exc}") from exc
+        running = self.running
+        try:
+            diff = await asyncio.to_thread(self.backend.diff, running, target)
+        except FrrError as exc:
+            raise AgentError("internal", f"FRR refused the candidate config: {exc}") from exc
+        return Outcome(running is None or target.hash != running.hash, diff, target.hash)
+
+    async def commit(self, change: str, confirm_within: float, *, epoch: int | None = None) -> Outcome:
         async with self._lock:
+            self.fence("Commit", change, epoch)
             p = self._prepared()
             j = self._journal()
             if j is not None and j.change == change:
@@ -269,8 +339,9 @@ class AgentCore:
             changed = previous is None or previous.hash != target.hash
             return Outcome(changed, diff, target.hash, deadline)
 
-    async def confirm(self, change: str) -> Outcome:
+    async def confirm(self, change: str, *, epoch: int | None = None) -> Outcome:
         async with self._lock:
+            self.fence("Confirm", change, epoch)
             j = self._journal()
             if j is not None and j.change == change and j.phase == "committed":
                 if self._timer is not None:
@@ -289,8 +360,9 @@ class AgentCore:
                 return str(c["hash"])
         return ""
 
-    async def abort(self, change: str) -> bool:
+    async def abort(self, change: str, *, epoch: int | None = None) -> bool:
         async with self._lock:
+            self.fence("Abort", change, epoch)
             j = self._journal()
             if j is not None and j.change == change:
                 raise AgentError("failed_precondition", f"change {change} is {j.phase}: roll it back instead")
@@ -300,8 +372,9 @@ class AgentCore:
                 return True
             return False
 
-    async def rollback(self, change: str, to_hash: str) -> Outcome:
+    async def rollback(self, change: str, to_hash: str, *, epoch: int | None = None) -> Outcome:
         async with self._lock:
+            self.fence("Rollback", change, epoch)
             j = self._journal()
             if j is not None and (j.change == change or not change):
                 if self._timer is not None:
@@ -350,7 +423,8 @@ class AgentCore:
         except Exception as exc:
             raise AgentError("internal", f"restoring the previous config failed: {exc}") from exc
 
-    async def state(self, prefixes: tuple[str, ...]) -> DeviceState:
+    async def state(self, prefixes: tuple[str, ...], *, epoch: int | None = None) -> DeviceState:
+        self.fence("GetState", "", epoch)
         observed, routes = await asyncio.to_thread(self.backend.read_routes, prefixes, self.running)
         sessions = await asyncio.to_thread(self.backend.read_sessions)
         j = self._journal()

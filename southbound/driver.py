@@ -16,6 +16,7 @@ are refused).
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
@@ -54,8 +55,16 @@ class DeviceDriver(Protocol):
         """Where ``device``'s agent is reached (for people: ``unix:PATH``, ``HOST:PORT``, ...)."""
         ...
 
+    def fenced(self, epoch: int) -> DeviceDriver:
+        """This driver with every call carrying the leader's ``epoch`` (agents refuse older epochs);
+        it shares the connections, and closing it closes nothing."""
+        ...
+
     async def info(self, device: str) -> AgentInfo: ...
     async def prepare(self, device: str, change: str, config: DeviceConfig) -> StepResult: ...
+    async def preview(self, device: str, change: str, config: DeviceConfig) -> StepResult:
+        """Prepare's diff without storing anything on the device (a review)."""
+        ...
     async def commit(self, device: str, change: str, confirm_within: float) -> StepResult: ...
     async def confirm(self, device: str, change: str) -> StepResult: ...
     async def abort(self, device: str, change: str) -> StepResult: ...
@@ -133,6 +142,13 @@ class AgentDriver:
                          ("grpc.max_reconnect_backoff_ms", 2000)]
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._clients: dict[str, AgentClient] = {}
+        self.epoch: int | None = None  # carried by every call of a fenced view
+        self._view = False
+
+    def fenced(self, epoch: int) -> AgentDriver:
+        view = copy.copy(self)  # the same channels (one per device), clients of its own that carry the epoch
+        view.epoch, view._clients, view._view = epoch, {}, True
+        return view
 
     async def __aenter__(self) -> AgentDriver:
         return self
@@ -145,7 +161,7 @@ class AgentDriver:
 
     def _client(self, device: str) -> AgentClient:
         client = self._clients.get(device)
-        if client is None:
+        if client is None and device not in self._channels:
             target = self.endpoints[device]
             if target.startswith("unix:"):
                 channel = grpc.aio.insecure_channel(target, options=self._options)
@@ -155,10 +171,13 @@ class AgentDriver:
                 channel = grpc.aio.secure_channel(target, self.tls.channel_credentials(),
                                                   options=self._options + self.tls.channel_options())
             self._channels[device] = channel
-            client = self._clients[device] = AgentClient(channel)
+        if client is None:
+            client = self._clients[device] = AgentClient(self._channels[device], epoch=self.epoch)
         return client
 
     async def close(self) -> None:
+        if self._view:
+            return  # the driver it was made from owns the channels
         channels, self._channels, self._clients = self._channels, {}, {}
         await asyncio.gather(*(c.close() for c in channels.values()), return_exceptions=True)
 
@@ -182,6 +201,10 @@ class AgentDriver:
 
     async def prepare(self, device: str, change: str, config: DeviceConfig) -> StepResult:
         return await self._step(device, "prepare", lambda c: c.prepare(change, config, timeout=self.commit_timeout))
+
+    async def preview(self, device: str, change: str, config: DeviceConfig) -> StepResult:
+        return await self._step(device, "prepare", lambda c: c.prepare(change, config, timeout=self.commit_timeout,
+                                                                       preview=True))
 
     async def commit(self, device: str, change: str, confirm_within: float) -> StepResult:
         return await self._step(device, "commit",

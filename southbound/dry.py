@@ -14,6 +14,7 @@ a device's refusal.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
@@ -33,6 +34,18 @@ class DryDriver:
         self.state_dir = Path(state_dir)
         self._cores: dict[str, AgentCore] = {}
         self._lock = asyncio.Lock()
+        self.epoch: int | None = None  # carried by every call of a fenced view
+        self._view = False
+
+    def fenced(self, epoch: int) -> DryDriver:
+        """This driver with every call carrying ``epoch`` (the same in-process agents)."""
+        view = copy.copy(self)
+        view.epoch, view._view = epoch, True
+        return view
+
+    def epoch_log(self, device: str) -> dict[str, object]:
+        """``device``'s epoch log as its agent keeps it (the fence, what raised it, what it refused)."""
+        return AgentCore.read_epoch_log(self.state_dir / device)
 
     async def __aenter__(self) -> DryDriver:
         return self
@@ -63,28 +76,34 @@ class DryDriver:
         return StepResult(device, step, changed=o.changed, diff=o.diff, config_hash=o.config_hash)
 
     async def info(self, device: str) -> AgentInfo:
-        return await (await self._core(device)).info()
+        return await (await self._core(device)).info(epoch=self.epoch)
 
     async def prepare(self, device: str, change: str, config: DeviceConfig) -> StepResult:
-        return await self._step(device, "prepare", lambda c: c.prepare(change, config))
+        return await self._step(device, "prepare", lambda c: c.prepare(change, config, epoch=self.epoch))
+
+    async def preview(self, device: str, change: str, config: DeviceConfig) -> StepResult:
+        return await self._step(device, "prepare", lambda c: c.prepare(change, config, epoch=self.epoch,
+                                                                       preview=True))
 
     async def commit(self, device: str, change: str, confirm_within: float) -> StepResult:
-        return await self._step(device, "commit", lambda c: c.commit(change, confirm_within))
+        return await self._step(device, "commit", lambda c: c.commit(change, confirm_within, epoch=self.epoch))
 
     async def confirm(self, device: str, change: str) -> StepResult:
-        return await self._step(device, "confirm", lambda c: c.confirm(change))
+        return await self._step(device, "confirm", lambda c: c.confirm(change, epoch=self.epoch))
 
     async def abort(self, device: str, change: str) -> StepResult:
         async def call(c: AgentCore) -> Outcome:
-            return Outcome(changed=await c.abort(change))
+            return Outcome(changed=await c.abort(change, epoch=self.epoch))
         return await self._step(device, "abort", call)
 
     async def rollback(self, device: str, change: str, to_hash: str = "") -> StepResult:
-        return await self._step(device, "rollback", lambda c: c.rollback(change, to_hash))
+        return await self._step(device, "rollback", lambda c: c.rollback(change, to_hash, epoch=self.epoch))
 
     async def state(self, device: str, prefixes: tuple[str, ...] = ()) -> DeviceState:
-        return await (await self._core(device)).state(prefixes)
+        return await (await self._core(device)).state(prefixes, epoch=self.epoch)
 
     async def close(self) -> None:
+        if self._view:
+            return  # the driver it was made from owns the agents
         cores, self._cores = self._cores, {}
         await asyncio.gather(*(c.close() for c in cores.values()), return_exceptions=True)

@@ -32,10 +32,12 @@ if str(_GEN) not in sys.path:
 from loom.agent.v1 import agent_pb2 as pb  # noqa: E402
 from loom.agent.v1 import agent_pb2_grpc as pb_grpc  # noqa: E402
 
-__all__ = ["SERVICE_NAME", "AgentClient", "AgentService", "add_agent_servicer", "config_from_proto",
-           "config_to_proto", "prepare_request_document", "state_from_proto", "state_to_proto"]
+__all__ = ["EPOCH_KEY", "SERVICE_NAME", "AgentClient", "AgentService", "add_agent_servicer", "config_from_proto",
+           "config_to_proto", "epoch_metadata", "prepare_request_document", "state_from_proto", "state_to_proto"]
 
 SERVICE_NAME = "loom.agent.v1.Agent"
+#: the gRPC metadata key that carries the sending leader's epoch (DESIGN.md, High availability)
+EPOCH_KEY = "loom-epoch"
 
 T = TypeVar("T")
 
@@ -132,20 +134,37 @@ def _info_from_proto(m: pb.AgentInfo) -> AgentInfo:
 
 # -- server side -----------------------------------------------------------------
 class AgentService(Protocol):
-    """The agent's logic, in domain types (implemented by :class:`southbound.agent.AgentCore`)."""
+    """The agent's logic, in domain types (implemented by :class:`southbound.agent.AgentCore`);
+    ``epoch`` is the sending leader's (None: the call carried none)."""
 
-    async def info(self) -> AgentInfo: ...
-    async def prepare(self, change: str, config: DeviceConfig) -> Outcome: ...
-    async def commit(self, change: str, confirm_within: float) -> Outcome: ...
-    async def confirm(self, change: str) -> Outcome: ...
-    async def abort(self, change: str) -> bool: ...
-    async def rollback(self, change: str, to_hash: str) -> Outcome: ...
-    async def state(self, prefixes: tuple[str, ...]) -> DeviceState: ...
+    async def info(self, *, epoch: int | None = None) -> AgentInfo: ...
+    async def prepare(self, change: str, config: DeviceConfig, *, epoch: int | None = None,
+                      preview: bool = False) -> Outcome: ...
+    async def commit(self, change: str, confirm_within: float, *, epoch: int | None = None) -> Outcome: ...
+    async def confirm(self, change: str, *, epoch: int | None = None) -> Outcome: ...
+    async def abort(self, change: str, *, epoch: int | None = None) -> bool: ...
+    async def rollback(self, change: str, to_hash: str, *, epoch: int | None = None) -> Outcome: ...
+    async def state(self, prefixes: tuple[str, ...], *, epoch: int | None = None) -> DeviceState: ...
+
+
+def epoch_metadata(epoch: int | None) -> tuple[tuple[str, str], ...] | None:
+    """The call metadata that carries ``epoch`` (None: no epoch, no metadata)."""
+    return ((EPOCH_KEY, str(epoch)),) if epoch else None
 
 
 class _Servicer(pb_grpc.AgentServicer):  # type: ignore[misc]
     def __init__(self, core: AgentService):
         self.core = core
+
+    @staticmethod
+    async def _epoch(context: Context) -> int | None:
+        for key, value in context.invocation_metadata() or ():
+            if key == EPOCH_KEY:
+                try:
+                    return int(value)
+                except ValueError:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{EPOCH_KEY} {value!r} is not an integer")
+        return None
 
     async def _call(self, context: Context, coro: Awaitable[T]) -> T:
         try:
@@ -155,34 +174,39 @@ class _Servicer(pb_grpc.AgentServicer):  # type: ignore[misc]
             raise  # abort raises; this line only tells the type checker
 
     async def GetInfo(self, request: pb.GetInfoRequest, context: Context) -> pb.AgentInfo:  # noqa: N802
-        return _info_to_proto(await self._call(context, self.core.info()))
+        return _info_to_proto(await self._call(context, self.core.info(epoch=await self._epoch(context))))
 
     async def Prepare(self, request: pb.PrepareRequest, context: Context) -> pb.PrepareResponse:  # noqa: N802
         try:
             config = config_from_proto(request.config)
         except (TypeError, ValueError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad DeviceConfig: {exc}")
-        o = await self._call(context, self.core.prepare(request.change, config))
+        o = await self._call(context, self.core.prepare(request.change, config, epoch=await self._epoch(context),
+                                                        preview=request.preview))
         return pb.PrepareResponse(changed=o.changed, diff=o.diff, config_hash=o.config_hash)
 
     async def Commit(self, request: pb.CommitRequest, context: Context) -> pb.CommitResponse:  # noqa: N802
-        o = await self._call(context, self.core.commit(request.change, request.confirm_within_seconds))
+        o = await self._call(context, self.core.commit(request.change, request.confirm_within_seconds,
+                                                       epoch=await self._epoch(context)))
         return pb.CommitResponse(changed=o.changed, diff=o.diff, config_hash=o.config_hash,
                                  confirm_deadline_unix=o.confirm_deadline)
 
     async def Confirm(self, request: pb.ConfirmRequest, context: Context) -> pb.ConfirmResponse:  # noqa: N802
-        o = await self._call(context, self.core.confirm(request.change))
+        o = await self._call(context, self.core.confirm(request.change, epoch=await self._epoch(context)))
         return pb.ConfirmResponse(config_hash=o.config_hash)
 
     async def Abort(self, request: pb.AbortRequest, context: Context) -> pb.AbortResponse:  # noqa: N802
-        return pb.AbortResponse(dropped=await self._call(context, self.core.abort(request.change)))
+        return pb.AbortResponse(dropped=await self._call(context, self.core.abort(request.change,
+                                                                                  epoch=await self._epoch(context))))
 
     async def Rollback(self, request: pb.RollbackRequest, context: Context) -> pb.RollbackResponse:  # noqa: N802
-        o = await self._call(context, self.core.rollback(request.change, request.to_hash))
+        o = await self._call(context, self.core.rollback(request.change, request.to_hash,
+                                                         epoch=await self._epoch(context)))
         return pb.RollbackResponse(changed=o.changed, diff=o.diff, config_hash=o.config_hash)
 
     async def GetState(self, request: pb.GetStateRequest, context: Context) -> pb.DeviceState:  # noqa: N802
-        return state_to_proto(await self._call(context, self.core.state(tuple(request.prefixes))))
+        return state_to_proto(await self._call(context, self.core.state(tuple(request.prefixes),
+                                                                        epoch=await self._epoch(context))))
 
 
 def add_agent_servicer(server: grpc.aio.Server, core: AgentService) -> None:
@@ -196,33 +220,38 @@ class AgentClient:
     Reads (GetInfo, GetState) wait for the channel to connect within that deadline; calls that change
     the device fail fast when the agent is unreachable (after the channel's UNAVAILABLE retries)."""
 
-    def __init__(self, channel: grpc.aio.Channel):
+    def __init__(self, channel: grpc.aio.Channel, *, epoch: int | None = None):
         self._stub = pb_grpc.AgentStub(channel)
+        self._md = epoch_metadata(epoch)  # every call carries the leader's epoch, when there is one
 
     async def info(self, *, timeout: float) -> AgentInfo:
-        return _info_from_proto(await self._stub.GetInfo(pb.GetInfoRequest(), timeout=timeout, wait_for_ready=True))
+        return _info_from_proto(await self._stub.GetInfo(pb.GetInfoRequest(), timeout=timeout, wait_for_ready=True,
+                                                         metadata=self._md))
 
-    async def prepare(self, change: str, config: DeviceConfig, *, timeout: float) -> Outcome:
-        r = await self._stub.Prepare(pb.PrepareRequest(change=change, config=config_to_proto(config)), timeout=timeout)
+    async def prepare(self, change: str, config: DeviceConfig, *, timeout: float, preview: bool = False) -> Outcome:
+        r = await self._stub.Prepare(pb.PrepareRequest(change=change, config=config_to_proto(config), preview=preview),
+                                     timeout=timeout, metadata=self._md)
         return Outcome(r.changed, r.diff, r.config_hash)
 
     async def commit(self, change: str, confirm_within: float, *, timeout: float) -> Outcome:
         r = await self._stub.Commit(pb.CommitRequest(change=change, confirm_within_seconds=confirm_within),
-                                    timeout=timeout)
+                                    timeout=timeout, metadata=self._md)
         return Outcome(r.changed, r.diff, r.config_hash, r.confirm_deadline_unix)
 
     async def confirm(self, change: str, *, timeout: float) -> Outcome:
-        r = await self._stub.Confirm(pb.ConfirmRequest(change=change), timeout=timeout)
+        r = await self._stub.Confirm(pb.ConfirmRequest(change=change), timeout=timeout, metadata=self._md)
         return Outcome(False, "", r.config_hash)
 
     async def abort(self, change: str, *, timeout: float) -> bool:
-        r = await self._stub.Abort(pb.AbortRequest(change=change), timeout=timeout)
+        r = await self._stub.Abort(pb.AbortRequest(change=change), timeout=timeout, metadata=self._md)
         return bool(r.dropped)
 
     async def rollback(self, change: str, to_hash: str = "", *, timeout: float) -> Outcome:
-        r = await self._stub.Rollback(pb.RollbackRequest(change=change, to_hash=to_hash), timeout=timeout)
+        r = await self._stub.Rollback(pb.RollbackRequest(change=change, to_hash=to_hash), timeout=timeout,
+                                      metadata=self._md)
         return Outcome(r.changed, r.diff, r.config_hash)
 
     async def state(self, prefixes: tuple[str, ...] = (), *, timeout: float) -> DeviceState:
         request = pb.GetStateRequest(prefixes=list(prefixes))
-        return state_from_proto(await self._stub.GetState(request, timeout=timeout, wait_for_ready=True))
+        return state_from_proto(await self._stub.GetState(request, timeout=timeout, wait_for_ready=True,
+                                                          metadata=self._md))

@@ -25,7 +25,7 @@ from typing import Any
 from controller.model import Intent
 from controller.model.plan import Plan
 from southbound.config import DeviceConfig
-from southbound.driver import DeviceDriver, error_text
+from southbound.driver import DeviceDriver, error_text, is_retryable
 from southbound.state import DeviceState, StepResult
 from southbound.wcmp import compare
 
@@ -109,6 +109,9 @@ async def _verify(driver: DeviceDriver, devices: list[str], hashes: Mapping[str,
         for d, st in zip(pending, got, strict=True):
             if isinstance(st, BaseException):
                 problems = [f"GetState failed: {error_text(st)}"]
+                if not is_retryable(st):  # refused (fenced, say): asking again until the deadline changes nothing
+                    done[d] = StepResult(d, "verify", failed=True, error=problems[0])
+                    continue
             elif st.running_hash != hashes.get(d, st.running_hash):
                 problems = [f"running config {st.running_hash[:12]} is not the committed {hashes[d][:12]}"]
             elif plan is not None and st.observed:

@@ -50,6 +50,7 @@ TIERS: dict[str, str] = {
     "test_auto_te.py": "component",          # the re-tuning loop through the app on dry agents; its rails are unit
     "test_api_fuzz.py": "component",
     "test_closed_loop_lab.py": "lab",
+    "test_cluster.py": "component",          # leases on real stores, the agents' fence, the commit queue
     "test_check_cli.py": "unit",
     "test_documents.py": "component",        # the typed documents through a real app and its OpenAPI
     "test_dry_driver.py": "component",       # the workflow through the app, on in-process dry agents
@@ -59,6 +60,7 @@ TIERS: dict[str, str] = {
     "test_e2e_lab.py": "lab",
     "test_gen.py": "unit",
     "test_gnmi_agent.py": "component",       # gNMI served by in-process agents; real counters in netns are lab
+    "test_ha.py": "component",               # loom serve replicas on PostgreSQL: SIGSTOP and SIGKILL of the leader
     "test_intent.py": "unit",
     "test_jobs.py": "component",                # the compile is unit; the what-if runs the API in-process
     "test_lab_fabric.py": "lab",

@@ -413,6 +413,8 @@ def test_restart_finishes_or_undoes_what_the_devices_report(tmp_path: Path, flee
         ch = changes.create_change(session=s, ctx=ctx, base_revision=1, patch=DRAIN, intent=None)
         changes.record_review(ch.id, {"verdict": "safe", "active_revision": 1}, session=s, ctx=ctx)
         changes.begin_commit(ch.id, session=s, ctx=ctx, transaction="chg-dead-controller")
+        # the dead controller took the queued commit up (epoch 1) before it touched any device
+        assert changes.take_up(ch.id, 1, previous=None, replica=None, session=s)
         intent, plan = changes.plan_for(ch.proposed_revision, session=s)
     configs = device_configs(intent, plan)
 

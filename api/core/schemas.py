@@ -307,3 +307,5 @@ class AuditPublic(_Out):
 class Health(_Out):
     status: str
     schema_revision: str | None = None
+    role: Literal["leader", "follower"] | None = Field(
+        None, description="this replica's role (readiness does not depend on it: every replica serves)")

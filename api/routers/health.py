@@ -1,5 +1,6 @@
 """``/healthz`` (the process answers) and ``/readyz`` (the store answers and its
-schema is at the newest migration); neither needs a token."""
+schema is at the newest migration; ``role``: this replica leads or follows, and
+either is ready: every replica serves requests); neither needs a token."""
 
 from typing import Any
 
@@ -30,4 +31,5 @@ def readyz(request: Request) -> Any:
     if current != head:
         raise ProblemException(503, "Not ready", f"store schema at {current}, expected {head}: run migrations",
                                kind="not-ready", headers=retry)
-    return {"status": "ready", "schema_revision": current}
+    cluster = getattr(request.app.state, "cluster", None)
+    return {"status": "ready", "schema_revision": current, "role": cluster.role if cluster is not None else None}

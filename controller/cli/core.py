@@ -132,6 +132,16 @@ def serve(
     database = _open_store(settings, as_json)
     url = f"http://{host}:{port}"
     info: dict[str, Any] = {"url": url, "docs": f"{url}/docs", "store": database.display_url}
+    from controller.model.errors import SingleReplicaStore
+    from controller.workflow.cluster import Cluster
+
+    cluster = Cluster(settings, database)  # the leader lease; on SQLite, also the one-process lock
+    if cluster.lock is not None:
+        try:
+            cluster.lock.acquire(database.display_url)
+        except SingleReplicaStore as exc:
+            die(str(exc), as_json=as_json)
+    info["replica"] = cluster.replica
     if lab:
         settings = _attach_lab(settings, lab, info, as_json)
     driver = None
@@ -176,7 +186,7 @@ def serve(
             console.print("an admin token exists already; make another with: "
                           "loom token create --role admin --name NAME", highlight=False)
     # access lines come from api.metrics, with the request id
-    uvicorn.run(create_app(settings, database=database, driver=driver), host=host, port=port,
+    uvicorn.run(create_app(settings, database=database, driver=driver, cluster=cluster), host=host, port=port,
                 log_level=log_level.lower(), log_config=None, access_log=False)
 
 

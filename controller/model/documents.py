@@ -33,6 +33,7 @@ __all__ = [
     "FINAL_STATES",
     "REVIEWABLE_STATES",
     "ChangeDocument",
+    "ClusterDocument",
     "ChangeState",
     "DeviceDiffDocument",
     "DevicePlanDocument",
@@ -52,6 +53,7 @@ __all__ = [
     "InstalledNextHop",
     "InvariantDocument",
     "JobWhatIfDocument",
+    "LeaseDocument",
     "LinkDeltaDocument",
     "LinkLoadDocument",
     "LinkUseDocument",
@@ -61,6 +63,7 @@ __all__ = [
     "PlanSummaryDocument",
     "ProgressDocument",
     "ReviewBrief",
+    "ReplicaDocument",
     "ReviewDocument",
     "SafetyBrief",
     "SafetyReportDocument",
@@ -550,3 +553,29 @@ class PatternsDocument(_Closed):
     method: Literal["aft", "tomogravity"] = Field(
         description="aft: per-interval matrices from the forwarding counters; tomogravity: one estimated matrix")
     groups: list[PatternGroupDocument]
+
+
+class ReplicaDocument(_Closed):
+    """A replica heard from lately (its heartbeat comes with each lease attempt)."""
+
+    id: str
+    url: str = Field(description="where it serves, as it was configured (host:port)")
+    role: Literal["leader", "follower"]
+    seen_s_ago: float = Field(description="seconds since its last heartbeat, in the store's clock")
+
+
+class LeaseDocument(_Closed):
+    ttl_s: float = Field(description="the lease's time to live")
+    renew_s: float = Field(description="seconds between renewals (and between a follower's attempts)")
+    expires_in_s: float | None = Field(description="until the current lease lapses unless renewed (null: none held)")
+
+
+class ClusterDocument(_Closed):
+    """``GET /v1/cluster`` (DESIGN.md, High availability): this replica, its role, the leader and its epoch."""
+
+    replica: str = Field(description="the replica that answered")
+    role: Literal["leader", "follower"] = Field(description="its role now")
+    leader: str | None = Field(description="the replica holding a live lease (null: none right now)")
+    epoch: int = Field(description="the lease's epoch, one higher at each acquisition; agents refuse older ones")
+    replicas: list[ReplicaDocument]
+    lease: LeaseDocument

@@ -37,6 +37,7 @@ from typing import Any
 __all__ = [
     "AgentError",
     "Conflict",
+    "Deposed",
     "DeviceError",
     "DriverError",
     "FatalDriverError",
@@ -50,6 +51,7 @@ __all__ = [
     "NotFound",
     "RetryableDriverError",
     "SafetyViolation",
+    "SingleReplicaStore",
     "StaleRevision",
     "StoreContention",
     "StoreUnavailable",
@@ -110,6 +112,19 @@ class Conflict(LoomError):
     """A write that conflicts with the stored state (duplicate name, ...)."""
 
     kind = "conflict"
+
+
+class Deposed(Conflict):
+    """A leader's write about a change it no longer runs: the lease passed to a newer epoch, whose
+    leader took the change over (it recovers it); the deposed leader's outcome is not recorded."""
+
+    kind = "deposed"
+
+
+class SingleReplicaStore(LoomError):
+    """A second controller process on a store that allows one (SQLite): ``holder`` describes the first."""
+
+    kind = "single-replica-store"
 
 
 class StaleRevision(Conflict):

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controller.store.models import Base
 
-__all__ = ["AutoTeStateRow", "ChangeRow", "DeploymentRow", "DriftRow", "IdempotencyRow", "PlanRow", "TransitionRow"]
+__all__ = ["AutoTeStateRow", "ChangeRow", "DeploymentRow", "DriftRow", "IdempotencyRow", "LeaseRow", "PlanRow",
+           "ReplicaRow", "TransitionRow"]
 
 
 class ChangeRow(Base):
@@ -49,6 +50,7 @@ class ChangeRow(Base):
     previous_active: Mapped[int | None] = mapped_column(Integer)
     committing_slot: Mapped[int | None] = mapped_column(Integer, unique=True)
     trigger: Mapped[str | None] = mapped_column(Text)  # JSON: what made auto-te propose it (measured vs predicted)
+    runner_epoch: Mapped[int | None] = mapped_column(Integer)  # the leader epoch running its commit (NULL: queued)
 
 
 class TransitionRow(Base):
@@ -120,3 +122,24 @@ class AutoTeStateRow(Base):
     actor: Mapped[str] = mapped_column(String(128))
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class LeaseRow(Base):
+    """The leader lease: one row (id 1), made by the migration; times in the database's clock (unix s)."""
+
+    __tablename__ = "leader_lease"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    holder: Mapped[str | None] = mapped_column(String(128))
+    epoch: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[float] = mapped_column(Float)
+    acquired_at: Mapped[float] = mapped_column(Float)
+
+
+class ReplicaRow(Base):
+    """A replica's heartbeat (``GET /v1/cluster`` lists those seen lately)."""
+
+    __tablename__ = "replicas"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    url: Mapped[str] = mapped_column(String(512))
+    started_at: Mapped[float] = mapped_column(Float)
+    seen_at: Mapped[float] = mapped_column(Float)

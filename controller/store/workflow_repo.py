@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from controller.model.documents import ChangeState
 from controller.model.errors import Conflict, NotFound
+from controller.store.lease_repo import holds
 from controller.store.repo import utc
 from controller.store.workflow_models import (
     AutoTeStateRow,
@@ -36,7 +37,8 @@ from controller.store.workflow_models import (
 __all__ = [
     "Change", "CommitBusy", "Transition", "active_revision", "add_change", "add_deployment", "add_drift",
     "add_transition", "claim_commit", "committing_change", "find_idempotent", "get_change", "get_plan",
-    "latest_drift", "list_changes", "put_idempotent", "put_plan", "release_commit", "update_change",
+    "latest_drift", "list_changes", "put_idempotent", "put_plan", "release_commit", "runs", "take_up",
+    "update_change",
 ]
 
 
@@ -75,6 +77,7 @@ class Change:
     previous_active: int | None
     transitions: tuple[Transition, ...] = ()
     trigger: dict[str, Any] | None = None
+    runner_epoch: int | None = None  # the epoch of the leader that took its commit up (None: queued)
 
     @classmethod
     def of(cls, row: ChangeRow, transitions: tuple[Transition, ...] = ()) -> Change:
@@ -82,7 +85,7 @@ class Change:
                    row.author, utc(row.created_at) or row.created_at, json.loads(row.review) if row.review else None,
                    row.reviewed_active, row.verdict, json.loads(row.progress) if row.progress else None,
                    row.force_reason, row.error, row.transaction, row.previous_active, transitions,
-                   json.loads(row.trigger) if row.trigger else None)
+                   json.loads(row.trigger) if row.trigger else None, row.runner_epoch)
 
 
 def _transitions(session: Session, ids: list[int]) -> dict[int, tuple[Transition, ...]]:
@@ -161,6 +164,25 @@ def claim_commit(change_id: int, *, session: Session) -> None:
             session.execute(update(ChangeRow).where(ChangeRow.id == change_id).values(committing_slot=1))
     except IntegrityError:
         raise CommitBusy("another change is committing; one change commits at a time") from None
+
+
+def take_up(change_id: int, epoch: int, *, session: Session, previous: int | None, replica: str | None) -> bool:
+    """Mark committing change ``change_id`` as run by the leader of ``epoch``, if it still is committing,
+    its runner is still ``previous`` (None: it waits in the queue) and, with ``replica``, that replica
+    still holds the lease of ``epoch`` (a deposed leader takes nothing up). True when it did."""
+    conds = [ChangeRow.id == change_id, ChangeRow.state == ChangeState.COMMITTING,
+             ChangeRow.runner_epoch.is_(None) if previous is None else ChangeRow.runner_epoch == previous]
+    if replica is not None:
+        if not holds(session=session, replica=replica, epoch=epoch):
+            return False
+    got = session.execute(update(ChangeRow).where(*conds).values(runner_epoch=epoch))
+    return bool(got.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def runs(change_id: int, epoch: int | None, *, session: Session) -> bool:
+    """Whether the commit of ``change_id`` is still run by the leader of ``epoch`` (None: no lease, one process)."""
+    row = session.execute(select(ChangeRow.state, ChangeRow.runner_epoch).where(ChangeRow.id == change_id)).first()
+    return row is not None and row[0] == ChangeState.COMMITTING and (epoch is None or row[1] == epoch)
 
 
 def release_commit(change_id: int, *, session: Session) -> None:

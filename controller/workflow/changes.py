@@ -28,7 +28,15 @@ from sqlalchemy.orm import Session
 
 from controller.model import Intent
 from controller.model.documents import FINAL_STATES, REVIEWABLE_STATES, ChangeState
-from controller.model.errors import Conflict, IntentError, InvalidIntent, NotFound, SafetyViolation, StoreContention
+from controller.model.errors import (
+    Conflict,
+    Deposed,
+    IntentError,
+    InvalidIntent,
+    NotFound,
+    SafetyViolation,
+    StoreContention,
+)
 from controller.model.intent import format_loc, validate_intent
 from controller.model.plan import Plan
 from controller.planning import compile_plan
@@ -42,7 +50,7 @@ from controller.workflow.jsonpatch import apply_patch
 
 __all__ = [
     "FINAL", "STATES", "ReviewInputs", "begin_commit", "change_document", "create_change", "create_rollback",
-    "finish_commit", "get_change", "list_changes", "plan_for", "record_review", "review_inputs", "status",
+    "finish_commit", "get_change", "list_changes", "plan_for", "record_review", "review_inputs", "status", "take_up",
 ]
 
 STATES = tuple(ChangeState)
@@ -237,7 +245,7 @@ def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transac
             forced = reason if force and ch.verdict == "unsafe" else None
             wrepo.update_change(change_id, session=session, state=ChangeState.COMMITTING, transaction=transaction,
                                 previous_active=active, force_reason=forced if forced else ch.force_reason,
-                                error=None, progress=None)
+                                error=None, progress=None, runner_epoch=None)
             why = f"transaction {transaction}" + (f"; forced: {forced}" if forced else "")
             wrepo.add_transition(change_id, ChangeState.COMMITTING, session=session, actor=ctx.actor.name, now=_now(),
                                  reason=why)
@@ -268,12 +276,26 @@ def _gate(ch: Change, active: int | None, force: bool, reason: str | None) -> No
             raise InvalidIntent([IntentError("body.reason", "a forced commit of an unsafe change needs a reason")])
 
 
+def take_up(change_id: int, epoch: int, *, session: Session, previous: int | None, replica: str | None) -> bool:
+    """The leader of ``epoch`` takes committing change ``change_id`` up (to push it when ``previous`` is
+    None, else to recover it from the leader of epoch ``previous``); see :func:`wrepo.take_up`."""
+    with write_transaction(session):
+        return wrepo.take_up(change_id, epoch, session=session, previous=previous, replica=replica)
+
+
 def finish_commit(change_id: int, outcome: ChangeState, *, session: Session, ctx: WriteContext, reason: str,
-                  error: str | None = None, progress: Doc | None = None, action: str | None = None) -> Change:
-    """Record how a commit ended (``committed``, ``failed``, ``rolled_back``) and free the commit slot."""
+                  error: str | None = None, progress: Doc | None = None, action: str | None = None,
+                  runner: int | None = None) -> Change:
+    """Record how a commit ended (``committed``, ``failed``, ``rolled_back``) and free the commit slot.
+
+    ``runner`` is the epoch of the leader that ran the commit: when the change is no longer committing
+    under that epoch (a newer leader took it over), nothing is recorded and :class:`Deposed` is raised."""
     assert outcome in FINAL_STATES
     outcome = ChangeState(outcome)
     with write_transaction(session):
+        if runner is not None and not wrepo.runs(change_id, runner, session=session):
+            raise Deposed(f"change {change_id} is no longer run by the leader of epoch {runner}: "
+                          f"its outcome ({outcome}) is not recorded")
         ch = wrepo.get_change(change_id, session=session)
         fields: dict[str, Any] = {"state": outcome, "error": error}
         if progress is not None:
@@ -289,9 +311,11 @@ def finish_commit(change_id: int, outcome: ChangeState, *, session: Session, ctx
     return wrepo.get_change(change_id, session=session)
 
 
-def save_progress(change_id: int, progress: Doc, *, session: Session) -> None:
+def save_progress(change_id: int, progress: Doc, *, session: Session, runner: int | None = None) -> None:
+    """Store a commit's progress (skipped when ``runner``'s leader no longer runs it)."""
     with write_transaction(session):
-        wrepo.update_change(change_id, session=session, progress=progress)
+        if runner is None or wrepo.runs(change_id, runner, session=session):
+            wrepo.update_change(change_id, session=session, progress=progress)
 
 
 def record_drain_check(change_id: int, check: Doc, *, session: Session, ctx: WriteContext) -> None:

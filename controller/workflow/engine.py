@@ -16,8 +16,16 @@ makes the gRPC one from the settings).
   ``committed`` (the revision becomes active), ``failed`` (Prepare refused,
   nothing applied) or ``rolled_back``. With no agents a commit only records the
   revision as active.
-- **Recovery** (at startup): a change left ``committing`` by a controller that
-  died is finished or undone by what the devices report: every reachable device
+- **Leadership** (:mod:`controller.workflow.cluster`): only the leader pushes,
+  recovers and checks drift. A commit asked of any replica is queued in the
+  store (``committing``, ``runner_epoch`` NULL); the leader takes it up
+  (:meth:`Workflow.take_up`, at once on the leader, else within
+  ``commit_poll_interval``), marking it with its epoch, and every agent call of
+  the transaction carries that epoch (the agents' fence). A deposed leader's
+  outcome and progress are not recorded (:class:`~controller.model.errors.Deposed`).
+- **Recovery** (when a replica leads, at startup included): a change left
+  ``committing`` under another epoch or by a process that died is finished or
+  undone by what the devices report: every reachable device
   runs the target config and none is unreachable -> Confirm where pending,
   ``committed``; otherwise Rollback and Abort the transaction everywhere,
   ``rolled_back``. Agents' confirm timers are the safety net for devices that
@@ -43,13 +51,14 @@ from sqlalchemy.orm import Session
 
 from controller.model import Intent
 from controller.model.documents import ChangeState
-from controller.model.errors import NotFound, Unreachable
+from controller.model.errors import Deposed, NotFound, Unreachable
 from controller.service import Actor, WriteContext
 from controller.settings import Settings
 from controller.store import workflow_repo as wrepo
 from controller.store.db import Database, write_transaction
 from controller.telemetry import Telemetry
 from controller.workflow import changes
+from controller.workflow.cluster import Cluster
 from controller.workflow.review import build_review, expected_hashes, local_config_diff
 from southbound.driver import DeviceDriver
 
@@ -117,13 +126,20 @@ class _PushProgress:
             await asyncio.sleep(0.2)
 
 
+def _queued_ctx(ch: wrepo.Change) -> WriteContext:
+    """Who a commit queued by another replica is recorded for: the actor of its ``committing`` transition."""
+    asked = next((t.actor for t in reversed(ch.transitions) if t.state == ChangeState.COMMITTING), "")
+    return WriteContext(actor=Actor(asked or "loom-controller", "operator"), method="SYSTEM", path="commit-queue")
+
+
 class Workflow:
     """The change engine of one controller process."""
 
     def __init__(self, settings: Settings, database: Database, *, driver: DeviceDriver | None = None,
-                 metrics: Any = None, telemetry: Telemetry | None = None):
+                 metrics: Any = None, telemetry: Telemetry | None = None, cluster: Cluster | None = None):
         """``driver`` talks to the device agents (``None``: no devices attached); the composition
-        root (``loom serve``, or :func:`api.app.create_app` from the settings) makes it."""
+        root (``loom serve``, or :func:`api.app.create_app` from the settings) makes it. ``cluster``
+        holds the leader lease (None: this process is the only one and always leads, epoch 0)."""
         self.settings = settings
         self.db = database
         self.metrics = metrics
@@ -132,12 +148,16 @@ class Workflow:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._commit_task: asyncio.Task[Any] | None = None
         self._drift_task: asyncio.Task[Any] | None = None
+        self._queue_task: asyncio.Task[Any] | None = None
+        self._running: set[int] = set()  # committing changes this process pushes or recovers
+        self._requested: dict[int, WriteContext] = {}  # who asked this replica to commit them
         self._drift_lock = asyncio.Lock()
-        self._southbound = asyncio.Lock()  # a transaction holds it; a review's Prepare must not interleave
+        self._southbound = asyncio.Lock()  # a transaction (push or recovery) of this process holds it
         self.recovered: Doc | None = None
-        self.reviews_in_flight = 0  # automatic re-tuning waits while any review runs
-        #: Whether this process leads: a single ``loom serve`` does; replicas elect one through the store.
-        self.is_leader: Callable[[], bool] = lambda: True
+        self.reviews_in_flight = 0  # automatic re-tuning waits while any review of this replica runs
+        self.cluster = cluster
+        #: Whether this process leads: a process without a cluster does; replicas elect one through the store.
+        self.is_leader: Callable[[], bool] = cluster.is_leader if cluster is not None else (lambda: True)
         from controller.workflow.autote import AutoTe
 
         self.auto_te = AutoTe(self)
@@ -169,25 +189,40 @@ class Workflow:
     def devices(self) -> tuple[str, ...]:
         return self.driver.devices if self.driver is not None else ()
 
+    @property
+    def epoch(self) -> int:
+        """The epoch this replica leads (or last led) with; 0 without a cluster."""
+        return self.cluster.epoch if self.cluster is not None else 0
+
+    def _fenced(self, epoch: int) -> DeviceDriver:
+        """The driver whose every call carries ``epoch`` (agents refuse older epochs); 0: unfenced."""
+        return self._agents.fenced(epoch) if epoch else self._agents
+
     async def start(self) -> None:
+        """As the leader, finish or undo a change left committing before serving (recovery), then
+        keep taking up the commits any replica queues; the drift loop and auto-te (leader work)."""
         try:
-            await self.recover()
+            if self.is_leader():
+                await self.take_up()
+                await self.wait_idle()
             active = await self._db(lambda s: changes.active_revision(session=s))
         except Exception:  # the store cannot answer: the server still starts; /readyz tells
             log.exception("recovery at startup failed; a change left committing keeps the commit slot")
             active = None
         if self.metrics is not None and active is not None:
             self.metrics.active_revision.set(active)
+        self._queue_task = asyncio.get_running_loop().create_task(self._queue_loop())
         if self.driver is not None and self.settings.drift_interval > 0:
             self._drift_task = asyncio.get_running_loop().create_task(self._drift_loop())
         self.auto_te.start()
 
     async def stop(self) -> None:
         await self.auto_te.stop()
-        if self._drift_task is not None:
-            self._drift_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._drift_task
+        for task in (self._drift_task, self._queue_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         if self._commit_task is not None and not self._commit_task.done():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._commit_task), timeout=30)
@@ -220,8 +255,7 @@ class Workflow:
         busy = self._southbound.locked() or await self._db(lambda s: wrepo.committing_change(session=s) is not None)
         config_diff: dict[str, str] | None = None
         if self.driver is not None and not busy:
-            async with self._southbound:
-                config_diff = await self._agent_diff(inp)
+            config_diff = await self._agent_diff(inp)
         if config_diff is None:
             config_diff = await asyncio.to_thread(local_config_diff, inp)
         doc = await asyncio.to_thread(build_review, inp, config_diff, observe_safety=self._observe_safety)
@@ -233,12 +267,16 @@ class Workflow:
         return doc
 
     async def _agent_diff(self, inp: changes.ReviewInputs) -> dict[str, str]:
-        from southbound.transaction import commit_plan, new_change_id
+        """Every device's diff from its agent's Prepare in preview: the agent stores nothing, so a review
+        on any replica never disturbs a transaction the leader runs (no lock needed between them)."""
+        from southbound.render import device_configs
+        from southbound.transaction import new_change_id
 
-        result = await commit_plan(self._agents, inp.intent, inp.plan, change=f"review-{new_change_id()}",
-                                   dry_run=True)
+        configs = {d: c for d, c in device_configs(inp.intent, inp.plan).items() if d in set(self._agents.devices)}
+        change = f"review-{new_change_id()}"
+        got = await asyncio.gather(*(self._agents.preview(d, change, c) for d, c in configs.items()))
         out: dict[str, str] = {}
-        for d, r in sorted(result.steps.get("prepare", {}).items()):
+        for d, r in sorted(zip(configs, got, strict=True)):
             if r.failed:
                 out[d] = f"# Prepare failed: {r.error}"
             elif r.changed:
@@ -254,7 +292,8 @@ class Workflow:
         txn = new_change_id()
         ch = await self._db(lambda s: changes.begin_commit(change_id, session=s, ctx=ctx, transaction=txn,
                                                            force=force, reason=reason, skip_gate=skip_gate))
-        self._commit_task = self._spawn(self._run_commit(ch, ctx))
+        self._requested[ch.id] = ctx
+        await self.take_up()  # the leader runs it now; on a follower it waits in the store for the leader
         return ch
 
     async def wait_idle(self) -> None:
@@ -262,44 +301,81 @@ class Workflow:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._commit_task)
 
-    async def _run_commit(self, ch: wrepo.Change, ctx: WriteContext) -> None:
+    # -- the commit queue (leader) ------------------------------------------------
+    async def _queue_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.commit_poll_interval)
+            try:
+                await self.take_up()
+            except Exception:
+                log.exception("taking up a queued commit failed")
+
+    async def take_up(self) -> int | None:
+        """As the leader: start the committing change waiting in the store (queued by any replica), or
+        recover one a previous leader (an older epoch, or this process before a restart) left
+        committing. Returns the change taken up, if any."""
+        if not self.is_leader():
+            return None
+        epoch = self.epoch
+        ch = await self._db(lambda s: wrepo.committing_change(session=s))
+        if ch is None or ch.id in self._running:
+            return None
+        replica = self.cluster.replica if self.cluster is not None else None
+        previous = ch.runner_epoch
+        if not await self._db(lambda s: changes.take_up(ch.id, epoch, previous=previous, replica=replica,
+                                                        session=s)):
+            return None  # another leader took it meanwhile, or the lease passed on
+        self._running.add(ch.id)
+        if previous is None:
+            ctx = self._requested.pop(ch.id, None) or _queued_ctx(ch)
+            task = self._spawn(self._run_commit(ch, ctx, epoch))
+        else:
+            task = self._spawn(self._recover_change(ch, epoch))
+        task.add_done_callback(lambda _t: self._running.discard(ch.id))
+        self._commit_task = task
+        return ch.id
+
+    async def _run_commit(self, ch: wrepo.Change, ctx: WriteContext, epoch: int) -> None:
         try:
-            await self._push(ch, ctx)
+            await self._push(ch, ctx, epoch)
+        except Deposed as exc:
+            log.warning("change %s: %s", ch.id, exc)
         except Exception as exc:  # the change must not stay committing in a live process
             log.exception("commit of change %s failed unexpectedly", ch.id)
             error = f"{type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):
                 await self._db(lambda s: changes.finish_commit(
                     ch.id, ChangeState.FAILED, session=s, ctx=ctx, reason="the controller failed during the commit",
-                    error=error))
+                    error=error, runner=epoch))
             if self.metrics is not None:
                 self.metrics.commits.labels(outcome=ChangeState.FAILED.value).inc()
 
-    async def _push(self, ch: wrepo.Change, ctx: WriteContext) -> None:
+    async def _push(self, ch: wrepo.Change, ctx: WriteContext, epoch: int) -> None:
         """Push a committing change: compile, run the transaction with progress, record the outcome."""
         assert ch.proposed_revision is not None and ch.transaction is not None
         rev = ch.proposed_revision
         intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s, observe=self._observe_solve))
         if self.driver is None:
-            await self._record_without_devices(ch, ctx)
+            await self._record_without_devices(ch, ctx, epoch)
             return
         names = sorted(set(intent.device_map) & set(self.driver.devices))
         tracker = _PushProgress(ch.id, names, self.metrics)
-        await self._db(lambda s: changes.save_progress(ch.id, tracker.doc, session=s))
-        log.info("change %s: pushing revision r%s to %d device(s)", ch.id, rev, len(names),
-                 extra={"change": ch.id, "revision": rev, "transaction": ch.transaction})
-        result = await self._transact(ch, intent, plan, names, tracker)
+        await self._db(lambda s: changes.save_progress(ch.id, tracker.doc, session=s, runner=epoch))
+        log.info("change %s: pushing revision r%s to %d device(s) (epoch %d)", ch.id, rev, len(names), epoch,
+                 extra={"change": ch.id, "revision": rev, "transaction": ch.transaction, "epoch": epoch})
+        result = await self._transact(ch, intent, plan, names, tracker, epoch)
         tracker.doc["step"] = "done" if result.ok else result.stage
         outcome, reason = _outcome(result, len(names))
         log.info("change %s: %s (%s)", ch.id, outcome, reason, extra={"change": ch.id, "outcome": outcome})
         self._count_outcome(rev if result.ok else None, outcome)
         await self._db(lambda s: changes.finish_commit(ch.id, outcome, session=s, ctx=ctx, reason=reason,
-                                                       error=result.error or None, progress=tracker.doc))
+                                                       error=result.error or None, progress=tracker.doc,
+                                                       runner=epoch))
         self._after_commit(outcome)
         if outcome == ChangeState.COMMITTED:
             self._spawn(self._verify_drains(ch, intent))
 
-    async def _record_without_devices(self, ch: wrepo.Change, ctx: WriteContext) -> None:
+    async def _record_without_devices(self, ch: wrepo.Change, ctx: WriteContext, epoch: int) -> None:
         """With no agents attached a commit only records the revision as active."""
         rev = ch.proposed_revision
         log.info("change %s: no devices attached, recording revision r%s as active", ch.id, rev,
@@ -308,11 +384,11 @@ class Workflow:
         self._count_outcome(rev, ChangeState.COMMITTED)
         await self._db(lambda s: changes.finish_commit(
             ch.id, ChangeState.COMMITTED, session=s, ctx=ctx, progress=recorded,
-            reason="no devices attached: the revision was recorded as active"))
+            reason="no devices attached: the revision was recorded as active", runner=epoch))
         self._after_commit(ChangeState.COMMITTED)
 
     async def _transact(self, ch: wrepo.Change, intent: Any, plan: Any, names: list[str],
-                        tracker: _PushProgress) -> Any:
+                        tracker: _PushProgress, epoch: int) -> Any:
         """The network-wide transaction (after a repair's nudge), holding the southbound lock,
         with the progress saved in the background as results arrive."""
         from southbound.transaction import commit_plan
@@ -320,14 +396,14 @@ class Workflow:
         assert ch.transaction is not None
 
         def save(s: Session, doc: Doc) -> None:
-            changes.save_progress(ch.id, doc, session=s)
+            changes.save_progress(ch.id, doc, session=s, runner=epoch)
 
         flusher = asyncio.get_running_loop().create_task(tracker.flush(lambda doc: self._db(lambda s: save(s, doc))))
         try:
             async with self._southbound:
                 if ch.kind == "repair":
-                    await self._nudge(intent, plan, ch.transaction, names)
-                return await commit_plan(self._agents, intent, plan, change=ch.transaction,
+                    await self._nudge(intent, plan, ch.transaction, names, epoch)
+                return await commit_plan(self._fenced(epoch), intent, plan, change=ch.transaction,
                                          confirm_within=self.settings.confirm_within,
                                          verify_timeout=self.settings.verify_timeout, progress=tracker.on_step)
         finally:
@@ -335,7 +411,7 @@ class Workflow:
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
 
-    async def _nudge(self, intent: Any, plan: Any, txn: str, names: list[str]) -> None:
+    async def _nudge(self, intent: Any, plan: Any, txn: str, names: list[str], epoch: int) -> None:
         """Before a repair re-push: where a device runs the right config but its kernel does not
         hold the plan's weights (changed by hand), FRR has nothing to re-apply, so first push the
         plan with those groups' weights skewed (their next hops re-advertise, the kernel routes are
@@ -348,7 +424,7 @@ class Workflow:
         if not intent.wcmp_enabled:
             return
         want = expected_hashes(intent, plan)
-        states = await self._states(names)
+        states = await self._states(names, self._fenced(epoch))
         fabric = sorted({p for dp in plan.devices.values() for p in dp.routes})
         configs = device_configs(intent, plan)
         devices = dict(plan.devices)
@@ -375,7 +451,7 @@ class Workflow:
         log.info("repair: %d route(s) differ from a correct config: re-advertising them first", nudged)
         skewed = Plan(plan.fabric, plan.summary, devices, plan.links)
         push = {d: c for d, c in device_configs(intent, skewed).items() if d in set(names)}
-        result = await commit(self._agents, push, None, change=f"{txn}-nudge",
+        result = await commit(self._fenced(epoch), push, None, change=f"{txn}-nudge",
                               confirm_within=self.settings.confirm_within, verify_timeout=self.settings.verify_timeout)
         if result.ok:
             await asyncio.sleep(1.0)  # let BGP carry the re-advertisements into the kernels
@@ -414,32 +490,51 @@ class Workflow:
 
     # -- recovery -----------------------------------------------------------------
     async def recover(self) -> Doc | None:
-        """Finish or undo a change a previous controller process left ``committing``."""
-        ch = await self._db(lambda s: wrepo.committing_change(session=s))
-        if ch is None:
+        """Finish or undo a change a previous controller process (or leader) left ``committing``
+        (as :meth:`take_up` does, waiting for the outcome)."""
+        if await self.take_up() is None:
             return None
-        log.warning("change %s was committing when the controller stopped: recovering", ch.id)
+        await self.wait_idle()
+        return self.recovered
+
+    async def _recover_change(self, ch: wrepo.Change, epoch: int) -> Doc | None:
+        """Finish or undo ``ch``, which the leader of an older epoch (or this process before a restart)
+        left committing; every agent call carries ``epoch``, so the old leader can no longer touch them."""
+        try:
+            async with self._southbound:
+                return await self._recover(ch, epoch)
+        except Deposed as exc:
+            log.warning("recovery of change %s: %s", ch.id, exc)
+            return None
+        except Exception:
+            log.exception("recovery of change %s failed; it stays committing (retried by the leader)", ch.id)
+            return None
+
+    async def _recover(self, ch: wrepo.Change, epoch: int) -> Doc | None:
+        log.warning("change %s was committing when its controller stopped (epoch %s): recovering with epoch %d",
+                    ch.id, ch.runner_epoch, epoch)
         ctx = WriteContext(actor=Actor("loom-controller (recovery)", "admin"), method="SYSTEM", path="recovery")
         assert ch.proposed_revision is not None
         rev = ch.proposed_revision
         if self.driver is None:
             done = await self._db(lambda s: changes.finish_commit(
-                ch.id, ChangeState.COMMITTED, session=s, ctx=ctx, action="change.recover",
+                ch.id, ChangeState.COMMITTED, session=s, ctx=ctx, action="change.recover", runner=epoch,
                 reason="recovered after a controller restart: no devices attached, the revision is recorded"))
             self.recovered = {"change": ch.id, "outcome": done.state, "devices": {}}
             return self.recovered
         intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s))
         want = expected_hashes(intent, plan)
-        names = sorted(set(want) & set(self.driver.devices))
+        agents = self._fenced(epoch)
+        names = sorted(set(want) & set(agents.devices))
         txn = ch.transaction or ""
-        states = await self._states(names)
+        states = await self._states(names, agents)  # carries the new epoch: from here the old leader is fenced
         report: dict[str, str] = {}
         unreachable = [d for d in names if isinstance(states[d], BaseException)]
         at_target = [d for d in names if not isinstance(states[d], BaseException)
                      and states[d].running_hash == want[d]]
         outcome = ChangeState.ROLLED_BACK
         if not unreachable and len(at_target) == len(names):
-            confirms = await asyncio.gather(*(self.driver.confirm(d, txn) for d in names
+            confirms = await asyncio.gather(*(agents.confirm(d, txn) for d in names
                                               if states[d].pending_change == txn))
             bad = [r for r in confirms if r.failed]
             for r in confirms:
@@ -449,13 +544,17 @@ class Workflow:
             if not bad:
                 outcome = ChangeState.COMMITTED
         if outcome != ChangeState.COMMITTED:
+            async def undo(d: str) -> tuple[Any, Any]:
+                return await agents.rollback(d, txn), await agents.abort(d, txn)
+
+            reachable = [d for d in names if d not in unreachable]
+            undone = dict(zip(reachable, await asyncio.gather(*(undo(d) for d in reachable)), strict=True))
             touched = 0
             for d in names:
                 if d in unreachable:
                     report[d] = f"unreachable ({states[d]}): its confirm timer rolls it back"
                     continue
-                rb = await self.driver.rollback(d, txn)
-                ab = await self.driver.abort(d, txn)
+                rb, ab = undone[d]
                 touched += int(rb.changed)
                 report[d] = ("rolled back" if rb.changed else "unchanged") + (
                     f" (rollback error: {rb.error})" if rb.failed else "") + (" (prepared change aborted)"
@@ -470,15 +569,17 @@ class Workflow:
         detail = json.dumps(report, sort_keys=True)
         done = await self._db(lambda s: changes.finish_commit(
             ch.id, outcome, session=s, ctx=ctx, action="change.recover", reason=f"{reason}: {detail}"[:3900],
-            error=None if outcome == ChangeState.COMMITTED else "controller restarted during the commit"))
+            error=None if outcome == ChangeState.COMMITTED else "controller restarted during the commit",
+            runner=epoch))
         self.recovered = {"change": ch.id, "outcome": done.state, "devices": report}
         log.warning("recovered change %s: %s", ch.id, done.state)
         if self.metrics is not None:
             self.metrics.commits.labels(outcome=outcome.value).inc()
         return self.recovered
 
-    async def _states(self, names: list[str]) -> dict[str, Any]:
-        got = await asyncio.gather(*(self._agents.state(d) for d in names), return_exceptions=True)
+    async def _states(self, names: list[str], agents: DeviceDriver | None = None) -> dict[str, Any]:
+        agents = agents or self._agents
+        got = await asyncio.gather(*(agents.state(d) for d in names), return_exceptions=True)
         return dict(zip(names, got, strict=True))
 
     # -- device state and drift ------------------------------------------------------
@@ -498,6 +599,8 @@ class Workflow:
     async def _drift_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.drift_interval)
+            if not self.is_leader():
+                continue  # the leader checks (and repairs) drift; followers only serve its reports
             try:
                 await self.check_drift(repair=self.settings.drift_repair)
             except Exception:
@@ -526,7 +629,8 @@ class Workflow:
             configs = device_configs(intent, plan)
             names = sorted(set(want) & set(self.driver.devices))
             fabric = sorted({p for dp in plan.devices.values() for p in dp.routes})
-            states = await self._states(names)
+            # the leader's reads carry its epoch too (they raise the agents' fence); a follower's do not
+            states = await self._states(names, self._fenced(self.epoch) if self.is_leader() else None)
             for d in names:
                 st = states[d]
                 if isinstance(st, BaseException):
