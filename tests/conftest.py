@@ -74,6 +74,7 @@ TIERS: dict[str, str] = {
     "test_solver_relax.py": "unit",
     "test_solver_routing.py": "unit",
     "test_solver_weights.py": "unit",
+    "test_snapshot.py": "unit",              # snapshots and incremental validation against the whole-document oracle
     "test_store.py": "component",
     "test_telemetry.py": "unit",             # counter windows, views and tomogravity on synthetic counters
     "test_telemetry_api.py": "component",    # the views and the capture through the app, on dry agents
