@@ -1,18 +1,25 @@
 """The controller's operations on the revisioned intent: what the API routers
 and the CLI call.
 
-Every write follows one path (:func:`apply_edit`): in one transaction, read the
-head revision, check the caller's ``If-Match``, apply the edit to a copy of the
-head document, validate the WHOLE resulting document
-(:func:`controller.model.intent.validate_intent`), store a new revision only if the
-content hash changed, and write the audit entry. A failed or invalid write
-leaves no revision; it is still audited, as rejected, in its own transaction.
+Every write follows one path: in one transaction, read the head revision,
+check the caller's ``If-Match``, apply the edit to the head's snapshot
+(:mod:`controller.store.snapshot`), make sure the WHOLE resulting intent is
+valid, store a new revision only if the content hash changed (only what
+changed: :mod:`controller.store.content`), and write the audit entry. Object
+edits (:func:`create_object`, :func:`update_object`, :func:`delete_object`)
+run on a :class:`~controller.store.snapshot.Draft`, whose result is proven
+valid from the head's when :mod:`controller.model.revalidate` can prove it and
+checked whole (:func:`controller.model.intent.validate_intent`) otherwise;
+whole-document edits (:func:`apply_edit`, :func:`replace_intent`) are checked
+whole. A failed or invalid write leaves no revision; it is still audited, as
+rejected, in its own transaction.
 Tokens (bearer credentials with a role) are issued, listed, revoked and checked
 here too; their secrets are shown once and stored as SHA-256 hashes.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import json
@@ -33,6 +40,7 @@ from controller.store import objects, repo
 from controller.store.db import write_transaction
 from controller.store.models import ROLES
 from controller.store.repo import ConcurrentWrite, Revision, Token
+from controller.store.snapshot import Draft, Element, Snapshot, diff_snapshots
 
 __all__ = [
     "EXAMPLE_INTENT",
@@ -42,6 +50,7 @@ __all__ = [
     "Page",
     "WriteContext",
     "WriteResult",
+    "apply_draft",
     "apply_edit",
     "authenticate",
     "bootstrap_admin",
@@ -53,7 +62,9 @@ __all__ = [
     "get_object",
     "get_token",
     "head",
+    "head_snapshot",
     "list_audit",
+    "list_elements",
     "list_objects",
     "list_revisions",
     "list_tokens",
@@ -124,8 +135,13 @@ class WriteContext:
 class WriteResult:
     revision: Revision
     changed: bool
-    document: Doc
+    snapshot: Snapshot
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def document(self) -> Doc:
+        """The resulting intent document (shared element dicts: never change them)."""
+        return self.snapshot.document()
 
 
 @dataclass(frozen=True)
@@ -142,36 +158,66 @@ def head(*, session: Session) -> Revision | None:
     return repo.head_revision(session=session)
 
 
+def head_snapshot(*, session: Session) -> tuple[Revision, Snapshot]:
+    """The head revision and its snapshot; :class:`NotFound` on an empty store."""
+    rev = repo.head_revision(session=session)
+    if rev is None:
+        raise NotFound("the store holds no intent yet: PUT /v1/intent (or loom serve --example)")
+    return rev, repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
+
+
+def revision_snapshot(revision: int, *, session: Session) -> tuple[Revision, Snapshot]:
+    rev = repo.get_revision(revision, session=session)
+    return rev, repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
+
+
 def get_intent(*, session: Session, revision: int | None = None) -> tuple[Revision, Doc]:
-    """The document of ``revision`` (the head by default); :class:`NotFound` on an empty store."""
-    if revision is None:
-        rev = repo.head_revision(session=session)
-        if rev is None:
-            raise NotFound("the store holds no intent yet: PUT /v1/intent (or loom serve --example)")
-    else:
-        rev = repo.get_revision(revision, session=session)
-    return rev, repo.revision_document(rev.id, session=session)
+    """The document of ``revision`` (the head by default); :class:`NotFound` on an empty store.
+    The element dicts are the store's cached ones: read them, never change them."""
+    rev, snap = head_snapshot(session=session) if revision is None else revision_snapshot(revision, session=session)
+    return rev, snap.document()
+
+
+def list_elements(kind: str, *, session: Session, filters: dict[str, str | None], limit: int,
+                  offset: int) -> Page:
+    """A page of the head's elements of collection ``kind`` (:class:`Element`), filtered."""
+    coll = objects.collection(kind)
+    rev = repo.head_revision(session=session)
+    if rev is None:
+        return Page([], 0, limit, offset, None)
+    snap = repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
+    items = snap.sections[coll.key].elements
+    wanted = [(coll.filters[k], v) for k, v in filters.items() if v is not None]
+    if wanted:
+        items = [e for e in items if all(test(e.doc, v) for test, v in wanted)]
+    return Page(items[offset:offset + limit], len(items), limit, offset, rev)
 
 
 def list_objects(kind: str, *, session: Session, filters: dict[str, str | None], limit: int,
                  offset: int) -> Page:
+    page = list_elements(kind, session=session, filters=filters, limit=limit, offset=offset)
+    return replace(page, items=[public(e) for e in page.items])
+
+
+def find_object(kind: str, ident: str, *, session: Session) -> tuple[Element, Revision]:
+    """The head's element ``ident`` of collection ``kind`` (as a URL names it)."""
     coll = objects.collection(kind)
-    rev = repo.head_revision(session=session)
-    doc = repo.revision_document(rev.id, session=session) if rev else None
-    items = objects.select_elements(coll, doc, filters)
-    page = [_public(coll, e) for e in items[offset:offset + limit]]
-    return Page(page, len(items), limit, offset, rev)
+    rev, snap = head_snapshot(session=session)
+    key = objects.parse_object_id(coll, ident)
+    el = snap.element(coll.key, key)
+    if el is None:
+        raise NotFound(f"{coll.kind.replace('_', ' ')} {key!r} does not exist")
+    return el, rev
 
 
 def get_object(kind: str, ident: str, *, session: Session) -> tuple[Doc, Revision]:
-    coll = objects.collection(kind)
-    rev, doc = get_intent(session=session)
-    _, element = objects.find_element(coll, doc, objects.parse_object_id(coll, ident))
-    return _public(coll, element), rev
+    el, rev = find_object(kind, ident, session=session)
+    return public(el), rev
 
 
-def _public(coll: objects.Collection, element: Doc) -> Doc:
-    return {"id": coll.identity(element), **element}
+def public(el: Element) -> Doc:
+    """An object as the API shows it: its identity first, as ``id``, then its fields."""
+    return {"id": el.ident, **el.doc}
 
 
 def list_revisions(*, session: Session, limit: int, offset: int) -> Page:
@@ -181,9 +227,9 @@ def list_revisions(*, session: Session, limit: int, offset: int) -> Page:
 
 def diff_revisions(a: int, b: int, *, session: Session) -> Doc:
     """Objects added, removed and changed from revision ``a`` to revision ``b``."""
-    old = repo.revision_document(a, session=session)
-    new = repo.revision_document(b, session=session)
-    return {"from": a, "to": b, **objects.diff_documents(old, new)}
+    old = repo.revision_snapshot(a, session=session)
+    new = repo.revision_snapshot(b, session=session)
+    return {"from": a, "to": b, **diff_snapshots(old, new)}
 
 
 def list_audit(*, session: Session, limit: int, offset: int, actor: str | None = None,
@@ -216,35 +262,70 @@ def _validated(document: Any) -> Intent:
 
 def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: WriteContext, action: str) -> WriteResult:
     """Apply ``edit`` (head document, or ``None`` on an empty store -> new
-    document) as one transaction: If-Match, whole-document validation, a new
-    revision if the content hash changed, and the audit entry.
+    document; it must not change the head document in place) as one transaction:
+    If-Match, whole-document validation, a new revision if the content hash
+    changed, and the audit entry.
 
     Raises :class:`StaleRevision` (If-Match is not the head), :class:`InvalidIntent`
     (every located error of the resulting document), or what ``edit`` raises
     (:class:`NotFound`, :class:`Conflict`). Without If-Match, a write that loses a
     race with another writer is re-applied on the new head (a few times).
     """
+    def make(base: Snapshot | None) -> Snapshot:
+        intent = _validated(edit(base.document() if base is not None else None))
+        return Snapshot.from_intent(intent, base)
+
+    return _write(make, session=session, ctx=ctx, action=action)
+
+
+def apply_draft(edit: Callable[[Draft], Any], *, session: Session, ctx: WriteContext, action: str,
+                empty: Callable[[], LoomError]) -> tuple[WriteResult, Any]:
+    """Apply the object edits ``edit`` makes on a :class:`Draft` of the head, as :func:`apply_edit`
+    does a whole-document edit; ``empty`` is the error for an empty store. Returns the result
+    and what ``edit`` returned."""
+    out: list[Any] = []
+
+    def make(base: Snapshot | None) -> Snapshot:
+        if base is None:
+            raise empty()
+        draft = Draft(base)
+        out.append(edit(draft))
+        try:
+            return draft.finish()
+        except ValidationError as exc:
+            raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"])) for e in exc.errors()]
+                                ) from None
+
+    result = _write(make, session=session, ctx=ctx, action=action)
+    return result, out[-1]
+
+
+def _write(make: Callable[[Snapshot | None], Snapshot], *, session: Session, ctx: WriteContext,
+           action: str) -> WriteResult:
+    """One write: head, If-Match, the new snapshot from ``make``, a revision if it changed, the audit."""
     attempts = 1 if ctx.if_match else _RETRIES
     for attempt in range(attempts):
         try:
             with write_transaction(session):
                 rev = repo.head_revision(session=session)
                 _check_if_match(ctx.if_match, rev)
-                base = repo.revision_document(rev.id, session=session) if rev else None
-                intent = _validated(edit(base))
-                doc = intent.to_document()
+                base = repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash) if rev else None
+                snap = make(base)
                 now = _now()
-                changed = rev is None or rev.hash != intent.content_hash
+                changed = rev is None or rev.hash != snap.hash
                 if changed:
-                    rev = repo.add_revision(session=session, document=doc, content_hash=intent.content_hash,
-                                            parent=rev.id if rev else None, author=ctx.actor.name,
-                                            message=ctx.message, request_id=ctx.request_id, now=now)
+                    rev, _ = repo.add_snapshot(session=session, snapshot=snap, parent=rev.id if rev else None,
+                                               author=ctx.actor.name, message=ctx.message,
+                                               request_id=ctx.request_id, now=now)
+                else:
+                    assert base is not None
+                    snap = base
                 assert rev is not None
                 repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
                                request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
                                outcome="accepted" if changed else "unchanged", status=ctx.status,
                                revision=rev.id, detail=ctx.message)
-            return WriteResult(rev, changed, doc)
+            return WriteResult(rev, changed, snap)
         except ConcurrentWrite as exc:
             if attempt + 1 < attempts:
                 continue
@@ -271,49 +352,51 @@ def replace_intent(document: Any, *, session: Session, ctx: WriteContext) -> Wri
     return apply_edit(lambda _base: document, session=session, ctx=ctx, action="intent.replace")
 
 
-def _require(base: Doc | None) -> Doc:
-    if base is None:
-        raise NoIntent("the store holds no intent yet: PUT /v1/intent first")
-    return base
+def _what(coll: objects.Collection) -> str:
+    return coll.kind.replace("_", " ")
 
 
 def create_object(kind: str, element: Doc, *, session: Session, ctx: WriteContext) -> tuple[Doc, WriteResult]:
     coll = objects.collection(kind)
-    ident = coll.identity(element)
-    result = apply_edit(lambda base: objects.insert_element(coll, _require(base), element), session=session,
-                        ctx=ctx, action=f"{coll.kind}.create")
-    _, created = objects.find_element(coll, result.document, ident)
-    return _public(coll, created), result
+    result, ident = apply_draft(lambda draft: draft.insert(coll.key, element), session=session, ctx=ctx,
+                                action=f"{coll.kind}.create",
+                                empty=lambda: NoIntent("the store holds no intent yet: PUT /v1/intent first"))
+    return _public_of(coll, result, ident), result
 
 
 def update_object(kind: str, raw_ident: str, patch: Doc, *, session: Session,
                   ctx: WriteContext) -> tuple[Doc, WriteResult]:
     coll = objects.collection(kind)
     ident = objects.parse_object_id(coll, raw_ident)
-    renamed: list[str] = []
 
-    def edit(base: Doc | None) -> Doc:
-        if base is None:
-            raise NotFound(f"{coll.kind.replace('_', ' ')} {ident!r} does not exist")
-        out, new_ident = objects.update_element(coll, base, ident, patch)
-        renamed.append(new_ident)
-        return out
+    def edit(draft: Draft) -> str:
+        merged = dict(draft.get(coll.key, ident))
+        for name, value in patch.items():
+            if value is None:
+                merged.pop(name, None)
+            else:
+                merged[name] = copy.deepcopy(value)
+        return draft.replace(coll.key, ident, merged)
 
-    result = apply_edit(edit, session=session, ctx=ctx, action=f"{coll.kind}.update")
-    _, updated = objects.find_element(coll, result.document, renamed[-1])
-    return _public(coll, updated), result
+    result, new_ident = apply_draft(edit, session=session, ctx=ctx, action=f"{coll.kind}.update",
+                                    empty=lambda: NotFound(f"{_what(coll)} {ident!r} does not exist"))
+    return _public_of(coll, result, new_ident), result
+
+
+def _public_of(coll: objects.Collection, result: WriteResult, ident: str) -> Doc:
+    el = result.snapshot.element(coll.key, ident)
+    if el is None:  # the canonical form renamed it (cannot happen for a valid object; kept for clarity)
+        raise NotFound(f"{_what(coll)} {ident!r} does not exist")
+    return public(el)
 
 
 def delete_object(kind: str, raw_ident: str, *, session: Session, ctx: WriteContext) -> WriteResult:
     coll = objects.collection(kind)
     ident = objects.parse_object_id(coll, raw_ident)
-
-    def edit(base: Doc | None) -> Doc:
-        if base is None:
-            raise NotFound(f"{coll.kind.replace('_', ' ')} {ident!r} does not exist")
-        return objects.delete_element(coll, base, ident)
-
-    return apply_edit(edit, session=session, ctx=ctx, action=f"{coll.kind}.delete")
+    result, _ = apply_draft(lambda draft: draft.delete(coll.key, ident), session=session, ctx=ctx,
+                            action=f"{coll.kind}.delete",
+                            empty=lambda: NotFound(f"{_what(coll)} {ident!r} does not exist"))
+    return result
 
 
 def load_example(*, session: Session, ctx: WriteContext, path: Path = EXAMPLE_INTENT) -> WriteResult | None:

@@ -68,6 +68,7 @@ TIERS: dict[str, str] = {
     "test_metrics.py": "component",
     "test_pki.py": "component",
     "test_render.py": "unit",                # FRR's own parser is lab
+    "test_revisions.py": "component",        # revisions stored by content, on SQLite and PostgreSQL
     "test_safety_replay.py": "unit",
     "test_safety_robust.py": "unit",
     "test_solver_lp.py": "unit",

@@ -23,6 +23,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from controller.store.content import SnapshotCache, StoreOptions, install_cache_hooks
+
 __all__ = ["DEFAULT_URL", "Database", "normalize_url", "write_transaction"]
 
 DEFAULT_URL = "sqlite:///./loom.db"
@@ -58,7 +60,7 @@ def _sqlite_setup(engine: Engine) -> None:
 class Database:
     """One store: an engine, a session factory and the migration scripts."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, echo: bool = False):
+    def __init__(self, url: str = DEFAULT_URL, *, echo: bool = False, options: StoreOptions | None = None):
         self.url = normalize_url(url)
         parsed = make_url(self.url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
@@ -71,6 +73,9 @@ class Database:
         if self.is_sqlite:
             _sqlite_setup(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        #: the revisions' snapshots this process built (controller.store.content), shared by its sessions
+        self.snapshots = SnapshotCache(options)
+        install_cache_hooks(self.sessions, self.snapshots)
 
     @property
     def display_url(self) -> str:
