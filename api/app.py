@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import metrics
 from api.core import problems
+from api.core.deps import TokenCache
 from api.routers import (
     audit,
     demands,
@@ -140,6 +141,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     )
     app.state.settings = settings
     app.state.database = db
+    app.state.token_cache = TokenCache(settings.token_cache_s)
     app.state.driver = driver
     # fed by the gNMI subscription; its stale threshold counts in the subscription's sample intervals
     app.state.telemetry = telemetry if telemetry is not None else Telemetry(

@@ -36,8 +36,8 @@ from sqlalchemy.orm import Session
 from controller.model import Intent
 from controller.model.errors import Conflict, IntentError, InvalidIntent, LoomError, NotFound, StaleRevision
 from controller.model.intent import format_loc, load_intent, validate_intent
-from controller.store import objects, repo
-from controller.store.db import write_transaction
+from controller.store import content, objects, repo
+from controller.store.db import Database, write_transaction
 from controller.store.models import ROLES
 from controller.store.repo import ConcurrentWrite, Revision, Token
 from controller.store.snapshot import Draft, Element, Snapshot, diff_snapshots
@@ -47,29 +47,39 @@ __all__ = [
     "ROLES",
     "Actor",
     "NoIntent",
+    "Listing",
     "Page",
     "WriteContext",
     "WriteResult",
     "apply_draft",
     "apply_edit",
     "authenticate",
+    "authenticate_until",
     "bootstrap_admin",
     "create_object",
     "create_token",
     "delete_object",
     "diff_revisions",
+    "element_of",
     "get_intent",
     "get_object",
+    "get_revision",
     "get_token",
     "head",
     "head_snapshot",
+    "find_object",
     "list_audit",
     "list_elements",
     "list_objects",
     "list_revisions",
     "list_tokens",
     "load_example",
+    "page_of",
+    "cached_head",
+    "read_head",
+    "read_intent",
     "replace_intent",
+    "revision_snapshot",
     "revoke_token",
     "role_allows",
     "update_object",
@@ -145,6 +155,17 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
+class Listing:
+    """A page of the head's objects: ``revision`` is the head's id (``None`` on an empty store)."""
+
+    items: list[Any]
+    total: int
+    limit: int
+    offset: int
+    revision: int | None
+
+
+@dataclass(frozen=True)
 class Page:
     items: list[Any]
     total: int
@@ -166,7 +187,13 @@ def head_snapshot(*, session: Session) -> tuple[Revision, Snapshot]:
     return rev, repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
 
 
+def get_revision(revision: int, *, session: Session) -> Revision:
+    """A revision's metadata; :class:`NotFound` when it does not exist."""
+    return repo.get_revision(revision, session=session)
+
+
 def revision_snapshot(revision: int, *, session: Session) -> tuple[Revision, Snapshot]:
+    """A revision and its snapshot; :class:`NotFound` when it does not exist."""
     rev = repo.get_revision(revision, session=session)
     return rev, repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
 
@@ -178,41 +205,85 @@ def get_intent(*, session: Session, revision: int | None = None) -> tuple[Revisi
     return rev, snap.document()
 
 
-def list_elements(kind: str, *, session: Session, filters: dict[str, str | None], limit: int,
-                  offset: int) -> Page:
-    """A page of the head's elements of collection ``kind`` (:class:`Element`), filtered."""
+def read_head(database: Database) -> tuple[int, Snapshot] | None:
+    """The head revision's id and snapshot, for reads: one light query on a connection of its own
+    (no ORM session), the snapshot from the store's cache (``None`` on an empty store)."""
+    asked = database.heads.clock()
+    with database.engine.connect() as conn:
+        ref = repo.head_ref(conn)
+        if ref is None:
+            return None
+        snap = content.load_snapshot(conn, ref[0], database.snapshots, ref[1])
+    database.heads.put(ref[0], ref[1], at=asked)
+    return ref[0], snap
+
+
+def cached_head(database: Database, *, max_age: float) -> tuple[int, Snapshot] | None:
+    """The head as this process saw it less than ``max_age`` seconds ago (or wrote it since), with
+    its snapshot, without asking the store; ``None`` when that is not known (ask :func:`read_head`).
+    Another replica's newer revision shows here within ``max_age``; this process's own at once."""
+    ref = database.heads.get(max_age)
+    if ref is None:
+        return None
+    snap = database.snapshots.get(ref[0], ref[1])
+    return None if snap is None else (ref[0], snap)
+
+
+def read_intent(database: Database) -> tuple[int, Snapshot]:
+    """:func:`read_head`; :class:`NotFound` on an empty store."""
+    head = read_head(database)
+    if head is None:
+        raise NotFound("the store holds no intent yet: PUT /v1/intent (or loom serve --example)")
+    return head
+
+
+def list_elements(kind: str, *, database: Database, filters: dict[str, str | None], limit: int,
+                  offset: int) -> Listing:
+    """A page of the head's elements of collection ``kind`` (:class:`Element`), filtered; the page's
+    ``revision`` is the head's id (``None`` on an empty store)."""
+    head = read_head(database)
+    if head is None:
+        return Listing([], 0, limit, offset, None)
+    return page_of(kind, head, filters=filters, limit=limit, offset=offset)
+
+
+def page_of(kind: str, head: tuple[int, Snapshot], *, filters: dict[str, str | None], limit: int,
+            offset: int) -> Listing:
+    """A page of the elements of collection ``kind`` in the revision ``head`` (id, snapshot), filtered."""
     coll = objects.collection(kind)
-    rev = repo.head_revision(session=session)
-    if rev is None:
-        return Page([], 0, limit, offset, None)
-    snap = repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
+    rev_id, snap = head
     items = snap.sections[coll.key].elements
     wanted = [(coll.filters[k], v) for k, v in filters.items() if v is not None]
     if wanted:
         items = [e for e in items if all(test(e.doc, v) for test, v in wanted)]
-    return Page(items[offset:offset + limit], len(items), limit, offset, rev)
+    return Listing(items[offset:offset + limit], len(items), limit, offset, rev_id)
 
 
-def list_objects(kind: str, *, session: Session, filters: dict[str, str | None], limit: int,
-                 offset: int) -> Page:
-    page = list_elements(kind, session=session, filters=filters, limit=limit, offset=offset)
+def list_objects(kind: str, *, database: Database, filters: dict[str, str | None], limit: int,
+                 offset: int) -> Listing:
+    page = list_elements(kind, database=database, filters=filters, limit=limit, offset=offset)
     return replace(page, items=[public(e) for e in page.items])
 
 
-def find_object(kind: str, ident: str, *, session: Session) -> tuple[Element, Revision]:
-    """The head's element ``ident`` of collection ``kind`` (as a URL names it)."""
+def find_object(kind: str, ident: str, *, database: Database) -> tuple[Element, int]:
+    """The head's element ``ident`` of collection ``kind`` (as a URL names it), and the head's id."""
+    return element_of(kind, ident, read_intent(database))
+
+
+def element_of(kind: str, ident: str, head: tuple[int, Snapshot]) -> tuple[Element, int]:
+    """Element ``ident`` (as a URL names it) of collection ``kind`` in the revision ``head`` (id, snapshot)."""
     coll = objects.collection(kind)
-    rev, snap = head_snapshot(session=session)
+    rev_id, snap = head
     key = objects.parse_object_id(coll, ident)
     el = snap.element(coll.key, key)
     if el is None:
         raise NotFound(f"{coll.kind.replace('_', ' ')} {key!r} does not exist")
-    return el, rev
+    return el, rev_id
 
 
-def get_object(kind: str, ident: str, *, session: Session) -> tuple[Doc, Revision]:
-    el, rev = find_object(kind, ident, session=session)
-    return public(el), rev
+def get_object(kind: str, ident: str, *, database: Database) -> tuple[Doc, int]:
+    el, rev_id = find_object(kind, ident, database=database)
+    return public(el), rev_id
 
 
 def public(el: Element) -> Doc:
@@ -478,14 +549,20 @@ def bootstrap_admin(*, session: Session, ctx: WriteContext, name: str = "bootstr
 
 def authenticate(bearer: str, *, session: Session, admin_token: str | None = None) -> Actor | None:
     """The actor a bearer token stands for, or ``None`` (unknown, revoked, expired)."""
+    return authenticate_until(bearer, session=session, admin_token=admin_token)[0]
+
+
+def authenticate_until(bearer: str, *, session: Session, admin_token: str | None = None
+                       ) -> tuple[Actor | None, datetime | None]:
+    """:func:`authenticate`, and when the token expires (``None``: no expiry, or no actor)."""
     if admin_token and hmac.compare_digest(bearer.encode(), admin_token.encode()):
-        return Actor("admin (LOOM_ADMIN_TOKEN)", "admin")
+        return Actor("admin (LOOM_ADMIN_TOKEN)", "admin"), None
     parts = bearer.split("_", 2)
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX or not parts[1]:
-        return None
+        return None, None
     token = repo.find_token(parts[1], session=session)
     if token is None or not hmac.compare_digest(token.secret_hash, _hash_secret(bearer)):
-        return None
+        return None, None
     if not token.active(_now()):
-        return None
-    return Actor(token.name, token.role, token.id)
+        return None, None
+    return Actor(token.name, token.role, token.id), token.expires_at

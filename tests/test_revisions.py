@@ -140,11 +140,11 @@ def test_a_second_process_catches_up_by_one_delta_and_writes_on_it(url: str) -> 
     with a.session() as s:  # A holds revision 1, reads revision 2's single entry
         rev, snap = service.head_snapshot(session=s)
         assert rev.id == 2 and snap.validated and snap.hash == rev.hash
-        el, _ = service.find_object("links", "leaf-0-0:eth17", session=s)
+        el, _ = service.find_object("links", "leaf-0-0:eth17", database=a)
         assert el.doc["capacity_gbps"] == 40
         service.update_object("links", "leaf-0-0:eth17", {"capacity_gbps": 50}, session=s, ctx=CTX)
+    assert service.get_object("links", "leaf-0-0:eth17", database=b)[0]["capacity_gbps"] == 50
     with b.session() as s:
-        assert service.get_object("links", "leaf-0-0:eth17", session=s)[0]["capacity_gbps"] == 50
         assert service.diff_revisions(1, 3, session=s)["changed"] == [
             {"kind": "link", "name": "leaf-0-0:eth17", "fields": {"capacity_gbps": [100.0, 50.0]}}]
     a.dispose()

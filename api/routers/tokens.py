@@ -4,7 +4,7 @@ expiry (the secret is shown once), list them, read one, revoke one."""
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 
 from api.core.deps import Admin, AdminWrite, SessionDep, with_status
 from api.core.problems import error_responses
@@ -47,5 +47,7 @@ def get_token(session: SessionDep, _actor: Admin, token_id: TokenId) -> Any:
 
 @router.delete("/{token_id}", response_model=TokenPublic, summary="Revoke a token (it stays listed)",
                responses=error_responses(401, 403, 404))
-def revoke_token(session: SessionDep, ctx: AdminWrite, token_id: TokenId) -> Any:
-    return public(service.revoke_token(token_id, session=session, ctx=ctx))
+def revoke_token(request: Request, session: SessionDep, ctx: AdminWrite, token_id: TokenId) -> Any:
+    token = service.revoke_token(token_id, session=session, ctx=ctx)
+    request.app.state.token_cache.clear()  # here at once; other replicas within Settings.token_cache_s
+    return public(token)

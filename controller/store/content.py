@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -53,8 +54,9 @@ from controller.store.snapshot import (
     prove_from,
 )
 
-__all__ = ["ALL", "ConcurrentWrite", "SnapshotCache", "StoreOptions", "WriteStats", "cache_of", "convert_revision",
-           "install_cache_hooks", "load_snapshot", "plan_write", "remember", "write_content", "write_revision"]
+__all__ = ["ALL", "ConcurrentWrite", "HeadCache", "SnapshotCache", "StoreOptions", "WriteStats", "cache_of",
+           "convert_revision", "install_cache_hooks", "load_snapshot", "plan_write", "remember", "write_content",
+           "write_revision"]
 
 #: ``revisions.whole`` of a revision written out completely
 ALL = "*"
@@ -128,9 +130,37 @@ class SnapshotCache:
             self._items.clear()
 
 
-def install_cache_hooks(factory: sessionmaker[Session], cache: SnapshotCache) -> None:
+class HeadCache:
+    """The head revision (id, content hash) this process last saw, and when: a read may use it
+    for a short while instead of asking the store. A commit in this process moves it at once."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._value: tuple[int, str, float] | None = None
+        self._lock = threading.Lock()
+
+    def get(self, max_age: float) -> tuple[int, str] | None:
+        value = self._value
+        if value is None or max_age <= 0 or self.clock() - value[2] >= max_age:
+            return None
+        return value[0], value[1]
+
+    def put(self, rev_id: int, content_hash: str, *, at: float | None = None) -> None:
+        """The head is ``rev_id`` as of ``at`` (by the clock; now by default). An answer asked
+        before what is held, and older, loses: a read that raced a commit does not undo it."""
+        at = self.clock() if at is None else at
+        with self._lock:
+            if self._value is None or rev_id >= self._value[0] or at > self._value[2]:
+                self._value = (rev_id, content_hash, at)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._value = None
+
+
+def install_cache_hooks(factory: sessionmaker[Session], cache: SnapshotCache, heads: HeadCache | None = None) -> None:
     """Give the sessions of ``factory`` ``cache``, and move the snapshots a transaction wrote into
-    it when (and only when) the transaction commits."""
+    it (and the head to the newest) when (and only when) the transaction commits."""
     factory.configure(info={_CACHE: cache})
 
     from sqlalchemy import event
@@ -142,6 +172,8 @@ def install_cache_hooks(factory: sessionmaker[Session], cache: SnapshotCache) ->
         if pending and c is not None:
             for rev_id, snap in pending:
                 c.put(rev_id, snap)
+                if heads is not None:
+                    heads.put(rev_id, snap.hash)
 
     @event.listens_for(factory, "after_rollback")
     def _rolled_back(session: Session) -> None:

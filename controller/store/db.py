@@ -23,7 +23,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from controller.store.content import SnapshotCache, StoreOptions, install_cache_hooks
+from controller.store.content import HeadCache, SnapshotCache, StoreOptions, install_cache_hooks
 
 __all__ = ["DEFAULT_URL", "Database", "normalize_url", "write_transaction"]
 
@@ -75,7 +75,9 @@ class Database:
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         #: the revisions' snapshots this process built (controller.store.content), shared by its sessions
         self.snapshots = SnapshotCache(options)
-        install_cache_hooks(self.sessions, self.snapshots)
+        #: the head revision as last seen, for reads that may be a moment old (controller.service.cached_head)
+        self.heads = HeadCache()
+        install_cache_hooks(self.sessions, self.snapshots, self.heads)
 
     @property
     def display_url(self) -> str:

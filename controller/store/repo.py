@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
@@ -37,6 +37,7 @@ __all__ = [
     "find_token",
     "get_revision",
     "get_token",
+    "head_ref",
     "head_revision",
     "list_audit",
     "list_revisions",
@@ -117,6 +118,15 @@ class AuditEntry:
 def head_revision(*, session: Session) -> Revision | None:
     row = session.scalars(select(RevisionRow).order_by(RevisionRow.id.desc()).limit(1)).first()
     return Revision.of(row) if row else None
+
+
+def head_ref(conn: Connection) -> tuple[int, str] | None:
+    """The head revision's id and content hash, in one light query (for reads on a bare connection)."""
+    row = conn.execute(_HEAD).first()
+    return (int(row[0]), str(row[1])) if row else None
+
+
+_HEAD = select(RevisionRow.id, RevisionRow.hash).order_by(RevisionRow.id.desc()).limit(1)
 
 
 def get_revision(rev_id: int, *, session: Session) -> Revision:

@@ -88,7 +88,7 @@ class Element:
     and served bytes on first use. Never changed once built (the memoized fields are pure
     functions of the document)."""
 
-    __slots__ = ("_canon", "_hash", "_obj", "_out", "body", "doc", "ident", "section")
+    __slots__ = ("__weakref__", "_canon", "_hash", "_obj", "_out", "body", "doc", "ident", "section")
 
     def __init__(self, section: str, doc: Doc, *, ident: str | None = None, body: bytes | None = None,
                  obj: Any = None):
