@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api import metrics
 from api.core import problems
 from api.core.deps import TokenCache
+from api.core.fastpath import FastReads
 from api.routers import (
     audit,
     demands,
@@ -146,6 +147,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     # fed by the gNMI subscription; its stale threshold counts in the subscription's sample intervals
     app.state.telemetry = telemetry if telemetry is not None else Telemetry(
         TelemetryOptions(interval_s=settings.telemetry_interval_s or 10.0))
+    app.add_middleware(FastReads, api=app)  # innermost: cached reads answered before the routes, still measured
     metrics.install(app)  # app.state.metrics, /metrics; inside the request id middleware
     app.add_middleware(RequestIdMiddleware)
     problems.install(app)

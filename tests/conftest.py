@@ -48,6 +48,7 @@ TIERS: dict[str, str] = {
     "test_agent_lab.py": "lab",
     "test_api.py": "component",
     "test_api_fuzz.py": "component",
+    "test_api_reads.py": "component",        # cached reads, 304s, token and head caches across replicas
     "test_check_cli.py": "unit",
     "test_documents.py": "component",        # the typed documents through a real app and its OpenAPI
     "test_dry_driver.py": "component",       # the workflow through the app, on in-process dry agents
