@@ -425,7 +425,7 @@ def _apply(s: str, old: Section | None, ch: dict[str, tuple[int, str] | None], b
             assert v is not None
             i = old.index[k]
             elements[i] = _element(s, k, v[1], bodies, old.elements[i])
-        return Section(elements, old.pos, old.index)
+        return Section(elements, old.pos, old.index).inherit(old, [old.index[k] for k in ch])
     state: dict[str, tuple[int, Element | str]] = (
         {e.ident: (p, e) for e, p in zip(old.elements, old.pos, strict=True)} if old is not None else {})
     for k, v in ch.items():

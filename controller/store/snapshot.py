@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,10 +136,14 @@ class Element:
         return f"Element({self.section}:{self.ident})"
 
 
+#: elements per piece of a section's sorted JSON: an edit makes its piece again, not the section
+CHUNK = 256
+
+
 class Section:
     """A section's elements in document order, their positions (increasing) and an index by identity."""
 
-    __slots__ = ("_canon", "elements", "index", "pos")
+    __slots__ = ("_canon", "_chunks", "elements", "index", "pos")
 
     def __init__(self, elements: list[Element], pos: list[int], index: dict[str, int] | None = None):
         self.elements = elements
@@ -148,13 +152,38 @@ class Section:
         if len(self.index) != len(elements):
             raise ValueError("a section's elements must have distinct identities")
         self._canon: bytes | None = None
+        self._chunks: list[bytes | None] | None = None
 
     @property
     def canon(self) -> bytes:
-        """The section's list in the content hash's JSON (sorted keys), made once."""
+        """The section's list in the content hash's JSON (sorted keys), made once, from pieces of
+        :data:`CHUNK` elements (those an edit did not touch come from the section it was made from)."""
         if self._canon is None:
-            self._canon = b"[" + b",".join([e.canon for e in self.elements]) + b"]"
+            chunks = self._chunks
+            n = (len(self.elements) + CHUNK - 1) // CHUNK
+            if chunks is None or len(chunks) != n:
+                chunks = [None] * n
+            for c in range(n):
+                if chunks[c] is None:
+                    chunks[c] = b",".join([e.canon for e in self.elements[c * CHUNK:(c + 1) * CHUNK]])
+            self._chunks = chunks
+            self._canon = b"[" + b",".join(chunks) + b"]"  # type: ignore[arg-type]
         return self._canon
+
+    def inherit(self, base: Section, changed: Iterable[int]) -> Section:
+        """Take ``base``'s pieces of the sorted JSON but those holding the places ``changed``: this
+        section is ``base`` with elements replaced there or appended (the others in their places)."""
+        if base._chunks is not None:
+            chunks = list(base._chunks)
+            n = (len(base.elements) + CHUNK - 1) // CHUNK
+            if len(base.elements) % CHUNK and len(self.elements) != len(base.elements):
+                chunks[n - 1] = None  # the last piece grows
+            for i in changed:
+                if i // CHUNK < len(chunks):
+                    chunks[i // CHUNK] = None
+            chunks.extend([None] * ((len(self.elements) + CHUNK - 1) // CHUNK - len(chunks)))
+            self._chunks = chunks
+        return self
 
     def __len__(self) -> int:
         return len(self.elements)
@@ -469,6 +498,7 @@ class _Work:
         self.pending: dict[str, Any] = {}  # identity -> the raw element document given
         self.old: dict[str, Element] = {}  # identity (in the base) -> the base element it replaces
         self.removed: dict[str, Element] = {}
+        self.deleted = False
 
     def own(self) -> None:
         if not self.own_index:
@@ -560,6 +590,7 @@ class Draft:
         w.old.pop(ident, None)
         w.pending.pop(ident, None)
         w.own()
+        w.deleted = True
         keys = _keys(w)
         del keys[i]
         del w.elements[i]
@@ -615,6 +646,8 @@ class Draft:
                 elements[i] = old if old is not None and old.body == el.body else el
             done = [e for e in elements if e is not None]
             sections[s] = Section(done, w.pos, w.index)
+            if not w.deleted:  # the places of the base's elements did not move
+                sections[s].inherit(base.sections[s], [w.index[k] for k in w.pending])
             puts = tuple(k for k in w.pending if done[w.index[k]] is not w.old.get(k))
             if puts or w.removed:
                 deltas[s] = SectionDelta(puts, tuple(w.removed))
