@@ -252,3 +252,19 @@ def test_a_full_copy_store_migrates_and_reads_back_byte_for_byte(url: str) -> No
         back = dict(conn.execute(text("SELECT id, document FROM revisions")).all())
     assert [back[i] for i in range(1, len(old) + 1)] == [b for _, b in old]
     db.dispose()
+
+
+def test_a_changes_proposed_revision_is_stored_by_delta_and_known_valid(url: str) -> None:
+    from controller.workflow import changes
+
+    db = open_store(url)
+    with db.session() as s:
+        service.replace_intent(fabric(2), session=s, ctx=CTX)
+        ch = changes.create_change(session=s, ctx=CTX, base_revision=1, intent=None,
+                                   patch=[{"op": "add", "path": "/policies/-",
+                                           "value": {"kind": "drain", "target": "spine-0-1"}}])
+        assert ch.proposed_revision == 2
+        entries = select(func.count()).select_from(RevisionEntryRow).where(RevisionEntryRow.revision_id == 2)
+        assert s.scalar(entries) == 1
+        assert repo.revision_snapshot(2, session=s).validated  # the next edit is proven from it
+    db.dispose()

@@ -30,6 +30,7 @@ __all__ = [
     "Revision",
     "Token",
     "add_audit",
+    "add_intent",
     "add_revision",
     "add_snapshot",
     "add_token",
@@ -179,6 +180,24 @@ def add_snapshot(
         request_id=request_id, now=now, options=content.cache_of(session).options)
     content.remember(session, rev_id, written)
     return Revision(rev_id, parent, written.hash, now, author, message, request_id), stats
+
+
+def add_intent(
+    *,
+    session: Session,
+    intent: Intent,
+    parent: int | None,
+    author: str,
+    message: str = "",
+    request_id: str | None = None,
+    now: datetime,
+) -> Revision:
+    """Store ``intent`` (validated whole by the caller) as the child of ``parent``: only what changed
+    from ``parent``'s snapshot, which the next edit may prove its validity from."""
+    base = revision_snapshot(parent, session=session) if parent is not None else None
+    snap = Snapshot.from_intent(intent, base)
+    return add_snapshot(session=session, snapshot=snap, parent=parent, author=author, message=message,
+                        request_id=request_id, now=now)[0]
 
 
 def add_revision(
