@@ -38,9 +38,10 @@ from controller.model.errors import Conflict, IntentError, InvalidIntent, LoomEr
 from controller.model.intent import format_loc, load_intent, validate_intent
 from controller.store import content, objects, repo
 from controller.store.db import Database, write_transaction
+from controller.store.draft import Draft
 from controller.store.models import ROLES
 from controller.store.repo import ConcurrentWrite, Revision, Token
-from controller.store.snapshot import Draft, Element, Snapshot, diff_snapshots
+from controller.store.snapshot import Element, Snapshot, diff_snapshots
 
 __all__ = [
     "EXAMPLE_INTENT",

@@ -29,7 +29,8 @@ from controller.model.intent import load_intent, validate_intent
 from controller.model.revalidate import DERIVED_FIELDS, LEAF_SECTIONS, REFERENCE_FIELDS
 from controller.service import EXAMPLE_INTENT
 from controller.store import objects
-from controller.store.snapshot import SECTIONS, Draft, Snapshot, diff_snapshots
+from controller.store.draft import Draft
+from controller.store.snapshot import SECTIONS, Snapshot, diff_snapshots
 
 Doc = dict[str, Any]
 
@@ -205,9 +206,9 @@ def test_drafts_agree_with_whole_document_validation_over_random_edits(name: str
 def test_a_capacity_change_is_proven_without_checking_the_fabric_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     base = Snapshot.from_intent(validate_intent(clos()))
     whole: list[int] = []
-    monkeypatch.setattr("controller.store.snapshot.validate_intent",
+    monkeypatch.setattr("controller.store.draft.validate_intent",
                         lambda doc: whole.append(1) or validate_intent(doc))  # type: ignore[func-returns-value]
-    monkeypatch.setattr("controller.store.snapshot.cross_object_valid", lambda *a: whole.append(2) or False)
+    monkeypatch.setattr("controller.store.draft.cross_object_valid", lambda *a: whole.append(2) or False)
     draft = Draft(base)
     link = base.sections["links"].elements[3]
     draft.replace("links", link.ident, {**link.doc, "capacity_gbps": 12.5})

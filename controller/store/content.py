@@ -41,6 +41,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from controller.model.errors import Conflict, NotFound
+from controller.store.draft import prove_from
 from controller.store.models import IntentObjectRow, RevisionEntryRow, RevisionRow
 from controller.store.snapshot import (
     SECTIONS,
@@ -51,7 +52,6 @@ from controller.store.snapshot import (
     Snapshot,
     address,
     dumps,
-    prove_from,
 )
 
 __all__ = ["ALL", "ConcurrentWrite", "HeadCache", "SnapshotCache", "StoreOptions", "WriteStats", "cache_of",
