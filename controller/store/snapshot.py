@@ -54,9 +54,15 @@ _BY_KEY = {c.key: c for c in COLLECTIONS.values()}
 IDENTITY: dict[str, Callable[[Doc], str]] = {s: _BY_KEY[s].identity for s in SECTIONS}
 
 
+# made once: json.dumps builds a new encoder on every call that asks for anything but the defaults
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
+_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+_SERVED = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
 def dumps(value: Any) -> bytes:
     """Compact JSON, ASCII-escaped: how the store keeps documents (and always has)."""
-    return json.dumps(value, separators=(",", ":")).encode()
+    return _COMPACT(value).encode()
 
 
 def address(body: bytes) -> str:
@@ -65,12 +71,12 @@ def address(body: bytes) -> str:
 
 
 def _sorted(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return _SORTED(value).encode()
 
 
 def _served(value: Any) -> bytes:
     """JSON as Starlette's ``JSONResponse`` renders it (UTF-8, compact)."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    return _SERVED(value).encode()
 
 
 def canonical_dump(obj: Any) -> Doc:
