@@ -170,11 +170,15 @@ def test_a_revoked_token_is_refused_within_a_second_on_every_replica(url: str) -
         assert b("DELETE", f"/v1/tokens/{token.id}", role="admin").status_code == 200  # revoked on replica b
         revoked = time.monotonic()
         assert b("GET", "/v1/devices", role=None, headers=who).status_code == 401  # b at once
-        while a("GET", "/v1/devices", role=None, headers=who).status_code == 200:
-            assert time.monotonic() - revoked < ttl + 0.25, "replica a still took the revoked token"
+        while True:  # a takes it only from its cache, and not for longer than the cache period
+            started = time.monotonic()
+            if a("GET", "/v1/devices", role=None, headers=who).status_code != 200:
+                break
+            assert started - revoked < ttl + 0.05, "replica a took the revoked token past its cache period"
             time.sleep(0.02)
-        assert time.monotonic() - revoked < 1.0
-        assert a("GET", "/v1/intent", role=None, headers=who).status_code == 401
+        time.sleep(max(0.0, revoked + ttl - time.monotonic()))
+        for path in ("/v1/intent", "/v1/devices", "/v1/links/leaf-0-0:eth3"):  # within a second: refused
+            assert a("GET", path, role=None, headers=who).status_code == 401
     db.dispose()
 
 
@@ -185,8 +189,12 @@ def test_another_replicas_write_is_read_within_the_read_cache_period(url: str) -
         assert b("PATCH", "/v1/links/leaf-0-0:eth3", json={"capacity_gbps": 40}).headers["etag"] == '"2"'
         written = time.monotonic()
         assert b("GET", "/v1/links/leaf-0-0:eth3", role="viewer").json()["capacity_gbps"] == 40  # its own: at once
-        while a("GET", "/v1/links/leaf-0-0:eth3", role="viewer").headers["etag"] != '"2"':
-            assert time.monotonic() - written < a.app.state.settings.read_cache_s + 0.25
+        period = a.app.state.settings.read_cache_s
+        while True:  # a may show revision 1 from its cache, and not for longer than the cache period
+            started = time.monotonic()
+            if a("GET", "/v1/links/leaf-0-0:eth3", role="viewer").headers["etag"] == '"2"':
+                break
+            assert started - written < period + 0.05, "replica a showed an old head past its cache period"
             time.sleep(0.02)
         assert a("GET", "/v1/links/leaf-0-0:eth3", role="viewer").json()["capacity_gbps"] == 40
         # a stale If-Match is refused whatever a read showed: writes always ask the store
