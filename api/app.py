@@ -21,6 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import metrics
 from api.core import problems
+from api.core.deps import TokenCache
+from api.core.fastpath import FastReads
 from api.core.refusals import RefusalAudit
 from api.routers import (
     audit,
@@ -175,10 +177,12 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.database = db
     app.state.refusals = RefusalAudit(lambda: app.state.database, RefusalOptions(
         burst=settings.audit_refusal_burst, refill_s=settings.audit_refusal_refill_s))
+    app.state.token_cache = TokenCache(settings.token_cache_s)
     app.state.driver = driver
     # fed by the gNMI subscription; its stale threshold counts in the subscription's sample intervals
     app.state.telemetry = telemetry if telemetry is not None else Telemetry(
         TelemetryOptions(interval_s=settings.telemetry_interval_s or 10.0))
+    app.add_middleware(FastReads, api=app)  # innermost: cached reads answered before the routes, still measured
     metrics.install(app)  # app.state.metrics, /metrics; inside the request id middleware
     app.state.cluster = cluster if cluster is not None else Cluster(settings, db, metrics=app.state.metrics)
     if app.state.cluster.metrics is None:

@@ -8,7 +8,10 @@ every ToR links to every leaf of its pod. ASNs follow RFC 7938 section 5.2.1
 one ASN). Failure domains: each spine; each plane's spines as one power domain;
 random SRLGs of leaf-spine links. A fraction ``missing`` of leaf-spine links is
 left out (every leaf keeps an uplink and every spine a downlink) and a fraction
-``hetero`` has half or double capacity. Each ToR originates one /24.
+``hetero`` has half or double capacity. Each ToR originates one prefix: the /24
+``10.POD.TOR.0`` when a pod has at most 256 ToRs, else a /26 numbered by the
+ToR's place in the fabric (:func:`tor_prefix`; 10.0.0.0/8 holds 262,144), which
+lets the generator write fabrics of 100,000 devices and more.
 
 Demand: every ToR sends to ``fanout`` other ToRs (all of them when ``fanout``
 is ``None`` and the fabric has at most :data:`ALL_PAIRS_MAX_TORS` ToRs, else
@@ -23,9 +26,11 @@ from __future__ import annotations
 import random
 from typing import Any, Literal
 
-__all__ = ["ALL_PAIRS_MAX_TORS", "DEFAULT_FANOUT", "clos_document"]
+__all__ = ["ALL_PAIRS_MAX_TORS", "DEFAULT_FANOUT", "MAX_TORS", "clos_document", "tor_prefix"]
 
 ALL_PAIRS_MAX_TORS = 256
+MAX_TORS = 4096  # per pod
+_MAX_SLASH26 = 1 << 18  # /26 prefixes in 10.0.0.0/8
 DEFAULT_FANOUT = 32
 SPINE_ASN_BASE = 64512  # + plane
 LEAF_ASN_BASE = 64768  # + pod (pods < 256)
@@ -45,6 +50,18 @@ def leaf_name(p: int, lp: int) -> str:
 
 def spine_name(lp: int, s: int) -> str:
     return f"spine-{lp}-{s}"
+
+
+def tor_prefix(p: int, t: int, tors: int) -> str:
+    """The prefix ToR ``t`` of pod ``p`` originates in a fabric of ``tors`` ToRs per pod.
+
+    >>> tor_prefix(3, 7, 16), tor_prefix(3, 7, 400)
+    ('10.3.7.0/24', '10.1.45.192/26')
+    """
+    if tors <= 256:
+        return f"10.{p}.{t}.0/24"
+    n = p * tors + t
+    return f"10.{n >> 10}.{(n >> 2) & 255}.{(n & 3) << 6}/26"
 
 
 def _leaf_spine_links(
@@ -87,8 +104,10 @@ def clos_document(
     """
     if min(pods, tors, planes, spines) < 1:
         raise ValueError("pods, tors, planes and spines must all be at least 1")
-    if pods > 256 or tors > 256:
-        raise ValueError("at most 256 pods and 256 ToRs per pod (prefixes are 10.POD.TOR.0/24)")
+    if pods > 256 or tors > MAX_TORS:
+        raise ValueError(f"at most 256 pods and {MAX_TORS} ToRs per pod")
+    if tors > 256 and pods * tors > _MAX_SLASH26:
+        raise ValueError(f"at most {_MAX_SLASH26} ToRs in all (each originates a /26 of 10.0.0.0/8)")
     if not (0 <= missing < 1 and 0 <= hetero <= 1):
         raise ValueError("missing must be in [0, 1) and hetero in [0, 1]")
     rng = random.Random(seed)
@@ -103,7 +122,7 @@ def clos_document(
             devices.append({"name": leaf_name(p, lp), "role": "leaf", "pod": p, "plane": lp, "asn": LEAF_ASN_BASE + p})
         for t in range(tors):
             devices.append({"name": tor_name(p, t), "role": "tor", "pod": p, "asn": TOR_ASN_BASE + p * tors + t})
-            prefixes.append({"prefix": f"10.{p}.{t}.0/24", "origins": [tor_name(p, t)]})
+            prefixes.append({"prefix": tor_prefix(p, t, tors), "origins": [tor_name(p, t)]})
             for lp in range(planes):
                 links.append({"a": tor_name(p, t), "a_port": f"eth{lp + 1}", "b": leaf_name(p, lp),
                               "b_port": f"eth{t + 1}", "capacity_gbps": BASE_CAPACITY})
@@ -158,7 +177,7 @@ def _demands(pods: int, tors: int, rng: random.Random, kind: DemandKind, fanout:
         for j in dests:
             q, u = all_tors[j]
             size = mass[j] * (mass[i] if kind == "gravity" else 1.0)
-            out.append({"from": tor_name(p, t), "to": f"10.{q}.{u}.0/24", "gbps": round(size, 6)})
+            out.append({"from": tor_name(p, t), "to": tor_prefix(q, u, tors), "gbps": round(size, 6)})
     return out
 
 

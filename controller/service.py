@@ -1,18 +1,25 @@
 """The controller's operations on the revisioned intent: what the API routers
 and the CLI call.
 
-Every write follows one path (:func:`apply_edit`): in one transaction, read the
-head revision, check the caller's ``If-Match``, apply the edit to a copy of the
-head document, validate the WHOLE resulting document
-(:func:`controller.model.intent.validate_intent`), store a new revision only if the
-content hash changed, and write the audit entry. A failed or invalid write
-leaves no revision; it is still audited, as rejected, in its own transaction.
+Every write follows one path: in one transaction, read the head revision,
+check the caller's ``If-Match``, apply the edit to the head's snapshot
+(:mod:`controller.store.snapshot`), make sure the WHOLE resulting intent is
+valid, store a new revision only if the content hash changed (only what
+changed: :mod:`controller.store.content`), and write the audit entry. Object
+edits (:func:`create_object`, :func:`update_object`, :func:`delete_object`)
+run on a :class:`~controller.store.snapshot.Draft`, whose result is proven
+valid from the head's when :mod:`controller.model.revalidate` can prove it and
+checked whole (:func:`controller.model.intent.validate_intent`) otherwise;
+whole-document edits (:func:`apply_edit`, :func:`replace_intent`) are checked
+whole. A failed or invalid write leaves no revision; it is still audited, as
+rejected, in its own transaction.
 Tokens (bearer credentials with a role) are issued, listed, revoked and checked
 here too; their secrets are shown once and stored as SHA-256 hashes.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import json
@@ -42,38 +49,53 @@ from controller.model.errors import (
 )
 from controller.model.intent import format_loc, load_intent, validate_intent
 from controller.model.tokens import token_name_problem
-from controller.store import objects, repo
-from controller.store.db import RetryOptions, lock_revisions, retrying, write_transaction
+from controller.store import content, objects, repo
+from controller.store.db import Database, RetryOptions, lock_revisions, retrying, write_transaction
+from controller.store.draft import Draft
 from controller.store.models import ROLES
 from controller.store.repo import ConcurrentWrite, Revision, Token
+from controller.store.snapshot import Element, Snapshot, diff_snapshots
 
 __all__ = [
     "EXAMPLE_INTENT",
     "ROLES",
     "Actor",
     "NoIntent",
+    "Listing",
     "Page",
     "Refusal",
     "WriteContext",
     "WriteResult",
+    "apply_draft",
     "apply_edit",
     "audit_refusals",
     "authenticate",
+    "authenticate_until",
     "bootstrap_admin",
     "create_object",
     "create_token",
     "delete_object",
     "diff_revisions",
+    "element_of",
     "get_intent",
     "get_object",
+    "get_revision",
     "get_token",
     "head",
+    "head_snapshot",
+    "find_object",
     "list_audit",
+    "list_elements",
     "list_objects",
     "list_revisions",
     "list_tokens",
     "load_example",
+    "page_of",
+    "cached_head",
+    "read_head",
+    "read_intent",
     "replace_intent",
+    "revision_snapshot",
     "revoke_token",
     "role_allows",
     "update_object",
@@ -142,8 +164,24 @@ class WriteContext:
 class WriteResult:
     revision: Revision
     changed: bool
-    document: Doc
+    snapshot: Snapshot
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def document(self) -> Doc:
+        """The resulting intent document (shared element dicts: never change them)."""
+        return self.snapshot.document()
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A page of the head's objects: ``revision`` is the head's id (``None`` on an empty store)."""
+
+    items: list[Any]
+    total: int
+    limit: int
+    offset: int
+    revision: int | None
 
 
 @dataclass(frozen=True)
@@ -160,36 +198,116 @@ def head(*, session: Session) -> Revision | None:
     return repo.head_revision(session=session)
 
 
-def get_intent(*, session: Session, revision: int | None = None) -> tuple[Revision, Doc]:
-    """The document of ``revision`` (the head by default); :class:`NotFound` on an empty store."""
-    if revision is None:
-        rev = repo.head_revision(session=session)
-        if rev is None:
-            raise NotFound("the store holds no intent yet: PUT /v1/intent (or loom serve --example)")
-    else:
-        rev = repo.get_revision(revision, session=session)
-    return rev, repo.revision_document(rev.id, session=session)
-
-
-def list_objects(kind: str, *, session: Session, filters: dict[str, str | None], limit: int,
-                 offset: int) -> Page:
-    coll = objects.collection(kind)
+def head_snapshot(*, session: Session) -> tuple[Revision, Snapshot]:
+    """The head revision and its snapshot; :class:`NotFound` on an empty store."""
     rev = repo.head_revision(session=session)
-    doc = repo.revision_document(rev.id, session=session) if rev else None
-    items = objects.select_elements(coll, doc, filters)
-    page = [_public(coll, e) for e in items[offset:offset + limit]]
-    return Page(page, len(items), limit, offset, rev)
+    if rev is None:
+        raise NotFound("the store holds no intent yet: PUT /v1/intent (or loom serve --example)")
+    return rev, repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
 
 
-def get_object(kind: str, ident: str, *, session: Session) -> tuple[Doc, Revision]:
+def get_revision(revision: int, *, session: Session) -> Revision:
+    """A revision's metadata; :class:`NotFound` when it does not exist."""
+    return repo.get_revision(revision, session=session)
+
+
+def revision_snapshot(revision: int, *, session: Session) -> tuple[Revision, Snapshot]:
+    """A revision and its snapshot; :class:`NotFound` when it does not exist."""
+    rev = repo.get_revision(revision, session=session)
+    return rev, repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
+
+
+def get_intent(*, session: Session, revision: int | None = None) -> tuple[Revision, Doc]:
+    """The document of ``revision`` (the head by default); :class:`NotFound` on an empty store.
+    The element dicts are the store's cached ones: read them, never change them."""
+    rev, snap = head_snapshot(session=session) if revision is None else revision_snapshot(revision, session=session)
+    return rev, snap.document()
+
+
+def read_head(database: Database) -> tuple[int, Snapshot] | None:
+    """The head revision's id and snapshot, for reads: one light query on a connection of its own
+    (no ORM session), the snapshot from the store's cache (``None`` on an empty store)."""
+    asked = database.heads.clock()
+    with database.engine.connect() as conn:
+        ref = repo.head_ref(conn)
+        if ref is None:
+            return None
+        snap = content.load_snapshot(conn, ref[0], database.snapshots, ref[1])
+    database.heads.put(ref[0], ref[1], at=asked)
+    return ref[0], snap
+
+
+def cached_head(database: Database, *, max_age: float) -> tuple[int, Snapshot] | None:
+    """The head as this process saw it less than ``max_age`` seconds ago (or wrote it since), with
+    its snapshot, without asking the store; ``None`` when that is not known (ask :func:`read_head`).
+    Another replica's newer revision shows here within ``max_age``; this process's own at once."""
+    ref = database.heads.get(max_age)
+    if ref is None:
+        return None
+    snap = database.snapshots.get(ref[0], ref[1])
+    return None if snap is None else (ref[0], snap)
+
+
+def read_intent(database: Database) -> tuple[int, Snapshot]:
+    """:func:`read_head`; :class:`NotFound` on an empty store."""
+    head = read_head(database)
+    if head is None:
+        raise NotFound("the store holds no intent yet: PUT /v1/intent (or loom serve --example)")
+    return head
+
+
+def list_elements(kind: str, *, database: Database, filters: dict[str, str | None], limit: int,
+                  offset: int) -> Listing:
+    """A page of the head's elements of collection ``kind`` (:class:`Element`), filtered; the page's
+    ``revision`` is the head's id (``None`` on an empty store)."""
+    head = read_head(database)
+    if head is None:
+        return Listing([], 0, limit, offset, None)
+    return page_of(kind, head, filters=filters, limit=limit, offset=offset)
+
+
+def page_of(kind: str, head: tuple[int, Snapshot], *, filters: dict[str, str | None], limit: int,
+            offset: int) -> Listing:
+    """A page of the elements of collection ``kind`` in the revision ``head`` (id, snapshot), filtered."""
     coll = objects.collection(kind)
-    rev, doc = get_intent(session=session)
-    _, element = objects.find_element(coll, doc, objects.parse_object_id(coll, ident))
-    return _public(coll, element), rev
+    rev_id, snap = head
+    items = snap.sections[coll.key].elements
+    wanted = [(coll.filters[k], v) for k, v in filters.items() if v is not None]
+    if wanted:
+        items = [e for e in items if all(test(e.doc, v) for test, v in wanted)]
+    return Listing(items[offset:offset + limit], len(items), limit, offset, rev_id)
 
 
-def _public(coll: objects.Collection, element: Doc) -> Doc:
-    return {"id": coll.identity(element), **element}
+def list_objects(kind: str, *, database: Database, filters: dict[str, str | None], limit: int,
+                 offset: int) -> Listing:
+    page = list_elements(kind, database=database, filters=filters, limit=limit, offset=offset)
+    return replace(page, items=[public(e) for e in page.items])
+
+
+def find_object(kind: str, ident: str, *, database: Database) -> tuple[Element, int]:
+    """The head's element ``ident`` of collection ``kind`` (as a URL names it), and the head's id."""
+    return element_of(kind, ident, read_intent(database))
+
+
+def element_of(kind: str, ident: str, head: tuple[int, Snapshot]) -> tuple[Element, int]:
+    """Element ``ident`` (as a URL names it) of collection ``kind`` in the revision ``head`` (id, snapshot)."""
+    coll = objects.collection(kind)
+    rev_id, snap = head
+    key = objects.parse_object_id(coll, ident)
+    el = snap.element(coll.key, key)
+    if el is None:
+        raise NotFound(f"{coll.kind.replace('_', ' ')} {key!r} does not exist")
+    return el, rev_id
+
+
+def get_object(kind: str, ident: str, *, database: Database) -> tuple[Doc, int]:
+    el, rev_id = find_object(kind, ident, database=database)
+    return public(el), rev_id
+
+
+def public(el: Element) -> Doc:
+    """An object as the API shows it: its identity first, as ``id``, then its fields."""
+    return {"id": el.ident, **el.doc}
 
 
 def list_revisions(*, session: Session, limit: int, offset: int) -> Page:
@@ -199,9 +317,9 @@ def list_revisions(*, session: Session, limit: int, offset: int) -> Page:
 
 def diff_revisions(a: int, b: int, *, session: Session) -> Doc:
     """Objects added, removed and changed from revision ``a`` to revision ``b``."""
-    old = repo.revision_document(a, session=session)
-    new = repo.revision_document(b, session=session)
-    return {"from": a, "to": b, **objects.diff_documents(old, new)}
+    old = repo.revision_snapshot(a, session=session)
+    new = repo.revision_snapshot(b, session=session)
+    return {"from": a, "to": b, **diff_snapshots(old, new)}
 
 
 def list_audit(*, session: Session, limit: int, offset: int, actor: str | None = None,
@@ -235,8 +353,9 @@ def _validated(document: Any) -> Intent:
 def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: WriteContext, action: str,
                retry: RetryOptions = RetryOptions()) -> WriteResult:
     """Apply ``edit`` (head document, or ``None`` on an empty store -> new
-    document) as one transaction: If-Match, whole-document validation, a new
-    revision if the content hash changed, and the audit entry.
+    document; it must not change the head document in place) as one transaction:
+    If-Match, whole-document validation, a new revision if the content hash
+    changed, and the audit entry.
 
     Raises :class:`StaleRevision` (If-Match is not the head), :class:`InvalidIntent`
     (every located error of the resulting document), or what ``edit`` raises
@@ -246,27 +365,62 @@ def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: Writ
     where a stale If-Match is refused as ever. Once the attempts are used up it is
     :class:`StoreContention`; a store that does not answer is :class:`StoreUnavailable`.
     """
+    def make(base: Snapshot | None) -> Snapshot:
+        intent = _validated(edit(base.document() if base is not None else None))
+        return Snapshot.from_intent(intent, base)
+
+    return _write(make, session=session, ctx=ctx, action=action, retry=retry)
+
+
+def apply_draft(edit: Callable[[Draft], Any], *, session: Session, ctx: WriteContext, action: str,
+                empty: Callable[[], LoomError], retry: RetryOptions = RetryOptions()) -> tuple[WriteResult, Any]:
+    """Apply the object edits ``edit`` makes on a :class:`Draft` of the head, as :func:`apply_edit`
+    does a whole-document edit; ``empty`` is the error for an empty store. Returns the result
+    and what ``edit`` returned."""
+    out: list[Any] = []
+
+    def make(base: Snapshot | None) -> Snapshot:
+        if base is None:
+            raise empty()
+        draft = Draft(base)
+        out.append(edit(draft))
+        try:
+            return draft.finish()
+        except ValidationError as exc:
+            raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"])) for e in exc.errors()]
+                                ) from None
+
+    result = _write(make, session=session, ctx=ctx, action=action, retry=retry)
+    return result, out[-1]
+
+
+def _write(make: Callable[[Snapshot | None], Snapshot], *, session: Session, ctx: WriteContext,
+           action: str, retry: RetryOptions) -> WriteResult:
+    """One write: head, If-Match, the new snapshot from ``make``, a revision if it changed, the audit;
+    writers queue on :func:`lock_revisions` and a lost race runs again after a back-off (``retry``)."""
 
     def attempt() -> WriteResult:
         with write_transaction(session):
             lock_revisions(session)
             rev = repo.head_revision(session=session)
             _check_if_match(ctx.if_match, rev)
-            base = repo.revision_document(rev.id, session=session) if rev else None
-            intent = _validated(edit(base))
-            doc = intent.to_document()
+            base = repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash) if rev else None
+            snap = make(base)
             now = _now()
-            changed = rev is None or rev.hash != intent.content_hash
+            changed = rev is None or rev.hash != snap.hash
             if changed:
-                rev = repo.add_revision(session=session, document=doc, content_hash=intent.content_hash,
-                                        parent=rev.id if rev else None, author=ctx.actor.name,
-                                        message=ctx.message, request_id=ctx.request_id, now=now)
+                rev, _ = repo.add_snapshot(session=session, snapshot=snap, parent=rev.id if rev else None,
+                                           author=ctx.actor.name, message=ctx.message,
+                                           request_id=ctx.request_id, now=now)
+            else:
+                assert base is not None
+                snap = base
             assert rev is not None
             repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
                            client=ctx.client, request_id=ctx.request_id, method=ctx.method, path=ctx.path,
                            action=action, outcome="accepted" if changed else "unchanged", status=ctx.status,
                            revision=rev.id, detail=ctx.message)
-        return WriteResult(rev, changed, doc)
+        return WriteResult(rev, changed, snap)
 
     try:
         return retrying(attempt, retry_on=(StoreContention, ConcurrentWrite), options=retry)
@@ -332,49 +486,51 @@ def replace_intent(document: Any, *, session: Session, ctx: WriteContext) -> Wri
     return apply_edit(lambda _base: document, session=session, ctx=ctx, action="intent.replace")
 
 
-def _require(base: Doc | None) -> Doc:
-    if base is None:
-        raise NoIntent("the store holds no intent yet: PUT /v1/intent first")
-    return base
+def _what(coll: objects.Collection) -> str:
+    return coll.kind.replace("_", " ")
 
 
 def create_object(kind: str, element: Doc, *, session: Session, ctx: WriteContext) -> tuple[Doc, WriteResult]:
     coll = objects.collection(kind)
-    ident = coll.identity(element)
-    result = apply_edit(lambda base: objects.insert_element(coll, _require(base), element), session=session,
-                        ctx=ctx, action=f"{coll.kind}.create")
-    _, created = objects.find_element(coll, result.document, ident)
-    return _public(coll, created), result
+    result, ident = apply_draft(lambda draft: draft.insert(coll.key, element), session=session, ctx=ctx,
+                                action=f"{coll.kind}.create",
+                                empty=lambda: NoIntent("the store holds no intent yet: PUT /v1/intent first"))
+    return _public_of(coll, result, ident), result
 
 
 def update_object(kind: str, raw_ident: str, patch: Doc, *, session: Session,
                   ctx: WriteContext) -> tuple[Doc, WriteResult]:
     coll = objects.collection(kind)
     ident = objects.parse_object_id(coll, raw_ident)
-    renamed: list[str] = []
 
-    def edit(base: Doc | None) -> Doc:
-        if base is None:
-            raise NotFound(f"{coll.kind.replace('_', ' ')} {ident!r} does not exist")
-        out, new_ident = objects.update_element(coll, base, ident, patch)
-        renamed.append(new_ident)
-        return out
+    def edit(draft: Draft) -> str:
+        merged = dict(draft.get(coll.key, ident))
+        for name, value in patch.items():
+            if value is None:
+                merged.pop(name, None)
+            else:
+                merged[name] = copy.deepcopy(value)
+        return draft.replace(coll.key, ident, merged)
 
-    result = apply_edit(edit, session=session, ctx=ctx, action=f"{coll.kind}.update")
-    _, updated = objects.find_element(coll, result.document, renamed[-1])
-    return _public(coll, updated), result
+    result, new_ident = apply_draft(edit, session=session, ctx=ctx, action=f"{coll.kind}.update",
+                                    empty=lambda: NotFound(f"{_what(coll)} {ident!r} does not exist"))
+    return _public_of(coll, result, new_ident), result
+
+
+def _public_of(coll: objects.Collection, result: WriteResult, ident: str) -> Doc:
+    el = result.snapshot.element(coll.key, ident)
+    if el is None:  # the canonical form renamed it (cannot happen for a valid object; kept for clarity)
+        raise NotFound(f"{_what(coll)} {ident!r} does not exist")
+    return public(el)
 
 
 def delete_object(kind: str, raw_ident: str, *, session: Session, ctx: WriteContext) -> WriteResult:
     coll = objects.collection(kind)
     ident = objects.parse_object_id(coll, raw_ident)
-
-    def edit(base: Doc | None) -> Doc:
-        if base is None:
-            raise NotFound(f"{coll.kind.replace('_', ' ')} {ident!r} does not exist")
-        return objects.delete_element(coll, base, ident)
-
-    return apply_edit(edit, session=session, ctx=ctx, action=f"{coll.kind}.delete")
+    result, _ = apply_draft(lambda draft: draft.delete(coll.key, ident), session=session, ctx=ctx,
+                            action=f"{coll.kind}.delete",
+                            empty=lambda: NotFound(f"{_what(coll)} {ident!r} does not exist"))
+    return result
 
 
 def load_example(*, session: Session, ctx: WriteContext, path: Path = EXAMPLE_INTENT) -> WriteResult | None:
@@ -525,14 +681,20 @@ def bootstrap_admin(*, session: Session, ctx: WriteContext, name: str = "bootstr
 
 def authenticate(bearer: str, *, session: Session, admin_token: str | None = None) -> Actor | None:
     """The actor a bearer token stands for, or ``None`` (unknown, revoked, expired)."""
+    return authenticate_until(bearer, session=session, admin_token=admin_token)[0]
+
+
+def authenticate_until(bearer: str, *, session: Session, admin_token: str | None = None
+                       ) -> tuple[Actor | None, datetime | None]:
+    """:func:`authenticate`, and when the token expires (``None``: no expiry, or no actor)."""
     if admin_token and hmac.compare_digest(bearer.encode(), admin_token.encode()):
-        return Actor("admin (LOOM_ADMIN_TOKEN)", "admin")
+        return Actor("admin (LOOM_ADMIN_TOKEN)", "admin"), None
     parts = bearer.split("_", 2)
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX or not parts[1]:
-        return None
+        return None, None
     token = repo.find_token(parts[1], session=session)
     if token is None or not hmac.compare_digest(token.secret_hash, _hash_secret(bearer)):
-        return None
+        return None, None
     if not token.active(_now()):
-        return None
-    return Actor(token.name, token.role, token.id)
+        return None, None
+    return Actor(token.name, token.role, token.id), token.expires_at

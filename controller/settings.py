@@ -30,6 +30,12 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     title: str = "Loom"
+    read_cache_s: float = Field(
+        0.5, ge=0, le=1.0, description="how long reads may serve the head revision this process last saw without "
+                                       "asking the store (s); its own writes count at once, other replicas' within it")
+    token_cache_s: float = Field(
+        0.5, ge=0, le=1.0, description="how long a checked bearer token is trusted without asking the store (s); "
+                                       "a revocation counts on every replica within it")
     # -- the change workflow (controller.workflow) --
     agents: str | None = Field(None, description="device agents: a YAML/JSON file {device: 'unix:PATH' | 'HOST:PORT'}")
     agent_tls_cert: str | None = Field(None, description="client certificate for agents on TCP (mutual TLS)")

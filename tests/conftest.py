@@ -49,6 +49,7 @@ TIERS: dict[str, str] = {
     "test_api.py": "component",
     "test_auto_te.py": "component",          # the re-tuning loop through the app on dry agents; its rails are unit
     "test_api_fuzz.py": "component",
+    "test_api_reads.py": "component",        # cached reads, 304s, token and head caches across replicas
     "test_closed_loop_lab.py": "lab",
     "test_cluster.py": "component",          # leases on real stores, the agents' fence, the commit queue
     "test_check_cli.py": "unit",
@@ -73,12 +74,14 @@ TIERS: dict[str, str] = {
     "test_outage.py": "component",       # PostgreSQL stopped under a real loom serve; the pure checks are unit
     "test_pki.py": "component",
     "test_render.py": "unit",                # FRR's own parser is lab
+    "test_revisions.py": "component",        # revisions stored by content, on SQLite and PostgreSQL
     "test_safety_replay.py": "unit",
     "test_safety_robust.py": "unit",
     "test_solver_lp.py": "unit",
     "test_solver_relax.py": "unit",
     "test_solver_routing.py": "unit",
     "test_solver_weights.py": "unit",
+    "test_snapshot.py": "unit",              # snapshots and incremental validation against the whole-document oracle
     "test_store.py": "component",
     "test_tokens.py": "component",        # the last admin, token names, refused requests in the audit log
     "test_telemetry.py": "unit",             # counter windows, views and tomogravity on synthetic counters

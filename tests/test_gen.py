@@ -47,6 +47,16 @@ def test_fanout_bounds_demands() -> None:
     assert all(d["to"] != f"10.{d['from'].split('-')[1]}.{d['from'].split('-')[2]}.0/24" for d in doc["demands"])
 
 
+def test_pods_of_more_than_256_tors_originate_distinct_slash26s() -> None:
+    doc = clos_document(pods=3, tors=300, planes=1, spines=2, fanout=1, scale_to_ecmp=False)
+    intent = validate_intent(doc)  # distinct prefixes, every demand towards one of them
+    assert len(intent.devices) == 3 * 300 + 3 + 2 and len({p.prefix for p in intent.prefixes}) == 900
+    assert all(p.prefix.endswith("/26") for p in intent.prefixes) and len(intent.demands) == 900
+    assert clos_document(pods=2, tors=2, planes=1, spines=1, fanout=0, scale_to_ecmp=False)["demands"] == []
+    with pytest.raises(ValueError):
+        clos_document(pods=256, tors=1025, planes=1, spines=1)
+
+
 def test_cli_gen_then_plan_is_accepted(tmp_path: Path) -> None:
     intent_file, plan_file = tmp_path / "fabric.yaml", tmp_path / "plan.json"
     r = runner.invoke(app, ["gen", "clos", "--pods", "3", "--tors", "3", "--planes", "2", "--spines", "2",

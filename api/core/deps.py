@@ -6,17 +6,28 @@ one); ``Viewer``, ``Operator`` and ``Admin`` add the role check (403). Writes
 take ``OperatorWrite`` or ``AdminWrite``: a :class:`controller.service.WriteContext`
 carrying the actor, the request id and the ``If-Match`` header, for the
 service's revision check and the audit log. Nothing here builds SQL.
+
+Tokens are checked against the store at most once per :class:`TokenCache`
+period (``Settings.token_cache_s``, at most a second) per token and process:
+a revoked or expired token is refused within that period on every replica, and
+at once on the replica that revoked it. The dependencies that need no I/O are
+coroutines, so a request does not hop to a worker thread for each of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import hashlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from api.core.problems import ProblemException, status_for
 from controller import service
@@ -27,21 +38,71 @@ from controller.store.repo import Revision
 
 __all__ = [
     "Admin", "AdminWrite", "CurrentUser", "IfMatch", "MAX_LIMIT", "OperatorWrite", "Paging", "SessionDep",
-    "Viewer", "page_body", "set_etag",
+    "TokenCache", "Viewer", "page_body", "set_etag",
 ]
 
 MAX_LIMIT = 1000
 _bearer = HTTPBearer(auto_error=False, description="a Loom token: `loom_<id>_<secret>`")
 
 
-def get_database(request: Request) -> Database:
+async def get_database(request: Request) -> Database:
     db: Database = request.app.state.database
     return db
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
+
+
+class TokenCache:
+    """Who each bearer token stood for when the store was last asked, for ``ttl`` seconds.
+
+    Keys are the tokens' SHA-256 (no secret is kept); only successful checks are kept (a
+    token made a moment ago on another replica works at once); an entry past its token's
+    expiry is not used. ``clear`` after a revocation makes it count at once in this process;
+    elsewhere it counts when the entry ages out, within ``ttl`` (at most a second).
+    """
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic):
+        self.ttl = ttl
+        self.clock = clock
+        self._items: dict[str, tuple[float, Actor, datetime | None]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(bearer: str) -> str:
+        return hashlib.sha256(bearer.encode()).hexdigest()
+
+    def get(self, key: str) -> Actor | None:
+        if self.ttl <= 0:
+            return None
+        hit = self._items.get(key)
+        if hit is None:
+            return None
+        at, actor, expires = hit
+        if self.clock() - at >= self.ttl or (expires is not None and expires <= datetime.now(UTC)):
+            with self._lock:
+                self._items.pop(key, None)
+            return None
+        return actor
+
+    def put(self, key: str, actor: Actor, expires: datetime | None) -> None:
+        if self.ttl <= 0:
+            return
+        with self._lock:
+            if len(self._items) > 10_000:  # a flood of distinct tokens: start over rather than grow
+                self._items.clear()
+            self._items[key] = (self.clock(), actor, expires)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+def token_cache(request: Request) -> TokenCache:
+    cache: TokenCache = request.app.state.token_cache
+    return cache
 
 
 def get_session(db: Annotated[Database, Depends(get_database)]) -> Iterator[Session]:
@@ -52,19 +113,34 @@ def get_session(db: Annotated[Database, Depends(get_database)]) -> Iterator[Sess
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
-def current_user(
+async def current_user(
     request: Request,
-    db: Annotated[Database, Depends(get_database)],
-    settings: Annotated[Settings, Depends(get_settings)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Actor:
+    """The actor behind the bearer token (401 without a valid one)."""
+    return await _authenticate(request, credentials)
+
+
+async def _authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Actor:
     challenge = {"WWW-Authenticate": 'Bearer realm="loom"'}
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ProblemException(401, "Unauthorized", "send 'Authorization: Bearer <token>'", kind="unauthorized",
                                headers=challenge)
-    admin = settings.admin_token.get_secret_value() if settings.admin_token else None
-    with db.session() as session:
-        actor = service.authenticate(credentials.credentials, session=session, admin_token=admin)
+    cache = token_cache(request)
+    key = cache.key(credentials.credentials)
+    actor = cache.get(key)
+    if actor is None:
+        db: Database = request.app.state.database
+        settings: Settings = request.app.state.settings
+        admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+
+        def check() -> tuple[Actor | None, datetime | None]:
+            with db.session() as session:
+                return service.authenticate_until(credentials.credentials, session=session, admin_token=admin)
+
+        actor, expires = await run_in_threadpool(check)
+        if actor is not None:
+            cache.put(key, actor, expires)
     if actor is None:
         raise ProblemException(401, "Unauthorized", "the token is unknown, expired or revoked", kind="unauthorized",
                                headers={"WWW-Authenticate": 'Bearer realm="loom", error="invalid_token"'})
@@ -75,8 +151,12 @@ def current_user(
 CurrentUser = Annotated[Actor, Depends(current_user)]
 
 
-def _require(role: str) -> Callable[[Actor], Actor]:
-    def check(actor: CurrentUser) -> Actor:
+def _require(role: str) -> Callable[..., Awaitable[Actor]]:
+    # one dependency with the token's check inside, not one on top of current_user: each
+    # dependency FastAPI solves costs a read request a noticeable share of its time
+    async def check(request: Request,
+                    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Actor:
+        actor = await _authenticate(request, credentials)
         if not service.role_allows(actor.role, role):
             raise ProblemException(403, "Forbidden", f"this needs the {role} role; the token has {actor.role}",
                                    kind="forbidden")
@@ -99,11 +179,11 @@ def _context(request: Request, actor: Actor, if_match: str | None) -> WriteConte
                         client=request.client.host if request.client else None)
 
 
-def operator_write(request: Request, actor: Operator, if_match: IfMatch = None) -> WriteContext:
+async def operator_write(request: Request, actor: Operator, if_match: IfMatch = None) -> WriteContext:
     return _context(request, actor, if_match)
 
 
-def admin_write(request: Request, actor: Admin) -> WriteContext:
+async def admin_write(request: Request, actor: Admin) -> WriteContext:
     return _context(request, actor, None)
 
 
@@ -116,15 +196,18 @@ def with_status(ctx: WriteContext, status: int) -> WriteContext:
 
 
 class Paging:
-    def __init__(
-        self,
-        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")] = 100,
-        offset: Annotated[int, Query(ge=0, le=2**31 - 1, description="items to skip")] = 0,
-    ):
+    def __init__(self, limit: int = 100, offset: int = 0):
         self.limit, self.offset = limit, offset
 
 
-PagingDep = Annotated[Paging, Depends()]
+async def paging(
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="page size")] = 100,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1, description="items to skip")] = 0,
+) -> Paging:
+    return Paging(limit, offset)
+
+
+PagingDep = Annotated[Paging, Depends(paging)]
 
 
 def set_etag(response: Response, revision: Revision | None) -> None:

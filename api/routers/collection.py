@@ -3,20 +3,24 @@ prefixes, policies, demands), built once per resource by :func:`collection_route
 
 ``GET /v1/<name>`` lists with filters and ``?limit=&offset=`` paging,
 ``POST`` creates, ``GET/PATCH/DELETE /v1/<name>/{id}`` read, update and delete
-one object. Every write re-validates the whole resulting intent (422 with the
-locations in that document), honours ``If-Match`` (409 when stale) and answers
-with the new revision's ``ETag``. The routes call :mod:`controller.service`; no SQL here.
+one object. Every write makes sure the whole resulting intent is valid (422
+with the locations in that document), honours ``If-Match`` (409 when stale) and
+answers with the new revision's ``ETag``. Reads answer bytes made once per
+object (:mod:`api.core.fastread`) with the head's ``ETag``, and 304 to an
+``If-None-Match`` that names it. The routes call :mod:`controller.service`; no SQL here.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads these signatures at runtime.
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Body, Depends, Path, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from api.core.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body, set_etag, with_status
+from api.core import fastread
+from api.core.deps import OperatorWrite, PagingDep, SessionDep, Viewer, set_etag, with_status
 from api.core.problems import error_responses
 from api.core.schemas import SCHEMAS, Page
 from controller import service
@@ -27,9 +31,9 @@ __all__ = ["collection_router"]
 Filters = dict[str, str | None]
 
 
-def collection_router(name: str, filters: Callable[..., Filters], *, id_help: str) -> APIRouter:
+def collection_router(name: str, filters: Callable[..., Awaitable[Filters]], *, id_help: str) -> APIRouter:
     """The router of collection ``name`` (``devices``...); ``filters`` is a
-    dependency returning the list filters from the query string."""
+    dependency (a coroutine: it needs no worker thread) returning the list filters from the query string."""
     schemas = SCHEMAS[name]
     coll = objects.collection(name)
     what = coll.kind.replace("_", " ")
@@ -47,11 +51,27 @@ def collection_router(name: str, filters: Callable[..., Filters], *, id_help: st
     @router.get("", response_model=Page[schemas.public],  # type: ignore[name-defined]
                 name=f"list_{name.replace('-', '_')}", summary=f"List {name}",
                 responses=error_responses(401, 403, 422))
-    def list_objects(request: Request, response: Response, session: SessionDep, _actor: Viewer,
-                     paging: PagingDep, where: FiltersDep) -> Any:
-        page = service.list_objects(name, session=session, filters=where, limit=paging.limit, offset=paging.offset)
-        set_etag(response, page.revision)
-        return page_body(request, response, page, page.items)
+    async def list_objects(request: Request, _actor: Viewer, paging: PagingDep, where: FiltersDep) -> Response:
+        head = await fastread.head(request, required=False)
+        if head is None:
+            page = service.Listing([], 0, paging.limit, paging.offset, None)
+        elif any(v is not None for v in where.values()):  # a scan of the section: not on the event loop
+            page = await run_in_threadpool(service.page_of, name, head, filters=where, limit=paging.limit,
+                                           offset=paging.offset)
+        else:
+            page = service.page_of(name, head, filters=where, limit=paging.limit, offset=paging.offset)
+        headers = {"X-Total-Count": str(page.total)}
+        if page.revision is not None:
+            headers["ETag"] = tag = fastread.etag(page.revision)
+            if fastread.unchanged(request.headers.get("if-none-match"), tag):
+                return fastread.not_modified(tag)
+        nxt = None
+        if page.offset + page.limit < page.total:
+            nxt = str(request.url.include_query_params(offset=page.offset + page.limit, limit=page.limit))
+            headers["Link"] = f'<{nxt}>; rel="next"'
+        body = fastread.page_bytes(name, page.items, total=page.total, limit=page.limit, offset=page.offset,
+                                   next_url=nxt)
+        return Response(body, media_type=fastread.JSON, headers=headers)
 
     @router.post("", status_code=201, response_model=schemas.public,
                  name=f"create_{coll.kind}", summary=f"Create a {what}",
@@ -66,10 +86,14 @@ def collection_router(name: str, filters: Callable[..., Filters], *, id_help: st
 
     @router.get(item, response_model=schemas.public,
                 name=f"get_{coll.kind}", summary=f"Read a {what}", responses=error_responses(401, 403, 404, 422))
-    def get_object(response: Response, session: SessionDep, _actor: Viewer, object_id: ObjectId) -> Any:
-        obj, rev = service.get_object(name, object_id, session=session)
-        set_etag(response, rev)
-        return obj
+    async def get_object(request: Request, _actor: Viewer, object_id: ObjectId) -> Response:
+        head = await fastread.head(request)
+        assert head is not None
+        el, rev = service.element_of(name, object_id, head)
+        tag = fastread.etag(rev)
+        if fastread.unchanged(request.headers.get("if-none-match"), tag):
+            return fastread.not_modified(tag)
+        return Response(fastread.public_bytes(name, el), media_type=fastread.JSON, headers={"ETag": tag})
 
     @router.patch(item, response_model=schemas.public,
                   name=f"update_{coll.kind}", summary=f"Change fields of a {what} (null clears a field)",

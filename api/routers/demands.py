@@ -8,7 +8,7 @@ from api.routers.collection import collection_router
 from controller.model import canonical_prefix
 
 
-def filters(
+async def filters(
     from_: Annotated[str | None, Query(alias="from", description="ingress device")] = None,
     to: Annotated[str | None, Query(description="destination prefix (10.0.0.0/24)")] = None,
 ) -> dict[str, str | None]:

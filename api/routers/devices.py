@@ -8,7 +8,7 @@ from api.routers.collection import collection_router
 from controller.model import Role
 
 
-def filters(
+async def filters(
     role: Annotated[Role | None, Query(description="tor, leaf, spine, superspine or router")] = None,
     pod: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
     plane: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,

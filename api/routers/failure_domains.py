@@ -7,7 +7,7 @@ from fastapi import Query
 from api.routers.collection import collection_router
 
 
-def filters(
+async def filters(
     kind: Annotated[str | None, Query(description="power, srlg, rack, ...")] = None,
     device: Annotated[str | None, Query(description="domains that contain this device")] = None,
 ) -> dict[str, str | None]:

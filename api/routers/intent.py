@@ -1,68 +1,65 @@
 """``/v1/intent``: the whole intent document of the head revision.
 
 ``GET`` exports it (JSON, or YAML with ``Accept: application/yaml``) with the
-head's ``ETag``; ``PUT`` replaces it (JSON, or YAML with ``Content-Type:
+head's ``ETag`` (304 to an ``If-None-Match`` naming it; the bytes are made once
+per revision); ``PUT`` replaces it (JSON, or YAML with ``Content-Type:
 application/yaml``), honouring ``If-Match``. A document equal to the head
 stores no revision and answers 200 with the head; an invalid one answers 422
 with every error's location and stores nothing.
 """
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated
 
-import yaml
 from fastapi import APIRouter, Header, Request, Response
-from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from api.core.deps import OperatorWrite, SessionDep, Viewer
+from api.core import fastread
+from api.core.deps import OperatorWrite, Viewer
+from api.core.fastread import YAML_TYPES, wants_yaml
 from api.core.problems import error_responses
 from controller import service
 from controller.model import Intent
 from controller.model.intent import parse_intent_text
+from controller.store.snapshot import Snapshot
+
+__all__ = ["YAML_TYPES", "revision_response", "router", "wants_yaml"]
 
 router = APIRouter(prefix="/v1/intent", tags=["intent"])
 
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 _INTENT_REF = {"$ref": "#/components/schemas/Intent"}
 _CONTENT = {"application/json": {"schema": _INTENT_REF}, "application/yaml": {"schema": {"type": "string"}}}
 
 
-def wants_yaml(accept: str | None) -> bool:
-    """True when the Accept header prefers YAML over JSON."""
-    if not accept:
-        return False
-    best: tuple[float, str] = (-1.0, "")
-    for part in accept.split(","):
-        media, _, params = part.strip().partition(";")
-        q = 1.0
-        for p in params.split(";"):
-            k, _, v = p.strip().partition("=")
-            if k == "q":
-                try:
-                    q = float(v)
-                except ValueError:
-                    q = 0.0
-        media = media.strip().lower()
-        if media in YAML_TYPES or media == "application/json":
-            if q > best[0]:
-                best = (q, media)
-    return best[1] in YAML_TYPES
+async def revision_response(request: Request, read: Callable[[], tuple[int, Snapshot]],
+                            accept: str | None, head: tuple[int, Snapshot] | None = None) -> Response:
+    """A revision's intent, or 304 when ``If-None-Match`` names its ETag: ``head`` when given
+    and its bytes are made already, else ``read`` in a worker thread (it reads the store, and
+    the first request for a revision makes its bytes there)."""
+    yaml_wanted = wants_yaml(accept)
+    made = fastread.made_body(head[1], yaml_wanted) if head is not None else None
+    if head is not None and made is not None:
+        rev, (body, media_type) = head[0], made
+    else:
+        def load() -> tuple[int, bytes, str]:
+            rev, snap = head if head is not None else read()
+            return (rev, *fastread.snapshot_body(snap, yaml_wanted))
 
-
-def document_response(doc: dict[str, Any], revision: int, accept: str | None, status: int = 200) -> Response:
-    headers = {"ETag": f'"{revision}"', "Vary": "Accept"}
-    if wants_yaml(accept):
-        text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120)
-        return Response(text, status_code=status, media_type="application/yaml", headers=headers)
-    return JSONResponse(doc, status_code=status, headers=headers)
+        rev, body, media_type = await run_in_threadpool(load)
+    tag = fastread.etag(rev)
+    if fastread.unchanged(request.headers.get("if-none-match"), tag):
+        return fastread.not_modified(tag, vary="Accept")
+    return Response(body, media_type=media_type, headers={"ETag": tag, "Vary": "Accept"})
 
 
 @router.get("", response_model=Intent, summary="Export the intent of the head revision",
             responses={200: {"content": _CONTENT}, **error_responses(401, 403, 404)})
-def get_intent(session: SessionDep, _actor: Viewer,
-               accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
-    rev, doc = service.get_intent(session=session)
-    return document_response(doc, rev.id, accept)
+async def get_intent(request: Request, _actor: Viewer,
+                     accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
+    database = request.app.state.database
+
+    hit = service.cached_head(database, max_age=request.app.state.settings.read_cache_s)
+    return await revision_response(request, lambda: service.read_intent(database), accept, head=hit)
 
 
 @router.put("", response_model=Intent, summary="Replace the whole intent (JSON or YAML)",
@@ -74,10 +71,13 @@ async def put_intent(request: Request, ctx: OperatorWrite) -> Response:
     fmt = "yaml" if ctype in YAML_TYPES else "json"
     database = request.app.state.database
 
-    def write() -> service.WriteResult:
-        with database.session() as session:
-            return service.apply_edit(lambda _head: parse_intent_text(raw, fmt, allow_aliases=False),
-                                      session=session, ctx=ctx, action="intent.replace")
+    yaml_wanted = wants_yaml(request.headers.get("accept"))
 
-    result = await run_in_threadpool(write)
-    return document_response(result.document, result.revision.id, request.headers.get("accept"))
+    def write() -> tuple[int, bytes, str]:
+        with database.session() as session:
+            result = service.apply_edit(lambda _head: parse_intent_text(raw, fmt, allow_aliases=False),
+                                        session=session, ctx=ctx, action="intent.replace")
+        return (result.revision.id, *fastread.snapshot_body(result.snapshot, yaml_wanted))
+
+    rev, body, media_type = await run_in_threadpool(write)
+    return Response(body, media_type=media_type, headers={"ETag": fastread.etag(rev), "Vary": "Accept"})

@@ -25,7 +25,7 @@ from controller.model.intent import parse_intent_text
 from controller.workflow import jobs
 
 
-def filters(
+async def filters(
     tor: Annotated[str | None, Query(description="jobs with this member")] = None,
     collective: Annotated[str | None, Query(description="ring_allreduce, all_to_all or pipeline")] = None,
 ) -> dict[str, str | None]:

@@ -7,7 +7,7 @@ from fastapi import Query
 from api.routers.collection import collection_router
 
 
-def filters(
+async def filters(
     device: Annotated[str | None, Query(description="links with an end on this device")] = None,
 ) -> dict[str, str | None]:
     return {"device": device}

@@ -10,7 +10,7 @@ from api.routers.collection import collection_router
 Kind = Literal["drain", "utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te"]
 
 
-def filters(kind: Annotated[Kind | None, Query()] = None) -> dict[str, str | None]:
+async def filters(kind: Annotated[Kind | None, Query()] = None) -> dict[str, str | None]:
     return {"kind": kind}
 
 

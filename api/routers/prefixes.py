@@ -7,7 +7,7 @@ from fastapi import Query
 from api.routers.collection import collection_router
 
 
-def filters(
+async def filters(
     origin: Annotated[str | None, Query(description="prefixes this device originates")] = None,
 ) -> dict[str, str | None]:
     return {"origin": origin}

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Header, Path, Request, Response
 from api.core.deps import PagingDep, SessionDep, Viewer, page_body, set_etag
 from api.core.problems import error_responses
 from api.core.schemas import Page, RevisionDiff, RevisionPublic
-from api.routers.intent import _CONTENT, document_response
+from api.routers.intent import _CONTENT, revision_response
 from controller import service
 from controller.model import Intent
 from controller.store.repo import Revision
+from controller.store.snapshot import Snapshot
 
 router = APIRouter(prefix="/v1/revisions", tags=["revisions"])
 RevisionId = Annotated[int, Path(ge=1, le=2**31 - 1, description="revision id (1, 2, 3...)")]
@@ -35,17 +36,23 @@ def list_revisions(request: Request, response: Response, session: SessionDep, _a
 @router.get("/{revision}", response_model=RevisionPublic, summary="One revision's metadata",
             responses=error_responses(401, 403, 404, 422))
 def get_revision(response: Response, session: SessionDep, _actor: Viewer, revision: RevisionId) -> Any:
-    rev, _ = service.get_intent(session=session, revision=revision)
+    rev = service.get_revision(revision, session=session)
     set_etag(response, rev)
     return public(rev)
 
 
 @router.get("/{revision}/intent", response_model=Intent, summary="One revision's intent document (JSON or YAML)",
             responses={200: {"content": _CONTENT}, **error_responses(401, 403, 404, 422)})
-def get_revision_intent(session: SessionDep, _actor: Viewer, revision: RevisionId,
-                        accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
-    rev, doc = service.get_intent(session=session, revision=revision)
-    return document_response(doc, rev.id, accept)
+async def get_revision_intent(request: Request, _actor: Viewer, revision: RevisionId,
+                              accept: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
+    database = request.app.state.database
+
+    def read() -> tuple[int, Snapshot]:
+        with database.session() as session:
+            rev, snap = service.revision_snapshot(revision, session=session)
+        return rev.id, snap
+
+    return await revision_response(request, read, accept)
 
 
 @router.get("/{a}/diff/{b}", response_model=RevisionDiff, response_model_exclude_none=True,

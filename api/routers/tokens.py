@@ -7,7 +7,7 @@ role, revoke one. Names are printable and unique among unrevoked tokens (422,
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Request, Response
 
 from api.core.deps import Admin, AdminWrite, SessionDep, with_status
 from api.core.problems import error_responses
@@ -50,11 +50,15 @@ def get_token(session: SessionDep, _actor: Admin, token_id: TokenId) -> Any:
 
 @router.patch("/{token_id}", response_model=TokenPublic, summary="Rename a token or change its role",
               responses=error_responses(401, 403, 404, 409, 422))
-def update_token(session: SessionDep, ctx: AdminWrite, token_id: TokenId, body: TokenUpdate) -> Any:
-    return public(service.update_token(token_id, session=session, ctx=ctx, name=body.name, role=body.role))
+def update_token(request: Request, session: SessionDep, ctx: AdminWrite, token_id: TokenId, body: TokenUpdate) -> Any:
+    token = service.update_token(token_id, session=session, ctx=ctx, name=body.name, role=body.role)
+    request.app.state.token_cache.clear()  # a demotion counts here at once; other replicas within the cache period
+    return public(token)
 
 
 @router.delete("/{token_id}", response_model=TokenPublic, summary="Revoke a token (it stays listed)",
                responses=error_responses(401, 403, 404, 409))
-def revoke_token(session: SessionDep, ctx: AdminWrite, token_id: TokenId) -> Any:
-    return public(service.revoke_token(token_id, session=session, ctx=ctx))
+def revoke_token(request: Request, session: SessionDep, ctx: AdminWrite, token_id: TokenId) -> Any:
+    token = service.revoke_token(token_id, session=session, ctx=ctx)
+    request.app.state.token_cache.clear()  # here at once; other replicas within Settings.token_cache_s
+    return public(token)

@@ -105,7 +105,8 @@ def plan_cmd(
 @gen_app.command("clos")
 def gen_clos(
     pods: Annotated[int, typer.Option("--pods", min=1, max=256, help="pods")],
-    tors: Annotated[int, typer.Option("--tors", min=1, max=256, help="ToRs per pod")],
+    tors: Annotated[int, typer.Option("--tors", min=1, max=4096,
+                                      help="ToRs per pod (over 256: each originates a /26)")],
     planes: Annotated[int, typer.Option("--planes", min=1, help="spine planes (one leaf per plane per pod)")],
     spines: Annotated[int, typer.Option("--spines", min=1, help="spines per plane")],
     seed: Annotated[int, typer.Option("--seed", help="random seed")] = 0,
@@ -117,7 +118,8 @@ def gen_clos(
     load: Annotated[float, typer.Option("--load", min=0.0,
                                         help="scale demand so ECMP's max utilization is this")] = 0.5,
     fanout: Annotated[int | None, typer.Option(
-        "--fanout", min=1, help="destinations per ToR (default: all pairs up to 256 ToRs, else 32)")] = None,
+        "--fanout", min=0,
+        help="destinations per ToR (default: all pairs up to 256 ToRs, else 32; 0: no demand)")] = None,
     max_ecmp_entries: Annotated[int, typer.Option("--max-ecmp-entries", min=1, help="group budget")] = 128,
     out: Annotated[Path | None, typer.Option(
         "--out", help="write here (.json for JSON, else YAML); default stdout")] = None,

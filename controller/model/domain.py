@@ -12,6 +12,7 @@ Unknown keys are errors and every object is immutable once built.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import json
@@ -184,6 +185,14 @@ def canonical_prefix(text: str) -> str:
     """Validate an IPv4 prefix; host bits set is an error naming the network meant."""
     if not isinstance(text, str):
         raise ValueError("expected a prefix string like '10.0.0.0/24'")
+    return _canonical_prefix(text)
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _canonical_prefix(text: str) -> str:
+    """:func:`canonical_prefix` of a string, remembered: a fabric's demands name its prefixes over and
+    over, and parsing each with :mod:`ipaddress` was most of validating a large intent (errors are
+    raised, not remembered)."""
     if "/" not in text:
         raise ValueError(f"'{text}' has no prefix length: expected a prefix like '10.0.0.0/24'")
     try:

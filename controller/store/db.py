@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 
 from controller.model.errors import StoreContention, StoreUnavailable
+from controller.store.content import HeadCache, SnapshotCache, StoreOptions, install_cache_hooks
 
 __all__ = ["DEFAULT_URL", "Database", "RetryOptions", "lock_revisions", "normalize_url", "retrying", "store_error",
            "write_transaction"]
@@ -124,7 +125,7 @@ class Database:
     free connection of the pool; past either the request is :class:`StoreUnavailable`."""
 
     def __init__(self, url: str = DEFAULT_URL, *, echo: bool = False, lock_timeout_s: float = 15.0,
-                 pool_timeout_s: float = 30.0):
+                 pool_timeout_s: float = 30.0, options: StoreOptions | None = None):
         self.url = normalize_url(url)
         parsed = make_url(self.url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
@@ -145,6 +146,11 @@ class Database:
         else:
             _postgres_setup(self.engine, lock_timeout_s)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        #: the revisions' snapshots this process built (controller.store.content), shared by its sessions
+        self.snapshots = SnapshotCache(options)
+        #: the head revision as last seen, for reads that may be a moment old (controller.service.cached_head)
+        self.heads = HeadCache()
+        install_cache_hooks(self.sessions, self.snapshots, self.heads)
 
     @property
     def display_url(self) -> str:

@@ -1,10 +1,17 @@
 """The store's tables: SQLAlchemy 2 typed models for revisions, tokens and audit.
 
-A **revision** is an immutable, full snapshot of the intent document (canonical
+A **revision** is an immutable snapshot of the intent document (canonical
 JSON, :meth:`controller.model.Intent.to_document`) with its content hash and its
 parent; ids are 1, 2, 3... assigned as ``head + 1`` inside the writing
 transaction, so two writers racing on the same head cannot both commit (the
 loser hits the primary key, and the unique ``parent_id`` for good measure).
+Its document is stored by content (:mod:`controller.store.content`): each
+object of the intent once in **intent_objects** (compact JSON, addressed by its
+SHA-256), and per revision only the **revision_entries** that differ from its
+parent (an object's identity, position and address; no address: removed), the
+frame (name, routing, defaults) by address in ``top_hash``, and in ``whole``
+the sections written out completely (all of them in a first revision and in a
+checkpoint).
 **Tokens** are bearer credentials stored as SHA-256 hashes with a role and an
 optional expiry; no two unrevoked tokens share a name (a partial unique index,
 so a revoked token's name may be given again). The **audit** log records every
@@ -18,10 +25,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Text, text
+from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["AuditRow", "Base", "ROLES", "RevisionRow", "TokenRow", "metadata"]
+__all__ = ["AuditRow", "Base", "IntentObjectRow", "ROLES", "RevisionEntryRow", "RevisionRow", "TokenRow", "metadata"]
 
 ROLES = ("viewer", "operator", "admin")
 
@@ -40,8 +47,17 @@ class Base(DeclarativeBase):
     metadata = metadata
 
 
+class IntentObjectRow(Base):
+    """One object of an intent (or a revision's frame) as compact JSON, stored once by its SHA-256."""
+
+    __tablename__ = "intent_objects"
+
+    hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    body: Mapped[str] = mapped_column(Text)
+
+
 class RevisionRow(Base):
-    """One immutable snapshot of the whole intent."""
+    """One immutable snapshot of the whole intent: its metadata, its frame, what it wrote out whole."""
 
     __tablename__ = "revisions"
 
@@ -52,7 +68,21 @@ class RevisionRow(Base):
     author: Mapped[str] = mapped_column(String(128))
     message: Mapped[str] = mapped_column(Text, default="")
     request_id: Mapped[str | None] = mapped_column(String(128))
-    document: Mapped[str] = mapped_column(Text)
+    top_hash: Mapped[str] = mapped_column(String(64))  # an intent_objects.hash (no constraint: SQLite cannot add one)
+    whole: Mapped[str] = mapped_column(String(128), default="")
+    entries: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class RevisionEntryRow(Base):
+    """An object a revision adds, changes or moves (``object_hash`` set) or removes (``NULL``)."""
+
+    __tablename__ = "revision_entries"
+
+    revision_id: Mapped[int] = mapped_column(ForeignKey("revisions.id"), primary_key=True)
+    section: Mapped[str] = mapped_column(String(32), primary_key=True)
+    ident: Mapped[str] = mapped_column(String(512), primary_key=True)
+    pos: Mapped[int | None] = mapped_column(BigInteger)
+    object_hash: Mapped[str | None] = mapped_column(ForeignKey("intent_objects.hash"))
 
 
 class TokenRow(Base):

@@ -14,12 +14,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from controller.model import Intent
 from controller.model.errors import Conflict, NotFound
+from controller.store import content
+from controller.store.content import ConcurrentWrite, WriteStats
 from controller.store.models import AuditRow, RevisionRow, TokenRow
+from controller.store.snapshot import Snapshot
 
 __all__ = [
     "AuditEntry",
@@ -27,26 +31,27 @@ __all__ = [
     "Revision",
     "Token",
     "add_audit",
+    "add_intent",
     "add_revision",
     "active_admins",
+    "add_snapshot",
     "add_token",
     "count_active_tokens",
     "find_token",
     "get_revision",
     "get_token",
+    "head_ref",
     "head_revision",
     "list_audit",
     "list_revisions",
     "list_tokens",
     "revision_document",
+    "revision_intent",
+    "revision_snapshot",
     "revoke_token",
     "update_token",
     "utc",
 ]
-
-
-class ConcurrentWrite(Conflict):
-    """Another writer stored a revision on the same head first."""
 
 
 def utc(dt: datetime | None) -> datetime | None:
@@ -120,6 +125,15 @@ def head_revision(*, session: Session) -> Revision | None:
     return Revision.of(row) if row else None
 
 
+def head_ref(conn: Connection) -> tuple[int, str] | None:
+    """The head revision's id and content hash, in one light query (for reads on a bare connection)."""
+    row = conn.execute(_HEAD).first()
+    return (int(row[0]), str(row[1])) if row else None
+
+
+_HEAD = select(RevisionRow.id, RevisionRow.hash).order_by(RevisionRow.id.desc()).limit(1)
+
+
 def get_revision(rev_id: int, *, session: Session) -> Revision:
     row = session.get(RevisionRow, rev_id)
     if row is None:
@@ -127,12 +141,21 @@ def get_revision(rev_id: int, *, session: Session) -> Revision:
     return Revision.of(row)
 
 
+def revision_snapshot(rev_id: int, *, session: Session, content_hash: str | None = None) -> Snapshot:
+    """Revision ``rev_id`` as a snapshot (shared and immutable: never change what it holds); from the
+    store's cache when it is there. ``content_hash`` (when known) spares a query on a cache hit."""
+    return content.load_snapshot(session.connection(), rev_id, content.cache_of(session), content_hash)
+
+
 def revision_document(rev_id: int, *, session: Session) -> dict[str, Any]:
-    doc = session.scalar(select(RevisionRow.document).where(RevisionRow.id == rev_id))
-    if doc is None:
-        raise NotFound(f"revision {rev_id} does not exist")
-    result: dict[str, Any] = json.loads(doc)
+    """Revision ``rev_id``'s document, a copy of the caller's own."""
+    result: dict[str, Any] = json.loads(revision_snapshot(rev_id, session=session).json())
     return result
+
+
+def revision_intent(rev_id: int, *, session: Session) -> Intent:
+    """Revision ``rev_id``'s intent (validated when it was written; shared, immutable)."""
+    return revision_snapshot(rev_id, session=session).intent
 
 
 def list_revisions(*, session: Session, limit: int, offset: int) -> tuple[list[Revision], int]:
@@ -140,6 +163,45 @@ def list_revisions(*, session: Session, limit: int, offset: int) -> tuple[list[R
     total = session.scalar(select(func.count()).select_from(RevisionRow)) or 0
     rows = session.scalars(select(RevisionRow).order_by(RevisionRow.id.desc()).limit(limit).offset(offset))
     return [Revision.of(r) for r in rows], total
+
+
+def add_snapshot(
+    *,
+    session: Session,
+    snapshot: Snapshot,
+    parent: int | None,
+    author: str,
+    message: str = "",
+    request_id: str | None = None,
+    now: datetime,
+) -> tuple[Revision, WriteStats]:
+    """Store ``snapshot`` (made on ``parent``'s snapshot, or on none) as the child of ``parent``
+    (id ``parent + 1``): only what changed. Raises :class:`ConcurrentWrite` when another
+    transaction already did. The snapshot enters the cache if the transaction commits."""
+    rev_id = (parent or 0) + 1
+    written, stats = content.write_revision(
+        session.connection(), snapshot, rev_id=rev_id, parent=parent, author=author, message=message,
+        request_id=request_id, now=now, options=content.cache_of(session).options)
+    content.remember(session, rev_id, written)
+    return Revision(rev_id, parent, written.hash, now, author, message, request_id), stats
+
+
+def add_intent(
+    *,
+    session: Session,
+    intent: Intent,
+    parent: int | None,
+    author: str,
+    message: str = "",
+    request_id: str | None = None,
+    now: datetime,
+) -> Revision:
+    """Store ``intent`` (validated whole by the caller) as the child of ``parent``: only what changed
+    from ``parent``'s snapshot, which the next edit may prove its validity from."""
+    base = revision_snapshot(parent, session=session) if parent is not None else None
+    snap = Snapshot.from_intent(intent, base)
+    return add_snapshot(session=session, snapshot=snap, parent=parent, author=author, message=message,
+                        request_id=request_id, now=now)[0]
 
 
 def add_revision(
@@ -153,24 +215,12 @@ def add_revision(
     request_id: str | None = None,
     now: datetime,
 ) -> Revision:
-    """Store the child of ``parent`` (id ``parent + 1``). Raises
-    :class:`ConcurrentWrite` when another transaction already did."""
-    row = RevisionRow(
-        id=(parent or 0) + 1,
-        parent_id=parent,
-        hash=content_hash,
-        created_at=now,
-        author=author,
-        message=message,
-        request_id=request_id,
-        document=json.dumps(document, separators=(",", ":")),
-    )
-    session.add(row)
-    try:
-        session.flush()
-    except IntegrityError:
-        raise ConcurrentWrite(f"revision {row.id} was written concurrently; retry on the new head") from None
-    return Revision.of(row)
+    """Store ``document`` (canonical and validated, with its content hash) as the child of ``parent``
+    (id ``parent + 1``). Raises :class:`ConcurrentWrite` when another transaction already did."""
+    base = revision_snapshot(parent, session=session) if parent is not None else None
+    snap = Snapshot.from_document(document, base, content_hash=content_hash)
+    return add_snapshot(session=session, snapshot=snap, parent=parent, author=author, message=message,
+                        request_id=request_id, now=now)[0]
 
 
 # -- tokens -------------------------------------------------------------------

@@ -141,9 +141,8 @@ def _store_proposed(intent: Intent, base: repo.Revision, *, session: Session, ct
     for rev in (head, base):
         if rev.hash == intent.content_hash:
             return rev.id
-    new = repo.add_revision(session=session, document=intent.to_document(), content_hash=intent.content_hash,
-                            parent=head.id, author=ctx.actor.name, message=ctx.message or "proposed by a change",
-                            request_id=ctx.request_id, now=_now())
+    new = repo.add_intent(session=session, intent=intent, parent=head.id, author=ctx.actor.name,
+                          message=ctx.message or "proposed by a change", request_id=ctx.request_id, now=_now())
     return new.id
 
 
