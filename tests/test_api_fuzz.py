@@ -8,6 +8,8 @@ details). The number of examples per operation is bounded to keep it short.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -26,28 +28,28 @@ from controller.store.db import Database
 EXAMPLES = 12
 
 
-# The schema is read at collection time from an app whose store is attached by
-# the fixture below (routes look the store up on ``app.state`` per request).
-APP = create_app(Settings(db_url="sqlite:///:memory:"), database=Database("sqlite:///:memory:"))
+# The schema is read at collection time from the app; its store (a file the
+# fixture below migrates and seeds) is the one every part of the app holds: the
+# routes, the commit engine and the lease, which each run of the app's lifespan
+# starts again.
+_DIR = tempfile.mkdtemp(prefix="loom-fuzz-")
+DB = Database(f"sqlite:///{_DIR}/fuzz.db")
+APP = create_app(Settings(db_url=DB.url), database=DB)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
 
 @pytest.fixture(scope="module")
-def fuzz_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    path = tmp_path_factory.mktemp("fuzz") / "fuzz.db"
-    db = Database(f"sqlite:///{path}")
-    db.migrate()
+def fuzz_store() -> Iterator[dict[str, Any]]:
+    DB.migrate()
     ctx = service.WriteContext(actor=service.Actor("fuzz-setup", "admin"))
-    with db.session() as s:
+    with DB.session() as s:
         service.load_example(session=s, ctx=ctx)
         _, token = service.create_token("fuzzer", "admin", session=s, ctx=ctx)
-    placeholder = APP.state.database
-    APP.state.database = db
     yield {"token": token}
-    APP.state.database = placeholder
-    db.dispose()
+    DB.dispose()
+    shutil.rmtree(_DIR, ignore_errors=True)
 
 
 @schema.parametrize()
