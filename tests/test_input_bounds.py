@@ -1,0 +1,172 @@
+"""Bounded input in the ground layer: the reading of JSON and YAML text from outside
+(:mod:`controller.model.text`: strict UTF-8, nesting depth, number of values, RFC 8259
+numbers), each refusal located like the intent's other errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller import service
+from controller.model.errors import DocumentTooDeep, DocumentTooLarge, InvalidEncoding, InvalidIntent
+from controller.model.intent import load_intent, parse_intent_text
+from controller.model.text import TextLimits, decode_utf8, json_shape, load_json, load_yaml
+
+EXAMPLE = load_intent(service.EXAMPLE_INTENT).to_document()
+
+
+def nested(depth: int, fmt: str = "json") -> str:
+    """An array ``depth`` levels deep (YAML: block sequences)."""
+    if fmt == "yaml":
+        return "- " * depth + "x\n"
+    return "[" * depth + "]" * depth
+
+
+# -- depth and size -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_nesting_up_to_the_bound_is_read_and_one_more_level_is_refused(fmt: str) -> None:
+    limits = TextLimits(max_depth=8)
+    parse_intent_text(nested(8, fmt), fmt, limits=limits)
+    with pytest.raises(DocumentTooDeep) as info:
+        parse_intent_text(nested(9, fmt), fmt, limits=limits)
+    assert "8" in info.value.errors[0].msg and info.value.kind == "document-too-deep"
+
+
+@pytest.mark.parametrize("fmt,text", [
+    ("json", "[" * 100_000 + "]" * 100_000),   # json.loads: RecursionError before
+    ("json", "[" * 100_000),                   # unbalanced: refused for its depth, not parsed
+    ("yaml", "[" * 30_000),                    # libyaml's composer recursed in C before
+    ("yaml", "- " * 30_000 + "x"),
+    ("yaml", "{a: " * 5_000 + "1" + "}" * 5_000),
+])
+def test_hostile_nesting_is_refused_without_recursion(fmt: str, text: str) -> None:
+    with pytest.raises(InvalidIntent) as info:  # too deep, or a syntax error of the parser's own bound
+        parse_intent_text(text, fmt, allow_aliases=False)
+    assert info.value.errors[0].msg
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_a_document_of_more_values_than_the_bound_is_refused(fmt: str) -> None:
+    text = json.dumps(list(range(1000))) if fmt == "json" else "".join(f"- {i}\n" for i in range(1000))
+    assert len(parse_intent_text(text, fmt, limits=TextLimits(max_nodes=1001))) == 1000
+    with pytest.raises(DocumentTooLarge):
+        parse_intent_text(text, fmt, limits=TextLimits(max_nodes=999))
+
+
+def test_the_example_fabric_reads_well_within_the_default_bounds() -> None:
+    text = json.dumps(EXAMPLE)
+    depth, values = json_shape(text.encode())
+    assert depth == 4 and values < 1000  # failure_domains[0].devices
+    assert parse_intent_text(text, "json") == EXAMPLE
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='ab[]{}",:\\ \u00e9'),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(alphabet='k[]{}"\\', max_size=3), inner,
+                                                                max_size=4),
+    max_leaves=30)
+
+
+def _depth(value: Any) -> int:
+    """The nesting depth by walking the parsed value (the independent checker)."""
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    return 0
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, list):
+        return 1 + sum(_count(v) for v in value)
+    if isinstance(value, dict):
+        return 1 + sum(1 + _count(v) for v in value.values())
+    return 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON, st.booleans())
+def test_the_bracket_scan_measures_what_the_parser_builds(value: Any, indent: bool) -> None:
+    raw = json.dumps(value, indent=1 if indent else None, ensure_ascii=False).encode()
+    depth, values = json_shape(raw)
+    assert depth == _depth(value)
+    assert values >= _count(value)  # an upper bound: an empty array or object counts one more
+
+
+# -- encoding ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw,why", [
+    (b'{"name": "x\xff"}', "invalid start byte at byte 11"),
+    (b'{"name": "\xc0\xaf"}', "invalid start byte"),              # an overlong '/'
+    (b'{"name": "\xed\xa0\x80"}', "invalid continuation byte"),   # a surrogate encoded in UTF-8 (CESU)
+    (b'{"name": "\xe2\x82"}', "invalid continuation byte"),       # a truncated sequence
+    (b'\xff\xfe{\x00}\x00', "invalid start byte at byte 0"),      # UTF-16, which json.loads would guess
+])
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_text_that_is_not_utf8_is_refused_naming_the_bytes(raw: bytes, why: str, fmt: str) -> None:
+    with pytest.raises(InvalidEncoding) as info:
+        parse_intent_text(raw, fmt)
+    assert why in info.value.errors[0].msg and "not UTF-8" in info.value.errors[0].msg
+
+
+@pytest.mark.parametrize("text,loc", [
+    ('{"devices": [{"name": "r\\ud800"}]}', "devices[0].name"),
+    ('{"devices": [{"name": "r\\uDFFF"}]}', "devices[0].name"),
+    ('{"name": "\\udc00\\ud800"}', "name"),          # a pair in the wrong order is two lone surrogates
+    ('{"x\\ud800": 1}', ""),                          # a key
+])
+def test_a_lone_surrogate_escape_is_refused_where_it_is(text: str, loc: str) -> None:
+    with pytest.raises(InvalidEncoding) as info:
+        load_json(text)
+    assert info.value.errors[0].loc == loc and "lone surrogate" in info.value.errors[0].msg
+
+
+def test_surrogate_pairs_and_escaped_backslashes_are_text() -> None:
+    assert load_json('{"name": "\\ud83d\\ude00"}') == {"name": "\U0001f600"}
+    assert load_json('{"name": "\\\\ud800"}') == {"name": "\\ud800"}  # a backslash, then 'ud800'
+    assert load_yaml('name: "\\U0001F600"') == {"name": "\U0001f600"}
+    assert decode_utf8("café".encode()) == "café"
+
+
+def test_a_lone_surrogate_in_text_already_decoded_is_refused() -> None:
+    with pytest.raises(InvalidEncoding):
+        parse_intent_text('{"name": "\ud800"}', "json")
+    with pytest.raises(InvalidEncoding):
+        parse_intent_text('name: "\ud800"', "yaml")
+
+
+def test_an_intent_file_that_is_not_utf8_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "dc.yaml"
+    path.write_bytes(b"name: dc\xff\n")
+    with pytest.raises(InvalidEncoding) as info:
+        load_intent(path)
+    assert str(path) in info.value.errors[0].msg
+
+
+# -- numbers the readers cannot take ------------------------------------------------------------------
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_json_is_rfc_8259_nan_and_infinity_are_not_numbers(literal: str) -> None:
+    with pytest.raises(InvalidIntent) as info:
+        load_json(f'{{"gbps": {literal}}}')
+    assert literal.lstrip("-") in info.value.errors[0].msg and "RFC 8259" in info.value.errors[0].msg
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_an_integer_of_5000_digits_is_an_error_not_a_crash(fmt: str) -> None:
+    text = '{"asn": ' + "9" * 5000 + "}" if fmt == "json" else "asn: " + "9" * 5000
+    with pytest.raises(InvalidIntent) as info:
+        parse_intent_text(text, fmt)
+    assert "4300 digits" in info.value.errors[0].msg
+
+
+def test_a_yaml_date_that_does_not_exist_is_an_error_not_a_crash() -> None:
+    with pytest.raises(InvalidIntent) as info:
+        parse_intent_text("name: 2024-13-01\n", "yaml")
+    assert "month must be in 1..12" in info.value.errors[0].msg
