@@ -1,6 +1,7 @@
 """Bounded input in the ground layer: the reading of JSON and YAML text from outside
 (:mod:`controller.model.text`: strict UTF-8, nesting depth, number of values, RFC 8259
-numbers), each refusal located like the intent's other errors."""
+numbers) and the numeric bounds of every field a solver or a switch sees
+(:mod:`controller.model.domain`), each refusal located like the intent's other errors."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller import service
+from controller.model import MAX_GBPS, MAX_INDEX, MAX_METRIC, MAX_UTILIZATION, MIN_CAPACITY_GBPS, MIN_UTILIZATION
 from controller.model.errors import DocumentTooDeep, DocumentTooLarge, InvalidEncoding, InvalidIntent
-from controller.model.intent import load_intent, parse_intent_text
+from controller.model.intent import load_intent, parse_intent_text, validate_intent
+from controller.model.jobs import merge_demands
 from controller.model.text import TextLimits, decode_utf8, json_shape, load_json, load_yaml
 
 EXAMPLE = load_intent(service.EXAMPLE_INTENT).to_document()
@@ -25,6 +28,12 @@ def nested(depth: int, fmt: str = "json") -> str:
     if fmt == "yaml":
         return "- " * depth + "x\n"
     return "[" * depth + "]" * depth
+
+
+def errors_of(doc: dict[str, Any]) -> list[str]:
+    with pytest.raises(InvalidIntent) as info:
+        validate_intent(doc)
+    return [str(e) for e in info.value.errors]
 
 
 # -- depth and size -------------------------------------------------------------------------
@@ -170,3 +179,70 @@ def test_a_yaml_date_that_does_not_exist_is_an_error_not_a_crash() -> None:
     with pytest.raises(InvalidIntent) as info:
         parse_intent_text("name: 2024-13-01\n", "yaml")
     assert "month must be in 1..12" in info.value.errors[0].msg
+
+
+# -- numeric bounds of the model --------------------------------------------------------------------
+
+def _with(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    doc = json.loads(json.dumps(EXAMPLE))
+    target = doc
+    for p in path[:-1]:
+        target = target[p]
+    target[path[-1]] = value
+    return doc
+
+
+#: (path in the example document, the largest and smallest values accepted, values just past them)
+BOUNDS = [
+    (("links", 7, "capacity_gbps"), [MIN_CAPACITY_GBPS, MAX_GBPS], [MIN_CAPACITY_GBPS / 2, MAX_GBPS * 1.0001]),
+    (("links", 7, "metric"), [1, MAX_METRIC], [0, MAX_METRIC + 1]),
+    (("devices", 8, "pod"), [0, MAX_INDEX], [-1, MAX_INDEX + 1]),     # a spine: its pod groups nothing
+    (("devices", 0, "plane"), [0, MAX_INDEX], [-1, MAX_INDEX + 1]),   # a ToR: its plane groups nothing
+    (("devices", 4, "max_ecmp_entries"), [1, 65536], [0, 65537]),
+    (("defaults", "max_ecmp_entries"), [1, 65536], [0, 65537]),
+    (("demands", 1, "gbps"), [0, 1e-6, MAX_GBPS], [-1e-9, 1e-7, MAX_GBPS * 1.0001]),
+    (("policies", 0, "max"), [MIN_UTILIZATION, MAX_UTILIZATION], [MIN_UTILIZATION / 2, MAX_UTILIZATION * 1.01]),
+    (("policies", 1, "max_utilization"), [MIN_UTILIZATION, MAX_UTILIZATION],
+     [MIN_UTILIZATION / 2, MAX_UTILIZATION * 1.01]),
+]
+HOSTILE = [float("nan"), float("inf"), -float("inf"), 1e308, 5e-324, 1e-320, 10**100, -(10**100), True]
+
+
+def _loc(path: tuple[Any, ...]) -> str:
+    from controller.model.text import format_loc
+
+    return format_loc(path)
+
+
+@pytest.mark.parametrize("path,good,bad", BOUNDS, ids=[_loc(b[0]) for b in BOUNDS])
+def test_every_number_has_bounds_and_an_error_located_at_it(path: tuple[Any, ...], good: list[Any],
+                                                            bad: list[Any]) -> None:
+    assert EXAMPLE["policies"][0]["kind"] == "utilization_limit"
+    assert EXAMPLE["policies"][1]["kind"] == "failure_tolerance"
+    for value in good:
+        validate_intent(_with(path, value))
+    for value in [*bad, *HOSTILE]:
+        errs = errors_of(_with(path, value))
+        assert any(e.startswith(_loc(path) + ":") for e in errs), (value, errs)
+
+
+def test_no_hostile_number_reaches_a_solver_through_a_job() -> None:
+    job = {"name": "j", "tors": ["tor-0-0", "tor-1-1"], "collective": "ring_allreduce", "bytes_per_iter": 1e9,
+           "iter_s": 1.0}
+    validate_intent(_with(("jobs",), [job]))
+    for field in ("bytes_per_iter", "iter_s"):
+        for value in [*HOSTILE, 1e-7]:  # 1e-7 s per iteration, or 1e-7 bytes: past a bound of its own or of the rate
+            errs = errors_of(_with(("jobs",), [{**job, field: value}]))
+            assert any(e.startswith("jobs[0]") for e in errs), (field, value, errs)
+
+
+def test_a_ring_share_above_one_declared_demand_is_merged_not_refused() -> None:
+    doc = _with(("jobs",), [{"name": "j", "tors": ["tor-0-0", "tor-0-1", "tor-1-1"], "collective": "ring_allreduce",
+                             "bytes_per_iter": 1.25e14, "iter_s": 1.0}])  # 1e6 gbps: a ring member sends 4/3 of it
+    intent = validate_intent(doc)
+    assert max(d.gbps for d in merge_demands(intent)) > MAX_GBPS
+
+
+def test_names_referenced_elsewhere_are_bounded_so_errors_do_not_echo_megabytes() -> None:
+    errs = errors_of(_with(("links", 0, "b"), "x" * 100_000))
+    assert errs == ["links[0].b: string should have at most 64 characters"]

@@ -26,6 +26,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from controller.model import (
+    MIN_DEMAND_GBPS,
     POLICY_KINDS,
     TIER,
     Defaults,
@@ -411,6 +412,9 @@ def _check_demands(demands: list[tuple[int, Demand]], prefix_index: dict[str, in
             errors.append(IntentError(f"demands[{i}].from", f"unknown device '{dm.from_}'"))
         if dm.to not in prefix_index and dm.to not in refs.names_seen["prefixes"]:
             errors.append(IntentError(f"demands[{i}].to", f"no device originates {dm.to} (not in prefixes)"))
+        if 0 < dm.gbps < MIN_DEMAND_GBPS:
+            errors.append(IntentError(f"demands[{i}].gbps", f"{dm.gbps:g} gbps is under {MIN_DEMAND_GBPS:g} gbps "
+                                                            "(a kilobit per second): write 0 or at least that"))
         key = (dm.from_, dm.to)
         if key in demand_index:
             errors.append(IntentError(f"demands[{i}]",
