@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import metrics
-from api.core import problems
+from api.core import guard, problems
 from api.routers import (
     audit,
     demands,
@@ -160,5 +160,6 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     for module in (changes, plans, jobs, device_state, drift, telemetry_views):
         app.include_router(module.router)
     ui.install(app)  # the web UI at /, /v1/whoami, offline /docs
+    guard.install(app)  # every route authorizes and bounds its body before FastAPI reads it
     return app
 

@@ -52,6 +52,7 @@ def revisions_total(api: Api) -> int:
 def test_every_route_needs_a_token(api: Api) -> None:
     all_routes = routes(api.app)
     assert len(all_routes) >= 25
+    malformed = {"content": b'{"not json', "headers": {"Content-Type": "application/json"}}
     for method, path in all_routes:
         r = api(method, path, role=None)
         assert r.status_code == 401, (method, path, r.text)
@@ -59,6 +60,9 @@ def test_every_route_needs_a_token(api: Api) -> None:
         assert r.headers["www-authenticate"].startswith("Bearer")
         bad = api(method, path, role=None, headers={"Authorization": "Bearer loom_abc_def"})
         assert bad.status_code == 401, (method, path)
+        # the token is checked before the body is read: a malformed one is not a 422 here
+        unread = api(method, path, role=None, **malformed)
+        assert unread.status_code == 401, (method, path, unread.text)
 
 
 def test_a_viewer_cannot_write_anywhere(api: Api) -> None:
@@ -68,7 +72,37 @@ def test_a_viewer_cannot_write_anywhere(api: Api) -> None:
         r = api(method, path, role="viewer", json={})
         assert r.status_code == 403, (method, path, r.text)
         assert r.json()["type"].endswith("forbidden")
+        unread = api(method, path, role="viewer", content=b"[" * 100_000, headers={"Content-Type": "application/json"})
+        assert unread.status_code == 403, (method, path, unread.text)
     assert revisions_total(api) == 1
+
+
+def test_a_405_allows_every_method_of_the_path(api: Api) -> None:
+    spec = api.app.openapi()["paths"]
+    templates = {path: re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(path)) + "$") for path in spec}
+    for path in spec:
+        url = re.sub(r"\{[^}]+\}", "x", path)  # /v1/jobs/what-if is also /v1/jobs/{object_id}
+        methods = sorted({m.upper() for p, rx in templates.items() if rx.match(url) for m in spec[p]})
+        for method in sorted({"GET", "PUT", "POST", "PATCH", "DELETE"} - set(methods)):
+            r = api(method, url, role=None)
+            assert r.status_code == 405, (method, path, r.text)
+            assert r.headers["allow"] == ", ".join(methods), (method, path)
+            assert r.headers["content-type"] == "application/problem+json"
+
+
+def test_every_api_route_is_guarded() -> None:
+    from fastapi import APIRouter, FastAPI
+
+    from api.core import guard
+
+    app = create_app(Settings(db_url="sqlite://"))
+    assert all(isinstance(r, guard.GuardedRoute) for r in guard.api_routes(app) if isinstance(r, APIRoute))
+    plain = FastAPI()
+    router = APIRouter()
+    router.add_api_route("/v1/x", lambda: None, methods=["POST"])
+    plain.include_router(router)
+    with pytest.raises(RuntimeError, match="without the guard"):
+        guard.install(plain)
 
 
 def test_only_admins_manage_tokens(api: Api) -> None:

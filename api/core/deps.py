@@ -2,10 +2,12 @@
 
 ``SessionDep`` is a SQLAlchemy session for the request; ``CurrentUser`` is the
 :class:`controller.service.Actor` behind the bearer token (401 without a valid
-one); ``Viewer``, ``Operator`` and ``Admin`` add the role check (403). Writes
-take ``OperatorWrite`` or ``AdminWrite``: a :class:`controller.service.WriteContext`
-carrying the actor, the request id and the ``If-Match`` header, for the
-service's revision check and the audit log. Nothing here builds SQL.
+one); ``Viewer``, ``Operator`` and ``Admin`` add the role check (403). The route guard
+(:mod:`api.core.guard`) runs the same check, found by :func:`required_role`, before the
+body is read, and the dependencies then reuse its actor. Writes take ``OperatorWrite`` or
+``AdminWrite``: a :class:`controller.service.WriteContext` carrying the actor, the request
+id and the ``If-Match`` header, for the service's revision check and the audit log.
+Nothing here builds SQL.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from dataclasses import replace
 from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request, Response
+from fastapi.dependencies.models import Dependant
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from api.core.problems import ProblemException, status_for
 from controller import service
@@ -27,7 +32,7 @@ from controller.store.repo import Revision
 
 __all__ = [
     "Admin", "AdminWrite", "CurrentUser", "IfMatch", "MAX_LIMIT", "OperatorWrite", "Paging", "SessionDep",
-    "Viewer", "page_body", "set_etag",
+    "Viewer", "authenticate_request", "authorize", "check_role", "page_body", "required_role", "set_etag",
 ]
 
 MAX_LIMIT = 1000
@@ -52,22 +57,51 @@ def get_session(db: Annotated[Database, Depends(get_database)]) -> Iterator[Sess
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
-def current_user(
-    request: Request,
-    db: Annotated[Database, Depends(get_database)],
-    settings: Annotated[Settings, Depends(get_settings)],
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Actor:
-    challenge = {"WWW-Authenticate": 'Bearer realm="loom"'}
-    if credentials is None or credentials.scheme.lower() != "bearer":
+def authenticate_request(request: Request) -> Actor:
+    """The caller behind the request's bearer token (a store read: run it in a thread from async code).
+
+    Raises :class:`ProblemException` 401 (with ``WWW-Authenticate: Bearer``) without a valid token."""
+    header = request.headers.get("authorization")
+    scheme, credentials = get_authorization_scheme_param(header)
+    if not header or not credentials or scheme.lower() != "bearer":
         raise ProblemException(401, "Unauthorized", "send 'Authorization: Bearer <token>'", kind="unauthorized",
-                               headers=challenge)
+                               headers={"WWW-Authenticate": 'Bearer realm="loom"'})
+    settings: Settings = request.app.state.settings
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
-    with db.session() as session:
-        actor = service.authenticate(credentials.credentials, session=session, admin_token=admin)
+    with request.app.state.database.session() as session:
+        actor = service.authenticate(credentials, session=session, admin_token=admin)
     if actor is None:
         raise ProblemException(401, "Unauthorized", "the token is unknown, expired or revoked", kind="unauthorized",
                                headers={"WWW-Authenticate": 'Bearer realm="loom", error="invalid_token"'})
+    return actor
+
+
+def check_role(actor: Actor, role: str) -> Actor:
+    """``actor`` if its role allows ``role``'s work; else :class:`ProblemException` 403."""
+    if not service.role_allows(actor.role, role):
+        raise ProblemException(403, "Forbidden", f"this needs the {role} role; the token has {actor.role}",
+                               kind="forbidden")
+    return actor
+
+
+async def authorize(request: Request, role: str) -> Actor:
+    """Authenticate the caller and check ``role`` (401, 403), and remember the actor on the request
+    for the dependencies below. The route guard (:mod:`api.core.guard`) calls this before the body is read."""
+    actor = check_role(await run_in_threadpool(authenticate_request, request), role)
+    request.state.actor = actor
+    return actor
+
+
+def current_user(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Actor:
+    """The caller: the actor the route guard authenticated before the body was read, else
+    (a route outside the guard) the bearer token's now. ``credentials`` puts the bearer scheme in OpenAPI."""
+    actor = getattr(request.state, "actor", None)
+    if isinstance(actor, Actor):
+        return actor
+    actor = authenticate_request(request)
     request.state.actor = actor
     return actor
 
@@ -77,12 +111,28 @@ CurrentUser = Annotated[Actor, Depends(current_user)]
 
 def _require(role: str) -> Callable[[Actor], Actor]:
     def check(actor: CurrentUser) -> Actor:
-        if not service.role_allows(actor.role, role):
-            raise ProblemException(403, "Forbidden", f"this needs the {role} role; the token has {actor.role}",
-                                   kind="forbidden")
-        return actor
+        return check_role(actor, role)
     check.__name__ = f"require_{role}"
+    check.loom_role = role  # type: ignore[attr-defined]  # read by required_role
     return check
+
+
+def required_role(dependant: Dependant) -> str | None:
+    """The role a route's dependencies require (the highest of ``Viewer``, ``Operator``, ``Admin``...;
+    ``viewer`` for ``CurrentUser`` alone), or ``None`` for a public route."""
+    roles: list[str] = []
+    authenticated = False
+    stack = [dependant]
+    while stack:
+        dep = stack.pop()
+        role = getattr(dep.call, "loom_role", None)
+        if isinstance(role, str):
+            roles.append(role)
+        authenticated = authenticated or dep.call is current_user
+        stack.extend(dep.dependencies)
+    if roles:
+        return max(roles, key=service.ROLES.index)
+    return "viewer" if authenticated else None
 
 
 Viewer = Annotated[Actor, Depends(_require("viewer"))]

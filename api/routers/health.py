@@ -5,10 +5,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from api.core.guard import GuardedRoute
 from api.core.problems import ProblemException, error_responses
 from api.core.schemas import Health
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=GuardedRoute)
 
 
 @router.get("/healthz", response_model=Health, response_model_exclude_none=True, summary="Liveness")

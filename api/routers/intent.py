@@ -4,7 +4,9 @@
 head's ``ETag``; ``PUT`` replaces it (JSON, or YAML with ``Content-Type:
 application/yaml``), honouring ``If-Match``. A document equal to the head
 stores no revision and answers 200 with the head; an invalid one answers 422
-with every error's location and stores nothing.
+with every error's location and stores nothing. The body is bounded by
+``LOOM_MAX_DOCUMENT_BODY_BYTES`` and read strictly as UTF-8 within the
+document bounds (:mod:`controller.model.text`); anything else stores nothing.
 """
 
 from typing import Annotated, Any
@@ -15,16 +17,23 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.core.deps import OperatorWrite, SessionDep, Viewer
+from api.core.guard import GuardedRoute, document_body
 from api.core.problems import error_responses
 from controller import service
 from controller.model import Intent
 from controller.model.intent import parse_intent_text
 
-router = APIRouter(prefix="/v1/intent", tags=["intent"])
+router = APIRouter(prefix="/v1/intent", tags=["intent"], route_class=GuardedRoute)
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 _INTENT_REF = {"$ref": "#/components/schemas/Intent"}
 _CONTENT = {"application/json": {"schema": _INTENT_REF}, "application/yaml": {"schema": {"type": "string"}}}
+
+
+def body_format(request: Request) -> str:
+    """``yaml`` for a YAML ``Content-Type``, else ``json``."""
+    ctype = (request.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
+    return "yaml" if ctype in YAML_TYPES else "json"
 
 
 def wants_yaml(accept: str | None) -> bool:
@@ -68,16 +77,18 @@ def get_intent(session: SessionDep, _actor: Viewer,
 @router.put("", response_model=Intent, summary="Replace the whole intent (JSON or YAML)",
             responses={200: {"content": _CONTENT}, **error_responses(401, 403, 409, 422)},
             openapi_extra={"requestBody": {"required": True, "content": _CONTENT}})
+@document_body
 async def put_intent(request: Request, ctx: OperatorWrite) -> Response:
-    raw = (await request.body()).decode("utf-8", errors="replace")
-    ctype = (request.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
-    fmt = "yaml" if ctype in YAML_TYPES else "json"
+    raw = await request.body()  # bounded by the route guard
+    fmt = body_format(request)
     database = request.app.state.database
+    limits = request.app.state.settings.text_limits()
 
     def write() -> service.WriteResult:
         with database.session() as session:
-            return service.apply_edit(lambda _head: parse_intent_text(raw, fmt, allow_aliases=False),
-                                      session=session, ctx=ctx, action="intent.replace")
+            return service.apply_edit(
+                lambda _head: parse_intent_text(raw, fmt, allow_aliases=False, limits=limits, what="the body"),
+                session=session, ctx=ctx, action="intent.replace")
 
     result = await run_in_threadpool(write)
     return document_response(result.document, result.revision.id, request.headers.get("accept"))
