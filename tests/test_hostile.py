@@ -317,8 +317,8 @@ BEYOND = {"nan": b"NaN", "infinity": b"Infinity", "-infinity": b"-Infinity", "1e
 NUMBERS = [
     ("/v1/links/leaf-0-0:eth1", "capacity_gbps", [0.001, 1e6], [b"0.0009", b"1000001", b"0"]),
     ("/v1/links/leaf-0-0:eth1", "metric", [1, 16777214], [b"0", b"16777215", b"1.5"]),
-    ("/v1/devices/spine-0-0", "pod", [0, 65535], [b"-1", b"65536"]),
-    ("/v1/devices/tor-0-0", "plane", [0, 65535], [b"-1", b"65536"]),
+    ("/v1/devices/spine-0-0", "pod", [0, 2**31 - 1], [b"-1", b"2147483648"]),
+    ("/v1/devices/tor-0-0", "plane", [0, 2**31 - 1], [b"-1", b"2147483648"]),
     ("/v1/devices/spine-0-0", "max_ecmp_entries", [1, 65536], [b"0", b"65537"]),
     ("/v1/devices/spine-0-0", "asn", [], [b"0", b"4294967296", b"23456"]),
     ("/v1/demands/tor-0-0,10.0.1.0_24", "gbps", [0, 1e-6, 1e6], [b"-1", b"1e-7", b"1000001"]),

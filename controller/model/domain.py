@@ -72,8 +72,9 @@ MIN_DEMAND_GBPS = 1e-6
 #: Utilization limits, as fractions of capacity: 0.1 % to 1,000 %.
 MIN_UTILIZATION = 1e-3
 MAX_UTILIZATION = 10.0
-#: The largest pod or plane number (16 bits).
-MAX_INDEX = 65_535
+#: The largest pod or plane number. They are labels, not indexes (pods may be numbered a billion apart),
+#: so the bound is only what a 32-bit signed integer holds, as the API's pod and plane filters take.
+MAX_INDEX = 2**31 - 1
 #: The largest usable IS-IS wide metric: 2^24 - 1 takes a link out of SPF (RFC 5305 section 3.7).
 MAX_METRIC = 16_777_214
 
