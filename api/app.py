@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import metrics
-from api.core import problems
+from api.core import guard, problems
 from api.core.deps import TokenCache
 from api.core.fastpath import FastReads
 from api.core.refusals import RefusalAudit
@@ -203,5 +203,6 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     for module in (changes, plans, jobs, device_state, drift, telemetry_views, auto_te, cluster_view):
         app.include_router(module.router)
     ui.install(app)  # the web UI at /, /v1/whoami, offline /docs
+    guard.install(app)  # every route authorizes and bounds its body before FastAPI reads it
     return app
 

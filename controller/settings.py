@@ -3,7 +3,10 @@
 ``LOOM_DB_URL`` names the store (SQLite file ``./loom.db`` by default, or a
 PostgreSQL URL); ``LOOM_ADMIN_TOKEN`` optionally names a bootstrap admin bearer
 token. Insecure values are refused rather than accepted quietly: an admin token
-shorter than 32 characters, or one that looks like a placeholder.
+shorter than 32 characters, or one that looks like a placeholder. Request bodies
+are bounded (``LOOM_MAX_BODY_BYTES``, ``LOOM_MAX_DOCUMENT_BODY_BYTES`` for the
+routes that take a whole intent) and so are the documents read from them
+(``LOOM_MAX_DOCUMENT_DEPTH``, ``LOOM_MAX_DOCUMENT_NODES``: :mod:`controller.model.text`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from controller.model.text import TextLimits
 from controller.store.db import DEFAULT_URL, normalize_url
 
 __all__ = ["MIN_ADMIN_TOKEN_LENGTH", "Settings"]
@@ -81,6 +85,18 @@ class Settings(BaseSettings):
             raise ValueError(f"LOOM_LEASE_RENEW ({self.lease_renew_interval:g} s) must be shorter than "
                              f"LOOM_LEASE_TTL ({self.lease_ttl:g} s): the lease would lapse between renewals")
         return self
+    # -- bounded input (api.core.guard, controller.model.text) --
+    max_body_bytes: int = Field(
+        4 * 2**20, ge=1024, le=2**31, description="largest request body (bytes) of a route; 413 past it")
+    max_document_body_bytes: int = Field(
+        64 * 2**20, ge=1024, le=2**31,
+        description="largest body (bytes) of the routes that take a whole intent (PUT /v1/intent, POST /v1/changes)")
+    max_document_depth: int = Field(32, ge=4, le=256, description="nesting levels of arrays and objects read")
+    max_document_nodes: int = Field(4_000_000, ge=1000, description="values (scalars, arrays, objects) read")
+
+    def text_limits(self) -> TextLimits:
+        """The bounds of every JSON or YAML document read from a request."""
+        return TextLimits(max_depth=self.max_document_depth, max_nodes=self.max_document_nodes)
 
     @field_validator("db_url")
     @classmethod

@@ -12,8 +12,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from api.app import create_app
 from controller import service
@@ -25,7 +29,7 @@ with warnings.catch_warnings():  # starlette's note about httpx versions
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-__all__ = ["SETUP", "Api", "TestClient", "running_api", "seeded_store"]
+__all__ = ["SETUP", "Api", "RequestQueries", "TestClient", "running_api", "seeded_store"]
 
 #: who writes the seed: the set-up step, as an admin
 SETUP = service.WriteContext(actor=service.Actor("setup", "admin"))
@@ -108,3 +112,30 @@ def running_api(url: str, *, intent: dict[str, Any] | None = None, example: bool
             yield Api(client, tokens, db, intent)
     finally:
         db.dispose()
+
+
+class RequestQueries:
+    """The SQL statements (``BEGIN`` aside) that HTTP requests run on an engine: not those of the
+    app's lifespan loops (the lease's renewals, the commit queue's polls, the collector), which
+    share the engine and run at any moment. ``wrap`` the ASGI app and ``listen`` to its engine;
+    the mark is a context variable, which the worker threads of a request inherit."""
+
+    def __init__(self) -> None:
+        self._in_request: ContextVar[bool] = ContextVar(f"in_request_{id(self)}", default=False)
+        self.statements: list[str] = []
+
+    def listen(self, engine: Engine) -> None:
+        event.listen(engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, _conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if self._in_request.get() and not statement.startswith("BEGIN"):
+            self.statements.append(statement)
+
+    def wrap(self, app: Any) -> Any:
+        async def marked(scope: Any, receive: Any, send: Any) -> None:
+            mark = self._in_request.set(scope["type"] == "http")
+            try:
+                await app(scope, receive, send)
+            finally:
+                self._in_request.reset(mark)
+        return marked

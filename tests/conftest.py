@@ -62,6 +62,8 @@ TIERS: dict[str, str] = {
     "test_gen.py": "unit",
     "test_gnmi_agent.py": "component",       # gNMI served by in-process agents; real counters in netns are lab
     "test_ha.py": "component",               # loom serve replicas on PostgreSQL: SIGSTOP and SIGKILL of the leader
+    "test_input_bounds.py": "unit",          # reading text within bounds; the numbers of the model
+    "test_hostile.py": "component",          # hostile input against one real `loom serve`
     "test_intent.py": "unit",
     "test_jobs.py": "component",                # the compile is unit; the what-if runs the API in-process
     "test_lab_fabric.py": "lab",

@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 import pytest
 import yaml
 from fastapi.routing import APIRoute
-from sqlalchemy import event
 
 from api.app import create_app
 from controller import service
 from controller.model.intent import load_intent
 from controller.settings import Settings
 from controller.store.db import Database
-from tests.apps import Api, TestClient, running_api, seeded_store
+from tests.apps import Api, RequestQueries, TestClient, running_api, seeded_store
 
 EXAMPLE = load_intent(service.EXAMPLE_INTENT)
 PUBLIC = {"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
@@ -53,6 +51,7 @@ def revisions_total(api: Api) -> int:
 def test_every_route_needs_a_token(api: Api) -> None:
     all_routes = routes(api.app)
     assert len(all_routes) >= 25
+    malformed = {"content": b'{"not json', "headers": {"Content-Type": "application/json"}}
     for method, path in all_routes:
         r = api(method, path, role=None)
         assert r.status_code == 401, (method, path, r.text)
@@ -60,6 +59,9 @@ def test_every_route_needs_a_token(api: Api) -> None:
         assert r.headers["www-authenticate"].startswith("Bearer")
         bad = api(method, path, role=None, headers={"Authorization": "Bearer loom_abc_def"})
         assert bad.status_code == 401, (method, path)
+        # the token is checked before the body is read: a malformed one is not a 422 here
+        unread = api(method, path, role=None, **malformed)
+        assert unread.status_code == 401, (method, path, unread.text)
 
 
 def test_a_viewer_cannot_write_anywhere(api: Api) -> None:
@@ -69,7 +71,37 @@ def test_a_viewer_cannot_write_anywhere(api: Api) -> None:
         r = api(method, path, role="viewer", json={})
         assert r.status_code == 403, (method, path, r.text)
         assert r.json()["type"].endswith("forbidden")
+        unread = api(method, path, role="viewer", content=b"[" * 100_000, headers={"Content-Type": "application/json"})
+        assert unread.status_code == 403, (method, path, unread.text)
     assert revisions_total(api) == 1
+
+
+def test_a_405_allows_every_method_of_the_path(api: Api) -> None:
+    spec = api.app.openapi()["paths"]
+    templates = {path: re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(path)) + "$") for path in spec}
+    for path in spec:
+        url = re.sub(r"\{[^}]+\}", "x", path)  # /v1/jobs/what-if is also /v1/jobs/{object_id}
+        methods = sorted({m.upper() for p, rx in templates.items() if rx.match(url) for m in spec[p]})
+        for method in sorted({"GET", "PUT", "POST", "PATCH", "DELETE"} - set(methods)):
+            r = api(method, url, role=None)
+            assert r.status_code == 405, (method, path, r.text)
+            assert r.headers["allow"] == ", ".join(methods), (method, path)
+            assert r.headers["content-type"] == "application/problem+json"
+
+
+def test_every_api_route_is_guarded() -> None:
+    from fastapi import APIRouter, FastAPI
+
+    from api.core import guard
+
+    app = create_app(Settings(db_url="sqlite://"))
+    assert all(isinstance(r, guard.GuardedRoute) for r in guard.api_routes(app) if isinstance(r, APIRoute))
+    plain = FastAPI()
+    router = APIRouter()
+    router.add_api_route("/v1/x", lambda: None, methods=["POST"])
+    plain.include_router(router)
+    with pytest.raises(RuntimeError, match="without the guard"):
+        guard.install(plain)
 
 
 def test_only_admins_manage_tokens(api: Api) -> None:
@@ -143,7 +175,8 @@ def test_one_answer_holds_every_error_of_the_document(api: Api) -> None:
     r = api("PUT", "/v1/intent", json=doc)
     assert r.status_code == 422
     assert {(e["loc"], e["msg"]) for e in r.json()["errors"]} >= {
-        ("links[16].capacity_gbps", "input should be greater than 0"), ("links[16].b", "unknown device 'zz'"),
+        ("links[16].capacity_gbps", "input should be greater than or equal to 0.001"),
+        ("links[16].b", "unknown device 'zz'"),
         ("demands[5].from", "unknown device 'nobody'")}
     assert revisions_total(api) == 1
 
@@ -265,30 +298,17 @@ def test_paging_and_filters(api: Api) -> None:
 
 def test_list_query_count_does_not_grow_with_the_page(tmp_path) -> None:  # type: ignore[no-untyped-def]
     db, tokens = seeded_store(f"sqlite:///{tmp_path / 'api.db'}")
-    # Only the statements a request runs are counted: the lease's renewals, the commit queue's
-    # polls and the other loops of the lifespan share the engine and run at any moment.
-    in_request: ContextVar[bool] = ContextVar("in_request", default=False)
-    counted: list[str] = []
-    event.listen(db.engine, "before_cursor_execute",
-                 lambda *args: None if args[2].startswith("BEGIN") or not in_request.get() else counted.append(args[2]))
-    app = create_app(Settings(db_url=db.url), database=db)
-
-    async def requests_marked(scope: Any, receive: Any, send: Any) -> None:
-        mark = in_request.set(scope["type"] == "http")
-        try:
-            await app(scope, receive, send)
-        finally:
-            in_request.reset(mark)
-
-    with TestClient(requests_marked) as client:
+    counted = RequestQueries()
+    counted.listen(db.engine)
+    with TestClient(counted.wrap(create_app(Settings(db_url=db.url), database=db))) as client:
         api = Api(client, tokens, db)
         per_page = {}
         assert api("GET", "/v1/intent", role="viewer").status_code == 200  # the token checked, the head built
         for path in ("/v1/devices?limit=1", "/v1/devices?limit=12", "/v1/links?limit=16", "/v1/revisions",
                      "/v1/audit?limit=50"):
-            counted.clear()
+            counted.statements.clear()
             assert api("GET", path, role="viewer").status_code == 200
-            per_page[path] = len(counted)
+            per_page[path] = len(counted.statements)
     assert per_page["/v1/devices?limit=1"] == per_page["/v1/devices?limit=12"] == per_page["/v1/links?limit=16"]
     assert per_page["/v1/devices?limit=1"] <= 1, per_page  # the head's id at most: token and objects are cached
     assert max(per_page.values()) <= 4, per_page  # (or count, page, head)

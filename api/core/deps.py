@@ -2,10 +2,12 @@
 
 ``SessionDep`` is a SQLAlchemy session for the request; ``CurrentUser`` is the
 :class:`controller.service.Actor` behind the bearer token (401 without a valid
-one); ``Viewer``, ``Operator`` and ``Admin`` add the role check (403). Writes
-take ``OperatorWrite`` or ``AdminWrite``: a :class:`controller.service.WriteContext`
-carrying the actor, the request id and the ``If-Match`` header, for the
-service's revision check and the audit log. Nothing here builds SQL.
+one); ``Viewer``, ``Operator`` and ``Admin`` add the role check (403). The route guard
+(:mod:`api.core.guard`) runs the same check, found by :func:`required_role`, before the
+body is read, and the dependencies then reuse its actor. Writes take ``OperatorWrite`` or
+``AdminWrite``: a :class:`controller.service.WriteContext` carrying the actor, the request
+id and the ``If-Match`` header, for the service's revision check and the audit log.
+Nothing here builds SQL.
 
 Tokens are checked against the store at most once per :class:`TokenCache`
 period (``Settings.token_cache_s``, at most a second) per token and process:
@@ -25,7 +27,9 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request, Response
+from fastapi.dependencies.models import Dependant
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -38,7 +42,8 @@ from controller.store.repo import Revision
 
 __all__ = [
     "Admin", "AdminWrite", "CurrentUser", "IfMatch", "MAX_LIMIT", "OperatorWrite", "Paging", "SessionDep",
-    "TokenCache", "Viewer", "page_body", "set_etag",
+    "TokenCache", "Viewer", "authenticate_request", "authorize", "check_role", "page_body", "required_role",
+    "set_etag",
 ]
 
 MAX_LIMIT = 1000
@@ -113,21 +118,22 @@ def get_session(db: Annotated[Database, Depends(get_database)]) -> Iterator[Sess
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
-async def current_user(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Actor:
-    """The actor behind the bearer token (401 without a valid one)."""
-    return await _authenticate(request, credentials)
+async def authenticate_request(request: Request) -> Actor:
+    """The caller behind the request's bearer token: the actor the route guard already found for
+    this request, else the token's check (cached per :class:`TokenCache` period, else a store read
+    in a worker thread).
 
-
-async def _authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Actor:
-    challenge = {"WWW-Authenticate": 'Bearer realm="loom"'}
-    if credentials is None or credentials.scheme.lower() != "bearer":
+    Raises :class:`ProblemException` 401 (with ``WWW-Authenticate: Bearer``) without a valid token."""
+    known = getattr(request.state, "actor", None)
+    if isinstance(known, Actor):
+        return known
+    header = request.headers.get("authorization")
+    scheme, bearer = get_authorization_scheme_param(header)
+    if not header or not bearer or scheme.lower() != "bearer":
         raise ProblemException(401, "Unauthorized", "send 'Authorization: Bearer <token>'", kind="unauthorized",
-                               headers=challenge)
+                               headers={"WWW-Authenticate": 'Bearer realm="loom"'})
     cache = token_cache(request)
-    key = cache.key(credentials.credentials)
+    key = cache.key(bearer)
     actor = cache.get(key)
     if actor is None:
         db: Database = request.app.state.database
@@ -136,7 +142,7 @@ async def _authenticate(request: Request, credentials: HTTPAuthorizationCredenti
 
         def check() -> tuple[Actor | None, datetime | None]:
             with db.session() as session:
-                return service.authenticate_until(credentials.credentials, session=session, admin_token=admin)
+                return service.authenticate_until(bearer, session=session, admin_token=admin)
 
         actor, expires = await run_in_threadpool(check)
         if actor is not None:
@@ -148,6 +154,28 @@ async def _authenticate(request: Request, credentials: HTTPAuthorizationCredenti
     return actor
 
 
+def check_role(actor: Actor, role: str) -> Actor:
+    """``actor`` if its role allows ``role``'s work; else :class:`ProblemException` 403."""
+    if not service.role_allows(actor.role, role):
+        raise ProblemException(403, "Forbidden", f"this needs the {role} role; the token has {actor.role}",
+                               kind="forbidden")
+    return actor
+
+
+async def authorize(request: Request, role: str) -> Actor:
+    """Authenticate the caller and check ``role`` (401, 403); the actor is remembered on the request
+    for the dependencies. The route guard (:mod:`api.core.guard`) calls this before the body is read."""
+    return check_role(await authenticate_request(request), role)
+
+
+async def current_user(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Actor:
+    """The caller (401 without a valid token). ``credentials`` puts the bearer scheme in OpenAPI."""
+    return await authenticate_request(request)
+
+
 CurrentUser = Annotated[Actor, Depends(current_user)]
 
 
@@ -156,13 +184,28 @@ def _require(role: str) -> Callable[..., Awaitable[Actor]]:
     # dependency FastAPI solves costs a read request a noticeable share of its time
     async def check(request: Request,
                     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Actor:
-        actor = await _authenticate(request, credentials)
-        if not service.role_allows(actor.role, role):
-            raise ProblemException(403, "Forbidden", f"this needs the {role} role; the token has {actor.role}",
-                                   kind="forbidden")
-        return actor
+        return check_role(await authenticate_request(request), role)
     check.__name__ = f"require_{role}"
+    check.loom_role = role  # type: ignore[attr-defined]  # read by required_role
     return check
+
+
+def required_role(dependant: Dependant) -> str | None:
+    """The role a route's dependencies require (the highest of ``Viewer``, ``Operator``, ``Admin``...;
+    ``viewer`` for ``CurrentUser`` alone), or ``None`` for a public route."""
+    roles: list[str] = []
+    authenticated = False
+    stack = [dependant]
+    while stack:
+        dep = stack.pop()
+        role = getattr(dep.call, "loom_role", None)
+        if isinstance(role, str):
+            roles.append(role)
+        authenticated = authenticated or dep.call is current_user
+        stack.extend(dep.dependencies)
+    if roles:
+        return max(roles, key=service.ROLES.index)
+    return "viewer" if authenticated else None
 
 
 Viewer = Annotated[Actor, Depends(_require("viewer"))]

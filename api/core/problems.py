@@ -10,7 +10,10 @@ refused unsafe commit) 409 with the failing invariants and scenarios,
 bad token 401 (with ``WWW-Authenticate: Bearer``), the wrong role 403, a
 request's own bad field (``InvalidRequest``) 422 located like a malformed one.
 Refused requests (401, 403, a malformed request's 422) are audited, at a
-bounded rate (:mod:`api.core.refusals`).
+bounded rate (:mod:`api.core.refusals`). Input over a bound (:mod:`api.core.guard`,
+:mod:`controller.model.text`): a body over the route's limit or a document of too
+many values 413, nesting too deep 422, text that is not UTF-8 400, each naming the
+problem and, where known, the place; a 405 lists every method of the path in ``Allow``.
 Outages are 503 with ``Retry-After``: ``StoreUnavailable`` (the database does not
 answer, its pool is exhausted, it shuts down), ``StoreContention`` (a write that
 lost every retry to concurrent ones) and a controller that is shutting down.
@@ -19,8 +22,10 @@ traceback. Every 5xx answer is logged with its problem type and the request id.
 The controller records a rejected write's status in the audit log with the
 :func:`status_for` the API hands it (``WriteContext.reject_status``). The
 OpenAPI document is rewritten so every error response is described as a
-``Problem`` under ``application/problem+json``, and every route documents its
-503 with ``Retry-After``.
+``Problem`` under ``application/problem+json``, every route documents its
+503 with ``Retry-After``, and each operation lists the statuses every route of
+its kind can answer (401 and 403 behind a token, 413 on writes, 400 and 422 with
+a body) beside its own.
 """
 
 from __future__ import annotations
@@ -43,13 +48,14 @@ from controller.model.errors import (
     InvalidIntent,
     InvalidRequest,
     LoomError,
+    MalformedDocument,
     NotFound,
     SafetyViolation,
     StaleRevision,
     StoreUnavailable,
     Unreachable,
 )
-from controller.model.intent import format_loc
+from controller.model.text import format_loc
 
 __all__ = ["PROBLEM", "STATUS", "ProblemException", "error_responses", "install", "problem_response", "shutting_down",
            "status_for", "unexpected", "unsafe_change"]
@@ -68,6 +74,10 @@ STATUS: dict[str, int] = {
     "invalid-request": 422,
     "store-unavailable": 503,
     "store-contention": 503,
+    "malformed-document": 422,
+    "document-too-deep": 422,
+    "document-too-large": 413,
+    "invalid-encoding": 400,
     "not-found": 404,
     "conflict": 409,
     "stale-revision": 409,
@@ -91,13 +101,36 @@ def status_for(exc: LoomError) -> int:
     return 400
 
 
-class ProblemException(Exception):
-    """Raised by the API layer for HTTP-only conditions (401, 403, 503...)."""
+#: Titles of the problems of malformed documents, by kind.
+_MALFORMED_TITLES = {"invalid-encoding": "Invalid encoding", "document-too-deep": "Document too deep",
+                     "document-too-large": "Document too large"}
+
+
+class ProblemException(StarletteHTTPException):
+    """Raised by the API layer for HTTP-only conditions (401, 403, 413, 503...). An HTTP exception, so that
+    FastAPI passes it on unchanged when it is raised while the body is read; ``errors`` are located ones."""
 
     def __init__(self, status: int, title: str, detail: str | None = None, *, kind: str | None = None,
-                 headers: dict[str, str] | None = None):
-        self.status, self.title, self.detail, self.kind, self.headers = status, title, detail, kind, headers
-        super().__init__(detail or title)
+                 headers: dict[str, str] | None = None, errors: list[dict[str, str]] | None = None):
+        super().__init__(status, detail or title, headers)
+        self.status, self.title, self.kind, self.errors = status, title, kind, errors
+        self.detail = detail  # type: ignore[assignment]  # a problem's detail is optional
+
+
+def request_problem(exc: InvalidIntent) -> ProblemException:
+    """The problem of a request body that cannot be read as JSON within the bounds, its errors located
+    in the request (``body``, ``body.devices[0].name``): the malformed document's own kind and status,
+    else 422 ``invalid-request`` like any invalid request."""
+    errors = [{"loc": _body_loc(e.loc), "msg": e.msg} for e in exc.errors]
+    if isinstance(exc, MalformedDocument):
+        return ProblemException(status_for(exc), _MALFORMED_TITLES.get(exc.kind, "Malformed document"),
+                                exc.reason, kind=exc.kind, errors=errors)
+    return ProblemException(422, "Invalid request", f"{len(errors)} error(s) in the request", kind="invalid-request",
+                            errors=errors)
+
+
+def _body_loc(loc: str) -> str:
+    return "body" if not loc else f"body{loc}" if loc.startswith("[") else f"body.{loc}"
 
 
 def problem_response(request: Request, status: int, title: str, detail: str | None = None, *,
@@ -167,6 +200,12 @@ def install(app: FastAPI) -> None:
 def _install_domain_handlers(app: FastAPI) -> None:
     """Loom's own errors (:mod:`controller.model.errors`), each as its problem document."""
 
+    @app.exception_handler(MalformedDocument)
+    async def _malformed(request: Request, exc: MalformedDocument) -> JSONResponse:
+        return problem_response(request, status_for(exc), _MALFORMED_TITLES.get(exc.kind, "Malformed document"),
+                                f"{exc.reason}; nothing was stored", kind=exc.kind,
+                                errors=[e.as_dict() for e in exc.errors])
+
     @app.exception_handler(InvalidIntent)
     async def _invalid(request: Request, exc: InvalidIntent) -> JSONResponse:
         return problem_response(request, status_for(exc), "Invalid intent",
@@ -235,13 +274,20 @@ def _install_http_handlers(app: FastAPI) -> None:
     async def _problem(request: Request, exc: ProblemException) -> JSONResponse:
         if exc.status in (401, 403):
             await _audit_refusal(request, exc.status, exc.detail or exc.title)
-        return problem_response(request, exc.status, exc.title, exc.detail, kind=exc.kind, headers=exc.headers)
+        return problem_response(request, exc.status, exc.title, exc.detail, kind=exc.kind,
+                                headers=dict(exc.headers) if exc.headers else None, errors=exc.errors)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
+        title = {400: "Bad request", 404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "HTTP error")
         detail = exc.detail if isinstance(exc.detail, str) else None
-        return problem_response(request, exc.status_code, title, detail, headers=getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:  # the router names the methods of one route; the path may have more
+            from api.core.guard import allowed_methods
+
+            headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope["path"]))
+            detail = f"{request.method} is not a method of {request.scope['path']}; it has {headers['Allow']}"
+        return problem_response(request, exc.status_code, title, detail, headers=headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -270,6 +316,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     for defn in Problem.model_json_schema(ref_template="#/components/schemas/{model}").get("$defs", {}).items():
         components.setdefault(*defn)
     components["Problem"].pop("$defs", None)
+    _add_common_statuses(app, schema)
     for ops in schema.get("paths", {}).values():
         for op in ops.values():
             outage = op.setdefault("responses", {}).setdefault("503", {"description": OUTAGE})
@@ -283,12 +330,47 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return schema
 
 
+_STATUS_TEXT = {
+    400: "Bad request: a body that is not UTF-8 or cannot be read, or (planning) a demand that cannot be routed",
+    401: "Missing, invalid, expired or revoked bearer token",
+    403: "The token's role may not do this", 404: "No such object or revision",
+    409: "Stale If-Match, or a conflicting object",
+    413: "The body is over the route's limit, or its document has too many values",
+    422: "Invalid request or invalid resulting intent",
+    502: "A device refused or failed the call", 503: "Not ready",
+}
+_WRITES = ("post", "put", "patch")
+
+
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the problem statuses a route can answer."""
-    text = {
-        400: "Bad request", 401: "Missing, invalid, expired or revoked bearer token",
-        403: "The token's role may not do this", 404: "No such object or revision",
-        409: "Stale If-Match, or a conflicting object", 422: "Invalid request or invalid resulting intent",
-        502: "A device refused or failed the call", 503: "Not ready",
-    }
-    return {c: {"description": text.get(c, "Error"), "model": Problem} for c in codes}
+    return {c: {"description": _STATUS_TEXT.get(c, "Error"), "model": Problem} for c in codes}
+
+
+def _add_common_statuses(app: FastAPI, schema: dict[str, Any]) -> None:
+    """Statuses every route of a kind can answer, beside those its decorator lists: 401 and 403 behind a
+    token, 413 on a write (a declared or read body over the limit), 400 and 422 with a request body."""
+    from fastapi.routing import APIRoute
+
+    from api.core.deps import required_role
+    from api.core.guard import api_routes
+
+    for route in api_routes(app):
+        if not isinstance(route, APIRoute):
+            continue
+        ops = schema.get("paths", {}).get(route.path_format, {})
+        for method in route.methods or ():
+            op = ops.get(method.lower())
+            if op is None:
+                continue
+            codes = set()
+            if required_role(route.dependant) is not None:
+                codes |= {401, 403}
+            if method.lower() in _WRITES:
+                codes.add(413)
+            if "requestBody" in op:
+                codes |= {400, 422}
+            responses = op.setdefault("responses", {})
+            for code in sorted(codes):
+                responses.setdefault(str(code), {"description": _STATUS_TEXT[code]})
+            op["responses"] = dict(sorted(responses.items()))

@@ -28,6 +28,7 @@ from controller.model import (
     WcmpPolicy,
 )
 from controller.model.documents import FailureDocument
+from controller.model.domain import TargetRef, Utilization
 from controller.model.tokens import TOKEN_NAME_MAX, token_name_problem
 
 __all__ = [
@@ -177,10 +178,10 @@ class PolicyUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    target: str | None = Field(None, min_length=1)
-    max: float | None = Field(None, gt=0, allow_inf_nan=False)
+    target: TargetRef | None = None
+    max: Utilization | None = None
     scope: Literal["domains", "all_single", "k2"] | None = None
-    max_utilization: float | None = Field(None, gt=0, allow_inf_nan=False)
+    max_utilization: Utilization | None = None
     enabled: bool | None = None
     realization: Literal["link-bandwidth", "fib"] | None = None
     mode: Literal["shortest", "loop_free"] | None = None

@@ -8,11 +8,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 
 from api.core.deps import PagingDep, SessionDep, Viewer, page_body
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.core.schemas import AuditPublic, Page
 from controller import service
 
-router = APIRouter(prefix="/v1/audit", tags=["audit"])
+router = APIRouter(prefix="/v1/audit", tags=["audit"], route_class=GuardedRoute)
 
 
 @router.get("", response_model=Page[AuditPublic], summary="The audit log, newest first",

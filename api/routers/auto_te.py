@@ -15,13 +15,14 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.core.deps import OperatorWrite, Viewer
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.routers.changes import workflow
 from controller.model.documents import AutoTeStatusDocument
 from controller.workflow.autote import set_paused
 from controller.workflow.engine import Workflow
 
-router = APIRouter(prefix="/v1/auto-te", tags=["auto-te"])
+router = APIRouter(prefix="/v1/auto-te", tags=["auto-te"], route_class=GuardedRoute)
 
 
 class PauseBody(BaseModel):

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.core.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body
+from api.core.guard import GuardedRoute, document_body
 from api.core.problems import PROBLEM, ProblemException, error_responses, unsafe_change
 from api.core.schemas_changes import (
     ChangeCreate,
@@ -28,7 +29,7 @@ from controller.service import Page, WriteContext
 from controller.workflow import changes, idempotency
 from controller.workflow.engine import Workflow
 
-router = APIRouter(tags=["changes"])
+router = APIRouter(tags=["changes"], route_class=GuardedRoute)
 ChangeId = Annotated[int, Path(ge=1, le=2**31 - 1, description="change id")]
 RevisionId = Annotated[int, Path(ge=1, le=2**31 - 1, description="revision id")]
 IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=128,
@@ -73,6 +74,7 @@ async def idempotent(request: Request, ctx: WriteContext, key: str | None,
 
 @router.post("/v1/changes", status_code=201, response_model=ChangeDocument, summary="Create a change (a draft)",
              responses=error_responses(401, 403, 404, 409, 422))
+@document_body
 async def create_change(request: Request, body: ChangeCreate, ctx: OperatorWrite,
                         key: IdemKey = None) -> JSONResponse:
     async def run() -> tuple[int, Any]:
@@ -102,7 +104,7 @@ def get_change(session: SessionDep, _actor: Viewer, change_id: ChangeId) -> Any:
 
 @router.post("/v1/changes/{change_id}/review", response_model=ReviewDocument,
              summary="Review (dry run): plan diff, config diff, safety report",
-             responses=error_responses(401, 403, 404, 409, 422))
+             responses=error_responses(400, 401, 403, 404, 409, 422))
 async def review_change(request: Request, ctx: OperatorWrite, change_id: ChangeId,
                         key: IdemKey = None) -> JSONResponse:
     async def run() -> tuple[int, Any]:

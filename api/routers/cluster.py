@@ -8,10 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from api.core.deps import Viewer
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from controller.model.documents import ClusterDocument
 
-router = APIRouter(prefix="/v1/cluster", tags=["cluster"])
+router = APIRouter(prefix="/v1/cluster", tags=["cluster"], route_class=GuardedRoute)
 
 
 @router.get("", response_model=ClusterDocument, summary="Replicas, the leader and its epoch",

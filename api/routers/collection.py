@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.core import fastread
 from api.core.deps import OperatorWrite, PagingDep, SessionDep, Viewer, set_etag, with_status
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.core.schemas import SCHEMAS, Page
 from controller import service
@@ -37,7 +38,7 @@ def collection_router(name: str, filters: Callable[..., Awaitable[Filters]], *, 
     schemas = SCHEMAS[name]
     coll = objects.collection(name)
     what = coll.kind.replace("_", " ")
-    router = APIRouter(prefix=f"/v1/{name}", tags=[name])
+    router = APIRouter(prefix=f"/v1/{name}", tags=[name], route_class=GuardedRoute)
     FiltersDep = Annotated[Filters, Depends(filters)]
     ObjectId = Annotated[str, Path(description=id_help, min_length=1, max_length=300)]
     CreateBody = Annotated[schemas.create, Body()]  # type: ignore[name-defined]

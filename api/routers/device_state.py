@@ -9,12 +9,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from api.core.deps import Viewer
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.routers.changes import workflow
 from controller.model.documents import DeviceStateDocument
 from controller.workflow.engine import Workflow
 
-router = APIRouter(prefix="/v1/devices", tags=["device state"])
+router = APIRouter(prefix="/v1/devices", tags=["device state"], route_class=GuardedRoute)
 
 
 @router.get("/{name}/state", response_model=DeviceStateDocument, response_model_exclude_unset=True,

@@ -8,13 +8,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from api.core.deps import OperatorWrite, SessionDep, Viewer
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.core.schemas_changes import DriftReport
 from api.routers.changes import workflow
 from controller.store import workflow_repo
 from controller.workflow.engine import Workflow
 
-router = APIRouter(prefix="/v1/drift", tags=["drift"])
+router = APIRouter(prefix="/v1/drift", tags=["drift"], route_class=GuardedRoute)
 
 
 @router.get("", response_model=DriftReport, summary="Drift of the devices from the active revision",

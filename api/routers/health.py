@@ -6,10 +6,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from api.core.guard import GuardedRoute
 from api.core.problems import ProblemException, error_responses
 from api.core.schemas import Health
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=GuardedRoute)
 _RETRY_AFTER = 2  # seconds
 
 

@@ -5,7 +5,9 @@ head's ``ETag`` (304 to an ``If-None-Match`` naming it; the bytes are made once
 per revision); ``PUT`` replaces it (JSON, or YAML with ``Content-Type:
 application/yaml``), honouring ``If-Match``. A document equal to the head
 stores no revision and answers 200 with the head; an invalid one answers 422
-with every error's location and stores nothing.
+with every error's location and stores nothing. The body is bounded by
+``LOOM_MAX_DOCUMENT_BODY_BYTES`` and read strictly as UTF-8 within the
+document bounds (:mod:`controller.model.text`); anything else stores nothing.
 """
 
 from collections.abc import Callable
@@ -17,15 +19,16 @@ from starlette.concurrency import run_in_threadpool
 from api.core import fastread
 from api.core.deps import OperatorWrite, Viewer
 from api.core.fastread import YAML_TYPES, wants_yaml
+from api.core.guard import GuardedRoute, document_body
 from api.core.problems import error_responses
 from controller import service
 from controller.model import Intent
 from controller.model.intent import parse_intent_text
 from controller.store.snapshot import Snapshot
 
-__all__ = ["YAML_TYPES", "revision_response", "router", "wants_yaml"]
+__all__ = ["YAML_TYPES", "body_format", "revision_response", "router", "wants_yaml"]
 
-router = APIRouter(prefix="/v1/intent", tags=["intent"])
+router = APIRouter(prefix="/v1/intent", tags=["intent"], route_class=GuardedRoute)
 
 _INTENT_REF = {"$ref": "#/components/schemas/Intent"}
 _CONTENT = {"application/json": {"schema": _INTENT_REF}, "application/yaml": {"schema": {"type": "string"}}}
@@ -52,6 +55,12 @@ async def revision_response(request: Request, read: Callable[[], tuple[int, Snap
     return Response(body, media_type=media_type, headers={"ETag": tag, "Vary": "Accept"})
 
 
+def body_format(request: Request) -> str:
+    """``yaml`` for a YAML ``Content-Type``, else ``json``."""
+    ctype = (request.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
+    return "yaml" if ctype in YAML_TYPES else "json"
+
+
 @router.get("", response_model=Intent, summary="Export the intent of the head revision",
             responses={200: {"content": _CONTENT}, **error_responses(401, 403, 404)})
 async def get_intent(request: Request, _actor: Viewer,
@@ -65,18 +74,20 @@ async def get_intent(request: Request, _actor: Viewer,
 @router.put("", response_model=Intent, summary="Replace the whole intent (JSON or YAML)",
             responses={200: {"content": _CONTENT}, **error_responses(401, 403, 409, 422)},
             openapi_extra={"requestBody": {"required": True, "content": _CONTENT}})
+@document_body
 async def put_intent(request: Request, ctx: OperatorWrite) -> Response:
-    raw = (await request.body()).decode("utf-8", errors="replace")
-    ctype = (request.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
-    fmt = "yaml" if ctype in YAML_TYPES else "json"
+    raw = await request.body()  # bounded by the route guard
+    fmt = body_format(request)
     database = request.app.state.database
+    limits = request.app.state.settings.text_limits()
 
     yaml_wanted = wants_yaml(request.headers.get("accept"))
 
     def write() -> tuple[int, bytes, str]:
         with database.session() as session:
-            result = service.apply_edit(lambda _head: parse_intent_text(raw, fmt, allow_aliases=False),
-                                        session=session, ctx=ctx, action="intent.replace")
+            result = service.apply_edit(
+                lambda _head: parse_intent_text(raw, fmt, allow_aliases=False, limits=limits, what="the body"),
+                session=session, ctx=ctx, action="intent.replace")
         return (result.revision.id, *fastread.snapshot_body(result.snapshot, yaml_wanted))
 
     rev, body, media_type = await run_in_threadpool(write)

@@ -17,9 +17,10 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from api.core.deps import Operator, set_etag
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.routers.collection import collection_router
-from api.routers.intent import YAML_TYPES
+from api.routers.intent import body_format
 from controller.model.documents import JobWhatIfDocument
 from controller.model.intent import parse_intent_text
 from controller.workflow import jobs
@@ -32,7 +33,7 @@ async def filters(
     return {"tor": tor, "collective": collective}
 
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=GuardedRoute)
 router.include_router(collection_router("jobs", filters, id_help="the job's name"))
 
 _CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}},
@@ -44,13 +45,13 @@ _CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}
              responses=error_responses(401, 403, 404, 422),
              openapi_extra={"requestBody": {"required": True, "content": _CONTENT}})
 async def what_if(request: Request, response: Response, _actor: Operator) -> Any:
-    raw = (await request.body()).decode("utf-8", errors="replace")
-    ctype = (request.headers.get("content-type") or "application/json").split(";")[0].strip().lower()
-    fmt = "yaml" if ctype in YAML_TYPES else "json"
+    raw = await request.body()  # bounded by the route guard
+    fmt = body_format(request)
     database = request.app.state.database
+    limits = request.app.state.settings.text_limits()
 
     def run() -> Any:
-        job = parse_intent_text(raw, fmt, allow_aliases=False)
+        job = parse_intent_text(raw, fmt, allow_aliases=False, limits=limits, what="the body")
         with database.session() as session:
             return jobs.what_if_stored(job, session=session)
 

@@ -8,11 +8,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 
 from api.core.deps import SessionDep, Viewer
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from controller.model.documents import PlanDocument
 from controller.workflow import changes
 
-router = APIRouter(prefix="/v1/plans", tags=["plans"])
+router = APIRouter(prefix="/v1/plans", tags=["plans"], route_class=GuardedRoute)
 
 
 @router.get("/active", response_model=PlanDocument, response_model_exclude_unset=True,

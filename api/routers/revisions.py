@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Request, Response
 
 from api.core.deps import PagingDep, SessionDep, Viewer, page_body, set_etag
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.core.schemas import Page, RevisionDiff, RevisionPublic
 from api.routers.intent import _CONTENT, revision_response
@@ -15,7 +16,7 @@ from controller.model import Intent
 from controller.store.repo import Revision
 from controller.store.snapshot import Snapshot
 
-router = APIRouter(prefix="/v1/revisions", tags=["revisions"])
+router = APIRouter(prefix="/v1/revisions", tags=["revisions"], route_class=GuardedRoute)
 RevisionId = Annotated[int, Path(ge=1, le=2**31 - 1, description="revision id (1, 2, 3...)")]
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.core.deps import OperatorWrite, SessionDep, Viewer
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from controller.model.documents import (
     DemandCaptureDocument,
@@ -28,7 +29,7 @@ from controller.model.documents import (
 from controller.telemetry import Telemetry
 from controller.workflow.telemetry import active_context, active_intent, capture_demands
 
-router = APIRouter(tags=["telemetry"])
+router = APIRouter(tags=["telemetry"], route_class=GuardedRoute)
 
 Stat = Literal["mean", "p95", "max"]
 WindowS = Annotated[float, Query(gt=0, le=86400, description="the window in seconds (rates ending within it)")]

@@ -10,12 +10,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request, Response
 
 from api.core.deps import Admin, AdminWrite, SessionDep, with_status
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.core.schemas import TokenCreate, TokenCreated, TokenPublic, TokenUpdate
 from controller import service
 from controller.store.repo import Token
 
-router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"], route_class=GuardedRoute)
 TokenId = Annotated[str, Path(min_length=1, max_length=32, description="the token's id (loom_<id>_...)")]
 
 

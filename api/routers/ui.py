@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from api.core.deps import Viewer
+from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 
 __all__ = ["UI_DIR", "WhoAmI", "install", "router"]
@@ -37,7 +38,7 @@ _CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inli
 _DOCS_CSP = ("default-src 'self'; img-src 'self' data:; script-src 'self' 'unsafe-inline' blob:; "
              "style-src 'self' 'unsafe-inline'; worker-src 'self' blob:; connect-src 'self'; font-src 'self' data:")
 
-router = APIRouter(prefix="/v1", tags=["session"])
+router = APIRouter(prefix="/v1", tags=["session"], route_class=GuardedRoute)
 
 
 class WhoAmI(BaseModel):

@@ -7,7 +7,10 @@ domains, originated prefixes, policies and demands, gathered in one
 :mod:`controller.model.intent`), only the shape of each object and small derived
 views (device and link indexes) that the solver and safety layers use.
 
-Unknown keys are errors and every object is immutable once built.
+Unknown keys are errors and every object is immutable once built. Every number
+a solver or a switch will see has bounds that a real fabric never leaves
+(:data:`MAX_GBPS`, :data:`MIN_CAPACITY_GBPS`, ...): finite, never a boolean, and
+far from the subnormal floats that make an LP backend refuse its model.
 """
 
 from __future__ import annotations
@@ -21,11 +24,18 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "AutoTePolicy",
     "ASN_MAX",
+    "MAX_GBPS",
+    "MAX_INDEX",
+    "MAX_METRIC",
+    "MAX_UTILIZATION",
+    "MIN_CAPACITY_GBPS",
+    "MIN_DEMAND_GBPS",
+    "MIN_UTILIZATION",
     "Defaults",
     "Demand",
     "Device",
@@ -53,6 +63,56 @@ ASN_MAX = 4_294_967_295
 DEFAULT_MAX_ECMP_ENTRIES = 128
 DEFAULT_CAPACITY_GBPS = 100.0
 DEFAULT_METRIC = 10
+
+#: A petabit per second: no link, demand or job of a real fabric carries more.
+MAX_GBPS = 1e6
+#: A megabit per second: the slowest link capacity (lab links run at 50 Mb/s).
+MIN_CAPACITY_GBPS = 1e-3
+#: A kilobit per second: the smallest demand that is not 0 (telemetry's capture rounds to it);
+#: checked on declared demands by :func:`controller.model.intent.validate_intent`.
+MIN_DEMAND_GBPS = 1e-6
+#: Utilization limits, as fractions of capacity: 0.1 % to 1,000 %.
+MIN_UTILIZATION = 1e-3
+MAX_UTILIZATION = 10.0
+#: The largest pod or plane number. They are labels, not indexes (pods may be numbered a billion apart),
+#: so the bound is only what a 32-bit signed integer holds, as the API's pod and plane filters take.
+MAX_INDEX = 2**31 - 1
+#: The largest usable IS-IS wide metric: 2^24 - 1 takes a link out of SPF (RFC 5305 section 3.7).
+MAX_METRIC = 16_777_214
+
+
+def _not_boolean(value: Any) -> Any:
+    """A number is not a boolean: JSON ``true`` would otherwise be read as 1."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not a boolean")
+    return value
+
+
+_Number = BeforeValidator(_not_boolean)  # after the constraints in Annotated: it runs first, they stay in the schema
+EcmpEntries = Annotated[int, Field(ge=1, le=65536), _Number]
+Index = Annotated[int, Field(ge=0, le=MAX_INDEX), _Number]
+CapacityGbps = Annotated[float, Field(ge=MIN_CAPACITY_GBPS, le=MAX_GBPS, allow_inf_nan=False), _Number]
+Gbps = Annotated[float, Field(ge=0, le=MAX_GBPS, allow_inf_nan=False), _Number]
+
+
+def _zero_or_measurable(gbps: float) -> float:
+    """A demand is 0 or at least a kilobit per second: less is no traffic a counter can tell from noise,
+    and only makes the programs' coefficients span more orders of magnitude than they resolve."""
+    if 0 < gbps < MIN_DEMAND_GBPS:
+        raise ValueError(f"{gbps:g} gbps is under {MIN_DEMAND_GBPS:g} gbps (a kilobit per second): "
+                         "write 0 or at least that")
+    return gbps
+
+
+#: a demand's rate: 0, or between a kilobit per second and MAX_GBPS (a rule of the object itself, so
+#: that an edit of the rate alone is held to it as surely as a whole document)
+DemandGbps = Annotated[Gbps, AfterValidator(_zero_or_measurable)]
+Metric = Annotated[int, Field(ge=1, le=MAX_METRIC), _Number]
+Utilization = Annotated[float, Field(ge=MIN_UTILIZATION, le=MAX_UTILIZATION, allow_inf_nan=False), _Number]
+#: a device named elsewhere (its own name has at most 64 characters), and a device or a link end ``device:port``
+DeviceRef = Annotated[str, Field(min_length=1, max_length=64)]
+TargetRef = Annotated[str, Field(min_length=1, max_length=80)]
+PrefixText = Annotated[str, Field(max_length=64)]
 
 
 class _Frozen(BaseModel):
@@ -93,7 +153,7 @@ class Defaults(_Frozen):
     """Fabric-wide defaults. ``max_ecmp_entries``: hardware budget per nexthop
     group, the largest sum of integer weights a group may have (default 128)."""
 
-    max_ecmp_entries: int = Field(DEFAULT_MAX_ECMP_ENTRIES, ge=1, le=65536)
+    max_ecmp_entries: EcmpEntries = DEFAULT_MAX_ECMP_ENTRIES
 
 
 class Device(_Frozen):
@@ -103,11 +163,11 @@ class Device(_Frozen):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     role: Role = Role.ROUTER
-    pod: int | None = Field(None, ge=0)
-    plane: int | None = Field(None, ge=0)
-    asn: int | None = None
+    pod: Index | None = None
+    plane: Index | None = None
+    asn: Annotated[int, _Number] | None = None
     loopback: ipaddress.IPv4Address | None = None
-    max_ecmp_entries: int | None = Field(None, ge=1, le=65536)
+    max_ecmp_entries: EcmpEntries | None = None
 
     @field_validator("asn")
     @classmethod
@@ -123,12 +183,12 @@ class Link(_Frozen):
     """An undirected link between ``a:a_port`` and ``b:b_port``. ``capacity_gbps``
     is per direction (default 100); ``metric`` is the IS-IS metric (default 10)."""
 
-    a: str = Field(min_length=1)
+    a: DeviceRef
     a_port: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")
-    b: str = Field(min_length=1)
+    b: DeviceRef
     b_port: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")
-    capacity_gbps: float = Field(DEFAULT_CAPACITY_GBPS, gt=0, allow_inf_nan=False)
-    metric: int = Field(DEFAULT_METRIC, ge=1, le=16_777_215)
+    capacity_gbps: CapacityGbps = DEFAULT_CAPACITY_GBPS
+    metric: Metric = DEFAULT_METRIC
 
     @property
     def end_a(self) -> str:
@@ -160,16 +220,16 @@ class FailureDomain(_Frozen):
     free text for people (power, srlg, rack, ...; default ``other``)."""
 
     name: str = Field(min_length=1, max_length=128)
-    kind: str = "other"
-    devices: tuple[str, ...] = ()
-    links: tuple[str, ...] = ()
+    kind: str = Field("other", max_length=64)
+    devices: tuple[DeviceRef, ...] = ()
+    links: tuple[TargetRef, ...] = ()
 
 
 class Prefix(_Frozen):
     """An IPv4 prefix and the devices that originate it (several = anycast)."""
 
-    prefix: str
-    origins: tuple[str, ...] = Field(min_length=1)
+    prefix: PrefixText
+    origins: tuple[DeviceRef, ...] = Field(min_length=1)
 
     @field_validator("prefix")
     @classmethod
@@ -211,14 +271,14 @@ class DrainPolicy(_Frozen):
     """A drained device or link end carries no transit traffic."""
 
     kind: Literal["drain"]
-    target: str = Field(min_length=1)
+    target: TargetRef
 
 
 class UtilizationLimitPolicy(_Frozen):
     """Largest link utilization allowed in the baseline (no failure)."""
 
     kind: Literal["utilization_limit"]
-    max: float = Field(gt=0, allow_inf_nan=False)
+    max: Utilization
 
 
 class FailureTolerancePolicy(_Frozen):
@@ -226,7 +286,7 @@ class FailureTolerancePolicy(_Frozen):
 
     kind: Literal["failure_tolerance"]
     scope: FailureToleranceScope = FailureToleranceScope.DOMAINS
-    max_utilization: float = Field(1.0, gt=0, allow_inf_nan=False)
+    max_utilization: Utilization = 1.0
 
 
 class WcmpPolicy(_Frozen):
@@ -271,9 +331,9 @@ POLICY_KINDS = ("drain", "utilization_limit", "failure_tolerance", "wcmp", "path
 class Demand(_Frozen):
     """Traffic entering the fabric at ``from`` toward the prefix ``to``."""
 
-    from_: str = Field(alias="from", min_length=1)
-    to: str
-    gbps: float = Field(ge=0, allow_inf_nan=False)
+    from_: DeviceRef = Field(alias="from")
+    to: PrefixText
+    gbps: DemandGbps
 
     @field_validator("to")
     @classmethod
@@ -289,10 +349,13 @@ class Collective(StrEnum):
     PIPELINE = "pipeline"
 
 
-#: Sane upper bounds of a job: a petabyte per iteration, a day per iteration, a petabit per second per flow.
+#: Sane bounds of a job: a byte to a petabyte per iteration, a microsecond to a day per iteration, a kilobit to
+#: a petabit per second per flow.
 JOB_MAX_BYTES_PER_ITER = 1e15
+JOB_MIN_ITER_S = 1e-6
 JOB_MAX_ITER_S = 86_400.0
-JOB_MAX_GBPS = 1e6
+JOB_MAX_GBPS = MAX_GBPS
+JOB_MIN_GBPS = MIN_DEMAND_GBPS
 
 
 class Job(_Frozen):
@@ -301,16 +364,18 @@ class Job(_Frozen):
     of ``collective``. It compiles to demands (:mod:`controller.model.jobs`)."""
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    tors: tuple[str, ...] = Field(min_length=2, max_length=4096)
+    tors: tuple[DeviceRef, ...] = Field(min_length=2, max_length=4096)
     collective: Collective
-    bytes_per_iter: float = Field(gt=0, le=JOB_MAX_BYTES_PER_ITER, allow_inf_nan=False)
-    iter_s: float = Field(gt=0, le=JOB_MAX_ITER_S, allow_inf_nan=False)
+    bytes_per_iter: Annotated[float, Field(gt=0, le=JOB_MAX_BYTES_PER_ITER, allow_inf_nan=False), _Number]
+    iter_s: Annotated[float, Field(ge=JOB_MIN_ITER_S, le=JOB_MAX_ITER_S, allow_inf_nan=False), _Number]
 
     @model_validator(mode="after")
     def _rate_bound(self) -> Job:
         gbps = self.bytes_per_iter * 8 / 1e9 / self.iter_s
         if gbps > JOB_MAX_GBPS:
             raise ValueError(f"bytes_per_iter / iter_s is {gbps:.3g} gbps, above the bound of {JOB_MAX_GBPS:g} gbps")
+        if gbps < JOB_MIN_GBPS:
+            raise ValueError(f"bytes_per_iter / iter_s is {gbps:.3g} gbps, below the bound of {JOB_MIN_GBPS:g} gbps")
         return self
 
 

@@ -11,6 +11,10 @@ The tree::
 
     LoomError
     ├── InvalidIntent            an intent (or an edit of one) with located errors
+    │   └── MalformedDocument    text that cannot be read as a document within the bounds
+    │       ├── InvalidEncoding        not UTF-8, or a lone surrogate
+    │       ├── DocumentTooDeep        arrays and objects nested deeper than the bound
+    │       └── DocumentTooLarge       more values than the bound
     ├── NotFound                 no such object, revision, change or device
     ├── Conflict                 a write that conflicts with the stored state
     │   ├── StaleRevision        If-Match is not the head
@@ -39,15 +43,19 @@ __all__ = [
     "Conflict",
     "Deposed",
     "DeviceError",
+    "DocumentTooDeep",
+    "DocumentTooLarge",
     "DriverError",
     "FatalDriverError",
     "FrrError",
     "Infeasible",
+    "InvalidEncoding",
     "IntentError",
     "InvalidIntent",
     "InvalidRequest",
     "LastAdmin",
     "LoomError",
+    "MalformedDocument",
     "NotFound",
     "RetryableDriverError",
     "SafetyViolation",
@@ -100,6 +108,38 @@ class InvalidRequest(LoomError):
     def __init__(self, errors: list[IntentError]):
         self.errors = errors
         super().__init__("; ".join(str(e) for e in errors) or "invalid request")
+class MalformedDocument(InvalidIntent):
+    """Text that cannot be read as a document at all, or only past a bound that protects the
+    reader (:mod:`controller.model.text`). It holds one error: where (``""`` for the whole text,
+    else the place in the document) and what."""
+
+    kind = "malformed-document"
+
+    def __init__(self, msg: str, loc: str = ""):
+        super().__init__([IntentError(loc, msg)])
+
+    @property
+    def reason(self) -> str:
+        return self.errors[0].msg
+
+
+class InvalidEncoding(MalformedDocument):
+    """The text is not UTF-8 (RFC 3629: no invalid bytes, overlong forms or surrogates), or
+    escapes a lone surrogate, which is no Unicode character."""
+
+    kind = "invalid-encoding"
+
+
+class DocumentTooDeep(MalformedDocument):
+    """Arrays and objects (sequences and mappings) nested deeper than the reader's bound."""
+
+    kind = "document-too-deep"
+
+
+class DocumentTooLarge(MalformedDocument):
+    """More values (nodes) than the reader's bound."""
+
+    kind = "document-too-large"
 
 
 class NotFound(LoomError):

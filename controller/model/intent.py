@@ -52,6 +52,7 @@ from controller.model import (
     parse_link_end,
 )
 from controller.model.errors import IntentError, InvalidIntent
+from controller.model.text import DEFAULT_LIMITS, TextLimits, decode_utf8, format_loc, load_json, load_yaml
 
 __all__ = ["dump_intent", "load_intent", "parse_intent_text", "validate_intent", "validate_job", "format_loc",
            "with_job"]
@@ -78,18 +79,6 @@ _REQUIRED = ("name", "devices", "links")
 _SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te")
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
 _FIELD_ADAPTERS: dict[tuple[type, str], TypeAdapter[Any]] = {}
-_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: large fabrics
-
-
-def format_loc(parts: tuple[Any, ...] | list[Any]) -> str:
-    """``("links", 7, "b")`` -> ``links[7].b``."""
-    out = ""
-    for p in parts:
-        if isinstance(p, int):
-            out += f"[{p}]"
-        else:
-            out += f".{p}" if out else str(p)
-    return out
 
 
 def _message(err: Mapping[str, Any]) -> str:
@@ -693,32 +682,28 @@ def _check_grouping(i: int, d: Device, errors: list[IntentError]) -> None:
                                   "the role of its tier)"))
 
 
-def _has_alias(text: str) -> bool:
-    """True if the YAML text uses an alias (``*anchor``). An alias needs an
-    anchor, so text without ``&`` is settled without a second parse."""
-    if "&" not in text:
-        return False
-    return any(isinstance(ev, yaml.AliasEvent) for ev in yaml.parse(text, Loader=_YamlLoader))
-
-
-def parse_intent_text(text: str, fmt: str | None = None, *, allow_aliases: bool = True) -> Any:
-    """Parse YAML or JSON text (``fmt`` 'yaml'/'json' or guessed) into plain data.
+def parse_intent_text(text: str | bytes, fmt: str | None = None, *, allow_aliases: bool = True,
+                      limits: TextLimits = DEFAULT_LIMITS, what: str = "the document") -> Any:
+    """Parse YAML or JSON text (``fmt`` 'yaml'/'json' or guessed) into plain data, within
+    ``limits`` (:mod:`controller.model.text`: strict UTF-8, nesting depth, number of values).
 
     ``allow_aliases=False`` refuses YAML aliases, for text from the network: a
     few lines of nested aliases expand into gigabytes (the "billion laughs").
+
+    Raises :class:`InvalidIntent` for a syntax error (located by line and column), and its
+    :class:`~controller.model.errors.MalformedDocument` leaves for text over a bound.
     """
+    if isinstance(text, bytes):
+        text = decode_utf8(text, what)
     errors: list[IntentError] = []
     if fmt == "json" or (fmt is None and text.lstrip().startswith(("{", "["))):
         try:
-            return json.loads(text)
+            return load_json(text, limits, what=what)
         except json.JSONDecodeError as exc:
             errors.append(IntentError("", f"JSON syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}"))
     else:
         try:
-            if not allow_aliases and _has_alias(text):
-                raise InvalidIntent([IntentError("", "YAML aliases (*name) are not accepted here: "
-                                                     "write the document out in full")])
-            return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a safe loader
+            return load_yaml(text, limits, allow_aliases=allow_aliases, what=what)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -728,15 +713,15 @@ def parse_intent_text(text: str, fmt: str | None = None, *, allow_aliases: bool 
 
 
 def load_intent(source: str | Path, fmt: str | None = None) -> Intent:
-    """Read and validate an intent document from a file path."""
+    """Read and validate an intent document from a file path (UTF-8)."""
     path = Path(source)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise InvalidIntent([IntentError("", f"cannot read {path}: {exc.strerror}")]) from None
     if fmt is None and path.suffix.lower() == ".json":
         fmt = "json"
-    return validate_intent(parse_intent_text(text, fmt))
+    return validate_intent(parse_intent_text(decode_utf8(raw, str(path)), fmt))
 
 
 def dump_intent(intent: Intent, fmt: str = "yaml") -> str:
