@@ -210,8 +210,8 @@ class Cluster:
                 if self.metrics is not None:
                     self.metrics.lease_renewals.inc()
             else:
-                log.warning("lease acquired: replica %s leads with epoch %d", self.replica, epoch,
-                            extra={"epoch": epoch, "replica": self.replica})
+                log.info("lease acquired: replica %s leads with epoch %d", self.replica, epoch,
+                         extra={"epoch": epoch, "replica": self.replica})
             self.epoch = epoch
             self._held = True
         self._gauge()
