@@ -94,32 +94,40 @@ def _groups(
             gid = ids[members] = f"g{len(ids) + 1}"
         return gid
 
+    # per-edge arrays as Python lists: a node has a handful of edges, where numpy's per-call cost dominates
+    starts = com.node_start.tolist()
+    e_arc = com.e_arc.tolist()
+    e_route = com.e_route.tolist()
+    ratio = lp_ratio.tolist() if lp_ratio is not None else None
+    port_l, head_l = list(port), head.tolist()
     for ci, rc in enumerate(com.classes):
         if ci % 64 == 0:
             progress("weights", ci / max(len(com.classes), 1))
         for v, arcs in rc.nexthops.items():
             k = node_of.get((ci, v))
             members: tuple[tuple[str, str, int], ...]
-            if k is None or lp_ratio is None or np.isnan(lp_ratio[com.node_start[k]]):
+            if k is None or ratio is None or ratio[starts[k]] != ratio[starts[k]]:  # NaN: no LP flow
                 hop_arcs: tuple[int, ...] = arcs if k is None else fallback.get(k, arcs)
                 weights: tuple[int, ...] = (1,) * len(hop_arcs)
             else:
-                s, e = int(com.node_start[k]), int(com.node_start[k + 1])
-                r = lp_ratio[s:e]
-                keep = r > 1e-9 if fib else com.e_route[s:e]
-                idx = np.flatnonzero(keep & (r >= 0))
-                if not idx.size or r[idx].sum() <= 0:
-                    idx = np.flatnonzero(com.e_route[s:e])
-                    r = np.ones(e - s)
-                hop_arcs = tuple(int(a) for a in com.e_arc[s:e][idx])
-                weights = weigh(np.maximum(r[idx], 0.0), budgets[v])
+                s, e = starts[k], starts[k + 1]
+                r = ratio[s:e]
+                if fib:
+                    idx = [j for j, x in enumerate(r) if x > 1e-9]
+                else:
+                    idx = [j for j, x in enumerate(r) if e_route[s + j] and x >= 0]
+                if not idx or sum(r[j] for j in idx) <= 0:
+                    idx = [j for j in range(e - s) if e_route[s + j]]
+                    r = [1.0] * (e - s)
+                hop_arcs = tuple(e_arc[s + j] for j in idx)
+                weights = (1,) if len(idx) == 1 else weigh(np.array([max(r[j], 0.0) for j in idx]), budgets[v])
             if k is not None:
-                s = int(com.node_start[k])
-                pos = {int(a): j for j, a in enumerate(com.e_arc[s:int(com.node_start[k + 1])])}
+                s = starts[k]
+                pos = {a: j for j, a in enumerate(e_arc[s:starts[k + 1]])}
                 tot = float(sum(weights))
                 for a, w in zip(hop_arcs, weights, strict=True):
                     rounded[s + pos[a]] = w / tot
-            members = tuple(sorted((port[a], names[int(head[a])], w) for a, w in zip(hop_arcs, weights, strict=True)))
+            members = tuple(sorted((port_l[a], names[head_l[a]], w) for a, w in zip(hop_arcs, weights, strict=True)))
             gid = group_id(v, members)
             for p in rc.prefixes:
                 routes[v][p] = gid

@@ -33,7 +33,7 @@ import scipy.sparse as sp
 from controller.model import Intent, Routing
 from controller.model.errors import Infeasible
 from solver.core.fabric import Fabric
-from solver.core.lp import DEFAULT_BACKEND, solve_lp
+from solver.core.lp import DEFAULT_BACKEND, solve_lp, solve_lp_lex
 from solver.core.routing import RouteClass
 
 __all__ = ["Commodities", "build_commodities", "ecmp_ratios", "propagate", "solve_wcmp"]
@@ -207,6 +207,22 @@ def _min_share_rows(com: Commodities, min_share: np.ndarray) -> tuple[np.ndarray
     return rows, cols, vals, len(sel)
 
 
+def _downhill(com: Commodities) -> np.ndarray:
+    """Per edge: the routing's own next hop, or an arc to a device nearer the destination. Where
+    the DAG is every usable arc (``paths: loop_free``) these are the columns the LP starts from;
+    the others (sideways and uphill arcs, which the optimum rarely uses) are priced in."""
+    n_c = len(com.commodity_class)
+    dist = np.full((n_c, com.fab.n), np.inf)
+    for c in range(n_c):
+        d = com.classes[int(com.commodity_class[c])].dist
+        if d:
+            dist[c, np.fromiter(d.keys(), np.int64, len(d))] = np.fromiter(d.values(), np.float64, len(d))
+    c_e = com.node_c[com.e_node]
+    tail = dist[c_e, com.node_v[com.e_node]]
+    head = dist[c_e, com.fab.arc_head[com.e_arc]]
+    return com.e_route | (head < tail)
+
+
 def solve_wcmp(com: Commodities, *, backend: str = DEFAULT_BACKEND, detours: bool | None = None,
                min_share: np.ndarray | None = None) -> WcmpSolution:
     """The min-max-utilization LP over all commodities (see the module docstring).
@@ -244,17 +260,19 @@ def solve_wcmp(com: Commodities, *, backend: str = DEFAULT_BACKEND, detours: boo
     col_ub = np.full(n_e + 1, np.inf)
     c = np.zeros(n_e + 1)
     c[n_e] = 1.0
-    first = solve_lp(c, a, row_lb, row_ub, col_lb, col_ub, backend=backend)
-    x, seconds = first.x, first.seconds
-    mlu = float(x[n_e])
     if detours is None:
         detours = fab.intent.paths_mode == "loop_free"
     if detours:
-        col_ub[n_e] = mlu * (1 + 1e-6) + 1e-9
         c2 = np.zeros(n_e + 1)
         c2[:n_e] = fab.arc_metric[com.e_arc] / float(np.mean(fab.arc_metric[used]))
-        second = solve_lp(c2, a, row_lb, row_ub, col_lb, col_ub, backend=backend)
-        x, seconds = second.x, seconds + second.seconds
+        first, second = solve_lp_lex(c, c2, n_e, a, row_lb, row_ub, col_lb, col_ub, backend=backend,
+                                     initial=np.append(_downhill(com), True))
+        mlu = float(first.x[n_e])
+        x, seconds = second.x, first.seconds + second.seconds
+    else:
+        first = solve_lp(c, a, row_lb, row_ub, col_lb, col_ub, backend=backend)
+        x, seconds = first.x, first.seconds
+        mlu = float(x[n_e])
     flow = np.maximum(x[:n_e], 0.0) * scale
     out = np.bincount(com.e_node, weights=flow, minlength=n_nodes)
     tot = out[com.e_node]

@@ -261,3 +261,69 @@ def test_milp_is_bounded_by_work_not_by_time() -> None:
     assert res.objective == pytest.approx(-13.0)  # x = 2, z = 1 (or any other optimum of value 13)
     assert solve_milp(np.array([-1.0]), sp.csr_matrix([[1.0]]), np.array([-np.inf]), np.array([1.0]),
                       np.zeros(1), np.ones(1), np.ones(1, dtype=bool), nodes=0) is None
+
+
+@pytest.mark.parametrize("priced", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lexicographic_lp_warm_start_matches_two_cold_solves(seed: int, priced: bool) -> None:
+    """``solve_lp_lex`` with HiGHS re-optimizes the tie-break from the first stage's basis; its two
+    objectives must equal those of two cold solves by an independent build (SciPy's HiGHS),
+    on random min-max load problems: ``min U`` over splits of demands on parallel paths, then
+    the least total cost with ``U`` held at its optimum. ``priced``: by column generation from
+    one path per demand (the others priced in at each stage), which must not change either."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from solver.core.lp import solve_lp, solve_lp_lex
+
+    rng = np.random.default_rng(seed)
+    n_dem, n_path, n_arc = 12, 4, 15
+    n_x = n_dem * n_path
+    uses = rng.random((n_arc, n_x)) < 0.25  # path x crosses arc
+    cap = rng.uniform(5, 20, n_arc)
+    dem = rng.uniform(1, 10, n_dem)
+    rows = [np.hstack([np.kron(np.eye(n_dem), np.ones(n_path)), np.zeros((n_dem, 1))]),
+            np.hstack([uses.astype(float), -cap[:, None]])]
+    a = sp.csr_matrix(np.vstack(rows))
+    row_lb = np.concatenate([dem, np.full(n_arc, -np.inf)])
+    row_ub = np.concatenate([dem, np.zeros(n_arc)])
+    col_lb, col_ub = np.zeros(n_x + 1), np.full(n_x + 1, np.inf)
+    c = np.zeros(n_x + 1)
+    c[n_x] = 1.0
+    then = np.concatenate([rng.uniform(1, 3, n_x), [0.0]])
+    initial = (np.arange(n_x + 1) % n_path == 0) if priced else None
+    first, second = solve_lp_lex(c, then, n_x, a, row_lb, row_ub, col_lb, col_ub, backend="auto", initial=initial)
+    assert first.backend == second.backend == "highs"
+    cold1 = solve_lp(c, a, row_lb, row_ub, col_lb, col_ub, backend="scipy-highs")
+    assert first.objective == pytest.approx(cold1.objective, rel=1e-7)
+    fixed_ub = col_ub.copy()
+    fixed_ub[n_x] = cold1.objective * (1 + 1e-6) + 1e-9
+    cold2 = solve_lp(then, a, row_lb, row_ub, col_lb, fixed_ub, backend="scipy-highs")
+    assert second.objective == pytest.approx(cold2.objective, rel=1e-6)
+    assert second.x[n_x] <= first.objective * (1 + 1e-6) + 1e-9  # the tie-break kept the optimum
+    assert a @ second.x == pytest.approx(np.where(np.isfinite(row_lb), row_lb, a @ second.x), abs=1e-6)
+    with pytest.raises(ValueError, match="column `fix` alone"):
+        solve_lp_lex(then, c, n_x, a, row_lb, row_ub, col_lb, col_ub)
+
+
+def test_highs_writes_nothing_on_stdout() -> None:
+    """HiGHS prints a banner on stdout when a process builds its first instance; ``loom plan``
+    writes its plan document there, so a loop-free plan's stdout must be the JSON alone."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys\n"
+            "from controller.model.intent import validate_intent\n"
+            "from solver import solve\n"
+            "doc = json.loads(sys.argv[1])\n"
+            "print(solve(validate_intent(doc)).summary.max_utilization)\n")
+    doc = {"name": "ring", "routing": "isis", "devices": [{"name": f"r{i}"} for i in range(4)],
+           "links": [{"a": f"r{i}", "a_port": "e1", "b": f"r{(i + 1) % 4}", "b_port": "e2", "capacity_gbps": 10}
+                     for i in range(4)],
+           "prefixes": [{"prefix": "10.0.0.0/24", "origins": ["r0"]}],
+           "policies": [{"kind": "paths", "mode": "loop_free"}],
+           "demands": [{"from": "r2", "to": "10.0.0.0/24", "gbps": 10}]}
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(doc)], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "0.5", out  # two disjoint paths of 10 Gb/s from r2 to r0

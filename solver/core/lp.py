@@ -6,22 +6,36 @@ as numpy/scipy arrays (never element by element) and handed here as
 ``auto`` (the default: ``glop`` for models up to
 :data:`AUTO_PDLP_VARIABLES` variables, ``pdlp`` beyond), ``glop`` (OR-Tools'
 simplex), ``pdlp`` (OR-Tools' first-order
-method, for very large models), ``highs`` (HiGHS through OR-Tools'
-``ModelBuilder``) and ``scipy-highs`` (HiGHS through SciPy: an independent
-build, used by tests as a second opinion).
+method, for very large models), ``highs`` (HiGHS' dual simplex through its own
+Python binding, ``highspy``) and ``scipy-highs`` (HiGHS through SciPy: an
+independent build, used by tests as a second opinion).
+
+:func:`solve_lp_lex` solves two objectives in lexicographic order (the second
+with the first's column held at its optimum). With HiGHS the second stage
+starts from the first's optimal basis instead of from nothing: on the
+Repetita networks with ``paths: loop_free`` it takes a few simplex pivots
+where a cold solve takes as long as the first stage.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from controller.model.errors import Infeasible
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "LpResult", "solve_lp", "solve_milp"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "LpResult", "solve_lp", "solve_lp_lex", "solve_milp"]
+
+#: a column prices into a restricted LP when its reduced cost is below minus this (HiGHS'
+#: own dual feasibility tolerance: the restricted optimum is then the full one to that tolerance)
+PRICING_TOLERANCE = 1e-7
 
 BACKENDS: tuple[str, ...] = ("auto", "glop", "pdlp", "highs", "scipy-highs")
 DEFAULT_BACKEND = "auto"
@@ -71,6 +85,78 @@ def _ortools(backend: str, c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, 
                              [{"backend": backend, "status": status.name}])
     return LpResult(np.asarray(helper.variable_values(), dtype=np.float64),
                     float(helper.objective_value()), seconds)
+
+
+_HIGHS_BANNER_LOCK = threading.Lock()
+_highs_banner_shown = False
+
+
+def _new_highs() -> Any:
+    """A ``highspy.Highs``. HiGHS prints a copyright banner on stdout when the first one is
+    built, before any option can silence it; stdout may be a plan document (``loom plan``
+    writes JSON there), so the first construction runs with file descriptor 1 on /dev/null."""
+    import highspy
+
+    global _highs_banner_shown
+    with _HIGHS_BANNER_LOCK:
+        if _highs_banner_shown:
+            return highspy.Highs()
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, 1)
+                h = highspy.Highs()
+            finally:
+                os.dup2(saved, 1)
+                os.close(devnull)
+        finally:
+            os.close(saved)
+        _highs_banner_shown = True
+        return h
+
+
+def _highs_model(c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np.ndarray,
+                 col_lb: np.ndarray, col_ub: np.ndarray) -> Any:
+    """A HiGHS instance holding the LP, set for its serial dual simplex, quiet."""
+    import highspy
+
+    inf = highspy.kHighsInf
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = a.shape[1], a.shape[0]
+    lp.col_cost_ = c
+    lp.col_lower_ = np.where(np.isfinite(col_lb), col_lb, -inf)
+    lp.col_upper_ = np.where(np.isfinite(col_ub), col_ub, inf)
+    lp.row_lower_ = np.where(np.isfinite(row_lb), row_lb, -inf)
+    lp.row_upper_ = np.where(np.isfinite(row_ub), row_ub, inf)
+    csc = a.tocsc()
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = csc.indptr
+    lp.a_matrix_.index_ = csc.indices
+    lp.a_matrix_.value_ = csc.data
+    h = _new_highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("solver", "simplex")
+    h.setOptionValue("simplex_strategy", 1)  # dual
+    h.setOptionValue("threads", 1)  # the same pivots, hence the same vertex, on any machine
+    h.passModel(lp)
+    return h
+
+
+def _highs_run(h: Any, stage: str) -> LpResult:
+    import highspy
+
+    t0 = time.perf_counter()
+    h.run()
+    seconds = time.perf_counter() - t0
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        name = h.modelStatusToString(status)
+        raise Infeasible(f"the LP backend highs stopped with status {name} ({stage})",
+                         [{"backend": "highs", "status": name, "stage": stage}])
+    x = np.asarray(h.getSolution().col_value, dtype=np.float64)
+    return LpResult(x, float(h.getInfo().objective_function_value), seconds, "highs")
 
 
 def _scipy(c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np.ndarray,
@@ -130,8 +216,95 @@ def solve_lp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarr
         backend = "glop" if csr.shape[1] <= AUTO_PDLP_VARIABLES else "pdlp"
     args = (np.asarray(c, np.float64), csr, np.asarray(row_lb, np.float64), np.asarray(row_ub, np.float64),
             np.asarray(col_lb, np.float64), np.asarray(col_ub, np.float64))
+    if backend == "highs":
+        return _highs_run(_highs_model(*args), "objective")
     res = _scipy(*args) if backend == "scipy-highs" else _ortools(backend, *args, tolerance=tolerance)
     return LpResult(res.x, res.objective, res.seconds, backend)
+
+
+def solve_lp_lex(c: np.ndarray, then: np.ndarray, fix: int, a: sp.spmatrix, row_lb: np.ndarray,
+                 row_ub: np.ndarray, col_lb: np.ndarray, col_ub: np.ndarray, *, backend: str = DEFAULT_BACKEND,
+                 slack: float = 1e-6, initial: np.ndarray | None = None) -> tuple[LpResult, LpResult]:
+    """Minimize ``c.x``, then ``then.x`` with column ``fix`` at most its first optimum times ``1 + slack``.
+
+    ``c`` must be the objective of that one column (``c[fix] = 1``, zero elsewhere: the
+    min-max utilization and its tie-break). Returns both stages' results; the second's
+    ``seconds`` is its own. ``auto`` uses HiGHS, whose second stage starts from the
+    first's optimal basis, for models up to :data:`AUTO_PDLP_VARIABLES` variables, and
+    PDLP (two cold solves) beyond; any other backend is solved cold twice as named.
+
+    ``initial`` (HiGHS only; flags per column): solve by column generation, starting from
+    these columns and pricing the others in (:func:`_priced_run`) at each stage, so the
+    answer is the full LP's optimum while the LP held is often much smaller. A column left
+    out must have lower bound 0.
+
+    Raises ``ValueError`` (unknown backend, ``c`` not a unit objective) and ``Infeasible``.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown LP backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    c = np.asarray(c, np.float64)
+    if c[fix] != 1.0 or np.count_nonzero(c) != 1:
+        raise ValueError("solve_lp_lex: the first objective must be column `fix` alone")
+    csr = sp.csr_matrix(a, dtype=np.float64)
+    if backend == "auto":
+        backend = "highs" if csr.shape[1] <= AUTO_PDLP_VARIABLES else "pdlp"
+    col_ub = np.array(col_ub, np.float64)
+    if backend != "highs":
+        first = solve_lp(c, csr, row_lb, row_ub, col_lb, col_ub, backend=backend)
+        col_ub[fix] = first.x[fix] * (1 + slack) + 1e-9
+        return first, solve_lp(then, csr, row_lb, row_ub, col_lb, col_ub, backend=backend)
+    col_lb = np.asarray(col_lb, np.float64)
+    then = np.asarray(then, np.float64)
+    n = csr.shape[1]
+    cols = np.arange(n) if initial is None else np.union1d(np.flatnonzero(initial), [fix])
+    left_out = np.ones(n, dtype=bool)
+    left_out[cols] = False
+    if (col_lb[left_out] != 0).any():
+        raise ValueError("solve_lp_lex: a column left out of `initial` must have lower bound 0")
+    j = int(np.searchsorted(cols, fix))  # added columns go after the initial ones: fix keeps its place
+    csc = csr.tocsc()
+    h = _highs_model(c[cols], csc[:, cols].tocsr(), np.asarray(row_lb, np.float64), np.asarray(row_ub, np.float64),
+                     col_lb[cols], col_ub[cols])
+    first, cols = _priced_run(h, c, csc, cols, col_lb, col_ub, "objective")
+    col_ub[fix] = first.x[fix] * (1 + slack) + 1e-9
+    h.changeColBounds(j, float(col_lb[fix]), float(col_ub[fix]))
+    h.changeColsCost(len(cols), np.arange(len(cols), dtype=np.int32), then[cols])
+    h.setOptionValue("simplex_strategy", 4)  # primal: the basis stays feasible
+    second, _ = _priced_run(h, then, csc, cols, col_lb, col_ub, "tie-break")
+    return first, second
+
+
+def _priced_run(h: Any, cost: np.ndarray, csc: sp.csc_matrix, cols: np.ndarray, col_lb: np.ndarray,
+                col_ub: np.ndarray, stage: str) -> tuple[LpResult, np.ndarray]:
+    """Solve the restricted LP held by ``h`` (the columns ``cols`` of the full one, in that order),
+    adding every left-out column whose reduced cost under the restricted duals is below
+    ``-PRICING_TOLERANCE`` and solving again from the current basis, until none is: the
+    restricted duals are then feasible for the full LP, so the restricted optimum is the full
+    optimum. Returns it with ``x`` over all columns, and the columns the LP now holds."""
+    n = csc.shape[1]
+    seconds = 0.0
+    csr_t = csc.T.tocsr()  # rows of A^T: one per column, for pricing
+    while True:
+        res = _highs_run(h, stage)
+        seconds += res.seconds
+        if len(cols) == n:
+            break
+        y = np.asarray(h.getSolution().row_dual, dtype=np.float64)
+        reduced = cost - csr_t @ y
+        out = np.ones(n, dtype=bool)
+        out[cols] = False
+        # a left-out column sits at its lower bound (0 here); it improves the LP if its cost falls
+        enter = np.flatnonzero(out & (reduced < -PRICING_TOLERANCE) & (col_ub > col_lb))
+        if not enter.size:
+            break
+        sub = csc[:, enter]
+        h.addCols(len(enter), cost[enter], col_lb[enter], col_ub[enter], sub.nnz,
+                  sub.indptr[:-1].astype(np.int32), sub.indices.astype(np.int32), sub.data)
+        cols = np.concatenate([cols, enter])
+        h.setOptionValue("simplex_strategy", 4)  # primal: the basis stays feasible
+    x = np.zeros(n)
+    x[cols] = res.x
+    return LpResult(x, res.objective, seconds, "highs"), cols
 
 
 def solve_milp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarray, col_lb: np.ndarray,

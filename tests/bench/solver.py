@@ -13,7 +13,11 @@ device. The public Repetita networks (``../shared/bench/repetita``) as
 ``routing: isis`` fabrics with demands scaled so the optimal MLU (the
 unrestricted destination-based flow LP, which ``paths: loop_free`` solves) is
 exactly 0.90: MLU with ``loop_free`` after rounding, with shortest paths
-(WCMP), and ECMP, and seconds per network.
+(WCMP), and ECMP, and seconds per network, beside the reference measured in the
+same run: a plain multicommodity-flow LP of the same network (arc flows per
+destination, min max utilization) solved by HiGHS' interior point method, its
+optimum and its solve time (the LP alone: it gives no routes and no weights),
+with the ratios of MLU and of seconds.
 
 Figures measured with these fabrics (2-core shared machine), which the solver's
 defaults (:class:`solver.core.options.ClosOptions`, :class:`solver.core.options.RobustOptions`)
@@ -155,6 +159,50 @@ def repetita_intent(graph: Path, demands: Path, scale: float = 1.0, paths: str =
     }
 
 
+def plain_mcf_lp(doc: dict[str, Any]) -> tuple[float, float]:
+    """The reference: a plain multicommodity-flow LP of a ``repetita_intent`` document, min max
+    utilization over every arc, commodities aggregated by destination (arc flows, conservation at
+    every other node), solved by HiGHS' interior point method through SciPy. It gives neither
+    routes nor weights. Returns (seconds of the solve alone, optimal U)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from scipy.optimize import linprog
+
+    idx = {d["name"]: i for i, d in enumerate(doc["devices"])}
+    n = len(idx)
+    tail = np.array([idx[x["a"]] for x in doc["links"]] + [idx[x["b"]] for x in doc["links"]])
+    head = np.array([idx[x["b"]] for x in doc["links"]] + [idx[x["a"]] for x in doc["links"]])
+    cap = np.array([x["capacity_gbps"] for x in doc["links"]] * 2)
+    dest = {p["prefix"]: idx[p["origins"][0]] for p in doc["prefixes"]}
+    dests = sorted({dest[d["to"]] for d in doc["demands"]})
+    k_of = {t: k for k, t in enumerate(dests)}
+    n_a, n_k = len(tail), len(dests)
+    b = np.zeros((n_k, n))
+    for d in doc["demands"]:
+        b[k_of[dest[d["to"]]], idx[d["from"]]] += d["gbps"]
+    # conservation rows (k, v) for v != t_k: out - in = b; column k * n_a + a
+    kk = np.repeat(np.arange(n_k), n_a)
+    aa = np.tile(np.arange(n_a), n_k)
+    col = kk * n_a + aa
+    row_of = np.arange(n_k * n).reshape(n_k, n)
+    rows = np.concatenate([row_of[kk, tail[aa]], row_of[kk, head[aa]]])
+    vals = np.concatenate([np.ones(len(col)), -np.ones(len(col))])
+    cols = np.concatenate([col, col])
+    keep_row = np.ones(n_k * n, dtype=bool)
+    keep_row[row_of[np.arange(n_k), dests]] = False
+    eq = sp.csr_matrix((vals, (rows, cols)), shape=(n_k * n, n_k * n_a + 1))[keep_row]
+    ub = sp.hstack([sp.csr_matrix((np.ones(len(col)), (aa, col)), shape=(n_a, n_k * n_a)),
+                    sp.csr_matrix(-cap[:, None])]).tocsr()
+    c = np.zeros(n_k * n_a + 1)
+    c[-1] = 1.0
+    t0 = time.perf_counter()
+    res = linprog(c, A_ub=ub, b_ub=np.zeros(n_a), A_eq=eq, b_eq=b.reshape(-1)[keep_row], method="highs-ipm")
+    seconds = time.perf_counter() - t0
+    if res.status != 0:
+        raise RuntimeError(f"plain LP: {res.message}")
+    return seconds, float(res.fun)
+
+
 def repetita_row(graph: Path, backend: str = "auto") -> dict[str, Any]:
     from controller.model.intent import validate_intent
     from solver import solve
@@ -164,13 +212,16 @@ def repetita_row(graph: Path, backend: str = "auto") -> dict[str, Any]:
     if unit.summary.lp_bound <= 0:
         return {"network": graph.stem, "error": "no demand"}
     scale = 0.9 / unit.summary.lp_bound
+    doc = repetita_intent(graph, demands, scale)
+    plain_s, plain_u = plain_mcf_lp(doc)
     t0 = time.perf_counter()
-    lf = solve(validate_intent(repetita_intent(graph, demands, scale)), backend=backend)
+    lf = solve(validate_intent(doc), backend=backend)
     lf_s = time.perf_counter() - t0
-    sp = solve(validate_intent(repetita_intent(graph, demands, scale, paths="shortest")), backend=backend)
+    sp_plan = solve(validate_intent(repetita_intent(graph, demands, scale, paths="shortest")), backend=backend)
     return {"network": graph.stem, "nodes": len(lf.devices), "links": len(lf.links), "lp": lf.summary.lp_bound,
-            "loop_free": lf.summary.max_utilization, "shortest": sp.summary.max_utilization,
-            "shortest_lp": sp.summary.lp_bound, "ecmp": sp.summary.ecmp_max_utilization, "seconds": lf_s}
+            "loop_free": lf.summary.max_utilization, "shortest": sp_plan.summary.max_utilization,
+            "shortest_lp": sp_plan.summary.lp_bound, "ecmp": sp_plan.summary.ecmp_max_utilization,
+            "seconds": lf_s, "plain_s": plain_s, "plain_u": plain_u}
 
 
 def _f(x: Any, digits: int = 3) -> str:
@@ -202,8 +253,8 @@ def run(args: Any) -> list[Table]:
     which = getattr(args, "repetita", "all")
     if which != "none" and REPETITA_DIR.is_dir():
         rep = Table(title="solver: Repetita networks as routing: isis, demand scaled so the optimal MLU is 0.90")
-        for col in ("network", "nodes", "links", "LP (loop_free)", "MLU loop_free", "MLU shortest (WCMP)",
-                    "LP shortest", "MLU ECMP", "loop_free s"):
+        for col in ("network", "nodes", "links", "LP (loop_free)", "MLU loop_free", "plain LP U", "MLU/plain U",
+                    "MLU shortest (WCMP)", "LP shortest", "MLU ECMP", "loop_free s", "plain LP s", "ratio"):
             rep.add_column(col, justify="left" if col == "network" else "right")
         graphs = sorted(REPETITA_DIR.glob("*.graph"))
         if which != "all":
@@ -213,9 +264,11 @@ def run(args: Any) -> list[Table]:
             try:
                 r = repetita_row(g, backend)
             except Exception as exc:  # one bad network must not hide the others
-                rep.add_row(g.stem, "", "", "", "", "", "", "", f"{type(exc).__name__}: {exc}"[:80])
+                rep.add_row(g.stem, *[""] * 11, f"{type(exc).__name__}: {exc}"[:80])
                 continue
             rep.add_row(r["network"], str(r["nodes"]), str(r["links"]), _f(r["lp"], 4), _f(r["loop_free"], 4),
-                        _f(r["shortest"], 4), _f(r["shortest_lp"], 4), _f(r["ecmp"], 4), _f(r["seconds"], 2))
+                        _f(r["plain_u"], 4), _f(r["loop_free"] / r["plain_u"], 4), _f(r["shortest"], 4),
+                        _f(r["shortest_lp"], 4), _f(r["ecmp"], 4), _f(r["seconds"], 2), _f(r["plain_s"], 2),
+                        _f(r["seconds"] / r["plain_s"], 2))
         tables.append(rep)
     return tables
