@@ -69,3 +69,27 @@ def test_descent_never_raises_the_mlu_keeps_budgets_and_is_deterministic(budget:
     again = carry_round(m, x, tor_budget, leaf_budget, fib=False, options=opts)
     assert again[0] == tor_w and again[1] == leaf_w
     assert np.array_equal(again[2], xr)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rounding_fill_by_level_gives_the_unit_by_unit_weights(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load-aware rounding's water-filling (error feedback, tie-break by relative excess) gives
+    the same weights with most units placed by level as with every unit placed one at a time."""
+    import solver.clos.rounding as rounding
+
+    rng = np.random.default_rng(100 + seed)
+    rows, n, r, arcs = 40, 6, 3, 25
+    proj = np.append(rng.uniform(0.0, 80.0, arcs), 0.0)
+    cap = np.append(rng.choice([50.0, 100.0, 200.0], arcs), np.inf)
+    idx = rng.integers(0, arcs, (rows, n, r))
+    idx[rng.random((rows, n, r)) < 0.2] = arcs
+    coef = np.where(idx == arcs, 0.0, rng.choice([0.5, 1.0], (rows, n, r)))
+    valid = rng.random((rows, n)) < 0.9
+    t = np.where(valid & (rng.random((rows, n)) < 0.85), rng.uniform(0.0, 40.0, (rows, n)), 0.0)
+    total = rng.integers(n, 200, rows)
+    u = rng.uniform(0.5, 2.0, rows)
+    wmin = np.where(valid, rng.integers(0, 2), 0)
+    got = rounding._fill(t, u, total, wmin, valid, idx, coef, proj, cap)
+    monkeypatch.setattr(rounding, "level_units", lambda a, s, w0, can, left: np.zeros_like(w0))
+    want = rounding._fill(t, u, total, wmin, valid, idx, coef, proj, cap)
+    assert (got == want).all()

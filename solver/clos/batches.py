@@ -16,7 +16,9 @@ import scipy.sparse as sp
 
 from solver.clos.model import PodModel
 
-__all__ = ["Batch", "RoundingState", "arc_resources", "pad"]
+__all__ = ["Batch", "RoundingState", "arc_resources", "level_units", "pad"]
+
+LEVEL_STEPS = 14  # bisection steps of the level below which every unit is taken at once
 
 
 def arc_resources(mat: sp.csc_matrix, cols: np.ndarray, dummy: int) -> tuple[np.ndarray, np.ndarray]:
@@ -31,6 +33,42 @@ def arc_resources(mat: sp.csc_matrix, cols: np.ndarray, dummy: int) -> tuple[np.
     idx = np.where(inside, mat.indices[pos] if mat.nnz else 0, dummy)
     coef = np.where(inside, mat.data[pos] if mat.nnz else 0.0, 0.0)
     return idx, coef
+
+
+def level_units(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """How many of its next units each member surely takes in a water-filling, placed by level.
+
+    The water-fillings of the rounding give, one at a time, each of ``left[row]`` units to the member
+    whose next unit costs least, a unit's cost being ``max_r(a[row, j, r] + slope[row, j, r] * w)``
+    at the member's weight ``w`` after it (from ``w0[row, j]``; members where ``can`` is false take
+    none). Costs grow with the weight, so every unit cheaper than the ``left``-th cheapest is taken:
+    for a level ``lam`` below that one (``LEVEL_STEPS`` bisection steps per row on how many units cost
+    at most ``lam``), a member takes in closed form its units up to ``lam``, less one (a margin for the
+    division's rounding). The units returned are a part of the greedy's own; the few left are the
+    caller's to place one at a time, so the weights are the greedy's but the work grows with the
+    members and not with the budget."""
+    real = slope > 1e-200  # below: as an arc the unit does not move (its inverse stays finite)
+    inv = np.where(real, 1.0 / np.where(real, slope, 1.0), 0.0)
+    off = np.where(real, a * inv, -np.inf)  # a unit arc: units up to floor(lam * inv - off)
+    block = np.where(real, -np.inf, a).max(axis=2, initial=-np.inf)  # an arc no unit moves: lam below it, none
+    w = w0.astype(np.float64)
+    lim = np.where(can, left.astype(np.float64)[:, None], 0.0)
+
+    def count(lam: np.ndarray) -> np.ndarray:
+        k = np.floor(lam[:, None, None] * inv - off).min(axis=2, initial=np.inf) - w
+        return np.where(lam[:, None] >= block, np.clip(k, 0.0, lim), 0.0)
+
+    top = np.where(can[:, :, None], a + slope * (w + lim)[:, :, None], -np.inf)
+    hi = np.maximum(top.max(axis=(1, 2), initial=0.0), 0.0)
+    lo = np.minimum(np.where(can[:, :, None], a + slope * w[:, :, None], np.inf).min(axis=(1, 2), initial=0.0),
+                    0.0) - 1.0
+    for _ in range(LEVEL_STEPS):
+        mid = 0.5 * (lo + hi)
+        under = count(mid).sum(axis=1) <= left
+        lo = np.where(under, mid, lo)
+        hi = np.where(under, hi, mid)
+    pre = np.maximum(count(lo) - 1.0, 0.0).astype(np.int64)
+    return np.where((left > 0)[:, None], pre, 0)
 
 
 def pad(rows: list[list[int]], fill: int = 0) -> tuple[np.ndarray, np.ndarray]:

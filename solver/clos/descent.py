@@ -29,13 +29,13 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from solver.clos.batches import Batch, RoundingState, arc_resources
+from solver.clos.batches import Batch, RoundingState, arc_resources, level_units
 from solver.clos.model import PodModel
 
 __all__ = ["descend"]
 
 _TOL = 1e-12  # utilizations closer than this are equal
-_LEVEL_STEPS = 14  # bisection steps of the level below which every unit is taken at once
+_LEVEL_FROM = 4  # units left per member past which a fill places most of them by level
 
 
 def _sorted_utils(base: np.ndarray, idx: np.ndarray, coef: np.ndarray, gbps: np.ndarray, cap: np.ndarray,
@@ -72,41 +72,10 @@ def _greedy(base: np.ndarray, idx: np.ndarray, coef: np.ndarray, cap: np.ndarray
 
 def _fill(base: np.ndarray, idx: np.ndarray, coef: np.ndarray, cap: np.ndarray, unit: np.ndarray,
           wmin: np.ndarray, can: np.ndarray, left: np.ndarray) -> np.ndarray:
-    """The weights of :func:`_greedy`, with most units placed by level instead of one at a time.
-
-    A unit's cost (its member's largest utilization with it) grows with the member's weight, so
-    every unit cheaper than the ``left``-th cheapest is taken: for a level ``lam`` below that one
-    (``_LEVEL_STEPS`` bisection steps per row on how many units cost at most ``lam``), each member
-    first takes, in closed form, its units up to ``lam`` less one (the one: a margin for the
-    division's rounding), and :func:`_greedy` places the few units left one at a time. The result
-    is the greedy's, but its work grows with the members, not with the budget."""
-    rows = left > 0
-    if not rows.any():
-        return wmin.copy()
-    a = base[idx] / cap[idx]  # [rows, n, R]: utilization without the member
-    slope = coef * unit[:, None, None] / cap[idx]  # utilization per weight unit
-    real = slope > 1e-200  # below: as an arc the unit does not move (its inverse stays finite)
-    inv = np.where(real, 1.0 / np.where(real, slope, 1.0), 0.0)
-    off = np.where(real, a * inv, -np.inf)  # a unit arc: units up to floor(lam * inv - off)
-    block = np.where(real, -np.inf, a).max(axis=2, initial=-np.inf)  # an arc no unit moves: lam below it, none
-    w0 = wmin.astype(np.float64)
-    lim = np.where(can, left.astype(np.float64)[:, None], 0.0)
-
-    def count(lam: np.ndarray) -> np.ndarray:
-        """Per row and member, how many of its next units cost at most ``lam`` (per row)."""
-        k = np.floor(lam[:, None, None] * inv - off).min(axis=2, initial=np.inf) - w0
-        return np.where(lam[:, None] >= block, np.clip(k, 0.0, lim), 0.0)
-
-    top = np.where(can[:, :, None], a + slope * (w0 + lim)[:, :, None], -np.inf)
-    hi = np.maximum(top.max(axis=(1, 2), initial=0.0), 0.0)
-    lo = np.full(len(left), -1.0)
-    for _ in range(_LEVEL_STEPS):
-        mid = 0.5 * (lo + hi)
-        under = count(mid).sum(axis=1) <= left
-        lo = np.where(under, mid, lo)
-        hi = np.where(under, hi, mid)
-    pre = np.maximum(count(lo) - 1.0, 0.0).astype(np.int64)
-    pre = np.where(rows[:, None], pre, 0)
+    """The weights of :func:`_greedy`, most units placed by level (:func:`~solver.clos.batches.level_units`)."""
+    if int(left.max(initial=0)) <= _LEVEL_FROM * wmin.shape[1]:
+        return _greedy(base, idx, coef, cap, unit, wmin, can, left)
+    pre = level_units(base[idx] / cap[idx], coef * unit[:, None, None] / cap[idx], wmin, can, left)
     return _greedy(base, idx, coef, cap, unit, wmin + pre, can, left - pre.sum(axis=1))
 
 

@@ -41,7 +41,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from solver.clos.batches import Batch, RoundingState, arc_resources, pad
+from solver.clos.batches import Batch, RoundingState, arc_resources, level_units, pad
 from solver.clos.descent import descend
 from solver.clos.model import PodModel
 from solver.core.lp import solve_milp
@@ -51,6 +51,7 @@ __all__ = ["carry_round", "integral_plane_split"]
 
 _Members = tuple[tuple[int, int], ...]
 _TIE = 1e-9  # tie-break toward the member whose own relative excess is least
+_LEVEL_FROM = 4  # units left per member past which a fill places most of them by level
 
 
 def _fill(t: np.ndarray, u: np.ndarray, total: np.ndarray, wmin: np.ndarray, valid: np.ndarray,
@@ -66,6 +67,18 @@ def _fill(t: np.ndarray, u: np.ndarray, total: np.ndarray, wmin: np.ndarray, val
     over = base.sum(axis=1) > total
     base[over] = np.where(valid[over], wmin[over], 0)
     left = total - base.sum(axis=1)
+    can = valid & ((wmin > 0) | (t > 0))  # a member the fib realization drops gets no units
+    if int(left.max(initial=0)) > _LEVEL_FROM * base.shape[1]:
+        # a unit's cost, max_r (proj + coef * (w u - t)) / cap + _TIE * (w u - t) / t, is linear in the
+        # weight w on each arc: most units go by level, the last ones one at a time below
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tie_slope = np.where(t > 0, _TIE * u[:, None] / t, 0.0)
+            tie_0 = np.where(t > 0, -_TIE, _TIE)
+        c = cap[idx]
+        pre = level_units((proj[idx] - coef * t[:, :, None]) / c + tie_0[:, :, None],
+                          coef * u[:, None, None] / c + tie_slope[:, :, None], base, can, left)
+        base = base + pre
+        left = left - pre.sum(axis=1)
     k_max = int(left.max(initial=0))
     if k_max <= 0:
         return base
@@ -76,7 +89,6 @@ def _fill(t: np.ndarray, u: np.ndarray, total: np.ndarray, wmin: np.ndarray, val
     cost = util.max(axis=3)
     with np.errstate(divide="ignore", invalid="ignore"):
         cost = cost + _TIE * np.where(t[:, :, None] > 0, extra / t[:, :, None], 1.0)
-    can = valid & ((wmin > 0) | (t > 0))  # a member the fib realization drops gets no units
     cost = np.where(can[:, :, None], cost, np.inf)
     order = np.argsort(cost.reshape(b, n * k_max), axis=1, kind="stable")
     take = np.arange(n * k_max)[None, :] < left[:, None]
@@ -196,23 +208,24 @@ def _tor_batches(m: PodModel, tor_budget: dict[int, int]) -> list[Batch]:
 
 
 def _leaf_batches(m: PodModel, leaf_budget: dict[int, int], x_round: np.ndarray) -> list[Batch]:
-    """Leaf groups (a leaf's split over its plane's spines toward a pod), per plane in rounds of pod
-    pairs; each carries the rounded plane traffic of its pair."""
+    """Leaf groups (a leaf's split over its plane's spines toward a pod) in rounds of pod pairs, every
+    plane in one batch (planes share no arc: a round is one vectorized step however many planes);
+    each carries the rounded plane traffic of its pair."""
     pods = m.pods
     n_p = len(pods)
+    planes = sorted({pl for (_q, pl) in m.leaf_at})
     batches: list[Batch] = []
-    for pl in sorted({pl for (_q, pl) in m.leaf_at}):
-        for r in range(1, n_p):
-            keys3 = [(pods[i], pods[(i + r) % n_p], pl) for i in range(n_p)]
-            keys3 = [k for k in keys3 if k in m.allowed_spines]
-            if not keys3:
-                continue
-            members = [m.allowed_spines[k] for k in keys3]
-            cols, valid = pad([[m.g_col.get((*k, arc), -1) for arc in ms] for k, ms in zip(keys3, members,
-                                                                                             strict=True)], -1)
-            demand = np.array([x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in keys3])
-            total = np.array([leaf_budget[m.leaf_at[(k[0], pl)]] for k in keys3], dtype=np.int64)
-            batches.append(Batch(list(keys3), members, cols, valid, demand, total))
+    for r in range(1, n_p):
+        keys3 = [(pods[i], pods[(i + r) % n_p], pl) for pl in planes for i in range(n_p)]
+        keys3 = [k for k in keys3 if k in m.allowed_spines]
+        if not keys3:
+            continue
+        members = [m.allowed_spines[k] for k in keys3]
+        cols, valid = pad([[m.g_col.get((*k, arc), -1) for arc in ms] for k, ms in zip(keys3, members, strict=True)],
+                          -1)
+        demand = np.array([x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in keys3])
+        total = np.array([leaf_budget[m.leaf_at[(k[0], k[2])]] for k in keys3], dtype=np.int64)
+        batches.append(Batch(list(keys3), members, cols, valid, demand, total))
     return batches
 
 
