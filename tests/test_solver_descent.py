@@ -8,29 +8,40 @@ import pytest
 from tests.test_solver_weights import _pod_model_and_lp
 
 
+def _one_unit_at_a_time(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarray,
+                        left: np.ndarray) -> np.ndarray:
+    """The water-filling by definition: each unit in turn to the member whose next unit costs least."""
+    w = w0.copy()
+    for i in range(len(w)):
+        for _ in range(int(left[i])):
+            cost = np.where(can[i], (a[i] + slope[i] * (w[i] + 1)[:, None]).max(axis=1), np.inf)
+            w[i, int(np.argmin(cost))] += 1  # ties: the lower member (its lower weight comes first anyway)
+    return w
+
+
+@pytest.mark.parametrize("most", [12, 130])  # few units per member (placed one at a time) or many (by level)
 @pytest.mark.parametrize("seed", range(6))
-def test_level_fill_places_exactly_the_units_the_greedy_places(seed: int) -> None:
-    """The fill that places most units by level gives the one-unit-at-a-time greedy's weights, also
-    with members that may take nothing, members with no arc, arcs a unit does not move and idle rows."""
-    from solver.clos.descent import _fill, _greedy
+def test_water_fill_by_level_places_exactly_the_units_of_one_at_a_time(seed: int, most: int) -> None:
+    """The fill that places most units by level gives the weights of placing every unit one at a time,
+    also with members that may take nothing (or a row where none may), members with no arc, arcs a
+    unit does not move, ties, idle rows and budgets far above the members."""
+    from solver.clos.batches import water_fill
 
     rng = np.random.default_rng(seed)
-    rows, n, r, arcs = 40, 5, 4, 30
-    base = np.append(rng.uniform(0.0, 50.0, arcs), 0.0)  # the last: the padding arc
-    cap = np.append(rng.choice([50.0, 100.0, 200.0], arcs), np.inf)
-    idx = rng.integers(0, arcs, (rows, n, r))
-    idx[rng.random((rows, n, r)) < 0.2] = arcs
-    idx[0, 0, :] = arcs  # a member with no arc at all
-    coef = np.where(idx == arcs, 0.0, rng.choice([0.0, 0.5, 1.0], (rows, n, r), p=[0.1, 0.3, 0.6]))
-    unit = rng.uniform(0.05, 2.0, rows)
-    wmin = rng.integers(0, 2, (rows, n))
+    rows, n, r = 30, 5, 3
+    a = np.round(rng.uniform(0.0, 1.0, (rows, n, r)), 1)  # coarse: ties happen
+    slope = rng.choice([0.0, 0.01, 0.02, 0.05], (rows, n, r), p=[0.15, 0.35, 0.25, 0.25])
+    slope[0, 0, :] = 0.0  # a member no unit moves at all
+    a[0, 0, :] = 0.0
+    w0 = rng.integers(0, 3, (rows, n))
     can = rng.random((rows, n)) < 0.85
-    left = rng.integers(0, 130, rows)
+    can[2, :] = False
+    left = rng.integers(0, most, rows)
     left[1] = 0
-    got = _fill(base, idx, coef, cap, unit, wmin, can, left)
-    want = _greedy(base, idx, coef, cap, unit, wmin, can, left)
-    assert (got == want).all()
-    assert (got.sum(axis=1) == wmin.sum(axis=1) + left).all()
+    left[3] = 2
+    got = water_fill(a, slope, w0, can, left)
+    assert (got == _one_unit_at_a_time(a, slope, w0, can, left)).all()
+    assert (got.sum(axis=1) == w0.sum(axis=1) + left).all()
 
 
 @pytest.mark.parametrize("budget", [16, 64])
@@ -70,26 +81,3 @@ def test_descent_never_raises_the_mlu_keeps_budgets_and_is_deterministic(budget:
     assert again[0] == tor_w and again[1] == leaf_w
     assert np.array_equal(again[2], xr)
 
-
-@pytest.mark.parametrize("seed", range(6))
-def test_rounding_fill_by_level_gives_the_unit_by_unit_weights(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The load-aware rounding's water-filling (error feedback, tie-break by relative excess) gives
-    the same weights with most units placed by level as with every unit placed one at a time."""
-    import solver.clos.rounding as rounding
-
-    rng = np.random.default_rng(100 + seed)
-    rows, n, r, arcs = 40, 6, 3, 25
-    proj = np.append(rng.uniform(0.0, 80.0, arcs), 0.0)
-    cap = np.append(rng.choice([50.0, 100.0, 200.0], arcs), np.inf)
-    idx = rng.integers(0, arcs, (rows, n, r))
-    idx[rng.random((rows, n, r)) < 0.2] = arcs
-    coef = np.where(idx == arcs, 0.0, rng.choice([0.5, 1.0], (rows, n, r)))
-    valid = rng.random((rows, n)) < 0.9
-    t = np.where(valid & (rng.random((rows, n)) < 0.85), rng.uniform(0.0, 40.0, (rows, n)), 0.0)
-    total = rng.integers(n, 200, rows)
-    u = rng.uniform(0.5, 2.0, rows)
-    wmin = np.where(valid, rng.integers(0, 2), 0)
-    got = rounding._fill(t, u, total, wmin, valid, idx, coef, proj, cap)
-    monkeypatch.setattr(rounding, "level_units", lambda a, s, w0, can, left: np.zeros_like(w0))
-    want = rounding._fill(t, u, total, wmin, valid, idx, coef, proj, cap)
-    assert (got == want).all()

@@ -16,9 +16,10 @@ import scipy.sparse as sp
 
 from solver.clos.model import PodModel
 
-__all__ = ["Batch", "RoundingState", "arc_resources", "level_units", "pad"]
+__all__ = ["Batch", "RoundingState", "arc_resources", "pad", "water_fill"]
 
 LEVEL_STEPS = 14  # bisection steps of the level below which every unit is taken at once
+LEVEL_FROM = 4  # units to place per member past which most go by level
 
 
 def arc_resources(mat: sp.csc_matrix, cols: np.ndarray, dummy: int) -> tuple[np.ndarray, np.ndarray]:
@@ -35,32 +36,38 @@ def arc_resources(mat: sp.csc_matrix, cols: np.ndarray, dummy: int) -> tuple[np.
     return idx, coef
 
 
-def level_units(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarray, left: np.ndarray) -> np.ndarray:
-    """How many of its next units each member surely takes in a water-filling, placed by level.
+def water_fill(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """Water-filling, one group per row: from ``w0`` ([rows, n]), each of ``left[row]`` further units
+    to the member whose next unit costs least, a unit's cost being ``max_r(a + slope * w)`` over the
+    member's arcs ``r`` ([rows, n, R]) at its weight ``w`` after it; ties go to the lower member, then
+    to its lower weight; members where ``can`` is false take none (unless no member can).
 
-    The water-fillings of the rounding give, one at a time, each of ``left[row]`` units to the member
-    whose next unit costs least, a unit's cost being ``max_r(a[row, j, r] + slope[row, j, r] * w)``
-    at the member's weight ``w`` after it (from ``w0[row, j]``; members where ``can`` is false take
-    none). Costs grow with the weight, so every unit cheaper than the ``left``-th cheapest is taken:
-    for a level ``lam`` below that one (``LEVEL_STEPS`` bisection steps per row on how many units cost
-    at most ``lam``), a member takes in closed form its units up to ``lam``, less one (a margin for the
-    division's rounding). The units returned are a part of the greedy's own; the few left are the
-    caller's to place one at a time, so the weights are the greedy's but the work grows with the
-    members and not with the budget."""
+    Costs grow with the weight, so the units taken are the ``left`` cheapest, each member's a prefix
+    of its own. Every unit cheaper than a level ``lam`` below the ``left``-th cheapest is taken: for
+    the level that ``LEVEL_STEPS`` bisection steps per row (on how many units cost at most ``lam``)
+    leave, each member first takes in closed form its units up to ``lam``, less one (a margin for the
+    division's rounding); the rest, one at a time among each member's next few units (as many as cost
+    at most the bisection's upper level: a member that takes them all is rare, and its row is then
+    filled again without the cap). The weights are those of placing every unit one at a time, in
+    work that grows with the members, not with the budget."""
+    w = w0.astype(np.int64)
+    k_max = int(left.max(initial=0))
+    if k_max <= LEVEL_FROM * w.shape[1]:  # few units to place: one at a time costs less than the levels
+        return _one_at_a_time(a, slope, w, can, left, k_max)[0]
     real = slope > 1e-200  # below: as an arc the unit does not move (its inverse stays finite)
     inv = np.where(real, 1.0 / np.where(real, slope, 1.0), 0.0)
     off = np.where(real, a * inv, -np.inf)  # a unit arc: units up to floor(lam * inv - off)
     block = np.where(real, -np.inf, a).max(axis=2, initial=-np.inf)  # an arc no unit moves: lam below it, none
-    w = w0.astype(np.float64)
+    wf = w.astype(np.float64)
     lim = np.where(can, left.astype(np.float64)[:, None], 0.0)
 
     def count(lam: np.ndarray) -> np.ndarray:
-        k = np.floor(lam[:, None, None] * inv - off).min(axis=2, initial=np.inf) - w
+        k = np.floor(lam[:, None, None] * inv - off).min(axis=2, initial=np.inf) - wf
         return np.where(lam[:, None] >= block, np.clip(k, 0.0, lim), 0.0)
 
-    top = np.where(can[:, :, None], a + slope * (w + lim)[:, :, None], -np.inf)
+    top = np.where(can[:, :, None], a + slope * (wf + lim)[:, :, None], -np.inf)
     hi = np.maximum(top.max(axis=(1, 2), initial=0.0), 0.0)
-    lo = np.minimum(np.where(can[:, :, None], a + slope * w[:, :, None], np.inf).min(axis=(1, 2), initial=0.0),
+    lo = np.minimum(np.where(can[:, :, None], a + slope * wf[:, :, None], np.inf).min(axis=(1, 2), initial=0.0),
                     0.0) - 1.0
     for _ in range(LEVEL_STEPS):
         mid = 0.5 * (lo + hi)
@@ -68,7 +75,37 @@ def level_units(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarra
         lo = np.where(under, mid, lo)
         hi = np.where(under, hi, mid)
     pre = np.maximum(count(lo) - 1.0, 0.0).astype(np.int64)
-    return np.where((left > 0)[:, None], pre, 0)
+    w = w + pre
+    left = left - pre.sum(axis=1)
+    room = int((count(hi) - pre).max(initial=0.0)) + 2
+    out, full = _one_at_a_time(a, slope, w, can, left, room)
+    if full.any():  # a member took every unit offered: that row again, offered all it may take
+        rows = np.flatnonzero(full)
+        out[rows] = _one_at_a_time(a[rows], slope[rows], w[rows], can[rows], left[rows],
+                                   int(left[rows].max(initial=0)))[0]
+    return out
+
+
+def _one_at_a_time(a: np.ndarray, slope: np.ndarray, w: np.ndarray, can: np.ndarray, left: np.ndarray,
+                   k_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`water_fill` one unit at a time among each member's next ``k_max`` units; also, per row,
+    whether a member took all of them (so the cap may have bound: not so when ``k_max >= left``)."""
+    b, n = w.shape
+    k_max = min(k_max, int(left.max(initial=0)))
+    if k_max <= 0:
+        return w.copy(), np.zeros(b, dtype=bool)
+    ks = np.arange(1, k_max + 1, dtype=np.float64)
+    wk = w[:, :, None] + ks[None, None, :]  # [rows, n, K]: the weight after each next unit
+    cost = (a[:, :, None, :] + slope[:, :, None, :] * wk[:, :, :, None]).max(axis=3)
+    cost = np.where(can[:, :, None], cost, np.inf).reshape(b, n * k_max)
+    order = np.argsort(cost, axis=1, kind="stable")
+    take = np.arange(n * k_max)[None, :] < left[:, None]
+    member = order // k_max
+    add = np.zeros((b, n), dtype=np.int64)
+    rows = np.broadcast_to(np.arange(b)[:, None], member.shape)
+    np.add.at(add, (rows[take], member[take]), 1)
+    capped = (add >= k_max).any(axis=1) & (left > k_max)
+    return w + add, capped
 
 
 def pad(rows: list[list[int]], fill: int = 0) -> tuple[np.ndarray, np.ndarray]:

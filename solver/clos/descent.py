@@ -29,13 +29,12 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from solver.clos.batches import Batch, RoundingState, arc_resources, level_units
+from solver.clos.batches import Batch, RoundingState, arc_resources, water_fill
 from solver.clos.model import PodModel
 
 __all__ = ["descend"]
 
 _TOL = 1e-12  # utilizations closer than this are equal
-_LEVEL_FROM = 4  # units left per member past which a fill places most of them by level
 
 
 def _sorted_utils(base: np.ndarray, idx: np.ndarray, coef: np.ndarray, gbps: np.ndarray, cap: np.ndarray,
@@ -47,36 +46,13 @@ def _sorted_utils(base: np.ndarray, idx: np.ndarray, coef: np.ndarray, gbps: np.
     return -np.sort(-util, axis=1)
 
 
-def _greedy(base: np.ndarray, idx: np.ndarray, coef: np.ndarray, cap: np.ndarray, unit: np.ndarray,
-            wmin: np.ndarray, can: np.ndarray, left: np.ndarray) -> np.ndarray:
-    """Water-filling, one total per row: from ``wmin`` ([rows, n]), each of ``left[row]`` further
-    units to the member whose arcs' largest utilization after it is least (members where ``can`` is
-    false take none). A member's utilization grows with its weight, so the units taken are the
-    ``left`` least of every member's sequence of costs, each member's a prefix of its own."""
-    b, n = wmin.shape
-    k_max = int(left.max(initial=0))
-    if k_max <= 0:
-        return wmin.copy()
-    ks = np.arange(1, k_max + 1, dtype=np.float64)
-    gbps = (wmin[:, :, None] + ks[None, None, :]) * unit[:, None, None]  # [rows, n, K]
-    util = (base[idx][:, :, None, :] + coef[:, :, None, :] * gbps[:, :, :, None]) / cap[idx][:, :, None, :]
-    cost = np.where(can[:, :, None], util.max(axis=3), np.inf).reshape(b, n * k_max)
-    order = np.argsort(cost, axis=1, kind="stable")
-    take = np.arange(n * k_max)[None, :] < left[:, None]
-    member = order // k_max
-    add = np.zeros((b, n), dtype=np.int64)
-    rows = np.broadcast_to(np.arange(b)[:, None], member.shape)
-    np.add.at(add, (rows[take], member[take]), 1)
-    return wmin + add
-
-
 def _fill(base: np.ndarray, idx: np.ndarray, coef: np.ndarray, cap: np.ndarray, unit: np.ndarray,
           wmin: np.ndarray, can: np.ndarray, left: np.ndarray) -> np.ndarray:
-    """The weights of :func:`_greedy`, most units placed by level (:func:`~solver.clos.batches.level_units`)."""
-    if int(left.max(initial=0)) <= _LEVEL_FROM * wmin.shape[1]:
-        return _greedy(base, idx, coef, cap, unit, wmin, can, left)
-    pre = level_units(base[idx] / cap[idx], coef * unit[:, None, None] / cap[idx], wmin, can, left)
-    return _greedy(base, idx, coef, cap, unit, wmin + pre, can, left - pre.sum(axis=1))
+    """Water-filling, one total per row: from ``wmin`` ([rows, n]), each of ``left[row]`` further
+    units to the member whose arcs' largest utilization after it is least (members where ``can`` is
+    false take none), a unit of a member adding ``coef * unit`` gbps to ``base`` on its arcs ``idx``."""
+    c = cap[idx]
+    return water_fill(base[idx] / c, coef * unit[:, None, None] / c, wmin, can, left)
 
 
 def _respond(bt: Batch, mat: sp.csc_matrix, st: RoundingState, cap: np.ndarray, totals: int) -> int:

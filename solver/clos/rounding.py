@@ -41,7 +41,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from solver.clos.batches import Batch, RoundingState, arc_resources, level_units, pad
+from solver.clos.batches import Batch, RoundingState, arc_resources, pad, water_fill
 from solver.clos.descent import descend
 from solver.clos.model import PodModel
 from solver.core.lp import solve_milp
@@ -51,7 +51,6 @@ __all__ = ["carry_round", "integral_plane_split"]
 
 _Members = tuple[tuple[int, int], ...]
 _TIE = 1e-9  # tie-break toward the member whose own relative excess is least
-_LEVEL_FROM = 4  # units left per member past which a fill places most of them by level
 
 
 def _fill(t: np.ndarray, u: np.ndarray, total: np.ndarray, wmin: np.ndarray, valid: np.ndarray,
@@ -68,35 +67,14 @@ def _fill(t: np.ndarray, u: np.ndarray, total: np.ndarray, wmin: np.ndarray, val
     base[over] = np.where(valid[over], wmin[over], 0)
     left = total - base.sum(axis=1)
     can = valid & ((wmin > 0) | (t > 0))  # a member the fib realization drops gets no units
-    if int(left.max(initial=0)) > _LEVEL_FROM * base.shape[1]:
-        # a unit's cost, max_r (proj + coef * (w u - t)) / cap + _TIE * (w u - t) / t, is linear in the
-        # weight w on each arc: most units go by level, the last ones one at a time below
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tie_slope = np.where(t > 0, _TIE * u[:, None] / t, 0.0)
-            tie_0 = np.where(t > 0, -_TIE, _TIE)
-        c = cap[idx]
-        pre = level_units((proj[idx] - coef * t[:, :, None]) / c + tie_0[:, :, None],
-                          coef * u[:, None, None] / c + tie_slope[:, :, None], base, can, left)
-        base = base + pre
-        left = left - pre.sum(axis=1)
-    k_max = int(left.max(initial=0))
-    if k_max <= 0:
-        return base
-    b, n = base.shape
-    ks = np.arange(1, k_max + 1, dtype=np.float64)
-    extra = (base[:, :, None] + ks[None, None, :]) * u[:, None, None] - t[:, :, None]  # [B, n, K] gbps over target
-    util = (proj[idx][:, :, None, :] + coef[:, :, None, :] * extra[:, :, :, None]) / cap[idx][:, :, None, :]
-    cost = util.max(axis=3)
+    # a unit's cost, max_r (proj + coef * (w u - t)) / cap + _TIE * (w u - t) / t at the member's
+    # weight w after it (_TIE instead where t = 0), is linear in w on each arc
     with np.errstate(divide="ignore", invalid="ignore"):
-        cost = cost + _TIE * np.where(t[:, :, None] > 0, extra / t[:, :, None], 1.0)
-    cost = np.where(can[:, :, None], cost, np.inf)
-    order = np.argsort(cost.reshape(b, n * k_max), axis=1, kind="stable")
-    take = np.arange(n * k_max)[None, :] < left[:, None]
-    member = order // k_max
-    rows = np.broadcast_to(np.arange(b)[:, None], member.shape)
-    add = np.zeros_like(base)
-    np.add.at(add, (rows[take], member[take]), 1)
-    return base + add
+        tie_slope = np.where(t > 0, _TIE * u[:, None] / t, 0.0)
+    tie_0 = np.where(t > 0, -_TIE, _TIE)
+    c = cap[idx]
+    return water_fill((proj[idx] - coef * t[:, :, None]) / c + tie_0[:, :, None],
+                      coef * u[:, None, None] / c + tie_slope[:, :, None], base, can, left)
 
 
 def _lowest(members: _Members) -> _Members:
