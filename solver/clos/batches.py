@@ -20,6 +20,7 @@ __all__ = ["Batch", "RoundingState", "arc_resources", "pad", "water_fill"]
 
 LEVEL_STEPS = 14  # bisection steps of the level below which every unit is taken at once
 LEVEL_FROM = 4  # units to place per member past which most go by level
+FEW = 4  # below that, each member is first offered this many units (its row again if one takes them all)
 
 
 def arc_resources(mat: sp.csc_matrix, cols: np.ndarray, dummy: int) -> tuple[np.ndarray, np.ndarray]:
@@ -53,7 +54,7 @@ def water_fill(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarray
     w = w0.astype(np.int64)
     k_max = int(left.max(initial=0))
     if k_max <= LEVEL_FROM * w.shape[1]:  # few units to place: one at a time costs less than the levels
-        return _one_at_a_time(a, slope, w, can, left, k_max)[0]
+        return _capped(a, slope, w, can, left, FEW)
     real = slope > 1e-200  # below: as an arc the unit does not move (its inverse stays finite)
     inv = np.where(real, 1.0 / np.where(real, slope, 1.0), 0.0)
     off = np.where(real, a * inv, -np.inf)  # a unit arc: units up to floor(lam * inv - off)
@@ -77,9 +78,15 @@ def water_fill(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarray
     pre = np.maximum(count(lo) - 1.0, 0.0).astype(np.int64)
     w = w + pre
     left = left - pre.sum(axis=1)
-    room = int((count(hi) - pre).max(initial=0.0)) + 2
+    return _capped(a, slope, w, can, left, int((count(hi) - pre).max(initial=0.0)) + 2)
+
+
+def _capped(a: np.ndarray, slope: np.ndarray, w: np.ndarray, can: np.ndarray, left: np.ndarray,
+            room: int) -> np.ndarray:
+    """:func:`water_fill` one unit at a time among each member's next ``room`` units; a row where a
+    member took all of them (so the cap may have bound) again, offered every unit it may take."""
     out, full = _one_at_a_time(a, slope, w, can, left, room)
-    if full.any():  # a member took every unit offered: that row again, offered all it may take
+    if full.any():
         rows = np.flatnonzero(full)
         out[rows] = _one_at_a_time(a[rows], slope[rows], w[rows], can[rows], left[rows],
                                    int(left[rows].max(initial=0)))[0]
@@ -130,6 +137,7 @@ class Batch:
     demand: np.ndarray
     total: np.ndarray
     w: np.ndarray | None = None
+    arcs: tuple[sp.csc_matrix, np.ndarray, np.ndarray] | None = None  # a load matrix, its arcs, coefficients
     err: tuple[np.ndarray, np.ndarray] | None = None  # (arcs, gbps) this batch's rounding added to proj
 
 

@@ -104,8 +104,9 @@ def _setup(bt: Batch, x: np.ndarray, mat: sp.csc_matrix, dummy: int
     t = np.where(bt.cols >= 0, x[np.maximum(bt.cols, 0)], 0.0) * bt.valid
     total = np.maximum(bt.total, bt.valid.sum(axis=1))
     u = np.where(bt.demand > 0, bt.demand / total, 1.0)
-    idx, coef = arc_resources(mat, np.where(bt.valid, bt.cols, -1), dummy)
-    return t, u, total, idx, coef
+    if bt.arcs is None or bt.arcs[0] is not mat:  # the same matrix on every pass: its arcs once
+        bt.arcs = (mat, *arc_resources(mat, np.where(bt.valid, bt.cols, -1), dummy))
+    return t, u, total, bt.arcs[1], bt.arcs[2]
 
 
 def _round_batch(bt: Batch, x: np.ndarray, wmin_any: int, mat: sp.csc_matrix, proj: np.ndarray,
