@@ -36,8 +36,6 @@ second rounding to compete. Weights are finally divided by their common divisor.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import scipy.sparse as sp
 
@@ -75,12 +73,6 @@ def _fill(t: np.ndarray, u: np.ndarray, total: np.ndarray, wmin: np.ndarray, val
     c = cap[idx]
     return water_fill((proj[idx] - coef * t[:, :, None]) / c + tie_0[:, :, None],
                       coef * u[:, None, None] / c + tie_slope[:, :, None], base, can, left)
-
-
-def _lowest(members: _Members) -> _Members:
-    """The same split in the fewest entries: weights divided by their greatest common divisor."""
-    d = math.gcd(*(w for _m, w in members)) if members else 1
-    return tuple((x, w // d) for x, w in members) if d > 1 else members
 
 
 def _apply(bt: Batch, w: np.ndarray, u: np.ndarray, t: np.ndarray, idx: np.ndarray, coef: np.ndarray,
@@ -230,21 +222,27 @@ def _round_leaves(st: RoundingState, batches: list[Batch], target: np.ndarray, p
         worst = now
 
 
+def _lowest_rows(w: np.ndarray) -> list[list[int]]:
+    """Each row's weights divided by their greatest common divisor (a row of zeros stays one)."""
+    d = np.maximum(np.gcd.reduce(w, axis=1), 1)
+    return (w // d[:, None]).tolist()  # type: ignore[no-any-return]
+
+
 def _weights_of(m: PodModel, tor_batches: list[Batch], leaf_batches: list[Batch]
                 ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members]]:
     """The batches' weights as ToR and leaf groups, zero weights left out, in lowest terms."""
     tor_w: dict[tuple[int, int], _Members] = {}
     for bt in tor_batches:
         assert bt.w is not None
-        for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
-            tor_w[(k[0], k[1])] = _lowest(tuple((pl, int(v)) for pl, v in zip(ms, bt.w[gi, :len(ms)], strict=True)
-                                                if v > 0))
+        for k, ms, row in zip(bt.keys, bt.members, _lowest_rows(bt.w), strict=True):
+            tor_w[(k[0], k[1])] = tuple((pl, v) for pl, v in zip(ms, row[:len(ms)], strict=True) if v > 0)
     leaf_w: dict[tuple[int, int], _Members] = {}
+    leaf_at = m.leaf_at
     for bt in leaf_batches:
         assert bt.w is not None
-        for gi, (k, ms) in enumerate(zip(bt.keys, bt.members, strict=True)):
-            leaf_w[(m.leaf_at[(k[0], k[2])], k[1])] = _lowest(tuple(
-                (a, int(v)) for a, v in zip(ms, bt.w[gi, :len(ms)], strict=True) if v > 0))
+        for k, ms, row in zip(bt.keys, bt.members, _lowest_rows(bt.w), strict=True):
+            leaf_w[(leaf_at[(k[0], k[2])], k[1])] = tuple((a, v) for a, v in zip(ms, row[:len(ms)], strict=True)
+                                                          if v > 0)
     return tor_w, leaf_w
 
 
