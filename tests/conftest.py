@@ -82,6 +82,7 @@ TIERS: dict[str, str] = {
     "test_solver_lp.py": "unit",
     "test_solver_relax.py": "unit",
     "test_solver_routing.py": "unit",
+    "test_solver_descent.py": "unit",
     "test_solver_weights.py": "unit",
     "test_snapshot.py": "unit",              # snapshots and incremental validation against the whole-document oracle
     "test_store.py": "component",

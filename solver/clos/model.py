@@ -439,21 +439,42 @@ def _load_matrix(fab: Fabric, st: dict[str, Any], pods: list[int], d_st: dict[tu
             g_arc.extend(ups)
             g_pod.extend([pod_ix[p]] * len(ups))
     g_col = dict(zip(g_keys, range(n_a, n_a + len(g_keys)), strict=True))
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    for (s, p), x in d_sp.items():  # ToR up: share of a[q, p, l] that is this ToR's
-        q = tor_pod[s]
-        for pl in allowed_planes[(q, p)]:
-            rows.append(st["tor_arc"][(s, pl)])
-            cols.append(a_col[(q, p, pl)])
-            vals.append(x / d_qp[(q, p)])
-    for (q, t), x in d_qt.items():  # leaf down to the destination ToR
-        p = tor_pod[t]
-        for pl in allowed_planes[(q, p)]:
-            rows.append(st["down_arc"][(st["leaf_at"][(p, pl)], t)])
-            cols.append(a_col[(q, p, pl)])
-            vals.append(x / d_qp[(q, p)])
+    # the ToR rows, vectorized over planes: (q, p)'s k-th allowed plane is a column a_start[k] + j
+    qp_ix = {qp: k for k, qp in enumerate(d_qp)}
+    a_start = np.array([a_col[(q, p, allowed_planes[(q, p)][0])] if allowed_planes[(q, p)] else 0
+                        for (q, p) in d_qp], dtype=np.int64)
+    plane_ix = {pl: i for i, pl in enumerate(sorted({pl for (_t, pl) in st["tor_arc"]}))}
+    width = max((len(allowed_planes[qp]) for qp in d_qp), default=0)
+    qp_planes = np.full((len(d_qp), max(width, 1)), -1, dtype=np.int64)  # (q, p) -> its planes' positions
+    for k, qp in enumerate(d_qp):
+        qp_planes[k, :len(allowed_planes[qp])] = [plane_ix[pl] for pl in allowed_planes[qp]]
+    tor_up = np.full((fab.n, max(len(plane_ix), 1)), -1, dtype=np.int64)  # (ToR, plane position) -> arc up
+    for (t, pl), arc in st["tor_arc"].items():
+        tor_up[t, plane_ix[pl]] = arc
+    leaf_plane = {leaf: pl for (_p, pl), leaf in st["leaf_at"].items()}
+    tor_down = np.full_like(tor_up, -1)  # (ToR, plane position) -> the arc down to it from its pod's leaf
+    for (leaf, t), arc in st["down_arc"].items():
+        if leaf in leaf_plane and leaf_plane[leaf] in plane_ix:
+            tor_down[t, plane_ix[leaf_plane[leaf]]] = arc
+    d_qp_v = np.array(list(d_qp.values()), dtype=np.float64)
+
+    def tor_rows(ends: np.ndarray, k: np.ndarray, x: np.ndarray, arcs: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows, columns and values of a ToR's share ``x`` of (q, p)'s ``a`` columns on its arcs ``arcs``."""
+        j = np.nonzero(qp_planes[k] >= 0)
+        return arcs[ends[j[0]], qp_planes[k][j]], a_start[k[j[0]]] + j[1], (x / d_qp_v[k])[j[0]]
+
+    sp_keys = list(d_sp)
+    up_r, up_c, up_v = tor_rows(np.array([s for s, _p in sp_keys], dtype=np.int64),
+                                np.array([qp_ix[(tor_pod[s], p)] for s, p in sp_keys], dtype=np.int64),
+                                np.array(list(d_sp.values()), dtype=np.float64), tor_up)  # ToR up
+    qt_keys = list(d_qt)
+    dn_r, dn_c, dn_v = tor_rows(np.array([t for _q, t in qt_keys], dtype=np.int64),
+                                np.array([qp_ix[(q, tor_pod[t])] for q, t in qt_keys], dtype=np.int64),
+                                np.array(list(d_qt.values()), dtype=np.float64), tor_down)  # leaf down
+    rows = np.concatenate([up_r, dn_r])
+    cols = np.concatenate([up_c, dn_c])
+    vals = np.concatenate([up_v, dn_v])
     down = np.full((fab.n, len(pods)), -1, dtype=np.int64)  # (spine, destination pod position) -> arc
     for (sp_, p), arc in spine_down.items():
         down[sp_, pod_ix[p]] = arc

@@ -35,10 +35,16 @@ class ClosOptions:
     Rounding (:mod:`solver.clos.rounding`, :mod:`solver.clos.repair`)
         ``small_groups``: below this many leaf groups the per-group (EuroSys) rounding is
         tried too and the better plan kept; ``rounding_passes``: most passes of the load-aware
-        rounding; ``milp_max_weights``: a stage with at most this many weights is finished by
-        an integer program; ``milp_totals``: each group of it may take its budget or one of
-        this many totals just below; ``milp_nodes``: branch-and-bound nodes per integer
-        program (0: none); ``repair_above``: the unit-move repair runs only when rounding
+        rounding; ``descent_max_weights``: fabrics with at most this many leaf weights finish
+        the rounding by best-response descent (:mod:`solver.clos.descent`), ``descent_rounds``
+        rounds of it at most, each group free to take its budget or one of ``descent_totals - 1``
+        totals just below, a local optimum (or ``descent_patience`` rounds without a lower
+        maximum) kicked by lowering the hottest arcs' capacities by ``descent_kick`` (0: stop
+        there); ``milp_max_weights``, ``milp_nodes``: on fabrics with at most this many leaf
+        weights, an integer program (this many branch-and-bound nodes; 0, the default: none)
+        restricts the LP's ToR splits to whole weight units, and the rounding of its solution
+        competes (on S it cost 5 to 10 s for a gap at most 0.15 point lower, so it is opt-in);
+        ``repair_above``: the unit-move repair runs only when rounding
         left the MLU this far (relative) above the LP optimum; ``repair_tries``: candidate
         moves it may price, shared by the roundings it polishes; ``repair_moves``: most moves
         per rounding.
@@ -55,8 +61,12 @@ class ClosOptions:
     small_groups: int = 5_000
     rounding_passes: int = 3
     milp_max_weights: int = 4_000
-    milp_totals: int = 8
-    milp_nodes: int = 50
+    milp_nodes: int = 0
+    descent_max_weights: int = 4_000
+    descent_rounds: int = 20
+    descent_totals: int = 8
+    descent_kick: float = 0.05
+    descent_patience: int = 3
     repair_above: float = 0.002
     repair_tries: int = 20_000
     repair_moves: int = 2_000
