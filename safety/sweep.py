@@ -30,6 +30,8 @@ This module owns two things the plain :func:`safety.replay.replay` does not:
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +46,7 @@ from safety.report import SafetyReport, ScenarioResult
 from safety.scenarios import Scenario, pair, scenarios, singles
 
 __all__ = ["SCOPES", "Executor", "LocalExecutor", "RayExecutor", "Sweeper", "executor_from", "inert",
-           "sweep"]
+           "loopback_ray", "sweep"]
 
 #: Scopes a sweep takes: the intent's three and the pairs of single failures.
 SCOPES = ("domains", "all_single", "k2", "single_pairs")
@@ -147,6 +149,8 @@ class RayExecutor:
 
     def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
             progress: Progress | None = None) -> list[Done]:
+        if self.address is None:
+            loopback_ray()
         import ray
         from ray.util import ActorPool
 
@@ -177,6 +181,15 @@ class RayExecutor:
                 ray.kill(a)
             if started:
                 ray.shutdown()
+
+
+def loopback_ray() -> None:
+    """Make a local Ray cluster started by this process bind 127.0.0.1 only: Ray resolves
+    "localhost" to the machine's routable address unless it runs as a single-machine
+    cluster (its ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), read when ``ray`` is first
+    imported. A local cluster serves nobody else, so it listens on loopback."""
+    if "ray" not in sys.modules:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def executor_from(spec: str | None) -> Executor:

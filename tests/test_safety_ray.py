@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 
 from controller.cli import _register
 from controller.cli.common import app
-from safety.sweep import LocalExecutor, RayExecutor, sweep
+from safety.sweep import LocalExecutor, RayExecutor, loopback_ray, sweep
 
+loopback_ray()  # before ray is imported: the cluster listens on 127.0.0.1 only
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,6 +32,7 @@ def cluster() -> Iterator[None]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
              runtime_env={"env_vars": {"PYTHONPATH": path}})
+    assert ray.util.get_node_ip_address() == "127.0.0.1"
     try:
         yield
     finally:

@@ -161,10 +161,11 @@ def pairs_row(size: str, sample: int = 0) -> list[Any]:
 def executor_rows(size: str = "M") -> list[list[Any]]:
     """``all_single`` on ``size`` through the local executor and through a local Ray
     cluster of 2 CPUs: scenarios per second per worker, reports compared."""
-    import ray
-
     from safety.replay import Replayer
-    from safety.sweep import LocalExecutor, RayExecutor, sweep
+    from safety.sweep import LocalExecutor, RayExecutor, loopback_ray, sweep
+
+    loopback_ray()
+    import ray
 
     intent, plan, _ = planned(size)
     rp = Replayer(intent, plan)
