@@ -110,6 +110,8 @@ class Executor(Protocol):
 
     def workers(self) -> int: ...
 
+    def close(self) -> None: ...
+
 
 class LocalExecutor:
     """Every chunk in this process, one after another."""
@@ -130,12 +132,17 @@ class LocalExecutor:
     def workers(self) -> int:
         return 1
 
+    def close(self) -> None:
+        """Nothing to release."""
+
 
 class RayExecutor:
     """Chunks over a Ray cluster: ``address`` ``None`` starts a local one (``num_cpus``
-    CPUs, default all) for the sweep and stops it after; ``ray://HOST:PORT`` joins a
-    running cluster, whose workers must have Loom installed. A Ray session already
-    open in this process is used as it is and left open."""
+    CPUs, default all, on loopback) and :meth:`close` stops it; ``ray://HOST:PORT``
+    joins a running cluster, whose workers must have Loom installed. A Ray session
+    already open in this process is used as it is and left open. The workers (an
+    actor per CPU, each holding the replayer put once in the object store) serve
+    every :meth:`map` of the same replayer until :meth:`close`."""
 
     name = "ray"
 
@@ -143,44 +150,64 @@ class RayExecutor:
         self.address = address
         self.num_cpus = num_cpus
         self._workers = 0
+        self._started = False
+        self._actors: list[Any] = []
+        self._for: Replayer | None = None
 
     def workers(self) -> int:
         return self._workers
 
-    def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
-            progress: Progress | None = None) -> list[Done]:
+    def _pool(self, rp: Replayer, single: Sequence[Scenario]) -> list[Any]:
         if self.address is None:
             loopback_ray()
         import ray
-        from ray.util import ActorPool
 
-        started = False
         if not ray.is_initialized():
             if self.address:
                 ray.init(address=self.address, log_to_driver=False)
             else:
                 ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
-            started = True
-        actors: list[Any] = []
-        try:
+            self._started = True
+        if self._for is not rp:
+            self._kill()
             n = max(1, int(ray.cluster_resources().get("CPU", 1)))
-            self._workers = n
             ref = ray.put(rp)  # the compiled fabric, once, in the object store
             actor = ray.remote(num_cpus=1)(Sweeper)
-            actors = [actor.remote(ref, list(single)) for _ in range(min(n, max(1, len(works))))]
-            pool = ActorPool(actors)
-            total, done, out = sum(len(w) for w in works), 0, []
-            for d in pool.map(lambda a, w: a.run.remote(w), list(works)):
-                out.append(d)
-                done += d.replayed
-                if progress is not None:
-                    progress(done, total)
-            return out
-        finally:
-            for a in actors:
-                ray.kill(a)
-            if started:
+            self._actors = [actor.remote(ref, list(single)) for _ in range(n)]
+            self._workers, self._for = n, rp
+        return self._actors
+
+    def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
+            progress: Progress | None = None) -> list[Done]:
+        from ray.util import ActorPool
+
+        pool = ActorPool(self._pool(rp, single))
+        total, done, out = sum(len(w) for w in works), 0, []
+        for d in pool.map(lambda a, w: a.run.remote(w), list(works)):
+            out.append(d)
+            done += d.replayed
+            if progress is not None:
+                progress(done, total)
+        return out
+
+    def _kill(self) -> None:
+        import ray
+
+        for a in self._actors:
+            ray.kill(a)
+        self._actors, self._for = [], None  # workers() keeps the last count, for reports
+
+    def close(self) -> None:
+        """Stop the workers, and the Ray session when this executor opened it."""
+        if "ray" not in sys.modules:
+            return
+        import ray
+
+        if ray.is_initialized():
+            self._kill()
+            if self._started:
                 ray.shutdown()
+        self._started = False
 
 
 def loopback_ray() -> None:
@@ -250,6 +277,14 @@ def sweep(intent: Intent, plan: Plan, *, scope: str | None = None, executor: Exe
     t0 = time.perf_counter()
     ex = executor or LocalExecutor()
     rp = rp or Replayer(intent, plan)
+    try:
+        return _sweep(intent, rp, scope, ex, chunk, progress, t0)
+    finally:
+        ex.close()
+
+
+def _sweep(intent: Intent, rp: Replayer, scope: str | None, ex: Executor, chunk: int,
+           progress: Progress | None, t0: float) -> SafetyReport:
     pairs = scope == "single_pairs"
     base = list(scenarios(intent, "all_single" if pairs else scope))
     single = list(singles(intent)) if pairs else []
