@@ -129,6 +129,25 @@ def _demand_classes(
     return prefixes, [origins_of[p] for p in prefixes], cls, demand
 
 
+def _coded_row(route: np.ndarray, u: int, coded: tuple[list[str], np.ndarray, list[str]],
+               gmap: dict[str, int], cls: dict[str, int],
+               at_cache: dict[int, tuple[list[str], np.ndarray, np.ndarray]]) -> None:
+    """Fill device ``u``'s column of ``route`` from a route mapping's ``coded()`` arrays
+    (``prefixes, code, gids``: prefix ``i`` uses group ``gids[code[i]]``, -1 none). The
+    class -> position map of a shared prefix list is computed once (``at_cache``)."""
+    prefixes, code, gids = coded
+    hit = at_cache.get(id(prefixes))
+    if hit is None or hit[0] is not prefixes:
+        pos = {p: i for i, p in enumerate(prefixes)}
+        ordered = sorted(cls.items(), key=lambda kv: kv[1])
+        where = np.array([pos.get(p, -1) for p, _c in ordered], dtype=np.int64)
+        have = np.flatnonzero(where >= 0)
+        hit = at_cache[id(prefixes)] = (prefixes, have, where[have])
+    _, have, where = hit
+    lut = np.array([gmap.get(g, -1) for g in gids] + [-1], dtype=np.int32)  # code -1 -> last (-1)
+    route[have, u] = lut[code[where]]
+
+
 def plan_table(intent: Intent, plan: Plan, topo: Topology) -> Table:
     """Compile ``plan`` (for ``intent``'s topology) into a :class:`Table`.
 
@@ -142,6 +161,7 @@ def plan_table(intent: Intent, plan: Plan, topo: Topology) -> Table:
     g_weights: list[int] = []
     g_indptr = [0]
     budget_errors: list[str] = []
+    at_cache: dict[int, tuple[list[str], np.ndarray, np.ndarray]] = {}
     for name, dp in plan.devices.items():
         u = topo.index.get(name)
         if u is None:
@@ -166,6 +186,10 @@ def plan_table(intent: Intent, plan: Plan, topo: Topology) -> Table:
                 budget_errors.append(f"{name} group {gid}: weights sum to {total} > max_ecmp_entries {budget}")
             gmap[gid] = len(g_indptr) - 1
             g_indptr.append(len(g_edges))
+        coded = getattr(dp.routes, "coded", None)
+        if coded is not None:  # a lazy mapping that hands over its arrays (solver.clos)
+            _coded_row(route, u, coded(), gmap, cls, at_cache)
+            continue
         row = route[:, u]
         for prefix, gid in dp.routes.items():
             c = cls.get(prefix)

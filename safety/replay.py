@@ -70,7 +70,7 @@ from safety.report import (
 )
 from safety.scenarios import Scenario, scenario_scope, scenarios
 
-__all__ = ["Peaks", "Replayer", "limits", "peaks", "replay", "reconvergence_model"]
+__all__ = ["Peaks", "Replayer", "assemble", "failures", "limits", "peaks", "replay", "reconvergence_model"]
 
 EPS_GBPS = 1e-6
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -163,14 +163,7 @@ class Replayer:
         self.model = model or reconvergence_model(intent)
         self.limits = limits(intent)
         f = self.flow
-        n_states, n_trans = len(f.keys), len(f.t_src)
-        self._tdead = np.zeros(n_trans, dtype=bool)
-        self._tflag = np.zeros(n_trans, dtype=bool)
-        self._mfrac = f.t_frac.copy()  # the fractions of the scenario being replayed
-        self._rem = np.ones(n_states)
-        self._failed = np.zeros(n_states, dtype=bool)
-        self._sc = _Scratch(n_states)
-        self._edges = _Scratch(self.topo.n_edges)
+        self._scratch()
         self._cls = f.state_class
         self._tcls = self._cls[f.t_src].astype(np.int32)  # class of each transition
         self._sinks = np.flatnonzero(f.sink)
@@ -186,6 +179,29 @@ class Replayer:
         # stage results of declared domains, by failed parts: a single device or link
         # that fails exactly what a domain does (a spine and its device domain) replays once
         self._known: dict[tuple[frozenset[str], frozenset[str]], tuple[StageResult, StageResult]] = {}
+
+    def _scratch(self) -> None:
+        """The arrays a scenario writes into (and restores): private to this copy."""
+        f = self.flow
+        n_states, n_trans = len(f.keys), len(f.t_src)
+        self._tdead = np.zeros(n_trans, dtype=bool)
+        self._tflag = np.zeros(n_trans, dtype=bool)
+        self._mfrac = f.t_frac.copy()  # the fractions of the scenario being replayed
+        self._rem = np.ones(n_states)
+        self._failed = np.zeros(n_states, dtype=bool)
+        self._sc = _Scratch(n_states)
+        self._edges = _Scratch(self.topo.n_edges)
+
+    _SCRATCH = ("_tdead", "_tflag", "_mfrac", "_rem", "_failed", "_sc", "_edges")
+
+    def __getstate__(self) -> dict[str, object]:
+        """Shipped without its scratch arrays (a worker makes its own, writable even when
+        the compiled arrays arrive read-only from a shared object store)."""
+        return {k: v for k, v in self.__dict__.items() if k not in self._SCRATCH}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._scratch()
 
     # -- one stage ----------------------------------------------------------
     def _push(self, dead_t: np.ndarray, gone: list[int]) -> _Diff:
@@ -469,24 +485,34 @@ def replay(intent: Intent, plan: Plan, *, scope: str | None = None,
     todo = list(only) if only is not None else list(scenarios(intent, scope))
     total = len(todo)
     results: list[ScenarioResult] = []
-    failing: list[Failure] = []
     step = max(1, total // 100)
     for i, sc in enumerate(todo):
-        res = rp.run(sc)
-        results.append(res)
-        for st in res.stages():
-            for inv in st.invariants:
-                if inv.gating and not inv.ok:
-                    failing.append(Failure(res.name, st.stage, inv.name, inv.detail))
+        results.append(rp.run(sc))
         if progress is not None and (i % step == 0 or i == total - 1):
             progress(i + 1, total)
-    counts: dict[str, int] = {"scenarios": total, "failing_scenarios": len({f.scenario for f in failing})}
+    return assemble(intent, rp, results, scope=scope, seconds=time.perf_counter() - t0)
+
+
+def failures(res: ScenarioResult) -> list[Failure]:
+    """The gating invariants ``res`` fails, in stage and invariant order."""
+    return [Failure(res.name, st.stage, inv.name, inv.detail)
+            for st in res.stages() for inv in st.invariants if inv.gating and not inv.ok]
+
+
+def assemble(intent: Intent, rp: Replayer, results: list[ScenarioResult], *, scope: str | None,
+             seconds: float, counts: dict[str, int] | None = None) -> SafetyReport:
+    """The report of ``results`` (in scenario order). ``counts`` adds to or overrides
+    the per-kind counts (a sweep that lists only some of its scenarios, see
+    :mod:`safety.sweep`, passes every kind's total and ``scenarios``)."""
+    failing = [f for res in results for f in failures(res)]
+    kinds: dict[str, int] = {"scenarios": len(results), "failing_scenarios": len({f.scenario for f in failing})}
     for r in results:
-        counts[r.kind] = counts.get(r.kind, 0) + 1
-    counts["transient_black_holes"] = sum(1 for r in results if r.kind != "baseline" and r.immediate.dropped)
+        kinds[r.kind] = kinds.get(r.kind, 0) + 1
+    kinds["transient_black_holes"] = sum(1 for r in results if r.kind != "baseline" and r.immediate.dropped)
+    kinds.update(counts or {})
     sc_scope = scope or (scenario_scope(intent) or "domains")
     return SafetyReport(intent.name, "unsafe" if failing else "safe", str(sc_scope), rp.limits, rp.model,
-                        counts, tuple(results), tuple(failing), time.perf_counter() - t0)
+                        kinds, tuple(results), tuple(failing), seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,11 @@ from typing import Any
 
 from controller.model import FailureDomain, FailureToleranceScope, Intent
 
-__all__ = ["Scenario", "count_scenarios", "scenario_scope", "scenarios"]
+__all__ = ["Scenario", "count_scenarios", "pair", "scenario_scope", "scenarios", "singles"]
 
-#: Kinds, in the order the report lists them.
-KINDS = ("baseline", "domain", "domain_pair", "link", "device")
+#: Kinds, in the order the report lists them (``pair``: two single links or devices,
+#: see :func:`pair`; only the ``single_pairs`` sweep of :mod:`safety.sweep` makes them).
+KINDS = ("baseline", "domain", "domain_pair", "link", "device", "pair")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,17 @@ def scenarios(intent: Intent, scope: FailureToleranceScope | str | None = None) 
         for a, b in combinations(domains, 2):
             yield Scenario(f"{a.name}+{b.name}", "domain_pair", a.devices | b.devices, a.links | b.links)
     if sc == FailureToleranceScope.ALL_SINGLE:
-        for link in intent.links:
-            yield Scenario(f"link:{link.key}", "link", frozenset(), frozenset({link.key}))
-        for dev in intent.devices:
-            yield Scenario(f"device:{dev.name}", "device", frozenset({dev.name}), frozenset())
+        yield from singles(intent)
+
+
+def singles(intent: Intent) -> Iterator[Scenario]:
+    """Every single link, then every single device, in document order."""
+    for link in intent.links:
+        yield Scenario(f"link:{link.key}", "link", frozenset(), frozenset({link.key}))
+    for dev in intent.devices:
+        yield Scenario(f"device:{dev.name}", "device", frozenset({dev.name}), frozenset())
+
+
+def pair(a: Scenario, b: Scenario) -> Scenario:
+    """Two single failures at once: ``pair`` kind, named ``A+B`` like a domain pair."""
+    return Scenario(f"{a.name}+{b.name}", "pair", a.devices | b.devices, a.links | b.links)

@@ -79,6 +79,8 @@ TIERS: dict[str, str] = {
     "test_revisions.py": "component",        # revisions stored by content, on SQLite and PostgreSQL
     "test_safety_replay.py": "unit",
     "test_safety_robust.py": "unit",
+    "test_safety_sweep.py": "unit",          # pairs of single failures against brute force
+    "test_safety_ray.py": "component",       # a local Ray cluster (2 CPUs, loopback) against the local executor
     "test_solver_lp.py": "unit",
     "test_solver_relax.py": "unit",
     "test_solver_routing.py": "unit",

@@ -135,6 +135,30 @@ def test_bad_intent_exits_2_with_locations(tmp_path: Path) -> None:
     assert run(str(write(tmp_path, "ok.yaml", clos_doc(2, 1, 1, 2))), "--scope", "bogus").exit_code == 2
 
 
+def test_single_pairs_scope_and_local_executor(tmp_path: Path) -> None:
+    """``--scope single_pairs`` replays all_single and every pair of single parts (the
+    intent's k2 stays pairs of domains); ``--executor local`` gives the same report as
+    no executor; an unknown executor exits 2."""
+    path = write(tmp_path, "ok.yaml", clos_doc(2, 2, 2, 2))
+    single = json.loads(run(str(path), "--scope", "all_single", "--json").stdout)
+    res = run(str(path), "--scope", "single_pairs", "--json")
+    assert res.exit_code in (0, 1), res.output
+    doc = json.loads(res.stdout)
+    n = single["counts"]["link"] + single["counts"]["device"]
+    c = doc["counts"]
+    assert c["pair"] == n * (n - 1) // 2 == c["pairs_replayed"] + c["pairs_implied"] and c["pairs_implied"] > 0
+    assert c["scenarios"] == single["counts"]["scenarios"] + c["pair"]
+    assert doc["scope"] == "single_pairs"
+    assert doc["scenarios"][:len(single["scenarios"])] == single["scenarios"]
+    assert all(s["kind"] == "pair" and not s["ok"] for s in doc["scenarios"][len(single["scenarios"]):])
+    text = run(str(path), "--scope", "single_pairs")
+    assert f"{c['pair']} pair" in text.output and "implied by a single failure" in text.output
+    local = json.loads(run(str(path), "--scope", "all_single", "--executor", "local", "--json").stdout)
+    assert {**local, "seconds": 0} == {**single, "seconds": 0}
+    bad = run(str(path), "--executor", "dask", "--json")
+    assert bad.exit_code == 2 and "unknown executor" in bad.stdout
+
+
 def test_robust_compile_reports_the_price(tmp_path: Path) -> None:
     from test_safety_robust import lopsided
 

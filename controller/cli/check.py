@@ -1,7 +1,7 @@
 """``loom check``: the safety report of an intent's plan, for people and scripts.
 
 ``loom check INTENT [--plan PLAN] [--against OLD_INTENT [--against-plan OLD_PLAN]]
-[--robust] [--scope SCOPE] [--json]`` compiles the intent (with robust WCMP
+[--robust] [--scope SCOPE] [--executor local|ray|ray://HOST:PORT] [--json]`` compiles the intent (with robust WCMP
 under ``--robust``; or reads ``--plan``, a plan
 document), replays it under every failure scenario (:mod:`safety.replay`) and
 prints a verdict line, the failing scenarios (scenario, stage, invariant,
@@ -10,7 +10,9 @@ change from the old intent (per-device route and weight differences, per-link
 utilization before and after). ``--json`` prints the report (or review)
 document. ``--plot FILE`` writes the baseline link utilization histogram (the
 plan's, or before and after with ``--against``) as SVG or PNG
-(:mod:`controller.cli.plot`). Exit status: 0 safe, 1 when any invariant fails, 2 on bad input
+(:mod:`controller.cli.plot`). ``--scope single_pairs`` adds every pair of single
+links and devices, and ``--executor`` sends the scenarios in chunks to a Ray
+cluster (:mod:`safety.sweep`); the report is the same. Exit status: 0 safe, 1 when any invariant fails, 2 on bad input
 (an invalid intent or plan, a plan that does not fit the intent, an intent
 the solver cannot route), with located messages.
 """
@@ -67,10 +69,30 @@ def _solve(intent: Intent, label: str, as_json: bool, robust: bool = False) -> P
             errors=[{"loc": str(d.get("loc", "")), "msg": str(d.get("msg", d))} for d in exc.details])
 
 
-def _replay(intent: Intent, plan: Plan, scope: str | None, label: str, as_json: bool) -> SafetyReport:
+def _count(intent: Intent, scope: str | None) -> int:
+    if scope != "single_pairs":
+        return count_scenarios(intent, scope)["total"]
+    n = len(intent.links) + len(intent.devices)
+    return count_scenarios(intent, "all_single")["total"] + n * (n - 1) // 2
+
+
+def _replay(intent: Intent, plan: Plan, scope: str | None, label: str, as_json: bool,
+            executor: str | None = None) -> SafetyReport:
     from safety.replay import replay
 
-    total = count_scenarios(intent, scope)["total"]
+    run: Any = replay
+    if executor is not None or scope == "single_pairs":
+        from safety.sweep import executor_from, sweep
+
+        try:
+            ex = executor_from(executor)
+        except ValueError as exc:
+            die(f"--executor: {exc}", as_json=as_json)
+
+        def run(intent: Intent, plan: Plan, *, scope: str | None, progress: Any) -> SafetyReport:
+            return sweep(intent, plan, scope=scope, executor=ex, progress=progress)
+
+    total = _count(intent, scope)
     if total >= LARGE:
         err_console.print(f"{label}: {total} scenarios to replay", highlight=False)
     try:
@@ -78,7 +100,7 @@ def _replay(intent: Intent, plan: Plan, scope: str | None, label: str, as_json: 
             with Progress(TextColumn("replaying scenarios"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), console=err_console, transient=True) as bar:
                 task = bar.add_task("replay", total=total)
-                return replay(intent, plan, scope=scope, progress=lambda done, _n: bar.update(task, completed=done))
+                return run(intent, plan, scope=scope, progress=lambda done, _n: bar.update(task, completed=done))
         last = [0]
 
         def plain(done: int, n: int) -> None:
@@ -86,7 +108,7 @@ def _replay(intent: Intent, plan: Plan, scope: str | None, label: str, as_json: 
                 last[0] = done * 10 // n
                 print(f"replayed {done}/{n} scenarios", file=sys.stderr, flush=True)
 
-        return replay(intent, plan, scope=scope, progress=plain)
+        return run(intent, plan, scope=scope, progress=plain)
     except ValueError as exc:
         die(f"{label}: the plan does not fit the intent", as_json=as_json, errors=[{"loc": "plan", "msg": str(exc)}])
 
@@ -104,7 +126,10 @@ def _print_robust(info: dict[str, Any]) -> None:
 
 def _print_report(rep: SafetyReport) -> None:
     c = rep.counts
-    kinds = ", ".join(f"{c[k]} {k.replace('_', ' ')}" for k in ("domain", "domain_pair", "link", "device") if c.get(k))
+    kinds = ", ".join(f"{c[k]} {k.replace('_', ' ')}"
+                      for k in ("domain", "domain_pair", "link", "device", "pair") if c.get(k))
+    if c.get("pair"):
+        kinds += f" ({c['pairs_replayed']} replayed, {c['pairs_implied']} implied by a single failure)"
     colour = "green" if rep.safe else "red"
     console.print(f"[bold {colour}]{rep.verdict.upper()}[/] {rep.fabric}: {c['scenarios']} scenarios "
                   f"(baseline{', ' + kinds if kinds else ''}), {c['failing_scenarios']} failing; "
@@ -180,7 +205,11 @@ def check(
     against_plan: Annotated[Path | None, typer.Option(
         "--against-plan", help="the active plan (default: compile --against)")] = None,
     scope: Annotated[str | None, typer.Option(
-        "--scope", help="override failure_tolerance scope: domains, all_single, k2")] = None,
+        "--scope", help="override failure_tolerance scope: domains, all_single, k2 (pairs of domains), "
+                        "or single_pairs (all_single and every pair of single links and devices)")] = None,
+    executor: Annotated[str | None, typer.Option(
+        "--executor", help="where scenarios run: local (this process), ray (a local Ray cluster) "
+                           "or ray://HOST:PORT (a running one)")] = None,
     robust: Annotated[bool, typer.Option(
         "--robust", help="compile with robust WCMP (needs a failure_tolerance policy)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the report document")] = False,
@@ -192,14 +221,15 @@ def check(
 
     if plot is not None and plot.suffix.lower() not in FORMATS:
         die(f"--plot {plot}: the file must end in .svg or .png", as_json=as_json)
-    if scope is not None and scope not in ("domains", "all_single", "k2"):
-        die(f"--scope: unknown scope '{scope}' (expected domains, all_single or k2)", as_json=as_json)
+    if scope is not None and scope not in ("domains", "all_single", "k2", "single_pairs"):
+        die(f"--scope: unknown scope '{scope}' (expected domains, all_single, k2 or single_pairs)",
+            as_json=as_json)
     if against_plan is not None and against is None:
         die("--against-plan needs --against (the intent the active plan was made for)", as_json=as_json)
     intent = read_intent(intent_path, as_json=as_json)
     plan = (read_plan(plan_path, as_json=as_json) if plan_path is not None
             else _solve(intent, str(intent_path), as_json, robust))
-    report = _replay(intent, plan, scope, str(intent_path), as_json)
+    report = _replay(intent, plan, scope, str(intent_path), as_json, executor)
     robust_info = plan.summary.extra.get("robust")
     if isinstance(robust_info, dict):
         report = dataclasses.replace(report, extra={**report.extra, "robust": robust_info})

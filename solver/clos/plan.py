@@ -78,6 +78,25 @@ class _Routes(Mapping[str, str]):
     def __len__(self) -> int:
         return int(self._n.sum())
 
+    def coded(self) -> tuple[list[str], np.ndarray, list[str]]:
+        """The whole mapping as arrays, for readers that compile every route at once:
+        ``(prefixes, code, gids)`` where prefix ``prefixes[i]`` routes to group
+        ``gids[code[i]]`` (``code[i] == -1``: no route). ``prefixes`` is the list
+        every device of the plan shares, so a reader can index it once."""
+        gids = list(dict.fromkeys([*self._by_pod.values(), *self._by_tor.values()]))
+        pos = {g: i for i, g in enumerate(gids)}
+        code = np.full(len(self._prefixes), -1, dtype=np.int64)
+        if self._by_pod:
+            keys = np.array(sorted(self._by_pod), dtype=np.int64)  # pod labels, maybe far apart
+            vals = np.array([pos[self._by_pod[int(p)]] for p in keys], dtype=np.int64)
+            at = np.minimum(np.searchsorted(keys, self._pods), len(keys) - 1)
+            hit = keys[at] == self._pods
+            code[hit] = vals[at[hit]]
+        for t, g in self._by_tor.items():
+            code[self._tors == t] = pos[g]
+        code[~self._n] = -1
+        return self._prefixes, code, gids
+
 
 def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
               options: ClosOptions = ClosOptions()) -> Plan | None:

@@ -8,12 +8,19 @@ domains (``scope: all_single``), timing the compile of the plan (baseline
 propagation included) apart from the scenarios. With M among the sizes, also
 the robust WCMP case of :mod:`solver.robust` (:func:`robust_fabric`): the
 plain plan's violating scenarios, the robust plan's, the seconds and the
-baseline price.
+baseline price. Then every pair of single failures (``single_pairs``, :mod:`safety.sweep`):
+exhaustive on S, estimated from a sample on M (with the pruning pass in full), and
+``all_single`` on M through the local executor beside a local Ray cluster of 2 CPUs
+(scenarios per second per worker). The compile's reference, timed in the same run,
+is the compile reading the plan's routes one Mapping lookup at a time (as before);
+the replay's is the previous version's figure.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rich.table import Table
@@ -45,15 +52,58 @@ def fabric(size: str, *, seed: int = 1) -> Any:
     return validate_intent(doc)
 
 
+#: Figures of the version before this one (issue 19, an idle 2-core machine): Clos L's
+#: every single failure took 69 s of replay and 7.7 s of compile.
+PREVIOUS = {"L": (7.7, 69.0)}
+
+
+class _PlainRoutes(Mapping[str, str]):
+    """A plan's routes seen only through the Mapping protocol: how the safety compile read
+    solver.clos's lazy routes before they handed over their arrays (the compile's reference)."""
+
+    def __init__(self, routes: Mapping[str, str]):
+        self._r = routes
+
+    def __getitem__(self, prefix: str) -> str:
+        return self._r[prefix]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._r)
+
+    def __len__(self) -> int:
+        return len(self._r)
+
+
+def _plain(plan: Any) -> Any:
+    from controller.model.plan import DevicePlan
+
+    return dataclasses.replace(plan, devices={k: DevicePlan(groups=v.groups, routes=_PlainRoutes(v.routes))
+                                              for k, v in plan.devices.items()})
+
+
+_PLANS: dict[str, tuple[Any, Any, float]] = {}
+
+
+def planned(size: str) -> tuple[Any, Any, float]:
+    """``(intent, plan, seconds)`` of ``size``, solved once per bench run."""
+    from solver import solve
+
+    if size not in _PLANS:
+        intent = fabric(size)
+        t0 = time.perf_counter()
+        plan = solve(intent)
+        _PLANS[size] = (intent, plan, time.perf_counter() - t0)
+    return _PLANS[size]
+
+
 def replay_row(size: str) -> list[Any]:
     from safety.replay import Replayer
     from safety.scenarios import scenarios
-    from solver import solve
 
-    intent = fabric(size)
+    intent, plan, t_plan = planned(size)
     t0 = time.perf_counter()
-    plan = solve(intent)
-    t_plan = time.perf_counter() - t0
+    Replayer(intent, _plain(plan))
+    t_ref = time.perf_counter() - t0
     t0 = time.perf_counter()
     rp = Replayer(intent, plan)
     t_compile = time.perf_counter() - t0
@@ -63,8 +113,82 @@ def replay_row(size: str) -> list[Any]:
     for sc in todo:
         failing += not rp.run(sc).ok
     t_replay = time.perf_counter() - t0
-    return [f"replay Clos {size}", len(intent.links), len(todo), f"{t_plan:.1f}", f"{t_compile:.2f}",
-            f"{t_replay:.2f}", f"{len(todo) / t_replay:.0f}", f"{failing} failing"]
+    prev = PREVIOUS.get(size)
+    before = f"; before: {prev[0]:g} + {prev[1]:g} s (idle)" if prev else ""
+    return [f"replay Clos {size}", len(intent.links), len(todo), f"{t_plan:.1f}",
+            f"{t_compile:.2f} (ref {t_ref:.2f})", f"{t_replay:.2f}", f"{len(todo) / t_replay:.0f}",
+            f"{failing} failing; total {t_compile + t_replay:.1f} s{before}"]
+
+
+def pairs_row(size: str, sample: int = 0) -> list[Any]:
+    """Every pair of single failures (``single_pairs``) on ``size``: exhaustive (``sample``
+    0), or the pruning pass in full and the replay of ``sample`` random replayed pairs,
+    whose rate gives the estimate printed (marked as one)."""
+    import numpy as np
+
+    from safety.replay import Replayer
+    from safety.scenarios import pair, singles
+    from safety.sweep import inert, sweep
+
+    intent, plan, _ = planned(size)
+    t0 = time.perf_counter()
+    rp = Replayer(intent, plan)
+    if not sample:
+        rep = sweep(intent, plan, scope="single_pairs", rp=rp)
+        seconds = time.perf_counter() - t0
+        c = rep.counts
+        return [f"pairs of singles Clos {size}", len(intent.links), c["scenarios"], "", "",
+                f"{seconds:.1f}", f"{c['scenarios'] / seconds:.0f}",
+                f"{c['pair']} pairs: {c['pairs_implied']} implied, {c['pairs_replayed']} replayed; "
+                f"{c['failing_scenarios']} failing (exhaustive)"]
+    single = list(singles(intent))
+    implied = inert(rp, single)
+    t_prune = time.perf_counter() - t0
+    ii, jj = np.triu_indices(len(single), k=1)
+    todo = np.flatnonzero(~(implied[ii, jj] | implied[jj, ii]))
+    pick = np.random.default_rng(1).choice(todo, min(sample, len(todo)), replace=False)
+    t0 = time.perf_counter()
+    for k in pick.tolist():
+        rp.run(pair(single[ii[k]], single[jj[k]]))
+    rate = len(pick) / (time.perf_counter() - t0)
+    est = t_prune + len(todo) / rate
+    return [f"pairs of singles Clos {size}", len(intent.links), len(ii), "", f"{t_prune:.1f} (pruning)",
+            f"~{est / 60:.0f} min (est.)", f"{rate:.0f}",
+            f"{len(ii)} pairs: {len(ii) - len(todo)} implied, {len(todo)} to replay; estimate from "
+            f"{len(pick)} sampled pairs, one process"]
+
+
+def executor_rows(size: str = "M") -> list[list[Any]]:
+    """``all_single`` on ``size`` through the local executor and through a local Ray
+    cluster of 2 CPUs: scenarios per second per worker, reports compared."""
+    from safety.replay import Replayer
+    from safety.sweep import LocalExecutor, RayExecutor, loopback_ray, sweep
+
+    loopback_ray()
+    import ray
+
+    intent, plan, _ = planned(size)
+    rp = Replayer(intent, plan)
+    t0 = time.perf_counter()
+    local = sweep(intent, plan, scope="all_single", executor=LocalExecutor(), rp=rp)
+    t_local = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    t_init = time.perf_counter() - t0
+    try:
+        ex = RayExecutor()
+        t0 = time.perf_counter()
+        remote = sweep(intent, plan, scope="all_single", executor=ex, rp=rp, chunk=256)
+        t_ray = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+    same = {**local.to_document(), "seconds": 0} == {**remote.to_document(), "seconds": 0}
+    n = local.counts["scenarios"]
+    return [[f"local executor Clos {size}", len(intent.links), n, "", "", f"{t_local:.1f}",
+             f"{n / t_local:.0f} (1 worker)", "the reference"],
+            [f"ray executor Clos {size}", len(intent.links), n, "", f"{t_init:.1f} (ray.init)", f"{t_ray:.1f}",
+             f"{n / t_ray / ex.workers():.0f} per worker ({ex.workers()})",
+             f"report {'identical to' if same else 'DIFFERS from'} the local executor's"]]
 
 
 def robust_fabric(limit: float = 1.0, small_plane_spines: int = 2) -> Any:
@@ -121,6 +245,13 @@ def run(args: Any) -> Table:
         table.add_column(col, justify="left" if col in ("case", "result") else "right")
     for size in _sizes(args):
         table.add_row(*(str(x) for x in replay_row(size)))
+    if getattr(args, "pairs", True):
+        if "S" in _sizes(args):
+            table.add_row(*(str(x) for x in pairs_row("S")))
+        if "M" in _sizes(args):
+            table.add_row(*(str(x) for x in pairs_row("M", sample=2000)))
+            for row in executor_rows("M"):
+                table.add_row(*(str(x) for x in row))
     if getattr(args, "robust", True) and "M" in _sizes(args):
         table.add_row(*(str(x) for x in robust_row()))
     return table
@@ -134,4 +265,5 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="S,M")
     ap.add_argument("--no-robust", dest="robust", action="store_false")
+    ap.add_argument("--no-pairs", dest="pairs", action="store_false")
     Console().print(run(ap.parse_args()))

@@ -1,0 +1,328 @@
+"""Failure sweeps in chunks: every pair of single failures, and executors that run them.
+
+This module owns two things the plain :func:`safety.replay.replay` does not:
+
+* **The ``single_pairs`` sweep**: the scenarios of ``all_single`` (baseline,
+  declared domains, every single link and device) and then every *pair* of
+  single links and devices (kind ``pair``, named ``A+B``). This is not the
+  intent's ``k2`` scope (DESIGN.md: every pair of declared *domains*); it is what
+  ``loom check --scope single_pairs`` offers. A pair whose outcome another
+  scenario already gives is not replayed (:func:`inert`): when every part that
+  ``B`` fails carries no traffic in either stage of ``A`` (its links load nothing
+  there, and a failed device of ``B`` sends no demand and originates no prefix),
+  failing ``B`` on top of ``A`` kills only transitions out of states that carry
+  nothing or are already dead, so no arrival, withdrawal, load or black hole
+  changes: the pair's outcome is ``A``'s, and so is its verdict. A link at an
+  end of a failed device, a link or device that ``A`` leaves without traffic,
+  are such parts. ``tests/test_safety_sweep.py`` replays every pair of small
+  fabrics by brute force and checks every skipped pair against the one that
+  implies it. A pair sweep lists the failing pairs in full and counts the
+  passing ones (``pair``, ``pairs_replayed``, ``pairs_implied``): a fabric's
+  pairs are too many to list.
+* **Executors**: the scenarios go out in chunks to a :class:`LocalExecutor`
+  (this process) or a :class:`RayExecutor` (a Ray cluster: local when no
+  address is given, else ``ray://HOST:PORT``). The compiled
+  :class:`~safety.replay.Replayer` is put once in Ray's object store and every
+  worker (an actor per CPU) holds it; chunks carry scenario lists or index pairs.
+  Both executors run the same :class:`Sweeper` on the same chunks, in order, so
+  the report is the same whichever ran it (only ``seconds`` differs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from controller.model import Intent
+from controller.model.plan import Plan
+from safety.replay import Replayer, assemble
+from safety.report import SafetyReport, ScenarioResult
+from safety.scenarios import Scenario, pair, scenarios, singles
+
+__all__ = ["SCOPES", "Executor", "LocalExecutor", "RayExecutor", "Sweeper", "executor_from", "inert",
+           "loopback_ray", "sweep"]
+
+#: Scopes a sweep takes: the intent's three and the pairs of single failures.
+SCOPES = ("domains", "all_single", "k2", "single_pairs")
+QUIET_GBPS = 1e-9  # a link carrying at most this in a stage carries nothing there
+Progress = Callable[[int, int], None]
+
+
+@dataclass(slots=True)
+class Work:
+    """One chunk: a list of scenarios, or pairs of single indexes (``(k, 2)`` array)."""
+
+    scenarios: list[Scenario] = field(default_factory=list)
+    pairs: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.pairs) if self.pairs is not None else len(self.scenarios)
+
+
+@dataclass(slots=True)
+class Done:
+    """A chunk's results: every scenario's result, or for pairs only the failing ones
+    (with their ``(i, j)``), how many were replayed and how many of those passed
+    with a transient black hole (they count, but are not listed)."""
+
+    results: list[ScenarioResult]
+    keys: list[tuple[int, int]]
+    replayed: int
+    transient: int
+
+
+class Sweeper:
+    """Replays chunks against one compiled plan (what a worker holds)."""
+
+    def __init__(self, rp: Replayer, single: Sequence[Scenario]):
+        self.rp = rp
+        self.singles = list(single)
+
+    def run(self, work: Work) -> Done:
+        if work.pairs is None:
+            return Done([self.rp.run(sc) for sc in work.scenarios], [], len(work.scenarios), 0)
+        kept: list[ScenarioResult] = []
+        keys: list[tuple[int, int]] = []
+        transient = 0
+        for i, j in work.pairs.tolist():
+            res = self.rp.run(pair(self.singles[i], self.singles[j]))
+            if not res.ok:
+                kept.append(res)
+                keys.append((i, j))
+            elif res.immediate.dropped:
+                transient += 1
+        return Done(kept, keys, len(work.pairs), transient)
+
+
+class Executor(Protocol):
+    """Runs :class:`Work` chunks with a :class:`Sweeper` and answers their results in order."""
+
+    name: str
+
+    def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
+            progress: Progress | None = None) -> list[Done]: ...
+
+    def workers(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """Every chunk in this process, one after another."""
+
+    name = "local"
+
+    def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
+            progress: Progress | None = None) -> list[Done]:
+        sw = Sweeper(rp, single)
+        total, done, out = sum(len(w) for w in works), 0, []
+        for w in works:
+            out.append(sw.run(w))
+            done += len(w)
+            if progress is not None:
+                progress(done, total)
+        return out
+
+    def workers(self) -> int:
+        return 1
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class RayExecutor:
+    """Chunks over a Ray cluster: ``address`` ``None`` starts a local one (``num_cpus``
+    CPUs, default all, on loopback) and :meth:`close` stops it; ``ray://HOST:PORT``
+    joins a running cluster, whose workers must have Loom installed. A Ray session
+    already open in this process is used as it is and left open. The workers (an
+    actor per CPU, each holding the replayer put once in the object store) serve
+    every :meth:`map` of the same replayer until :meth:`close`."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, *, num_cpus: int | None = None):
+        self.address = address
+        self.num_cpus = num_cpus
+        self._workers = 0
+        self._started = False
+        self._actors: list[Any] = []
+        self._for: Replayer | None = None
+
+    def workers(self) -> int:
+        return self._workers
+
+    def _pool(self, rp: Replayer, single: Sequence[Scenario]) -> list[Any]:
+        if self.address is None:
+            loopback_ray()
+        import ray
+
+        if not ray.is_initialized():
+            if self.address:
+                ray.init(address=self.address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
+            self._started = True
+        if self._for is not rp:
+            self._kill()
+            n = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            ref = ray.put(rp)  # the compiled fabric, once, in the object store
+            actor = ray.remote(num_cpus=1)(Sweeper)
+            self._actors = [actor.remote(ref, list(single)) for _ in range(n)]
+            self._workers, self._for = n, rp
+        return self._actors
+
+    def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
+            progress: Progress | None = None) -> list[Done]:
+        from ray.util import ActorPool
+
+        pool = ActorPool(self._pool(rp, single))
+        total, done, out = sum(len(w) for w in works), 0, []
+        for d in pool.map(lambda a, w: a.run.remote(w), list(works)):
+            out.append(d)
+            done += d.replayed
+            if progress is not None:
+                progress(done, total)
+        return out
+
+    def _kill(self) -> None:
+        import ray
+
+        for a in self._actors:
+            ray.kill(a)
+        self._actors, self._for = [], None  # workers() keeps the last count, for reports
+
+    def close(self) -> None:
+        """Stop the workers, and the Ray session when this executor opened it."""
+        if "ray" not in sys.modules:
+            return
+        import ray
+
+        if ray.is_initialized():
+            self._kill()
+            if self._started:
+                ray.shutdown()
+        self._started = False
+
+
+def loopback_ray() -> None:
+    """Make a local Ray cluster started by this process bind 127.0.0.1 only: Ray resolves
+    "localhost" to the machine's routable address unless it runs as a single-machine
+    cluster (its ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), read when ``ray`` is first
+    imported. A local cluster serves nobody else, so it listens on loopback."""
+    if "ray" not in sys.modules:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def executor_from(spec: str | None) -> Executor:
+    """``local`` (or ``None``), ``ray`` (a local Ray cluster) or ``ray://HOST:PORT``.
+
+    Raises ``ValueError`` for anything else.
+    """
+    if spec in (None, "", "local"):
+        return LocalExecutor()
+    if spec == "ray":
+        return RayExecutor()
+    if spec is not None and spec.startswith("ray://") and len(spec) > len("ray://"):
+        return RayExecutor(spec)
+    raise ValueError(f"unknown executor '{spec}' (expected local, ray or ray://HOST:PORT)")
+
+
+def inert(rp: Replayer, single: Sequence[Scenario]) -> np.ndarray:
+    """``I[a, b]``: single ``b`` fails nothing that carries traffic in either stage of
+    single ``a`` (so the pair's outcome is ``a``'s; see the module's docstring)."""
+    topo, table = rp.topo, rp.table
+    n_links = len(topo.link_keys)
+    busy_dev = np.zeros(topo.n, dtype=bool)  # sends demand or originates a prefix
+    busy_dev[table.demand_device[table.demand_gbps > 0]] = True
+    for orig in table.origins:
+        busy_dev[list(orig)] = True
+    inc_dev = np.concatenate([topo.edge_src[0::2], topo.edge_dst[0::2]])  # device at each end of each link
+    inc_link = np.concatenate([np.arange(n_links), np.arange(n_links)])
+    link_of = np.array([topo.link_index[next(iter(s.links))] if s.kind == "link" else -1 for s in single])
+    dev_of = np.array([topo.index[next(iter(s.devices))] if s.kind == "device" else -1 for s in single])
+    out = np.zeros((len(single), len(single)), dtype=bool)
+    for a, sc in enumerate(single):
+        imm, rec = rp.outcomes(sc)
+        load = np.maximum(imm.load, rec.load)
+        quiet = np.maximum(load[0::2], load[1::2]) <= QUIET_GBPS  # per link
+        loud_ends = np.bincount(inc_dev, weights=~quiet[inc_link], minlength=topo.n)
+        dev_quiet = (loud_ends == 0) & ~busy_dev
+        row = np.where(link_of >= 0, quiet[np.maximum(link_of, 0)], dev_quiet[np.maximum(dev_of, 0)])
+        row[a] = False
+        out[a] = row
+    return out
+
+
+def _chunks(items: list[Scenario], size: int) -> list[Work]:
+    return [Work(items[k:k + size]) for k in range(0, len(items), size)]
+
+
+def sweep(intent: Intent, plan: Plan, *, scope: str | None = None, executor: Executor | None = None,
+          chunk: int = 512, progress: Progress | None = None, rp: Replayer | None = None) -> SafetyReport:
+    """Replay ``plan`` under the scenarios of ``scope`` (see :data:`SCOPES`) on ``executor``.
+
+    With ``scope`` other than ``single_pairs`` the report equals :func:`safety.replay.replay`'s.
+    ``chunk``: scenarios (or pairs) per chunk. ``rp``: an already compiled replayer.
+
+    Raises ``ValueError`` for an unknown scope, or when the plan does not fit the intent.
+    """
+    if scope is not None and scope not in SCOPES:
+        raise ValueError(f"unknown scope '{scope}' (expected {', '.join(SCOPES)})")
+    t0 = time.perf_counter()
+    ex = executor or LocalExecutor()
+    rp = rp or Replayer(intent, plan)
+    try:
+        return _sweep(intent, rp, scope, ex, chunk, progress, t0)
+    finally:
+        ex.close()
+
+
+def _sweep(intent: Intent, rp: Replayer, scope: str | None, ex: Executor, chunk: int,
+           progress: Progress | None, t0: float) -> SafetyReport:
+    pairs = scope == "single_pairs"
+    base = list(scenarios(intent, "all_single" if pairs else scope))
+    single = list(singles(intent)) if pairs else []
+    works = _chunks(base, chunk)
+    n_pairs = len(single) * (len(single) - 1) // 2
+    total = len(base) + n_pairs
+
+    def step(offset: int) -> Progress | None:
+        return None if progress is None else (lambda done, _n: progress(offset + done, total))
+
+    done = ex.map(rp, single, works, step(0))
+    results = [r for d in done for r in d.results]
+    if not pairs:
+        return assemble(intent, rp, results, scope=scope, seconds=time.perf_counter() - t0)
+    by_single = {r.name: r for r in results if r.kind in ("link", "device")}
+    implied = inert(rp, single)
+    ii, jj = np.triu_indices(len(single), k=1)
+    by_a, by_b = implied[ii, jj], implied[jj, ii]
+    todo = ~(by_a | by_b)
+    run = np.stack([ii[todo], jj[todo]], axis=1)
+    pair_works = [Work(pairs=run[k:k + chunk]) for k in range(0, len(run), chunk)]
+    pair_done = ex.map(rp, single, pair_works, step(len(base) + int((~todo).sum())))
+    keyed: list[tuple[tuple[int, int], ScenarioResult]] = [
+        (k, r) for d in pair_done for k, r in zip(d.keys, d.results, strict=True)]
+    transient = sum(d.transient for d in pair_done)
+    for i, j, a_implies in zip(ii[~todo].tolist(), jj[~todo].tolist(), by_a[~todo].tolist(), strict=True):
+        src = by_single[single[i if a_implies else j].name]
+        sc = pair(single[i], single[j])
+        if not src.ok:
+            keyed.append(((i, j), ScenarioResult(sc.name, "pair", tuple(sorted(sc.devices)), tuple(sorted(sc.links)),
+                                                 src.immediate, src.reconverged)))
+        elif src.immediate.dropped:
+            transient += 1
+    keyed.sort(key=lambda kr: kr[0])
+    listed = results + [r for _k, r in keyed]
+    counts = {"scenarios": total, "pair": n_pairs, "pairs_replayed": int(todo.sum()),
+              "pairs_implied": int((~todo).sum()),
+              "transient_black_holes": transient + sum(
+                  1 for r in listed if r.kind not in ("baseline", "pair") and r.immediate.dropped)
+              + sum(1 for r in listed if r.kind == "pair" and r.immediate.dropped)}
+    return assemble(intent, rp, listed, scope=scope, seconds=time.perf_counter() - t0, counts=counts)

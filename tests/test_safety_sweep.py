@@ -1,0 +1,102 @@
+"""Pairs of single failures: every pair the sweep skips is replayed by brute force and
+must come out exactly as the single failure that implies it; the sweep's verdict,
+failing list and counts equal a brute-force replay of every pair; the chunked sweep
+of the intent's own scopes equals ``replay``'s report."""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Any
+
+import pytest
+from test_safety_replay import clos_doc, routed_plan
+
+from controller.model import Intent
+from controller.model.intent import validate_intent
+from safety.replay import Replayer, failures, replay
+from safety.scenarios import pair, singles
+from safety.sweep import LocalExecutor, executor_from, inert, sweep
+
+# tor-2-* send and receive nothing: their links carry nothing in any scenario, so a
+# pair with one of them is implied by the other part; leaf-0-1 lacks one spine link
+DEMANDS = [{"from": f"tor-{p}-{t}", "to": f"10.{q}.{u}.0/24", "gbps": g}
+           for (p, t, q, u, g) in [(0, 0, 1, 0, 40.0), (0, 1, 1, 1, 30.0), (1, 0, 0, 1, 25.0),
+                                   (1, 1, 0, 0, 35.0), (0, 0, 0, 1, 20.0)]]
+
+
+def fabric(limit: float) -> Intent:
+    doc = clos_doc(3, 2, 2, 2, demands=DEMANDS, missing=("leaf-0-1:eth4",),
+                   policies=[{"kind": "failure_tolerance", "scope": "all_single", "max_utilization": limit}])
+    return validate_intent(doc)
+
+
+def stages(res: Any) -> tuple[Any, Any]:
+    return res.immediate.to_document(), res.reconverged.to_document()
+
+
+@pytest.mark.parametrize("limit", [1.0, 0.45])
+def test_every_skipped_pair_equals_the_single_that_implies_it(limit: float) -> None:
+    intent = fabric(limit)
+    plan = routed_plan(intent, seed=3)
+    rp = Replayer(intent, plan)
+    single = list(singles(intent))
+    implied = inert(rp, single)
+    brute = Replayer(intent, plan)  # a fresh replayer: nothing cached from the pruning pass
+    skipped = 0
+    for i, j in combinations(range(len(single)), 2):
+        by = i if implied[i, j] else j if implied[j, i] else None
+        if by is None:
+            continue
+        skipped += 1
+        got = brute.run(pair(single[i], single[j]))
+        assert stages(got) == stages(brute.run(single[by])), (single[i].name, single[j].name)
+    # the pruning is not only a device and its own links: quiet links of other devices too
+    ends = {link.key: {link.a, link.b} for link in intent.links}
+    subsumed = sum(1 for a, b in combinations(single, 2)
+                   if any(d in ends[k] for d in a.devices | b.devices for k in a.links | b.links))
+    assert skipped > subsumed > 0
+
+
+@pytest.mark.parametrize("limit", [1.0, 0.45])
+def test_pair_sweep_equals_brute_force(limit: float) -> None:
+    intent = fabric(limit)
+    plan = routed_plan(intent, seed=3)
+    rep = sweep(intent, plan, scope="single_pairs", chunk=37)
+    brute = Replayer(intent, plan)
+    single = list(singles(intent))
+    base = replay(intent, plan, scope="all_single")
+    every = [brute.run(pair(a, b)) for a, b in combinations(single, 2)]
+    failing_pairs = [r for r in every if not r.ok]
+    assert [s.to_document() for s in rep.scenarios] == (
+        [s.to_document() for s in base.scenarios] + [r.to_document() for r in failing_pairs])
+    want = [f for r in [*base.scenarios, *every] for f in failures(r)]
+    assert rep.failing == tuple(want)
+    assert rep.verdict == ("unsafe" if want else "safe")
+    n = len(single) * (len(single) - 1) // 2
+    assert rep.counts["pair"] == n == rep.counts["pairs_replayed"] + rep.counts["pairs_implied"]
+    assert rep.counts["scenarios"] == len(base.scenarios) + n
+    assert rep.counts["transient_black_holes"] == base.counts["transient_black_holes"] + sum(
+        1 for r in every if r.immediate.dropped)
+    assert rep.counts["failing_scenarios"] == base.counts["failing_scenarios"] + len(failing_pairs)
+    if limit < 1.0:
+        assert failing_pairs and not rep.safe
+
+
+@pytest.mark.parametrize("scope", [None, "domains", "all_single"])
+def test_chunked_sweep_equals_replay(scope: str | None) -> None:
+    intent = fabric(0.45)
+    plan = routed_plan(intent, seed=5)
+    want = replay(intent, plan, scope=scope).to_document()
+    got = sweep(intent, plan, scope=scope, executor=LocalExecutor(), chunk=7).to_document()
+    want.pop("seconds"), got.pop("seconds")
+    assert got == want
+
+
+def test_executor_names() -> None:
+    assert executor_from(None).name == executor_from("local").name == "local"
+    assert executor_from("ray").name == executor_from("ray://10.0.0.1:10001").name == "ray"
+    for bad in ("ray://", "dask", "ray:10001"):
+        with pytest.raises(ValueError, match="unknown executor"):
+            executor_from(bad)
+    with pytest.raises(ValueError, match="unknown scope"):
+        sweep(fabric(1.0), routed_plan(fabric(1.0)), scope="pairs")
