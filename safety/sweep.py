@@ -160,6 +160,7 @@ class RayExecutor:
     def _pool(self, rp: Replayer, single: Sequence[Scenario]) -> list[Any]:
         if self.address is None:
             loopback_ray()
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         import ray
 
         if not ray.is_initialized():
@@ -214,7 +215,10 @@ def loopback_ray() -> None:
     """Make a local Ray cluster started by this process bind 127.0.0.1 only: Ray resolves
     "localhost" to the machine's routable address unless it runs as a single-machine
     cluster (its ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), read when ``ray`` is first
-    imported. A local cluster serves nobody else, so it listens on loopback."""
+    imported. A local cluster serves nobody else, so it listens on loopback. Ray's usage
+    statistics (which it would send to Ray's servers) are off: a controller talks to its
+    network and its cluster only."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if "ray" not in sys.modules:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
