@@ -79,6 +79,7 @@ TIERS: dict[str, str] = {
     "test_revisions.py": "component",        # revisions stored by content, on SQLite and PostgreSQL
     "test_safety_replay.py": "unit",
     "test_safety_robust.py": "unit",
+    "test_settle.py": "unit",                # staged commits and settling on in-process dry agents
     "test_solver_lp.py": "unit",
     "test_solver_relax.py": "unit",
     "test_solver_routing.py": "unit",
