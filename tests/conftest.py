@@ -80,6 +80,7 @@ TIERS: dict[str, str] = {
     "test_safety_replay.py": "unit",
     "test_safety_robust.py": "unit",
     "test_settle.py": "unit",                # staged commits and settling on in-process dry agents
+    "test_settle_lab.py": "lab",             # randomized faults during commits on clos3-small; every round settles
     "test_solver_lp.py": "unit",
     "test_solver_relax.py": "unit",
     "test_solver_routing.py": "unit",

@@ -20,19 +20,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy.orm import Session
 
+from controller.model import Intent
+from controller.model.plan import Plan
 from controller.store import workflow_repo as wrepo
 from controller.workflow import changes
 from southbound.config import DeviceConfig
 from southbound.driver import DeviceDriver, error_text
 
-__all__ = ["pending_after", "settle_change", "settle_device", "unsettled_note"]
+__all__ = ["off_target", "pending_after", "settle_change", "settle_device", "unsettled_note"]
 
 log = logging.getLogger("loom.workflow")
-T = TypeVar("T")
 
 
 def pending_after(result: Any) -> dict[str, str]:
@@ -44,6 +45,20 @@ def pending_after(result: Any) -> dict[str, str]:
         return {}
     return {d: f"rollback failed: {r.error}" for d, r in sorted(result.steps.get("rollback", {}).items())
             if r.failed}
+
+
+def off_target(states: dict[str, Any], want: dict[str, str]) -> dict[str, str]:
+    """Device -> why, for the devices whose state (a :class:`~southbound.state.DeviceState`, or the exception
+    its read raised) is not the config hash ``want`` names with nothing pending."""
+    out: dict[str, str] = {}
+    for d, st in sorted(states.items()):
+        if isinstance(st, BaseException):
+            out[d] = f"unreachable: {error_text(st)}"
+        elif st.pending_change:
+            out[d] = f"change {st.pending_change} awaits confirmation"
+        elif d in want and st.running_hash != want[d]:
+            out[d] = f"runs {st.running_hash[:12]}, not {want[d][:12]}"
+    return out
 
 
 def unsettled_note(left: list[dict[str, Any]], from_agents: bool) -> str:
@@ -94,7 +109,8 @@ async def settle_device(driver: DeviceDriver, device: str, *, transaction: str, 
     return None if res.ok else f"runs {st.running_hash[:12]}; pushing the target failed: {res.error}"
 
 
-async def settle_change(agents: DeviceDriver, ch: wrepo.Change, db: Callable[[Callable[[Session], T]], Awaitable[T]],
+async def settle_change(agents: DeviceDriver, ch: wrepo.Change,
+                        db: Callable[[Callable[[Session], tuple[Intent, Plan]]], Awaitable[tuple[Intent, Plan]]],
                         *, confirm_within: float, verify_timeout: float) -> dict[str, Any]:
     """One step of every device ``ch`` left to settle, all at once, through ``agents`` (fenced by the
     leader's epoch); ``db(fn)`` runs ``fn(session)`` off the event loop. Returns the new settle document
