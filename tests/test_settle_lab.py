@@ -5,9 +5,11 @@ a random moment of the commit SIGKILLs a random device agent, a random node's
 ``bgpd`` or the controller, or sets a random fabric link down, restarting it
 (or setting the link up) 1 to 3 s later (:mod:`tests.faults`). After every
 round, within a bound, the change is final and settled and every device runs
-the revision its final state names, with nothing awaiting confirmation and
-kernels as planned. Rounds run while the module's time budget lasts
-(``LOOM_FAULT_BUDGET_S``, default 120 s of rounds), at least one of each kind;
+the revision its final state names, with nothing awaiting confirmation (and,
+after an agent or controller kill, kernels as planned; after ``bgpd`` or link
+faults FRR 8.4 itself may leave a kernel off the plan:
+:data:`tests.faults.KERNEL_CHECKED`). Rounds run while the module's time budget lasts
+(``LOOM_FAULT_BUDGET_S``, default 60 s of rounds: about 3 minutes in all), at least one of each kind;
 the seed is printed and every round logged, and ``LOOM_FAULT_SEED=N`` replays
 a run (``make bench`` runs more rounds).
 """
@@ -29,7 +31,7 @@ pytestmark = pytest.mark.slow
 def test_after_every_fault_every_device_ends_on_the_revision_the_change_names(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     seed = int(os.environ.get("LOOM_FAULT_SEED") or random.SystemRandom().randrange(1 << 31))
-    budget = float(os.environ.get("LOOM_FAULT_BUDGET_S", "120"))
+    budget = float(os.environ.get("LOOM_FAULT_BUDGET_S", "60"))
     base: Path = tmp_path_factory.mktemp("settle")
     print(f"fault seed {seed} (LOOM_FAULT_SEED={seed} replays it); rounds logged in {base / 'rounds.jsonl'}")
     lab = FaultLab(base, seed, say=print)

@@ -646,9 +646,13 @@ class Workflow:
         if outcome != ChangeState.ROLLED_BACK or ch.previous_active is None:
             return left
         prev = ch.previous_active
-        intent, plan = await self._db(lambda s: changes.plan_for(prev, session=s))
-        want = await asyncio.to_thread(expected_hashes, intent, plan)
-        return {**off_target(await self._states(names, self._fenced(epoch)), want), **left}
+        try:
+            intent, plan = await self._db(lambda s: changes.plan_for(prev, session=s))
+            want = await asyncio.to_thread(expected_hashes, intent, plan)
+            return {**off_target(await self._states(names, self._fenced(epoch)), want), **left}
+        except Exception:  # the outcome is recorded all the same; what failed to roll back is still known
+            log.exception("change %s: reading the devices after its rollback failed", ch.id)
+            return left
 
     async def _settle_loop(self) -> None:
         while True:
