@@ -148,3 +148,17 @@ async def test_an_unreachable_device_stays_pending_with_the_reason(tmp_path: Pat
         why = await settle_device(drv, "d0", transaction="t1", undo=True, want="x", config=None, attempt=1,
                                   confirm_within=30, verify_timeout=5)
         assert why is not None and why.startswith("unreachable") and "UNAVAILABLE" in why
+
+
+@pytest.mark.unit
+def test_off_target_names_every_device_not_on_the_revision() -> None:
+    from controller.model.errors import RetryableDriverError
+    from controller.workflow.settle import off_target
+    from southbound.state import DeviceState
+
+    states = {"a": DeviceState("a", "h1", False), "b": DeviceState("b", "h9", False),
+              "c": DeviceState("c", "h3", False, pending_change="t1"),
+              "d": RetryableDriverError("d", "UNAVAILABLE: down")}
+    got = off_target(states, {"a": "h1", "b": "h2", "c": "h3", "d": "h4"})
+    assert set(got) == {"b", "c", "d"}
+    assert got["b"].startswith("runs h9") and "t1" in got["c"] and got["d"].startswith("unreachable: UNAVAILABLE")

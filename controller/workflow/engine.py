@@ -403,7 +403,10 @@ class Workflow:
         tracker.doc["step"] = "done" if result.ok else result.stage
         outcome, reason = _outcome(result, len(names))
         log.info("change %s: %s (%s)", ch.id, outcome, reason, extra={"change": ch.id, "outcome": outcome})
-        settle = self._settle_doc(ch, outcome, await self._left_off(ch, outcome, result, names, epoch))
+        from controller.workflow.settle import left_off
+
+        settle = self._settle_doc(ch, outcome, await left_off(ch, outcome, result, self._db, lambda: self._states(
+            names, self._fenced(epoch))))
         self._count_outcome(rev if result.ok else None, outcome)
         await self._db(lambda s: changes.finish_commit(ch.id, outcome, session=s, ctx=ctx, reason=reason,
                                                        error=result.error or None, progress=tracker.doc,
@@ -634,25 +637,6 @@ class Workflow:
                 f"{d}: {why}" for d, why in sorted(pending.items())),
                 extra={"change": ch.id, "outcome": outcome, "unsettled": sorted(pending)})
         return doc
-
-    async def _left_off(self, ch: wrepo.Change, outcome: ChangeState, result: Any, names: list[str],
-                        epoch: int) -> dict[str, str]:
-        """The devices a transaction's end left off the revision ``outcome`` names: those it could not roll
-        back and, after a rollback, any that does not run the revision active before (a repair's rollback
-        returns its devices to the nudge it pushed first, a device may have drifted before)."""
-        from controller.workflow.settle import off_target, pending_after
-
-        left = pending_after(result)
-        if outcome != ChangeState.ROLLED_BACK or ch.previous_active is None:
-            return left
-        prev = ch.previous_active
-        try:
-            intent, plan = await self._db(lambda s: changes.plan_for(prev, session=s))
-            want = await asyncio.to_thread(expected_hashes, intent, plan)
-            return {**off_target(await self._states(names, self._fenced(epoch)), want), **left}
-        except Exception:  # the outcome is recorded all the same; what failed to roll back is still known
-            log.exception("change %s: reading the devices after its rollback failed", ch.id)
-            return left
 
     async def _settle_loop(self) -> None:
         while True:

@@ -25,13 +25,14 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
+from controller.model.documents import ChangeState
 from controller.model.plan import Plan
 from controller.store import workflow_repo as wrepo
 from controller.workflow import changes
 from southbound.config import DeviceConfig
 from southbound.driver import DeviceDriver, error_text
 
-__all__ = ["off_target", "pending_after", "settle_change", "settle_device", "unsettled_note"]
+__all__ = ["left_off", "off_target", "pending_after", "settle_change", "settle_device", "unsettled_note"]
 
 log = logging.getLogger("loom.workflow")
 
@@ -45,6 +46,28 @@ def pending_after(result: Any) -> dict[str, str]:
         return {}
     return {d: f"rollback failed: {r.error}" for d, r in sorted(result.steps.get("rollback", {}).items())
             if r.failed}
+
+
+async def left_off(ch: wrepo.Change, outcome: ChangeState, result: Any,
+                   db: Callable[[Callable[[Session], tuple[Intent, Plan]]], Awaitable[tuple[Intent, Plan]]],
+                   states: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, str]:
+    """The devices a transaction's end left off the revision ``outcome`` names: those it could not roll
+    back (:func:`pending_after`) and, after a rollback, any whose state (``states()``, read now) is not the
+    revision active before (a repair's rollback returns its devices to the nudge it pushed first; a device
+    may have drifted before the change)."""
+    from controller.workflow.review import expected_hashes
+
+    left = pending_after(result)
+    prev = ch.previous_active
+    if outcome != ChangeState.ROLLED_BACK or prev is None:
+        return left
+    try:
+        intent, plan = await db(lambda s: changes.plan_for(prev, session=s))
+        want = await asyncio.to_thread(expected_hashes, intent, plan)
+        return {**off_target(await states(), want), **left}
+    except Exception:  # the outcome is recorded all the same; what failed to roll back is still known
+        log.exception("change %s: reading the devices after its rollback failed", ch.id)
+        return left
 
 
 def off_target(states: dict[str, Any], want: dict[str, str]) -> dict[str, str]:
