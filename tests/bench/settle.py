@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import statistics
 import tempfile
 from collections import Counter
@@ -44,6 +45,7 @@ def run(args: Any) -> Table:
         return table
     with tempfile.TemporaryDirectory(prefix="loom-bench-settle-") as tmp:
         lab = FaultLab(Path(tmp), seed, name="bsettle")
+        kept = Path(tempfile.gettempdir()) / f"loom-bench-settle-{seed}"  # the rounds and the controller's log
         rounds = []
         try:
             lab.up()
@@ -56,6 +58,11 @@ def run(args: Any) -> Table:
                     break
         finally:
             lab.down()
+            kept.mkdir(exist_ok=True)
+            for name in ("rounds.jsonl", "serve.log"):
+                if (lab.base / name).exists():
+                    shutil.copyfile(lab.base / name, kept / name)
+        table.caption = f"rounds and the controller's log kept in {kept}"
         for kind in KINDS:
             rs = [r for r in rounds if r.kind == kind]
             times = [r.settle_s for r in rs if r.ok]
@@ -67,5 +74,5 @@ def run(args: Any) -> Table:
                           f"{lab.commit_estimate:.1f}")
         for r in rounds:
             if not r.ok:
-                table.add_row(f"FAILED round {r.index}", r.kind, r.target, r.detail[:200], "", "", "", "")
+                table.add_row(f"FAILED round {r.index}", r.kind, r.target, r.detail, "", "", "", "")
     return table
