@@ -5,10 +5,10 @@ a random moment of the commit SIGKILLs a random device agent, a random node's
 ``bgpd`` or the controller, or sets a random fabric link down, restarting it
 (or setting the link up) 1 to 3 s later (:mod:`tests.faults`). After every
 round, within a bound, the change is final and settled and every device runs
-the revision its final state names, with nothing awaiting confirmation (and,
-after an agent or controller kill, kernels as planned; after ``bgpd`` or link
-faults FRR 8.4 itself may leave a kernel off the plan:
-:data:`tests.faults.KERNEL_CHECKED`). Rounds run while the module's time budget lasts
+the revision its final state names, with nothing awaiting confirmation
+(kernels are recorded and printed: FRR 8.4 does not always restore them after
+a bgpd restart or a link flap, :data:`tests.faults.KERNEL_CHECKED`).
+Rounds run while the module's time budget lasts
 (``LOOM_FAULT_BUDGET_S``, default 60 s of rounds: about 3 minutes in all), at least one of each kind;
 the seed is printed and every round logged, and ``LOOM_FAULT_SEED=N`` replays
 a run (``make bench`` runs more rounds).

@@ -5,7 +5,8 @@ each kind: agent SIGKILL, ``bgpd`` SIGKILL, controller SIGKILL, link down, at
 a random moment of a commit, restarted 1 to 3 s later), seeded
 (``LOOM_FAULT_SEED``) and logged. Per kind: how many rounds ended with every
 device on the revision the change's final state names, how the changes ended,
-how many rounds a settle document named unsettled devices on the way, and the
+how many rounds a settle document named unsettled devices on the way, in how
+many a kernel was left off the plan (revisions are what is held), and the
 seconds from the fault's end to a settled fabric (median and worst), beside
 the reference measured in the same run: a clean commit of the same change
 (the first commit of the lab's intent). Needs root and FRR.
@@ -35,13 +36,13 @@ def run(args: Any) -> Table:
     seed = int(os.environ.get("LOOM_FAULT_SEED") or random.SystemRandom().randrange(1 << 31))
     table = Table(title=f"settle: faults at a random moment of a commit on clos3-small (seed {seed}, "
                         f"{os.cpu_count()} shared cores)")
-    for col in ("fault", "rounds", "settled", "outcomes", "unsettled on the way", "settle s median",
-                "settle s worst", "clean commit s (reference)"):
+    for col in ("fault", "rounds", "settled", "outcomes", "unsettled on the way", "kernels off plan after",
+                "settle s median", "settle s worst", "clean commit s (reference)"):
         table.add_column(col, justify="left" if col in ("fault", "outcomes") else "right")
     try:
         runner.check_prerequisites()
     except runner.LabPrerequisiteError as exc:
-        table.add_row("skipped", "", "", str(exc), "", "", "", "")
+        table.add_row("skipped", "", "", str(exc), "", "", "", "", "")
         return table
     with tempfile.TemporaryDirectory(prefix="loom-bench-settle-") as tmp:
         lab = FaultLab(Path(tmp), seed, name="bsettle")
@@ -69,10 +70,10 @@ def run(args: Any) -> Table:
             outcomes = Counter(r.state for r in rs)
             table.add_row(kind, str(len(rs)), f"{sum(r.ok for r in rs)}/{len(rs)}",
                           " ".join(f"{k}:{v}" for k, v in sorted(outcomes.items())),
-                          str(sum(1 for r in rs if r.unsettled_seen)),
+                          str(sum(1 for r in rs if r.unsettled_seen)), str(sum(1 for r in rs if r.kernel_drift)),
                           f"{statistics.median(times):.1f}" if times else "-", f"{max(times):.1f}" if times else "-",
                           f"{lab.commit_estimate:.1f}")
         for r in rounds:
             if not r.ok:
-                table.add_row(f"FAILED round {r.index}", r.kind, r.target, r.detail, "", "", "", "")
+                table.add_row(f"FAILED round {r.index}", r.kind, r.target, r.detail, "", "", "", "", "")
     return table
