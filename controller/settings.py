@@ -55,6 +55,9 @@ class Settings(BaseSettings):
         10.0, ge=0, description="the gNMI sample interval asked of every switch (s); 0: no telemetry stream")
     drift_interval: float = Field(60.0, ge=0, description="seconds between drift checks (0: only after commits)")
     drift_repair: bool = Field(False, description="re-push the active revision when drift is found")
+    settle_interval: float = Field(
+        1.0, gt=0, le=3600, description="how often the leader drives devices that a final change left on another "
+                                        "revision (an agent down when it should have been rolled back) (s)")
     auto_te_confirm: int = Field(
         2, ge=1, le=100, description="automatic re-tuning commits only after this many consecutive evaluations "
                                      "cleared min_gain (hysteresis against noise)")

@@ -3,14 +3,20 @@
 This module owns :func:`commit`, the controller side of DESIGN.md's
 southbound transaction, over any :class:`~southbound.driver.DeviceDriver`:
 Prepare on every device (each shows its diff); if any fails, Abort everywhere
-and report which device said what; otherwise Commit everywhere with a confirm
-timer, read back ``GetState`` on every device and hold it against the plan
-(routes, next hops, weights within the realization's rounding,
-:func:`southbound.wcmp.compare`), then Confirm. If anything fails after the
-first Commit, every device that was sent a Commit is rolled back (a device
-that never applied it answers that nothing changed). Devices that hear nothing
-roll back by themselves when their confirm timer expires. Every step returns
-a per-device :class:`~southbound.state.StepResult`.
+and report which device said what; otherwise Commit stage by stage (DESIGN.md,
+Transitions: the review's schedule; one stage of every device without one),
+each with a confirm timer, and read every stage's state back before the next
+stage starts: the stage's config hashes and kernel routes (the plan's routes
+where a device's own config sets its kernel, ``fib``; under ``link-bandwidth``
+a device's weights come from its neighbours' advertisements, so a stage only
+needs a route for every planned prefix, and the last stage holds the whole
+fabric against the plan: routes, next hops, weights within the realization's
+rounding, :func:`southbound.wcmp.compare`); then Confirm everywhere. If
+anything fails after the first Commit, every device is rolled back (a device
+that never applied it answers that nothing changed and drops what it had
+prepared). Devices that hear nothing roll back by themselves when their
+confirm timer expires. Every step returns a per-device
+:class:`~southbound.state.StepResult`.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +35,39 @@ from southbound.driver import DeviceDriver, error_text, is_retryable
 from southbound.state import DeviceState, StepResult
 from southbound.wcmp import compare
 
-__all__ = ["Progress", "TransactionResult", "commit", "commit_plan", "new_change_id"]
+__all__ = ["Progress", "StageProgress", "TransactionResult", "commit", "commit_plan", "commit_order", "new_change_id"]
 
 #: ``progress(step, device, result)``: called with ``None`` before a call is sent, then with its result.
 Progress = Callable[[str, str, StepResult | None], None]
+#: ``on_stage(index, status)``: stage ``index`` of :attr:`TransactionResult.stages` is ``commit``,
+#: ``verify``, ``done`` or ``failed``.
+StageProgress = Callable[[int, str], None]
+
+
+def commit_order(devices: Iterable[str], stages: Iterable[Iterable[str]] | None = None) -> list[list[str]]:
+    """The stages a change's ``devices`` commit in: ``stages`` (the schedule, in commit order) kept to
+    those devices, each device in the first stage that names it, empty stages dropped, and the devices
+    no stage names in a last stage; no ``stages``: one stage of every device (sorted).
+
+    >>> commit_order(["a", "b", "c", "d"], [["b"], ["x", "a", "b"], []])
+    [['b'], ['a'], ['c', 'd']]
+    >>> commit_order(["b", "a"])
+    [['a', 'b']]
+    """
+    todo = sorted(set(devices))
+    if stages is None:
+        return [todo] if todo else []
+    seen: set[str] = set()
+    out: list[list[str]] = []
+    for stage in stages:
+        row = sorted({d for d in stage if d in set(todo) and d not in seen})
+        if row:
+            out.append(row)
+            seen.update(row)
+    rest = [d for d in todo if d not in seen]
+    if rest:
+        out.append(rest)
+    return out
 
 
 def new_change_id() -> str:
@@ -52,6 +87,8 @@ class TransactionResult:
     steps: dict[str, dict[str, StepResult]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     error: str = ""
+    stages: list[list[str]] = field(default_factory=list)  # the commit order followed
+    stages_done: int = 0  # stages committed and read back
 
     def failures(self, step: str | None = None) -> list[StepResult]:
         return [r for s, per in self.steps.items() if step in (None, s) for r in per.values() if r.failed]
@@ -62,6 +99,7 @@ class TransactionResult:
     def to_document(self) -> dict[str, Any]:
         return {"change": self.change, "ok": self.ok, "stage": self.stage, "dry_run": self.dry_run,
                 "error": self.error, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+                "stages": self.stages, "stages_done": self.stages_done,
                 "steps": {s: {d: r.to_document() for d, r in sorted(per.items())} for s, per in self.steps.items()}}
 
 
@@ -82,7 +120,7 @@ async def _each(step: str, devices: list[str], call: Callable[[str], Awaitable[S
     got = await asyncio.gather(*(one(d) for d in devices))
     result.seconds[step] = result.seconds.get(step, 0.0) + time.perf_counter() - t0
     per = dict(zip(devices, got, strict=True))
-    result.steps[step] = per
+    result.steps.setdefault(step, {}).update(per)  # a step run stage by stage adds up
     return per
 
 
@@ -127,30 +165,34 @@ async def _verify(driver: DeviceDriver, devices: list[str], hashes: Mapping[str,
         if not pending or time.monotonic() >= deadline:
             break
         await asyncio.sleep(interval)
-    result.seconds["verify"] = time.perf_counter() - t0
+    result.seconds["verify"] = result.seconds.get("verify", 0.0) + time.perf_counter() - t0
     for d in devices:
         if progress:
             progress("verify", d, done[d])
-    result.steps["verify"] = done
+    result.steps.setdefault("verify", {}).update(done)
     return done
 
 
 async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan: Plan | None = None, *,
                  realization: str = "link-bandwidth", wcmp: bool = True, change: str | None = None,
                  confirm_within: float = 60.0, verify_timeout: float = 30.0, verify_interval: float = 0.5,
-                 dry_run: bool = False, progress: Progress | None = None) -> TransactionResult:
+                 dry_run: bool = False, progress: Progress | None = None,
+                 stages: Sequence[Sequence[str]] | None = None,
+                 on_stage: StageProgress | None = None) -> TransactionResult:
     """Push ``configs`` (device -> config) to their agents as one all-or-nothing change.
 
     Parameters: ``plan`` (optional) is what the kernels must show afterwards, compared with
     ``realization`` (``link-bandwidth`` or ``fib``) rounding; ``wcmp=False`` means plain ECMP;
     ``confirm_within`` is each agent's confirm timer in seconds (it rolls back by itself after);
-    ``verify_timeout`` bounds the wait for the kernels to converge; ``dry_run`` stops after
-    Prepare (every device's diff) and aborts. Returns a :class:`TransactionResult`; never raises
-    for a device's failure.
+    ``verify_timeout`` bounds the wait for each stage's kernels to converge; ``dry_run`` stops
+    after Prepare (every device's diff) and aborts; ``stages`` is the commit order
+    (:func:`commit_order`; None: every device at once), ``on_stage`` hears each stage start,
+    be read back and end. Returns a :class:`TransactionResult`; never raises for a device's failure.
     """
     change = change or new_change_id()
     result = TransactionResult(change, dry_run=dry_run)
     devices = sorted(configs)
+    result.stages = commit_order(devices, stages)
 
     prepared = await _each("prepare", devices, lambda d: driver.prepare(d, change, configs[d]), progress, result)
     failed = [r for r in prepared.values() if r.failed]
@@ -161,34 +203,66 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
         return result
 
     hashes = {d: r.config_hash for d, r in prepared.items()}
-    result.stage = "commit"
-    committed = await _each("commit", devices, lambda d: driver.commit(d, change, confirm_within), progress, result)
-    failed = [r for r in committed.values() if r.failed]
+    fabric = sorted({p for dp in (plan.devices.values() if plan else ()) for p in dp.routes})
+
+    def check(d: str, st: DeviceState) -> list[str]:
+        assert plan is not None
+        dp = plan.devices.get(d)
+        if dp is None:
+            return []
+        return compare(dp, st, realization=realization, wcmp=wcmp, fabric_prefixes=fabric,
+                       originated=configs[d].originated)
+
+    def stage_check(d: str, st: DeviceState) -> list[str]:
+        """A stage before the last: the device's own kernel state (see the module's docstring)."""
+        if realization == "fib" or not wcmp:
+            return check(d, st)
+        assert plan is not None
+        dp = plan.devices.get(d)
+        return [f"{p}: no route installed yet" for p in sorted(dp.routes) if p not in st.routes] if dp else []
+
+    failed = await _staged(driver, result, hashes, plan, check, stage_check, confirm_within=confirm_within,
+                           verify_timeout=verify_timeout, verify_interval=verify_interval, progress=progress,
+                           on_stage=on_stage)
     if not failed:
-        result.stage = "verify"
-        fabric = sorted({p for dp in (plan.devices.values() if plan else ()) for p in dp.routes})
-
-        def check(d: str, st: DeviceState) -> list[str]:
-            assert plan is not None
-            dp = plan.devices.get(d)
-            if dp is None:
-                return []
-            return compare(dp, st, realization=realization, wcmp=wcmp, fabric_prefixes=fabric,
-                           originated=configs[d].originated)
-
-        verified = await _verify(driver, devices, hashes, plan, check, verify_timeout, verify_interval,
-                                 progress, result)
-        failed = [r for r in verified.values() if r.failed]
+        result.stage = "confirm"
+        confirmed = await _each("confirm", devices, lambda d: driver.confirm(d, change), progress, result)
+        failed = [r for r in confirmed.values() if r.failed]
         if not failed:
-            result.stage = "confirm"
-            confirmed = await _each("confirm", devices, lambda d: driver.confirm(d, change), progress, result)
-            failed = [r for r in confirmed.values() if r.failed]
-            if not failed:
-                result.ok = True
-                return result
+            result.ok = True
+            return result
     result.error = _summary(result.stage, failed)
     await _each("rollback", devices, lambda d: driver.rollback(d, change), progress, result)
     return result
+
+
+async def _staged(driver: DeviceDriver, result: TransactionResult, hashes: Mapping[str, str], plan: Plan | None,
+                  check: Callable[[str, DeviceState], list[str]], stage_check: Callable[[str, DeviceState], list[str]],
+                  *, confirm_within: float, verify_timeout: float, verify_interval: float,
+                  progress: Progress | None, on_stage: StageProgress | None) -> list[StepResult]:
+    """Commit ``result.stages`` one after the other, each read back before the next (the last one with the
+    whole fabric held against ``plan``); the failures that stopped it, if any."""
+    change, devices = result.change, sorted(hashes)
+    for i, stage in enumerate(result.stages):
+        last = i == len(result.stages) - 1
+        result.stage = "commit"
+        if on_stage:
+            on_stage(i, "commit")
+        committed = await _each("commit", stage, lambda d: driver.commit(d, change, confirm_within), progress, result)
+        failed = [r for r in committed.values() if r.failed]
+        if not failed:
+            result.stage = "verify"
+            if on_stage:
+                on_stage(i, "verify")
+            verified = await _verify(driver, devices if last else stage, hashes, plan, check if last else stage_check,
+                                     verify_timeout, verify_interval, progress, result)
+            failed = [r for r in verified.values() if r.failed]
+        if on_stage:
+            on_stage(i, "failed" if failed else "done")
+        if failed:
+            return failed
+        result.stages_done = i + 1
+    return []
 
 
 async def commit_plan(driver: DeviceDriver, intent: Intent, plan: Plan, **kwargs: Any) -> TransactionResult:

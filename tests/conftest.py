@@ -81,6 +81,8 @@ TIERS: dict[str, str] = {
     "test_safety_robust.py": "unit",
     "test_safety_sweep.py": "unit",          # pairs of single failures against brute force
     "test_safety_ray.py": "component",       # a local Ray cluster (2 CPUs, loopback) against the local executor
+    "test_settle.py": "unit",                # staged commits and settling on in-process dry agents
+    "test_settle_lab.py": "lab",             # randomized faults during commits on clos3-small; every round settles
     "test_solver_lp.py": "unit",
     "test_solver_relax.py": "unit",
     "test_solver_routing.py": "unit",

@@ -69,7 +69,10 @@ __all__ = [
     "SafetyReportDocument",
     "ScenarioDocument",
     "SessionDocument",
+    "SettleDocument",
     "StageDocument",
+    "StageProgressDocument",
+    "UnsettledDocument",
     "TransitionDocument",
 ]
 
@@ -283,6 +286,19 @@ class ReviewDocument(_Closed):
     safety: SafetyReportDocument
     devices_attached: bool | None = None
     config_diff_note: str | None = None
+    unsettled: list[UnsettledDocument] | None = Field(
+        None, description="earlier changes whose devices are not yet on their final revision: the config diff "
+                          "of those devices is against what they really run (their agents' Prepare)")
+    unsettled_note: str | None = None
+
+
+class UnsettledDocument(_Closed):
+    """A final change that some devices have not caught up with yet."""
+
+    change: int
+    state: ChangeState
+    target_revision: int | None
+    devices: dict[str, str] = Field(description="device -> what it runs instead (or why it is not reached)")
 
 
 class SafetyBrief(_Closed):
@@ -331,11 +347,23 @@ class DrainCheckDocument(_Closed):
     targets: list[DrainTargetCheck]
 
 
+class StageProgressDocument(_Closed):
+    """One stage of the commit order (the review's schedule, DESIGN.md Transitions)."""
+
+    devices: list[str]
+    status: Literal["pending", "commit", "verify", "done", "failed"] = Field(
+        description="committing, its kernels being read back, done, or where the transaction stopped")
+    worst_utilization: float | None = Field(None, description="the schedule's worst utilization in this stage")
+
+
 class ProgressDocument(_Closed):
-    """A commit's progress: the transaction's step (``done`` at the end) and each device's."""
+    """A commit's progress: the transaction's step (``done`` at the end) and each device's; with
+    stages, which one runs (``stage``, an index into ``stages``)."""
 
     step: str
     devices: dict[str, DeviceProgress]
+    stages: list[StageProgressDocument] | None = None
+    stage: int | None = Field(None, description="the stage running (or the last one run)")
     note: str | None = Field(None, description="why there is nothing to follow (no devices attached)")
     drain_check: DrainCheckDocument | None = Field(
         None, description="after a committed drain: what the counters say the drained targets still carry")
@@ -369,6 +397,20 @@ class AutoTeTrigger(_Closed):
                                                "null where no link reported")
 
 
+class SettleDocument(_Closed):
+    """After a commit: the devices the leader still drives onto the revision the final state names."""
+
+    settled: bool
+    target_revision: int | None = Field(description="committed: the new revision; rolled back or failed: the "
+                                                    "one active before (null: none, the change is undone instead)")
+    transaction: str
+    undo: bool = Field(description="the change's transaction is undone on the pending devices")
+    pending: dict[str, str] = Field(description="device -> why it is not on the target yet")
+    attempts: int
+    checked_at: str
+    note: str | None
+
+
 class ChangeDocument(_Closed):
     """``GET /v1/changes/{id}``: a set of edits against a base revision, and how it went."""
 
@@ -391,6 +433,9 @@ class ChangeDocument(_Closed):
     transaction: str | None = None
     trigger: AutoTeTrigger | None = Field(None, description="for a change by auto-te: the measured figures that "
                                                             "triggered it")
+    settled: bool | None = Field(None, description="null until the commit ends; false while some device is not "
+                                                   "yet on the revision the final state names")
+    settle: SettleDocument | None = None
 
 
 # -- what a device really runs -------------------------------------------------------------

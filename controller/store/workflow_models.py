@@ -30,7 +30,7 @@ class ChangeRow(Base):
     """One change: a proposed revision, its review and its commit."""
 
     __tablename__ = "changes"
-    __table_args__ = (Index("ix_changes_state", "state"),)
+    __table_args__ = (Index("ix_changes_state", "state"), Index("ix_changes_settled", "settled"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(16), default="change")  # change | rollback | repair
@@ -51,6 +51,8 @@ class ChangeRow(Base):
     committing_slot: Mapped[int | None] = mapped_column(Integer, unique=True)
     trigger: Mapped[str | None] = mapped_column(Text)  # JSON: what made auto-te propose it (measured vs predicted)
     runner_epoch: Mapped[int | None] = mapped_column(Integer)  # the leader epoch running its commit (NULL: queued)
+    settled: Mapped[bool | None] = mapped_column(Boolean)  # NULL: not final yet; false: devices still to drive
+    settle: Mapped[str | None] = mapped_column(Text)  # JSON: the target revision and the devices still pending
 
 
 class TransitionRow(Base):

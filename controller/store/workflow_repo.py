@@ -78,6 +78,8 @@ class Change:
     transitions: tuple[Transition, ...] = ()
     trigger: dict[str, Any] | None = None
     runner_epoch: int | None = None  # the epoch of the leader that took its commit up (None: queued)
+    settled: bool | None = None  # None: not final yet; False: some device is not yet on its final revision
+    settle: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, row: ChangeRow, transitions: tuple[Transition, ...] = ()) -> Change:
@@ -85,7 +87,8 @@ class Change:
                    row.author, utc(row.created_at) or row.created_at, json.loads(row.review) if row.review else None,
                    row.reviewed_active, row.verdict, json.loads(row.progress) if row.progress else None,
                    row.force_reason, row.error, row.transaction, row.previous_active, transitions,
-                   json.loads(row.trigger) if row.trigger else None, row.runner_epoch)
+                   json.loads(row.trigger) if row.trigger else None, row.runner_epoch, row.settled,
+                   json.loads(row.settle) if row.settle else None)
 
 
 def _transitions(session: Session, ids: list[int]) -> dict[int, tuple[Transition, ...]]:
@@ -137,7 +140,7 @@ def list_changes(*, session: Session, limit: int, offset: int, state: ChangeStat
     return [Change.of(r, trans[r.id]) for r in rows], total
 
 
-_JSON_FIELDS = ("review", "progress", "trigger")
+_JSON_FIELDS = ("review", "progress", "trigger", "settle")
 
 
 def update_change(change_id: int, *, session: Session, **fields: Any) -> None:
@@ -152,6 +155,13 @@ def committing_change(*, session: Session) -> Change | None:
     row = session.scalars(select(ChangeRow).where(ChangeRow.state == ChangeState.COMMITTING)
                           .order_by(ChangeRow.id)).first()
     return Change.of(row, _transitions(session, [row.id])[row.id]) if row else None
+
+
+def unsettled_changes(*, session: Session) -> list[Change]:
+    """Final changes some of whose devices are not yet on the revision their final state names (oldest first)."""
+    rows = list(session.scalars(select(ChangeRow).where(ChangeRow.settled.is_(False)).order_by(ChangeRow.id)))
+    ts = _transitions(session, [r.id for r in rows])
+    return [Change.of(r, ts[r.id]) for r in rows]
 
 
 def claim_commit(change_id: int, *, session: Session) -> None:

@@ -50,7 +50,8 @@ from controller.workflow.jsonpatch import apply_patch
 
 __all__ = [
     "FINAL", "STATES", "ReviewInputs", "begin_commit", "change_document", "create_change", "create_rollback",
-    "finish_commit", "get_change", "list_changes", "plan_for", "record_review", "review_inputs", "status", "take_up",
+    "finish_commit", "get_change", "list_changes", "plan_for", "record_review", "record_settle", "review_inputs",
+    "settle_document", "status", "take_up", "unsettled",
 ]
 
 STATES = tuple(ChangeState)
@@ -95,7 +96,7 @@ def change_document(ch: Change, *, full: bool = True) -> Doc:
             "transitions": [t.to_document() for t in ch.transitions],
             "review": ch.review if full else _brief(ch.review), "progress": ch.progress,
             "force_reason": ch.force_reason, "error": ch.error, "transaction": ch.transaction,
-            "trigger": ch.trigger}
+            "trigger": ch.trigger, "settled": ch.settled, "settle": ch.settle}
 
 
 # -- reading --------------------------------------------------------------------
@@ -244,7 +245,7 @@ def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transac
             forced = reason if force and ch.verdict == "unsafe" else None
             wrepo.update_change(change_id, session=session, state=ChangeState.COMMITTING, transaction=transaction,
                                 previous_active=active, force_reason=forced if forced else ch.force_reason,
-                                error=None, progress=None, runner_epoch=None)
+                                error=None, progress=None, runner_epoch=None, settled=None, settle=None)
             why = f"transaction {transaction}" + (f"; forced: {forced}" if forced else "")
             wrepo.add_transition(change_id, ChangeState.COMMITTING, session=session, actor=ctx.actor.name, now=_now(),
                                  reason=why)
@@ -284,11 +285,14 @@ def take_up(change_id: int, epoch: int, *, session: Session, previous: int | Non
 
 def finish_commit(change_id: int, outcome: ChangeState, *, session: Session, ctx: WriteContext, reason: str,
                   error: str | None = None, progress: Doc | None = None, action: str | None = None,
-                  runner: int | None = None) -> Change:
+                  runner: int | None = None, settle: Doc | None = None) -> Change:
     """Record how a commit ended (``committed``, ``failed``, ``rolled_back``) and free the commit slot.
 
     ``runner`` is the epoch of the leader that ran the commit: when the change is no longer committing
-    under that epoch (a newer leader took it over), nothing is recorded and :class:`Deposed` is raised."""
+    under that epoch (a newer leader took it over), nothing is recorded and :class:`Deposed` is raised.
+    ``settle`` (:func:`settle_document`) says which devices are not yet on the revision the outcome
+    names; recorded in the same transaction, so nobody sees the change final without it. A committed
+    change supersedes what older changes had left to settle: its transaction drove every device."""
     assert outcome in FINAL_STATES
     outcome = ChangeState(outcome)
     with write_transaction(session):
@@ -299,15 +303,52 @@ def finish_commit(change_id: int, outcome: ChangeState, *, session: Session, ctx
         fields: dict[str, Any] = {"state": outcome, "error": error}
         if progress is not None:
             fields["progress"] = progress
+        if settle is not None:
+            fields["settle"], fields["settled"] = settle, bool(settle["settled"])
         wrepo.update_change(change_id, session=session, **fields)
         wrepo.release_commit(change_id, session=session)
         if outcome == ChangeState.COMMITTED:
             assert ch.proposed_revision is not None
             wrepo.add_deployment(ch.proposed_revision, change_id, session=session, now=_now())
+            for old in wrepo.unsettled_changes(session=session):
+                if old.id != change_id:
+                    doc = {**(old.settle or {}), "settled": True, "pending": {},
+                           "note": f"superseded by change {change_id}, committed to every device"}
+                    wrepo.update_change(old.id, session=session, settled=True, settle=doc)
         wrepo.add_transition(change_id, outcome, session=session, actor=ctx.actor.name, now=_now(), reason=reason)
         _audit(session, ctx, action or f"change.{outcome}", status=200, revision=ch.proposed_revision,
                detail=f"change {change_id} {outcome}: {reason}" + (f" ({error})" if error else ""))
     return wrepo.get_change(change_id, session=session)
+
+
+def settle_document(*, target_revision: int | None, transaction: str, undo: bool, pending: dict[str, str],
+                    attempts: int = 0, note: str | None = None) -> Doc:
+    """What is left to settle of a final change: ``pending`` (device -> why it is not yet on
+    ``target_revision``; ``undo``: the change's transaction must be undone there)."""
+    return {"settled": not pending, "target_revision": target_revision, "transaction": transaction, "undo": undo,
+            "pending": dict(sorted(pending.items())), "attempts": attempts, "checked_at": _now().isoformat(),
+            "note": note}
+
+
+def record_settle(change_id: int, settle: Doc, *, session: Session, ctx: WriteContext | None = None) -> Change | None:
+    """Store a settling step of ``change_id`` (only while it is unsettled); when it settles, say so in
+    the audit log. None when the change was settled meanwhile (superseded)."""
+    with write_transaction(session):
+        ch = wrepo.get_change(change_id, session=session)
+        if ch.settled is not False:
+            return None
+        wrepo.update_change(change_id, session=session, settle=settle, settled=bool(settle["settled"]))
+        if settle["settled"] and ctx is not None:
+            _audit(session, ctx, "change.settled", revision=settle.get("target_revision"),
+                   detail=f"change {change_id} ({ch.state}): every device runs revision "
+                          f"{settle.get('target_revision')} after {settle.get('attempts')} attempt(s)")
+    return wrepo.get_change(change_id, session=session)
+
+
+def unsettled(*, session: Session) -> list[Doc]:
+    """The final changes whose devices are not all on their final revision yet (what a review warns of)."""
+    return [{"change": ch.id, "state": ch.state.value, "target_revision": (ch.settle or {}).get("target_revision"),
+             "devices": dict((ch.settle or {}).get("pending", {}))} for ch in wrepo.unsettled_changes(session=session)]
 
 
 def save_progress(change_id: int, progress: Doc, *, session: Session, runner: int | None = None) -> None:

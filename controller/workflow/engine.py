@@ -30,6 +30,14 @@ makes the gRPC one from the settings).
   ``committed``; otherwise Rollback and Abort the transaction everywhere,
   ``rolled_back``. Agents' confirm timers are the safety net for devices that
   cannot be reached. What was done is recorded in the transition and audit log.
+- **Stages**: the transaction commits in the order of the review's schedule
+  (``review["schedule"]["stages"]``, DESIGN.md Transitions; one stage without
+  one), and the progress document shows each stage's status.
+- **Settling** (:mod:`controller.workflow.settle`): a final change whose
+  transaction left devices off the revision its state names (an agent down
+  when it should have been rolled back) is stored ``settled: false`` with
+  those devices; the leader drives them every ``settle_interval`` seconds
+  until they run it, and a review names them meanwhile.
 - **Drift**: every ``drift_interval`` seconds and after each commit, every
   device's ``GetState`` is held against the active revision (config hash, and
   kernel routes against the plan where the agent observes them); the report is
@@ -59,7 +67,7 @@ from controller.store.db import Database, write_transaction
 from controller.telemetry import Telemetry
 from controller.workflow import changes
 from controller.workflow.cluster import Cluster
-from controller.workflow.review import build_review, expected_hashes, local_config_diff
+from controller.workflow.review import build_review, commit_stages, expected_hashes, local_config_diff
 from southbound.driver import DeviceDriver
 
 __all__ = ["SYSTEM", "Workflow"]
@@ -88,12 +96,30 @@ class _PushProgress:
     callback (:meth:`on_step`) and saved by :meth:`flush` at most every 0.2 s while it changes;
     it also logs each device's steps and times them for the metrics."""
 
-    def __init__(self, change: int, names: list[str], metrics: Any):
+    def __init__(self, change: int, names: list[str], metrics: Any, stages: list[list[str]] | None = None,
+                 worst: list[float | None] | None = None):
         self.change, self.metrics = change, metrics
         self.doc: Doc = {"step": "prepare", "devices": {
             d: {"step": "prepare", "status": "pending", "changed": False, "error": None} for d in names}}
+        if stages is not None:
+            self.doc["stages"] = [{"devices": list(st), "status": "pending"} for st in stages]
+            for row, u in zip(self.doc["stages"], worst or [], strict=False):
+                if u is not None:
+                    row["worst_utilization"] = u
         self._started: dict[tuple[str, str], float] = {}
         self._dirty = asyncio.Event()
+
+    def on_stage(self, index: int, status: str) -> None:
+        """Stage ``index`` of the commit order is now ``status`` (commit, verify, done, failed)."""
+        stages = self.doc.get("stages")
+        if not stages or index >= len(stages):
+            return
+        stages[index]["status"] = status
+        self.doc["stage"] = index
+        log.info("change %s: stage %d/%d (%s): %s", self.change, index + 1, len(stages),
+                 ", ".join(stages[index]["devices"][:6]) + ("..." if len(stages[index]["devices"]) > 6 else ""),
+                 status, extra={"change": self.change, "stage": index, "status": status})
+        self._dirty.set()
 
     def on_step(self, step: str, device: str, result: Any) -> None:
         """``result`` is ``None`` when ``device`` starts ``step``, else its StepResult."""
@@ -149,6 +175,7 @@ class Workflow:
         self._commit_task: asyncio.Task[Any] | None = None
         self._drift_task: asyncio.Task[Any] | None = None
         self._queue_task: asyncio.Task[Any] | None = None
+        self._settle_task: asyncio.Task[Any] | None = None
         self._running: set[int] = set()  # committing changes this process pushes or recovers
         self._requested: dict[int, WriteContext] = {}  # who asked this replica to commit them
         self._drift_lock = asyncio.Lock()
@@ -214,11 +241,13 @@ class Workflow:
         self._queue_task = asyncio.get_running_loop().create_task(self._queue_loop())
         if self.driver is not None and self.settings.drift_interval > 0:
             self._drift_task = asyncio.get_running_loop().create_task(self._drift_loop())
+        if self.driver is not None:
+            self._settle_task = asyncio.get_running_loop().create_task(self._settle_loop())
         self.auto_te.start()
 
     async def stop(self) -> None:
         await self.auto_te.stop()
-        for task in (self._drift_task, self._queue_task):
+        for task in (self._drift_task, self._queue_task, self._settle_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -259,6 +288,11 @@ class Workflow:
         if config_diff is None:
             config_diff = await asyncio.to_thread(local_config_diff, inp)
         doc = await asyncio.to_thread(build_review, inp, config_diff, observe_safety=self._observe_safety)
+        from controller.workflow.settle import unsettled_note
+
+        left = await self._db(lambda s: changes.unsettled(session=s))
+        if left:
+            doc["unsettled"], doc["unsettled_note"] = left, unsettled_note(left, self.driver is not None and not busy)
         if self.driver is None:
             doc["devices_attached"] = False
         elif busy:
@@ -359,18 +393,24 @@ class Workflow:
             await self._record_without_devices(ch, ctx, epoch)
             return
         names = sorted(set(intent.device_map) & set(self.driver.devices))
-        tracker = _PushProgress(ch.id, names, self.metrics)
+        stages, worst = commit_stages(ch.review, names)
+        tracker = _PushProgress(ch.id, names, self.metrics, stages, worst)
         await self._db(lambda s: changes.save_progress(ch.id, tracker.doc, session=s, runner=epoch))
-        log.info("change %s: pushing revision r%s to %d device(s) (epoch %d)", ch.id, rev, len(names), epoch,
+        log.info("change %s: pushing revision r%s to %d device(s) in %d stage(s) (epoch %d)", ch.id, rev,
+                 len(names), len(stages), epoch,
                  extra={"change": ch.id, "revision": rev, "transaction": ch.transaction, "epoch": epoch})
-        result = await self._transact(ch, intent, plan, names, tracker, epoch)
+        result = await self._transact(ch, intent, plan, names, tracker, epoch, stages)
         tracker.doc["step"] = "done" if result.ok else result.stage
         outcome, reason = _outcome(result, len(names))
         log.info("change %s: %s (%s)", ch.id, outcome, reason, extra={"change": ch.id, "outcome": outcome})
+        from controller.workflow.settle import left_off
+
+        settle = self._settle_doc(ch, outcome, await left_off(ch, outcome, result, self._db, lambda: self._states(
+            names, self._fenced(epoch))))
         self._count_outcome(rev if result.ok else None, outcome)
         await self._db(lambda s: changes.finish_commit(ch.id, outcome, session=s, ctx=ctx, reason=reason,
                                                        error=result.error or None, progress=tracker.doc,
-                                                       runner=epoch))
+                                                       runner=epoch, settle=settle))
         self._after_commit(outcome)
         if outcome == ChangeState.COMMITTED:
             self._spawn(self._verify_drains(ch, intent))
@@ -388,7 +428,7 @@ class Workflow:
         self._after_commit(ChangeState.COMMITTED)
 
     async def _transact(self, ch: wrepo.Change, intent: Any, plan: Any, names: list[str],
-                        tracker: _PushProgress, epoch: int) -> Any:
+                        tracker: _PushProgress, epoch: int, stages: list[list[str]] | None = None) -> Any:
         """The network-wide transaction (after a repair's nudge), holding the southbound lock,
         with the progress saved in the background as results arrive."""
         from southbound.transaction import commit_plan
@@ -405,7 +445,8 @@ class Workflow:
                     await self._nudge(intent, plan, ch.transaction, names, epoch)
                 return await commit_plan(self._fenced(epoch), intent, plan, change=ch.transaction,
                                          confirm_within=self.settings.confirm_within,
-                                         verify_timeout=self.settings.verify_timeout, progress=tracker.on_step)
+                                         verify_timeout=self.settings.verify_timeout, progress=tracker.on_step,
+                                         stages=stages, on_stage=tracker.on_stage)
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -567,10 +608,13 @@ class Workflow:
             ChangeState.ROLLED_BACK: "the devices were rolled back",
             ChangeState.FAILED: "the change never reached the devices"}[outcome]
         detail = json.dumps(report, sort_keys=True)
+        left = {} if outcome == ChangeState.COMMITTED else {
+            d: report[d] for d in names if d in unreachable or "rollback error" in report.get(d, "")}
+        settle = self._settle_doc(ch, outcome, left)
         done = await self._db(lambda s: changes.finish_commit(
             ch.id, outcome, session=s, ctx=ctx, action="change.recover", reason=f"{reason}: {detail}"[:3900],
             error=None if outcome == ChangeState.COMMITTED else "controller restarted during the commit",
-            runner=epoch))
+            runner=epoch, settle=settle))
         self.recovered = {"change": ch.id, "outcome": done.state, "devices": report}
         log.warning("recovered change %s: %s", ch.id, done.state)
         if self.metrics is not None:
@@ -581,6 +625,58 @@ class Workflow:
         agents = agents or self._agents
         got = await asyncio.gather(*(agents.state(d) for d in names), return_exceptions=True)
         return dict(zip(names, got, strict=True))
+
+    # -- settling (leader) -------------------------------------------------------------
+    def _settle_doc(self, ch: wrepo.Change, outcome: ChangeState, pending: dict[str, str]) -> Doc:
+        """What a final change leaves to settle: ``pending`` devices onto the revision ``outcome`` names."""
+        committed = outcome == ChangeState.COMMITTED
+        doc = changes.settle_document(target_revision=ch.proposed_revision if committed else ch.previous_active,
+                                      transaction=ch.transaction or "", undo=not committed, pending=pending)
+        if pending:
+            log.warning("change %s is %s but not settled: %s", ch.id, outcome, "; ".join(
+                f"{d}: {why}" for d, why in sorted(pending.items())),
+                extra={"change": ch.id, "outcome": outcome, "unsettled": sorted(pending)})
+        return doc
+
+    async def _settle_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.settle_interval)
+            if not self.is_leader():
+                continue  # only the leader drives agents
+            try:
+                await self.settle()
+            except Exception:
+                log.exception("settling failed")
+
+    async def settle(self) -> list[Doc]:
+        """As the leader, while no change commits: one step of every device that a final change left off the
+        revision its state names; returns the settle documents recorded."""
+        if self.driver is None or not self.is_leader() or self._southbound.locked():
+            return []
+
+        def read(s: Session) -> list[wrepo.Change]:
+            return [] if wrepo.committing_change(session=s) is not None else wrepo.unsettled_changes(session=s)
+        out: list[Doc] = []
+        for ch in await self._db(read):
+            if self._southbound.locked():
+                break  # a commit was taken up meanwhile: it goes first
+            async with self._southbound:
+                doc = await self._settle_change(ch, self.epoch)
+            if doc is not None:
+                out.append(doc)
+        return out
+
+    async def _settle_change(self, ch: wrepo.Change, epoch: int) -> Doc | None:
+        from controller.workflow.settle import settle_change
+
+        doc = await settle_change(self._fenced(epoch), ch, lambda fn: self._db(fn),
+                                  confirm_within=self.settings.confirm_within,
+                                  verify_timeout=self.settings.verify_timeout)
+        if not self.is_leader() or self.epoch != epoch:
+            return None  # deposed meanwhile: the new leader keeps settling
+        ctx = WriteContext(actor=Actor("loom-controller (settle)", "admin"), method="SYSTEM", path="settle")
+        await self._db(lambda s: changes.record_settle(ch.id, doc, session=s, ctx=ctx))
+        return doc
 
     # -- device state and drift ------------------------------------------------------
     async def device_state(self, name: str) -> Doc:
@@ -652,7 +748,11 @@ class Workflow:
             await self._save_drift(doc, active)
             drifted = [d for d, r in doc["devices"].items() if r["status"] == "drift"]
         if repair and drifted:
-            doc["repair"] = await self.repair(drifted)
+            left = await self._db(lambda s: changes.unsettled(session=s))
+            if left:  # settling drives those devices first; a repair now would find them busy
+                doc["repair_note"] = f"not repaired: change(s) {', '.join(str(u['change']) for u in left)} settle"
+            else:
+                doc["repair"] = await self.repair(drifted)
         return doc
 
     async def _save_drift(self, doc: Doc, active: int | None) -> None:

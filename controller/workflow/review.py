@@ -21,7 +21,7 @@ from controller.model import Intent
 from controller.model.plan import Plan
 from controller.workflow.changes import ReviewInputs
 
-__all__ = ["build_review", "expected_hashes", "local_config_diff"]
+__all__ = ["build_review", "commit_stages", "expected_hashes", "local_config_diff"]
 
 Doc = dict[str, Any]
 
@@ -108,3 +108,22 @@ def expected_hashes(intent: Intent, plan: Plan) -> dict[str, str]:
     from southbound.render import config_hash, device_configs
 
     return {d: config_hash(c) for d, c in device_configs(intent, plan).items()}
+
+
+def commit_stages(review: Doc | None, names: list[str]) -> tuple[list[list[str]], list[float | None]]:
+    """The commit order of ``names`` from the review's schedule (DESIGN.md Transitions), and each
+    stage's worst utilization where the schedule gives it; no schedule: one stage of every device."""
+    from southbound.transaction import commit_order
+
+    sched = (review or {}).get("schedule")
+    rows = sched.get("stages") if isinstance(sched, dict) else None
+    if not isinstance(rows, list) or not rows:
+        return commit_order(names), [None]
+    named = [[str(d) for d in (r.get("devices") or [])] if isinstance(r, dict) else [] for r in rows]
+    order = commit_order(names, named)
+    worst: list[float | None] = []
+    for stage in order:  # a stage of the order is (part of) the first schedule stage naming its devices
+        src = next((r for r, devs in zip(rows, named, strict=True) if set(stage) & set(devs)), None)
+        u = src.get("worst_utilization") if isinstance(src, dict) else None
+        worst.append(float(u) if isinstance(u, int | float) else None)
+    return order, worst
