@@ -8,10 +8,16 @@ against the scenarios and limit of the intent's ``failure_tolerance`` policy,
 with the safety replay (:func:`safety.replay.peaks`) as the scenario oracle.
 Robustness is only meaningful under that policy: without one, a robust
 request compiles the plain plan.
+
+The plan depends on what the intent says, not on the order of its lists: the
+solver sees the intent in :func:`canonical_order` (an LP with several optimal
+weightings may otherwise pick another one for a permuted input, and every
+switch's weights would change for a reordered document).
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,7 +25,7 @@ from controller.model import Intent
 from controller.model.plan import Plan
 from solver.core.lp import DEFAULT_BACKEND
 
-__all__ = ["CompileOptions", "compile_plan"]
+__all__ = ["CompileOptions", "canonical_order", "compile_plan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +35,24 @@ class CompileOptions:
 
     backend: str = DEFAULT_BACKEND
     robust: bool = False
+
+
+def canonical_order(intent: Intent) -> Intent:
+    """``intent`` with its lists in one order whatever the document's: devices by name, links by their
+    lower end, failure domains by name, prefixes by address, demands by ingress and destination, jobs
+    by name (policies keep theirs; a prefix's origins and a job's members are meanings, not order)."""
+    def net(prefix: str) -> tuple[int, int]:
+        n = ipaddress.IPv4Network(prefix)
+        return int(n.network_address), n.prefixlen
+
+    return intent.model_copy(update={
+        "devices": tuple(sorted(intent.devices, key=lambda d: d.name)),
+        "links": tuple(sorted(intent.links, key=lambda lk: (lk.key, max(lk.end_a, lk.end_b)))),
+        "failure_domains": tuple(sorted(intent.failure_domains, key=lambda f: f.name)),
+        "prefixes": tuple(sorted(intent.prefixes, key=lambda p: net(p.prefix))),
+        "demands": tuple(sorted(intent.demands, key=lambda x: (x.from_, net(x.to), x.gbps))),
+        "jobs": tuple(sorted(intent.jobs, key=lambda j: j.name)),
+    })
 
 
 def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
@@ -58,6 +82,7 @@ def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
     >>> 0 < plan.summary.max_utilization <= plan.summary.ecmp_max_utilization + 1e-9
     True
     """
+    intent = canonical_order(intent)
     if options.robust and intent.policy("failure_tolerance") is not None:
         from safety.replay import peaks
         from solver.robust import solve_robust
