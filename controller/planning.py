@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from controller.model import Intent
-from controller.model.plan import Plan
+from controller.model import Intent, Link
+from controller.model.plan import LinkLoad, Plan
 from solver.core.lp import DEFAULT_BACKEND
 
 __all__ = ["CompileOptions", "canonical_order", "compile_plan"]
@@ -39,15 +39,21 @@ class CompileOptions:
 
 def canonical_order(intent: Intent) -> Intent:
     """``intent`` with its lists in one order whatever the document's: devices by name, links by their
-    lower end, failure domains by name, prefixes by address, demands by ingress and destination, jobs
-    by name (policies keep theirs; a prefix's origins and a job's members are meanings, not order)."""
+    lower end (each turned to run from its lower end), failure domains by name, prefixes by address,
+    demands by ingress and destination, jobs by name (policies keep theirs; a prefix's origins and a
+    job's members are meanings, not order)."""
     def net(prefix: str) -> tuple[int, int]:
         n = ipaddress.IPv4Network(prefix)
         return int(n.network_address), n.prefixlen
 
+    def turned(lk: Link) -> Link:
+        if lk.end_a <= lk.end_b:
+            return lk
+        return lk.model_copy(update={"a": lk.b, "a_port": lk.b_port, "b": lk.a, "b_port": lk.a_port})
+
     return intent.model_copy(update={
         "devices": tuple(sorted(intent.devices, key=lambda d: d.name)),
-        "links": tuple(sorted(intent.links, key=lambda lk: (lk.key, max(lk.end_a, lk.end_b)))),
+        "links": tuple(sorted((turned(lk) for lk in intent.links), key=lambda lk: lk.key)),
         "failure_domains": tuple(sorted(intent.failure_domains, key=lambda f: f.name)),
         "prefixes": tuple(sorted(intent.prefixes, key=lambda p: net(p.prefix))),
         "demands": tuple(sorted(intent.demands, key=lambda x: (x.from_, net(x.to), x.gbps))),
@@ -82,12 +88,31 @@ def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
     >>> 0 < plan.summary.max_utilization <= plan.summary.ecmp_max_utilization + 1e-9
     True
     """
-    intent = canonical_order(intent)
+    canonical = canonical_order(intent)
     if options.robust and intent.policy("failure_tolerance") is not None:
         from safety.replay import peaks
         from solver.robust import solve_robust
 
-        return solve_robust(intent, peaks, backend=options.backend, progress=progress)
-    from solver import solve
+        plan = solve_robust(canonical, peaks, backend=options.backend, progress=progress)
+    else:
+        from solver import solve
 
-    return solve(intent, backend=options.backend, progress=progress)
+        plan = solve(canonical, backend=options.backend, progress=progress)
+    return _as_written(plan, intent)
+
+
+def _as_written(plan: Plan, intent: Intent) -> Plan:
+    """``plan`` (of the canonical intent) with its devices and links in ``intent``'s order and each
+    link's direction as ``intent`` writes it."""
+    loads = {min(f"{x.a}:{x.a_port}", f"{x.b}:{x.b_port}"): x for x in plan.links}
+    links: list[LinkLoad] = []
+    for lk in intent.links:
+        x = loads.get(lk.key)
+        if x is None:
+            continue
+        if (x.a, x.a_port) != (lk.a, lk.a_port):
+            x = LinkLoad(x.b, x.b_port, x.a, x.a_port, x.gbps_ba, x.gbps_ab, x.utilization)
+        links.append(x)
+    devices = {d.name: plan.devices[d.name] for d in intent.devices if d.name in plan.devices}
+    devices.update((name, dp) for name, dp in plan.devices.items() if name not in devices)
+    return replace(plan, devices=devices, links=tuple(links))
