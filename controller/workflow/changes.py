@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
+from controller.model.addressing import carry
 from controller.model.documents import FINAL_STATES, REVIEWABLE_STATES, ChangeState
 from controller.model.errors import (
     Conflict,
@@ -37,7 +38,6 @@ from controller.model.errors import (
     SafetyViolation,
     StoreContention,
 )
-from controller.model.addressing import carry
 from controller.model.intent import format_loc, validate_intent
 from controller.model.plan import Plan
 from controller.planning import compile_plan
