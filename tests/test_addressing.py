@@ -225,3 +225,14 @@ def test_the_review_counts_the_sessions_a_change_resets(api: Api) -> None:
     drained = {**DOC, "policies": [{"kind": "drain", "target": "spine-0-0"}]}
     drain = api.change(intent=drained, base=ch["proposed_revision"])
     assert api.review(drain["id"])["bgp_sessions_reset"] == {"count": 0, "sessions": []}
+
+
+def test_an_explicit_loopback_is_never_given_to_another_device() -> None:
+    one = validate_intent({"name": "x", "routing": "isis", "devices": [{"name": "r0", "role": "router"}],
+                           "links": []})
+    taken = device_configs(one)["r0"].router_id
+    two = validate_intent({"name": "x", "routing": "isis", "links": [], "devices": [
+        {"name": "r0", "role": "router"}, {"name": "r1", "role": "router", "loopback": taken}]})
+    for keep in (None, allocate(one)):  # from nothing, and keeping r0's old slot: the loopback wins
+        ids = {d: c.router_id for d, c in device_configs(two, allocation=allocate(two, keep)).items()}
+        assert ids["r1"] == taken and ids["r0"] != taken

@@ -144,11 +144,13 @@ def _place(keys: Iterable[str], keep: Mapping[str, int], reserved: set[int], siz
     return out
 
 
-def _reserved(intent: Intent, pool: ipaddress.IPv4Network, offset: int, width: int) -> set[int]:
-    """Slots of ``pool`` that hold an explicit loopback of ``intent``."""
+def _reserved(intent: Intent, pool: ipaddress.IPv4Network, offset: int, width: int, size: int) -> set[int]:
+    """Slots of ``pool`` (slot ``s`` holds addresses ``offset + width * s`` onward) that hold an
+    explicit loopback of ``intent``."""
     base = int(pool.network_address)
-    return {(int(d.loopback) - base - offset) // width for d in intent.devices
-            if d.loopback is not None and d.loopback in pool and int(d.loopback) - base - offset >= 0}
+    slots = ((int(d.loopback) - base - offset) // width for d in intent.devices
+             if d.loopback is not None and d.loopback in pool)
+    return {s for s in slots if 0 <= s < size}
 
 
 def allocate(intent: Intent, keep: Allocation | None = None) -> Allocation:
@@ -185,9 +187,9 @@ def allocate(intent: Intent, keep: Allocation | None = None) -> Allocation:
     """
     keep = keep or Allocation()
     links = _place((link_id(lk) for lk in intent.links), keep.links,
-                   _reserved(intent, LINK_POOL, 0, 2), _LINK_SLOTS, "links")
+                   _reserved(intent, LINK_POOL, 0, 2, _LINK_SLOTS), _LINK_SLOTS, "links")
     devices = _place((d.name for d in intent.devices if d.loopback is None), keep.devices,
-                     _reserved(intent, LOOPBACK_POOL, 1, 1) - {-1, _DEVICE_SLOTS}, _DEVICE_SLOTS, "devices")
+                     _reserved(intent, LOOPBACK_POOL, 1, 1, _DEVICE_SLOTS), _DEVICE_SLOTS, "devices")
     return Allocation(links, devices)
 
 
