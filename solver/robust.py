@@ -55,6 +55,7 @@ from controller.model import Intent
 from controller.model.errors import Infeasible
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan
 from solver.clos.robust import clos_robust
+from solver.core.canonical import as_written, canonical_order
 from solver.core.lp import DEFAULT_BACKEND, solve_lp
 from solver.core.options import RobustOptions
 from solver.core.weights import device_budget, reduce_weights
@@ -529,6 +530,7 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     """
     t0 = time.perf_counter()
     say: Progress = progress or (lambda stage, frac: None)
+    written, intent = intent, canonical_order(intent)  # the same plan whatever the order of the lists
     plain = solve(intent, backend=backend, options=options.plan)
     ev = evaluate(intent, plain)
     limit = ev.limits["failure"]
@@ -544,7 +546,7 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
         search.offer(*found)
     plan = _report(intent, plain, search, limit, backend, prove, t0, options)
     say("robust", 1.0)
-    return plan
+    return as_written(plan, written)
 
 
 def _method(plan: Plan, plain: Plan, clos: tuple[Plan, dict[str, Any]] | None,

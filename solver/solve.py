@@ -23,6 +23,7 @@ import numpy as np
 from controller.model import Intent, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.clos.plan import clos_plan
+from solver.core.canonical import as_written, canonical_order
 from solver.core.fabric import Fabric, build_fabric
 from solver.core.lp import DEFAULT_BACKEND
 from solver.core.options import ClosOptions
@@ -156,7 +157,8 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     -------
     The :class:`~controller.model.plan.Plan`: groups and routes per device, loads per
     link, and a summary with ``max_utilization`` after rounding, the LP optimum
-    ``lp_bound`` and ECMP's ``ecmp_max_utilization``.
+    ``lp_bound`` and ECMP's ``ecmp_max_utilization``. The same whatever the order of the
+    intent's lists (the intent is solved in :func:`solver.core.canonical.canonical_order`).
 
     Raises
     ------
@@ -174,6 +176,11 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     >>> solve(it).summary.max_utilization
     0.5
     """
+    canonical = canonical_order(intent)
+    return as_written(_solve(canonical, backend=backend, progress=progress, method=method, options=options), intent)
+
+
+def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: str, options: ClosOptions) -> Plan:
     t0 = time.perf_counter()
     say: Progress = progress or (lambda stage, frac: None)
     from solver.core.lp import BACKENDS

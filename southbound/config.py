@@ -8,11 +8,13 @@ multipath settings, and the WCMP state a plan adds (per-neighbor, per-prefix
 BGP link-bandwidth values, or weighted FIB nexthop groups the device agent
 installs over netlink). :mod:`southbound.render` builds these from an intent
 and renders them as FRR configuration; the device agent's protobuf mirrors
-them. No I/O here.
+them. :func:`bgp_session_resets` compares two sets of configs: which BGP
+sessions a change tears down. No I/O here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,8 @@ __all__ = [
     "FibRoute",
     "Interface",
     "LinkBandwidth",
+    "SessionReset",
+    "bgp_session_resets",
 ]
 
 
@@ -187,3 +191,58 @@ class DeviceConfig:
                          nexthops=tuple(FibNexthop(**h) for h in r["nexthops"]))
                 for r in doc.get("fib_routes", ())),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionReset:
+    """One end of a BGP session a change tears down: on ``device``, the neighbor ``neighbor`` (FRR's
+    name for it: the peer's address, or the port when unnumbered) toward ``peer`` over ``port``.
+    ``reason``: ``removed`` (the session is gone: its link, its device or BGP itself), ``address``
+    (the peer's address changed), ``remote-as``, ``local-as`` or ``router-id`` (the device's own)."""
+
+    device: str
+    neighbor: str
+    peer: str
+    port: str
+    reason: str
+
+    def to_document(self) -> dict[str, Any]:
+        return {"device": self.device, "neighbor": self.neighbor, "peer": self.peer, "port": self.port,
+                "reason": self.reason}
+
+
+def _sessions(config: DeviceConfig | None) -> dict[str, BgpNeighbor]:
+    if config is None or config.routing != "bgp" or config.asn is None:
+        return {}
+    return {n.port: n for n in config.neighbors}
+
+
+def bgp_session_resets(old: Mapping[str, DeviceConfig], new: Mapping[str, DeviceConfig]) -> list[SessionReset]:
+    """The BGP session ends that going from configs ``old`` to ``new`` tears down, by device and port.
+
+    A session of ``old`` is reset when it is no longer there (its link, its device or BGP gone), when
+    its peer's address or ASN changes, or when its device's own ASN or router id changes (FRR then
+    restarts every session of the device). Sessions that only appear are new, not reset; a drain or a
+    WCMP change (route maps, refreshed with a soft clear) resets nothing. Each session counts once
+    per end: removing one link resets two ends.
+    """
+    out: list[SessionReset] = []
+    for device in sorted(old):
+        before, after = old[device], new.get(device)
+        now = _sessions(after)
+        for port, n in sorted(_sessions(before).items()):
+            m = now.get(port)
+            reason = None
+            if m is None or after is None or m.peer != n.peer:
+                reason = "removed"
+            elif after.asn != before.asn:
+                reason = "local-as"
+            elif after.router_id != before.router_id:
+                reason = "router-id"
+            elif m.address != n.address:
+                reason = "address"
+            elif m.remote_asn != n.remote_asn:
+                reason = "remote-as"
+            if reason is not None:
+                out.append(SessionReset(device, n.key, n.peer, port, reason))
+    return out

@@ -2,9 +2,11 @@
 
 This module is the one place that knows FRR's configuration syntax. It owns
 two pure functions: :func:`device_configs` derives every device's
-:class:`~southbound.config.DeviceConfig` from an intent, deterministically (a
-/31 per link from a pool in link order, the lower address on the link's ``a``
-end; loopbacks from the intent or a pool; a host port per originated prefix
+:class:`~southbound.config.DeviceConfig` from an intent, deterministically and
+whatever the order of the intent's lists (a /31 per link and a router id per
+device without a loopback from :mod:`controller.model.addressing`, which numbers
+each by its own stable id, so adding or removing one link or device renumbers no
+other; ports in port order; a host port per originated prefix, in prefix order,
 holding the prefix's first address; one eBGP session per link as RFC 7938
 prescribes), and, given a plan, the WCMP state it realizes; and
 :func:`render_frr` turns one config into FRR's integrated configuration text
@@ -19,6 +21,7 @@ import re
 from collections import defaultdict
 
 from controller.model import Intent, Routing, WcmpRealization
+from controller.model.addressing import LINK_POOL, LOOPBACK_POOL, Allocation, allocate, carried
 from controller.model.plan import Plan
 from southbound.config import (
     BgpNeighbor,
@@ -41,10 +44,6 @@ __all__ = [
     "render_frr",
 ]
 
-#: /31s for fabric links, one per link in intent order.
-LINK_POOL = ipaddress.IPv4Network("100.64.0.0/11")
-#: Loopbacks (router ids) of devices whose intent gives none, by device order.
-LOOPBACK_POOL = ipaddress.IPv4Network("100.127.0.0/16")
 ISIS_AREA = "49.0001"
 ISIS_TAG = "loom"
 _DENY = "LOOM-DENY"
@@ -65,22 +64,23 @@ def isis_net(router_id: str) -> str:
     return f"{ISIS_AREA}.{digits[0:4]}.{digits[4:8]}.{digits[8:12]}.00"
 
 
-def _link_addresses(index: int) -> tuple[str, str]:
-    base = LINK_POOL.network_address + 2 * index
-    if base + 1 > LINK_POOL.broadcast_address:
-        raise ValueError(f"more than {LINK_POOL.num_addresses // 2} links: the /31 pool {LINK_POOL} is exhausted")
-    return f"{base}/31", f"{base + 1}/31"
+def _port_order(name: str) -> tuple[str, int, str]:
+    """Ports in natural order: ``eth2`` before ``eth10``."""
+    m = re.match(r"^(.*?)(\d+)$", name)
+    return (m.group(1), int(m.group(2)), name) if m else (name, -1, name)
 
 
-def _router_id(intent: Intent, index: int) -> str:
-    d = intent.devices[index]
-    if d.loopback is not None:
-        return str(d.loopback)
-    return str(LOOPBACK_POOL.network_address + index + 1)
+def _prefix_order(prefix: str) -> tuple[int, int]:
+    net = ipaddress.IPv4Network(prefix)
+    return int(net.network_address), net.prefixlen
 
 
-def device_configs(intent: Intent, plan: Plan | None = None) -> dict[str, DeviceConfig]:
+def device_configs(intent: Intent, plan: Plan | None = None, *,
+                   allocation: Allocation | None = None) -> dict[str, DeviceConfig]:
     """Every device's config for ``intent``; with ``plan``, its WCMP state too.
+
+    Addresses and router ids come from ``allocation``, by default the one :func:`allocate` gives
+    ``intent`` keeping the pins its stored revision carries (:func:`controller.model.addressing.carried`).
 
     The realization follows ``intent.wcmp_realization`` when WCMP is enabled:
     ``link-bandwidth`` makes each next hop M of device N for prefix P attach
@@ -93,15 +93,17 @@ def device_configs(intent: Intent, plan: Plan | None = None) -> dict[str, Device
     ...     "links": [{"a": "t0", "a_port": "eth1", "b": "s0", "b_port": "eth1"}],
     ...     "prefixes": [{"prefix": "10.0.0.0/24", "origins": ["t0"]}]})
     >>> device_configs(i)["t0"].neighbors[0].address
-    '100.64.0.1'
+    '100.76.227.54'
     """
+    if allocation is None:
+        allocation = allocate(intent, carried(intent))
     ports: dict[str, list[Interface]] = defaultdict(list)
     neighbors: dict[str, list[BgpNeighbor]] = defaultdict(list)
     gateway: dict[tuple[str, str], str] = {}  # (device, port) -> the peer's address on that link
     drained_links = intent.drained_links
     dmap = intent.device_map
-    for i, link in enumerate(intent.links):
-        addr_a, addr_b = _link_addresses(i)
+    for link in intent.links:
+        addr_a, addr_b = allocation.link_addresses(link)
         drained = link.key in drained_links
         ports[link.a].append(Interface(link.a_port, addr_a, peer=link.b, peer_port=link.b_port,
                                        metric=link.metric, drained=drained))
@@ -118,6 +120,12 @@ def device_configs(intent: Intent, plan: Plan | None = None) -> dict[str, Device
     for p in intent.prefixes:
         for origin in p.origins:
             originated[origin].append(p.prefix)
+    for name in originated:
+        originated[name].sort(key=_prefix_order)
+    for itfs in ports.values():
+        itfs.sort(key=lambda x: _port_order(x.name))
+    for peers in neighbors.values():
+        peers.sort(key=lambda x: _port_order(x.port))
 
     lbw: dict[str, list[LinkBandwidth]] = defaultdict(list)
     fib: dict[str, list[FibRoute]] = defaultdict(list)
@@ -139,12 +147,12 @@ def device_configs(intent: Intent, plan: Plan | None = None) -> dict[str, Device
                         FibNexthop(h.port, gateway.get((name, h.port), ""), h.weight) for h in hops)))
 
     out: dict[str, DeviceConfig] = {}
-    for index, d in enumerate(intent.devices):
+    for d in intent.devices:
         host = tuple(Interface(f"host{k}", host_address(p), host=True) for k, p in enumerate(originated[d.name]))
         out[d.name] = DeviceConfig(
             hostname=d.name,
             asn=d.asn if intent.routing == Routing.BGP else None,
-            router_id=_router_id(intent, index),
+            router_id=allocation.router_id(intent, d.name),
             interfaces=tuple(ports[d.name]) + host,
             neighbors=tuple(neighbors[d.name]),
             originated=tuple(originated[d.name]),

@@ -43,6 +43,7 @@ TIER_NAMES = ("unit", "component", "lab", "browser")
 
 #: each test module's tier (see the module docstring); a test may override it with its own marker
 TIERS: dict[str, str] = {
+    "test_addressing.py": "unit",            # stable numbering; through the store and the app is component
     "test_agent_core.py": "unit",            # the agent's state machine on files; its gRPC round trip is component
     "test_agent_golden.py": "unit",
     "test_agent_lab.py": "lab",

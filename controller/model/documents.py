@@ -270,6 +270,23 @@ class LinkDeltaDocument(_Closed):
     gbps_after: dict[str, float] | None = None
 
 
+class SessionResetDocument(_Closed):
+    """One end of a BGP session the change tears down."""
+
+    device: str
+    neighbor: str = Field(description="FRR's name of the neighbor: the peer's address (or the port, unnumbered)")
+    peer: str = Field(description="the device at the far end")
+    port: str
+    reason: Literal["removed", "address", "remote-as", "local-as", "router-id"]
+
+
+class SessionResetsDocument(_Closed):
+    """The BGP sessions a change resets (each end once: removing one link resets two)."""
+
+    count: int
+    sessions: list[SessionResetDocument]
+
+
 class ReviewDocument(_Closed):
     """``POST /v1/changes/{id}/review``: the dry run of a change. The top-level fields up to
     ``safety`` are a contract (DESIGN.md section 4); ``devices_attached`` is present (false)
@@ -290,6 +307,8 @@ class ReviewDocument(_Closed):
         None, description="earlier changes whose devices are not yet on their final revision: the config diff "
                           "of those devices is against what they really run (their agents' Prepare)")
     unsettled_note: str | None = None
+    bgp_sessions_reset: SessionResetsDocument | None = Field(
+        None, description="the BGP sessions the change tears down (from the active revision's configs)")
 
 
 class UnsettledDocument(_Closed):

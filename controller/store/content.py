@@ -40,6 +40,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from controller.model.addressing import Allocation
 from controller.model.errors import Conflict, NotFound
 from controller.store.draft import prove_from
 from controller.store.models import IntentObjectRow, RevisionEntryRow, RevisionRow
@@ -277,21 +278,23 @@ def write_content(conn: Connection, snap: Snapshot, rev_id: int) -> WriteStats:
 
 def write_revision(conn: Connection, snap: Snapshot, *, rev_id: int, parent: int | None, author: str,
                    message: str, request_id: str | None, now: datetime, options: StoreOptions,
-                   content_hash: str | None = None) -> tuple[Snapshot, WriteStats]:
+                   content_hash: str | None = None, pins: Allocation | None = None) -> tuple[Snapshot, WriteStats]:
     """Store ``snap`` (made on revision ``parent``, or on none) as revision ``rev_id``: its row, its
     new objects, its entries. Raises :class:`ConcurrentWrite` when the id is taken. Returns the
-    snapshot as written (a checkpoint is the same intent with a whole delta) and what was written."""
+    snapshot as written (a checkpoint is the same intent with a whole delta) and what was written.
+    ``pins``: the revision's address allocation pins (:mod:`controller.model.addressing`)."""
     snap = plan_write(snap, options)
     frame = _put_frame(conn, snap)
     row = {"id": rev_id, "parent_id": parent, "hash": content_hash or snap.hash, "created_at": now,
            "author": author, "message": message, "request_id": request_id, "top_hash": frame.top_hash,
-           "whole": frame.whole, "entries": frame.entries}
+           "whole": frame.whole, "entries": frame.entries, "allocation": pins.to_json() if pins else ""}
     try:
         conn.execute(insert(revisions_t), row)
     except IntegrityError:
         raise ConcurrentWrite(f"revision {rev_id} was written concurrently; retry on the new head") from None
     stats = write_content(conn, snap, rev_id)
     written = snap.with_delta(snap.delta, 0 if stats.whole else snap.distance)  # type: ignore[arg-type]
+    written.pins = pins or Allocation()
     return written, WriteStats(stats.objects, stats.object_bytes + frame.top_bytes, stats.entries, stats.whole)
 
 
@@ -318,15 +321,17 @@ class _Meta:
     top_hash: str
     whole: str
     entries: int
+    allocation: str = ""
 
     def whole_sections(self) -> Sequence[str]:
         return SECTIONS if self.whole == ALL else [s for s in self.whole.split(",") if s]
 
 
-def _metas(conn: Connection, lo: int, hi: int) -> list[_Meta]:
-    rows = conn.execute(select(revisions_t.c.id, revisions_t.c.hash, revisions_t.c.top_hash, revisions_t.c.whole,
-                               revisions_t.c.entries)
-                        .where(revisions_t.c.id >= lo, revisions_t.c.id <= hi).order_by(revisions_t.c.id))
+def _metas(conn: Connection, lo: int, hi: int, *, allocations: bool = True) -> list[_Meta]:
+    cols = [revisions_t.c.id, revisions_t.c.hash, revisions_t.c.top_hash, revisions_t.c.whole, revisions_t.c.entries]
+    if allocations:
+        cols.append(revisions_t.c.allocation)
+    rows = conn.execute(select(*cols).where(revisions_t.c.id >= lo, revisions_t.c.id <= hi).order_by(revisions_t.c.id))
     return [_Meta(*r) for r in rows]
 
 
@@ -340,14 +345,16 @@ def _bodies(conn: Connection, hashes: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def load_snapshot(conn: Connection, rev_id: int, cache: SnapshotCache, content_hash: str | None = None) -> Snapshot:
+def load_snapshot(conn: Connection, rev_id: int, cache: SnapshotCache, content_hash: str | None = None, *,
+                  allocations: bool = True) -> Snapshot:
     """Revision ``rev_id`` as a snapshot (from the cache, or rebuilt and cached). Raises
-    :class:`NotFound` for a revision that does not exist."""
+    :class:`NotFound` for a revision that does not exist. ``allocations=False`` reads a store
+    migrated below 0007 (no allocation pins: the snapshot's ``pins`` stay unknown)."""
     if content_hash is not None:
         hit = cache.get(rev_id, content_hash)
         if hit is not None:
             return hit
-    metas = _metas(conn, rev_id, rev_id)
+    metas = _metas(conn, rev_id, rev_id, allocations=allocations)
     if not metas:
         raise NotFound(f"revision {rev_id} does not exist")
     target = metas[0]
@@ -365,7 +372,9 @@ def load_snapshot(conn: Connection, rev_id: int, cache: SnapshotCache, content_h
         if stored == k_hash:
             base, start = snap, k + 1
             break
-    snap = _replay(conn, base, _metas(conn, start, rev_id))
+    snap = _replay(conn, base, _metas(conn, start, rev_id, allocations=allocations))
+    if allocations:
+        snap.pins = Allocation.from_json(metas[0].allocation)
     cache.put(rev_id, snap)
     return snap
 

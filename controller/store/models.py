@@ -11,7 +11,9 @@ SHA-256), and per revision only the **revision_entries** that differ from its
 parent (an object's identity, position and address; no address: removed), the
 frame (name, routing, defaults) by address in ``top_hash``, and in ``whole``
 the sections written out completely (all of them in a first revision and in a
-checkpoint).
+checkpoint). ``allocation`` keeps the pins of the revision's address allocation
+(:mod:`controller.model.addressing`): the links and devices whose /31 or router id
+is not at its home slot, so that each keeps its numbers in every later revision.
 **Tokens** are bearer credentials stored as SHA-256 hashes with a role and an
 optional expiry; no two unrevoked tokens share a name (a partial unique index,
 so a revoked token's name may be given again). The **audit** log records every
@@ -71,6 +73,8 @@ class RevisionRow(Base):
     top_hash: Mapped[str] = mapped_column(String(64))  # an intent_objects.hash (no constraint: SQLite cannot add one)
     whole: Mapped[str] = mapped_column(String(128), default="")
     entries: Mapped[int] = mapped_column(Integer, default=0)
+    #: the address allocation's pins (:meth:`controller.model.addressing.Allocation.to_json`; usually "")
+    allocation: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
 class RevisionEntryRow(Base):

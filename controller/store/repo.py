@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
+from controller.model.addressing import Allocation, allocate
 from controller.model.errors import Conflict, NotFound
 from controller.store import content
 from controller.store.content import ConcurrentWrite, WriteStats
@@ -179,11 +180,34 @@ def add_snapshot(
     (id ``parent + 1``): only what changed. Raises :class:`ConcurrentWrite` when another
     transaction already did. The snapshot enters the cache if the transaction commits."""
     rev_id = (parent or 0) + 1
+    pins = _allocation_pins(snapshot, parent, session=session)
     written, stats = content.write_revision(
         session.connection(), snapshot, rev_id=rev_id, parent=parent, author=author, message=message,
-        request_id=request_id, now=now, options=content.cache_of(session).options)
+        request_id=request_id, now=now, options=content.cache_of(session).options, pins=pins)
     content.remember(session, rev_id, written)
     return Revision(rev_id, parent, written.hash, now, author, message, request_id), stats
+
+
+def revision_allocation(snap: Snapshot) -> Allocation:
+    """The whole address allocation of a stored revision's snapshot (its intent with its pins), made once."""
+    key = f"allocation:{snap.pins.to_json() if snap.pins else ''}"  # a snapshot object may serve two revisions
+    got = snap.memo.get(key)
+    if got is None:
+        got = snap.memo[key] = allocate(snap.intent, snap.pins)
+    result: Allocation = got
+    return result
+
+
+def _allocation_pins(snap: Snapshot, parent: int | None, *, session: Session) -> Allocation:
+    """The pins of ``snap``'s allocation as ``parent``'s child: the parent's links and devices keep their
+    slots (:mod:`controller.model.addressing`), new ones are placed around them."""
+    keep = revision_allocation(revision_snapshot(parent, session=session)) if parent is not None else None
+    return allocate(snap.intent, keep).pins()
+
+
+def revision_pins(rev_id: int, *, session: Session) -> Allocation:
+    """Revision ``rev_id``'s address allocation pins (what :func:`controller.model.addressing.carry` takes)."""
+    return revision_snapshot(rev_id, session=session).pins or Allocation()
 
 
 def add_intent(

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.model import Defaults, Intent, Routing
+from controller.model.addressing import Allocation
 from controller.model.intent import validate_intent
 from controller.model.revalidate import Context, shape
 from controller.store.objects import COLLECTIONS
@@ -258,6 +259,8 @@ class Snapshot:
         self.distance = distance
         #: derived representations (served bytes, YAML) by name, filled by their users
         self.memo: dict[str, Any] = {}
+        #: the pins of the revision's address allocation (None: not stored yet)
+        self.pins: Allocation | None = None
 
     # -- reading ----------------------------------------------------------------------
     @property
@@ -393,6 +396,7 @@ class Snapshot:
         snap = Snapshot(self.frame, self.sections, content_hash=self._hash, delta=delta, validated=self.validated,
                         intent=self._intent, context=self._context, distance=distance, hint=self._hint)
         snap.memo = self.memo
+        snap.pins = self.pins
         snap._states = self._states
         return snap
 

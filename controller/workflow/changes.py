@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
+from controller.model.addressing import carry
 from controller.model.documents import FINAL_STATES, REVIEWABLE_STATES, ChangeState
 from controller.model.errors import (
     Conflict,
@@ -118,10 +119,13 @@ def status(*, session: Session) -> Doc:
 
 def plan_for(revision: int, *, session: Session, observe: Callable[[float], None] | None = None
              ) -> tuple[Intent, Plan]:
-    """The intent of ``revision`` and its plan (compiled once, then read back from the store)."""
+    """The intent of ``revision`` and its plan (compiled once, then read back from the store). The
+    intent carries the revision's address allocation pins, so that every config built from it numbers
+    links and devices as the revision does (:mod:`controller.model.addressing`)."""
     import time
 
-    intent = validated(repo.revision_document(revision, session=session))
+    intent = carry(validated(repo.revision_document(revision, session=session)),
+                   repo.revision_pins(revision, session=session))
     doc = wrepo.get_plan(revision, session=session)
     if doc is not None:
         return intent, Plan.from_document(doc)

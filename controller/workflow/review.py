@@ -6,7 +6,9 @@ plan (with no active revision yet, every route counts as added and every link
 has no "before"), and assembles the API's ``Review``: verdict, proposed and
 active revisions, the plan summary, the per-device plan diff, per-link
 utilization before and after, the per-device FRR config diff and the whole
-safety report. :func:`local_config_diff` renders both revisions' FRR configs
+safety report, and the BGP sessions the change resets (both revisions' device
+configs compared, :func:`southbound.config.bgp_session_resets`).
+:func:`local_config_diff` renders both revisions' FRR configs
 (``southbound.render``) and diffs them, for a controller with no agents.
 """
 
@@ -21,7 +23,7 @@ from controller.model import Intent
 from controller.model.plan import Plan
 from controller.workflow.changes import ReviewInputs
 
-__all__ = ["build_review", "commit_stages", "expected_hashes", "local_config_diff"]
+__all__ = ["build_review", "commit_stages", "expected_hashes", "local_config_diff", "session_resets"]
 
 Doc = dict[str, Any]
 
@@ -71,7 +73,20 @@ def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
         "links": links,
         "config_diff": config_diff,
         "safety": report.to_document(),
+        "bgp_sessions_reset": session_resets(inp),
     }
+
+
+def session_resets(inp: ReviewInputs) -> Doc:
+    """``{"count": N, "sessions": [...]}``: the BGP session ends the change tears down (none without an
+    active revision: nothing runs yet). Sessions do not depend on the plan, so configs are built without."""
+    from southbound.config import bgp_session_resets
+    from southbound.render import device_configs
+
+    if inp.active_intent is None:
+        return {"count": 0, "sessions": []}
+    resets = bgp_session_resets(device_configs(inp.active_intent), device_configs(inp.intent))
+    return {"count": len(resets), "sessions": [r.to_document() for r in resets]}
 
 
 class _Row:

@@ -88,7 +88,7 @@ def downgrade() -> None:
     conn = op.get_bind()
     cache = SnapshotCache()
     for rev_id in list(conn.scalars(sa.select(_revisions.c.id).order_by(_revisions.c.id))):
-        text = dumps(load_snapshot(conn, rev_id, cache).document()).decode()
+        text = dumps(load_snapshot(conn, rev_id, cache, allocations=False).document()).decode()
         conn.execute(_revisions.update().where(_revisions.c.id == rev_id).values(document=text))
     with op.batch_alter_table("revisions", recreate="never") as batch:
         batch.drop_column("entries")

@@ -8,7 +8,7 @@ JSON document the leader keeps while it drives those devices (the target
 revision, the devices still pending and why, attempts, when it last looked).
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0007
 Create Date: 2026-11-24
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,209 @@
+"""Stable numbering of a fabric: each link's /31 and each device's router id.
+
+The intent names no link addresses and, for most devices, no loopback, so Loom
+allocates them. Numbering them by their position in the intent's lists made
+every removal renumber whatever followed (new addresses, so new BGP sessions,
+and new IS-IS NETs, across the whole fabric) and every reordering change every
+config. Here a number depends only on what it numbers:
+
+- a link's **home slot** in the /31 pool is a hash (SHA-256) of its stable id,
+  its two ends ``device:port`` sorted (:func:`link_id`); the lower address of
+  the /31 goes to the lower end by name, whichever end the intent calls ``a``;
+- a device without a loopback in its intent gets its router id from the
+  loopback pool the same way, from its name; explicit loopbacks are reserved.
+
+Two ids whose homes collide are resolved deterministically: ids not yet placed
+take their home or, when it is taken, the next free slot (linear probing), in
+the sorted order of the ids. So the same intent, in any order, numbers the same
+way, and without collisions (the pools hold a million /31s and 65534 router
+ids) removing or adding one link or device moves no other.
+
+Collisions are where history matters: a link that was probed past its home
+must keep its slot when the link at its home goes away, and a link added later
+must not displace an existing one. :func:`allocate` therefore takes the
+allocation to **keep** (the parent revision's): kept ids keep their slots, new
+ids are placed around them. Every placed id that is not at its home is a
+**pin** (:meth:`Allocation.pins`); the pins alone, with the intent, give back
+the whole allocation, so the store keeps only them with each revision (usually
+none). The CLI, with no store, allocates from nothing: the same numbers as a
+store whose history never saw a collision.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from controller.model.domain import Intent, Link
+
+__all__ = [
+    "LINK_POOL",
+    "LOOPBACK_POOL",
+    "Allocation",
+    "allocate",
+    "carried",
+    "carry",
+    "link_id",
+]
+
+#: /31s for fabric links: 2**20 of them, placed by the hash of the link's ends.
+LINK_POOL = ipaddress.IPv4Network("100.64.0.0/11")
+#: Router ids (loopbacks) of devices whose intent gives none, placed by the hash of the device's name.
+LOOPBACK_POOL = ipaddress.IPv4Network("100.127.0.0/16")
+
+_LINK_SLOTS = LINK_POOL.num_addresses // 2
+_DEVICE_SLOTS = LOOPBACK_POOL.num_addresses - 2  # neither the pool's first nor its last address
+#: where a stored revision's intent carries its allocation (a key no model field has)
+_CARRIED = "loom_allocation"
+
+
+def link_id(link: Link) -> str:
+    """A link's stable id: its two ends ``device:port``, sorted, joined by ``|``."""
+    lo, hi = sorted((link.end_a, link.end_b))
+    return f"{lo}|{hi}"
+
+
+@lru_cache(maxsize=1 << 16)
+def _home(key: str, size: int) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % size
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Slots by id: ``links`` (:func:`link_id` -> /31 index in :data:`LINK_POOL`) and ``devices``
+    (name -> index in :data:`LOOPBACK_POOL`, for devices without an explicit loopback)."""
+
+    links: Mapping[str, int] = field(default_factory=dict)
+    devices: Mapping[str, int] = field(default_factory=dict)
+
+    def link_addresses(self, link: Link) -> tuple[str, str]:
+        """The CIDR addresses of ``link``'s ``a`` and ``b`` ends (the lower address on the lower end)."""
+        base = LINK_POOL.network_address + 2 * self.links[link_id(link)]
+        lo, hi = f"{base}/31", f"{base + 1}/31"
+        return (lo, hi) if link.end_a < link.end_b else (hi, lo)
+
+    def router_id(self, intent: Intent, name: str) -> str:
+        """``name``'s router id: its intent's loopback, else its slot in :data:`LOOPBACK_POOL`."""
+        d = intent.device_map[name]
+        if d.loopback is not None:
+            return str(d.loopback)
+        return str(LOOPBACK_POOL.network_address + 1 + self.devices[name])
+
+    def pins(self) -> Allocation:
+        """The entries not at their home slot: with the intent, all :func:`allocate` needs to give
+        this allocation back (``allocate(intent, keep=a.pins()) == a``)."""
+        return Allocation({k: s for k, s in self.links.items() if s != _home(k, _LINK_SLOTS)},
+                          {k: s for k, s in self.devices.items() if s != _home(k, _DEVICE_SLOTS)})
+
+    def __bool__(self) -> bool:
+        return bool(self.links or self.devices)
+
+    def to_json(self) -> str:
+        """Compact JSON with sorted keys (``""`` when empty), as the store keeps pins."""
+        if not self:
+            return ""
+        return json.dumps({"links": dict(self.links), "devices": dict(self.devices)},
+                          sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Allocation:
+        """The inverse of :meth:`to_json`."""
+        if not text:
+            return cls()
+        doc: dict[str, Any] = json.loads(text)
+        return cls({str(k): int(v) for k, v in doc.get("links", {}).items()},
+                   {str(k): int(v) for k, v in doc.get("devices", {}).items()})
+
+
+def _place(keys: Iterable[str], keep: Mapping[str, int], reserved: set[int], size: int, what: str) -> dict[str, int]:
+    wanted = sorted(set(keys))
+    out: dict[str, int] = {}
+    used = set(reserved)
+    for k in wanted:  # kept slots first: an existing id never moves for a new one
+        s = keep.get(k)
+        if s is not None and 0 <= s < size and s not in used:
+            out[k] = s
+            used.add(s)
+    if len(wanted) > size - len(reserved):
+        raise ValueError(f"more than {size - len(reserved)} {what}: the pool is exhausted")
+    for k in wanted:
+        if k in out:
+            continue
+        s = _home(k, size)
+        while s in used:
+            s = (s + 1) % size
+        out[k] = s
+        used.add(s)
+    return out
+
+
+def _reserved(intent: Intent, pool: ipaddress.IPv4Network, offset: int, width: int, size: int) -> set[int]:
+    """Slots of ``pool`` (slot ``s`` holds addresses ``offset + width * s`` onward) that hold an
+    explicit loopback of ``intent``."""
+    base = int(pool.network_address)
+    slots = ((int(d.loopback) - base - offset) // width for d in intent.devices
+             if d.loopback is not None and d.loopback in pool)
+    return {s for s in slots if 0 <= s < size}
+
+
+def allocate(intent: Intent, keep: Allocation | None = None) -> Allocation:
+    """The slots of ``intent``'s links and of its devices that have no loopback.
+
+    Parameters
+    ----------
+    intent : a validated intent.
+    keep : an earlier allocation (or its pins): an id it places keeps its slot while the intent has
+        it and the slot is still free; new ids are placed around the kept ones.
+
+    Returns
+    -------
+    The :class:`Allocation`; independent of the order of the intent's lists.
+
+    Raises
+    ------
+    ValueError
+        When a pool has fewer free slots than ids.
+
+    Examples
+    --------
+    >>> from controller.model.intent import validate_intent
+    >>> i = validate_intent({"name": "x", "devices": [
+    ...     {"name": "t0", "role": "tor", "asn": 65100}, {"name": "s0", "role": "leaf", "asn": 65000}],
+    ...     "links": [{"a": "t0", "a_port": "eth1", "b": "s0", "b_port": "eth1"}]})
+    >>> a = allocate(i)
+    >>> a.link_addresses(i.links[0])
+    ('100.76.227.55/31', '100.76.227.54/31')
+    >>> a.router_id(i, "t0")
+    '100.127.65.241'
+    >>> allocate(i, keep=a.pins()) == a
+    True
+    """
+    keep = keep or Allocation()
+    links = _place((link_id(lk) for lk in intent.links), keep.links,
+                   _reserved(intent, LINK_POOL, 0, 2, _LINK_SLOTS), _LINK_SLOTS, "links")
+    devices = _place((d.name for d in intent.devices if d.loopback is None), keep.devices,
+                     _reserved(intent, LOOPBACK_POOL, 1, 1, _DEVICE_SLOTS), _DEVICE_SLOTS, "devices")
+    return Allocation(links, devices)
+
+
+def carried(intent: Intent) -> Allocation | None:
+    """The allocation (pins) ``intent`` carries from its stored revision, if any (see :func:`carry`)."""
+    got = intent.__dict__.get(_CARRIED)
+    return got if isinstance(got, Allocation) else None
+
+
+def carry(intent: Intent, pins: Allocation) -> Intent:
+    """``intent`` carrying ``pins`` (its revision's, from the store), which every config built from it
+    honours. Not a field: the document, its hash and equality ignore it; copies keep it."""
+    if not pins:
+        return intent
+    copy = intent.model_copy()
+    copy.__dict__[_CARRIED] = pins
+    return copy
