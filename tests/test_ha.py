@@ -4,7 +4,7 @@ Three real ``loom serve`` processes share a private PostgreSQL server behind a
 real HAProxy (Debian's, health checks on ``/readyz``: :mod:`tests.balancer`);
 the twelve agents of clos3-small run in one subprocess on unix sockets, every
 apply stretched to a second so that a commit can be caught in the middle. The
-lease's TTL is short (1.5 s, renewed every 0.5 s). Covered:
+lease's TTL is short (2 s, renewed every 0.5 s). Covered:
 
 - writes through the balancer and straight to each replica, interleaved, make
   one linear history: revision ids contiguous, each the child of the one
@@ -73,8 +73,9 @@ from tests.test_workflow_api import DOC, Fleet
 
 pytestmark = [pytest.mark.postgres, pytest.mark.haproxy]
 
-TTL, RENEW = 1.5, 0.5
-SLACK = 3.0  # seconds beyond TTL + renewal for a new leader: a loaded machine delays polls and processes
+TTL, RENEW = 2.0, 0.5
+SLACK = 10.0  # seconds beyond TTL + renewal for a new leader: a loaded machine delays polls and processes (the
+# bench measures the failover; this bound catches a follower that does not take over)
 KILLS = 20
 
 
@@ -197,12 +198,14 @@ def test_a_leader_frozen_past_its_lease_is_marked_down_replaced_and_fenced_when_
     done = settle(follower, first["id"])
     assert done["state"] == "committed", done
     assert fleet.hashes() == ha.expected(done["proposed_revision"])
-    epoch = old("GET", "/v1/cluster").json()["epoch"]
-    assert {(log["raised"][-1]["epoch"], log["raised"][-1]["replica"]) for log in epoch_logs(fleet).values()} \
-        == {(epoch, replicas.name(old))}  # the agents heard the leader's epoch, and who it is
+    heard = {(log["raised"][-1]["epoch"], log["raised"][-1]["replica"]) for log in epoch_logs(fleet).values()}
+    assert len(heard) == 1 and next(iter(heard))[1] == replicas.name(old), heard  # the leader's, not the follower's
 
     frozen = _commit(old, done["proposed_revision"])
-    wait_step(old, frozen["id"], "commit")
+    assert wait_step(old, frozen["id"], "commit"), "the commit ended before it could be frozen"
+    view = old("GET", "/v1/cluster").json()  # (a lease that lapsed under load and came back has a newer epoch)
+    assert view["leader"] == replicas.name(old), view
+    epoch = view["epoch"]
     assert old.proc is not None
     old.proc.send_signal(signal.SIGSTOP)  # the leader freezes while its Commits are applied
     t0 = time.monotonic()
@@ -262,10 +265,11 @@ def test_twenty_leader_kills_mid_commit_lose_no_acknowledged_write_through_hapro
     rng = random.Random(KILLS)
     since = _status(lb)["head_revision"]
     links = [item["id"] for item in lb("GET", "/v1/links?limit=6").json()["items"]][3:5]
-    traffic = Traffic(ha.balancer.url, links)
+    traffic = Traffic(ha.balancer.url, links, pause=0.15)
     rows: list[tuple[float, float, str]] = []
     killed_at: list[tuple[float, float]] = []
     kills = 0
+    pending: list[tuple[str, Any]] = []  # (name, restart) of killed replicas starting again
     traffic.start()
     try:
         active = _status(lb)["active_revision"]
@@ -274,19 +278,27 @@ def test_twenty_leader_kills_mid_commit_lose_no_acknowledged_write_through_hapro
             assert first["state"] == "committed", first
             active = first["proposed_revision"]
         ch = _commit(lb, active)
+        missed = 0
         while len(rows) < KILLS:
+            if not wait_step(lb, ch["id"], "commit"):  # the commit ended before its Commits were seen
+                missed += 1
+                assert missed <= KILLS, "the commits kept ending before they could be caught"
+                done = settle(lb, ch["id"])
+                assert done["state"] == "committed", done
+                active = done["proposed_revision"]
+                ch = _commit(lb, active)
+                continue
             kills += 1
             assert kills <= KILLS + 10, "the kills kept landing after their commit had ended"
-            wait_step(lb, ch["id"], "commit")
-            time.sleep(rng.uniform(0.0, 0.4))  # somewhere in the second the Commits take
+            time.sleep(rng.uniform(0.0, 0.3))  # somewhere in the Commits of the first stage
             victim = replicas.leader()
             t_kill = time.monotonic()
             victim.kill9()
             t0 = time.monotonic()
             killed_at.append((t_kill, t0))
-            restart = replicas.restart_in_background(victim)
+            pending.append((replicas.name(victim), replicas.restart_in_background(victim)))
             others = [s for s in replicas.servers if s is not victim]
-            caught = others[0]("GET", f"/v1/changes/{ch['id']}").json()["state"] == "committing"
+            caught = lb("GET", f"/v1/changes/{ch['id']}").json()["state"] == "committing"
             replicas.leader(others, timeout=TTL + RENEW + 60)
             elected = time.monotonic() - t0
             assert elected <= TTL + RENEW + SLACK, f"kill {kills}: a new leader after {elected:.1f} s"
@@ -299,14 +311,19 @@ def test_twenty_leader_kills_mid_commit_lose_no_acknowledged_write_through_hapro
             if caught:  # killed while committing: the next leader finished or undid it
                 assert "recovered after a controller restart" in done["transitions"][-1]["reason"], done
                 rows.append((elected, recovered, done["state"]))
-            restart.join()
-            ha.all_up()  # three replicas again before the next kill
+            while len(pending) > 1:  # one replica may still be starting at the next kill: two others are up
+                name, restart = pending.pop(0)
+                restart.join()
+                ha.balancer.wait_states({name: "UP"})
             ch = _commit(lb, active)
         last = settle(lb, ch["id"])
         assert last["state"] == "committed", last
         assert ha.fleet.hashes() == ha.expected(last["proposed_revision"])
     finally:
         traffic.stop()
+        for _, restart in pending:
+            restart.join()
+    ha.all_up()  # three replicas again for the next test
     reads = [o for o in traffic.outcomes if o.kind == "read"]
     writes = [o for o in traffic.outcomes if o.kind == "write"]
     bad_reads = [o for o in reads if not (o.status == 200 or (o.status == 503 and o.retry_after))]
@@ -316,16 +333,27 @@ def test_twenty_leader_kills_mid_commit_lose_no_acknowledged_write_through_hapro
     # have been applied) and closes the client's connection (or answers 502 on a first request). Those, and
     # only those, may fail without an answer; check_history finds each applied or not in the store.
     lost_answers = [o for o in traffic.outcomes if o.status in (0, 502)]
-    assert all(o.kind == "write" and any(o.started <= b + 0.5 and o.ended >= a - 0.05 for a, b in killed_at)
-               for o in lost_answers), lost_answers[:5]
-    report = check_history(lb, writes, since=since)
+
+    def near_a_kill(o: Any) -> bool:
+        return any(o.started <= b + 0.5 and o.ended >= a - 0.05 for a, b in killed_at)
+    assert all(o.kind == "write" and near_a_kill(o) for o in lost_answers), lost_answers[:5]
+    sample = random.Random(since)  # the content of every write near a kill, and of one in ten of the others
+
+    def read_diff(o: Any) -> bool:
+        return any(o.started <= b + 3 and o.ended >= a - 1 for a, b in killed_at) or sample.random() < 0.1
+    report = check_history(lb, writes, since=since, read_diff=read_diff)
     assert report.acknowledged > 0
     elected_s = sorted(r[0] for r in rows)
+    recovered_s = sorted(r[1] for r in rows)
     states = {s: sum(1 for r in rows if r[2] == s) for s in ("committed", "rolled_back")}
-    print(f"\n{KILLS} leader kills mid-commit ({kills - KILLS} more landed after their commit ended): "
-          f"new leader {elected_s[0]:.2f}/{elected_s[len(rows) // 2]:.2f}/{elected_s[-1]:.2f} s (min/median/max), "
+    no_answer = {st: sum(1 for o in lost_answers if o.status == st) for st in (0, 502)}
+    print(f"\n{KILLS} leader kills mid-commit ({kills - KILLS} more landed after their commit ended, "
+          f"{missed} commits ended before they could be caught): "
+          f"new leader {elected_s[0]:.2f}/{elected_s[len(rows) // 2]:.2f}/{elected_s[-1]:.2f} s, change settled "
+          f"{recovered_s[0]:.2f}/{recovered_s[len(rows) // 2]:.2f}/{recovered_s[-1]:.2f} s (min/median/max), "
           f"recovered {states}; clients through HAProxy: {len(reads)} reads, {len(writes)} writes, "
-          f"{len(lost_answers)} writes in flight on a killed replica without an answer: {report}")
+          f"{len(lost_answers)} writes in flight on a killed replica without an answer "
+          f"(connection closed {no_answer[0]}, 502 {no_answer[502]}): {report}")
 
 
 # -- a lease flapping under a slow store -----------------------------------------------------------
