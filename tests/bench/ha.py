@@ -71,13 +71,10 @@ def _cluster() -> Iterator[_Cluster]:
     from controller.store.db import Database
     from tests import pg
     from tests.apps import SETUP
-    from tests.balancer import Balancer, haproxy_missing
+    from tests.balancer import Balancer
     from tests.ha_cluster import Replicas
     from tests.test_workflow_api import DOC, Fleet
 
-    why = pg.missing() or haproxy_missing()
-    if why:
-        raise RuntimeError(f"ha bench: {why}")
     base = Path(tempfile.mkdtemp(prefix="loom-bench-ha-"))
     try:
         with pg.private_cluster() as server:
@@ -227,7 +224,14 @@ def throughput_table(c: _Cluster) -> Table:
     return table
 
 
-def run(args: Any) -> list[Table]:
-    """The failover table, then the throughput table (one cluster for both)."""
+def run(args: Any) -> list[Table] | str:
+    """The failover table, then the throughput table (one cluster for both); why not, where PostgreSQL
+    or HAProxy cannot run."""
+    from tests import pg
+    from tests.balancer import haproxy_missing
+
+    why = pg.missing() or haproxy_missing()
+    if why:
+        return f"ha: skipped ({why})"
     with _cluster() as c:
         return [failover_table(c), throughput_table(c)]
