@@ -1,6 +1,6 @@
 # Loom: the two set-up commands of the README, and a few more.
 #   make run    create .venv, install Loom, serve the API with SQLite and an example fabric
-#   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql, chromium as root), run them
+#   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql, chromium, haproxy as root), run them
 #               TIER=unit|component|lab|browser runs one tier (pytest -m TIER; an expression such as
 #               TIER='unit or component' works too); without TIER every tier runs
 #   make bench  the benchmark tables (not part of the tests)
@@ -10,7 +10,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
-APT_PACKAGES := frr frr-pythontools postgresql iproute2 iputils-ping procps chromium nftables
+APT_PACKAGES := frr frr-pythontools postgresql iproute2 iputils-ping procps chromium nftables haproxy
 
 .PHONY: run test bench lint venv install system-deps clean proto
 
@@ -41,7 +41,7 @@ system-deps:
 	  if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	  fi; \
-	else echo "not root: skipping Debian packages (lab and PostgreSQL tests will skip)"; fi
+	else echo "not root: skipping Debian packages (lab, PostgreSQL and HAProxy tests will skip)"; fi
 
 run: install
 	$(BIN)/loom serve --example --host 127.0.0.1 --port $(PORT)

@@ -18,7 +18,10 @@ epoch of the leader that sends it. The agent keeps the highest epoch it has
 seen in its epoch log (``epochs.json``, written durably before the call that
 raised it goes on, with every refusal listed) and refuses any call carrying a
 lower epoch with ``failed_precondition``, so a leader that lost its lease while
-frozen cannot push a config after it wakes. Transaction calls are checked under
+frozen cannot push a config after it wakes. Beside each epoch it records the
+replica that raised it (``loom-replica``, when the call names one), and a call
+of the current epoch from another replica is listed as ``shared`` and logged as
+an error: one epoch is one leadership, so that would mean two leaders. Transaction calls are checked under
 the agent's lock, so a refused call never interleaves with an accepted one.
 Calls without an epoch (tools, tests, a review's preview) are not fenced. :func:`serve`
 runs it on a unix socket or TCP (mutual TLS) with the gRPC health service and,
@@ -40,7 +43,7 @@ from typing import Any
 
 from southbound.config import DeviceConfig
 from southbound.frr_apply import FrrBackend, FrrError, Rendered, atomic_write_json, read_json, text_diff
-from southbound.state import AgentError, AgentInfo, DeviceState, Outcome
+from southbound.state import CALLER, AgentError, AgentInfo, DeviceState, Outcome
 
 __all__ = ["AGENT_VERSION", "AgentCore", "default_counters", "lab_agent_command", "serve"]
 
@@ -95,6 +98,9 @@ class AgentCore:
         self.dir.mkdir(parents=True, exist_ok=True)
         log_doc = read_json(self._path("epochs.json")) or {}
         self.epoch = int(log_doc.get("epoch", 0))  # the highest leader epoch seen (the fence)
+        last = (log_doc.get("raised") or [{}])[-1]
+        self._holder = str(last.get("replica", "")) if last.get("epoch") == self.epoch else ""  # who raised it
+        self._shared: set[tuple[int, str]] = set()  # (epoch, replica) already listed as shared
 
     # -- disk ---------------------------------------------------------------------
     def _path(self, name: str) -> Path:
@@ -148,11 +154,19 @@ class AgentCore:
             raise AgentError("failed_precondition",
                              f"fenced: {call} of change {change or '-'} comes from the leader of epoch {epoch}, "
                              f"but this agent follows epoch {self.epoch} (a newer leader took over)")
+        caller = CALLER.get()
         if epoch > self.epoch:
-            self._epoch_log("raised", {"epoch": epoch, "call": call, "change": change, "at": self.clock()},
-                            epoch=epoch)
-            log.info("leader epoch %d (was %d), first heard in %s", epoch, self.epoch, call)
-            self.epoch = epoch
+            self._epoch_log("raised", {"epoch": epoch, "call": call, "change": change, "at": self.clock(),
+                                       "replica": caller}, epoch=epoch)
+            log.info("leader epoch %d (was %d), first heard in %s from %s", epoch, self.epoch, call,
+                     caller or "an unnamed replica")
+            self.epoch, self._holder = epoch, caller
+        elif caller and self._holder and caller != self._holder and (epoch, caller) not in self._shared:
+            self._shared.add((epoch, caller))
+            self._epoch_log("shared", {"epoch": epoch, "call": call, "change": change, "at": self.clock(),
+                                       "replica": caller, "holder": self._holder})
+            log.error("replicas %s and %s both call with epoch %d: two leaders of one epoch", self._holder,
+                      caller, epoch)
 
     def _epoch_log(self, key: str, entry: dict[str, Any], *, epoch: int | None = None) -> None:
         doc = read_json(self._path("epochs.json")) or {}
@@ -162,14 +176,15 @@ class AgentCore:
         atomic_write_json(self._path("epochs.json"), doc, durable=epoch is not None)
 
     def epoch_log(self) -> dict[str, Any]:
-        """``{"epoch": N, "raised": [...], "refused": [...]}`` as on disk."""
+        """``{"epoch": N, "raised": [...], "refused": [...], "shared": [...]}`` as on disk."""
         return self.read_epoch_log(self.dir)
 
     @staticmethod
     def read_epoch_log(state_dir: Path) -> dict[str, Any]:
         """The epoch log an agent keeps in ``state_dir`` (also while it runs elsewhere: tests, operators)."""
         doc = read_json(state_dir / "epochs.json") or {}
-        return {"epoch": int(doc.get("epoch", 0)), "raised": doc.get("raised", []), "refused": doc.get("refused", [])}
+        return {"epoch": int(doc.get("epoch", 0)), "raised": doc.get("raised", []), "refused": doc.get("refused", []),
+                "shared": doc.get("shared", [])}
 
     def _prepared(self) -> dict[str, Any] | None:
         d = read_json(self._path("prepared.json"))

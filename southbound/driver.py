@@ -55,9 +55,10 @@ class DeviceDriver(Protocol):
         """Where ``device``'s agent is reached (for people: ``unix:PATH``, ``HOST:PORT``, ...)."""
         ...
 
-    def fenced(self, epoch: int) -> DeviceDriver:
-        """This driver with every call carrying the leader's ``epoch`` (agents refuse older epochs);
-        it shares the connections, and closing it closes nothing."""
+    def fenced(self, epoch: int, replica: str = "") -> DeviceDriver:
+        """This driver with every call carrying the leader's ``epoch`` (agents refuse older epochs) and
+        the id of the ``replica`` that leads (agents record it); it shares the connections, and closing
+        it closes nothing."""
         ...
 
     async def info(self, device: str) -> AgentInfo: ...
@@ -143,11 +144,12 @@ class AgentDriver:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._clients: dict[str, AgentClient] = {}
         self.epoch: int | None = None  # carried by every call of a fenced view
+        self.replica = ""  # with the id of the replica that leads
         self._view = False
 
-    def fenced(self, epoch: int) -> AgentDriver:
+    def fenced(self, epoch: int, replica: str = "") -> AgentDriver:
         view = copy.copy(self)  # the same channels (one per device), clients of its own that carry the epoch
-        view.epoch, view._clients, view._view = epoch, {}, True
+        view.epoch, view.replica, view._clients, view._view = epoch, replica, {}, True
         return view
 
     async def __aenter__(self) -> AgentDriver:
@@ -172,7 +174,8 @@ class AgentDriver:
                                                   options=self._options + self.tls.channel_options())
             self._channels[device] = channel
         if client is None:
-            client = self._clients[device] = AgentClient(self._channels[device], epoch=self.epoch)
+            client = self._clients[device] = AgentClient(self._channels[device], epoch=self.epoch,
+                                                              replica=self.replica)
         return client
 
     async def close(self) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from southbound.agent import AgentCore
 from southbound.config import DeviceConfig
 from southbound.frr_apply import DryFrr
-from southbound.state import AgentError, AgentInfo, DeviceState, Outcome, StepResult
+from southbound.state import CALLER, AgentError, AgentInfo, DeviceState, Outcome, StepResult
 
 __all__ = ["DryDriver"]
 
@@ -35,12 +35,13 @@ class DryDriver:
         self._cores: dict[str, AgentCore] = {}
         self._lock = asyncio.Lock()
         self.epoch: int | None = None  # carried by every call of a fenced view
+        self.replica = ""  # with the id of the replica that leads
         self._view = False
 
-    def fenced(self, epoch: int) -> DryDriver:
-        """This driver with every call carrying ``epoch`` (the same in-process agents)."""
+    def fenced(self, epoch: int, replica: str = "") -> DryDriver:
+        """This driver with every call carrying ``epoch`` and ``replica`` (the same in-process agents)."""
         view = copy.copy(self)
-        view.epoch, view._view = epoch, True
+        view.epoch, view.replica, view._view = epoch, replica, True
         return view
 
     def epoch_log(self, device: str) -> dict[str, object]:
@@ -57,6 +58,8 @@ class DryDriver:
         return f"dry:{self.state_dir / device}"
 
     async def _core(self, device: str) -> AgentCore:
+        """``device``'s agent; the call about to be made of it comes from this view's replica."""
+        CALLER.set(self.replica)  # this task's context: the call that follows (as the gRPC adapter does)
         if device not in self.devices:
             raise AgentError("unavailable", f"{device}: no such dry device")
         async with self._lock:

@@ -21,7 +21,16 @@ import grpc
 from grpc.aio import ServicerContext as Context
 
 from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
-from southbound.state import AgentError, AgentInfo, BgpSession, DeviceState, KernelNextHop, KernelRoute, Outcome
+from southbound.state import (
+    CALLER,
+    AgentError,
+    AgentInfo,
+    BgpSession,
+    DeviceState,
+    KernelNextHop,
+    KernelRoute,
+    Outcome,
+)
 
 _GEN = Path(__file__).resolve().parent / "_gen"
 if not (_GEN / "loom" / "agent" / "v1" / "agent_pb2.py").exists():
@@ -38,6 +47,8 @@ __all__ = ["EPOCH_KEY", "SERVICE_NAME", "AgentClient", "AgentService", "add_agen
 SERVICE_NAME = "loom.agent.v1.Agent"
 #: the gRPC metadata key that carries the sending leader's epoch (DESIGN.md, High availability)
 EPOCH_KEY = "loom-epoch"
+#: beside it, the sending replica's id: the agent records who raised each epoch (it decides nothing)
+REPLICA_KEY = "loom-replica"
 
 T = TypeVar("T")
 
@@ -147,9 +158,11 @@ class AgentService(Protocol):
     async def state(self, prefixes: tuple[str, ...], *, epoch: int | None = None) -> DeviceState: ...
 
 
-def epoch_metadata(epoch: int | None) -> tuple[tuple[str, str], ...] | None:
-    """The call metadata that carries ``epoch`` (None: no epoch, no metadata)."""
-    return ((EPOCH_KEY, str(epoch)),) if epoch else None
+def epoch_metadata(epoch: int | None, replica: str = "") -> tuple[tuple[str, str], ...] | None:
+    """The call metadata that carries ``epoch`` and the sending ``replica`` (None: no epoch, no metadata)."""
+    if not epoch:
+        return None
+    return ((EPOCH_KEY, str(epoch)), (REPLICA_KEY, replica)) if replica else ((EPOCH_KEY, str(epoch)),)
 
 
 class _Servicer(pb_grpc.AgentServicer):  # type: ignore[misc]
@@ -158,13 +171,17 @@ class _Servicer(pb_grpc.AgentServicer):  # type: ignore[misc]
 
     @staticmethod
     async def _epoch(context: Context) -> int | None:
+        """The call's epoch; the replica that sent it becomes :data:`~southbound.state.CALLER` of this call."""
+        epoch: int | None = None
         for key, value in context.invocation_metadata() or ():
-            if key == EPOCH_KEY:
+            if key == REPLICA_KEY:
+                CALLER.set(str(value)[:128])
+            elif key == EPOCH_KEY:
                 try:
-                    return int(value)
+                    epoch = int(value)
                 except ValueError:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{EPOCH_KEY} {value!r} is not an integer")
-        return None
+        return epoch
 
     async def _call(self, context: Context, coro: Awaitable[T]) -> T:
         try:
@@ -220,9 +237,9 @@ class AgentClient:
     Reads (GetInfo, GetState) wait for the channel to connect within that deadline; calls that change
     the device fail fast when the agent is unreachable (after the channel's UNAVAILABLE retries)."""
 
-    def __init__(self, channel: grpc.aio.Channel, *, epoch: int | None = None):
+    def __init__(self, channel: grpc.aio.Channel, *, epoch: int | None = None, replica: str = ""):
         self._stub = pb_grpc.AgentStub(channel)
-        self._md = epoch_metadata(epoch)  # every call carries the leader's epoch, when there is one
+        self._md = epoch_metadata(epoch, replica)  # every call carries the leader's epoch, when there is one
 
     async def info(self, *, timeout: float) -> AgentInfo:
         return _info_from_proto(await self._stub.GetInfo(pb.GetInfoRequest(), timeout=timeout, wait_for_ready=True,

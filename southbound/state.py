@@ -12,13 +12,19 @@ converts these to and from the wire; nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller.model.errors import AgentError
 
-__all__ = ["AgentError", "AgentInfo", "BgpSession", "DeviceState", "KernelNextHop", "KernelRoute", "Outcome",
-           "StepResult"]
+__all__ = ["CALLER", "AgentError", "AgentInfo", "BgpSession", "DeviceState", "KernelNextHop", "KernelRoute",
+           "Outcome", "StepResult"]
+
+#: The controller replica that sent the agent call being served ("": the call named none), as the call's
+#: metadata says (set by the gRPC adapter, or by the dry driver in-process). The agent's fence only records
+#: it beside the epochs (who raised each one; two replicas calling with one epoch): it decides nothing.
+CALLER: ContextVar[str] = ContextVar("loom_caller", default="")
 
 
 @dataclass(frozen=True, slots=True)

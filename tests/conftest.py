@@ -16,9 +16,9 @@ replaces the module's. Collection fails for a module missing from the table, a
 table entry naming no module, or a test with two tiers, so a new (or renamed)
 module cannot be forgotten.
 
-Prerequisites. Lab tests (root and FRR), PostgreSQL tests (``@pytest.mark.postgres``)
-and browser tests (chromium and playwright) skip here with a reason where their
-prerequisites are missing, decided once for the session. In CI (``CI`` set)
+Prerequisites. Lab tests (root and FRR), PostgreSQL tests (``@pytest.mark.postgres``),
+HAProxy tests (``@pytest.mark.haproxy``) and browser tests (chromium and playwright)
+skip here with a reason where their prerequisites are missing, decided once for the session. In CI (``CI`` set)
 the prerequisites are installed by ``make test``, so a skip of any of them
 there is turned into a failure: the suite must not pass without having run them.
 """
@@ -35,9 +35,10 @@ from typing import Any
 import pytest
 
 from tests import pg
+from tests.balancer import haproxy_missing
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-_MUST_RUN = ("lab", "postgres", "browser")
+_MUST_RUN = ("lab", "postgres", "haproxy", "browser")
 
 TIER_NAMES = ("unit", "component", "lab", "browser")
 
@@ -62,7 +63,7 @@ TIERS: dict[str, str] = {
     "test_e2e_lab.py": "lab",
     "test_gen.py": "unit",
     "test_gnmi_agent.py": "component",       # gNMI served by in-process agents; real counters in netns are lab
-    "test_ha.py": "component",               # loom serve replicas on PostgreSQL: SIGSTOP and SIGKILL of the leader
+    "test_ha.py": "component",               # replicas behind HAProxy on PostgreSQL: kills, freezes, a slow store
     "test_input_bounds.py": "unit",          # reading text within bounds; the numbers of the model
     "test_hostile.py": "component",          # hostile input against one real `loom serve`
     "test_intent.py": "unit",
@@ -169,6 +170,7 @@ def browser_missing() -> str | None:
 PREREQUISITES: dict[str, Callable[[], str | None]] = {
     "lab": lab_missing,
     "postgres": functools.cache(pg.missing),
+    "haproxy": haproxy_missing,
     "browser": browser_missing,
 }
 

@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-__all__ = ["Cluster", "drop_schema", "find_pg_bin", "missing", "postgres_cluster", "private_cluster"]
+__all__ = ["Cluster", "drop_schema", "find_pg_bin", "fresh_database", "missing", "postgres_cluster",
+           "private_cluster"]
 
 DBNAME = "loomtest"
 
@@ -122,3 +123,19 @@ def drop_schema(db: Any) -> None:
     with db.engine.begin() as conn:
         metadata.drop_all(conn)
         conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+
+
+def fresh_database(url: str, name: str) -> str:
+    """The URL of an empty database ``name`` on ``url``'s server (dropped first if it exists): for a test
+    whose processes must not meet those of another test on the session's database."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    engine = create_engine(make_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        engine.dispose()
+    return make_url(url).set(database=name).render_as_string(hide_password=False)

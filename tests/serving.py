@@ -95,9 +95,10 @@ class LoomServer:
             stop_processes([self.proc], grace)
 
     def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        """An API call with the admin token."""
-        return httpx.request(method, self.url + path, headers={"Authorization": f"Bearer {self.token}"},
-                             timeout=self.request_timeout, **kw)
+        """An API call with the admin token (beside the ``headers`` given)."""
+        headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
+        kw.setdefault("timeout", self.request_timeout)
+        return httpx.request(method, self.url + path, headers=headers, **kw)
 
 
 def settled_change(fetch: Callable[[str], Any], cid: int, *, timeout: float, interval: float = 0.1,

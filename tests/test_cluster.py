@@ -28,7 +28,9 @@ from controller.workflow.cluster import Cluster, SingleReplicaLock, sqlite_lock_
 from southbound.agent import AgentCore, serve
 from southbound.config import DeviceConfig
 from southbound.driver import AgentDriver
+from southbound.dry import DryDriver
 from southbound.frr_apply import DryFrr
+from southbound.state import CALLER
 from tests.apps import Api, TestClient, running_api
 from tests.pg import drop_schema
 from tests.serving import LOOM, LoomServer
@@ -222,6 +224,46 @@ async def test_the_epoch_travels_as_grpc_metadata_and_an_older_one_is_failed_pre
     finally:
         stop.set()
         await server
+
+
+async def test_the_agent_records_which_replica_raised_each_epoch_and_a_second_one_using_it(tmp_path: Path) -> None:
+    """The replica travels as ``loom-replica`` beside the epoch: the epoch log says who raised each epoch, and
+    a call of the current epoch from another replica (two leaders of one epoch) is listed as shared, once."""
+    state = tmp_path / "state"
+    core = AgentCore(DryFrr(tmp_path / "dry"), state, "tor-0-0")
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+    server = asyncio.create_task(serve(core, f"unix:{tmp_path / 'agent.sock'}", ready=ready.set, stop=stop))
+    await asyncio.wait_for(ready.wait(), 30)
+    try:
+        async with AgentDriver({"tor-0-0": f"unix:{tmp_path / 'agent.sock'}"}) as drv:
+            a, b, c = drv.fenced(3, "r-a"), drv.fenced(3, "r-b"), drv.fenced(4, "r-c")
+            assert not (await a.prepare("tor-0-0", "c1", _config("tor-0-0", "10.0.0.0/24"))).failed
+            assert not (await a.commit("tor-0-0", "c1", 0)).failed
+            log = AgentCore.read_epoch_log(state)
+            assert [(e["epoch"], e["replica"]) for e in log["raised"]] == [(3, "r-a")] and log["shared"] == []
+            await b.state("tor-0-0")  # accepted (the fence refuses only lower epochs), but recorded
+            await b.state("tor-0-0")
+            await c.state("tor-0-0")
+            await drv.fenced(4, "r-c").info("tor-0-0")
+        log = AgentCore.read_epoch_log(state)
+        assert [(e["epoch"], e["replica"], e["holder"]) for e in log["shared"]] == [(3, "r-b", "r-a")]
+        assert [(e["epoch"], e["replica"]) for e in log["raised"]] == [(3, "r-a"), (4, "r-c")]
+    finally:
+        stop.set()
+        await server
+    again = AgentCore(DryFrr(tmp_path / "dry"), state, "tor-0-0")  # restarted: it still knows who raised 4
+    await again.start()
+    token = CALLER.set("r-d")
+    try:
+        await again.state((), epoch=4)
+    finally:
+        CALLER.reset(token)
+        await again.close()
+    assert [(e["epoch"], e["replica"], e["holder"]) for e in again.epoch_log()["shared"]][-1] == (4, "r-d", "r-c")
+    async with DryDriver(["tor-0-0"], tmp_path / "dry-agents") as dry:  # in-process agents record it as well
+        await dry.fenced(7, "r-e").state("tor-0-0")
+        assert [(e["epoch"], e["replica"]) for e in dry.epoch_log("tor-0-0")["raised"]] == [(7, "r-e")]
 
 
 # -- the commit queue --------------------------------------------------------------------------

@@ -223,7 +223,9 @@ class Workflow:
 
     def _fenced(self, epoch: int) -> DeviceDriver:
         """The driver whose every call carries ``epoch`` (agents refuse older epochs); 0: unfenced."""
-        return self._agents.fenced(epoch) if epoch else self._agents
+        if not epoch:
+            return self._agents
+        return self._agents.fenced(epoch, self.cluster.replica if self.cluster is not None else "")
 
     async def start(self) -> None:
         """As the leader, finish or undo a change left committing before serving (recovery), then

@@ -1,6 +1,8 @@
 """A small HTTP/1.1 load generator for the bench: keep-alive connections, one request repeated.
 
-Each of ``connections`` coroutines sends the request, reads the status line,
+The request is bytes (the same every time) or a function that makes each one
+(writes that must differ, see :func:`json_request`). Each of ``connections``
+coroutines sends the request, reads the status line,
 the headers and exactly ``Content-Length`` bytes of body, and records the
 latency, until the deadline. Plain asyncio streams with the request bytes made
 once, so the client spends little of the machine the server needs.
@@ -9,10 +11,16 @@ once, so the client spends little of the machine the server needs.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Load", "measure", "request_bytes"]
+__all__ = ["Load", "Request", "json_request", "measure", "request_bytes"]
+
+#: what a worker sends: the same bytes every time, or a function making each request
+Request = bytes | Callable[[], bytes]
 
 
 @dataclass(frozen=True)
@@ -40,13 +48,22 @@ def request_bytes(path: str, headers: dict[str, str] | None = None, host: str = 
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-async def _worker(host: str, port: int, request: bytes, deadline: float, expect: int, lat: list[float],
+def json_request(method: str, path: str, body: Any, headers: dict[str, str] | None = None,
+                 host: str = "127.0.0.1") -> bytes:
+    """A request with a JSON body (``Content-Length`` set)."""
+    data = json.dumps(body, separators=(",", ":")).encode()
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Content-Type: application/json",
+             f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in (headers or {}).items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
+
+
+async def _worker(host: str, port: int, request: Request, deadline: float, expect: int, lat: list[float],
                   errors: list[int]) -> None:
     reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
     try:
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
-            writer.write(request)
+            writer.write(request() if callable(request) else request)
             head = await reader.readuntil(b"\r\n\r\n")
             status = int(head[9:12])
             length = 0
@@ -62,7 +79,7 @@ async def _worker(host: str, port: int, request: bytes, deadline: float, expect:
         writer.close()
 
 
-async def _run(host: str, port: int, request: bytes, seconds: float, connections: int, expect: int) -> Load:
+async def _run(host: str, port: int, request: Request, seconds: float, connections: int, expect: int) -> Load:
     lat: list[float] = []
     errors: list[int] = []
     t0 = time.perf_counter()
@@ -71,7 +88,7 @@ async def _run(host: str, port: int, request: bytes, seconds: float, connections
     return Load(len(lat), len(errors), time.perf_counter() - t0, lat)
 
 
-def measure(port: int, request: bytes, *, seconds: float = 3.0, connections: int = 4, expect: int = 200,
+def measure(port: int, request: Request, *, seconds: float = 3.0, connections: int = 4, expect: int = 200,
             host: str = "127.0.0.1") -> Load:
     """Load ``host:port`` with ``request`` for ``seconds`` over ``connections`` keep-alive connections."""
     return asyncio.run(_run(host, port, request, seconds, connections, expect))
