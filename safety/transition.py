@@ -1,0 +1,476 @@
+"""Safe transitions: the mixed states between two plans, and an update schedule through them.
+
+This module owns the transition model of DESIGN.md (Transitions). The devices
+of a change update in *stages*, inside a stage in any order; a *state* is the
+set ``S`` of devices already on the new config. In a state, every next hop of
+every (destination, device) entry is taken from the side of the device that
+*owns* it:
+
+* ``advertised`` (``routing: bgp`` with ``link-bandwidth`` WCMP or plain ECMP):
+  the next hop M of device N for prefix P exists because M advertises P to N,
+  and its weight is the link-bandwidth M attaches; both are M's config. A hop
+  over a link that is drained, added or removed by the change also needs N's
+  side (either end's session policy drops it). BGP's own withdrawals follow:
+  a device left with no next hop (and not originating P) withdraws P, so its
+  upstream neighbors drop it as a next hop, to a fixpoint.
+* ``installed`` (``fib`` realization, ``routing: isis``): N's own config
+  installs N's next hops and weights (static routes nothing withdraws).
+
+A device originates P on its own side. A state is judged as any scenario:
+every demand delivered, no forwarding loop, every link under the baseline
+``utilization_limit`` (under each intent's demand when they differ); it is
+compiled into a :class:`safety.forwarding.Table` and pushed by
+:func:`safety.forwarding.propagate`, as the replay does.
+
+**Stage bound.** A stage ``T`` applied on top of the devices ``B`` already
+updated reaches every state ``B + U`` for ``U`` a subset of ``T``. Small
+stages are enumerated exactly; large ones are judged by a bound that costs
+one propagation. Per entry (class c, device v) and next hop h, let a hop be
+*possible* when some choice of sides of its owners in ``T`` (the others fixed)
+has it, *sure* when every choice has it and (advertised) its next hop is
+*surely routed*: an origin on every side, or with a sure hop to a surely routed
+device (least fixpoint). Let ``wmax``/``wmin`` be the largest/smallest weight
+its weight owner's allowed sides give it and::
+
+    F(h) = wmax(h) / (wmax(h) + sum of wmin over the entry's other sure hops)
+
+The bound graph G+ has every possible hop with fraction F, devices that are
+origins on every allowed side deliver. Claims, for every state S of the stage:
+
+1. S's forwarding graph is a subgraph of G+ (withdrawals only remove hops).
+2. If the part of G+ reachable from the demand is acyclic, S has no loop.
+3. Then x_S(v) <= A(v), where A(v) = d(v) + sum over hops (u, v) of G+ of
+   A(u) F(u, v): x_S(v) = d(v) + sum_u x_S(u) f_S(u, v) on the DAG, and
+   f_S(h) = w_S(h) / (w_S(h) + the others' present weights) <= F(h) because
+   w_S(h) <= wmax, every sure hop is present in S with weight >= wmin, and
+   w / (w + a) grows with w and falls with a. By induction in topological
+   order of G+, x_S <= A everywhere.
+4. So the load of every edge in S, sum_c x_S(u) f_S(e), is at most
+   sum_c A(u) F(e): the propagation of G+ with fractions F, which is what
+   :func:`safety.forwarding.propagate` computes on that table.
+5. A drop needs a device with x_S(v) > 0, no route, not an origin; a device
+   with A(v) > 0 that is surely routed (or surely an origin) has a route in
+   every S (by induction on the fixpoint: its sure hop survives because its
+   next hop stays routed). So if every device with A(v) > 0 is, nothing drops.
+
+The bound is monotone in ``T`` (fewer free devices: fewer possible hops, more
+sure ones, narrower weight ranges), as is the exact set of states, so the
+schedule searches for the longest acceptable stage by bisection. Stages are
+built greedily, fewest first; when no remaining device can move on its own,
+the change has no safe order under the limit and :class:`Schedule` names the
+failing states (device sets) and links; the review then refuses the commit
+unless forced. ``test_transition.py`` holds every claim against brute force
+over every state of small fabrics.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from controller.model import Intent, Routing, WcmpRealization
+from controller.model.plan import Plan
+from safety.forwarding import Table, Topology, propagate
+from safety.replay import limits
+
+__all__ = ["Schedule", "StateResult", "Transition", "TransitionOptions", "ownership", "schedule"]
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionOptions:
+    """``exact_limit``: stages of at most this many devices are enumerated state by state;
+    ``scan_limit``: after bisection, up to this many remaining devices are each tried in the
+    stage; ``tol``: slack on the utilization limit."""
+
+    exact_limit: int = 6
+    scan_limit: int = 64
+    tol: float = 1e-9
+
+
+def ownership(intent: Intent) -> str:
+    """``advertised`` when BGP's advertisements carry the next hops and weights, else ``installed``."""
+    if intent.routing == Routing.BGP and not (intent.wcmp_enabled
+                                             and intent.wcmp_realization == WcmpRealization.FIB):
+        return "advertised"
+    return "installed"
+
+
+@dataclass(frozen=True, slots=True)
+class StateResult:
+    """A state (or a stage's bound): worst utilization, its link, black holes, loops."""
+
+    ok: bool
+    worst_utilization: float
+    worst_link: str | None
+    over: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    loops: tuple[str, ...] = ()
+
+    def to_document(self) -> dict[str, Any]:
+        return {"ok": self.ok, "worst_utilization": round(self.worst_utilization, 6),
+                "worst_link": self.worst_link, "over_limit": list(self.over), "dropped": list(self.dropped),
+                "loops": list(self.loops)}
+
+
+def _union_topology(old: Intent, new: Intent) -> tuple[Topology, dict[str, int], list[dict[tuple[int, str], int]]]:
+    names = tuple(dict.fromkeys([d.name for d in new.devices] + [d.name for d in old.devices]))
+    index = {n: i for i, n in enumerate(names)}
+    links: dict[str, Any] = {}
+    for link in list(new.links) + list(old.links):
+        links.setdefault(link.key, link)
+    keys = tuple(links)
+    m = len(keys)
+    src = np.empty(2 * m, dtype=np.int64)
+    dst = np.empty(2 * m, dtype=np.int64)
+    cap = np.empty(2 * m, dtype=np.float64)
+    ports: list[dict[tuple[int, str], int]] = []
+    for i, k in enumerate(keys):
+        link = links[k]
+        a, b = index[link.a], index[link.b]
+        src[2 * i], dst[2 * i], src[2 * i + 1], dst[2 * i + 1] = a, b, b, a
+        cap[2 * i] = cap[2 * i + 1] = link.capacity_gbps
+    link_index = {k: i for i, k in enumerate(keys)}
+    for it in (old, new):
+        pe: dict[tuple[int, str], int] = {}
+        for link in it.links:
+            i = link_index[link.key]
+            a_is_a = index[link.a] == src[2 * i]
+            pe[(index[link.a], link.a_port)] = 2 * i if a_is_a else 2 * i + 1
+            pe[(index[link.b], link.b_port)] = 2 * i + 1 if a_is_a else 2 * i
+        ports.append(pe)
+    ends = np.concatenate([src, dst])
+    order = np.argsort(ends, kind="stable")
+    indptr = np.zeros(len(names) + 1, dtype=np.int64)
+    np.add.at(indptr, ends + 1, 1)
+    edges = np.concatenate([np.arange(2 * m), np.arange(2 * m)])
+    topo = Topology(names, index, keys, link_index, src, dst, cap, {}, np.cumsum(indptr), edges[order])
+    return topo, index, ports
+
+
+_Loops = list[tuple[int, tuple[int, ...]]]
+
+
+class Transition:
+    """Two plans of a change, compiled for evaluating every mixed state.
+
+    ``devices`` are the devices whose side matters (they own a next hop, a weight or an
+    origin that differs between the plans). :meth:`evaluate` judges one state exactly,
+    :meth:`bound` a whole stage by the module's bound, :meth:`check` a stage either way.
+    """
+
+    def __init__(self, old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Plan,
+                 *, options: TransitionOptions | None = None):
+        self.options = options or TransitionOptions()
+        self.mode = ownership(new_intent)
+        self.limit = limits(new_intent)["baseline"]
+        self.topo, index, ports = _union_topology(old_intent, new_intent)
+        n = self.n = self.topo.n
+        prefixes = sorted({dm.to for it in (old_intent, new_intent) for dm in it.effective_demands if dm.gbps > 0})
+        self.prefixes = prefixes
+        cls = {p: c for c, p in enumerate(prefixes)}
+        n_cls = len(prefixes)
+        # origins per side
+        self.origin = np.zeros((2, n_cls, n), dtype=bool)
+        for side, it in enumerate((old_intent, new_intent)):
+            for p in it.prefixes:
+                c = cls.get(p.prefix)
+                if c is not None:
+                    self.origin[side, c, [index[o] for o in p.origins]] = True
+        # demand matrices (one when both intents agree)
+        self.demands: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for it in (new_intent, old_intent):
+            total: dict[tuple[int, int], float] = defaultdict(float)
+            for dm in it.effective_demands:
+                if dm.gbps > 0:
+                    total[(cls[dm.to], index[dm.from_])] += dm.gbps
+            ks = sorted(total)
+            dem = (np.array([k[0] for k in ks], dtype=np.int64), np.array([k[1] for k in ks], dtype=np.int64),
+                   np.array([total[k] for k in ks], dtype=np.float64))
+            if not self.demands or not all(np.array_equal(a, b) for a, b in zip(self.demands[0], dem, strict=True)):
+                self.demands.append(dem)
+        # candidate next hops: (class, device, edge) -> weight per side
+        w: dict[tuple[int, int, int], list[float]] = {}
+        for side, plan in enumerate((old_plan, new_plan)):
+            pe = ports[side]
+            for name, dp in plan.devices.items():
+                u = index[name]
+                for prefix, gid in dp.routes.items():
+                    c = cls.get(prefix)
+                    if c is None:
+                        continue
+                    for h in dp.groups[gid]:
+                        e = pe[(u, h.port)]
+                        w.setdefault((c, u, e), [0.0, 0.0])[side] = float(max(h.weight, 0))
+        keys = sorted(w)
+        self.h_cls = np.array([k[0] for k in keys], dtype=np.int64)
+        self.h_dev = np.array([k[1] for k in keys], dtype=np.int64)
+        self.h_edge = np.array([k[2] for k in keys], dtype=np.int64)
+        self.h_key = self.h_cls * n + self.h_dev
+        self.h_next = self.topo.edge_dst[self.h_edge] if len(keys) else np.empty(0, dtype=np.int64)
+        self.w_old = np.array([w[k][0] for k in keys], dtype=np.float64)
+        self.w_new = np.array([w[k][1] for k in keys], dtype=np.float64)
+        # owners: weight and presence (a second presence owner where the link's policy changes)
+        changed_links = self._changed_links(old_intent, new_intent)
+        if self.mode == "advertised":
+            self.own_w = self.h_next.copy()
+            link_changed = np.array([self.topo.link_keys[e // 2] in changed_links for e in self.h_edge.tolist()],
+                                    dtype=bool)
+            self.own_b = np.where(link_changed, self.h_dev, self.h_next)
+        else:
+            self.own_w = self.h_dev.copy()
+            self.own_b = self.h_dev.copy()
+        self.own_a = self.own_w
+        differs = (self.w_old != self.w_new)
+        owners = set(self.own_w[differs].tolist()) | set(self.own_b[differs].tolist())
+        owners |= set(np.flatnonzero((self.origin[0] != self.origin[1]).any(axis=0)).tolist())
+        self.devices = tuple(self.topo.names[v] for v in sorted(owners))
+
+    @staticmethod
+    def _changed_links(old: Intent, new: Intent) -> set[str]:
+        o, w = {x.key for x in old.links}, {x.key for x in new.links}
+        return (o ^ w) | (old.drained_links ^ new.drained_links)
+
+    def _mask(self, devices: Iterable[str]) -> np.ndarray:
+        on = np.zeros(self.n, dtype=bool)
+        on[[self.topo.index[d] for d in devices]] = True
+        return on
+
+    # -- one state, exactly ---------------------------------------------------------
+    def evaluate(self, state: Iterable[str]) -> StateResult:
+        """Judge the state where exactly ``state`` runs the new config."""
+        on = self._mask(state)
+        wo, wn = self.w_old, self.w_new
+        side_w = np.where(on[self.own_w], wn, wo)
+        pres = (np.where(on[self.own_a], wn > 0, wo > 0) & np.where(on[self.own_b], wn > 0, wo > 0)
+                & (side_w > 0))
+        origin = np.where(on[None, :], self.origin[1], self.origin[0]).reshape(-1)
+        pres &= ~origin[self.h_key]
+        if self.mode == "advertised":
+            nxt = self.h_cls * self.n + self.h_next
+            while True:
+                routed = origin.copy()
+                routed[self.h_key[pres]] = True
+                keep = pres & routed[nxt]
+                if np.array_equal(keep, pres):
+                    break
+                pres = keep
+        loads, drops, loops = self._push(pres, side_w, origin)
+        return self._judge(loads, drops, loops)
+
+    def _push(self, pres: np.ndarray, weight: np.ndarray, origin: np.ndarray, frac: np.ndarray | None = None,
+              sure_routed: np.ndarray | None = None) -> tuple[list[np.ndarray], list[tuple[int, int]], _Loops]:
+        """Propagate every demand matrix through the groups ``pres`` selects."""
+        n, n_cls = self.n, len(self.prefixes)
+        idx = np.flatnonzero(pres)
+        keys = self.h_key[idx]
+        route = np.full(n_cls * n, -1, dtype=np.int32)
+        uniq, start = np.unique(keys, return_index=True)
+        route[uniq] = np.arange(len(uniq), dtype=np.int32)
+        indptr = np.append(start, len(idx)).astype(np.int64)
+        w = weight[idx]
+        if frac is None:
+            sums = np.add.reduceat(w, start) if len(w) else np.empty(0)
+            f = w / np.repeat(sums, np.diff(indptr)) if len(w) else w
+        else:
+            f = frac[idx]
+        org = origin.reshape(n_cls, n)
+        origins = [frozenset(np.flatnonzero(org[c]).tolist()) for c in range(n_cls)]
+        loads: list[np.ndarray] = []
+        drops: list[tuple[int, int]] = []
+        loops: list[tuple[int, tuple[int, ...]]] = []
+        for dc, dv, dg in self.demands:
+            tab = Table(self.prefixes, origins, route.reshape(n_cls, n), indptr, self.h_edge[idx], f, w,
+                        dc, dv, dg, [])
+            fl = propagate(tab, self.topo)
+            loads.append(fl.load)
+            drops += [k for k, g in fl.drops().items() if g > 1e-6]
+            loops += fl.loops
+            if sure_routed is not None:  # the bound also needs every reached device to be surely routed
+                drops += [(int(k // n), int(k % n)) for k in fl.keys.tolist() if not sure_routed[k]]
+        return loads, drops, loops
+
+    def _judge(self, loads: list[np.ndarray], drops: list[tuple[int, int]],
+               loops: list[tuple[int, tuple[int, ...]]]) -> StateResult:
+        topo, names = self.topo, self.topo.names
+        util = np.max(np.stack(loads), axis=0) / topo.edge_cap if loads and len(topo.edge_cap) else np.zeros(0)
+        worst = float(util.max()) if len(util) else 0.0
+        e = int(np.argmax(util)) if len(util) else -1
+        over = [f"{names[topo.edge_src[i]]}->{names[topo.edge_dst[i]]} at {util[i]:.6f}"
+                for i in np.flatnonzero(util > self.limit + self.options.tol)[:10].tolist()]
+        dropped = sorted({f"{self.prefixes[c]} at {names[v]}" for c, v in drops})
+        loop_s = sorted({f"{self.prefixes[c]} via {', '.join(names[v] for v in devs[:6])}" for c, devs in loops})
+        link = None if e < 0 else f"{names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]}"
+        return StateResult(not over and not dropped and not loop_s, worst, link, tuple(over), tuple(dropped[:10]),
+                           tuple(loop_s[:10]))
+
+    # -- a whole stage, by the bound --------------------------------------------------
+    def bound(self, base: Iterable[str], stage: Iterable[str]) -> StateResult:
+        """An upper bound over every state ``base + U``, ``U`` a subset of ``stage`` (module docstring)."""
+        fixed, free = self._mask(base), self._mask(stage)
+        wo, wn = self.w_old, self.w_new
+
+        def side(v: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return np.where(fixed[v], b, a)
+
+        def may(v: np.ndarray) -> np.ndarray:
+            return np.where(free[v], (wo > 0) | (wn > 0), side(v, wo > 0, wn > 0))
+
+        def sure(v: np.ndarray) -> np.ndarray:
+            return np.where(free[v], (wo > 0) & (wn > 0), side(v, wo > 0, wn > 0))
+
+        fw = free[self.own_w]
+        wmax = np.where(fw, np.maximum(wo, wn), side(self.own_w, wo, wn))
+        wmin = np.where(fw, np.minimum(wo, wn), side(self.own_w, wo, wn))
+        o_fixed = np.where(fixed[None, :], self.origin[1], self.origin[0])
+        may_origin = np.where(free[None, :], self.origin[0] | self.origin[1], o_fixed).reshape(-1)
+        sure_origin = np.where(free[None, :], self.origin[0] & self.origin[1], o_fixed).reshape(-1)
+        possible = may(self.own_a) & may(self.own_b) & (wmax > 0) & ~sure_origin[self.h_key]
+        certain = sure(self.own_a) & sure(self.own_b) & (wmin > 0) & ~may_origin[self.h_key]
+        routed = sure_origin.copy()
+        nxt = self.h_cls * self.n + self.h_next
+        while True:
+            hop_ok = certain & routed[nxt] if self.mode == "advertised" else certain
+            grown = routed.copy()
+            grown[self.h_key[hop_ok]] = True
+            if np.array_equal(grown, routed):
+                break
+            routed = grown
+        certain = hop_ok
+        smin = np.bincount(self.h_key[certain], weights=wmin[certain], minlength=len(routed))
+        others = smin[self.h_key] - np.where(certain, wmin, 0.0)
+        frac = np.where(possible, wmax / np.maximum(wmax + others, 1e-300), 0.0)
+        loads, drops, loops = self._push(possible, wmax, sure_origin, frac, routed | sure_origin)
+        drops = [(c, v) for c, v in drops if not sure_origin[c * self.n + v]]
+        return self._judge(loads, drops, loops)
+
+    def states(self, base: Iterable[str], stage: Sequence[str]) -> list[tuple[frozenset[str], StateResult]]:
+        """Every state of the stage (``base`` itself included), judged exactly."""
+        b = frozenset(base)
+        out = []
+        for k in range(len(stage) + 1):
+            for sub in itertools.combinations(stage, k):
+                s = b | frozenset(sub)
+                out.append((s, self.evaluate(s)))
+        return out
+
+    def check(self, base: Iterable[str], stage: Sequence[str]) -> tuple[StateResult, str, int]:
+        """Judge a stage: exactly when small enough, else by the bound. Returns the result
+        (worst over the states), the method (``exact`` or ``bound``) and the states covered."""
+        base = frozenset(base)
+        if len(stage) <= self.options.exact_limit:
+            results = self.states(base, stage)
+            bad = [r for _, r in results if not r.ok]
+            worst = max(results, key=lambda sr: sr[1].worst_utilization)[1]
+            pick = bad[0] if bad else worst
+            return (StateResult(not bad, worst.worst_utilization, worst.worst_link, pick.over, pick.dropped,
+                                pick.loops), "exact", len(results))
+        return self.bound(base, stage), "bound", 2 ** len(stage)
+
+
+@dataclass(slots=True)
+class Schedule:
+    """Stages of devices in commit order, each with the worst utilization its states reach
+    (exactly, or the bound's), the method and the number of states covered; ``safe`` is False
+    when some remaining devices could not move safely (``failing`` names the states that fail)."""
+
+    stages: list[tuple[tuple[str, ...], float, str, int]] = field(default_factory=list)
+    intermediate_plans: int = 0
+    safe: bool = True
+    failing: list[dict[str, Any]] = field(default_factory=list)
+    limit: float = 1.0
+    mode: str = "advertised"
+
+    def to_document(self) -> dict[str, Any]:
+        return {"stages": [{"devices": list(d), "worst_utilization": round(u, 6)} for d, u, _, _ in self.stages],
+                "intermediate_plans": self.intermediate_plans,
+                "safe": self.safe, "limit": self.limit, "ownership": self.mode,
+                "checks": [{"method": m, "states": k} for _, _, m, k in self.stages],
+                "failing": self.failing}
+
+
+def _largest_prefix(tr: Transition, base: frozenset[str], order: list[str]) -> tuple[int, StateResult | None, str, int]:
+    """The longest prefix of ``order`` that passes as one stage (bisection: checks are monotone)."""
+    lo, hi = 0, len(order)
+    best: tuple[StateResult | None, str, int] = (None, "", 0)
+    res, method, k = tr.check(base, order)
+    if res.ok:
+        return len(order), res, method, k
+    hi = len(order) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        res, method, k = tr.check(base, order[:mid])
+        if res.ok:
+            lo, best = mid, (res, method, k)
+        else:
+            hi = mid - 1
+    return lo, *best
+
+
+def schedule(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Plan, *,
+             also: Iterable[str] = (), options: TransitionOptions | None = None) -> Schedule:
+    """Stages that take the fabric from ``old_plan`` to ``new_plan`` with every state safe.
+
+    ``also``: further devices whose config changes without changing forwarding (they join
+    the first stage, which adds no forwarding state). Greedy: each stage is the longest
+    acceptable prefix of the remaining devices (ordered by how their single move loads the
+    fabric), extended by trying each other remaining device; when no device can move alone
+    the rest form one last stage, the schedule is unsafe and ``failing`` says why.
+
+    >>> # doctest: +SKIP
+    >>> schedule(old_intent, old_plan, new_intent, new_plan).to_document()["stages"][0]["devices"]
+    """
+    tr = Transition(old_intent, old_plan, new_intent, new_plan, options=options)
+    opts = tr.options
+    out = Schedule(limit=tr.limit, mode=tr.mode)
+    remaining = list(tr.devices)
+    extra = sorted(set(also) - set(remaining))
+    base: frozenset[str] = frozenset()
+    if len(remaining) <= opts.scan_limit:  # lighter single moves first
+        single = {d: tr.evaluate([d]) for d in remaining}
+        remaining.sort(key=lambda d: (not single[d].ok, single[d].worst_utilization, d))
+    while remaining:
+        k, res, method, count = _largest_prefix(tr, base, remaining)
+        if k == 0:
+            for i, d in enumerate(remaining):
+                r = tr.evaluate(base | {d})
+                if r.ok:
+                    remaining.insert(0, remaining.pop(i))
+                    k, (res, method, count) = 1, tr.check(base, [d])
+                    break
+        if k == 0 or res is None:
+            _stuck(tr, out, base, remaining)
+            break
+        stage = remaining[:k]
+        rest = remaining[k:]
+        if len(rest) <= opts.scan_limit:
+            for d in list(rest):
+                r2, m2, c2 = tr.check(base, stage + [d])
+                if r2.ok:
+                    stage.append(d)
+                    rest.remove(d)
+                    res, method, count = r2, m2, c2
+        out.stages.append((tuple(sorted(stage)), res.worst_utilization, method, count))
+        base = base | frozenset(stage)
+        remaining = rest
+    if extra:
+        if out.stages:
+            d, u, m, c = out.stages[0]
+            out.stages[0] = (tuple(sorted(d + tuple(extra))), u, m, c)
+        else:
+            out.stages.append((tuple(extra), 0.0, "exact", 0))
+    return out
+
+
+def _stuck(tr: Transition, out: Schedule, base: frozenset[str], remaining: list[str]) -> None:
+    """No remaining device can move alone: record why, and put the rest in one last stage."""
+    out.safe = False
+    for d in remaining[:20]:
+        r = tr.evaluate(base | {d})
+        out.failing.append({"state": sorted(base | {d}), "moving": d, **r.to_document()})
+    res, method, count = tr.check(base, remaining)
+    out.stages.append((tuple(sorted(remaining)), res.worst_utilization, method, count))
