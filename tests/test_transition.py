@@ -217,3 +217,37 @@ def test_a_spine_drain_moves_the_spine_last_in_advertised_mode() -> None:
     sched = schedule(it, old, it2, new)
     brute(tr, sched)
     assert sched.safe
+
+
+def test_a_change_with_no_safe_order_is_unsafe_in_its_review_and_refused_unless_forced() -> None:
+    """The review carries the schedule; with no safe order its verdict is unsafe and the commit
+    gate refuses it, naming the failing states, as it does for any failing scenario."""
+    from types import SimpleNamespace
+
+    from controller.model.documents import ChangeState, ReviewDocument
+    from controller.model.errors import SafetyViolation
+    from controller.workflow.changes import ReviewInputs, _gate
+    from controller.workflow.review import build_review
+
+    it = fabric({"a": 7, "b": 2}, cap=8.0)
+    old = plan_fix({"a": {"x": 1}, "b": {"y": 1}, "x": {"d": 1}, "y": {"d": 1}})
+    new = plan_fix({"a": {"y": 1}, "b": {"x": 1}, "x": {"d": 1}, "y": {"d": 1}})
+    inp = ReviewInputs(SimpleNamespace(proposed_revision=2), it, new, 1, it, old)  # type: ignore[arg-type]
+    rv = build_review(inp, {"a": "diff", "b": "diff", "d": "diff"})
+    assert rv["safety"]["verdict"] == "safe" and rv["verdict"] == "unsafe"  # both ends safe, no way between
+    sched = rv["schedule"]
+    assert not sched["safe"] and {f["moving"] for f in sched["failing"]} == {"a", "b"}
+    assert sorted(d for s in sched["stages"] for d in s["devices"]) == ["a", "b", "d"]  # d: config only
+    ReviewDocument.model_validate(rv)
+    ch = SimpleNamespace(id=7, state=ChangeState.REVIEWED, reviewed_active=1, verdict=rv["verdict"], review=rv)
+    with pytest.raises(SafetyViolation) as exc:
+        _gate(ch, 1, False, None)  # type: ignore[arg-type]
+    assert {f["invariant"] for f in exc.value.failing} == {"transition"}
+    _gate(ch, 1, True, "accepted by on-call")  # type: ignore[arg-type]
+    # the safe order of the three-source fabric is what the review shows
+    it3 = fabric({"a": 6, "b": 2, "c": 2}, cap=8.0)
+    old3 = plan_fix({"a": {"x": 1}, "b": {"y": 1}, "c": {"y": 1}, "x": {"d": 1}, "y": {"d": 1}})
+    new3 = plan_fix({"a": {"y": 1}, "b": {"x": 1}, "c": {"x": 1}, "x": {"d": 1}, "y": {"d": 1}})
+    rv3 = build_review(ReviewInputs(SimpleNamespace(proposed_revision=2), it3, new3, 1, it3, old3), {})  # type: ignore[arg-type]
+    assert rv3["verdict"] == "safe" and [s["devices"] for s in rv3["schedule"]["stages"]][1] == ["a"]
+    assert all(s["worst_utilization"] <= 1.0 for s in rv3["schedule"]["stages"])

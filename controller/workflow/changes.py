@@ -269,6 +269,11 @@ def _gate(ch: Change, active: int | None, force: bool, reason: str | None) -> No
     if ch.verdict == "unsafe":
         if not force:
             failing = list((ch.review or {}).get("safety", {}).get("failing", []))
+            sched = (ch.review or {}).get("schedule") or {}
+            failing += [{"scenario": "transition:" + "+".join(f.get("state", [])), "stage": "transition",
+                         "invariant": "transition", "detail": f"moving {f.get('moving')}: " + "; ".join(
+                             f.get("over_limit", []) + f.get("dropped", []) + f.get("loops", []))}
+                        for f in sched.get("failing", [])]
             raise SafetyViolation(f"change {ch.id} is unsafe: {len(failing)} failing invariant(s); "
                                   "commit with force and a reason to override", failing)
         if not (reason or "").strip():
