@@ -57,9 +57,12 @@ The bound is monotone in ``T`` (fewer free devices: fewer possible hops, more
 sure ones, narrower weight ranges), as is the exact set of states, so the
 schedule searches for the longest acceptable stage by bisection. Stages are
 built greedily, fewest first; when no remaining device can move on its own,
-the change has no safe order under the limit and :class:`Schedule` names the
-failing states (device sets) and links; the review then refuses the commit
-unless forced. ``test_transition.py`` holds every claim against brute force
+the two plans have no safe order and intermediate plans are tried (split
+ratios stepping from the old plan's to the new one's, so load leaves a path
+before the path goes, as a drain should), each leg scheduled the same way and
+counted in ``intermediate_plans``; when none works under the limit,
+:class:`Schedule` names the failing states (device sets) and links, and the
+review refuses the commit unless forced. ``test_transition.py`` holds every claim against brute force
 over every state of small fabrics.
 """
 
@@ -68,28 +71,31 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from controller.model import Intent, Routing, WcmpRealization
-from controller.model.plan import Plan
+from controller.model.plan import DevicePlan, NextHop, Plan
 from safety.forwarding import Table, Topology, propagate
 from safety.replay import limits
 
-__all__ = ["Schedule", "StateResult", "Transition", "TransitionOptions", "ownership", "schedule"]
+__all__ = ["Schedule", "StateResult", "Transition", "TransitionOptions", "intermediate_plans", "ownership",
+           "schedule"]
 
 
 @dataclass(frozen=True, slots=True)
 class TransitionOptions:
     """``exact_limit``: stages of at most this many devices are enumerated state by state;
     ``scan_limit``: after bisection, up to this many remaining devices are each tried in the
-    stage; ``tol``: slack on the utilization limit."""
+    stage; ``tol``: slack on the utilization limit; ``max_intermediate``: at most this many
+    intermediate plans are tried when the two plans have no safe order."""
 
     exact_limit: int = 6
     scan_limit: int = 64
     tol: float = 1e-9
+    max_intermediate: int = 3
 
 
 def ownership(intent: Intent) -> str:
@@ -214,6 +220,10 @@ class Transition:
         self.h_next = self.topo.edge_dst[self.h_edge] if len(keys) else np.empty(0, dtype=np.int64)
         self.w_old = np.array([w[k][0] for k in keys], dtype=np.float64)
         self.w_new = np.array([w[k][1] for k in keys], dtype=np.float64)
+        if self.mode == "installed":  # a device's own group: only its split ratios matter
+            for arr in (self.w_old, self.w_new):
+                sums = np.bincount(self.h_key, weights=arr, minlength=n_cls * n)
+                arr /= np.where(sums[self.h_key] > 0, sums[self.h_key], 1.0)
         # owners: weight and presence (a second presence owner where the link's policy changes)
         changed_links = self._changed_links(old_intent, new_intent)
         if self.mode == "advertised":
@@ -225,7 +235,7 @@ class Transition:
             self.own_w = self.h_dev.copy()
             self.own_b = self.h_dev.copy()
         self.own_a = self.own_w
-        differs = (self.w_old != self.w_new)
+        differs = ~np.isclose(self.w_old, self.w_new, rtol=1e-12, atol=0.0)
         owners = set(self.own_w[differs].tolist()) | set(self.own_b[differs].tolist())
         owners |= set(np.flatnonzero((self.origin[0] != self.origin[1]).any(axis=0)).tolist())
         self.devices = tuple(self.topo.names[v] for v in sorted(owners))
@@ -375,8 +385,9 @@ class Transition:
 @dataclass(slots=True)
 class Schedule:
     """Stages of devices in commit order, each with the worst utilization its states reach
-    (exactly, or the bound's), the method and the number of states covered; ``safe`` is False
-    when some remaining devices could not move safely (``failing`` names the states that fail)."""
+    (exactly, or the bound's), the method, the number of states covered and the plan it moves
+    to (0: the proposed plan, k: intermediate plan k); ``safe`` is False when some remaining
+    devices could not move safely (``failing`` names the states that fail)."""
 
     stages: list[tuple[tuple[str, ...], float, str, int]] = field(default_factory=list)
     intermediate_plans: int = 0
@@ -384,13 +395,19 @@ class Schedule:
     failing: list[dict[str, Any]] = field(default_factory=list)
     limit: float = 1.0
     mode: str = "advertised"
+    targets: list[int] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
+    plans_intent: str = "proposed"  # which revision's intent the intermediate plans run under
 
     def to_document(self) -> dict[str, Any]:
+        targets = self.targets or [0] * len(self.stages)
         return {"stages": [{"devices": list(d), "worst_utilization": round(u, 6)} for d, u, _, _ in self.stages],
                 "intermediate_plans": self.intermediate_plans,
                 "safe": self.safe, "limit": self.limit, "ownership": self.mode,
-                "checks": [{"method": m, "states": k} for _, _, m, k in self.stages],
-                "failing": self.failing}
+                "checks": [{"method": m, "states": k, "plan": t}
+                           for (_, _, m, k), t in zip(self.stages, targets, strict=True)],
+                "failing": self.failing,
+                "intermediate": [p.to_document() for p in self.plans], "intermediate_intent": self.plans_intent}
 
 
 def _largest_prefix(tr: Transition, base: frozenset[str], order: list[str]) -> tuple[int, StateResult | None, str, int]:
@@ -418,12 +435,94 @@ def schedule(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: P
     ``also``: further devices whose config changes without changing forwarding (they join
     the first stage, which adds no forwarding state). Greedy: each stage is the longest
     acceptable prefix of the remaining devices (ordered by how their single move loads the
-    fabric), extended by trying each other remaining device; when no device can move alone
-    the rest form one last stage, the schedule is unsafe and ``failing`` says why.
+    fabric), extended by trying each other remaining device. When no device can move alone,
+    intermediate plans are tried (:func:`intermediate_plans`: 1 to ``max_intermediate`` plans
+    whose split ratios step from the old plan's to the new one's, as a drain shifts load off
+    before it removes a path), every leg scheduled alike; when none works the rest form one
+    last stage, the schedule is unsafe and ``failing`` says why.
 
     >>> # doctest: +SKIP
     >>> schedule(old_intent, old_plan, new_intent, new_plan).to_document()["stages"][0]["devices"]
     """
+    opts = options or TransitionOptions()
+    direct = _direct(old_intent, old_plan, new_intent, new_plan, also, opts)
+    if direct.safe:
+        return direct
+    for k in range(1, opts.max_intermediate + 1):
+        staged = intermediate_plans(old_intent, old_plan, new_intent, new_plan, k)
+        if staged is None:
+            break
+        mid_intent, plans = staged
+        legs = [(old_intent, old_plan), *((mid_intent, p) for p in plans), (new_intent, new_plan)]
+        out = Schedule(limit=direct.limit, mode=direct.mode, intermediate_plans=k, plans=plans,
+                       plans_intent="proposed" if mid_intent is new_intent else "active")
+        for i in range(len(legs) - 1):
+            leg = _direct(*legs[i], *legs[i + 1], also if i == 0 else (), opts)
+            if not leg.safe:
+                break
+            out.stages += leg.stages
+            out.targets += [i + 1 if i + 1 <= k else 0] * len(leg.stages)
+        else:
+            return out
+    return direct
+
+
+def intermediate_plans(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Plan,
+                       k: int) -> tuple[Intent, list[Plan]] | None:
+    """``k`` plans between two, and the intent they run under; ``None`` when the change has none.
+
+    Plan ``j`` splits each route over the old plan's next hops by ``(1 - a) f_old + a f_new``
+    with ``a = j / (k + 1)`` (a next hop the new plan drops keeps a shrinking share), in
+    integer weights within the device's budget. They need next hops both intents can carry:
+    with the same links and drains any hop of either plan (they run under the new intent);
+    otherwise every route's new next hops must be among its old ones (they run under the old
+    intent, whose drains are not yet applied: load leaves a path before the path goes).
+    Routes only one plan has keep the old plan's state until the last leg.
+    """
+    same = ({x.key for x in old_intent.links} == {x.key for x in new_intent.links}
+            and old_intent.drained_links == new_intent.drained_links
+            and old_intent.drained_devices == new_intent.drained_devices)
+    for name, dn in new_plan.devices.items():
+        was = old_plan.devices.get(name)
+        for prefix in dn.routes:
+            old_hops = {(h.port, h.neighbor) for h in was.nexthops(prefix)} if was is not None else set()
+            if not same and not {(h.port, h.neighbor) for h in dn.nexthops(prefix)} <= old_hops:
+                return None
+    intent = new_intent if same else old_intent
+    lb = intent.wcmp_enabled and intent.wcmp_realization == WcmpRealization.LINK_BANDWIDTH
+    plans = []
+    for j in range(1, k + 1):
+        a = j / (k + 1)
+        devices = {}
+        for name, do in old_plan.devices.items():
+            now = new_plan.devices.get(name)
+            budget = intent.max_ecmp_entries(name) if name in intent.device_map else 64
+            budget = min(budget, 100) if lb else budget
+            groups: dict[tuple[NextHop, ...], str] = {}
+            routes: dict[str, str] = {}
+            for prefix in do.routes:
+                fo = _fractions(do.nexthops(prefix))
+                fn = _fractions(now.nexthops(prefix)) if now is not None else {}
+                if not fn:
+                    mix = fo
+                else:
+                    mix = {h: (1 - a) * fo.get(h, 0.0) + a * fn.get(h, 0.0) for h in {*fo, *fn}}
+                room = max(1, budget - len(mix))
+                hops = tuple(NextHop(p, nb, max(1, int(f * room))) for (p, nb), f in sorted(mix.items()) if f > 0)
+                routes[prefix] = groups.setdefault(hops, f"g{len(groups) + 1}")
+            devices[name] = DevicePlan({g: h for h, g in groups.items()}, routes)
+        plans.append(Plan(new_plan.fabric, replace(new_plan.summary, extra={"intermediate": j}), devices, ()))
+    return intent, plans
+
+
+def _fractions(hops: Sequence[NextHop]) -> dict[tuple[str, str], float]:
+    total = sum(h.weight for h in hops)
+    return {(h.port, h.neighbor): h.weight / total for h in hops} if total > 0 else {}
+
+
+def _direct(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Plan, also: Iterable[str],
+            options: TransitionOptions) -> Schedule:
+    """The schedule straight from one plan to the other (no intermediate plans)."""
     tr = Transition(old_intent, old_plan, new_intent, new_plan, options=options)
     opts = tr.options
     out = Schedule(limit=tr.limit, mode=tr.mode)

@@ -120,7 +120,9 @@ def test_loop_in_one_shot_is_avoided_by_order() -> None:
 
 
 def test_no_safe_order_is_reported_with_its_states() -> None:
-    it = fabric({"a": 7, "b": 2}, cap=8.0)
+    """Two full links swapped: any state with one source moved further than the other
+    overloads a link, so no stages and no intermediate plans help."""
+    it = fabric({"a": 8, "b": 8}, cap=8.0)
     old = plan_fix({"a": {"x": 1}, "b": {"y": 1}, "x": {"d": 1}, "y": {"d": 1}})
     new = plan_fix({"a": {"y": 1}, "b": {"x": 1}, "x": {"d": 1}, "y": {"d": 1}})
     sched = schedule(it, old, it, new)
@@ -229,7 +231,7 @@ def test_a_change_with_no_safe_order_is_unsafe_in_its_review_and_refused_unless_
     from controller.workflow.changes import ReviewInputs, _gate
     from controller.workflow.review import build_review
 
-    it = fabric({"a": 7, "b": 2}, cap=8.0)
+    it = fabric({"a": 8, "b": 8}, cap=8.0)
     old = plan_fix({"a": {"x": 1}, "b": {"y": 1}, "x": {"d": 1}, "y": {"d": 1}})
     new = plan_fix({"a": {"y": 1}, "b": {"x": 1}, "x": {"d": 1}, "y": {"d": 1}})
     inp = ReviewInputs(SimpleNamespace(proposed_revision=2), it, new, 1, it, old)  # type: ignore[arg-type]
@@ -251,3 +253,37 @@ def test_a_change_with_no_safe_order_is_unsafe_in_its_review_and_refused_unless_
     rv3 = build_review(ReviewInputs(SimpleNamespace(proposed_revision=2), it3, new3, 1, it3, old3), {})  # type: ignore[arg-type]
     assert rv3["verdict"] == "safe" and [s["devices"] for s in rv3["schedule"]["stages"]][1] == ["a"]
     assert all(s["worst_utilization"] <= 1.0 for s in rv3["schedule"]["stages"])
+
+
+def test_a_swap_with_no_safe_order_goes_through_an_intermediate_plan() -> None:
+    """Either source moving first overloads a link; one plan half way between (each source
+    split over x and y) makes every state of every leg safe, checked state by state."""
+    it = fabric({"a": 7, "b": 2}, cap=8.5)
+    old = plan_fix({"a": {"x": 1}, "b": {"y": 1}, "x": {"d": 1}, "y": {"d": 1}})
+    new = plan_fix({"a": {"y": 1}, "b": {"x": 1}, "x": {"d": 1}, "y": {"d": 1}})
+    tr = Transition(it, old, it, new)
+    assert not tr.evaluate(["a"]).ok and not tr.evaluate(["b"]).ok  # no device can go first
+    sched = schedule(it, old, it, new)
+    assert sched.safe and sched.intermediate_plans == 1
+    doc = sched.to_document()
+    assert doc["intermediate_plans"] == 1 and len(doc["intermediate"]) == 1
+    assert [c["plan"] for c in doc["checks"]][-1] == 0 and doc["checks"][0]["plan"] == 1
+    mid = sched.plans[0]
+    assert {h.neighbor for h in mid.devices["a"].groups[mid.devices["a"].routes[P]]} == {"x", "y"}
+    # brute force over every leg: every state of every stage safe, every claim an upper bound
+    legs = [old, mid, new]
+    base: frozenset[str] = frozenset()
+    leg = 0
+    for (devices, claimed, _m, _k), target in zip(sched.stages, sched.targets, strict=True):
+        want = 1 if target == 1 else 2
+        if want != leg + 1:
+            leg, base = want - 1, frozenset()
+        t = Transition(it, legs[leg], it, legs[leg + 1])
+        for n in range(len(devices) + 1):
+            for sub in itertools.combinations(devices, n):
+                r = t.evaluate(base | frozenset(sub))
+                assert r.ok and r.worst_utilization <= claimed + 1e-9
+        base |= frozenset(devices)
+    # with a larger source nothing works under the limit: the schedule says so
+    tight = fabric({"a": 8, "b": 8}, cap=8.0)
+    assert not schedule(tight, old, tight, new).safe

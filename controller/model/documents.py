@@ -282,6 +282,7 @@ class ScheduleCheck(_Closed):
 
     method: Literal["exact", "bound"]
     states: int
+    plan: int = Field(0, description="the plan the stage moves to: 0 the proposed one, k intermediate plan k")
 
 
 class ScheduleFailure(_Closed):
@@ -309,6 +310,10 @@ class ScheduleDocument(_Closed):
     ownership: Literal["advertised", "installed"]
     checks: list[ScheduleCheck]
     failing: list[ScheduleFailure]
+    intermediate: list[PlanDocument] = Field(
+        default_factory=list, description="the intermediate plans, in order (stages with plan k push plan k)")
+    intermediate_intent: Literal["active", "proposed"] = Field(
+        "proposed", description="the revision whose intent the intermediate plans are rendered with")
 
 
 class ReviewDocument(_Closed):

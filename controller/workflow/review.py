@@ -90,7 +90,8 @@ def transition_schedule(inp: ReviewInputs, config_diff: dict[str, str]) -> Doc:
         return {"stages": [{"devices": devices, "worst_utilization": round(inp.plan.summary.max_utilization, 6)}],
                 "intermediate_plans": 0, "safe": True, "limit": limits(inp.intent)["baseline"],
                 "ownership": ownership(inp.intent),
-                "checks": [{"method": "exact", "states": 1}], "failing": []}
+                "checks": [{"method": "exact", "states": 1, "plan": 0}], "failing": [], "intermediate": [],
+                "intermediate_intent": "proposed"}
     return schedule(inp.active_intent, inp.active_plan, inp.intent, inp.plan, also=config_diff).to_document()
 
 
