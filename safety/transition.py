@@ -44,7 +44,9 @@ origins on every allowed side deliver. Claims, for every state S of the stage:
    f_S(h) = w_S(h) / (w_S(h) + the others' present weights) <= F(h) because
    w_S(h) <= wmax, every sure hop is present in S with weight >= wmin, and
    w / (w + a) grows with w and falls with a. By induction in topological
-   order of G+, x_S <= A everywhere.
+   order of G+, x_S <= A everywhere. (``installed``: an entry's hops all belong to
+   its device, so f_S(h) is one side's split ratio and F(h) = the larger of the
+   two ratios, a tighter bound by the same argument.)
 4. So the load of every edge in S, sum_c x_S(u) f_S(e), is at most
    sum_c A(u) F(e): the propagation of G+ with fractions F, which is what
    :func:`safety.forwarding.propagate` computes on that table.
@@ -78,7 +80,7 @@ import numpy as np
 
 from controller.model import Intent, Routing, WcmpRealization
 from controller.model.plan import DevicePlan, NextHop, Plan
-from safety.forwarding import Table, Topology, propagate
+from safety.forwarding import Table, Topology, propagate, ranges
 from safety.replay import limits
 
 __all__ = ["Schedule", "StateResult", "Transition", "TransitionOptions", "intermediate_plans", "ownership",
@@ -164,6 +166,9 @@ _Loops = list[tuple[int, tuple[int, ...]]]
 class Transition:
     """Two plans of a change, compiled for evaluating every mixed state.
 
+    Entries (class, device) are grouped by the pair (old group, new group) they use: a
+    *pair group* holds the union of both groups' next hops with each side's weight, so a
+    state costs what the devices' distinct groups cost, not classes times devices.
     ``devices`` are the devices whose side matters (they own a next hop, a weight or an
     origin that differs between the plans). :meth:`evaluate` judges one state exactly,
     :meth:`bound` a whole stage by the module's bound, :meth:`check` a stage either way.
@@ -180,14 +185,12 @@ class Transition:
         self.prefixes = prefixes
         cls = {p: c for c, p in enumerate(prefixes)}
         n_cls = len(prefixes)
-        # origins per side
         self.origin = np.zeros((2, n_cls, n), dtype=bool)
         for side, it in enumerate((old_intent, new_intent)):
             for p in it.prefixes:
                 c = cls.get(p.prefix)
                 if c is not None:
                     self.origin[side, c, [index[o] for o in p.origins]] = True
-        # demand matrices (one when both intents agree)
         self.demands: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for it in (new_intent, old_intent):
             total: dict[tuple[int, int], float] = defaultdict(float)
@@ -199,32 +202,8 @@ class Transition:
                    np.array([total[k] for k in ks], dtype=np.float64))
             if not self.demands or not all(np.array_equal(a, b) for a, b in zip(self.demands[0], dem, strict=True)):
                 self.demands.append(dem)
-        # candidate next hops: (class, device, edge) -> weight per side
-        w: dict[tuple[int, int, int], list[float]] = {}
-        for side, plan in enumerate((old_plan, new_plan)):
-            pe = ports[side]
-            for name, dp in plan.devices.items():
-                u = index[name]
-                for prefix, gid in dp.routes.items():
-                    c = cls.get(prefix)
-                    if c is None:
-                        continue
-                    for h in dp.groups[gid]:
-                        e = pe[(u, h.port)]
-                        w.setdefault((c, u, e), [0.0, 0.0])[side] = float(max(h.weight, 0))
-        keys = sorted(w)
-        self.h_cls = np.array([k[0] for k in keys], dtype=np.int64)
-        self.h_dev = np.array([k[1] for k in keys], dtype=np.int64)
-        self.h_edge = np.array([k[2] for k in keys], dtype=np.int64)
-        self.h_key = self.h_cls * n + self.h_dev
-        self.h_next = self.topo.edge_dst[self.h_edge] if len(keys) else np.empty(0, dtype=np.int64)
-        self.w_old = np.array([w[k][0] for k in keys], dtype=np.float64)
-        self.w_new = np.array([w[k][1] for k in keys], dtype=np.float64)
-        if self.mode == "installed":  # a device's own group: only its split ratios matter
-            for arr in (self.w_old, self.w_new):
-                sums = np.bincount(self.h_key, weights=arr, minlength=n_cls * n)
-                arr /= np.where(sums[self.h_key] > 0, sums[self.h_key], 1.0)
-        # owners: weight and presence (a second presence owner where the link's policy changes)
+        sides = [_side_groups(plan, index, ports[s], cls, n_cls, n) for s, plan in enumerate((old_plan, new_plan))]
+        self._pair_groups(sides)
         changed_links = self._changed_links(old_intent, new_intent)
         if self.mode == "advertised":
             self.own_w = self.h_next.copy()
@@ -234,11 +213,41 @@ class Transition:
         else:
             self.own_w = self.h_dev.copy()
             self.own_b = self.h_dev.copy()
+            for arr in (self.w_old, self.w_new):  # a device's own group: only its split ratios matter
+                sums = np.bincount(self.h_pg, weights=arr, minlength=self.n_pg)
+                arr /= np.where(sums[self.h_pg] > 0, sums[self.h_pg], 1.0)
         self.own_a = self.own_w
         differs = ~np.isclose(self.w_old, self.w_new, rtol=1e-12, atol=0.0)
         owners = set(self.own_w[differs].tolist()) | set(self.own_b[differs].tolist())
         owners |= set(np.flatnonzero((self.origin[0] != self.origin[1]).any(axis=0)).tolist())
         self.devices = tuple(self.topo.names[v] for v in sorted(owners))
+
+    def _pair_groups(self, sides: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Entries -> pair groups (``route_pg``), and the pair groups' union hops."""
+        (r0, ip0, e0, w0), (r1, ip1, e1, w1) = sides
+        g1 = len(ip1) - 1
+        pair = (r0.astype(np.int64) + 1) * (g1 + 1) + (r1.astype(np.int64) + 1)
+        routed = (r0 >= 0) | (r1 >= 0)
+        uniq, inv = np.unique(pair[routed], return_inverse=True)
+        self.route_pg = np.full(pair.shape, -1, dtype=np.int64)
+        self.route_pg[routed] = inv
+        self.n_pg = len(uniq)
+        og, ng = uniq // (g1 + 1) - 1, uniq % (g1 + 1) - 1
+        parts = []
+        for g, ip, e, w, is_new in ((og, ip0, e0, w0, False), (ng, ip1, e1, w1, True)):
+            pgs = np.flatnonzero(g >= 0)
+            hop, lens = ranges(ip, g[pgs])
+            parts.append((np.repeat(pgs, lens), e[hop], w[hop], is_new))
+        keys = np.concatenate([p[0] * self.topo.n_edges + p[1] for p in parts])
+        hk, hinv = np.unique(keys, return_inverse=True)
+        self.h_pg = hk // self.topo.n_edges
+        self.h_edge = hk % self.topo.n_edges
+        self.w_old = np.zeros(len(hk))
+        self.w_new = np.zeros(len(hk))
+        self.w_old[hinv[:len(parts[0][0])]] = parts[0][2]
+        self.w_new[hinv[len(parts[0][0]):]] = parts[1][2]
+        self.h_dev = self.topo.edge_src[self.h_edge]
+        self.h_next = self.topo.edge_dst[self.h_edge]
 
     @staticmethod
     def _changed_links(old: Intent, new: Intent) -> set[str]:
@@ -250,6 +259,20 @@ class Transition:
         on[[self.topo.index[d] for d in devices]] = True
         return on
 
+    def _pointed(self, bad: np.ndarray, hops: np.ndarray) -> np.ndarray:
+        """Of the entries ``bad`` ([class, device] mask), those that some entry of the same class
+        reaches over one of ``hops`` (pair-group hops): where a withdrawal would matter."""
+        out = np.zeros_like(bad)
+        cs, vs = np.nonzero(bad)
+        for v in np.unique(vs).tolist():
+            pgs = np.unique(self.h_pg[hops[self.h_next[hops] == v]])
+            if not len(pgs):
+                continue
+            rows = cs[vs == v]
+            hit = np.isin(self.route_pg[rows], pgs).any(axis=1)
+            out[rows[hit], v] = True
+        return out
+
     # -- one state, exactly ---------------------------------------------------------
     def evaluate(self, state: Iterable[str]) -> StateResult:
         """Judge the state where exactly ``state`` runs the new config."""
@@ -258,54 +281,88 @@ class Transition:
         side_w = np.where(on[self.own_w], wn, wo)
         pres = (np.where(on[self.own_a], wn > 0, wo > 0) & np.where(on[self.own_b], wn > 0, wo > 0)
                 & (side_w > 0))
-        origin = np.where(on[None, :], self.origin[1], self.origin[0]).reshape(-1)
-        pres &= ~origin[self.h_key]
+        origin = np.where(on[None, :], self.origin[1], self.origin[0])
+        nonempty = np.bincount(self.h_pg[pres], minlength=self.n_pg) > 0
+        rpg = self.route_pg
+        usable = (rpg >= 0) & nonempty[np.maximum(rpg, 0)] & ~origin
+        extra: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         if self.mode == "advertised":
-            nxt = self.h_cls * self.n + self.h_next
-            while True:
-                routed = origin.copy()
-                routed[self.h_key[pres]] = True
-                keep = pres & routed[nxt]
-                if np.array_equal(keep, pres):
-                    break
-                pres = keep
-        loads, drops, loops = self._push(pres, side_w, origin)
-        return self._judge(loads, drops, loops)
+            unrouted = ~usable & ~origin
+            if unrouted.any():
+                hit = self._pointed(unrouted, np.flatnonzero(pres))
+                for c in np.unique(np.nonzero(hit)[0]).tolist():
+                    extra.append(self._withdrawn_class(c, pres, side_w, origin[c]))
+        route = np.where(usable, rpg, -1)
+        return self._judge(*self._push(route, pres, side_w, origin, extra))
 
-    def _push(self, pres: np.ndarray, weight: np.ndarray, origin: np.ndarray, frac: np.ndarray | None = None,
+    def _withdrawn_class(self, c: int, pres: np.ndarray, weight: np.ndarray,
+                         origin: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """BGP's withdrawals for class ``c``: its entries' hops, expanded, to the fixpoint where
+        no device keeps a next hop that has no route. Returns (class, device, edge, weight) rows."""
+        devs = np.flatnonzero((self.route_pg[c] >= 0) & ~origin)
+        order = np.argsort(self.h_pg, kind="stable")
+        starts = np.searchsorted(self.h_pg[order], np.arange(self.n_pg + 1))
+        hop, lens = ranges(starts, self.route_pg[c, devs])
+        hop = order[hop]
+        dev = np.repeat(devs, lens)
+        keep = pres[hop]
+        while True:
+            routed = origin.copy()
+            routed[dev[keep]] = True
+            nk = keep & routed[self.h_next[hop]]
+            if np.array_equal(nk, keep):
+                break
+            keep = nk
+        hop = hop[keep]
+        return (np.full(len(hop), c, dtype=np.int64), self.h_dev[hop], self.h_edge[hop], weight[hop])
+
+    def _push(self, route: np.ndarray, pres: np.ndarray, weight: np.ndarray, origin: np.ndarray,
+              extra: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], frac: np.ndarray | None = None,
               sure_routed: np.ndarray | None = None) -> tuple[list[np.ndarray], list[tuple[int, int]], _Loops]:
-        """Propagate every demand matrix through the groups ``pres`` selects."""
+        """Propagate every demand matrix: entries use their pair group's present hops (``route``),
+        the classes in ``extra`` their own expanded groups."""
         n, n_cls = self.n, len(self.prefixes)
         idx = np.flatnonzero(pres)
-        keys = self.h_key[idx]
-        route = np.full(n_cls * n, -1, dtype=np.int32)
-        uniq, start = np.unique(keys, return_index=True)
-        route[uniq] = np.arange(len(uniq), dtype=np.int32)
-        indptr = np.append(start, len(idx)).astype(np.int64)
+        pg = self.h_pg[idx]
         w = weight[idx]
-        if frac is None:
-            sums = np.add.reduceat(w, start) if len(w) else np.empty(0)
-            f = w / np.repeat(sums, np.diff(indptr)) if len(w) else w
-        else:
-            f = frac[idx]
-        org = origin.reshape(n_cls, n)
-        origins = [frozenset(np.flatnonzero(org[c]).tolist()) for c in range(n_cls)]
+        f = frac[idx] if frac is not None else w / np.bincount(pg, weights=w, minlength=self.n_pg)[pg]
+        counts = np.bincount(pg, minlength=self.n_pg)
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        edges = [self.h_edge[idx]]
+        fracs = [f]
+        weights = [w]
+        route = route.astype(np.int32)
+        next_group = self.n_pg
+        for cc, dd, ee, ww in extra:
+            c = int(cc[0]) if len(cc) else -1
+            if c < 0:
+                continue
+            route[c] = -1
+            uniq, start, cnt = np.unique(dd, return_index=True, return_counts=True)
+            route[c, uniq] = next_group + np.arange(len(uniq))
+            next_group += len(uniq)
+            sums = np.add.reduceat(ww, start)
+            edges.append(ee)
+            weights.append(ww)
+            fracs.append(ww / np.repeat(sums, cnt))
+            indptr = np.concatenate([indptr, indptr[-1] + np.cumsum(cnt)])
+        origins = [frozenset(np.flatnonzero(origin[c]).tolist()) for c in range(n_cls)]
         loads: list[np.ndarray] = []
         drops: list[tuple[int, int]] = []
-        loops: list[tuple[int, tuple[int, ...]]] = []
+        loops: _Loops = []
         for dc, dv, dg in self.demands:
-            tab = Table(self.prefixes, origins, route.reshape(n_cls, n), indptr, self.h_edge[idx], f, w,
-                        dc, dv, dg, [])
+            tab = Table(self.prefixes, origins, route, indptr, np.concatenate(edges), np.concatenate(fracs),
+                        np.concatenate(weights), dc, dv, dg, [])
             fl = propagate(tab, self.topo)
             loads.append(fl.load)
             drops += [k for k, g in fl.drops().items() if g > 1e-6]
             loops += fl.loops
             if sure_routed is not None:  # the bound also needs every reached device to be surely routed
-                drops += [(int(k // n), int(k % n)) for k in fl.keys.tolist() if not sure_routed[k]]
+                flat = sure_routed.reshape(-1)
+                drops += [(int(k // n), int(k % n)) for k in fl.keys[~flat[fl.keys]].tolist()]
         return loads, drops, loops
 
-    def _judge(self, loads: list[np.ndarray], drops: list[tuple[int, int]],
-               loops: list[tuple[int, tuple[int, ...]]]) -> StateResult:
+    def _judge(self, loads: list[np.ndarray], drops: list[tuple[int, int]], loops: _Loops) -> StateResult:
         topo, names = self.topo, self.topo.names
         util = np.max(np.stack(loads), axis=0) / topo.edge_cap if loads and len(topo.edge_cap) else np.zeros(0)
         worst = float(util.max()) if len(util) else 0.0
@@ -337,25 +394,30 @@ class Transition:
         wmax = np.where(fw, np.maximum(wo, wn), side(self.own_w, wo, wn))
         wmin = np.where(fw, np.minimum(wo, wn), side(self.own_w, wo, wn))
         o_fixed = np.where(fixed[None, :], self.origin[1], self.origin[0])
-        may_origin = np.where(free[None, :], self.origin[0] | self.origin[1], o_fixed).reshape(-1)
-        sure_origin = np.where(free[None, :], self.origin[0] & self.origin[1], o_fixed).reshape(-1)
-        possible = may(self.own_a) & may(self.own_b) & (wmax > 0) & ~sure_origin[self.h_key]
-        certain = sure(self.own_a) & sure(self.own_b) & (wmin > 0) & ~may_origin[self.h_key]
-        routed = sure_origin.copy()
-        nxt = self.h_cls * self.n + self.h_next
-        while True:
-            hop_ok = certain & routed[nxt] if self.mode == "advertised" else certain
-            grown = routed.copy()
-            grown[self.h_key[hop_ok]] = True
-            if np.array_equal(grown, routed):
-                break
-            routed = grown
-        certain = hop_ok
-        smin = np.bincount(self.h_key[certain], weights=wmin[certain], minlength=len(routed))
-        others = smin[self.h_key] - np.where(certain, wmin, 0.0)
-        frac = np.where(possible, wmax / np.maximum(wmax + others, 1e-300), 0.0)
-        loads, drops, loops = self._push(possible, wmax, sure_origin, frac, routed | sure_origin)
-        drops = [(c, v) for c, v in drops if not sure_origin[c * self.n + v]]
+        may_origin = np.where(free[None, :], self.origin[0] | self.origin[1], o_fixed)
+        sure_origin = np.where(free[None, :], self.origin[0] & self.origin[1], o_fixed)
+        possible = may(self.own_a) & may(self.own_b) & (wmax > 0)
+        certain = sure(self.own_a) & sure(self.own_b) & (wmin > 0)
+        rpg = self.route_pg
+        has_certain = np.bincount(self.h_pg[certain], minlength=self.n_pg) > 0
+        has_possible = np.bincount(self.h_pg[possible], minlength=self.n_pg) > 0
+        # surely routed: an origin on every side, or a pair group with a hop present in every state
+        sure_routed = sure_origin | ((rpg >= 0) & has_certain[np.maximum(rpg, 0)] & ~may_origin)
+        if self.mode == "advertised":
+            # no withdrawal can start if every entry another one may point at is surely routed
+            # (then every certain hop is present in every state); else the bound declines
+            maybe_unrouted = ~sure_routed
+            if maybe_unrouted.any() and self._pointed(maybe_unrouted, np.flatnonzero(possible)).any():
+                return StateResult(False, float("inf"), None, ("a withdrawal may start inside the stage",))
+        smin = np.bincount(self.h_pg[certain], weights=wmin[certain], minlength=self.n_pg)
+        others = smin[self.h_pg] - np.where(certain, wmin, 0.0)
+        if self.mode == "installed":  # one owner per entry: its split is one side's, whole
+            frac = np.where(possible, wmax, 0.0)
+        else:
+            frac = np.where(possible, wmax / np.maximum(wmax + others, 1e-300), 0.0)
+        route = np.where((rpg >= 0) & has_possible[np.maximum(rpg, 0)] & ~sure_origin, rpg, -1)
+        loads, drops, loops = self._push(route, possible, wmax, sure_origin, [], frac, sure_routed)
+        drops = [(c, v) for c, v in drops if not sure_origin[c, v]]
         return self._judge(loads, drops, loops)
 
     def states(self, base: Iterable[str], stage: Sequence[str]) -> list[tuple[frozenset[str], StateResult]]:
@@ -380,6 +442,30 @@ class Transition:
             return (StateResult(not bad, worst.worst_utilization, worst.worst_link, pick.over, pick.dropped,
                                 pick.loops), "exact", len(results))
         return self.bound(base, stage), "bound", 2 ** len(stage)
+
+
+def _side_groups(plan: Plan, index: dict[str, int], ports: dict[tuple[int, str], int], cls: dict[str, int],
+                 n_cls: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One plan's entries: route[class, device] -> group, and the groups' (indptr, edge, weight)."""
+    route = np.full((n_cls, n), -1, dtype=np.int64)
+    edges: list[int] = []
+    weights: list[float] = []
+    indptr = [0]
+    for name, dp in plan.devices.items():
+        u = index[name]
+        gmap: dict[str, int] = {}
+        for gid, hops in dp.groups.items():
+            for h in hops:
+                edges.append(ports[(u, h.port)])
+                weights.append(float(max(h.weight, 0)))
+            gmap[gid] = len(indptr) - 1
+            indptr.append(len(edges))
+        col = route[:, u]
+        for prefix, gid in dp.routes.items():
+            c = cls.get(prefix)
+            if c is not None:
+                col[c] = gmap[gid]
+    return route, np.asarray(indptr, dtype=np.int64), np.asarray(edges, dtype=np.int64), np.asarray(weights)
 
 
 @dataclass(slots=True)

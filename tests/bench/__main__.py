@@ -2,8 +2,8 @@
 
 Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend auto]
 [--repetita all|none|NAME,...] [--budgets 128,64]``. Sections: solver, safety,
-labs, southbound, telemetry, patterns, closed_loop, api (those whose module exists). Timings are wall clock on the
-machine at hand; print them beside the machine's core count.
+transition, labs, southbound, telemetry, patterns, closed_loop, api (those whose module exists).
+Timings are wall clock on the machine at hand; print them beside the machine's core count.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-SECTIONS = ("solver", "safety", "labs", "southbound", "telemetry", "patterns", "closed_loop", "api")
+SECTIONS = ("solver", "safety", "transition", "labs", "southbound", "telemetry", "patterns", "closed_loop", "api")
 
 
 def _print(console: Console, name: str, result: Any) -> None:
