@@ -89,13 +89,14 @@ __all__ = ["Schedule", "StateResult", "Transition", "TransitionOptions", "interm
 
 @dataclass(frozen=True, slots=True)
 class TransitionOptions:
-    """``exact_limit``: stages of at most this many devices are enumerated state by state;
-    ``scan_limit``: after bisection, up to this many remaining devices are each tried in the
-    stage; ``tol``: slack on the utilization limit; ``max_intermediate``: at most this many
-    intermediate plans are tried when the two plans have no safe order."""
+    """``exact_limit``: stages of at most this many devices that the bound does not accept are
+    enumerated state by state; ``scan_limit``: after bisection, up to this many of the
+    remaining devices are each tried in the stage; ``tol``: slack on the utilization limit;
+    ``max_intermediate``: at most this many intermediate plans are tried when the two plans
+    have no safe order."""
 
     exact_limit: int = 6
-    scan_limit: int = 64
+    scan_limit: int = 8
     tol: float = 1e-9
     max_intermediate: int = 3
 
@@ -431,10 +432,15 @@ class Transition:
         return out
 
     def check(self, base: Iterable[str], stage: Sequence[str]) -> tuple[StateResult, str, int]:
-        """Judge a stage: exactly when small enough, else by the bound. Returns the result
+        """Judge a stage: by the bound first (a single device: its two states exactly); when the
+        bound declines a stage small enough, state by state. Returns the result
         (worst over the states), the method (``exact`` or ``bound``) and the states covered."""
         base = frozenset(base)
-        if len(stage) <= self.options.exact_limit:
+        if len(stage) > 1:  # the bound costs one propagation: when it accepts, that is enough
+            b = self.bound(base, stage)
+            if b.ok or len(stage) > self.options.exact_limit:
+                return b, "bound", 2 ** len(stage)
+        if len(stage) <= self.options.exact_limit or len(stage) <= 1:
             results = self.states(base, stage)
             bad = [r for _, r in results if not r.ok]
             worst = max(results, key=lambda sr: sr[1].worst_utilization)[1]
@@ -615,7 +621,7 @@ def _direct(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Pl
     remaining = list(tr.devices)
     extra = sorted(set(also) - set(remaining))
     base: frozenset[str] = frozenset()
-    if len(remaining) <= opts.scan_limit:  # lighter single moves first
+    if len(remaining) <= 8 * opts.scan_limit:  # lighter single moves first
         single = {d: tr.evaluate([d]) for d in remaining}
         remaining.sort(key=lambda d: (not single[d].ok, single[d].worst_utilization, d))
     while remaining:
@@ -632,8 +638,8 @@ def _direct(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Pl
             break
         stage = remaining[:k]
         rest = remaining[k:]
-        if len(rest) <= opts.scan_limit:
-            for d in list(rest):
+        if rest:
+            for d in list(rest[:opts.scan_limit]):
                 r2, m2, c2 = tr.check(base, stage + [d])
                 if r2.ok:
                     stage.append(d)

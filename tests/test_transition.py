@@ -287,3 +287,33 @@ def test_a_swap_with_no_safe_order_goes_through_an_intermediate_plan() -> None:
     # with a larger source nothing works under the limit: the schedule says so
     tight = fabric({"a": 8, "b": 8}, cap=8.0)
     assert not schedule(tight, old, tight, new).safe
+
+
+def test_fib_routes_are_judged_static_after_a_failure() -> None:
+    """``paths: loop_free`` splits a -> d over a-b-d and a-c-d with static fib routes. When b-d
+    fails, b (no next hop left) falls back to IS-IS, whose shortest path is back through a,
+    while a's static route still sends b its share: a loop the protocol model never showed."""
+    from solver.solve import solve
+
+    links = [{"a": "a", "a_port": "e1", "b": "b", "b_port": "e1", "capacity_gbps": 10, "metric": 10},
+             {"a": "b", "a_port": "e2", "b": "d", "b_port": "e1", "capacity_gbps": 10, "metric": 10},
+             {"a": "a", "a_port": "e2", "b": "c", "b_port": "e1", "capacity_gbps": 20, "metric": 10},
+             {"a": "c", "a_port": "e2", "b": "d", "b_port": "e2", "capacity_gbps": 20, "metric": 20}]
+    doc = {"name": "sq", "routing": "isis", "devices": [{"name": n} for n in "abcd"], "links": links,
+           "prefixes": [{"prefix": "10.0.0.0/24", "origins": ["d"]}],
+           "demands": [{"from": "a", "to": "10.0.0.0/24", "gbps": 12}],
+           "policies": [{"kind": "paths", "mode": "loop_free"},
+                        {"kind": "wcmp", "enabled": True, "realization": "fib"}]}
+    it = validate_intent(doc)
+    plan = solve(it)
+    a_hops = {h.neighbor: h.weight for h in plan.devices["a"].nexthops("10.0.0.0/24")}
+    assert set(a_hops) == {"b", "c"}  # split over both sides
+    share_b = 12 * a_hops["b"] / sum(a_hops.values())
+    sc = Scenario("link:b:e2", "link", frozenset(), frozenset({"b:e2"}))
+    static = replay(it, plan, only=[sc]).scenarios[0]
+    protocol = replay(it, plan, only=[sc], model="routing").scenarios[0]
+    assert protocol.reconverged.ok and not protocol.reconverged.loops  # the protocol reroutes all via c
+    assert not static.reconverged.ok and static.reconverged.loops  # a's static share to b loops at b
+    assert "10.0.0.0/24" in static.reconverged.loops[0] and share_b > 0
+    # what does arrive at d is only c's share: the loop's traffic is lost
+    assert static.reconverged.invariant("loop") is not None and not static.reconverged.invariant("loop").ok
