@@ -80,7 +80,7 @@ import numpy as np
 
 from controller.model import Intent, Routing, WcmpRealization
 from controller.model.plan import DevicePlan, NextHop, Plan
-from safety.forwarding import Table, Topology, propagate, ranges
+from safety.forwarding import Topology, ranges
 from safety.replay import limits
 
 __all__ = ["Schedule", "StateResult", "Transition", "TransitionOptions", "intermediate_plans", "ownership",
@@ -322,7 +322,7 @@ class Transition:
               sure_routed: np.ndarray | None = None) -> tuple[list[np.ndarray], list[tuple[int, int]], _Loops]:
         """Propagate every demand matrix: entries use their pair group's present hops (``route``),
         the classes in ``extra`` their own expanded groups."""
-        n, n_cls = self.n, len(self.prefixes)
+        n = self.n
         idx = np.flatnonzero(pres)
         pg = self.h_pg[idx]
         w = weight[idx]
@@ -347,20 +347,24 @@ class Transition:
             weights.append(ww)
             fracs.append(ww / np.repeat(sums, cnt))
             indptr = np.concatenate([indptr, indptr[-1] + np.cumsum(cnt)])
-        origins = [frozenset(np.flatnonzero(origin[c]).tolist()) for c in range(n_cls)]
+        origin_flat = origin.reshape(-1)
         loads: list[np.ndarray] = []
         drops: list[tuple[int, int]] = []
         loops: _Loops = []
+        tab_edge, tab_frac = np.concatenate(edges), np.concatenate(fracs)
+        flat_route = route.reshape(-1)
         for dc, dv, dg in self.demands:
-            tab = Table(self.prefixes, origins, route, indptr, np.concatenate(edges), np.concatenate(fracs),
-                        np.concatenate(weights), dc, dv, dg, [])
-            fl = propagate(tab, self.topo)
-            loads.append(fl.load)
-            drops += [k for k, g in fl.drops().items() if g > 1e-6]
-            loops += fl.loops
+            load, reached, lost, moving = _flow(flat_route, indptr, tab_edge, tab_frac, self.topo, n,
+                                                dc * n + dv, dg, origin_flat)
+            loads.append(load)
+            drops += [(int(k // n), int(k % n)) for k in lost.tolist()]
+            by: dict[int, set[int]] = {}
+            for k in moving.tolist():
+                by.setdefault(k // n, set()).add(k % n)
+            loops += [(c, tuple(sorted(v))) for c, v in sorted(by.items())]
             if sure_routed is not None:  # the bound also needs every reached device to be surely routed
                 flat = sure_routed.reshape(-1)
-                drops += [(int(k // n), int(k % n)) for k in fl.keys[~flat[fl.keys]].tolist()]
+                drops += [(int(k // n), int(k % n)) for k in reached[~flat[reached]].tolist()]
         return loads, drops, loops
 
     def _judge(self, loads: list[np.ndarray], drops: list[tuple[int, int]], loops: _Loops) -> StateResult:
@@ -448,6 +452,41 @@ class Transition:
             return (StateResult(not bad, worst.worst_utilization, worst.worst_link, pick.over, pick.dropped,
                                 pick.loops), "exact", len(results))
         return self.bound(base, stage), "bound", 2 ** len(stage)
+
+
+def _flow(route: np.ndarray, indptr: np.ndarray, edge: np.ndarray, frac: np.ndarray, topo: Topology, n: int,
+          keys: np.ndarray, amounts: np.ndarray, origin: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Push demand (state keys ``class * n + device``) hop by hop as :func:`safety.forwarding.propagate`
+    does, keeping only what a transition needs: the load per edge, the states reached, those
+    that black-hole (no route, not an origin, more than 1e-6 gbps) and those still carrying
+    traffic after as many hops as devices (a loop). Memory is one hop's frontier, not the flow."""
+    load = np.zeros(topo.n_edges)
+    sunk = np.zeros(len(route))
+    seen = np.zeros(len(route), dtype=bool)
+    uniq, inv = np.unique(keys, return_inverse=True)
+    fk, fa = uniq, np.bincount(inv, weights=amounts)
+    for _level in range(n + 1):
+        keep = fa > 0
+        fk, fa = fk[keep], fa[keep]
+        if not len(fk):
+            break
+        seen[fk] = True
+        g = route[fk]
+        stop = g < 0
+        np.add.at(sunk, fk[stop & ~origin[fk]], fa[stop & ~origin[fk]])
+        fk, fa, g = fk[~stop], fa[~stop], g[~stop]
+        hop, lens = ranges(indptr, g.astype(np.int64))
+        amt = np.repeat(fa, lens) * frac[hop]
+        e = edge[hop]
+        load += np.bincount(e, weights=amt, minlength=topo.n_edges)
+        nk = np.repeat(fk // n, lens) * n + topo.edge_dst[e]
+        uniq, inv = np.unique(nk, return_inverse=True)
+        fk, fa = uniq, np.bincount(inv, weights=amt)
+    else:
+        fk = fk[fa > 0]
+    moving = fk if _level == n else np.empty(0, dtype=np.int64)
+    return load, np.flatnonzero(seen), np.flatnonzero(sunk > 1e-6), moving
 
 
 def _side_groups(plan: Plan, index: dict[str, int], ports: dict[tuple[int, str], int], cls: dict[str, int],
