@@ -19,13 +19,15 @@ every (destination, device) entry is taken from the side of the device that
 A device originates P on its own side. A state is judged as any scenario:
 every demand delivered, no forwarding loop, every link under the baseline
 ``utilization_limit`` (under each intent's demand when they differ); it is
-compiled into a :class:`safety.forwarding.Table` and pushed by
-:func:`safety.forwarding.propagate`, as the replay does.
+compiled into a forwarding table (the pair groups below, in the layout of
+:class:`safety.forwarding.Table`) and pushed hop by hop as
+:func:`safety.forwarding.propagate` does, keeping only the frontier (the tests hold
+it against the safety replay of the mixed plan, state by state).
 
 **Stage bound.** A stage ``T`` applied on top of the devices ``B`` already
-updated reaches every state ``B + U`` for ``U`` a subset of ``T``. Small
-stages are enumerated exactly; large ones are judged by a bound that costs
-one propagation. Per entry (class c, device v) and next hop h, let a hop be
+updated reaches every state ``B + U`` for ``U`` a subset of ``T``. A stage
+is judged by a bound that costs one push; small stages the bound declines
+are enumerated state by state. Per entry (class c, device v) and next hop h, let a hop be
 *possible* when some choice of sides of its owners in ``T`` (the others fixed)
 has it, *sure* when every choice has it and (advertised) its next hop is
 *surely routed*: an origin on every side, or with a sure hop to a surely routed
