@@ -95,12 +95,14 @@ class TransitionOptions:
     enumerated state by state; ``scan_limit``: after bisection, up to this many of the
     remaining devices are each tried in the stage; ``tol``: slack on the utilization limit;
     ``max_intermediate``: at most this many intermediate plans are tried when the two plans
-    have no safe order."""
+    have no safe order; ``max_pushes``: the search's budget of pushes (states or bounds) per
+    pair of plans, past which the rest is one last stage, judged as it is."""
 
     exact_limit: int = 6
     scan_limit: int = 8
     tol: float = 1e-9
     max_intermediate: int = 3
+    max_pushes: int = 2000
 
 
 def ownership(intent: Intent) -> str:
@@ -180,6 +182,7 @@ class Transition:
     def __init__(self, old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Plan,
                  *, options: TransitionOptions | None = None):
         self.options = options or TransitionOptions()
+        self.pushes = 0
         self.mode = ownership(new_intent)
         self.limit = limits(new_intent)["baseline"]
         self.topo, index, ports = _union_topology(old_intent, new_intent)
@@ -325,6 +328,7 @@ class Transition:
         """Propagate every demand matrix: entries use their pair group's present hops (``route``),
         the classes in ``extra`` their own expanded groups."""
         n = self.n
+        self.pushes += 1
         idx = np.flatnonzero(pres)
         pg = self.h_pg[idx]
         w = weight[idx]
@@ -531,6 +535,7 @@ class Schedule:
     targets: list[int] = field(default_factory=list)
     plans: list[Plan] = field(default_factory=list)
     plans_intent: str = "proposed"  # which revision's intent the intermediate plans run under
+    note: str | None = None
 
     def to_document(self) -> dict[str, Any]:
         targets = self.targets or [0] * len(self.stages)
@@ -540,7 +545,8 @@ class Schedule:
                 "checks": [{"method": m, "states": k, "plan": t}
                            for (_, _, m, k), t in zip(self.stages, targets, strict=True)],
                 "failing": self.failing,
-                "intermediate": [p.to_document() for p in self.plans], "intermediate_intent": self.plans_intent}
+                "intermediate": [p.to_document() for p in self.plans], "intermediate_intent": self.plans_intent,
+                "note": self.note}
 
 
 def _largest_prefix(tr: Transition, base: frozenset[str], order: list[str]) -> tuple[int, StateResult | None, str, int]:
@@ -666,6 +672,15 @@ def _direct(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Pl
         single = {d: tr.evaluate([d]) for d in remaining}
         remaining.sort(key=lambda d: (not single[d].ok, single[d].worst_utilization, d))
     while remaining:
+        if tr.pushes > opts.max_pushes:
+            res, method, count = tr.check(base, remaining)
+            out.stages.append((tuple(sorted(remaining)), res.worst_utilization, method, count))
+            if not res.ok:
+                out.safe = False
+                out.note = f"search budget of {opts.max_pushes} pushes spent; the last stage fails its check"
+                out.failing.append({"state": sorted(base | set(remaining)), "moving": "+".join(sorted(remaining)),
+                                    **res.to_document()})
+            break
         k, res, method, count = _largest_prefix(tr, base, remaining)
         if k == 0:
             for i, d in enumerate(remaining):

@@ -317,3 +317,15 @@ def test_fib_routes_are_judged_static_after_a_failure() -> None:
     assert "10.0.0.0/24" in static.reconverged.loops[0] and share_b > 0
     # what does arrive at d is only c's share: the loop's traffic is lost
     assert static.reconverged.invariant("loop") is not None and not static.reconverged.invariant("loop").ok
+
+
+def test_a_spent_search_budget_ends_in_one_checked_stage() -> None:
+    """Past ``max_pushes`` the rest is one last stage, judged as it is: here its states
+    overload a link, so the schedule is unsafe and says why."""
+    it = fabric({"a": 6, "b": 2, "c": 2}, cap=8.0)
+    old = plan_fix({"a": {"x": 1}, "b": {"y": 1}, "c": {"y": 1}, "x": {"d": 1}, "y": {"d": 1}})
+    new = plan_fix({"a": {"y": 1}, "b": {"x": 1}, "c": {"x": 1}, "x": {"d": 1}, "y": {"d": 1}})
+    sched = schedule(it, old, it, new, options=TransitionOptions(max_pushes=0, max_intermediate=0))
+    doc = sched.to_document()
+    assert not doc["safe"] and "budget" in doc["note"] and doc["failing"]
+    assert [s["devices"] for s in doc["stages"]] == [["a", "b", "c"]]

@@ -314,6 +314,7 @@ class ScheduleDocument(_Closed):
         default_factory=list, description="the intermediate plans, in order (stages with plan k push plan k)")
     intermediate_intent: Literal["active", "proposed"] = Field(
         "proposed", description="the revision whose intent the intermediate plans are rendered with")
+    note: str | None = Field(None, description="why the search stopped early, when it did")
 
 
 class ReviewDocument(_Closed):

@@ -91,7 +91,7 @@ def transition_schedule(inp: ReviewInputs, config_diff: dict[str, str]) -> Doc:
                 "intermediate_plans": 0, "safe": True, "limit": limits(inp.intent)["baseline"],
                 "ownership": ownership(inp.intent),
                 "checks": [{"method": "exact", "states": 1, "plan": 0}], "failing": [], "intermediate": [],
-                "intermediate_intent": "proposed"}
+                "intermediate_intent": "proposed", "note": None}
     return schedule(inp.active_intent, inp.active_plan, inp.intent, inp.plan, also=config_diff).to_document()
 
 
