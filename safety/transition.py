@@ -673,13 +673,13 @@ def _direct(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Pl
         remaining.sort(key=lambda d: (not single[d].ok, single[d].worst_utilization, d))
     while remaining:
         if tr.pushes > opts.max_pushes:
-            res, method, count = tr.check(base, remaining)
-            out.stages.append((tuple(sorted(remaining)), res.worst_utilization, method, count))
-            if not res.ok:
+            last, how, states = tr.check(base, remaining)
+            out.stages.append((tuple(sorted(remaining)), last.worst_utilization, how, states))
+            if not last.ok:
                 out.safe = False
                 out.note = f"search budget of {opts.max_pushes} pushes spent; the last stage fails its check"
                 out.failing.append({"state": sorted(base | set(remaining)), "moving": "+".join(sorted(remaining)),
-                                    **res.to_document()})
+                                    **last.to_document()})
             break
         k, res, method, count = _largest_prefix(tr, base, remaining)
         if k == 0:
