@@ -125,7 +125,8 @@ class StateResult:
     loops: tuple[str, ...] = ()
 
     def to_document(self) -> dict[str, Any]:
-        return {"ok": self.ok, "worst_utilization": round(self.worst_utilization, 6),
+        finite = bool(np.isfinite(self.worst_utilization))
+        return {"ok": self.ok, "worst_utilization": round(self.worst_utilization, 6) if finite else None,
                 "worst_link": self.worst_link, "over_limit": list(self.over), "dropped": list(self.dropped),
                 "loops": list(self.loops)}
 
@@ -539,7 +540,8 @@ class Schedule:
 
     def to_document(self) -> dict[str, Any]:
         targets = self.targets or [0] * len(self.stages)
-        return {"stages": [{"devices": list(d), "worst_utilization": round(u, 6)} for d, u, _, _ in self.stages],
+        return {"stages": [{"devices": list(d), "worst_utilization": round(u, 6) if np.isfinite(u) else None}
+                           for d, u, _, _ in self.stages],
                 "intermediate_plans": self.intermediate_plans,
                 "safe": self.safe, "limit": self.limit, "ownership": self.mode,
                 "checks": [{"method": m, "states": k, "plan": t}

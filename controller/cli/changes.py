@@ -133,9 +133,10 @@ def print_schedule(sched: dict[str, Any]) -> None:
         devices = st["devices"]
         shown = ", ".join(devices[:12]) + (f" and {len(devices) - 12} more" if len(devices) > 12 else "")
         limit = sched.get("limit", 1.0)
-        colour = "red" if st["worst_utilization"] > limit + 1e-9 else "green"
+        worst = st["worst_utilization"]
+        colour = "red" if worst is None or worst > limit + 1e-9 else "green"
         to = f"; to intermediate plan {ck['plan']}" if ck.get("plan") else ""
-        t.add_row(str(i), shown, f"[{colour}]{st['worst_utilization']:.3f}[/]",
+        t.add_row(str(i), shown, f"[{colour}]{'-' if worst is None else f'{worst:.3f}'}[/]",
                   f"{ck.get('method', '-')} ({ck.get('states', '?')} states{to})")
     console.print(t)
     for f in sched.get("failing", [])[:10]:

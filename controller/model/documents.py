@@ -273,7 +273,7 @@ class ScheduleStage(_Closed):
     utilization any state inside the stage reaches (exact, or the proved bound)."""
 
     devices: list[str]
-    worst_utilization: float
+    worst_utilization: float | None = Field(description="null when no bound holds (a stage that failed its check)")
 
 
 class ScheduleCheck(_Closed):
@@ -291,7 +291,7 @@ class ScheduleFailure(_Closed):
     state: list[str]
     moving: str
     ok: bool
-    worst_utilization: float
+    worst_utilization: float | None
     worst_link: str | None
     over_limit: list[str]
     dropped: list[str]

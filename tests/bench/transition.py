@@ -67,7 +67,7 @@ def rows(size: str) -> list[list[Any]]:
         methods = ",".join(sorted({c["method"] for c in doc_s["checks"]}))
         result = (f"{len(doc_s['stages'])} stage(s) [{', '.join(str(len(s['devices'])) for s in doc_s['stages'])}"
                   f" devices], {doc_s['intermediate_plans']} intermediate, by {methods}, worst "
-                  f"{max((s['worst_utilization'] for s in doc_s['stages']), default=0):.3f} "
+                  f"{max((s['worst_utilization'] or 0.0 for s in doc_s['stages']), default=0):.3f} "
                   f"(limit {doc_s['limit']:g}){'' if doc_s['safe'] else ', NO SAFE ORDER'}")
         out.append([f"Clos {size}: {name}", len(intent.links), len(tr.devices), f"{t_ref:.2f}", f"{t_compile:.2f}",
                     f"{t_sched:.2f}", result])
