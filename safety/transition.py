@@ -18,7 +18,9 @@ every (destination, device) entry is taken from the side of the device that
 
 A device originates P on its own side. A state is judged as any scenario:
 every demand delivered, no forwarding loop, every link under the baseline
-``utilization_limit`` (under each intent's demand when they differ); it is
+``utilization_limit`` (under each intent's demand when they differ; where an
+end state is already over it, under that end's utilization: the transition
+must make nothing worse, the plans themselves are the safety report's); it is
 compiled into a forwarding table (the pair groups below, in the layout of
 :class:`safety.forwarding.Table`) and pushed hop by hop as
 :func:`safety.forwarding.propagate` does, keeping only the frontier (the tests hold
@@ -228,6 +230,10 @@ class Transition:
         owners = set(self.own_w[differs].tolist()) | set(self.own_b[differs].tolist())
         owners |= set(np.flatnonzero((self.origin[0] != self.origin[1]).any(axis=0)).tolist())
         self.devices = tuple(self.topo.names[v] for v in sorted(owners))
+        # a fabric already over the limit (a forced change) is held to what its ends reach:
+        # the transition must make nothing worse, not fix what the review of the plans judges
+        ends = [self.evaluate(()), self.evaluate(self.devices)]
+        self.limit = max(self.limit, *(e.worst_utilization for e in ends))
 
     def _pair_groups(self, sides: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> None:
         """Entries -> pair groups (``route_pg``), and the pair groups' union hops."""
