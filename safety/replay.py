@@ -19,7 +19,13 @@ scenario is replayed in two stages, both reported:
   other fabric, e.g. ``routing: isis`` where a failure can create new shortest
   paths): the solver's ``routing.next_hops`` on the failed topology gives each
   device's next hops; those the plan has keep its weight, new ones get the
-  mean weight of the group's survivors (1 if none), renormalized.
+  mean weight of the group's survivors (1 if none), renormalized. Model
+  ``static`` (the ``fib`` realization, e.g. ``paths: loop_free``): the agent's
+  weighted routes are static, nothing withdraws them when a remote link dies;
+  the kernel only drops next hops over dead links, so a device keeps its plan's
+  surviving next hops, renormalized, and only one left with none falls back to
+  the protocol's route (as ``routing``): traffic sent toward a dead end stays
+  black-holed or loops, and the replay reports it.
 
 Demands from a failed device, and to a prefix whose origins all failed, are not
 counted (that rack is down, not misrouted). Invariants per stage: ``delivery``
@@ -56,7 +62,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from controller.model import Intent, Role, Routing
+from controller.model import Intent, Role, Routing, WcmpRealization
 from controller.model.plan import Plan
 from safety.forwarding import Flow, Table, Topology, build_topology, plan_table, propagate, ranges
 from safety.report import (
@@ -88,7 +94,10 @@ def limits(intent: Intent) -> dict[str, float]:
 
 
 def reconvergence_model(intent: Intent) -> str:
-    """``withdrawal`` for BGP Clos fabrics of up to three tiers, else ``routing``."""
+    """``static`` under the ``fib`` realization, ``withdrawal`` for BGP Clos fabrics of up to
+    three tiers, else ``routing``."""
+    if intent.wcmp_enabled and intent.wcmp_realization == WcmpRealization.FIB:
+        return "static"
     if intent.routing == Routing.BGP and not any(d.role == Role.SUPERSPINE for d in intent.devices):
         return "withdrawal"
     return "routing"
@@ -360,7 +369,7 @@ class Replayer:
                 imm, rec = self._stages(dead_t, gone)
             else:
                 imm = self._outcome([self._push(dead_t, gone)], gone)
-                rec = self._rerouted(sc)
+                rec = self._rerouted(sc, static=self.model == "static")
         finally:
             self._failed[fst] = False
         for out in (imm, rec):
@@ -384,11 +393,13 @@ class Replayer:
         rec = self._outcome([shared, self._push(dead_r[moved[cls_t[dead_r]]], gone_moved)], gone)
         return imm, rec
 
-    def _rerouted(self, sc: Scenario) -> _Outcome:
+    def _rerouted(self, sc: Scenario, *, static: bool = False) -> _Outcome:
         from safety.forwarding import table_from_routes
         from solver.core.routing import next_hops  # the routing semantics of the solver, by design
 
         routes = next_hops(self.intent, failed_devices=sc.devices, failed_links=sc.links)
+        if static:
+            routes = self._static_routes(sc, routes)
         tab = table_from_routes(self.intent, self.topo, self.table, routes)
         failed = {self.topo.index[d] for d in sc.devices}
         keep = np.array([v not in failed and not (self.table.origins[c] <= failed)
@@ -399,6 +410,24 @@ class Replayer:
         fl = propagate(tab, self.topo)
         drops = {k: v for k, v in fl.drops().items() if k[1] not in failed and v > EPS_GBPS}
         return _Outcome(fl.load, drops, fl.loops)
+
+    def _static_routes(self, sc: Scenario, routes: dict[str, dict[str, tuple[tuple[str, str], ...]]]
+                       ) -> dict[str, dict[str, tuple[tuple[str, str], ...]]]:
+        """``fib``: the agent's static routes stay where a next hop survives (the kernel drops only
+        the dead ones); only a device left with none falls back to the protocol's ``routes``."""
+        topo, t = self.topo, self.table
+        dead = np.zeros(topo.n_edges, dtype=bool)
+        dead[topo.failed_edges(sc.devices, sc.links)] = True
+        port_of = {e: port for (_u, port), e in topo.port_edge.items()}
+        out = {p: dict(per) for p, per in routes.items()}
+        for c, prefix in enumerate(t.prefixes):
+            row = out.setdefault(prefix, {})
+            for v in np.flatnonzero(t.route[c] >= 0).tolist():
+                g = int(t.route[c, v])
+                live = [e for e in t.g_edge[t.g_indptr[g]:t.g_indptr[g + 1]].tolist() if not dead[e]]
+                if live and topo.names[v] not in sc.devices:
+                    row[topo.names[v]] = tuple((port_of[e], topo.names[topo.edge_dst[e]]) for e in live)
+        return out
 
     def _stage_result(self, stage: str, out: _Outcome, limit: float, baseline: bool,
                       changed: np.ndarray | None) -> StageResult:

@@ -92,6 +92,7 @@ TIERS: dict[str, str] = {
     "test_solver_weights.py": "unit",
     "test_snapshot.py": "unit",              # snapshots and incremental validation against the whole-document oracle
     "test_store.py": "component",
+    "test_transition.py": "unit",            # mixed states, stage bounds and schedules against brute force
     "test_tokens.py": "component",        # the last admin, token names, refused requests in the audit log
     "test_telemetry.py": "unit",             # counter windows, views and tomogravity on synthetic counters
     "test_telemetry_api.py": "component",    # the views and the capture through the app, on dry agents

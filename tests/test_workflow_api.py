@@ -179,6 +179,11 @@ def test_commit_moves_through_states_and_reaches_every_device(api: Api, fleet: F
     assert rv["verdict"] == "safe" and rv["active_revision"] == 1
     assert "spine-0-0" in rv["config_diff"] and len(rv["config_diff"]) < len(NAMES)
     assert any(x["id"] == "leaf-0-0:eth3" and x["after"] == 0 for x in rv["links"])
+    sched = rv["schedule"]  # the transition: every state of every stage replayed or bounded, under the limit
+    assert sched["safe"] and sched["intermediate_plans"] == 0 and sched["stages"]
+    staged = [d for st in sched["stages"] for d in st["devices"]]
+    assert len(staged) == len(set(staged)) and set(rv["config_diff"]) <= set(staged)
+    assert all(st["worst_utilization"] <= sched["limit"] for st in sched["stages"])
     assert api.commit(drain["id"])["state"] == "committed"
     assert fleet.hashes() == want(revision_doc(api.db, drain["proposed_revision"]))
     listed = api("GET", "/v1/changes?state=committed&limit=1", role="viewer").json()

@@ -67,6 +67,14 @@ def test_apply_dry_run_then_commit_then_rollback(server: LoomServer, tmp_path: P
     assert [c["state"] for c in listed["items"]][:2] == ["committed", "committed"]
     show = loom(server, "changes", "show", str(listed["items"][0]["id"]))
     assert show.returncode == 0 and "drain spine-1-1" in show.stdout and "committing" in show.stdout
+    # a dry run shows the update schedule: stages, devices, worst utilization (and in --json)
+    both = json.loads(json.dumps(drained))
+    both["policies"].append({"kind": "drain", "target": "spine-0-0"})
+    shown = loom(server, "apply", str(write(tmp_path, "both.yaml", both)), "--dry-run")
+    assert shown.returncode == 0 and "update schedule: 1 stage(s), 0 intermediate plan(s)" in shown.stdout
+    assert "spine-0-0" in shown.stdout and "states)" in shown.stdout
+    as_json = json.loads(loom(server, "apply", str(tmp_path / "both.yaml"), "--dry-run", "--json").stdout)
+    assert "spine-0-0" in as_json["schedule"]["stages"][0]["devices"] and as_json["schedule"]["safe"]
     back = loom(server, "rollback", "1", "--json")
     assert back.returncode == 0 and json.loads(back.stdout)["kind"] == "rollback"
     status = server("GET", "/v1/status").json()

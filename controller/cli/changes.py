@@ -112,8 +112,37 @@ def print_review(rv: dict[str, Any]) -> None:
     console.print(f"config changes on {len(diffs)} device(s): {', '.join(sorted(diffs)) or 'none'}"
                   + ("" if rv.get("devices_attached", True) else " (rendered locally: no devices attached)"),
                   highlight=False)
+    if rv.get("schedule"):
+        print_schedule(rv["schedule"])
     if safety.get("failing"):
         _print_failing(safety["failing"])
+
+
+def print_schedule(sched: dict[str, Any]) -> None:
+    """The update schedule: one row per stage, in commit order, with the worst utilization
+    any state inside it reaches; then, for a change with no safe order, the failing states."""
+    stages = sched.get("stages", [])
+    checks = sched.get("checks") or [{} for _ in stages]
+    safe = sched.get("safe", True)
+    title = (f"update schedule: {len(stages)} stage(s), {sched.get('intermediate_plans', 0)} intermediate plan(s)"
+             + ("" if safe else " [red]NO SAFE ORDER[/]"))
+    t = Table(title=title, title_justify="left")
+    for col in ("stage", "devices", "worst utilization", "checked"):
+        t.add_column(col, overflow="fold", justify="right" if col in ("stage", "worst utilization") else "left")
+    for i, (st, ck) in enumerate(zip(stages, checks, strict=False), 1):
+        devices = st["devices"]
+        shown = ", ".join(devices[:12]) + (f" and {len(devices) - 12} more" if len(devices) > 12 else "")
+        limit = sched.get("limit", 1.0)
+        worst = st["worst_utilization"]
+        colour = "red" if worst is None or worst > limit + 1e-9 else "green"
+        to = f"; to intermediate plan {ck['plan']}" if ck.get("plan") else ""
+        t.add_row(str(i), shown, f"[{colour}]{'-' if worst is None else f'{worst:.3f}'}[/]",
+                  f"{ck.get('method', '-')} ({ck.get('states', '?')} states{to})")
+    console.print(t)
+    for f in sched.get("failing", [])[:10]:
+        why = "; ".join(f.get("over_limit", []) + f.get("dropped", []) + f.get("loops", []))
+        console.print(f"  fails moving {f['moving']} with {len(f['state'])} device(s) updated: {why}",
+                      highlight=False, markup=False)
 
 
 def _progress_table(ch: dict[str, Any]) -> Table:

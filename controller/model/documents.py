@@ -65,6 +65,7 @@ __all__ = [
     "ReviewBrief",
     "ReplicaDocument",
     "ReviewDocument",
+    "ScheduleDocument",
     "SafetyBrief",
     "SafetyReportDocument",
     "ScenarioDocument",
@@ -287,6 +288,55 @@ class SessionResetsDocument(_Closed):
     sessions: list[SessionResetDocument]
 
 
+class ScheduleStage(_Closed):
+    """One stage of a transition: devices that update together, in any order, and the worst
+    utilization any state inside the stage reaches (exact, or the proved bound)."""
+
+    devices: list[str]
+    worst_utilization: float | None = Field(description="null when no bound holds (a stage that failed its check)")
+
+
+class ScheduleCheck(_Closed):
+    """How a stage was judged: ``exact`` (every state replayed) or ``bound`` (one propagation
+    bounding every state), and how many states that covers."""
+
+    method: Literal["exact", "bound"]
+    states: int
+    plan: int = Field(0, description="the plan the stage moves to: 0 the proposed one, k intermediate plan k")
+
+
+class ScheduleFailure(_Closed):
+    """A state with no safe way on: the devices on the new config, the one moving, and why."""
+
+    state: list[str]
+    moving: str
+    ok: bool
+    worst_utilization: float | None
+    worst_link: str | None
+    over_limit: list[str]
+    dropped: list[str]
+    loops: list[str]
+
+
+class ScheduleDocument(_Closed):
+    """The update schedule of a change (DESIGN.md, Transitions): ``stages`` in commit order
+    and ``intermediate_plans``; beside them whether every state is safe, the limit, the
+    ownership model, how each stage was checked and the states that fail."""
+
+    stages: list[ScheduleStage]
+    intermediate_plans: int
+    safe: bool
+    limit: float
+    ownership: Literal["advertised", "installed"]
+    checks: list[ScheduleCheck]
+    failing: list[ScheduleFailure]
+    intermediate: list[PlanDocument] = Field(
+        default_factory=list, description="the intermediate plans, in order (stages with plan k push plan k)")
+    intermediate_intent: Literal["active", "proposed"] = Field(
+        "proposed", description="the revision whose intent the intermediate plans are rendered with")
+    note: str | None = Field(None, description="why the search stopped early, when it did")
+
+
 class ReviewDocument(_Closed):
     """``POST /v1/changes/{id}/review``: the dry run of a change. The top-level fields up to
     ``safety`` are a contract (DESIGN.md section 4); ``devices_attached`` is present (false)
@@ -301,6 +351,8 @@ class ReviewDocument(_Closed):
     links: list[LinkDeltaDocument]
     config_diff: dict[str, str] = Field(description="device -> unified diff of its FRR config")
     safety: SafetyReportDocument
+    schedule: ScheduleDocument | None = Field(
+        None, description="the staged transition (one stage of every device when no revision is active)")
     devices_attached: bool | None = None
     config_diff_note: str | None = None
     unsettled: list[UnsettledDocument] | None = Field(

@@ -6,8 +6,10 @@ plan (with no active revision yet, every route counts as added and every link
 has no "before"), and assembles the API's ``Review``: verdict, proposed and
 active revisions, the plan summary, the per-device plan diff, per-link
 utilization before and after, the per-device FRR config diff and the whole
-safety report, and the BGP sessions the change resets (both revisions' device
-configs compared, :func:`southbound.config.bgp_session_resets`).
+safety report, the BGP sessions the change resets (both revisions' device
+configs compared, :func:`southbound.config.bgp_session_resets`), and the update
+schedule (:func:`safety.transition.schedule`: stages whose every intermediate
+state is safe; a change with no safe order is ``unsafe``).
 :func:`local_config_diff` renders both revisions' FRR configs
 (``southbound.render``) and diffs them, for a controller with no agents.
 """
@@ -60,12 +62,14 @@ def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
         plan_diff = [d.to_document() for d in diff_plans(empty, inp.plan)]
         links = [{"id": x.link_key, "before": None, "after": round(x.utilization, 6), "delta": None}
                  for x in _link_rows(inp.plan)]
+    sched = transition_schedule(inp, config_diff)
+    verdict = "unsafe" if report.verdict == "unsafe" or not sched["safe"] else "safe"
     before, after = _gbps(inp.active_intent, inp.active_plan), _gbps(inp.intent, inp.plan)
     for row in links:
         row["gbps_before"] = before.get(str(row["id"]))
         row["gbps_after"] = after.get(str(row["id"]))
     return {
-        "verdict": report.verdict,
+        "verdict": verdict,
         "proposed_revision": inp.change.proposed_revision,
         "active_revision": inp.active,
         "summary": inp.plan.summary.to_document(),
@@ -74,6 +78,7 @@ def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
         "config_diff": config_diff,
         "safety": report.to_document(),
         "bgp_sessions_reset": session_resets(inp),
+        "schedule": sched,
     }
 
 
@@ -87,6 +92,22 @@ def session_resets(inp: ReviewInputs) -> Doc:
         return {"count": 0, "sessions": []}
     resets = bgp_session_resets(device_configs(inp.active_intent), device_configs(inp.intent))
     return {"count": len(resets), "sessions": [r.to_document() for r in resets]}
+
+
+def transition_schedule(inp: ReviewInputs, config_diff: dict[str, str]) -> Doc:
+    """The schedule document from the active plan to the proposed one; with no active
+    revision, one stage of every device (nothing runs yet to be mixed with)."""
+    from safety.replay import limits
+    from safety.transition import ownership, schedule
+
+    if inp.active_intent is None or inp.active_plan is None:
+        devices = sorted(set(config_diff) | {d.name for d in inp.intent.devices})
+        return {"stages": [{"devices": devices, "worst_utilization": round(inp.plan.summary.max_utilization, 6)}],
+                "intermediate_plans": 0, "safe": True, "limit": limits(inp.intent)["baseline"],
+                "ownership": ownership(inp.intent),
+                "checks": [{"method": "exact", "states": 1, "plan": 0}], "failing": [], "intermediate": [],
+                "intermediate_intent": "proposed", "note": None}
+    return schedule(inp.active_intent, inp.active_plan, inp.intent, inp.plan, also=config_diff).to_document()
 
 
 class _Row:

@@ -2,7 +2,7 @@
 
 Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend auto]
 [--repetita all|none|NAME,...] [--budgets 128,64]``. Sections: solver, safety,
-labs, southbound, telemetry, patterns, closed_loop, api, settle, ha (those whose module exists).
+transition, labs, southbound, telemetry, patterns, closed_loop, api, settle, ha (those whose module exists).
 Timings are wall clock on the machine at hand; print them beside the machine's core count.
 """
 
@@ -18,7 +18,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-SECTIONS = ("solver", "safety", "labs", "southbound", "telemetry", "patterns", "closed_loop", "api", "settle", "ha")
+SECTIONS = ("solver", "safety", "transition", "labs", "southbound", "telemetry", "patterns", "closed_loop", "api",
+            "settle", "ha")
 
 
 def _print(console: Console, name: str, result: Any) -> None:
