@@ -27,7 +27,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from controller.model import Intent
 from controller.model.errors import (
     Conflict,
+    IdempotencyMismatch,
     IntentError,
     InvalidIntent,
     InvalidRequest,
@@ -50,6 +51,7 @@ from controller.model.errors import (
 from controller.model.intent import format_loc, load_intent, validate_intent
 from controller.model.tokens import token_name_problem
 from controller.store import content, objects, repo
+from controller.store import workflow_repo as wrepo
 from controller.store.db import Database, RetryOptions, lock_revisions, retrying, write_transaction
 from controller.store.draft import Draft
 from controller.store.models import ROLES
@@ -58,8 +60,10 @@ from controller.store.snapshot import Element, Snapshot, diff_snapshots
 
 __all__ = [
     "EXAMPLE_INTENT",
+    "IDEMPOTENCY_KEEP_S",
     "ROLES",
     "Actor",
+    "IdempotentWrite",
     "NoIntent",
     "Listing",
     "Page",
@@ -135,6 +139,27 @@ class Actor:
 NO_STATUS = 0
 
 
+#: How long an intent write's ``Idempotency-Key`` is kept (a retry after that runs again): one day.
+IDEMPOTENCY_KEEP_S = 86_400
+
+
+@dataclass(frozen=True)
+class IdempotentWrite:
+    """An intent write sent with ``Idempotency-Key``: ``key`` (per actor) and the ``fingerprint`` of the
+    request it names (a SHA-256 of its method, path and body: the same key on another request is
+    :class:`IdempotencyMismatch`). The key is stored in the transaction that stores the write's revision,
+    so a retry, on any replica and whenever the first attempt's answer was lost, finds the write done
+    and gets its answer again rather than writing twice."""
+
+    key: str
+    fingerprint: str
+
+    @staticmethod
+    def of(key: str, method: str, path: str, body: bytes) -> IdempotentWrite:
+        digest = hashlib.sha256(b"\0".join((b"intent-write", method.encode(), path.encode(), body)))
+        return IdempotentWrite(key, digest.hexdigest())
+
+
 @dataclass(frozen=True)
 class WriteContext:
     """Where a write comes from, for ``If-Match`` and the audit log.
@@ -154,6 +179,7 @@ class WriteContext:
     status: int = 200
     reject_status: Callable[[LoomError], int] | None = None
     client: str | None = None  # the caller's address (HTTP), for the audit log
+    idempotency: IdempotentWrite | None = None
 
     def rejected_status(self, exc: LoomError) -> int:
         """The audit status of a write rejected with ``exc``."""
@@ -166,6 +192,7 @@ class WriteResult:
     changed: bool
     snapshot: Snapshot
     extra: dict[str, Any] = field(default_factory=dict)
+    replayed: bool = False  # the answer of an earlier request with the same Idempotency-Key, nothing written
 
     @property
     def document(self) -> Doc:
@@ -369,7 +396,7 @@ def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: Writ
         intent = _validated(edit(base.document() if base is not None else None))
         return Snapshot.from_intent(intent, base)
 
-    return _write(make, session=session, ctx=ctx, action=action, retry=retry)
+    return _write(make, session=session, ctx=ctx, action=action, retry=retry)[0]
 
 
 def apply_draft(edit: Callable[[Draft], Any], *, session: Session, ctx: WriteContext, action: str,
@@ -390,18 +417,24 @@ def apply_draft(edit: Callable[[Draft], Any], *, session: Session, ctx: WriteCon
             raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"])) for e in exc.errors()]
                                 ) from None
 
-    result = _write(make, session=session, ctx=ctx, action=action, retry=retry)
-    return result, out[-1]
+    return _write(make, session=session, ctx=ctx, action=action, retry=retry,
+                  outcome=lambda: out[-1] if out else None)
 
 
 def _write(make: Callable[[Snapshot | None], Snapshot], *, session: Session, ctx: WriteContext,
-           action: str, retry: RetryOptions) -> WriteResult:
+           action: str, retry: RetryOptions, outcome: Callable[[], Any] = lambda: None) -> tuple[WriteResult, Any]:
     """One write: head, If-Match, the new snapshot from ``make``, a revision if it changed, the audit;
-    writers queue on :func:`lock_revisions` and a lost race runs again after a back-off (``retry``)."""
+    writers queue on :func:`lock_revisions` and a lost race runs again after a back-off (``retry``).
+    Returns the result and ``outcome()`` (what ``make`` found, JSON-able: kept with an ``Idempotency-Key``
+    for the replay). A write whose key is stored is not run again: its stored result is answered."""
 
-    def attempt() -> WriteResult:
+    def attempt() -> tuple[WriteResult, Any]:
         with write_transaction(session):
             lock_revisions(session)
+            if ctx.idempotency is not None:  # under the lock: the key's first write is committed or gone
+                done = _replayed(ctx, ctx.idempotency, session=session)
+                if done is not None:
+                    return done
             rev = repo.head_revision(session=session)
             _check_if_match(ctx.if_match, rev)
             base = repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash) if rev else None
@@ -420,7 +453,10 @@ def _write(make: Callable[[Snapshot | None], Snapshot], *, session: Session, ctx
                            client=ctx.client, request_id=ctx.request_id, method=ctx.method, path=ctx.path,
                            action=action, outcome="accepted" if changed else "unchanged", status=ctx.status,
                            revision=rev.id, detail=ctx.message)
-        return WriteResult(rev, changed, snap)
+            found = outcome()
+            if ctx.idempotency is not None:
+                _remember_write(ctx, ctx.idempotency, rev, changed, found, session=session, now=now)
+        return WriteResult(rev, changed, snap), found
 
     try:
         return retrying(attempt, retry_on=(StoreContention, ConcurrentWrite), options=retry)
@@ -431,6 +467,33 @@ def _write(make: Callable[[Snapshot | None], Snapshot], *, session: Session, ctx
     except LoomError as exc:
         _audit_rejected(exc, session=session, ctx=ctx, action=action)
         raise
+
+
+def _replayed(ctx: WriteContext, idem: IdempotentWrite, *, session: Session) -> tuple[WriteResult, Any] | None:
+    """The stored result of the write ``idem`` names, or None when its key is new (or expired).
+
+    Raises :class:`IdempotencyMismatch` when the key named another request."""
+    row = wrepo.find_idempotent(ctx.actor.name, idem.key, session=session)
+    if row is None:
+        return None
+    if row.request_hash != idem.fingerprint or row.path != ctx.path[:512]:
+        raise IdempotencyMismatch(f"Idempotency-Key {idem.key!r} was used for a different request "
+                                  f"({row.path}); a new request needs a new key")
+    stored = json.loads(row.body)
+    rev = repo.get_revision(int(stored["revision"]), session=session)
+    snap = repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
+    return WriteResult(rev, bool(stored["changed"]), snap, replayed=True), stored.get("outcome")
+
+
+def _remember_write(ctx: WriteContext, idem: IdempotentWrite, rev: Revision, changed: bool, found: Any, *,
+                    session: Session, now: datetime) -> None:
+    """Keep the key of an accepted intent write with its revision, in the write's own transaction; now
+    and then (every 256th revision) forget the keys older than :data:`IDEMPOTENCY_KEEP_S`."""
+    body = json.dumps({"revision": rev.id, "changed": changed, "outcome": found})
+    wrepo.put_idempotent(ctx.actor.name, idem.key, session=session, path=ctx.path, request_hash=idem.fingerprint,
+                         status=ctx.status, body=body, now=now)
+    if rev.id % 256 == 0:
+        wrepo.forget_idempotent(before=now - timedelta(seconds=IDEMPOTENCY_KEEP_S), session=session)
 
 
 def _audit_rejected(exc: LoomError, *, session: Session, ctx: WriteContext, action: str) -> None:

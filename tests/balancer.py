@@ -6,13 +6,23 @@ its own, on a free loopback port, stopped by pid. Every replica is
 health-checked on ``/readyz`` (200 on the leader and on followers alike: every
 replica serves reads and writes; a replica that shuts down stops listening and
 is marked down), every ``inter`` with ``fall``/``rise`` thresholds, and a
-connection error seen on live traffic marks a replica down at once. A request
-whose connection to a replica fails before it was sent is redispatched to
-another one; a read (GET, HEAD) is also retried elsewhere when the replica
-closed the connection without answering (it died); a write is not (it may have
-been applied: the client gets a 502 and must look at the store). The errors
-HAProxy answers itself are problem documents, its 503 with ``Retry-After``.
-:meth:`Balancer.states` reads the servers' states from the admin socket.
+connection error seen on live traffic marks a replica down at once.
+
+A request whose replica died with it is replayed on another replica where that
+is safe: a read (GET, HEAD), and a write of the intent (:data:`INTENT_WRITES`).
+Loom stores an intent write's ``Idempotency-Key`` in the transaction of its
+revision, so the replay of a write that the dead replica had committed finds
+it done and answers it without writing again; the balancer gives every intent
+write that comes without a key one of its own (``lb-`` and a UUID). Requests
+are buffered whole (``option http-buffer-request``) so that they can be sent
+again; a body larger than HAProxy's buffer (16 kB) cannot be, nor can the other
+writes (a change's commit, a token), which Loom runs once per request. When
+no replay is possible or the replays fail too, the client gets a 503 with
+``Retry-After`` whose problem document says that a write may have been
+applied (retry it with the same ``Idempotency-Key``, or read the store), never a
+502. The errors HAProxy answers itself are problem documents, its 503s with
+``Retry-After``. :meth:`Balancer.states` reads the servers' states from the
+admin socket.
 """
 
 from __future__ import annotations
@@ -22,15 +32,21 @@ import json
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.serving import free_port, stop_processes
 
-__all__ = ["Balancer", "BalancerOptions", "haproxy_config", "haproxy_missing"]
+__all__ = ["INTENT_WRITES", "REPLICA_LOST", "Balancer", "BalancerOptions", "MuteReplica", "haproxy_config",
+           "haproxy_missing", "replica_lost_reply"]
 
 HAPROXY = "haproxy"
+#: the paths whose writes Loom runs at most once per ``Idempotency-Key`` (in the revision's transaction)
+INTENT_WRITES = r"^/v1/(intent|devices|links|failure-domains|prefixes|policies|demands|jobs)(/|$)"
+#: the problem type of the balancer's 503 for a request whose replica died and that it could not replay
+REPLICA_LOST = "urn:loom:problem:balancer-replica-lost"
 
 
 @functools.cache
@@ -61,10 +77,25 @@ def _problem(status: int, title: str, detail: str) -> str:
     return json.dumps(body, separators=(",", ":"))
 
 
+def replica_lost_reply(retry_after: int) -> bytes:
+    """HAProxy's answer, in place of a 502, to a request whose replica closed the connection without an
+    answer (it died) and that could not be replayed on another: a 503 with ``Retry-After``."""
+    body = json.dumps({
+        "type": REPLICA_LOST, "title": "Replica lost", "status": 503,
+        "detail": "the replica that had the request stopped before it answered, and the request could not be "
+                  "sent to another one; a write may have been applied: retry it with the same Idempotency-Key "
+                  "(a write of the intent is then answered once), or read the store before retrying"},
+        separators=(",", ":")).encode()
+    head = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
+            f"Retry-After: {retry_after}\r\nCache-Control: no-store\r\nContent-Length: {len(body)}\r\n\r\n")
+    return head.encode() + body
+
+
 def haproxy_config(port: int, servers: dict[str, int], admin_socket: Path,
-                   options: BalancerOptions | None = None) -> str:
+                   options: BalancerOptions | None = None, *, replica_lost: Path | None = None) -> str:
     """The configuration of a balancer on ``127.0.0.1:port`` in front of ``servers`` (name -> port on
-    127.0.0.1), round robin, health-checked on ``/readyz``."""
+    127.0.0.1), round robin, health-checked on ``/readyz``; ``replica_lost`` is the file of
+    :func:`replica_lost_reply` (HAProxy's 502 is otherwise a 502)."""
     o = options or BalancerOptions()
     lines = [
         "global",
@@ -74,6 +105,7 @@ def haproxy_config(port: int, servers: dict[str, int], admin_socket: Path,
         "defaults",
         "    mode http",
         "    option http-keep-alive",
+        "    option http-buffer-request",  # the whole request is kept: it can be replayed on another replica
         "    timeout connect 1s",
         "    timeout client 120s",
         f"    timeout server {o.timeout_server_s}s",
@@ -87,8 +119,13 @@ def haproxy_config(port: int, servers: dict[str, int], admin_socket: Path,
         "frontend loom",
         f"    bind 127.0.0.1:{port}",
         "    default_backend replicas",
-        # a write that reached a replica which then died may have been applied: only reads are replayed
-        "    http-request disable-l7-retry unless METH_GET",
+        # a write that reached a replica which then died may have been applied: only reads and the writes
+        # Loom answers once per Idempotency-Key are replayed; an intent write without a key is given one
+        f"    acl intent_write path_reg {INTENT_WRITES}",
+        "    acl keyed req.hdr(idempotency-key) -m found",
+        "    http-request set-header Idempotency-Key lb-%[uuid] if intent_write !METH_GET !keyed",
+        "    http-request disable-l7-retry unless METH_GET or intent_write",
+        *([f"    errorfile 502 {replica_lost}"] if replica_lost is not None else []),
         *(f"    http-error status {code} content-type application/problem+json string '{_problem(code, title, detail)}'"
           + (f" hdr Retry-After {o.retry_after}" if code in (502, 503, 504) else "")
           for code, title, detail in (
@@ -99,7 +136,7 @@ def haproxy_config(port: int, servers: dict[str, int], admin_socket: Path,
                                    "a write may or may not have been applied; read the store before retrying"),
               (503, "No replica available", "no replica is up; retry after the seconds of the Retry-After header"),
               (504, "Gateway timeout", "the replica did not answer in time"),
-          )),
+          ) if not (code == 502 and replica_lost is not None)),
         "",
         "backend replicas",
         "    balance roundrobin",
@@ -131,7 +168,9 @@ class Balancer:
 
     def start(self, timeout: float = 30.0) -> None:
         """Check the configuration, start HAProxy and wait until it accepts connections."""
-        self.cfg.write_text(haproxy_config(self.port, self.servers, self.admin, self.options))
+        lost = self.base / "replica-lost.http"
+        lost.write_bytes(replica_lost_reply(self.options.retry_after))
+        self.cfg.write_text(haproxy_config(self.port, self.servers, self.admin, self.options, replica_lost=lost))
         check = subprocess.run([HAPROXY, "-c", "-f", str(self.cfg)], capture_output=True, text=True, timeout=30)
         assert check.returncode == 0, check.stdout + check.stderr
         with open(self.log, "ab") as log:
@@ -185,3 +224,82 @@ class Balancer:
                 return
             assert time.monotonic() < deadline, (want, got)
             time.sleep(0.05)
+
+
+class MuteReplica:
+    """A replica that dies after doing the work: a proxy on a free loopback port in front of a real
+    ``loom serve`` (``upstream``, a port on 127.0.0.1) that forwards every request whole and its answer,
+    except the answer to the first ``mute`` requests that are not GET or HEAD: those it reads from the
+    replica and drops, closing the connection (what the balancer sees of a replica killed between its
+    commit and its answer). :attr:`muted` lists the request lines it swallowed."""
+
+    def __init__(self, upstream: int, mute: int = 1):
+        self.upstream, self.mute = upstream, mute
+        self.port = free_port()
+        self.muted: list[str] = []
+        self._sock = socket.create_server(("127.0.0.1", self.port))
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> MuteReplica:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
+
+    @staticmethod
+    def _message(conn: socket.socket, buf: bytes) -> tuple[bytes, bytes] | None:
+        """One whole HTTP/1.1 message (head and Content-Length body) from ``buf`` and ``conn``, and the rest."""
+        while b"\r\n\r\n" not in buf:
+            data = conn.recv(65536)
+            if not data:
+                return None
+            buf += data
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        while len(rest) < length:
+            data = conn.recv(65536)
+            if not data:
+                return None
+            rest += data
+        return head + b"\r\n\r\n" + rest[:length], rest[length:]
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        try:
+            self._relay_messages(client)
+        except OSError:  # HAProxy ends its health checks' connections with a reset
+            pass
+
+    def _relay_messages(self, client: socket.socket) -> None:
+        with client, socket.create_connection(("127.0.0.1", self.upstream)) as up:
+            buf = b""
+            while True:
+                got = self._message(client, buf)
+                if got is None:
+                    return
+                request, buf = got
+                line = request.split(b"\r\n", 1)[0].decode()
+                up.sendall(request)
+                answer = self._message(up, b"")
+                if answer is None:
+                    return
+                with self._lock:
+                    drop = not line.startswith(("GET ", "HEAD ")) and len(self.muted) < self.mute
+                    if drop:
+                        self.muted.append(line)
+                if drop:
+                    return  # the work is done; the answer dies with the "replica"
+                client.sendall(answer[0])

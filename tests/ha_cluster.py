@@ -33,6 +33,7 @@ import httpx
 
 from controller.store.db import Database
 from southbound.agent import AgentCore
+from tests.balancer import REPLICA_LOST
 from tests.serving import LoomServer
 from tests.test_workflow_api import NAMES, Fleet, revision_doc, want
 
@@ -225,18 +226,29 @@ class Outcome:
     retry_after: str | None = None
     error: str = ""
     wall_ended: float = field(default_factory=time.time)  # when the answer came, on the store's clock (one host)
+    key: str | None = None  # the client's Idempotency-Key (None: the balancer gives the write one)
+    attempts: int = 1  # sent this many times with that key (a 503 is retried after its Retry-After)
+    replayed: bool = False  # answered with Idempotent-Replayed: an earlier attempt had been applied
+
+    @property
+    def replica_lost(self) -> bool:
+        """The balancer's 503 for a request whose replica died and that it could not replay elsewhere."""
+        return self.status == 503 and REPLICA_LOST in self.error
 
 
 @dataclass
 class Traffic:
     """``writers`` threads PATCHing the capacity of their own link (``If-Match`` every other write, from the
-    ETag of their last answer) and ``readers`` threads listing devices, through ``url``, until stopped."""
+    ETag of their last answer) and ``readers`` threads listing devices, through ``url``, until stopped.
+    The writers of the links ``keyed`` picks send an ``Idempotency-Key`` of their own and retry a 503 with
+    it (as a careful client does); the others send none (the balancer gives each write one)."""
 
     url: str
     links: list[str]
     readers: int = 1
     pause: float = 0.02
     seed: int = 17
+    keyed: Callable[[int], bool] = lambda i: i % 2 == 0
     outcomes: list[Outcome] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -253,32 +265,42 @@ class Traffic:
         with self._lock:
             self.outcomes.append(o)
 
-    def write(self, client: httpx.Client, link: str, if_match: int | None) -> Outcome:
-        """One PATCH of ``link``'s capacity to a fresh value, recorded."""
+    def write(self, client: httpx.Client, link: str, if_match: int | None, *, keyed: bool = False,
+              tries: int = 6) -> Outcome:
+        """One PATCH of ``link``'s capacity to a fresh value, recorded; ``keyed``: with an ``Idempotency-Key``
+        of its own, sent again (same key, same request id) after a 503's ``Retry-After``, ``tries`` times."""
         value, rid = self._value(), f"w-{uuid.uuid4().hex}"
         headers = {"X-Request-ID": rid}
         if if_match is not None:
             headers["If-Match"] = f'"{if_match}"'
+        if keyed:
+            headers["Idempotency-Key"] = f"k-{rid}"
         t0 = time.monotonic()
-        try:
-            r = client.patch(f"/v1/links/{link}", json={"capacity_gbps": value}, headers=headers)
-        except httpx.HTTPError as exc:
-            o = Outcome("write", rid, t0, time.monotonic(), 0, link, value, if_match, error=repr(exc))
-        else:
-            etag = r.headers.get("etag", "").strip('"')
-            o = Outcome("write", rid, t0, time.monotonic(), r.status_code, link, value, if_match,
-                        revision=int(etag) if r.is_success and etag.isdigit() else None,
-                        retry_after=r.headers.get("retry-after"), error="" if r.is_success else r.text[:300])
+        for attempt in range(1, tries + 1):
+            try:
+                r = client.patch(f"/v1/links/{link}", json={"capacity_gbps": value}, headers=headers)
+            except httpx.HTTPError as exc:
+                o = Outcome("write", rid, t0, time.monotonic(), 0, link, value, if_match, error=repr(exc))
+            else:
+                etag = r.headers.get("etag", "").strip('"')
+                o = Outcome("write", rid, t0, time.monotonic(), r.status_code, link, value, if_match,
+                            revision=int(etag) if r.is_success and etag.isdigit() else None,
+                            retry_after=r.headers.get("retry-after"), error="" if r.is_success else r.text[:300],
+                            replayed=r.headers.get("idempotent-replayed") == "true")
+            o.key, o.attempts = headers.get("Idempotency-Key"), attempt
+            if not (keyed and o.status == 503 and attempt < tries):
+                break
+            time.sleep(float(o.retry_after or 1))
         self._record(o)
         return o
 
-    def _writer(self, link: str, rng: random.Random) -> None:
+    def _writer(self, link: str, rng: random.Random, keyed: bool) -> None:
         with httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as c:
             etag: int | None = None
             n = 0
             while not self._stop.is_set():
                 n += 1
-                o = self.write(c, link, etag if n % 2 == 0 else None)
+                o = self.write(c, link, etag if n % 2 == 0 else None, keyed=keyed)
                 if o.revision is not None:
                     etag = o.revision
                 elif o.status == 409:  # stale: read the head again
@@ -306,8 +328,8 @@ class Traffic:
 
     def start(self) -> None:
         rng = random.Random(self.seed)
-        self._threads = [threading.Thread(target=self._writer, args=(link, random.Random(rng.random())), daemon=True)
-                         for link in self.links]
+        self._threads = [threading.Thread(target=self._writer, args=(link, random.Random(rng.random()), self.keyed(i)),
+                                          daemon=True) for i, link in enumerate(self.links)]
         self._threads += [threading.Thread(target=self._reader, daemon=True) for _ in range(self.readers)]
         for t in self._threads:
             t.start()
@@ -395,17 +417,18 @@ def check_history(api: Call, writes: Iterable[Outcome], *, since: int,
             nxt = by_id.get(o.if_match + 1)  # what made it stale
             assert nxt is not None and _unix(nxt["created_at"]) <= o.wall_ended + 0.5, \
                 f"If-Match {o.if_match} refused while it named the head: {o}, next {nxt}"
-        elif o.status == 503:
+        elif o.status == 503 and not o.replica_lost:  # Loom's own 503: nothing was written
             report.unavailable += 1
             assert o.retry_after and found == [], f"a 503 without Retry-After, or one that wrote: {o}"
-        else:  # no answer (0), or the balancer's 502: the replica died with the request; the store says
-            assert o.status in (0, 502), f"unexpected answer to a write: {o}"
+        else:  # no answer (0), or the balancer's 503 (502 without it): the replica died with it; the store says
+            assert o.status in (0, 502) or (o.replica_lost and o.retry_after), f"unexpected answer to a write: {o}"
             if found:
                 report.unknown_applied += 1
             else:
                 report.unknown_not_applied += 1
     strangers = [r for r in revs if r["request_id"] in mine and r["id"] not in
                  {o.revision for o in writes if o.revision is not None} and
-                 not any(o.request_id == r["request_id"] and o.status in (0, 502) for o in writes)]
+                 not any(o.request_id == r["request_id"] and (o.status in (0, 502) or o.replica_lost)
+                         for o in writes)]
     assert strangers == [], f"revisions of writes that were refused: {strangers}"
     return report

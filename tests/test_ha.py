@@ -52,7 +52,7 @@ from controller import service
 from controller.settings import Settings
 from controller.store.db import Database
 from tests.apps import SETUP
-from tests.balancer import Balancer
+from tests.balancer import REPLICA_LOST, Balancer, MuteReplica
 from tests.ha_cluster import (
     TOKEN,
     Expected,
@@ -62,6 +62,7 @@ from tests.ha_cluster import (
     check_history,
     epoch_logs,
     propose,
+    revisions,
     settle,
     toggle_drain,
     wait_step,
@@ -184,6 +185,46 @@ def test_writes_on_every_replica_interleave_into_one_linear_history(ha: HA) -> N
     assert stale.status_code == 409 and stale.json()["revision"] == head
     assert _status(lb)["head_revision"] == head
     print(f"\nlinear history: {report}")
+
+
+# -- a replica that dies between its commit and its answer -----------------------------------------
+def test_a_write_whose_replica_died_after_applying_it_is_answered_once_through_haproxy(
+        ha: HA, tmp_path: Path) -> None:
+    """Deterministic: the first write through the balancer reaches a replica (behind :class:`MuteReplica`)
+    that applies it and dies before answering. HAProxy replays it on the other replica with the
+    Idempotency-Key it gave the write, and Loom answers it from the store: one revision, one 200, marked
+    replayed. A write that is not replayed (a change's POST, which the balancer does not resend) gets the
+    balancer's 503 with Retry-After, not a 502 and not a closed connection."""
+    r0, r1 = ha.replicas.servers[:2]
+    link = ha.lb("GET", "/v1/links?limit=1").json()["items"][0]["id"]
+    rid = f"mute-{time.time_ns()}"
+    with MuteReplica(r0.port) as mute:
+        lb = Balancer(tmp_path, {"mute": mute.port, "r1": r1.port})
+        try:
+            lb.start()
+            lb.wait_states({"mute": "UP", "r1": "UP"})
+            via = Via(lb.url)
+            answers = []
+            while not mute.muted:  # round robin: at most two writes until one goes to the mute replica
+                answers.append(via("PATCH", f"/v1/links/{link}", json={"capacity_gbps": 4242.0 + len(answers)},
+                                   headers={"X-Request-ID": f"{rid}-{len(answers)}"}))
+                assert len(answers) <= 2
+            r = answers[-1]
+            assert r.status_code == 200 and r.headers.get("idempotent-replayed") == "true", (r.status_code, r.text)
+            assert r.json()["capacity_gbps"] == 4242.0 + len(answers) - 1
+            revs = [x for x in revisions(ha.lb) if x["request_id"] == f"{rid}-{len(answers) - 1}"]
+            assert [x["id"] for x in revs] == [int(r.headers["etag"].strip('"'))]  # applied once, where it says
+
+            mute.mute += 1  # the next write that is not a GET dies with its replica
+            active = _status(ha.lb)["active_revision"] or 1
+            while len(mute.muted) < 2:  # a fresh connection each time: a first request, which HAProxy answers
+                got = via("POST", "/v1/changes", json={"base_revision": active, "patch": []})
+                if len(mute.muted) < 2:
+                    assert got.status_code < 500, got.text
+            assert got.status_code == 503 and got.headers["retry-after"] == str(lb.options.retry_after), got.text
+            assert got.json()["type"] == REPLICA_LOST and "may have been applied" in got.json()["detail"]
+        finally:
+            lb.stop()
 
 
 # -- SIGSTOP: a frozen leader is fenced ------------------------------------------------------------
@@ -337,12 +378,16 @@ def test_twenty_leader_kills_mid_commit_lose_no_acknowledged_write_through_hapro
     bad_reads = [o for o in reads if not (o.status == 200 or (o.status == 503 and o.retry_after))
                  and o not in cut_reads]
     assert bad_reads == [], bad_reads[:5]
-    assert [o for o in traffic.outcomes if o.status >= 500 and o.status not in (502, 503)] == []  # no 500, no 504
-    # A write in flight on the replica that was killed has no answer: HAProxy cannot replay it elsewhere (it may
-    # have been applied) and closes the client's connection (or answers 502 on a first request). Those, and
-    # only those, may fail without an answer; check_history finds each applied or not in the store.
-    lost_answers = [o for o in writes if o.status in (0, 502)]
+    assert [o for o in traffic.outcomes if o.status >= 500 and o.status != 503] == []  # no 500, 502, 504
+    # A write in flight on the replica that was killed is replayed by HAProxy on another replica with its
+    # Idempotency-Key (the client's, or the one the balancer gave it): answered once, applied once. Only when
+    # the replays fail too does the client get the balancer's 503 (with Retry-After), and a keyed client's retry
+    # with the same key then finds the write done or does it. No write goes without an answer.
+    assert [o for o in writes if o.status in (0, 502)] == [], [o for o in writes if o.status in (0, 502)][:5]
+    lost_answers = [o for o in writes if o.replica_lost]
     assert all(near_a_kill(o) for o in lost_answers), lost_answers[:5]
+    assert all(o.key is None for o in lost_answers), lost_answers[:5]  # a keyed client retried until answered
+    replays = [o for o in writes if o.replayed]  # the write had been applied by the replica that died with it
     sample = random.Random(since)  # the content of every write near a kill, and of one in ten of the others
 
     def read_diff(o: Any) -> bool:
@@ -352,15 +397,16 @@ def test_twenty_leader_kills_mid_commit_lose_no_acknowledged_write_through_hapro
     elected_s = sorted(r[0] for r in rows)
     recovered_s = sorted(r[1] for r in rows)
     states = {s: sum(1 for r in rows if r[2] == s) for s in ("committed", "rolled_back")}
-    no_answer = {st: sum(1 for o in lost_answers if o.status == st) for st in (0, 502)}
+    retried = sum(1 for o in writes if o.attempts > 1)
     print(f"\n{KILLS} leader kills mid-commit ({kills - KILLS} more landed after their commit ended, "
           f"{missed} commits ended before they could be caught): "
           f"new leader {elected_s[0]:.2f}/{elected_s[len(rows) // 2]:.2f}/{elected_s[-1]:.2f} s, change settled "
           f"{recovered_s[0]:.2f}/{recovered_s[len(rows) // 2]:.2f}/{recovered_s[-1]:.2f} s (min/median/max), "
           f"recovered {states}; clients through HAProxy: {len(reads)} reads ({len(cut_reads)} cut short by a kill), "
-          f"{len(writes)} writes, "
-          f"{len(lost_answers)} writes in flight on a killed replica without an answer "
-          f"(connection closed {no_answer[0]}, 502 {no_answer[502]}): {report}")
+          f"{len(writes)} writes ({sum(1 for o in writes if o.key)} with the client's key), "
+          f"{len(replays)} answered by a replay of a write the killed replica had applied, "
+          f"{retried} retried by the client after a 503, "
+          f"{len(lost_answers)} unkeyed writes answered the balancer's 503: {report}")
 
 
 # -- a lease flapping under a slow store -----------------------------------------------------------

@@ -35,15 +35,15 @@ from starlette.concurrency import run_in_threadpool
 
 from api.core.problems import ProblemException, status_for
 from controller import service
-from controller.service import Actor, Page, WriteContext
+from controller.service import Actor, IdempotentWrite, Page, WriteContext, WriteResult
 from controller.settings import Settings
 from controller.store.db import Database
 from controller.store.repo import Revision
 
 __all__ = [
-    "Admin", "AdminWrite", "CurrentUser", "IfMatch", "MAX_LIMIT", "OperatorWrite", "Paging", "SessionDep",
-    "TokenCache", "Viewer", "authenticate_request", "authorize", "check_role", "page_body", "required_role",
-    "set_etag",
+    "Admin", "AdminWrite", "CurrentUser", "IdempotencyKey", "IfMatch", "IntentWrite", "MAX_LIMIT", "OperatorWrite",
+    "Paging", "SessionDep", "TokenCache", "Viewer", "authenticate_request", "authorize", "check_role",
+    "fingerprinted", "page_body", "replay_headers", "required_role", "set_etag",
 ]
 
 MAX_LIMIT = 1000
@@ -216,14 +216,40 @@ IfMatch = Annotated[str | None, Header(
     alias="If-Match", description='the revision the write is based on, as its ETag ("7") or *; stale -> 409')]
 
 
-def _context(request: Request, actor: Actor, if_match: str | None) -> WriteContext:
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", min_length=1, max_length=128,
+    description="makes the write safe to retry: a retry with the same key (on any replica, after any failure) "
+                "gets the first answer, with Idempotent-Replayed: true, and writes nothing; the key on another "
+                "request -> 422. Keys are kept a day")]
+
+
+def _context(request: Request, actor: Actor, if_match: str | None, idempotency_key: str | None = None) -> WriteContext:
+    # the body's fingerprint is added by the route (:func:`fingerprinted`), which has the body in the form it reads
+    idem = IdempotentWrite(idempotency_key, "") if idempotency_key else None
     return WriteContext(actor=actor, request_id=getattr(request.state, "request_id", None), method=request.method,
                         path=request.url.path, if_match=if_match, reject_status=status_for,
-                        client=request.client.host if request.client else None)
+                        client=request.client.host if request.client else None, idempotency=idem)
 
 
 async def operator_write(request: Request, actor: Operator, if_match: IfMatch = None) -> WriteContext:
     return _context(request, actor, if_match)
+
+
+async def intent_write(request: Request, actor: Operator, if_match: IfMatch = None,
+                       idempotency_key: IdempotencyKey = None) -> WriteContext:
+    return _context(request, actor, if_match, idempotency_key)
+
+
+def fingerprinted(ctx: WriteContext, body: bytes) -> WriteContext:
+    """``ctx`` with its ``Idempotency-Key`` bound to this request: its method, path and ``body``."""
+    if ctx.idempotency is None:
+        return ctx
+    return replace(ctx, idempotency=IdempotentWrite.of(ctx.idempotency.key, ctx.method, ctx.path, body))
+
+
+def replay_headers(result: WriteResult) -> dict[str, str]:
+    """``Idempotent-Replayed: true`` on the answer of a write that was replayed, not run."""
+    return {"Idempotent-Replayed": "true"} if result.replayed else {}
 
 
 async def admin_write(request: Request, actor: Admin) -> WriteContext:
@@ -231,6 +257,8 @@ async def admin_write(request: Request, actor: Admin) -> WriteContext:
 
 
 OperatorWrite = Annotated[WriteContext, Depends(operator_write)]
+#: an operator's write of the intent: ``If-Match`` and ``Idempotency-Key``
+IntentWrite = Annotated[WriteContext, Depends(intent_write)]
 AdminWrite = Annotated[WriteContext, Depends(admin_write)]
 
 

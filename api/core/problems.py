@@ -45,6 +45,7 @@ from controller.model.documents import FailureDocument
 from controller.model.errors import (
     Conflict,
     DeviceError,
+    IdempotencyMismatch,
     InvalidIntent,
     InvalidRequest,
     LoomError,
@@ -72,6 +73,7 @@ log = logging.getLogger("loom.api")
 STATUS: dict[str, int] = {
     "invalid-intent": 422,
     "invalid-request": 422,
+    "idempotency-key-reused": 422,
     "store-unavailable": 503,
     "store-contention": 503,
     "malformed-document": 422,
@@ -230,6 +232,10 @@ def _install_domain_handlers(app: FastAPI) -> None:
         title = "Store busy" if exc.kind == "store-contention" else "Store unavailable"
         return problem_response(request, status_for(exc), title, f"{exc}; retry in {exc.retry_after} s",
                                 kind=exc.kind, headers={"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(IdempotencyMismatch)
+    async def _idempotency(request: Request, exc: IdempotencyMismatch) -> JSONResponse:
+        return problem_response(request, status_for(exc), "Idempotency-Key reused", str(exc), kind=exc.kind)
 
     @app.exception_handler(InvalidRequest)
     async def _invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:

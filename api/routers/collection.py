@@ -7,11 +7,14 @@ one object. Every write makes sure the whole resulting intent is valid (422
 with the locations in that document), honours ``If-Match`` (409 when stale) and
 answers with the new revision's ``ETag``. Reads answer bytes made once per
 object (:mod:`api.core.fastread`) with the head's ``ETag``, and 304 to an
-``If-None-Match`` that names it. The routes call :mod:`controller.service`; no SQL here.
+``If-None-Match`` that names it. A write with ``Idempotency-Key`` is stored
+with its key in one transaction, so a retry gets the first answer again. The
+routes call :mod:`controller.service`; no SQL here.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads these signatures at runtime.
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -20,7 +23,16 @@ from fastapi import APIRouter, Body, Depends, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from api.core import fastread
-from api.core.deps import OperatorWrite, PagingDep, SessionDep, Viewer, set_etag, with_status
+from api.core.deps import (
+    IntentWrite,
+    PagingDep,
+    SessionDep,
+    Viewer,
+    fingerprinted,
+    replay_headers,
+    set_etag,
+    with_status,
+)
 from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.core.schemas import SCHEMAS, Page
@@ -45,6 +57,9 @@ def collection_router(name: str, filters: Callable[..., Awaitable[Filters]], *, 
     UpdateBody = Annotated[schemas.update, Body()]  # type: ignore[name-defined]
 
     item = "/{object_id:path}" if coll.key in ("prefixes", "demands") else "/{object_id}"
+
+    def canonical(doc: Any) -> bytes:  # the body an Idempotency-Key is bound to, as the route read it
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     def location(request: Request, ident: str) -> str:
         return str(request.url_for(f"get_{coll.kind}", object_id=quote(ident, safe=":,")))
@@ -77,12 +92,14 @@ def collection_router(name: str, filters: Callable[..., Awaitable[Filters]], *, 
     @router.post("", status_code=201, response_model=schemas.public,
                  name=f"create_{coll.kind}", summary=f"Create a {what}",
                  responses=error_responses(401, 403, 409, 422))
-    def create_object(request: Request, response: Response, session: SessionDep, ctx: OperatorWrite,
+    def create_object(request: Request, response: Response, session: SessionDep, ctx: IntentWrite,
                       body: CreateBody) -> Any:
         element = body.model_dump(mode="json", by_alias=True, exclude_none=True)
-        obj, result = service.create_object(name, element, session=session, ctx=with_status(ctx, 201))
+        obj, result = service.create_object(name, element, session=session,
+                                            ctx=with_status(fingerprinted(ctx, canonical(element)), 201))
         set_etag(response, result.revision)
         response.headers["Location"] = location(request, obj["id"])
+        response.headers.update(replay_headers(result))
         return obj
 
     @router.get(item, response_model=schemas.public,
@@ -99,17 +116,20 @@ def collection_router(name: str, filters: Callable[..., Awaitable[Filters]], *, 
     @router.patch(item, response_model=schemas.public,
                   name=f"update_{coll.kind}", summary=f"Change fields of a {what} (null clears a field)",
                   responses=error_responses(401, 403, 404, 409, 422))
-    def update_object(response: Response, session: SessionDep, ctx: OperatorWrite, object_id: ObjectId,
+    def update_object(response: Response, session: SessionDep, ctx: IntentWrite, object_id: ObjectId,
                       body: UpdateBody) -> Any:
         patch = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        obj, result = service.update_object(name, object_id, patch, session=session, ctx=ctx)
+        obj, result = service.update_object(name, object_id, patch, session=session,
+                                            ctx=fingerprinted(ctx, canonical(patch)))
         set_etag(response, result.revision)
+        response.headers.update(replay_headers(result))
         return obj
 
     @router.delete(item, status_code=204, name=f"delete_{coll.kind}", summary=f"Delete a {what}",
                    responses=error_responses(401, 403, 404, 409, 422))
-    def delete_object(session: SessionDep, ctx: OperatorWrite, object_id: ObjectId) -> Response:
-        result = service.delete_object(name, object_id, session=session, ctx=with_status(ctx, 204))
-        return Response(status_code=204, headers={"ETag": f'"{result.revision.id}"'})
+    def delete_object(session: SessionDep, ctx: IntentWrite, object_id: ObjectId) -> Response:
+        result = service.delete_object(name, object_id, session=session,
+                                       ctx=with_status(fingerprinted(ctx, b""), 204))
+        return Response(status_code=204, headers={"ETag": f'"{result.revision.id}"', **replay_headers(result)})
 
     return router

@@ -3,7 +3,7 @@
 ``GET`` exports it (JSON, or YAML with ``Accept: application/yaml``) with the
 head's ``ETag`` (304 to an ``If-None-Match`` naming it; the bytes are made once
 per revision); ``PUT`` replaces it (JSON, or YAML with ``Content-Type:
-application/yaml``), honouring ``If-Match``. A document equal to the head
+application/yaml``), honouring ``If-Match`` and ``Idempotency-Key``. A document equal to the head
 stores no revision and answers 200 with the head; an invalid one answers 422
 with every error's location and stores nothing. The body is bounded by
 ``LOOM_MAX_DOCUMENT_BODY_BYTES`` and read strictly as UTF-8 within the
@@ -17,7 +17,7 @@ from fastapi import APIRouter, Header, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from api.core import fastread
-from api.core.deps import OperatorWrite, Viewer
+from api.core.deps import IntentWrite, Viewer, fingerprinted, replay_headers
 from api.core.fastread import YAML_TYPES, wants_yaml
 from api.core.guard import GuardedRoute, document_body
 from api.core.problems import error_responses
@@ -75,20 +75,22 @@ async def get_intent(request: Request, _actor: Viewer,
             responses={200: {"content": _CONTENT}, **error_responses(401, 403, 409, 422)},
             openapi_extra={"requestBody": {"required": True, "content": _CONTENT}})
 @document_body
-async def put_intent(request: Request, ctx: OperatorWrite) -> Response:
+async def put_intent(request: Request, ctx: IntentWrite) -> Response:
     raw = await request.body()  # bounded by the route guard
     fmt = body_format(request)
+    ctx = fingerprinted(ctx, fmt.encode() + b"\0" + raw)
     database = request.app.state.database
     limits = request.app.state.settings.text_limits()
 
     yaml_wanted = wants_yaml(request.headers.get("accept"))
 
-    def write() -> tuple[int, bytes, str]:
+    def write() -> tuple[service.WriteResult, bytes, str]:
         with database.session() as session:
             result = service.apply_edit(
                 lambda _head: parse_intent_text(raw, fmt, allow_aliases=False, limits=limits, what="the body"),
                 session=session, ctx=ctx, action="intent.replace")
-        return (result.revision.id, *fastread.snapshot_body(result.snapshot, yaml_wanted))
+        return (result, *fastread.snapshot_body(result.snapshot, yaml_wanted))
 
-    rev, body, media_type = await run_in_threadpool(write)
-    return Response(body, media_type=media_type, headers={"ETag": fastread.etag(rev), "Vary": "Accept"})
+    result, body, media_type = await run_in_threadpool(write)
+    return Response(body, media_type=media_type, headers={"ETag": fastread.etag(result.revision.id), "Vary": "Accept",
+                                                         **replay_headers(result)})

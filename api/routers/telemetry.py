@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from api.core.deps import OperatorWrite, SessionDep, Viewer
+from api.core.deps import IntentWrite, SessionDep, Viewer, fingerprinted, replay_headers
 from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from controller.model.documents import (
@@ -91,9 +91,10 @@ class DemandCapture(BaseModel):
 @router.post("/v1/demands/from-telemetry", response_model=DemandCaptureDocument, response_model_by_alias=True,
              tags=["demands"], summary="Replace the intent's demands with the measured matrix (one revision)",
              responses=error_responses(401, 403, 404, 409, 422))
-async def from_telemetry(request: Request, response: Response, body: DemandCapture, ctx: OperatorWrite) -> Any:
+async def from_telemetry(request: Request, response: Response, body: DemandCapture, ctx: IntentWrite) -> Any:
     tel = telemetry(request)
     database = request.app.state.database
+    ctx = fingerprinted(ctx, body.model_dump_json().encode())
 
     def write() -> dict[str, Any]:
         with database.session() as session:
@@ -102,6 +103,7 @@ async def from_telemetry(request: Request, response: Response, body: DemandCaptu
             result = capture_demands(view.demands, headroom=body.headroom, window_s=body.window_s, stat=body.stat,
                                      method=view.method, session=session, ctx=ctx)
         response.headers["ETag"] = f'"{result.revision.id}"'
+        response.headers.update(replay_headers(result))
         return {"revision": result.revision.id, "changed": result.changed, "window_s": body.window_s,
                 "stat": body.stat, "headroom": body.headroom, "method": view.method,
                 "demands": result.document.get("demands", [])}

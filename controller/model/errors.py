@@ -52,6 +52,7 @@ __all__ = [
     "InvalidEncoding",
     "IntentError",
     "InvalidIntent",
+    "IdempotencyMismatch",
     "InvalidRequest",
     "LastAdmin",
     "LoomError",
@@ -97,6 +98,12 @@ class InvalidIntent(LoomError):
         head = "; ".join(str(e) for e in errors[:5])
         more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
         super().__init__(f"invalid intent: {len(errors)} error(s): {head}{more}")
+
+
+class IdempotencyMismatch(LoomError):
+    """An ``Idempotency-Key`` reused for a different request (another method, path or body): 422."""
+
+    kind = "idempotency-key-reused"
 
 
 class InvalidRequest(LoomError):

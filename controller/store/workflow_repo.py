@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -36,8 +36,8 @@ from controller.store.workflow_models import (
 
 __all__ = [
     "Change", "CommitBusy", "Transition", "active_revision", "add_change", "add_deployment", "add_drift",
-    "add_transition", "claim_commit", "committing_change", "find_idempotent", "get_change", "get_plan",
-    "latest_drift", "list_changes", "put_idempotent", "put_plan", "release_commit", "runs", "take_up",
+    "add_transition", "claim_commit", "committing_change", "find_idempotent", "forget_idempotent", "get_change",
+    "get_plan", "latest_drift", "list_changes", "put_idempotent", "put_plan", "release_commit", "runs", "take_up",
     "update_change",
 ]
 
@@ -258,6 +258,12 @@ def put_idempotent(actor: str, key: str, *, session: Session, path: str, request
                                        status=status, body=body, created_at=now))
     except IntegrityError:
         pass  # a concurrent retry stored it first
+
+
+def forget_idempotent(*, before: datetime, session: Session) -> int:
+    """Delete the idempotency keys stored before ``before``; how many."""
+    result = session.execute(delete(IdempotencyRow).where(IdempotencyRow.created_at < before))
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def auto_te_paused(*, session: Session) -> AutoTeStateRow | None:

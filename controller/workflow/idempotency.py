@@ -16,15 +16,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from controller.model.errors import LoomError
+from controller.model.errors import IdempotencyMismatch
 from controller.store import workflow_repo as wrepo
 from controller.store.db import write_transaction
 
 __all__ = ["IdempotencyMismatch", "lookup", "remember", "request_hash"]
-
-
-class IdempotencyMismatch(LoomError):
-    """An ``Idempotency-Key`` reused for a different request."""
 
 
 def request_hash(path: str, body: bytes) -> str:
