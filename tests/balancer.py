@@ -9,14 +9,15 @@ is marked down), every ``inter`` with ``fall``/``rise`` thresholds, and a
 connection error seen on live traffic marks a replica down at once.
 
 A request whose replica died with it is replayed on another replica where that
-is safe: a read (GET, HEAD), and a write of the intent (:data:`INTENT_WRITES`).
-Loom stores an intent write's ``Idempotency-Key`` in the transaction of its
-revision, so the replay of a write that the dead replica had committed finds
-it done and answers it without writing again; the balancer gives every intent
+is safe: a read (GET, HEAD), and every write but a token's
+(:data:`REPLAYABLE_WRITES`). Loom stores the ``Idempotency-Key`` of a write of
+the intent, and of a change's create, commit and rollback, in the transaction
+of its work, so the replay of a write that the dead replica had committed finds
+it done and answers it without doing it again; the balancer gives every such
 write that comes without a key one of its own (``lb-`` and a UUID). Requests
 are buffered whole (``option http-buffer-request``) so that they can be sent
-again; a body larger than HAProxy's buffer (16 kB) cannot be, nor can the other
-writes (a change's commit, a token), which Loom runs once per request. When
+again; a body larger than HAProxy's buffer (16 kB) cannot be, nor can a
+token's POST. When
 no replay is possible or the replays fail too, the client gets a 503 with
 ``Retry-After`` whose problem document says that a write may have been
 applied (retry it with the same ``Idempotency-Key``, or read the store), never a
@@ -39,12 +40,16 @@ from pathlib import Path
 
 from tests.serving import free_port, stop_processes
 
-__all__ = ["INTENT_WRITES", "REPLICA_LOST", "Balancer", "BalancerOptions", "MuteReplica", "haproxy_config",
+__all__ = ["REPLAYABLE_WRITES", "REPLICA_LOST", "Balancer", "BalancerOptions", "MuteReplica", "haproxy_config",
            "haproxy_missing", "replica_lost_reply"]
 
 HAPROXY = "haproxy"
-#: the paths whose writes Loom runs at most once per ``Idempotency-Key`` (in the revision's transaction)
-INTENT_WRITES = r"^/v1/(intent|devices|links|failure-domains|prefixes|policies|demands|jobs)(/|$)"
+#: the paths whose writes the balancer may send again: those Loom runs at most once per ``Idempotency-Key``
+#: (the intent's, in the transaction of their revision; a change's create, commit and rollback, in the
+#: transaction of their work), a review (computed again), and the auto-te switch and the drift repair (the
+#: same state again). Not the tokens': a token's POST answers its secret, which no store keeps.
+REPLAYABLE_WRITES = (r"^/v1/(intent|devices|links|failure-domains|prefixes|policies|demands|jobs|changes|auto-te|drift)"
+                     r"(/|$)|^/v1/revisions/[0-9]+/rollback$")
 #: the problem type of the balancer's 503 for a request whose replica died and that it could not replay
 REPLICA_LOST = "urn:loom:problem:balancer-replica-lost"
 
@@ -120,11 +125,11 @@ def haproxy_config(port: int, servers: dict[str, int], admin_socket: Path,
         f"    bind 127.0.0.1:{port}",
         "    default_backend replicas",
         # a write that reached a replica which then died may have been applied: only reads and the writes
-        # Loom answers once per Idempotency-Key are replayed; an intent write without a key is given one
-        f"    acl intent_write path_reg {INTENT_WRITES}",
+        # Loom answers once per Idempotency-Key are replayed; such a write without a key is given one
+        f"    acl replayable path_reg {REPLAYABLE_WRITES}",
         "    acl keyed req.hdr(idempotency-key) -m found",
-        "    http-request set-header Idempotency-Key lb-%[uuid] if intent_write !METH_GET !keyed",
-        "    http-request disable-l7-retry unless METH_GET or intent_write",
+        "    http-request set-header Idempotency-Key lb-%[uuid] if replayable !METH_GET !keyed",
+        "    http-request disable-l7-retry unless METH_GET or replayable",
         *([f"    errorfile 502 {replica_lost}"] if replica_lost is not None else []),
         *(f"    http-error status {code} content-type application/problem+json string '{_problem(code, title, detail)}'"
           + (f" hdr Retry-After {o.retry_after}" if code in (502, 503, 504) else "")

@@ -193,8 +193,8 @@ def test_a_write_whose_replica_died_after_applying_it_is_answered_once_through_h
     """Deterministic: the first write through the balancer reaches a replica (behind :class:`MuteReplica`)
     that applies it and dies before answering. HAProxy replays it on the other replica with the
     Idempotency-Key it gave the write, and Loom answers it from the store: one revision, one 200, marked
-    replayed. A write that is not replayed (a change's POST, which the balancer does not resend) gets the
-    balancer's 503 with Retry-After, not a 502 and not a closed connection."""
+    replayed. So is a change's POST. A write that is not replayed (a token's POST, whose answer holds a
+    secret no store keeps) gets the balancer's 503 with Retry-After, not a 502 and not a closed connection."""
     r0, r1 = ha.replicas.servers[:2]
     link = ha.lb("GET", "/v1/links?limit=1").json()["items"][0]["id"]
     rid = f"mute-{time.time_ns()}"
@@ -215,12 +215,26 @@ def test_a_write_whose_replica_died_after_applying_it_is_answered_once_through_h
             revs = [x for x in revisions(ha.lb) if x["request_id"] == f"{rid}-{len(answers) - 1}"]
             assert [x["id"] for x in revs] == [int(r.headers["etag"].strip('"'))]  # applied once, where it says
 
-            mute.mute += 1  # the next write that is not a GET dies with its replica
             active = _status(ha.lb)["active_revision"] or 1
-            while len(mute.muted) < 2:  # a fresh connection each time: a first request, which HAProxy answers
-                got = via("POST", "/v1/changes", json={"base_revision": active, "patch": []})
-                if len(mute.muted) < 2:
-                    assert got.status_code < 500, got.text
+            changes_before = ha.lb("GET", "/v1/changes?limit=1").json()["total"]
+            mute.mute += 1  # the next write that is not a GET dies with its replica
+            made = []
+            while len(mute.muted) < 2:
+                made.append(via("POST", "/v1/changes", json={"base_revision": active, "patch": []},
+                                headers={"X-Request-ID": f"{rid}-change-{len(made)}"}))
+                assert made[-1].status_code == 201, made[-1].text
+                assert len(made) <= 2
+            assert made[-1].headers.get("idempotent-replayed") == "true"
+            assert ha.lb("GET", "/v1/changes?limit=1").json()["total"] == changes_before + len(made)  # one each
+
+            mute.mute += 1
+            tokens = []
+            while len(mute.muted) < 3:  # a fresh connection each time: a first request, which HAProxy answers
+                tokens.append(via("POST", "/v1/tokens", json={"name": f"{rid}-{len(tokens)}", "role": "viewer"}))
+                if len(mute.muted) < 3:
+                    assert tokens[-1].status_code == 201, tokens[-1].text
+                assert len(tokens) <= 2
+            got = tokens[-1]
             assert got.status_code == 503 and got.headers["retry-after"] == str(lb.options.retry_after), got.text
             assert got.json()["type"] == REPLICA_LOST and "may have been applied" in got.json()["detail"]
         finally:

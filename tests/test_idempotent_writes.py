@@ -11,6 +11,7 @@ the PostgreSQL store.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -185,3 +186,29 @@ def test_concurrent_retries_on_two_replicas_write_once(apps: list[Api]) -> None:
     assert len({r.headers["etag"] for r in answers}) == 1
     assert sum(1 for r in answers if "idempotent-replayed" not in r.headers) == 1
     assert _revisions(apps[0]) == before + 1
+
+
+def test_a_change_made_by_a_request_whose_answer_was_lost_is_answered_once(api: Api) -> None:
+    """The changes' POSTs store the key in the transaction that makes the change: a replica that made the
+    change and died before answering (here: the workflow called directly, as that replica did) leaves the
+    key with it, and the retry is answered with that change instead of making a second one."""
+    from controller.workflow import changes, idempotency
+
+    body = json.dumps({"base_revision": 1, "patch": [{"op": "replace", "path": "/links/0/metric", "value": 42}]})
+    path = "/v1/changes"
+    with api.db.session() as session:
+        actor = service.authenticate(api.tokens["operator"], session=session)
+        assert actor is not None
+        ctx = service.WriteContext(actor=actor, method="POST", path=path, idempotency=service.IdempotentWrite(
+            "lost-answer", idempotency.request_hash(path, body.encode())))
+        made = changes.create_change(session=session, ctx=ctx, base_revision=1,
+                                     patch=json.loads(body)["patch"], intent=None)
+    total = api("GET", "/v1/changes").json()["total"]
+    again = api("POST", path, content=body, headers={"Idempotency-Key": "lost-answer",
+                                                     "Content-Type": "application/json"})
+    assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true", again.text
+    assert again.json()["id"] == made.id
+    assert api("GET", "/v1/changes").json()["total"] == total
+    other = api("POST", path, content=body.replace("42", "43"), headers={"Idempotency-Key": "lost-answer",
+                                                                        "Content-Type": "application/json"})
+    assert other.status_code == 422 and other.json()["type"].endswith("idempotency-key-reused")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
@@ -25,7 +26,7 @@ from api.core.schemas_changes import (
     Status,
 )
 from controller.model.errors import SafetyViolation
-from controller.service import Page, WriteContext
+from controller.service import IdempotentWrite, Page, WriteContext
 from controller.workflow import changes, idempotency
 from controller.workflow.engine import Workflow
 
@@ -53,6 +54,15 @@ def _db(request: Request, fn: Callable[[Any], Any]) -> Awaitable[Any]:
     return asyncio.to_thread(run)
 
 
+async def keyed(request: Request, ctx: WriteContext, key: str | None) -> WriteContext:
+    """``ctx`` carrying ``key``, bound to this request's path and body: the work's own transaction stores the
+    key with its answer (a request replayed while the first was still running finds it there)."""
+    if not key:
+        return ctx
+    fingerprint = idempotency.request_hash(request.url.path, await request.body())
+    return replace(ctx, idempotency=IdempotentWrite(key, fingerprint))
+
+
 async def idempotent(request: Request, ctx: WriteContext, key: str | None,
                      handler: Callable[[], Awaitable[tuple[int, Any]]]) -> JSONResponse:
     """Run ``handler`` once per ``Idempotency-Key``; a retry gets the stored answer."""
@@ -77,6 +87,8 @@ async def idempotent(request: Request, ctx: WriteContext, key: str | None,
 @document_body
 async def create_change(request: Request, body: ChangeCreate, ctx: OperatorWrite,
                         key: IdemKey = None) -> JSONResponse:
+    ctx = await keyed(request, ctx, key)
+
     async def run() -> tuple[int, Any]:
         ch = await _db(request, lambda s: changes.create_change(
             session=s, ctx=ctx, base_revision=body.base_revision, patch=body.patch, intent=body.intent,
@@ -118,6 +130,7 @@ async def review_change(request: Request, ctx: OperatorWrite, change_id: ChangeI
 async def commit_change(request: Request, ctx: OperatorWrite, change_id: ChangeId, body: CommitRequest | None = None,
                         key: IdemKey = None) -> JSONResponse:
     body = body or CommitRequest(force=False, reason=None)
+    ctx = await keyed(request, ctx, key)
 
     async def run() -> tuple[int, Any]:
         try:
@@ -138,6 +151,7 @@ async def commit_change(request: Request, ctx: OperatorWrite, change_id: ChangeI
 async def rollback(request: Request, ctx: OperatorWrite, revision: RevisionId, body: RollbackRequest | None = None,
                    key: IdemKey = None) -> JSONResponse:
     message = body.message if body else ""
+    ctx = await keyed(request, ctx, key)
 
     async def run() -> tuple[int, Any]:
         ch = await _db(request, lambda s: changes.create_rollback(revision, session=s, ctx=ctx, message=message))

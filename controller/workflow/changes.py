@@ -32,6 +32,7 @@ from controller.model.documents import FINAL_STATES, REVIEWABLE_STATES, ChangeSt
 from controller.model.errors import (
     Conflict,
     Deposed,
+    IdempotencyMismatch,
     IntentError,
     InvalidIntent,
     NotFound,
@@ -151,6 +152,31 @@ def _store_proposed(intent: Intent, base: repo.Revision, *, session: Session, ct
     return new.id
 
 
+def _replay_of(ctx: WriteContext, *, session: Session) -> int | None:
+    """The change an earlier request with ``ctx``'s ``Idempotency-Key`` made or committed (the key is stored in
+    that request's transaction), or None. Raises :class:`IdempotencyMismatch` for a key of another request."""
+    idem = ctx.idempotency
+    if idem is None:
+        return None
+    row = wrepo.find_idempotent(ctx.actor.name, idem.key, session=session)
+    if row is None:
+        return None
+    if row.request_hash != idem.fingerprint or row.path != ctx.path[:512]:
+        raise IdempotencyMismatch(f"Idempotency-Key {idem.key!r} was used for a different request ({row.path})")
+    return int(json.loads(row.body)["id"])
+
+
+def _keep_key(change_id: int, status: int, *, session: Session, ctx: WriteContext) -> None:
+    """Store ``ctx``'s ``Idempotency-Key`` with the answer (``status``, the change's document) in the
+    transaction of the work, so a replay of a request whose answer was lost finds it done."""
+    if ctx.idempotency is None:
+        return
+    doc = change_document(wrepo.get_change(change_id, session=session))
+    wrepo.put_idempotent(ctx.actor.name, ctx.idempotency.key, session=session, path=ctx.path,
+                         request_hash=ctx.idempotency.fingerprint, status=status,
+                         body=json.dumps(doc, default=str), now=_now())
+
+
 def create_change(*, session: Session, ctx: WriteContext, base_revision: int, patch: list[Any] | None,
                   intent: Any | None, message: str = "", kind: str = "change",
                   trigger: Doc | None = None) -> Change:
@@ -164,6 +190,9 @@ def create_change(*, session: Session, ctx: WriteContext, base_revision: int, pa
     def attempt() -> int:
         with write_transaction(session):
             lock_revisions(session)
+            prior = _replay_of(ctx, session=session)
+            if prior is not None:
+                return prior
             base = repo.get_revision(base_revision, session=session)
             document = (apply_patch(repo.revision_document(base.id, session=session), patch)
                         if patch is not None else intent)
@@ -173,6 +202,7 @@ def create_change(*, session: Session, ctx: WriteContext, base_revision: int, pa
                                   message=message, author=ctx.actor.name, now=_now(), trigger=trigger)
             _audit(session, ctx, f"{kind}.create", status=201, revision=rev,
                    detail=f"change {ch.id}: base {base.id} -> proposed {rev}" + (f": {message}" if message else ""))
+            _keep_key(ch.id, 201, session=session, ctx=ctx)
         return ch.id
 
     try:
@@ -185,6 +215,9 @@ def create_change(*, session: Session, ctx: WriteContext, base_revision: int, pa
 def create_rollback(revision: int, *, session: Session, ctx: WriteContext, message: str = "") -> Change:
     """A change whose target is ``revision``'s intent (the same revision, immutable), based on the active one."""
     with write_transaction(session):
+        prior = _replay_of(ctx, session=session)
+        if prior is not None:
+            return wrepo.get_change(prior, session=session)
         rev = repo.get_revision(revision, session=session)
         active = wrepo.active_revision(session=session)
         ch = wrepo.add_change(session=session, kind="rollback", base_revision=active or rev.id,
@@ -192,6 +225,7 @@ def create_rollback(revision: int, *, session: Session, ctx: WriteContext, messa
                               author=ctx.actor.name, now=_now())
         _audit(session, ctx, "rollback.create", status=201, revision=rev.id,
                detail=f"change {ch.id}: roll back from {active} to revision {rev.id}")
+        _keep_key(ch.id, 201, session=session, ctx=ctx)
     return wrepo.get_change(ch.id, session=session)
 
 
@@ -242,6 +276,8 @@ def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transac
     try:
         with write_transaction(session):
             ch = wrepo.get_change(change_id, session=session, for_update=True)
+            if _replay_of(ctx, session=session) is not None:  # this request committed it already
+                return ch
             active = wrepo.active_revision(session=session)
             if not skip_gate:
                 _gate(ch, active, force, reason)
@@ -255,6 +291,7 @@ def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transac
                                  reason=why)
             _audit(session, ctx, "change.commit", status=202,
                    revision=ch.proposed_revision, detail=f"change {change_id}: {why}")
+            _keep_key(change_id, 202, session=session, ctx=ctx)
     except (Conflict, SafetyViolation, InvalidIntent, NotFound) as exc:
         with write_transaction(session):
             _audit(session, ctx, "change.commit", outcome="rejected", status=ctx.rejected_status(exc),
