@@ -220,6 +220,18 @@ class Balancer:
                 out[cols[name]] = cols[status].split(" ")[0]
         return out
 
+    def retries(self) -> dict[str, int]:
+        """The backend's counters of requests sent again (``show stat``): ``retries`` (to the same replica
+        or another) and ``redispatches`` (to another replica)."""
+        lines = self.command("show stat").splitlines()
+        header = lines[0].lstrip("# ").split(",")
+        name, retr, redis = header.index("svname"), header.index("wretr"), header.index("wredis")
+        for line in lines[1:]:
+            cols = line.split(",")
+            if cols[name] == "BACKEND":
+                return {"retries": int(cols[retr] or 0), "redispatches": int(cols[redis] or 0)}
+        return {"retries": 0, "redispatches": 0}
+
     def wait_states(self, want: dict[str, str], timeout: float = 30.0) -> None:
         """Wait until each named replica is in the wanted state (``UP``, ``DOWN``)."""
         deadline = time.monotonic() + timeout

@@ -323,6 +323,7 @@ def test_twenty_leader_kills_mid_commit_lose_no_acknowledged_write_through_hapro
     traffic = Traffic(ha.balancer.url, links, pause=0.15)
     rows: list[tuple[float, float, str]] = []
     killed_at: list[tuple[float, float]] = []
+    resent_before = ha.balancer.retries()
     kills = 0
     pending: list[tuple[str, Any]] = []  # (name, restart) of killed replicas starting again
     traffic.start()
@@ -402,6 +403,7 @@ def test_twenty_leader_kills_mid_commit_lose_no_acknowledged_write_through_hapro
     assert all(near_a_kill(o) for o in lost_answers), lost_answers[:5]
     assert all(o.key is None for o in lost_answers), lost_answers[:5]  # a keyed client retried until answered
     replays = [o for o in writes if o.replayed]  # the write had been applied by the replica that died with it
+    resent = {k: v - resent_before[k] for k, v in ha.balancer.retries().items()}
     sample = random.Random(since)  # the content of every write near a kill, and of one in ten of the others
 
     def read_diff(o: Any) -> bool:
@@ -418,6 +420,7 @@ def test_twenty_leader_kills_mid_commit_lose_no_acknowledged_write_through_hapro
           f"{recovered_s[0]:.2f}/{recovered_s[len(rows) // 2]:.2f}/{recovered_s[-1]:.2f} s (min/median/max), "
           f"recovered {states}; clients through HAProxy: {len(reads)} reads ({len(cut_reads)} cut short by a kill), "
           f"{len(writes)} writes ({sum(1 for o in writes if o.key)} with the client's key), "
+          f"HAProxy sent {resent['retries']} requests again ({resent['redispatches']} to another replica), "
           f"{len(replays)} answered by a replay of a write the killed replica had applied, "
           f"{retried} retried by the client after a 503, "
           f"{len(lost_answers)} unkeyed writes answered the balancer's 503: {report}")
