@@ -131,6 +131,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     settings = settings or Settings()  # type: ignore[call-arg]  # fields come from the environment
     owned = database is None
     db = database or Database(settings.db_url)
+    # a replica paused inside a write transaction loses it well after its lease, never keeps its locks for good
+    db.write_idle_timeout_s = max(10.0, 5 * settings.lease_ttl)
     driver = driver if driver is not None else make_driver(settings)
 
     @asynccontextmanager

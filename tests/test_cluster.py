@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from api.app import create_app
-from controller.model.errors import AgentError, SingleReplicaStore
+from controller.model.errors import AgentError, SingleReplicaStore, StoreUnavailable
 from controller.settings import Settings
 from controller.store.db import Database
 from controller.workflow.cluster import Cluster, SingleReplicaLock, sqlite_lock_path
@@ -107,6 +107,35 @@ async def test_a_slow_store_never_makes_two_leaders(pg_db: Database) -> None:
     assert any(seen), "somebody led at some point"
     epochs = [c.epoch for c in replicas if c.epoch]
     assert len(set(epochs)) == len(epochs)  # each acquisition had an epoch of its own
+
+
+@pytest.mark.postgres
+def test_a_process_paused_inside_a_write_transaction_does_not_keep_its_locks(pg_db: Database) -> None:
+    """A leader frozen (SIGSTOP) inside a write transaction holds its row locks; PostgreSQL ends that
+    transaction once it idles past ``write_idle_timeout_s``, so the next leader's write goes through
+    instead of timing out on the lock for as long as the frozen process sleeps."""
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy import text
+
+    from controller.store.db import write_transaction
+
+    frozen = Database(pg_db.url, write_idle_timeout_s=1.0)
+    other = Database(pg_db.url, lock_timeout_s=10.0)
+    try:
+        through = False
+        with frozen.session() as s:
+            with pytest.raises((sa_exc.SQLAlchemyError, StoreUnavailable)):  # the paused one is gone: it cannot go on
+                with write_transaction(s):
+                    s.execute(text("UPDATE leader_lease SET epoch = epoch WHERE id = 1"))
+                    with other.session() as o:  # waits on the row lock until PostgreSQL ends the idle one
+                        with write_transaction(o):  # (else it gives up after its 10 s lock_timeout: an error)
+                            o.execute(text("UPDATE leader_lease SET epoch = epoch WHERE id = 1"))
+                    through = True
+                    s.execute(text("SELECT 1"))
+        assert through
+    finally:
+        frozen.dispose()
+        other.dispose()
 
 
 async def test_stop_gives_the_lease_up_and_the_next_replica_takes_it_at_once(tmp_path: Path) -> None:

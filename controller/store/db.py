@@ -32,7 +32,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Engine, create_engine, event, func, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -47,6 +47,7 @@ __all__ = ["DEFAULT_URL", "Database", "RetryOptions", "lock_revisions", "normali
 DEFAULT_URL = "sqlite:///./loom.db"
 MIGRATIONS = Path(__file__).parent / "migrations"
 _WRITE = "loom_write"
+_DATABASE = "loom_database"  # Session.info key: the Database the session belongs to
 #: the PostgreSQL advisory lock that writers of the revision chain queue on ("LOOM" and 1)
 REVISIONS_LOCK = 0x4C4F4F4D_0001
 #: SQLSTATEs of a transaction that lost to a concurrent one: serialization failure, deadlock
@@ -122,14 +123,19 @@ class _QueuePool(QueuePool):
 class Database:
     """One store: an engine, a session factory and the migration scripts. ``lock_timeout_s`` bounds
     how long a PostgreSQL writer waits for a lock, ``pool_timeout_s`` how long a session waits for a
-    free connection of the pool; past either the request is :class:`StoreUnavailable`."""
+    free connection of the pool; past either the request is :class:`StoreUnavailable`.
+    ``write_idle_timeout_s`` bounds how long a PostgreSQL write transaction may wait between two
+    statements: PostgreSQL ends one idle longer (``idle_in_transaction_session_timeout``), so a process
+    paused inside one (SIGSTOP, a frozen VM) does not keep its row locks from a new leader."""
 
     def __init__(self, url: str = DEFAULT_URL, *, echo: bool = False, lock_timeout_s: float = 15.0,
-                 pool_timeout_s: float = 30.0, options: StoreOptions | None = None):
+                 pool_timeout_s: float = 30.0, options: StoreOptions | None = None,
+                 write_idle_timeout_s: float = 60.0):
         self.url = normalize_url(url)
         parsed = make_url(self.url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         self.lock_timeout_s = lock_timeout_s
+        self.write_idle_timeout_s = write_idle_timeout_s
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         pooled = {"poolclass": _QueuePool, "pool_timeout": pool_timeout_s}
         if self.is_sqlite:
@@ -151,6 +157,7 @@ class Database:
         #: the head revision as last seen, for reads that may be a moment old (controller.service.cached_head)
         self.heads = HeadCache()
         install_cache_hooks(self.sessions, self.snapshots, self.heads)
+        self.sessions.kw.setdefault("info", {})[_DATABASE] = self  # (after the hooks, which set info)
 
     @property
     def display_url(self) -> str:
@@ -255,4 +262,8 @@ def write_transaction(session: Session) -> Iterator[Session]:
         session.rollback()
     with session.begin():
         session.connection(execution_options={_WRITE: True})
+        db = session.info.get(_DATABASE)
+        if db is not None and not db.is_sqlite and db.write_idle_timeout_s > 0:
+            ms = int(db.write_idle_timeout_s * 1000)  # (SET LOCAL takes no bind parameter)
+            session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {ms}"))
         yield session
