@@ -7,8 +7,11 @@ netlink, preferred over BGP's routes), and per BGP peer a signature of the
 link-bandwidth route-maps toward it, so a change to them triggers a soft
 outbound clear (``clear bgp ipv4 unicast PEER soft out``, DESIGN.md
 "Southbound"). Two backends implement :class:`FrrBackend`:
-:class:`FrrReload` drives real FRR daemons (``frr-reload.py --test`` for the
-diff, ``--reload`` to apply) and reads routes from the kernel; :class:`DryFrr`
+:class:`FrrReload` drives real FRR daemons and reads routes from the kernel:
+where FRR runs exactly what the agent applied last, the diff is that of the
+two texts and only the difference is applied, through one ``vtysh``, checked
+by reading the configuration back (:mod:`southbound.frr_delta`); otherwise
+``frr-reload.py --test`` diffs and ``--reload`` applies; :class:`DryFrr`
 renders and records only, for scale tests with hundreds of agents.
 """
 
@@ -28,6 +31,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from controller.model.errors import FrrError
+from southbound.frr_delta import (
+    ConfigTree,
+    delta_commands,
+    expected_running,
+    parse_config,
+    tree_document,
+    tree_of_document,
+)
 from southbound.state import BgpSession, KernelNextHop, KernelRoute
 
 __all__ = ["DryFrr", "FibHop", "FrrBackend", "FrrError", "FrrReload", "Rendered", "atomic_write_json",
@@ -220,6 +231,9 @@ class FrrReload:
         self.work_dir = work_dir
         self.vtysh = vtysh or shutil.which("vtysh") or "/usr/bin/vtysh"
         self.frr_reload = frr_reload
+        #: apply only the difference where FRR runs what the agent applied (``LOOM_FRR_DELTA=0``: always
+        #: ``frr-reload.py``, the bench's reference)
+        self.delta = os.environ.get("LOOM_FRR_DELTA", "1") != "0"
 
     # -- vtysh --------------------------------------------------------------
     def vtysh_cmd(self, *commands: str, check: bool = True) -> str:
@@ -253,14 +267,76 @@ class FrrReload:
             raise FrrError(f"frr-reload.py {mode} exited {proc.returncode}: {detail}")
         return proc.stdout
 
+    def check_syntax(self, target: Rendered) -> None:
+        """Have vtysh read ``target`` as a file (``-m -f``, as frr-reload.py does first): a line it does not
+        take is :class:`FrrError`, before anything is applied."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        conf = self.work_dir / "check.conf"
+        conf.write_text(target.frr_text)
+        _run([self.vtysh, "--vty_socket", str(self.vty_dir), "-m", "-f", str(conf)], timeout=60)
+
     def diff(self, current: Rendered | None, target: Rendered) -> str:
+        if self._shown(current) is not None:  # FRR runs what we applied: the difference is that of the texts
+            self.check_syntax(target)
+            return text_diff(current, target)
         out = self._reload(target, "--test")
         fib_old = current.fib_lines() if current else []
         fib_diff = "\n".join(difflib.unified_diff(fib_old, target.fib_lines(), "running", "candidate", lineterm=""))
         return (out.strip() + ("\n" + fib_diff if fib_diff else "")).strip()
 
+    # -- the difference alone (frr_delta), where FRR runs what the agent applied ----------------------
+    def running_tree(self) -> ConfigTree:
+        return parse_config(self.vtysh_cmd("show running-config"))
+
+    @property
+    def _shown_path(self) -> Path:
+        return self.work_dir / "frr-shown.json"
+
+    def _record_shown(self, target: Rendered, tree: ConfigTree | None = None) -> None:
+        """Keep how FRR shows ``target`` (its ``show running-config`` once ``target`` is applied)."""
+        if not self.delta:
+            return
+        try:
+            shown = tree if tree is not None else self.running_tree()
+        except FrrError:
+            self._shown_path.unlink(missing_ok=True)
+            return
+        atomic_write_json(self._shown_path, {"hash": target.hash, "tree": tree_document(shown)}, durable=False)
+
+    def _shown(self, current: Rendered | None) -> ConfigTree | None:
+        """How FRR showed ``current`` when the agent applied it, if it still shows exactly that; else None."""
+        if not self.delta or current is None:
+            return None
+        doc = read_json(self._shown_path)
+        if not isinstance(doc, dict) or doc.get("hash") != current.hash:
+            return None
+        shown = tree_of_document(doc.get("tree", []))
+        return shown if self.running_tree() == shown else None
+
+    def _apply_delta(self, current: Rendered | None, target: Rendered) -> str | None:
+        """Apply only the difference from ``current`` through one ``vtysh``, when FRR shows exactly what it
+        showed when ``current`` was applied; the account of it when FRR then shows exactly what ``target``
+        should look like (:func:`expected_running`), else None (the caller reloads)."""
+        shown = self._shown(current)
+        if shown is None or current is None:
+            return None
+        old, new = parse_config(current.frr_text), parse_config(target.frr_text)
+        commands = delta_commands(old, new)
+        if commands:
+            argv = ["-c", "configure terminal", *(a for c in commands for a in ("-c", c)), "-c", "end"]
+            _run([self.vtysh, "--vty_socket", str(self.vty_dir), *argv], check=False)
+        after = self.running_tree()
+        if after != expected_running(new, old, shown):
+            return None
+        self._record_shown(target, after)
+        return f"applied {len(commands)} command(s) of the difference through vtysh"
+
     def apply(self, current: Rendered | None, target: Rendered) -> str:
-        out = self._reload(target, "--reload")
+        out = self._apply_delta(current, target)
+        if out is None:
+            self._shown_path.unlink(missing_ok=True)
+            out = self._reload(target, "--reload")
+            self._record_shown(target)
         peers = changed_peers(current, target)
         if peers:  # one vtysh for all of them: the new route-maps take effect in ~0.2 s instead of ~5 s
             self.vtysh_cmd(*(f"clear bgp ipv4 unicast {peer} soft out" for peer in peers), check=False)

@@ -133,8 +133,11 @@ def _summary(step: str, failed: list[StepResult]) -> str:
 async def _verify(driver: DeviceDriver, devices: list[str], hashes: Mapping[str, str], plan: Plan | None,
                   check: Callable[[str, DeviceState], list[str]], timeout: float, interval: float,
                   progress: Progress | None, result: TransactionResult) -> dict[str, StepResult]:
-    """Poll every device's state until it matches (config hash, and the plan where routes are observed)."""
+    """Poll every device's state until it matches (config hash, and the plan where routes are observed):
+    again after 50 ms, then twice as long each time up to ``interval`` (a kernel that converges in a
+    tenth of a second is seen then, not after a whole interval)."""
     deadline = time.monotonic() + timeout
+    wait = min(0.05, interval)
     pending = list(devices)
     done: dict[str, StepResult] = {}
     t0 = time.perf_counter()
@@ -164,7 +167,8 @@ async def _verify(driver: DeviceDriver, devices: list[str], hashes: Mapping[str,
         pending = still
         if not pending or time.monotonic() >= deadline:
             break
-        await asyncio.sleep(interval)
+        await asyncio.sleep(wait)
+        wait = min(interval, wait * 2)
     result.seconds["verify"] = result.seconds.get("verify", 0.0) + time.perf_counter() - t0
     for d in devices:
         if progress:

@@ -35,6 +35,7 @@ from labs.clab import Topology, load_topology
 from solver import solve
 from southbound.agent import lab_agent_command
 from southbound.driver import AgentDriver
+from southbound.frr_delta import parse_config
 from southbound.state import StepResult
 from southbound.transaction import commit_plan
 from southbound.wcmp import expected_weights
@@ -198,6 +199,56 @@ async def test_wcmp_plan_lands_in_every_kernel_within_frr_rounding(wlab: WcmpLab
     # and the split is really unequal somewhere: tor-0-0 toward 10.1.0.0/24
     tw = kernel_weights(LAB, "tor-0-0")["10.1.0.0/24"]
     assert len(set(tw.values())) > 1, tw
+
+
+async def test_a_reweighting_goes_to_frr_as_the_difference_and_frr_runs_exactly_the_candidate(wlab: WcmpLab) -> None:
+    """Where FRR runs what the agent applied, a change is sent as its difference through one vtysh (no
+    frr-reload.py: its candidate file is not written) and checked by reading the configuration back: FRR
+    then shows exactly what frr-reload.py would have left. A configuration changed behind the agent's back
+    is noticed, and the next change goes through frr-reload.py, which puts it right."""
+    base = with_wcmp(wlab.doc, enabled=True, realization="link-bandwidth")
+    _plan, r = await push(wlab, base)
+    assert r.ok, r.error  # type: ignore[attr-defined]
+    nodes = [n.name for n in wlab.topo.nodes]
+    agent_dir = {n: wlab.agents.dir(n) / "agent" for n in nodes}
+
+    def reloads() -> dict[str, float]:
+        return {n: (d / "candidate.conf").stat().st_mtime if (d / "candidate.conf").exists() else 0.0
+                for n, d in agent_dir.items()}
+
+    def shown(node: str) -> str:
+        return runner.node_exec(LAB, node, ["vtysh", "--vty_socket", str(runner.run_dir(LAB) / node),
+                                            "-c", "show running-config"])
+
+    heavier = json.loads(json.dumps(wlab.doc))
+    for d in heavier["demands"]:
+        d["gbps"] = round(float(d["gbps"]) * 1.3, 3)
+    intent = with_wcmp(heavier, enabled=True, realization="link-bandwidth")
+    before = reloads()
+    plan, r = await push(wlab, intent)
+    assert r.ok, r.error  # type: ignore[attr-defined]
+    assert plan_mismatches(LAB, intent, plan) == []
+    assert reloads() == before, "frr-reload.py ran although FRR ran what the agents had applied"
+    # what FRR runs is exactly what frr-reload.py makes of the same candidate, on every device: reloading it
+    # changes nothing FRR shows
+    for n in nodes:
+        fast = parse_config(shown(n))
+        conf = agent_dir[n] / "reload-check.conf"
+        conf.write_text(json.loads((agent_dir[n] / "running.json").read_text())["frr_text"])
+        runner.node_exec(LAB, n, ["python3", "/usr/lib/frr/frr-reload.py", "--reload", "--stdout", "--bindir",
+                                  "/usr/bin", "--vty_socket", str(runner.run_dir(LAB) / n), "--confdir",
+                                  str(agent_dir[n]), "--rundir", str(agent_dir[n]), str(conf)], timeout=120)
+        assert parse_config(shown(n)) == fast, n
+    # an edit behind the agents' back: the next change notices it and reloads, and the edit is gone
+    node = "leaf-0-0"
+    runner.node_exec(LAB, node, ["vtysh", "--vty_socket", str(runner.run_dir(LAB) / node), "-c", "configure terminal",
+                                 "-c", "ip prefix-list LOOM-BEHIND seq 5 permit 10.99.0.0/24"])
+    before = reloads()
+    plan, r = await push(wlab, base)
+    assert r.ok, r.error  # type: ignore[attr-defined]
+    after = reloads()
+    assert after[node] > before[node] and "LOOM-BEHIND" not in shown(node)
+    assert [n for n in nodes if after[n] != before[n]] == [node]  # the others sent the difference
 
 
 async def test_udp_flows_split_over_the_uplinks_as_weighted(wlab: WcmpLab) -> None:

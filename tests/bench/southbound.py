@@ -1,9 +1,13 @@
 """Benchmark rows for the southbound transaction (``make bench``).
 
-Two rows. ``clos3-small``: an intent change (plain ECMP to WCMP link-bandwidth
-on the skewed clos3-small fabric of the lab tests) timed end to end from the
-new intent to every kernel holding the plan's weights: solve, render, Prepare,
-Commit, read back until the kernels agree, Confirm. Needs root and FRR; the
+``clos3-small``: two intent changes (plain ECMP to WCMP link-bandwidth on the
+skewed clos3-small fabric of the lab tests, then a re-weighting for 1.3 times
+the demand) timed end to end from the new intent to every kernel holding the
+plan's weights: solve, render, Prepare, Commit, read back until the kernels
+agree, Confirm. Each is measured twice in the same run: with agents that send
+FRR only the difference through ``vtysh`` (:mod:`southbound.frr_delta`), and,
+as the reference, with agents that run ``frr-reload.py`` on every device
+(``LOOM_FRR_DELTA=0``). Needs root and FRR; the
 lab is torn down even when the push fails. ``200 dry agents``: one
 transaction over 200 ``--dry-frr`` agents (each its own gRPC server and state
 directory, in one child process) on unix sockets. Wall-clock seconds on the
@@ -13,6 +17,7 @@ machine at hand.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import tempfile
@@ -60,7 +65,7 @@ def dry_fleet_row(n: int = 200) -> list[str]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def lab_row() -> list[str]:
+def lab_rows() -> list[list[str]]:
     from labs import runner
     from solver import solve
     from southbound.driver import AgentDriver
@@ -68,7 +73,7 @@ def lab_row() -> list[str]:
     from tests.test_agent_lab import LabAgents, bring_up, with_wcmp
 
     if os.geteuid() != 0 or not (runner.FRR_BIN / "zebra").exists():
-        return ["clos3-small intent change", "-", "-", "-", "-", "-", "-", "-", "skipped: needs root and FRR"]
+        return [["clos3-small intent change", "-", "-", "-", "-", "-", "-", "-", "skipped: needs root and FRR"]]
     lab = "sbbench"
     base = Path(tempfile.mkdtemp(prefix="loom-bench-sb-"))
     nodes: list[str] = []
@@ -78,19 +83,38 @@ def lab_row() -> list[str]:
         nodes += [n.name for n in topo.nodes]
         agents.start_all()
 
-        async def go() -> list[str]:
-            async with AgentDriver(agents.endpoints(), timeout=30, commit_timeout=120) as drv:
-                ecmp = with_wcmp(doc, enabled=False)
-                first = await commit_plan(drv, ecmp, solve(ecmp), confirm_within=120, verify_timeout=60)
-                if not first.ok:
-                    return _row("clos3-small (ECMP baseline)", len(nodes), 0.0, None, first)
-                t0 = time.perf_counter()
-                wcmp = with_wcmp(doc, enabled=True, realization="link-bandwidth")
-                plan = solve(wcmp)
-                solved = time.perf_counter() - t0
-                r = await commit_plan(drv, wcmp, plan, confirm_within=120, verify_timeout=60, verify_interval=0.2)
-                return _row("clos3-small intent change to kernel weights", len(nodes), time.perf_counter() - t0,
-                            solved, r)
+        async def go() -> list[list[str]]:
+            rows: list[list[str]] = []
+            for delta in (False, True):  # the reference first: every device through frr-reload.py
+                os.environ["LOOM_FRR_DELTA"] = "1" if delta else "0"
+                agents.stop_all()
+                agents.start_all()
+                how = "difference through vtysh" if delta else "frr-reload.py (reference)"
+                async with AgentDriver(agents.endpoints(), timeout=30, commit_timeout=120) as drv:
+                    ecmp = with_wcmp(doc, enabled=False)
+                    first = await commit_plan(drv, ecmp, solve(ecmp), confirm_within=120, verify_timeout=60)
+                    if not first.ok:
+                        rows.append(_row(f"ECMP baseline, {how}", len(nodes), 0.0, None, first))
+                        continue
+                    t0 = time.perf_counter()
+                    wcmp = with_wcmp(doc, enabled=True, realization="link-bandwidth")
+                    plan = solve(wcmp)
+                    solved = time.perf_counter() - t0
+                    r = await commit_plan(drv, wcmp, plan, confirm_within=120, verify_timeout=60,
+                                          verify_interval=0.2)
+                    rows.append(_row(f"ECMP to WCMP, {how}", len(nodes), time.perf_counter() - t0, solved, r))
+                    t0 = time.perf_counter()
+                    heavier = json.loads(json.dumps(doc))
+                    for d in heavier.get("demands", []):
+                        d["gbps"] = round(float(d["gbps"]) * 1.3, 3)
+                    skewed = with_wcmp(heavier, enabled=True, realization="link-bandwidth")
+                    plan2 = solve(skewed)
+                    solved = time.perf_counter() - t0
+                    r = await commit_plan(drv, skewed, plan2, confirm_within=120, verify_timeout=60,
+                                          verify_interval=0.2)
+                    rows.append(_row(f"re-weight (demand x1.3), {how}", len(nodes), time.perf_counter() - t0,
+                                     solved, r))
+            return rows
 
         return asyncio.run(go())
     finally:
@@ -103,6 +127,7 @@ def run(args: Any) -> Table:
     table = Table(title="southbound: one network-wide transaction (seconds)")
     for c in COLUMNS:
         table.add_column(c)
-    table.add_row(*lab_row())
+    for row in lab_rows():
+        table.add_row(*row)
     table.add_row(*dry_fleet_row())
     return table

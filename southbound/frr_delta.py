@@ -1,0 +1,170 @@
+"""FRR configuration as a tree of contexts, and the vtysh commands that turn one tree into another.
+
+``frr-reload.py`` makes any running configuration into a candidate, but a run
+costs a Python start, two passes of ``show running-config`` and one ``vtysh``
+process per deleted line: seconds per device for a change of a few weights.
+The agent knows what FRR runs (the configuration it applied last), so for the
+common case it can do better: read ``show running-config`` once, and when that
+is exactly the configuration it applied (:func:`parse_config` of both agree),
+send the difference (:func:`delta_commands`) through one ``vtysh``, then read
+the configuration again and accept the result only when it is exactly the
+candidate. Anything else (FRR restarted with another configuration, a command
+FRR refuses, a context this module orders wrongly) falls back to
+``frr-reload.py`` (:class:`southbound.frr_apply.FrrReload`), so the fast path
+can make a change faster, never different.
+
+A tree maps a context path (``()`` for the top, ``("router bgp 65010",)``,
+``("router bgp 65010", "address-family ipv4 unicast")``) to its lines in order;
+a line that opens a context has a key of its own. ``!``, ``end``, ``frr
+version``, ``exit`` and ``exit-address-family`` are structure, not content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["ConfigTree", "delta_commands", "expected_running", "parse_config", "tree_document", "tree_of_document"]
+
+#: context path -> its lines, in order (a dict used as an ordered set)
+ConfigTree = dict[tuple[str, ...], dict[str, None]]
+
+_NOISE = ("Building configuration", "Current configuration", "frr version")
+_EXITS = {"exit": "exit", "address-family": "exit-address-family", "vni": "exit-vni", "vrf": "exit-vrf"}
+#: top-level lines that open a context in vtysh even with nothing inside (``route-map X deny 10``)
+_OPENERS = ("route-map ", "interface ", "router ", "vrf ", "line ", "key chain ", "segment-routing", "bfd",
+            "nexthop-group ", "mpls ")
+
+
+def parse_config(text: str) -> ConfigTree:
+    """The tree of an FRR configuration (``show running-config`` or a rendered one)."""
+    tree: ConfigTree = {(): {}}
+    path: list[tuple[int, str]] = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        s = line.strip()
+        if not s or s == "!" or s == "end" or s.startswith(_NOISE):
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        if s == "exit" or s.startswith("exit-"):
+            while path and path[-1][0] >= indent:
+                path.pop()
+            continue
+        while path and path[-1][0] >= indent:
+            path.pop()
+        ctx = tuple(k for _, k in path)
+        tree.setdefault(ctx, {})[s] = None
+        path.append((indent, s))
+        tree.setdefault(ctx + (s,), {})
+    return {k: v for k, v in tree.items() if v or k == ()}
+
+
+def _exit_of(line: str) -> str:
+    return _EXITS.get(line.split(" ", 1)[0], "exit")
+
+
+def _opens(ctx: tuple[str, ...], line: str, tree: ConfigTree) -> bool:
+    return (ctx + (line,)) in tree or (not ctx and line.startswith(_OPENERS))
+
+
+def _add(tree: ConfigTree, ctx: tuple[str, ...], line: str) -> list[str]:
+    """The commands that make ``line`` (and all it holds) in context ``ctx``."""
+    if not _opens(ctx, line, tree):
+        return [line]
+    inner = ctx + (line,)
+    out = [line]
+    for child in tree.get(inner, {}):
+        out += _add(tree, inner, child)
+    return [*out, _exit_of(line)]
+
+
+def _differs(old: ConfigTree, new: ConfigTree, ctx: tuple[str, ...]) -> bool:
+    """Whether context ``ctx`` holds other lines in ``old`` than in ``new``, at any depth."""
+    n = len(ctx)
+    return {k: v for k, v in old.items() if k[:n] == ctx} != {k: v for k, v in new.items() if k[:n] == ctx}
+
+
+def _undo(line: str) -> str:
+    """The command that removes ``line``: ``no LINE``, or ``X`` for a line ``no X``."""
+    return line[3:] if line.startswith("no ") else f"no {line}"
+
+
+def _removals_last(lines: Iterable[str]) -> list[str]:
+    """Removals in an order FRR takes: a neighbor's ``remote-as`` (which removes the neighbor) after its
+    other lines."""
+    return sorted(lines, key=lambda ln: " remote-as " in ln)
+
+
+def _change(old: ConfigTree, new: ConfigTree, ctx: tuple[str, ...]) -> list[str]:
+    """The commands, inside context ``ctx`` (entered), that make its lines and sub-contexts those of ``new``."""
+    before, after = old.get(ctx, {}), new.get(ctx, {})
+    out: list[str] = []
+    for line in before:  # sub-contexts first: their references go before what they name
+        if line in after and _differs(old, new, ctx + (line,)):
+            inner = _change(old, new, ctx + (line,))
+            if inner:
+                out += [line, *inner, _exit_of(line)]
+    out += [_undo(line) for line in _removals_last(ln for ln in before if ln not in after)]
+    for line in after:
+        if line not in before:
+            out += _add(new, ctx, line)
+    return out
+
+
+def delta_commands(old: ConfigTree, new: ConfigTree) -> list[str]:
+    """The vtysh commands (to run after ``configure terminal``) that make FRR, running ``old``, run ``new``.
+
+    In an order FRR takes: what is added at the top first (prefix-lists, route-maps, interfaces: before
+    anything refers to them), then the changes inside the contexts both have (within one: removals, then
+    additions), then a router that goes (before one that comes: FRR runs one ``router bgp``), a router
+    that comes, and last the other top-level removals (what the routers referred to)."""
+    before, after = old.get((), {}), new.get((), {})
+    added = [ln for ln in after if ln not in before]
+    removed = [ln for ln in before if ln not in after]
+    out: list[str] = []
+    for line in added:
+        if not line.startswith("router "):
+            out += _add(new, (), line)
+    for line in before:
+        if line in after and _differs(old, new, (line,)):
+            inner = _change(old, new, (line,))
+            if inner:
+                out += [line, *inner, _exit_of(line)]
+    out += [_undo(line) for line in removed if line.startswith("router ")]
+    for line in added:
+        if line.startswith("router "):
+            out += _add(new, (), line)
+    out += [_undo(line) for line in removed if not line.startswith("router ")]
+    return out
+
+
+def expected_running(target: ConfigTree, current: ConfigTree, running: ConfigTree) -> ConfigTree:
+    """What ``show running-config`` should show once ``target`` (rendered) is applied, learnt from how FRR
+    shows ``current`` (rendered) as ``running``: per context, the lines FRR does not show (a default such
+    as ``no bgp ebgp-requires-policy`` under ``frr defaults datacenter``, ``ip forwarding``) and the lines it
+    adds (``hostname`` from a daemon that has its own) are left out of, and added to, the target's
+    contexts that are there. A target whose new contexts hold lines FRR would show otherwise simply does
+    not match, and the caller reloads."""
+    out: ConfigTree = {k: dict(v) for k, v in target.items()}
+    for ctx in set(current) | set(running):
+        if ctx not in out and ctx != ():
+            continue
+        shown = running.get(ctx, {})
+        written = current.get(ctx, {})
+        lines = out.setdefault(ctx, {})
+        for line in written:
+            if line not in shown:
+                lines.pop(line, None)
+        for line in shown:
+            if line not in written:
+                lines[line] = None
+    return {k: v for k, v in out.items() if v or k == ()}
+
+
+def tree_document(tree: ConfigTree) -> list[list[Any]]:
+    """A tree as JSON: ``[[context..., [lines...]], ...]``."""
+    return [[list(k), list(v)] for k, v in tree.items()]
+
+
+def tree_of_document(doc: Any) -> ConfigTree:
+    return {tuple(str(x) for x in k): {str(line): None for line in v} for k, v in doc}
