@@ -212,9 +212,8 @@ async def test_a_reweighting_goes_to_frr_as_the_difference_and_frr_runs_exactly_
     nodes = [n.name for n in wlab.topo.nodes]
     agent_dir = {n: wlab.agents.dir(n) / "agent" for n in nodes}
 
-    def reloads() -> dict[str, float]:
-        return {n: (d / "candidate.conf").stat().st_mtime if (d / "candidate.conf").exists() else 0.0
-                for n, d in agent_dir.items()}
+    def reloads() -> dict[str, float]:  # frr-reload.py's candidate file in each agent's work directory
+        return {n: (d / "work" / "candidate.conf").stat().st_mtime_ns for n, d in agent_dir.items()}
 
     def shown(node: str) -> str:
         return runner.node_exec(LAB, node, ["vtysh", "--vty_socket", str(runner.run_dir(LAB) / node),
