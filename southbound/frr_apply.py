@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -51,6 +52,7 @@ LOOM_RT_METRIC = 10
 #: First nexthop object id the agent owns (well above zebra's ids).
 LOOM_NH_BASE = 4_000_000
 FRR_RELOAD = "/usr/lib/frr/frr-reload.py"
+log = logging.getLogger("loom.agent.frr")
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +321,8 @@ class FrrReload:
         should look like (:func:`expected_running`), else None (the caller reloads)."""
         shown = self._shown(current)
         if shown is None or current is None:
+            if self.delta and current is not None and self._shown_path.exists():
+                log.info("FRR does not show what it showed after this agent's last apply: reloading")
             return None
         old, new = parse_config(current.frr_text), parse_config(target.frr_text)
         commands = delta_commands(old, new)
@@ -326,7 +330,12 @@ class FrrReload:
             argv = ["-c", "configure terminal", *(a for c in commands for a in ("-c", c)), "-c", "end"]
             _run([self.vtysh, "--vty_socket", str(self.vty_dir), *argv], check=False)
         after = self.running_tree()
-        if after != expected_running(new, old, shown):
+        want = expected_running(new, old, shown)
+        if after != want:
+            odd = sorted(k for k in set(after) | set(want) if after.get(k) != want.get(k))[:3]
+            log.warning("the difference left FRR off the candidate (%s); reloading", "; ".join(
+                f"{' > '.join(k) or 'top'}: extra {sorted(set(after.get(k, {})) - set(want.get(k, {})))[:3]}, "
+                f"missing {sorted(set(want.get(k, {})) - set(after.get(k, {})))[:3]}" for k in odd))
             return None
         self._record_shown(target, after)
         return f"applied {len(commands)} command(s) of the difference through vtysh"

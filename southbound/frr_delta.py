@@ -111,17 +111,28 @@ def _change(old: ConfigTree, new: ConfigTree, ctx: tuple[str, ...]) -> list[str]
     return out
 
 
+def _slot(line: str) -> str | None:
+    """The entry a sequenced line occupies (``ip prefix-list L seq 5``): FRR refuses a new line for an
+    occupied slot, or with the rule of another entry of its list, so old entries go first."""
+    words = line.split()
+    if "seq" in words and words.index("seq") + 1 < len(words):
+        return " ".join(words[:words.index("seq") + 2])
+    return None
+
+
 def delta_commands(old: ConfigTree, new: ConfigTree) -> list[str]:
     """The vtysh commands (to run after ``configure terminal``) that make FRR, running ``old``, run ``new``.
 
-    In an order FRR takes: what is added at the top first (prefix-lists, route-maps, interfaces: before
+    In an order FRR takes: the sequenced entries that go (FRR refuses a new prefix-list entry whose ``seq``
+    or rule an old one holds), then what is added at the top (prefix-lists, route-maps, interfaces: before
     anything refers to them), then the changes inside the contexts both have (within one: removals, then
     additions), then a router that goes (before one that comes: FRR runs one ``router bgp``), a router
     that comes, and last the other top-level removals (what the routers referred to)."""
     before, after = old.get((), {}), new.get((), {})
     added = [ln for ln in after if ln not in before]
-    removed = [ln for ln in before if ln not in after]
-    out: list[str] = []
+    # sequenced entries that go, first: FRR refuses a new entry whose seq, or whose rule, an old one holds
+    out = [_undo(ln) for ln in before if ln not in after and _slot(ln) is not None]
+    removed = [ln for ln in before if ln not in after and _slot(ln) is None]
     for line in added:
         if not line.startswith("router "):
             out += _add(new, (), line)

@@ -219,13 +219,14 @@ async def test_a_reweighting_goes_to_frr_as_the_difference_and_frr_runs_exactly_
         return runner.node_exec(LAB, node, ["vtysh", "--vty_socket", str(runner.run_dir(LAB) / node),
                                             "-c", "show running-config"])
 
-    heavier = json.loads(json.dumps(wlab.doc))
-    for d in heavier["demands"]:
-        d["gbps"] = round(float(d["gbps"]) * 1.3, 3)
-    intent = with_wcmp(heavier, enabled=True, realization="link-bandwidth")
+    shifted = json.loads(json.dumps(wlab.doc))  # the heaviest demand halves, the lightest doubles: new weights
+    demands = sorted(shifted["demands"], key=lambda d: float(d["gbps"]))
+    demands[0]["gbps"], demands[-1]["gbps"] = float(demands[0]["gbps"]) * 2, float(demands[-1]["gbps"]) / 2
+    intent = with_wcmp(shifted, enabled=True, realization="link-bandwidth")
     before = reloads()
     plan, r = await push(wlab, intent)
     assert r.ok, r.error  # type: ignore[attr-defined]
+    assert len(r.changed_devices()) >= 2, r.changed_devices()  # type: ignore[attr-defined]
     assert plan_mismatches(LAB, intent, plan) == []
     assert reloads() == before, "frr-reload.py ran although FRR ran what the agents had applied"
     # what FRR runs is exactly what frr-reload.py makes of the same candidate, on every device: reloading it

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from southbound.frr_delta import ConfigTree, delta_commands, expected_running, parse_config
+from southbound.frr_delta import ConfigTree, _slot, delta_commands, expected_running, parse_config
 
 GOLDEN = Path(__file__).parent / "golden" / "frr"
 CONFS = sorted(p for p in GOLDEN.glob("*.conf"))
@@ -28,6 +28,14 @@ def _remove(tree: ConfigTree, ctx: tuple[str, ...], line: str) -> None:
     tree[ctx].pop(line, None)
     for key in [k for k in tree if k[:len(ctx) + 1] == (*ctx, line)]:
         del tree[key]
+
+
+def _clash(old: str, new: str) -> bool:
+    """Whether prefix-list entry ``new`` is refused beside ``old``: the same list, and the same seq or rule."""
+    a, b = old.split(), new.split()
+    if old == new or "seq" not in a or "seq" not in b or a[:a.index("seq")] != b[:b.index("seq")]:
+        return False
+    return _slot(old) == _slot(new) or a[a.index("seq") + 2:] == b[b.index("seq") + 2:]
 
 
 def simulate(tree: ConfigTree, commands: list[str]) -> ConfigTree:
@@ -57,6 +65,8 @@ def simulate(tree: ConfigTree, commands: list[str]) -> ConfigTree:
         if f"no {c}" in out.get(ctx, {}):  # back to the default, which FRR does not show
             _remove(out, ctx, f"no {c}")
             continue
+        if not ctx and _slot(c) is not None and any(_clash(ln, c) for ln in out[()]):
+            continue  # FRR refuses an entry whose seq, or whose rule, another entry of its list holds
         if c.startswith("router bgp ") and not ctx:
             running = [ln for ln in out[()] if ln.startswith("router bgp ") and ln != c]
             assert not running, f"{c}: BGP is already running as {running}"
@@ -101,7 +111,8 @@ def test_between_every_pair_of_golden_configs() -> None:
 def _edit(text: str, rng: random.Random) -> str:
     """One random edit of the kinds Loom's changes make, on a rendered configuration."""
     lines = text.splitlines()
-    kind = rng.choice(["weight", "route-map", "prefix-list", "neighbor", "neighbor-route-map", "interface"])
+    kind = rng.choice(["weight", "route-map", "prefix-list", "neighbor", "neighbor-route-map", "interface",
+                       "prefix-list-entry"])
     if kind == "weight" and any("set extcommunity bandwidth" in ln for ln in lines):
         i = rng.choice([i for i, ln in enumerate(lines) if "set extcommunity bandwidth" in ln])
         lines[i] = f" set extcommunity bandwidth {rng.randint(1, 400)}"
@@ -123,6 +134,17 @@ def _edit(text: str, rng: random.Random) -> str:
             j = next((j for j, ln in enumerate(lines) if ln.strip() == f"neighbor {peer} route-map LOOM-DENY in"), None)
             if j is not None:
                 del lines[j]
+    elif kind == "prefix-list-entry" and any(ln.startswith("ip prefix-list") for ln in lines):
+        i = rng.choice([i for i, ln in enumerate(lines) if ln.startswith("ip prefix-list")])
+        words = lines[i].split()
+        same_list = [ln for ln in lines if ln.split()[:3] == words[:3] and ln != lines[i]]
+        if same_list and rng.random() < 0.5:  # the rule of another entry of the list, moved to this seq
+            rule = same_list[0].split()[5:]
+            lines = [ln for ln in lines if ln != same_list[0]]
+            i = lines.index(" ".join(words))
+            lines[i] = " ".join(words[:5] + rule)
+        else:  # the same list and seq, another prefix
+            lines[i] = " ".join(words[:-1] + [f"10.{rng.randint(100, 200)}.0.0/24"])
     elif kind == "interface":
         i = next((i for i, ln in enumerate(lines) if ln.startswith(" ip address ")), None)
         if i is not None:
@@ -158,3 +180,15 @@ def test_what_frr_shows_of_a_candidate_is_learnt_from_how_it_showed_the_last_one
     # a router that FRR would show otherwise (its own hidden defaults) is not guessed: it does not match
     other = parse_config("hostname a\nip forwarding\n!\nrouter bgp 9\n no bgp ebgp-requires-policy\nexit\n")
     assert ("router bgp 9",) in expected_running(other, current, shown)
+
+
+def test_a_prefix_list_whose_entries_move_loses_the_old_ones_first() -> None:
+    """What a re-weighting does to a link-bandwidth prefix-list (seen on the lab): its seq 5 takes the rule
+    seq 10 had. FRR refuses an entry whose seq or rule another holds, so the old entries go first."""
+    old = parse_config("ip prefix-list L seq 5 permit 10.0.0.0/24\nip prefix-list L seq 10 permit 10.1.1.0/24\n"
+                       "route-map R permit 10\n match ip address prefix-list L\nexit\n")
+    new = parse_config("ip prefix-list L seq 5 permit 10.1.1.0/24\n"
+                       "route-map R permit 10\n match ip address prefix-list L\nexit\n")
+    commands = delta_commands(old, new)
+    assert _same(simulate(old, commands), new), commands
+    assert _same(simulate(new, delta_commands(new, old)), old)

@@ -1,14 +1,15 @@
 """Benchmark rows for the southbound transaction (``make bench``).
 
-``clos3-small``: two intent changes (plain ECMP to WCMP link-bandwidth on the
-skewed clos3-small fabric of the lab tests, then a re-weighting for 1.3 times
-the demand) timed end to end from the new intent to every kernel holding the
-plan's weights: solve, render, Prepare, Commit, read back until the kernels
-agree, Confirm. Each is measured twice in the same run: with agents that send
-FRR only the difference through ``vtysh`` (:mod:`southbound.frr_delta`), and,
-as the reference, with agents that run ``frr-reload.py`` on every device
-(``LOOM_FRR_DELTA=0``). Needs root and FRR; the
-lab is torn down even when the push fails. ``200 dry agents``: one
+``clos3-small`` (12 nodes) and ``clos3-40`` (a generated 3-tier Clos of 40
+nodes with two thin links): two intent changes, plain ECMP to WCMP
+link-bandwidth and then a re-weighting (the heaviest demand halves, the
+lightest doubles), each timed end to end from the new intent to every kernel
+holding the plan's weights: solve, render, Prepare, Commit, read back until the
+kernels agree, Confirm. Each is measured twice in the same run: with agents
+that send FRR only the difference through ``vtysh``
+(:mod:`southbound.frr_delta`), and, as the reference, with agents that run
+``frr-reload.py`` on every device (``LOOM_FRR_DELTA=0``). Needs root and FRR;
+the lab is torn down even when the push fails. ``200 dry agents``: one
 transaction over 200 ``--dry-frr`` agents (each its own gRPC server and state
 directory, in one child process) on unix sockets. Wall-clock seconds on the
 machine at hand.
@@ -65,21 +66,53 @@ def dry_fleet_row(n: int = 200) -> list[str]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def lab_rows() -> list[list[str]]:
+def clos3_40_doc(name: str) -> dict[str, Any]:
+    """The generated 40-node 3-tier Clos (4 pods x 4 ToRs, 2 planes x 8 spines) with two thin leaf-spine
+    links, so that its WCMP plan is not ECMP."""
+    from labs.gen import clos3_document
+
+    doc = clos3_document(name, pods=4, tors=4, planes=2, spines=8)
+    for lk in doc["links"]:
+        if (lk["a"], lk["b"]) in (("leaf-0-0", "spine-0-0"), ("leaf-1-1", "spine-1-3")):
+            lk["capacity_gbps"] = 25.0
+    return doc
+
+
+def _bring_up(base: Path, lab: str, doc: dict[str, Any]) -> Any:
+    import subprocess
+
+    import yaml
+
+    from labs import runner
+    from labs.clab import load_topology
+    from tests.serving import LOOM
+
+    (base / "intent.yaml").write_text(yaml.safe_dump(doc))
+    gen = subprocess.run([*LOOM, "lab", "gen", str(base / "intent.yaml"), "--out", str(base / lab)],
+                         capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    topo = load_topology(base / lab)
+    report = runner.up(topo, timeout=300)
+    assert report.converged, report.problems
+    return topo
+
+
+def lab_rows(case: str = "clos3-small") -> list[list[str]]:
     from labs import runner
     from solver import solve
     from southbound.driver import AgentDriver
     from southbound.transaction import commit_plan
-    from tests.test_agent_lab import LabAgents, bring_up, with_wcmp
+    from tests.test_agent_lab import LabAgents, wcmp_intent_doc, with_wcmp
 
     if os.geteuid() != 0 or not (runner.FRR_BIN / "zebra").exists():
-        return [["clos3-small intent change", "-", "-", "-", "-", "-", "-", "-", "skipped: needs root and FRR"]]
-    lab = "sbbench"
+        return [[f"{case} intent change", "-", "-", "-", "-", "-", "-", "-", "skipped: needs root and FRR"]]
+    lab = "sbbench" if case == "clos3-small" else "sb40"
+    doc = wcmp_intent_doc(lab) if case == "clos3-small" else clos3_40_doc(lab)
     base = Path(tempfile.mkdtemp(prefix="loom-bench-sb-"))
     nodes: list[str] = []
     agents = LabAgents(lab, nodes)
     try:
-        topo, doc = bring_up(base, lab)
+        topo = _bring_up(base, lab, doc)
         nodes += [n.name for n in topo.nodes]
         agents.start_all()
 
@@ -94,7 +127,7 @@ def lab_rows() -> list[list[str]]:
                     ecmp = with_wcmp(doc, enabled=False)
                     first = await commit_plan(drv, ecmp, solve(ecmp), confirm_within=120, verify_timeout=60)
                     if not first.ok:
-                        rows.append(_row(f"ECMP baseline, {how}", len(nodes), 0.0, None, first))
+                        rows.append(_row(f"{case}: ECMP baseline, {how}", len(nodes), 0.0, None, first))
                         continue
                     t0 = time.perf_counter()
                     wcmp = with_wcmp(doc, enabled=True, realization="link-bandwidth")
@@ -102,18 +135,22 @@ def lab_rows() -> list[list[str]]:
                     solved = time.perf_counter() - t0
                     r = await commit_plan(drv, wcmp, plan, confirm_within=120, verify_timeout=60,
                                           verify_interval=0.2)
-                    rows.append(_row(f"ECMP to WCMP, {how}", len(nodes), time.perf_counter() - t0, solved, r))
+                    changed = sum(1 for x in r.steps.get("prepare", {}).values() if x.changed)
+                    rows.append(_row(f"{case}: ECMP to WCMP ({changed} devices change), {how}", len(nodes),
+                                     time.perf_counter() - t0, solved, r))
                     t0 = time.perf_counter()
-                    heavier = json.loads(json.dumps(doc))
-                    for d in heavier.get("demands", []):
-                        d["gbps"] = round(float(d["gbps"]) * 1.3, 3)
-                    skewed = with_wcmp(heavier, enabled=True, realization="link-bandwidth")
-                    plan2 = solve(skewed)
+                    shifted = json.loads(json.dumps(doc))  # the heaviest demand halves, the lightest doubles
+                    demands = sorted(shifted["demands"], key=lambda d: float(d["gbps"]))
+                    demands[0]["gbps"], demands[-1]["gbps"] = float(demands[0]["gbps"]) * 2, \
+                        float(demands[-1]["gbps"]) / 2
+                    moved = with_wcmp(shifted, enabled=True, realization="link-bandwidth")
+                    plan2 = solve(moved)
                     solved = time.perf_counter() - t0
-                    r = await commit_plan(drv, skewed, plan2, confirm_within=120, verify_timeout=60,
+                    r = await commit_plan(drv, moved, plan2, confirm_within=120, verify_timeout=60,
                                           verify_interval=0.2)
-                    rows.append(_row(f"re-weight (demand x1.3), {how}", len(nodes), time.perf_counter() - t0,
-                                     solved, r))
+                    changed = sum(1 for x in r.steps.get("prepare", {}).values() if x.changed)
+                    rows.append(_row(f"{case}: re-weight ({changed} devices change), {how}", len(nodes),
+                                     time.perf_counter() - t0, solved, r))
             return rows
 
         return asyncio.run(go())
@@ -127,7 +164,8 @@ def run(args: Any) -> Table:
     table = Table(title="southbound: one network-wide transaction (seconds)")
     for c in COLUMNS:
         table.add_column(c)
-    for row in lab_rows():
-        table.add_row(*row)
+    for case in ("clos3-small", "clos3-40"):
+        for row in lab_rows(case):
+            table.add_row(*row)
     table.add_row(*dry_fleet_row())
     return table
