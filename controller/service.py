@@ -88,6 +88,7 @@ __all__ = [
     "head",
     "head_snapshot",
     "find_object",
+    "keep_answer",
     "list_audit",
     "list_elements",
     "list_objects",
@@ -102,6 +103,7 @@ __all__ = [
     "revision_snapshot",
     "revoke_token",
     "role_allows",
+    "stored_answer",
     "update_object",
     "update_token",
 ]
@@ -431,10 +433,9 @@ def _write(make: Callable[[Snapshot | None], Snapshot], *, session: Session, ctx
     def attempt() -> tuple[WriteResult, Any]:
         with write_transaction(session):
             lock_revisions(session)
-            if ctx.idempotency is not None:  # under the lock: the key's first write is committed or gone
-                done = _replayed(ctx, ctx.idempotency, session=session)
-                if done is not None:
-                    return done
+            done = _replayed(ctx, session=session)  # under the lock: the key's first write is committed or gone
+            if done is not None:
+                return done
             rev = repo.head_revision(session=session)
             _check_if_match(ctx.if_match, rev)
             base = repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash) if rev else None
@@ -455,7 +456,7 @@ def _write(make: Callable[[Snapshot | None], Snapshot], *, session: Session, ctx
                            revision=rev.id, detail=ctx.message)
             found = outcome()
             if ctx.idempotency is not None:
-                _remember_write(ctx, ctx.idempotency, rev, changed, found, session=session, now=now)
+                _remember_write(ctx, rev, changed, found, session=session, now=now)
         return WriteResult(rev, changed, snap), found
 
     try:
@@ -469,29 +470,46 @@ def _write(make: Callable[[Snapshot | None], Snapshot], *, session: Session, ctx
         raise
 
 
-def _replayed(ctx: WriteContext, idem: IdempotentWrite, *, session: Session) -> tuple[WriteResult, Any] | None:
-    """The stored result of the write ``idem`` names, or None when its key is new (or expired).
-
-    Raises :class:`IdempotencyMismatch` when the key named another request."""
+def stored_answer(ctx: WriteContext, *, session: Session) -> Any | None:
+    """The answer kept with ``ctx``'s ``Idempotency-Key`` (by :func:`keep_answer`), or None when the key is
+    new (or expired, or ``ctx`` has none). Raises :class:`IdempotencyMismatch` when the key named another
+    request."""
+    idem = ctx.idempotency
+    if idem is None:
+        return None
     row = wrepo.find_idempotent(ctx.actor.name, idem.key, session=session)
     if row is None:
         return None
     if row.request_hash != idem.fingerprint or row.path != ctx.path[:512]:
         raise IdempotencyMismatch(f"Idempotency-Key {idem.key!r} was used for a different request "
                                   f"({row.path}); a new request needs a new key")
-    stored = json.loads(row.body)
+    return json.loads(row.body)
+
+
+def keep_answer(ctx: WriteContext, status: int, answer: Any, *, session: Session, now: datetime) -> None:
+    """Keep ``ctx``'s ``Idempotency-Key`` with ``answer`` in the caller's transaction (the one of the work it
+    answers), so a retry whose first answer was lost finds the work done; nothing without a key."""
+    if ctx.idempotency is not None:
+        wrepo.put_idempotent(ctx.actor.name, ctx.idempotency.key, session=session, path=ctx.path,
+                             request_hash=ctx.idempotency.fingerprint, status=status,
+                             body=json.dumps(answer, default=str), now=now)
+
+
+def _replayed(ctx: WriteContext, *, session: Session) -> tuple[WriteResult, Any] | None:
+    """The stored result of the write ``ctx``'s key names, or None when its key is new (or expired)."""
+    stored = stored_answer(ctx, session=session)
+    if stored is None:
+        return None
     rev = repo.get_revision(int(stored["revision"]), session=session)
     snap = repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
     return WriteResult(rev, bool(stored["changed"]), snap, replayed=True), stored.get("outcome")
 
 
-def _remember_write(ctx: WriteContext, idem: IdempotentWrite, rev: Revision, changed: bool, found: Any, *,
-                    session: Session, now: datetime) -> None:
+def _remember_write(ctx: WriteContext, rev: Revision, changed: bool, found: Any, *, session: Session,
+                    now: datetime) -> None:
     """Keep the key of an accepted intent write with its revision, in the write's own transaction; now
     and then (every 256th revision) forget the keys older than :data:`IDEMPOTENCY_KEEP_S`."""
-    body = json.dumps({"revision": rev.id, "changed": changed, "outcome": found})
-    wrepo.put_idempotent(ctx.actor.name, idem.key, session=session, path=ctx.path, request_hash=idem.fingerprint,
-                         status=ctx.status, body=body, now=now)
+    keep_answer(ctx, ctx.status, {"revision": rev.id, "changed": changed, "outcome": found}, session=session, now=now)
     if rev.id % 256 == 0:
         wrepo.forget_idempotent(before=now - timedelta(seconds=IDEMPOTENCY_KEEP_S), session=session)
 

@@ -26,13 +26,13 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from controller import service
 from controller.model import Intent
 from controller.model.addressing import carry
 from controller.model.documents import FINAL_STATES, REVIEWABLE_STATES, ChangeState
 from controller.model.errors import (
     Conflict,
     Deposed,
-    IdempotencyMismatch,
     IntentError,
     InvalidIntent,
     NotFound,
@@ -153,28 +153,18 @@ def _store_proposed(intent: Intent, base: repo.Revision, *, session: Session, ct
 
 
 def _replay_of(ctx: WriteContext, *, session: Session) -> int | None:
-    """The change an earlier request with ``ctx``'s ``Idempotency-Key`` made or committed (the key is stored in
-    that request's transaction), or None. Raises :class:`IdempotencyMismatch` for a key of another request."""
-    idem = ctx.idempotency
-    if idem is None:
-        return None
-    row = wrepo.find_idempotent(ctx.actor.name, idem.key, session=session)
-    if row is None:
-        return None
-    if row.request_hash != idem.fingerprint or row.path != ctx.path[:512]:
-        raise IdempotencyMismatch(f"Idempotency-Key {idem.key!r} was used for a different request ({row.path})")
-    return int(json.loads(row.body)["id"])
+    """The change an earlier request with ``ctx``'s ``Idempotency-Key`` made or committed (the key is kept in
+    that request's transaction), or None."""
+    stored = service.stored_answer(ctx, session=session)
+    return int(stored["id"]) if stored is not None else None
 
 
 def _keep_key(change_id: int, status: int, *, session: Session, ctx: WriteContext) -> None:
-    """Store ``ctx``'s ``Idempotency-Key`` with the answer (``status``, the change's document) in the
+    """Keep ``ctx``'s ``Idempotency-Key`` with the answer (``status``, the change's document) in the
     transaction of the work, so a replay of a request whose answer was lost finds it done."""
-    if ctx.idempotency is None:
-        return
-    doc = change_document(wrepo.get_change(change_id, session=session))
-    wrepo.put_idempotent(ctx.actor.name, ctx.idempotency.key, session=session, path=ctx.path,
-                         request_hash=ctx.idempotency.fingerprint, status=status,
-                         body=json.dumps(doc, default=str), now=_now())
+    if ctx.idempotency is not None:
+        service.keep_answer(ctx, status, change_document(wrepo.get_change(change_id, session=session)),
+                            session=session, now=_now())
 
 
 def create_change(*, session: Session, ctx: WriteContext, base_revision: int, patch: list[Any] | None,
