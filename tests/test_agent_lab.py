@@ -60,6 +60,15 @@ def wcmp_intent_doc(name: str = LAB) -> dict:
     return doc
 
 
+def shifted_demand(doc: dict) -> dict:
+    """``doc`` with its heaviest demand halved and its lightest doubled: a re-weighting (scaling every demand
+    alike would leave the min-MLU plan as it is)."""
+    shifted = json.loads(json.dumps(doc))
+    demands = sorted(shifted["demands"], key=lambda d: float(d["gbps"]))
+    demands[0]["gbps"], demands[-1]["gbps"] = float(demands[0]["gbps"]) * 2, float(demands[-1]["gbps"]) / 2
+    return shifted
+
+
 def with_wcmp(doc: dict, **policy: object) -> Intent:
     d = json.loads(json.dumps(doc))
     d["policies"] = [{"kind": "wcmp", **policy}]
@@ -219,10 +228,7 @@ async def test_a_reweighting_goes_to_frr_as_the_difference_and_frr_runs_exactly_
         return runner.node_exec(LAB, node, ["vtysh", "--vty_socket", str(runner.run_dir(LAB) / node),
                                             "-c", "show running-config"])
 
-    shifted = json.loads(json.dumps(wlab.doc))  # the heaviest demand halves, the lightest doubles: new weights
-    demands = sorted(shifted["demands"], key=lambda d: float(d["gbps"]))
-    demands[0]["gbps"], demands[-1]["gbps"] = float(demands[0]["gbps"]) * 2, float(demands[-1]["gbps"]) / 2
-    intent = with_wcmp(shifted, enabled=True, realization="link-bandwidth")
+    intent = with_wcmp(shifted_demand(wlab.doc), enabled=True, realization="link-bandwidth")
     before = reloads()
     plan, r = await push(wlab, intent)
     assert r.ok, r.error  # type: ignore[attr-defined]

@@ -18,7 +18,6 @@ machine at hand.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import tempfile
@@ -102,7 +101,7 @@ def lab_rows(case: str = "clos3-small") -> list[list[str]]:
     from solver import solve
     from southbound.driver import AgentDriver
     from southbound.transaction import commit_plan
-    from tests.test_agent_lab import LabAgents, wcmp_intent_doc, with_wcmp
+    from tests.test_agent_lab import LabAgents, shifted_demand, wcmp_intent_doc, with_wcmp
 
     if os.geteuid() != 0 or not (runner.FRR_BIN / "zebra").exists():
         return [[f"{case} intent change", "-", "-", "-", "-", "-", "-", "-", "skipped: needs root and FRR"]]
@@ -129,28 +128,15 @@ def lab_rows(case: str = "clos3-small") -> list[list[str]]:
                     if not first.ok:
                         rows.append(_row(f"{case}: ECMP baseline, {how}", len(nodes), 0.0, None, first))
                         continue
-                    t0 = time.perf_counter()
-                    wcmp = with_wcmp(doc, enabled=True, realization="link-bandwidth")
-                    plan = solve(wcmp)
-                    solved = time.perf_counter() - t0
-                    r = await commit_plan(drv, wcmp, plan, confirm_within=120, verify_timeout=60,
-                                          verify_interval=0.2)
-                    changed = sum(1 for x in r.steps.get("prepare", {}).values() if x.changed)
-                    rows.append(_row(f"{case}: ECMP to WCMP ({changed} devices change), {how}", len(nodes),
-                                     time.perf_counter() - t0, solved, r))
-                    t0 = time.perf_counter()
-                    shifted = json.loads(json.dumps(doc))  # the heaviest demand halves, the lightest doubles
-                    demands = sorted(shifted["demands"], key=lambda d: float(d["gbps"]))
-                    demands[0]["gbps"], demands[-1]["gbps"] = float(demands[0]["gbps"]) * 2, \
-                        float(demands[-1]["gbps"]) / 2
-                    moved = with_wcmp(shifted, enabled=True, realization="link-bandwidth")
-                    plan2 = solve(moved)
-                    solved = time.perf_counter() - t0
-                    r = await commit_plan(drv, moved, plan2, confirm_within=120, verify_timeout=60,
-                                          verify_interval=0.2)
-                    changed = sum(1 for x in r.steps.get("prepare", {}).values() if x.changed)
-                    rows.append(_row(f"{case}: re-weight ({changed} devices change), {how}", len(nodes),
-                                     time.perf_counter() - t0, solved, r))
+                    for what, target in (("ECMP to WCMP", doc), ("re-weight", shifted_demand(doc))):
+                        t0 = time.perf_counter()
+                        intent = with_wcmp(target, enabled=True, realization="link-bandwidth")
+                        plan = solve(intent)
+                        solved = time.perf_counter() - t0
+                        r = await commit_plan(drv, intent, plan, confirm_within=120, verify_timeout=60,
+                                              verify_interval=0.2)
+                        rows.append(_row(f"{case}: {what} ({len(r.changed_devices())} devices change), {how}",
+                                         len(nodes), time.perf_counter() - t0, solved, r))
             return rows
 
         return asyncio.run(go())
