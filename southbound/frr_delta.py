@@ -43,7 +43,7 @@ def parse_config(text: str) -> ConfigTree:
     for raw in text.splitlines():
         line = raw.rstrip()
         s = line.strip()
-        if not s or s == "!" or s == "end" or s.startswith(_NOISE):
+        if not s or s.startswith("!") or s == "end" or s.startswith(_NOISE):  # ``! ...`` is a comment
             continue
         indent = len(line) - len(line.lstrip(" "))
         if s == "exit" or s.startswith("exit-"):

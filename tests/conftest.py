@@ -104,6 +104,7 @@ TIERS: dict[str, str] = {
     "test_telemetry_stream.py": "component",     # the server's gNMI subscription to a fleet of real agents
     "test_transaction_dry.py": "component",
     "test_ui_browser.py": "browser",
+    "test_vty.py": "unit",                   # the vty shell protocol against a daemon on a unix socket
     "test_workflow_api.py": "component",
     "test_workflow_cli.py": "component",
 }

@@ -35,6 +35,7 @@ from labs.clab import Topology, load_topology
 from solver import solve
 from southbound.agent import lab_agent_command
 from southbound.driver import AgentDriver
+from southbound.frr_apply import FrrReload
 from southbound.frr_delta import parse_config
 from southbound.state import StepResult
 from southbound.transaction import commit_plan
@@ -245,6 +246,12 @@ async def test_a_reweighting_goes_to_frr_as_the_difference_and_frr_runs_exactly_
                                   "/usr/bin", "--vty_socket", str(runner.run_dir(LAB) / n), "--confdir",
                                   str(agent_dir[n]), "--rundir", str(agent_dir[n]), str(conf)], timeout=120)
         assert parse_config(shown(n)) == fast, n
+        # the agent reads each daemon over its vty socket: the same tree, but for vtysh's own lines
+        direct = FrrReload(runner.run_dir(LAB) / n, agent_dir[n] / "work").running_tree()
+        assert {k: v for k, v in direct.items() if k} == {k: v for k, v in fast.items() if k}, n
+        vtysh_own = {ln for ln in fast[()] if ln not in direct[()]}
+        assert set(direct[()]) <= set(fast[()]), n
+        assert all(ln == "service integrated-vtysh-config" or ln.startswith("hostname ") for ln in vtysh_own), n
     # an edit behind the agents' back: the next change notices it and reloads, and the edit is gone
     node = "leaf-0-0"
     runner.node_exec(LAB, node, ["vtysh", "--vty_socket", str(runner.run_dir(LAB) / node), "-c", "configure terminal",
