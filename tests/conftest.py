@@ -65,6 +65,7 @@ TIERS: dict[str, str] = {
     "test_gnmi_agent.py": "component",       # gNMI served by in-process agents; real counters in netns are lab
     "test_ha.py": "component",               # replicas behind HAProxy on PostgreSQL: kills, freezes, a slow store
     "test_input_bounds.py": "unit",          # reading text within bounds; the numbers of the model
+    "test_fib_failure_lab.py": "lab",        # a failed link under static fib routes against the replay
     "test_frr_delta.py": "unit",               # the agent's fast path: config trees and the vtysh difference
     "test_idempotent_writes.py": "component",  # Idempotency-Key on intent writes, across two replicas
     "test_hostile.py": "component",          # hostile input against one real `loom serve`
