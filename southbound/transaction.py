@@ -89,6 +89,8 @@ class TransactionResult:
     error: str = ""
     stages: list[list[str]] = field(default_factory=list)  # the commit order followed
     stages_done: int = 0  # stages committed and read back
+    legs_done: int = 0  # a commit through intermediate plans: the legs (transactions) confirmed before this one
+    note: str = ""  # what the caller did after it (a multi-leg commit: which legs were undone)
 
     def failures(self, step: str | None = None) -> list[StepResult]:
         return [r for s, per in self.steps.items() if step in (None, s) for r in per.values() if r.failed]

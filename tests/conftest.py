@@ -54,6 +54,7 @@ TIERS: dict[str, str] = {
     "test_api_reads.py": "component",        # cached reads, 304s, token and head caches across replicas
     "test_closed_loop_lab.py": "lab",
     "test_cluster.py": "component",          # leases on real stores, the agents' fence, the commit queue
+    "test_commit_legs.py": "component",      # a commit through intermediate plans on dry agents, and its undo
     "test_check_cli.py": "unit",
     "test_documents.py": "component",        # the typed documents through a real app and its OpenAPI
     "test_dry_driver.py": "component",       # the workflow through the app, on in-process dry agents

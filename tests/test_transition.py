@@ -331,23 +331,15 @@ def test_a_spent_search_budget_ends_in_one_checked_stage() -> None:
     assert [s["devices"] for s in doc["stages"]] == [["a", "b", "c"]]
 
 
-def test_a_schedule_through_intermediate_plans_is_not_committed_unless_forced() -> None:
-    """The transaction pushes the proposed plan stage by stage, not intermediate plans: a change
-    whose schedule is safe only through them is refused (naming them), and a forced commit
-    needs a reason, as for any unsafe change."""
+def test_a_schedule_through_intermediate_plans_is_committed_without_force() -> None:
+    """The transaction pushes the intermediate plans as legs (``test_commit_legs.py``): a safe schedule
+    through them passes the commit gate as any safe change does."""
     from types import SimpleNamespace
 
     from controller.model.documents import ChangeState
-    from controller.model.errors import InvalidIntent, SafetyViolation
     from controller.workflow.changes import _gate
 
     sched = {"stages": [{"devices": ["a"], "worst_utilization": 0.5}], "intermediate_plans": 1, "safe": True}
     ch = SimpleNamespace(id=7, state=ChangeState.REVIEWED, reviewed_active=3, verdict="safe",
                          review={"schedule": sched, "safety": {"failing": []}})
-    with pytest.raises(SafetyViolation, match="intermediate plan"):
-        _gate(ch, 3, False, None)  # type: ignore[arg-type]
-    with pytest.raises(InvalidIntent):
-        _gate(ch, 3, True, "  ")  # type: ignore[arg-type]
-    _gate(ch, 3, True, "drained by hand first")  # type: ignore[arg-type]
-    sched["intermediate_plans"] = 0
     _gate(ch, 3, False, None)  # type: ignore[arg-type]

@@ -425,6 +425,9 @@ class StageProgressDocument(_Closed):
     status: Literal["pending", "commit", "verify", "done", "failed"] = Field(
         description="committing, its kernels being read back, done, or where the transaction stopped")
     worst_utilization: float | None = Field(None, description="the schedule's worst utilization in this stage")
+    plan: int | None = Field(None, description="a commit through intermediate plans: the plan this stage moves "
+                                               "its devices to (J: the schedule's J-th intermediate plan, "
+                                               "0: the proposed plan)")
 
 
 class ProgressDocument(_Closed):

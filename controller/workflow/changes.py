@@ -310,18 +310,6 @@ def _gate(ch: Change, active: int | None, force: bool, reason: str | None) -> No
                                   "commit with force and a reason to override", failing)
         if not (reason or "").strip():
             raise InvalidIntent([IntentError("body.reason", "a forced commit of an unsafe change needs a reason")])
-    legs = int(((ch.review or {}).get("schedule") or {}).get("intermediate_plans") or 0)
-    if legs:
-        # The schedule is safe only through its intermediate plans, and the transaction pushes the
-        # proposed plan stage by stage, not plans in between: its states were not the ones checked.
-        if not force:
-            raise SafetyViolation(
-                f"change {ch.id} is safe only through {legs} intermediate plan(s), which the transaction does not "
-                "push yet: split the change (e.g. drain first), or commit with force and a reason",
-                [{"scenario": "transition:intermediate-plans", "stage": "transition", "invariant": "transition",
-                  "detail": f"{legs} intermediate plan(s) needed; commits push the proposed plan only"}])
-        if not (reason or "").strip():
-            raise InvalidIntent([IntentError("body.reason", "a forced commit past intermediate plans needs a reason")])
 
 
 def take_up(change_id: int, epoch: int, *, session: Session, previous: int | None, replica: str | None) -> bool:

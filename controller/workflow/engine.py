@@ -67,7 +67,14 @@ from controller.store.db import Database, write_transaction
 from controller.telemetry import Telemetry
 from controller.workflow import changes
 from controller.workflow.cluster import Cluster
-from controller.workflow.review import build_review, commit_stages, expected_hashes, local_config_diff
+from controller.workflow.review import (
+    CommitLeg,
+    build_review,
+    commit_legs,
+    expected_hashes,
+    leg_transaction,
+    local_config_diff,
+)
 from southbound.driver import DeviceDriver
 
 __all__ = ["SYSTEM", "Workflow"]
@@ -97,7 +104,7 @@ class _PushProgress:
     it also logs each device's steps and times them for the metrics."""
 
     def __init__(self, change: int, names: list[str], metrics: Any, stages: list[list[str]] | None = None,
-                 worst: list[float | None] | None = None):
+                 worst: list[float | None] | None = None, plans: list[int] | None = None):
         self.change, self.metrics = change, metrics
         self.doc: Doc = {"step": "prepare", "devices": {
             d: {"step": "prepare", "status": "pending", "changed": False, "error": None} for d in names}}
@@ -106,6 +113,8 @@ class _PushProgress:
             for row, u in zip(self.doc["stages"], worst or [], strict=False):
                 if u is not None:
                     row["worst_utilization"] = u
+            for row, target in zip(self.doc["stages"], plans or [], strict=False):
+                row["plan"] = target
         self._started: dict[tuple[str, str], float] = {}
         self._dirty = asyncio.Event()
 
@@ -395,15 +404,21 @@ class Workflow:
             await self._record_without_devices(ch, ctx, epoch)
             return
         names = sorted(set(intent.device_map) & set(self.driver.devices))
-        stages, worst = commit_stages(ch.review, names)
-        tracker = _PushProgress(ch.id, names, self.metrics, stages, worst)
+        legs = commit_legs(ch.review, names)
+        stages = [st for leg in legs for st in leg.stages]
+        tracker = _PushProgress(ch.id, names, self.metrics, stages, [u for leg in legs for u in leg.worst],
+                                [leg.target for leg in legs for _ in leg.stages] if len(legs) > 1 else None)
         await self._db(lambda s: changes.save_progress(ch.id, tracker.doc, session=s, runner=epoch))
-        log.info("change %s: pushing revision r%s to %d device(s) in %d stage(s) (epoch %d)", ch.id, rev,
-                 len(names), len(stages), epoch,
-                 extra={"change": ch.id, "revision": rev, "transaction": ch.transaction, "epoch": epoch})
-        result = await self._transact(ch, intent, plan, names, tracker, epoch, stages)
+        log.info("change %s: pushing revision r%s to %d device(s) in %d stage(s)%s (epoch %d)", ch.id, rev,
+                 len(names), len(stages), f" through {len(legs) - 1} intermediate plan(s)" if len(legs) > 1 else "",
+                 epoch, extra={"change": ch.id, "revision": rev, "transaction": ch.transaction, "epoch": epoch})
+        result = await self._transact(ch, intent, plan, names, tracker, epoch, legs)
         tracker.doc["step"] = "done" if result.ok else result.stage
         outcome, reason = _outcome(result, len(names))
+        if len(legs) > 1 and not result.ok:
+            applied = result.legs_done > 0 or result.stage != "prepare"
+            outcome = ChangeState.ROLLED_BACK if applied else ChangeState.FAILED
+            reason = f"leg {result.legs_done + 1} of {len(legs)} failed at {result.stage}: {result.note}"
         log.info("change %s: %s (%s)", ch.id, outcome, reason, extra={"change": ch.id, "outcome": outcome})
         from controller.workflow.settle import left_off
 
@@ -430,9 +445,10 @@ class Workflow:
         self._after_commit(ChangeState.COMMITTED)
 
     async def _transact(self, ch: wrepo.Change, intent: Any, plan: Any, names: list[str],
-                        tracker: _PushProgress, epoch: int, stages: list[list[str]] | None = None) -> Any:
-        """The network-wide transaction (after a repair's nudge), holding the southbound lock,
-        with the progress saved in the background as results arrive."""
+                        tracker: _PushProgress, epoch: int, legs: list[CommitLeg]) -> Any:
+        """The network-wide transaction (after a repair's nudge), or one per leg through the schedule's
+        intermediate plans (:meth:`_legs`), holding the southbound lock, with the progress saved in the
+        background as results arrive."""
         from southbound.transaction import commit_plan
 
         assert ch.transaction is not None
@@ -445,14 +461,72 @@ class Workflow:
             async with self._southbound:
                 if ch.kind == "repair":
                     await self._nudge(intent, plan, ch.transaction, names, epoch)
+                if len(legs) > 1:
+                    return await self._legs(ch, intent, plan, legs, tracker, epoch)
                 return await commit_plan(self._fenced(epoch), intent, plan, change=ch.transaction,
                                          confirm_within=self.settings.confirm_within,
                                          verify_timeout=self.settings.verify_timeout, progress=tracker.on_step,
-                                         stages=stages, on_stage=tracker.on_stage)
+                                         stages=legs[0].stages, on_stage=tracker.on_stage)
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
+
+    async def _legs(self, ch: wrepo.Change, intent: Any, plan: Any, legs: list[CommitLeg], tracker: _PushProgress,
+                    epoch: int) -> Any:
+        """Commit through the schedule's intermediate plans (DESIGN.md Transitions): one transaction per leg,
+        each confirmed before the next (``TRANSACTION.pJ`` to intermediate plan J, the change's own
+        transaction to the proposed plan), every leg in its stages. A leg that fails rolls itself back;
+        the legs confirmed before it are then undone, the last first, each by a transaction back to the
+        plan before it in its stages reversed (the same states, visited the other way). The result is the
+        failed leg's, with ``legs_done`` and ``note`` saying what was undone; devices an undo could
+        not move are left to settling (the caller compares them with the active revision)."""
+        from controller.model.plan import Plan
+        from southbound.transaction import commit_plan
+
+        assert ch.transaction is not None and ch.previous_active is not None
+        sched = (ch.review or {}).get("schedule") or {}
+        mids = [Plan.from_document(d) for d in sched.get("intermediate") or []]
+        before = await self._db(lambda s: changes.plan_for(ch.previous_active, session=s))  # type: ignore[arg-type]
+        mid_intent = before[0] if sched.get("intermediate_intent") == "active" else intent
+        agents = self._fenced(epoch)
+
+        async def push(leg_intent: Any, leg_plan: Any, txn: str, stages: list[list[str]], offset: int | None) -> Any:
+            on_stage = None if offset is None else (lambda i, status: tracker.on_stage(offset + i, status))
+            return await commit_plan(agents, leg_intent, leg_plan, change=txn,
+                                     confirm_within=self.settings.confirm_within,
+                                     verify_timeout=self.settings.verify_timeout, progress=tracker.on_step,
+                                     stages=stages, on_stage=on_stage)
+
+        reached = [before]  # the (intent, plan) each confirmed leg left the fabric on, the active one first
+        offset = 0
+        for n, leg in enumerate(legs):
+            target = (intent, plan) if leg.target == 0 else (mid_intent, mids[leg.target - 1])
+            log.info("change %s: leg %d/%d to %s", ch.id, n + 1, len(legs),
+                     "the proposed plan" if leg.target == 0 else f"intermediate plan {leg.target}")
+            result = await push(target[0], target[1], leg_transaction(ch.transaction, leg.target), leg.stages,
+                                offset)
+            result.legs_done = n
+            if result.ok:
+                reached.append(target)
+                offset += len(leg.stages)
+                continue
+            undone = 0
+            for m in range(n - 1, -1, -1):  # undo the confirmed legs, the last first
+                back = await push(reached[m][0], reached[m][1], f"{ch.transaction}.u{legs[m].target}",
+                                  list(reversed(legs[m].stages)), None)
+                if not back.ok:
+                    log.error("change %s: undoing leg %d failed: %s", ch.id, m + 1, back.error)
+                    result.note = (f"undoing leg {m + 1} failed ({back.stage}: {back.error}); "
+                                   f"{undone} leg(s) undone, the devices left off are settled")
+                    break
+                undone += 1
+            else:
+                result.note = (f"the {n} leg(s) before it were undone" if n else
+                               "the devices were rolled back" if result.stage != "prepare" else
+                               "Prepare failed: nothing was applied")
+            return result
+        return result
 
     async def _nudge(self, intent: Any, plan: Any, txn: str, names: list[str], epoch: int) -> None:
         """Before a repair re-push: where a device runs the right config but its kernel does not
@@ -586,9 +660,21 @@ class Workflow:
                 report.setdefault(d, "already at the target")
             if not bad:
                 outcome = ChangeState.COMMITTED
+        # a commit through intermediate plans: the legs' own transactions, the first last (an undo's are not
+        # rolled back: that would redo a leg)
+        leg_txns = [leg_transaction(txn, leg.target) for leg in reversed(commit_legs(ch.review, names)) if leg.target]
         if outcome != ChangeState.COMMITTED:
             async def undo(d: str) -> tuple[Any, Any]:
-                return await agents.rollback(d, txn), await agents.abort(d, txn)
+                if not leg_txns:
+                    return await agents.rollback(d, txn), await agents.abort(d, txn)
+                # whatever leg is pending first, then each leg's change where the device still runs it: every
+                # rollback returns to the config before that leg, so the device ends on the active revision's
+                st = states[d]
+                first = [await agents.rollback(d, st.pending_change)] if st.pending_change else []
+                rbs = [*first, *[await agents.rollback(d, t) for t in (txn, *leg_txns)]]
+                bad = [r for r in rbs if r.failed]
+                rb = bad[0] if bad else next((r for r in rbs if r.changed), rbs[0])
+                return rb, await agents.abort(d, "")
 
             reachable = [d for d in names if d not in unreachable]
             undone = dict(zip(reachable, await asyncio.gather(*(undo(d) for d in reachable)), strict=True))
@@ -612,6 +698,12 @@ class Workflow:
         detail = json.dumps(report, sort_keys=True)
         left = {} if outcome == ChangeState.COMMITTED else {
             d: report[d] for d in names if d in unreachable or "rollback error" in report.get(d, "")}
+        if leg_txns and outcome == ChangeState.ROLLED_BACK and ch.previous_active is not None:
+            from controller.workflow.settle import off_target  # a device a leg's rollback left elsewhere
+
+            prev = ch.previous_active
+            was = await self._db(lambda s: changes.plan_for(prev, session=s))
+            left = {**off_target(await self._states(names, agents), expected_hashes(*was)), **left}
         settle = self._settle_doc(ch, outcome, left)
         done = await self._db(lambda s: changes.finish_commit(
             ch.id, outcome, session=s, ctx=ctx, action="change.recover", reason=f"{reason}: {detail}"[:3900],

@@ -19,13 +19,15 @@ from __future__ import annotations
 import difflib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from controller.model import Intent
 from controller.model.plan import Plan
 from controller.workflow.changes import ReviewInputs
 
-__all__ = ["build_review", "commit_stages", "expected_hashes", "local_config_diff", "session_resets"]
+__all__ = ["CommitLeg", "build_review", "commit_legs", "commit_stages", "expected_hashes", "leg_transaction",
+           "local_config_diff", "session_resets"]
 
 Doc = dict[str, Any]
 
@@ -163,3 +165,37 @@ def commit_stages(review: Doc | None, names: list[str]) -> tuple[list[list[str]]
         u = src.get("worst_utilization") if isinstance(src, dict) else None
         worst.append(float(u) if isinstance(u, int | float) else None)
     return order, worst
+
+
+@dataclass(frozen=True)
+class CommitLeg:
+    """One transaction of a commit: the devices move to plan ``target`` (0: the proposed plan, ``j``: the
+    schedule's ``j``-th intermediate plan) in ``stages``, each with the schedule's worst utilization."""
+
+    target: int
+    stages: list[list[str]]
+    worst: list[float | None]
+
+
+def leg_transaction(transaction: str, target: int) -> str:
+    """The agents' change id of the leg to plan ``target``: the change's own transaction for the proposed
+    plan, ``TRANSACTION.pJ`` for intermediate plan ``J``."""
+    return transaction if target == 0 else f"{transaction}.p{target}"
+
+
+def commit_legs(review: Doc | None, names: list[str]) -> list[CommitLeg]:
+    """The transactions a commit runs, in order (DESIGN.md Transitions): one per intermediate plan of the
+    review's schedule (its stages are those whose check names that plan), then the proposed plan's; a
+    schedule without intermediate plans (or no schedule) is one leg, :func:`commit_stages`."""
+    sched = (review or {}).get("schedule")
+    k = int(sched.get("intermediate_plans") or 0) if isinstance(sched, dict) else 0
+    if not k or not isinstance(sched, dict):
+        return [CommitLeg(0, *commit_stages(review, names))]
+    rows = [r for r in sched.get("stages") or [] if isinstance(r, dict)]
+    checks = [c for c in sched.get("checks") or [] if isinstance(c, dict)]
+    targets = [int(c.get("plan") or 0) for c in checks] if len(checks) == len(rows) else [0] * len(rows)
+    legs = []
+    for target in [*range(1, k + 1), 0]:
+        mine = [r for r, t in zip(rows, targets, strict=True) if t == target]
+        legs.append(CommitLeg(target, *commit_stages({"schedule": {"stages": mine}}, names)))
+    return legs
