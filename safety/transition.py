@@ -183,7 +183,7 @@ class Transition:
     """
 
     def __init__(self, old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Plan,
-                 *, options: TransitionOptions | None = None):
+                 *, options: TransitionOptions | None = None, resets: Iterable[tuple[str, str]] = ()):
         self.options = options or TransitionOptions()
         self.pushes = 0
         self.mode = ownership(new_intent)
@@ -226,9 +226,16 @@ class Transition:
                 sums = np.bincount(self.h_pg, weights=arr, minlength=self.n_pg)
                 arr /= np.where(sums[self.h_pg] > 0, sums[self.h_pg], 1.0)
         self.own_a = self.own_w
+        # BGP sessions the change resets (device, port on the old side): only where BGP carries the hops
+        links = {ports[0][(index[d], port)] // 2 for d, port in resets
+                 if d in index and (index[d], port) in ports[0]} if self.mode == "advertised" else set()
+        self.reset_links = np.array(sorted(links), dtype=np.int64)
+        self.reset_hop = np.isin(self.h_edge // 2, self.reset_links)
         differs = ~np.isclose(self.w_old, self.w_new, rtol=1e-12, atol=0.0)
         owners = set(self.own_w[differs].tolist()) | set(self.own_b[differs].tolist())
         owners |= set(np.flatnonzero((self.origin[0] != self.origin[1]).any(axis=0)).tolist())
+        owners |= set(self.topo.edge_src[2 * self.reset_links].tolist()) | set(
+            self.topo.edge_dst[2 * self.reset_links].tolist())
         self.devices = tuple(self.topo.names[v] for v in sorted(owners))
         # a fabric already over the limit (a forced change) is held to what its ends reach:
         # the transition must make nothing worse, not fix what the review of the plans judges
@@ -287,13 +294,21 @@ class Transition:
         return out
 
     # -- one state, exactly ---------------------------------------------------------
-    def evaluate(self, state: Iterable[str]) -> StateResult:
-        """Judge the state where exactly ``state`` runs the new config."""
+    def evaluate(self, state: Iterable[str], down: Iterable[int] = ()) -> StateResult:
+        """Judge the state where exactly ``state`` runs the new config. A session the change resets is
+        down while its two ends run different sides, and so are the reset links ``down`` (indices into
+        the topology's links: sessions re-establishing after both ends moved)."""
         on = self._mask(state)
         wo, wn = self.w_old, self.w_new
         side_w = np.where(on[self.own_w], wn, wo)
         pres = (np.where(on[self.own_a], wn > 0, wo > 0) & np.where(on[self.own_b], wn > 0, wo > 0)
                 & (side_w > 0))
+        if len(self.reset_links):
+            gone = self.reset_hop & (on[self.h_dev] != on[self.h_next])
+            down = list(down)
+            if down:
+                gone |= np.isin(self.h_edge // 2, down)
+            pres &= ~gone
         origin = np.where(on[None, :], self.origin[1], self.origin[0])
         nonempty = np.bincount(self.h_pg[pres], minlength=self.n_pg) > 0
         rpg = self.route_pg
@@ -416,6 +431,11 @@ class Transition:
         sure_origin = np.where(free[None, :], self.origin[0] & self.origin[1], o_fixed)
         possible = may(self.own_a) & may(self.own_b) & (wmax > 0)
         certain = sure(self.own_a) & sure(self.own_b) & (wmin > 0)
+        if len(self.reset_links):  # a reset session: down where its fixed ends differ, never sure near the stage
+            touched = free[self.h_dev] | free[self.h_next]
+            split = ~touched & (fixed[self.h_dev] != fixed[self.h_next])
+            possible &= ~(self.reset_hop & split)
+            certain &= ~(self.reset_hop & (touched | split))
         rpg = self.route_pg
         has_certain = np.bincount(self.h_pg[certain], minlength=self.n_pg) > 0
         has_possible = np.bincount(self.h_pg[possible], minlength=self.n_pg) > 0
@@ -438,26 +458,43 @@ class Transition:
         drops = [(c, v) for c, v in drops if not sure_origin[c, v]]
         return self._judge(loads, drops, loops)
 
+    def _rejoining(self, moved: frozenset[str], stage: Sequence[str]) -> list[int]:
+        """The reset links both of whose ends are in ``moved``, one of them in ``stage``: sessions that may
+        still be re-establishing in a state of the stage (those of earlier stages were read back up)."""
+        if not len(self.reset_links):
+            return []
+        names, src, dst = self.topo.names, self.topo.edge_src, self.topo.edge_dst
+        inside = set(stage)
+        return [int(i) for i in self.reset_links.tolist()
+                if names[src[2 * i]] in moved and names[dst[2 * i]] in moved
+                and (names[src[2 * i]] in inside or names[dst[2 * i]] in inside)]
+
     def states(self, base: Iterable[str], stage: Sequence[str]) -> list[tuple[frozenset[str], StateResult]]:
-        """Every state of the stage (``base`` itself included), judged exactly."""
+        """Every state of the stage (``base`` itself included), judged exactly; where the change resets
+        sessions, each with every subset of the sessions still re-establishing."""
         b = frozenset(base)
         out = []
         for k in range(len(stage) + 1):
             for sub in itertools.combinations(stage, k):
                 s = b | frozenset(sub)
-                out.append((s, self.evaluate(s)))
+                rejoin = self._rejoining(s, stage)
+                for j in range(len(rejoin) + 1):
+                    for down in itertools.combinations(rejoin, j):
+                        out.append((s, self.evaluate(s, down)))
         return out
 
     def check(self, base: Iterable[str], stage: Sequence[str]) -> tuple[StateResult, str, int]:
-        """Judge a stage: by the bound first (a single device: its two states exactly); when the
-        bound declines a stage small enough, state by state. Returns the result
-        (worst over the states), the method (``exact`` or ``bound``) and the states covered."""
+        """Judge a stage: by the bound first (a single device whose move resets no session: its two
+        states exactly); when the bound declines a stage small enough, state by state (the sessions
+        it may leave re-establishing count towards ``exact_limit``). Returns the result (worst over
+        the states), the method (``exact`` or ``bound``) and the states covered."""
         base = frozenset(base)
-        if len(stage) > 1:  # the bound costs one propagation: when it accepts, that is enough
+        size = len(stage) + len(self._rejoining(base | frozenset(stage), stage))
+        if size > 1:  # the bound costs one propagation: when it accepts, that is enough
             b = self.bound(base, stage)
-            if b.ok or len(stage) > self.options.exact_limit:
-                return b, "bound", 2 ** len(stage)
-        if len(stage) <= self.options.exact_limit or len(stage) <= 1:
+            if b.ok or size > self.options.exact_limit:
+                return b, "bound", 2 ** size
+        if size <= self.options.exact_limit or size <= 1:
             results = self.states(base, stage)
             bad = [r for _, r in results if not r.ok]
             worst = max(results, key=lambda sr: sr[1].worst_utilization)[1]
@@ -543,6 +580,7 @@ class Schedule:
     plans: list[Plan] = field(default_factory=list)
     plans_intent: str = "proposed"  # which revision's intent the intermediate plans run under
     note: str | None = None
+    reset_sessions: int = 0  # BGP sessions (links) the change resets, down in the states that model them
 
     def to_document(self) -> dict[str, Any]:
         targets = self.targets or [0] * len(self.stages)
@@ -554,7 +592,7 @@ class Schedule:
                            for (_, _, m, k), t in zip(self.stages, targets, strict=True)],
                 "failing": self.failing,
                 "intermediate": [p.to_document() for p in self.plans], "intermediate_intent": self.plans_intent,
-                "note": self.note}
+                "reset_sessions": self.reset_sessions, "note": self.note}
 
 
 def _largest_prefix(tr: Transition, base: frozenset[str], order: list[str]) -> tuple[int, StateResult | None, str, int]:
@@ -576,7 +614,8 @@ def _largest_prefix(tr: Transition, base: frozenset[str], order: list[str]) -> t
 
 
 def schedule(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Plan, *,
-             also: Iterable[str] = (), options: TransitionOptions | None = None) -> Schedule:
+             also: Iterable[str] = (), options: TransitionOptions | None = None,
+             resets: Iterable[tuple[str, str]] = ()) -> Schedule:
     """Stages that take the fabric from ``old_plan`` to ``new_plan`` with every state safe.
 
     ``also``: further devices whose config changes without changing forwarding (they join
@@ -592,7 +631,8 @@ def schedule(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: P
     >>> schedule(old_intent, old_plan, new_intent, new_plan).to_document()["stages"][0]["devices"]
     """
     opts = options or TransitionOptions()
-    direct = _direct(old_intent, old_plan, new_intent, new_plan, also, opts)
+    resets = tuple(resets)
+    direct = _direct(old_intent, old_plan, new_intent, new_plan, also, opts, resets)
     if direct.safe:
         return direct
     for k in range(1, opts.max_intermediate + 1):
@@ -602,9 +642,12 @@ def schedule(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: P
         mid_intent, plans = staged
         legs = [(old_intent, old_plan), *((mid_intent, p) for p in plans), (new_intent, new_plan)]
         out = Schedule(limit=direct.limit, mode=direct.mode, intermediate_plans=k, plans=plans,
-                       plans_intent="proposed" if mid_intent is new_intent else "active")
+                       plans_intent="proposed" if mid_intent is new_intent else "active",
+                       reset_sessions=direct.reset_sessions)
         for i in range(len(legs) - 1):
-            leg = _direct(*legs[i], *legs[i + 1], also if i == 0 else (), opts)
+            # the sessions reset where the configs go from the active intent to the proposed one
+            leg = _direct(*legs[i], *legs[i + 1], also if i == 0 else (), opts,
+                          resets if legs[i][0] is old_intent and legs[i + 1][0] is new_intent else ())
             if not leg.safe:
                 break
             out.stages += leg.stages
@@ -668,11 +711,11 @@ def _fractions(hops: Sequence[NextHop]) -> dict[tuple[str, str], float]:
 
 
 def _direct(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Plan, also: Iterable[str],
-            options: TransitionOptions) -> Schedule:
+            options: TransitionOptions, resets: Iterable[tuple[str, str]] = ()) -> Schedule:
     """The schedule straight from one plan to the other (no intermediate plans)."""
-    tr = Transition(old_intent, old_plan, new_intent, new_plan, options=options)
+    tr = Transition(old_intent, old_plan, new_intent, new_plan, options=options, resets=resets)
     opts = tr.options
-    out = Schedule(limit=tr.limit, mode=tr.mode)
+    out = Schedule(limit=tr.limit, mode=tr.mode, reset_sessions=len(tr.reset_links))
     remaining = list(tr.devices)
     extra = sorted(set(also) - set(remaining))
     base: frozenset[str] = frozenset()
@@ -692,11 +735,12 @@ def _direct(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Pl
         k, res, method, count = _largest_prefix(tr, base, remaining)
         if k == 0:
             for i, d in enumerate(remaining):
-                r = tr.evaluate(base | {d})
-                if r.ok:
-                    remaining.insert(0, remaining.pop(i))
-                    k, (res, method, count) = 1, tr.check(base, [d])
-                    break
+                if tr.evaluate(base | {d}).ok:
+                    one = tr.check(base, [d])  # with the sessions its move resets, if any
+                    if one[0].ok:
+                        remaining.insert(0, remaining.pop(i))
+                        k, (res, method, count) = 1, one
+                        break
         if k == 0 or res is None:
             _stuck(tr, out, base, remaining)
             break

@@ -184,7 +184,8 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
                  confirm_within: float = 60.0, verify_timeout: float = 30.0, verify_interval: float = 0.5,
                  dry_run: bool = False, progress: Progress | None = None,
                  stages: Sequence[Sequence[str]] | None = None,
-                 on_stage: StageProgress | None = None) -> TransactionResult:
+                 on_stage: StageProgress | None = None,
+                 sessions: Mapping[str, Iterable[str]] | None = None) -> TransactionResult:
     """Push ``configs`` (device -> config) to their agents as one all-or-nothing change.
 
     Parameters: ``plan`` (optional) is what the kernels must show afterwards, compared with
@@ -193,7 +194,10 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
     ``verify_timeout`` bounds the wait for each stage's kernels to converge; ``dry_run`` stops
     after Prepare (every device's diff) and aborts; ``stages`` is the commit order
     (:func:`commit_order`; None: every device at once), ``on_stage`` hears each stage start,
-    be read back and end. Returns a :class:`TransactionResult`; never raises for a device's failure.
+    be read back and end; ``sessions``: per device, the ports whose BGP session the change resets: a
+    stage before the last is read back only once those of its devices whose peer has moved too are
+    Established again (the schedule's states assume it). Returns a
+    :class:`TransactionResult`; never raises for a device's failure.
     """
     change = change or new_change_id()
     result = TransactionResult(change, dry_run=dry_run)
@@ -219,17 +223,32 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
         return compare(dp, st, realization=realization, wcmp=wcmp, fabric_prefixes=fabric,
                        originated=configs[d].originated)
 
+    resets = {d: [(n.key, n.peer) for n in configs[d].neighbors if n.port in set(ports)]
+              for d, ports in (sessions or {}).items() if d in configs}  # as the new configs name them
+    moved: set[str] = set()  # the devices of the stages committed so far, the running one included
+
+    def rejoined(d: str, st: DeviceState) -> list[str]:
+        """The sessions of ``d`` the change reset, to a peer that has moved too, not yet Established (a
+        ``--dry-frr`` agent observes none)."""
+        if not st.observed:
+            return []
+        up = {b.neighbor for b in st.sessions if b.state == "Established"}
+        return [f"BGP session to {peer} ({key}) not re-established yet" for key, peer in resets.get(d, ())
+                if peer in moved and key not in up]
+
     def stage_check(d: str, st: DeviceState) -> list[str]:
-        """A stage before the last: the device's own kernel state (see the module's docstring)."""
+        """A stage before the last: the device's own kernel state (see the module's docstring), and the
+        sessions the change reset between moved devices up again."""
         if realization == "fib" or not wcmp:
-            return check(d, st)
+            return check(d, st) + rejoined(d, st)
         assert plan is not None
         dp = plan.devices.get(d)
-        return [f"{p}: no route installed yet" for p in sorted(dp.routes) if p not in st.routes] if dp else []
+        own = [f"{p}: no route installed yet" for p in sorted(dp.routes) if p not in st.routes] if dp else []
+        return own + rejoined(d, st)
 
     failed = await _staged(driver, result, hashes, plan, check, stage_check, confirm_within=confirm_within,
                            verify_timeout=verify_timeout, verify_interval=verify_interval, progress=progress,
-                           on_stage=on_stage)
+                           on_stage=on_stage, moved=moved)
     if not failed:
         result.stage = "confirm"
         confirmed = await _each("confirm", devices, lambda d: driver.confirm(d, change), progress, result)
@@ -245,11 +264,13 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
 async def _staged(driver: DeviceDriver, result: TransactionResult, hashes: Mapping[str, str], plan: Plan | None,
                   check: Callable[[str, DeviceState], list[str]], stage_check: Callable[[str, DeviceState], list[str]],
                   *, confirm_within: float, verify_timeout: float, verify_interval: float,
-                  progress: Progress | None, on_stage: StageProgress | None) -> list[StepResult]:
+                  progress: Progress | None, on_stage: StageProgress | None, moved: set[str]) -> list[StepResult]:
     """Commit ``result.stages`` one after the other, each read back before the next (the last one with the
-    whole fabric held against ``plan``); the failures that stopped it, if any."""
+    whole fabric held against ``plan``), adding each stage's devices to ``moved`` as it starts; the
+    failures that stopped it, if any."""
     change, devices = result.change, sorted(hashes)
     for i, stage in enumerate(result.stages):
+        moved.update(stage)
         last = i == len(result.stages) - 1
         result.stage = "commit"
         if on_stage:

@@ -229,3 +229,62 @@ def test_recovery_of_a_change_that_died_between_its_legs_returns_every_device_to
             assert st["running_hash"] == base_hashes[d] and not st["pending_change"], (d, st)
         assert ch["settled"] is True, ch
     db.dispose()
+
+
+class SessionsComeBack(DryDriver):
+    """Dry agents whose ``watched`` device reports its kernel routes as observed and the BGP session on
+    ``port`` down for its first ``down_reads`` reads once its peer has moved (never up: ``down_reads``
+    None)."""
+
+    def __init__(self, devices: list[str], base: Path, watched: str, key: str, down_reads: int | None):
+        super().__init__(devices, base)
+        self.watched, self.key, self.down_reads, self.reads = watched, key, down_reads, 0
+
+    async def state(self, device: str, prefixes: tuple[str, ...] = ()) -> Any:
+        from dataclasses import replace
+
+        from southbound.state import BgpSession
+
+        st = await super().state(device, prefixes)
+        if device != self.watched:
+            return st
+        self.reads += 1
+        up = self.down_reads is not None and self.reads > self.down_reads
+        return replace(st, observed=True, sessions=(BgpSession(self.key, "Established" if up else "Idle", 65010),))
+
+
+def test_a_stage_is_read_back_only_once_the_sessions_it_reset_are_up_again(tmp_path: Path) -> None:
+    """The schedule's states assume a session the change reset, between two devices of earlier stages,
+    is up again: the transaction reads such a stage back until it is, and fails the stage (rolling
+    the change back) if it never comes up; a session whose peer has not moved is not waited for."""
+    from southbound.transaction import commit_plan
+
+    doc = json.loads(json.dumps(BASE))
+    doc["policies"] = [p for p in doc.get("policies", []) if p.get("kind") != "wcmp"] + [
+        {"kind": "wcmp", "enabled": True, "realization": "fib"}]
+    it = validate_intent(doc)
+    plan = _solve(it)
+    cfg = device_configs(it, plan)["tor-0-0"]
+    n = next(x for x in cfg.neighbors if x.peer == "leaf-0-0")
+    stages = [["leaf-0-0"], ["tor-0-0"], ["tor-1-0"]]
+
+    async def run(down_reads: int | None, sessions: dict[str, list[str]], sub: str) -> tuple[Any, int]:
+        async with SessionsComeBack(NAMES, tmp_path / sub, "tor-0-0", n.key, down_reads) as drv:
+            r = await commit_plan(drv, it, plan, verify_timeout=3, verify_interval=0.05, stages=stages,
+                                  sessions=sessions)
+            return r, drv.reads
+
+    ok, reads = asyncio.run(run(4, {"tor-0-0": [n.port]}, "a"))
+    assert ok.ok, ok.error
+    assert reads >= 5  # the tor's stage waited for its session to leaf-0-0, which moved before it
+    never, _ = asyncio.run(run(None, {"tor-0-0": [n.port]}, "b"))
+    assert not never.ok and never.stage in ("verify", "rollback") and "not re-established" in never.error, never.error
+    unrelated, reads = asyncio.run(run(None, {"tor-0-0": [x.port for x in cfg.neighbors if x.peer != "leaf-0-0"]},
+                                       "c"))
+    assert unrelated.ok, unrelated.error  # its peer (leaf-0-1) moves in the last stage: nothing to wait for
+
+
+def _solve(it: Any) -> Any:
+    from solver import solve
+
+    return solve(it)

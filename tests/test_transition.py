@@ -6,6 +6,7 @@ on randomized Clos fabrics, and the mixed states against the safety replay of a 
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from typing import Any
 
@@ -343,3 +344,127 @@ def test_a_schedule_through_intermediate_plans_is_committed_without_force() -> N
     ch = SimpleNamespace(id=7, state=ChangeState.REVIEWED, reviewed_active=3, verdict="safe",
                          review={"schedule": sched, "safety": {"failing": []}})
     _gate(ch, 3, False, None)  # type: ignore[arg-type]
+
+
+def _with_sessions_down(tr: Transition, moved: frozenset[str], stage: Any) -> list[Any]:
+    """Every judgement of state ``moved`` with each subset of the sessions still re-establishing."""
+    rejoin = tr._rejoining(moved, stage)
+    return [tr.evaluate(moved, down) for j in range(len(rejoin) + 1) for down in itertools.combinations(rejoin, j)]
+
+
+def _quiet_source_clos(seed: int) -> tuple[Intent, Plan, Plan, list[tuple[str, str]]]:
+    """A two-plane Clos whose pod-0 ToRs only send (no demand reaches their prefixes), random plans, and
+    two of their uplinks' sessions reset: a ToR keeps its other plane, so no withdrawal need start."""
+    doc = clos_doc(2, 2, 2, 1, ls_cap=40.0, tl_cap=60.0,
+                   demands=[{"from": f"tor-0-{t}", "to": f"10.1.{u}.0/24", "gbps": 4.0} for t in range(2)
+                            for u in range(2)])
+    doc["policies"] = [{"kind": "utilization_limit", "max": 0.9},
+                       {"kind": "wcmp", "enabled": True, "realization": "link-bandwidth"}]
+    it = validate_intent(doc)
+    uplinks = [lk for lk in it.links if lk.a.startswith("tor-0")]
+    resets = [(lk.a, lk.a_port) for lk in random.Random(seed).sample(uplinks, 2)]
+    return it, routed_plan(it, seed=seed), routed_plan(it, seed=seed + 1000), resets
+
+
+def test_the_bound_covers_every_state_of_a_stage_that_resets_sessions() -> None:
+    """A reset session is down while its ends run different configs, and any subset of those whose
+    ends both moved in the stage may still be re-establishing. The bound of a stage covers every such
+    state, and a stage it accepts (many of which move a reset session's end) has every one safe."""
+    accepted = touched = 0
+    for seed in range(20):
+        it, old, new, resets = _quiet_source_clos(seed)
+        tr = Transition(it, old, it, new, resets=resets)
+        assert len(tr.reset_links) == 2 and set(Transition(it, old, it, new).devices) <= set(tr.devices)
+        ends = {n for i in tr.reset_links.tolist() for n in (tr.topo.names[tr.topo.edge_src[2 * i]],
+                                                             tr.topo.names[tr.topo.edge_dst[2 * i]])}
+        rng = random.Random(seed)
+        devs = list(tr.devices)
+        for _ in range(5):
+            rng.shuffle(devs)
+            cut = rng.randint(0, len(devs) // 2)
+            base, stage = frozenset(devs[:cut]), devs[cut:cut + 4]
+            b = tr.bound(base, stage)
+            worst = 0.0
+            for k in range(len(stage) + 1):
+                for sub in itertools.combinations(stage, k):
+                    for r in _with_sessions_down(tr, base | frozenset(sub), stage):
+                        worst = max(worst, r.worst_utilization)
+                        if b.ok:
+                            assert r.ok, (sorted(base), sub, r)
+            assert worst <= b.worst_utilization + 1e-9
+            accepted += b.ok
+            touched += b.ok and bool(ends & set(stage))
+    assert touched > 10 and accepted >= touched
+
+
+def test_the_exact_states_of_a_stage_include_its_sessions_re_establishing() -> None:
+    """Moving both ends of a reset session: four device states, and the one where both have moved but
+    the session is not up yet; as a stage, they count towards the exact limit."""
+    it, old, new, resets = _quiet_source_clos(0)
+    tr = Transition(it, old, it, new, resets=resets[:1])
+    (i,) = tr.reset_links.tolist()
+    u, v = tr.topo.names[tr.topo.edge_src[2 * i]], tr.topo.names[tr.topo.edge_dst[2 * i]]
+    got = tr.states(frozenset(), [u, v])
+    assert len(got) == 5 and [s for s, _ in got].count(frozenset({u, v})) == 2
+    both = [r for s, r in got if s == frozenset({u, v})]
+    assert tr.evaluate({u, v}, [i]) in both and tr.evaluate({u, v}) in both
+    assert tr._rejoining(frozenset({u, v}), [u]) == [i] and tr._rejoining(frozenset({u}), [u]) == []
+    _r, how, count = tr.check(frozenset(), [u, v])
+    assert count == (5 if how == "exact" else 8)
+
+
+def test_schedules_that_reset_sessions_hold_under_brute_force() -> None:
+    """Schedules of changes that reset sessions, by the bound alone and with exact enumeration, are
+    confirmed state by state, sessions re-establishing included: on the two-plane Clos (safe), and on
+    a one-plane Clos where a leaf's session to one spine resets, so that while it is down the other
+    spine carries everything, over the limit: unsafe, with every claim still an upper bound."""
+    cases = [_quiet_source_clos(seed) for seed in range(2)]
+    for seed in range(3):
+        it, old, new = _clos(seed, fib=False)
+        up = [lk for lk in it.links if lk.b.startswith("spine")]
+        cases.append((it, old, new, [(lk.a, lk.a_port) for lk in random.Random(seed).sample(up, 1)]))
+    verdicts = []
+    for it, old, new, resets in cases:
+        for exact in (0, 6):
+            sched = schedule(it, old, it, new, options=TransitionOptions(exact_limit=exact), resets=resets)
+            tr = Transition(it, old, it, new, resets=resets)
+            assert sched.reset_sessions == len(resets) == sched.to_document()["reset_sessions"]
+            verdicts.append(sched.safe)
+            assert sched.safe or any("at 1.0" in o for f in sched.failing for o in f["over_limit"])
+            base: frozenset[str] = frozenset()
+            for devices, claimed, _m, _k in sched.stages:
+                for k in range(len(devices) + 1):
+                    for sub in itertools.combinations(devices, k):
+                        for r in _with_sessions_down(tr, base | frozenset(sub), devices):
+                            assert r.worst_utilization <= claimed + 1e-9
+                            if sched.safe:
+                                assert r.ok
+                base |= frozenset(devices)
+    assert True in verdicts and False in verdicts
+
+
+def test_an_asn_change_resets_the_tors_sessions_and_the_review_says_its_prefix_goes_dark() -> None:
+    """A ToR's new ASN tears down its session (its ``local-as``, its leaves' ``remote-as``): in
+    every state where one end has moved and the other has not, nothing reaches its prefix. The plans
+    alone (and the schedule without the sessions) call the change safe; with them the review's
+    schedule is unsafe and names the black hole, so the commit needs force, as a drain first would
+    avoid."""
+    from types import SimpleNamespace
+
+    from controller.workflow.changes import ReviewInputs
+    from controller.workflow.review import build_review
+    from solver.solve import solve
+
+    doc = clos_doc(2, 2, 1, 2, ls_cap=100.0, tl_cap=100.0)
+    doc["policies"] = [{"kind": "utilization_limit", "max": 0.9}]
+    it = validate_intent(doc)
+    doc2 = json.loads(json.dumps(doc))
+    next(d for d in doc2["devices"] if d["name"] == "tor-0-0")["asn"] = 65299
+    it2 = validate_intent(doc2)
+    old, new = solve(it), solve(it2)
+    assert schedule(it, old, it2, new).safe  # blind to the sessions
+    rv = build_review(ReviewInputs(SimpleNamespace(proposed_revision=2), it2, new, 1, it, old), {})  # type: ignore[arg-type]
+    assert rv["bgp_sessions_reset"]["count"] == 2  # its one uplink, both ends
+    sched = rv["schedule"]
+    assert sched["reset_sessions"] == 1 and not sched["safe"] and rv["verdict"] == "unsafe"
+    assert any("10.0.0.0/24" in d for f in sched["failing"] for d in f["dropped"]), sched["failing"]

@@ -334,6 +334,9 @@ class ScheduleDocument(_Closed):
         default_factory=list, description="the intermediate plans, in order (stages with plan k push plan k)")
     intermediate_intent: Literal["active", "proposed"] = Field(
         "proposed", description="the revision whose intent the intermediate plans are rendered with")
+    reset_sessions: int = Field(0, description="links whose BGP session the change resets: in the states, a "
+                                               "reset session is down while its ends run different configs and "
+                                               "may be down (re-establishing) in the stage that moves its ends")
     note: str | None = Field(None, description="why the search stopped early, when it did")
 
 

@@ -89,6 +89,17 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _reset_ports(review: Doc | None) -> dict[str, list[str]]:
+    """Device -> the ports whose BGP session the reviewed change resets (the review's
+    ``bgp_sessions_reset``): the transaction waits for them between stages."""
+    rows = ((review or {}).get("bgp_sessions_reset") or {}).get("sessions") or []
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        if isinstance(r, dict) and r.get("device") and r.get("port"):
+            out.setdefault(str(r["device"]), []).append(str(r["port"]))
+    return out
+
+
 def _outcome(result: Any, devices: int) -> tuple[ChangeState, str]:
     """How a transaction ended, as the change's final state and the reason recorded with it."""
     if result.ok:
@@ -466,7 +477,8 @@ class Workflow:
                 return await commit_plan(self._fenced(epoch), intent, plan, change=ch.transaction,
                                          confirm_within=self.settings.confirm_within,
                                          verify_timeout=self.settings.verify_timeout, progress=tracker.on_step,
-                                         stages=legs[0].stages, on_stage=tracker.on_stage)
+                                         stages=legs[0].stages, on_stage=tracker.on_stage,
+                                         sessions=_reset_ports(ch.review))
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -496,7 +508,7 @@ class Workflow:
             return await commit_plan(agents, leg_intent, leg_plan, change=txn,
                                      confirm_within=self.settings.confirm_within,
                                      verify_timeout=self.settings.verify_timeout, progress=tracker.on_step,
-                                     stages=stages, on_stage=on_stage)
+                                     stages=stages, on_stage=on_stage, sessions=_reset_ports(ch.review))
 
         reached = [before]  # the (intent, plan) each confirmed leg left the fabric on, the active one first
         offset = 0

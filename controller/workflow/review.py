@@ -64,7 +64,8 @@ def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
         plan_diff = [d.to_document() for d in diff_plans(empty, inp.plan)]
         links = [{"id": x.link_key, "before": None, "after": round(x.utilization, 6), "delta": None}
                  for x in _link_rows(inp.plan)]
-    sched = transition_schedule(inp, config_diff)
+    resets = _resets(inp)
+    sched = transition_schedule(inp, config_diff, resets)
     verdict = "unsafe" if report.verdict == "unsafe" or not sched["safe"] else "safe"
     before, after = _gbps(inp.active_intent, inp.active_plan), _gbps(inp.intent, inp.plan)
     for row in links:
@@ -79,24 +80,30 @@ def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
         "links": links,
         "config_diff": config_diff,
         "safety": report.to_document(),
-        "bgp_sessions_reset": session_resets(inp),
+        "bgp_sessions_reset": session_resets(inp, resets),
         "schedule": sched,
     }
 
 
-def session_resets(inp: ReviewInputs) -> Doc:
-    """``{"count": N, "sessions": [...]}``: the BGP session ends the change tears down (none without an
-    active revision: nothing runs yet). Sessions do not depend on the plan, so configs are built without."""
+def _resets(inp: ReviewInputs) -> list[Any]:
+    """The BGP session ends the change tears down (:func:`southbound.config.bgp_session_resets`; none
+    without an active revision: nothing runs yet). Sessions do not depend on the plan, so configs are
+    built without."""
     from southbound.config import bgp_session_resets
     from southbound.render import device_configs
 
     if inp.active_intent is None:
-        return {"count": 0, "sessions": []}
-    resets = bgp_session_resets(device_configs(inp.active_intent), device_configs(inp.intent))
+        return []
+    return bgp_session_resets(device_configs(inp.active_intent), device_configs(inp.intent))
+
+
+def session_resets(inp: ReviewInputs, resets: list[Any] | None = None) -> Doc:
+    """``{"count": N, "sessions": [...]}``: the BGP session ends the change tears down."""
+    resets = _resets(inp) if resets is None else resets
     return {"count": len(resets), "sessions": [r.to_document() for r in resets]}
 
 
-def transition_schedule(inp: ReviewInputs, config_diff: dict[str, str]) -> Doc:
+def transition_schedule(inp: ReviewInputs, config_diff: dict[str, str], resets: list[Any] | None = None) -> Doc:
     """The schedule document from the active plan to the proposed one; with no active
     revision, one stage of every device (nothing runs yet to be mixed with)."""
     from safety.replay import limits
@@ -108,8 +115,10 @@ def transition_schedule(inp: ReviewInputs, config_diff: dict[str, str]) -> Doc:
                 "intermediate_plans": 0, "safe": True, "limit": limits(inp.intent)["baseline"],
                 "ownership": ownership(inp.intent),
                 "checks": [{"method": "exact", "states": 1, "plan": 0}], "failing": [], "intermediate": [],
-                "intermediate_intent": "proposed", "note": None}
-    return schedule(inp.active_intent, inp.active_plan, inp.intent, inp.plan, also=config_diff).to_document()
+                "intermediate_intent": "proposed", "reset_sessions": 0, "note": None}
+    ends = [(r.device, r.port) for r in (_resets(inp) if resets is None else resets)]
+    return schedule(inp.active_intent, inp.active_plan, inp.intent, inp.plan, also=config_diff,
+                    resets=ends).to_document()
 
 
 class _Row:
