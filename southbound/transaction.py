@@ -22,6 +22,7 @@ confirm timer expires. Every step returns a per-device
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -190,7 +191,8 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
 
     Parameters: ``plan`` (optional) is what the kernels must show afterwards, compared with
     ``realization`` (``link-bandwidth`` or ``fib``) rounding; ``wcmp=False`` means plain ECMP;
-    ``confirm_within`` is each agent's confirm timer in seconds (it rolls back by itself after);
+    ``confirm_within`` is each agent's confirm timer in seconds (it rolls back by itself after; a
+    stage's devices get ``verify_timeout`` more per stage after theirs);
     ``verify_timeout`` bounds the wait for each stage's kernels to converge; ``dry_run`` stops
     after Prepare (every device's diff) and aborts; ``stages`` is the commit order
     (:func:`commit_order`; None: every device at once), ``on_stage`` hears each stage start,
@@ -275,7 +277,11 @@ async def _staged(driver: DeviceDriver, result: TransactionResult, hashes: Mappi
         result.stage = "commit"
         if on_stage:
             on_stage(i, "commit")
-        committed = await _each("commit", stage, lambda d: driver.commit(d, change, confirm_within), progress, result)
+        # the confirm timer of a stage's devices also covers the read-back of every stage after it, so
+        # that none rolls back by itself while the transaction is still on its way to Confirm
+        window = confirm_within + (len(result.stages) - 1 - i) * verify_timeout if confirm_within > 0 else 0.0
+        committed = await _each("commit", stage, functools.partial(_commit_one, driver, change, window), progress,
+                                result)
         failed = [r for r in committed.values() if r.failed]
         if not failed:
             result.stage = "verify"
@@ -290,6 +296,10 @@ async def _staged(driver: DeviceDriver, result: TransactionResult, hashes: Mappi
             return failed
         result.stages_done = i + 1
     return []
+
+
+def _commit_one(driver: DeviceDriver, change: str, confirm_within: float, device: str) -> Awaitable[StepResult]:
+    return driver.commit(device, change, confirm_within)
 
 
 async def commit_plan(driver: DeviceDriver, intent: Intent, plan: Plan, **kwargs: Any) -> TransactionResult:

@@ -288,3 +288,28 @@ def _solve(it: Any) -> Any:
     from solver import solve
 
     return solve(it)
+
+
+def test_the_confirm_timer_of_a_stage_covers_the_stages_after_it(tmp_path: Path) -> None:
+    """A device of the first of three stages must not roll back by itself while the later stages are
+    committed and read back: its timer gets one verify timeout more per stage after its own."""
+    from southbound.transaction import commit_plan
+
+    it = validate_intent(BASE)
+    plan = _solve(it)
+    asked: dict[str, float] = {}
+
+    class Recording(DryDriver):
+        async def commit(self, device: str, change: str, confirm_within: float) -> StepResult:
+            asked[device] = confirm_within
+            return await super().commit(device, change, confirm_within)
+
+    async def run() -> Any:
+        async with Recording(NAMES, tmp_path / "dry") as drv:
+            return await commit_plan(drv, it, plan, confirm_within=5, verify_timeout=7,
+                                     stages=[["tor-0-0"], ["tor-0-1"]])
+
+    r = asyncio.run(run())
+    assert r.ok, r.error
+    assert asked["tor-0-0"] == 5 + 2 * 7 and asked["tor-0-1"] == 5 + 7
+    assert {asked[d] for d in NAMES if d not in ("tor-0-0", "tor-0-1")} == {5}
