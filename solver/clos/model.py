@@ -267,8 +267,15 @@ class _NotClean(Exception):
 
 def _structure(fab: Fabric) -> dict[str, Any]:
     intent = fab.intent
-    if intent.routing.value != "bgp" or intent.drained_devices or intent.drained_links or not fab.alive.all():
-        raise _NotClean("not a drain-free BGP fabric")
+    if intent.routing.value != "bgp" or not fab.alive.all():
+        raise _NotClean("not a BGP fabric without failures")
+    spine_names = {d.name for d in intent.devices if d.role == Role.SPINE}
+    if not intent.drained_devices <= spine_names:  # a drained spine carries no transit: routing skips it
+        raise _NotClean("a drained device that is not a spine")
+    for end in intent.drained_link_ends:  # a drained leaf-spine link is a missing one (no adjacency)
+        link = intent.link_by_end.get(end)
+        if link is not None and not ({link.a, link.b} & spine_names):
+            raise _NotClean("a drained link that is not a leaf-spine link")
     tor_pod: dict[int, int] = {}
     leaf_at: dict[tuple[int, int], int] = {}
     leaf_pp: dict[int, tuple[int, int]] = {}

@@ -589,8 +589,8 @@ def clos_robust(intent: Intent, limit: float, *, backend: str = DEFAULT_BACKEND,
     """
     t0 = time.perf_counter()
     say: Progress = progress or (lambda stage, frac: None)
-    if not intent.wcmp_enabled:
-        return None
+    if not intent.wcmp_enabled or intent.drained_devices or intent.drained_links:
+        return None  # the loss families below are those of a drain-free fabric: drains take the generic path
     m = build_pod_model(build_fabric(intent))
     if m is None:
         return None
