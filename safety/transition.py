@@ -98,13 +98,18 @@ class TransitionOptions:
     remaining devices are each tried in the stage; ``tol``: slack on the utilization limit;
     ``max_intermediate``: at most this many intermediate plans are tried when the two plans
     have no safe order; ``max_pushes``: the search's budget of pushes (states or bounds) per
-    pair of plans, past which the rest is one last stage, judged as it is."""
+    pair of plans, past which the rest is one last stage, judged as it is; ``quick_pushes``: the
+    direct search first gets this much of it, then intermediate plans are tried, and only when
+    none works does the direct search get the whole budget (a direct order that needs a long
+    search is usually many small stages; a leg through a plan between costs a few)."""
 
     exact_limit: int = 6
     scan_limit: int = 8
     tol: float = 1e-9
     max_intermediate: int = 3
     max_pushes: int = 2000
+    #: the first direct search's budget: past it, intermediate plans are tried before the rest of the budget
+    quick_pushes: int = 250
 
 
 def ownership(intent: Intent) -> str:
@@ -621,18 +626,21 @@ def schedule(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: P
     ``also``: further devices whose config changes without changing forwarding (they join
     the first stage, which adds no forwarding state). Greedy: each stage is the longest
     acceptable prefix of the remaining devices (ordered by how their single move loads the
-    fabric), extended by trying each other remaining device. When no device can move alone,
-    intermediate plans are tried (:func:`intermediate_plans`: 1 to ``max_intermediate`` plans
-    whose split ratios step from the old plan's to the new one's, as a drain shifts load off
-    before it removes a path), every leg scheduled alike; when none works the rest form one
-    last stage, the schedule is unsafe and ``failing`` says why.
+    fabric), extended by trying each other remaining device. When no device can move alone
+    (or the search spends ``quick_pushes``), intermediate plans are tried
+    (:func:`intermediate_plans`: 1 to ``max_intermediate`` plans whose split ratios step from
+    the old plan's to the new one's, as a drain shifts load off before it removes a path),
+    every leg scheduled alike; when none works the direct search goes on to ``max_pushes``,
+    and if it too fails the rest form one last stage, the schedule is unsafe and ``failing``
+    says why.
 
     >>> # doctest: +SKIP
     >>> schedule(old_intent, old_plan, new_intent, new_plan).to_document()["stages"][0]["devices"]
     """
     opts = options or TransitionOptions()
     resets = tuple(resets)
-    direct = _direct(old_intent, old_plan, new_intent, new_plan, also, opts, resets)
+    quick = replace(opts, max_pushes=min(opts.max_pushes, opts.quick_pushes))
+    direct = _direct(old_intent, old_plan, new_intent, new_plan, also, quick, resets)
     if direct.safe:
         return direct
     for k in range(1, opts.max_intermediate + 1):
@@ -654,6 +662,8 @@ def schedule(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: P
             out.targets += [i + 1 if i + 1 <= k else 0] * len(leg.stages)
         else:
             return out
+    if quick.max_pushes < opts.max_pushes:  # no plan between helped: the direct search gets its whole budget
+        direct = _direct(old_intent, old_plan, new_intent, new_plan, also, opts, resets)
     return direct
 
 
