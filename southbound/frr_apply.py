@@ -347,10 +347,9 @@ class FrrReload:
             return None
         old, new = parse_config(current.frr_text), parse_config(target.frr_text)
         commands = delta_commands(old, new)
-        argv = ["-c", "configure terminal", *(a for c in commands for a in ("-c", c)), "-c", "end"] if commands else []
-        argv += [a for c in then for a in ("-c", c)]
-        if argv:  # one vtysh for the difference and the clears
-            _run([self.vtysh, "--vty_socket", str(self.vty_dir), *argv], check=False)
+        steps = [*(["configure terminal", *commands, "end"] if commands else []), *then]
+        if steps:  # one vtysh for the difference and the clears
+            self.vtysh_cmd(*steps, check=False)
         try:
             after = self.running_tree()
         except FrrError as exc:

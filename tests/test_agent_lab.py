@@ -135,17 +135,21 @@ class WcmpLab:
     agents: LabAgents
 
 
+def lab_up(base: Path, name: str, doc: dict, *, timeout: float = 90) -> Topology:
+    """The lab ``loom lab gen`` makes of intent ``doc`` (in ``base/name``), up and converged."""
+    (base / "intent.yaml").write_text(yaml.safe_dump(doc))
+    gen = subprocess.run([*LOOM, "lab", "gen", str(base / "intent.yaml"), "--out", str(base / name)],
+                         capture_output=True, text=True, timeout=max(120, timeout))
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    topo = load_topology(base / name)
+    report = runner.up(topo, timeout=timeout)
+    assert report.converged, report.problems
+    return topo
+
+
 def bring_up(base: Path, name: str = LAB) -> tuple[Topology, dict]:
     doc = wcmp_intent_doc(name)
-    (base / "intent.yaml").write_text(yaml.safe_dump(doc))
-    path = base / name
-    gen = subprocess.run([*LOOM, "lab", "gen", str(base / "intent.yaml"), "--out", str(path)],
-                         capture_output=True, text=True, timeout=120)
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    topo = load_topology(path)
-    report = runner.up(topo, timeout=90)
-    assert report.converged, report.problems
-    return topo, doc
+    return lab_up(base, name, doc), doc
 
 
 @pytest.fixture(scope="module")

@@ -36,21 +36,18 @@ import time
 from collections.abc import Awaitable, Iterator
 
 import pytest
-import yaml
 
 from controller.model import Intent
 from controller.model.intent import validate_intent
 from controller.model.plan import Plan
 from labs import runner
-from labs.clab import load_topology
 from safety.replay import replay
 from safety.scenarios import Scenario
 from safety.transition import schedule
 from solver import solve
 from southbound.driver import AgentDriver
 from southbound.transaction import commit_plan
-from tests.serving import LOOM
-from tests.test_agent_lab import LabAgents
+from tests.test_agent_lab import LabAgents, lab_up
 
 pytestmark = pytest.mark.anyio
 LAB = "fibfail"
@@ -107,13 +104,7 @@ def square(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabAgents]:
     nodes: list[str] = []
     agents = LabAgents(LAB, nodes)
     try:
-        (base / "intent.yaml").write_text(yaml.safe_dump(doc))
-        gen = subprocess.run([*LOOM, "lab", "gen", str(base / "intent.yaml"), "--out", str(base / LAB)],
-                             capture_output=True, text=True, timeout=120)
-        assert gen.returncode == 0, gen.stdout + gen.stderr
-        topo = load_topology(base / LAB)
-        report = runner.up(topo, timeout=90)
-        assert report.converged, report.problems
+        topo = lab_up(base, LAB, doc)
         nodes += [n.name for n in topo.nodes]
         agents.start_all()
         yield agents

@@ -502,13 +502,14 @@ class Workflow:
         before = await self._db(lambda s: changes.plan_for(ch.previous_active, session=s))  # type: ignore[arg-type]
         mid_intent = before[0] if sched.get("intermediate_intent") == "active" else intent
         agents = self._fenced(epoch)
+        sessions = _reset_ports(ch.review)
 
         async def push(leg_intent: Any, leg_plan: Any, txn: str, stages: list[list[str]], offset: int | None) -> Any:
             on_stage = None if offset is None else (lambda i, status: tracker.on_stage(offset + i, status))
             return await commit_plan(agents, leg_intent, leg_plan, change=txn,
                                      confirm_within=self.settings.confirm_within,
                                      verify_timeout=self.settings.verify_timeout, progress=tracker.on_step,
-                                     stages=stages, on_stage=on_stage, sessions=_reset_ports(ch.review))
+                                     stages=stages, on_stage=on_stage, sessions=sessions)
 
         reached = [before]  # the (intent, plan) each confirmed leg left the fabric on, the active one first
         offset = 0

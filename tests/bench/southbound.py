@@ -77,31 +77,12 @@ def clos3_40_doc(name: str) -> dict[str, Any]:
     return doc
 
 
-def _bring_up(base: Path, lab: str, doc: dict[str, Any]) -> Any:
-    import subprocess
-
-    import yaml
-
-    from labs import runner
-    from labs.clab import load_topology
-    from tests.serving import LOOM
-
-    (base / "intent.yaml").write_text(yaml.safe_dump(doc))
-    gen = subprocess.run([*LOOM, "lab", "gen", str(base / "intent.yaml"), "--out", str(base / lab)],
-                         capture_output=True, text=True, timeout=300)
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    topo = load_topology(base / lab)
-    report = runner.up(topo, timeout=300)
-    assert report.converged, report.problems
-    return topo
-
-
 def lab_rows(case: str = "clos3-small") -> list[list[str]]:
     from labs import runner
     from solver import solve
     from southbound.driver import AgentDriver
     from southbound.transaction import commit_plan
-    from tests.test_agent_lab import LabAgents, shifted_demand, wcmp_intent_doc, with_wcmp
+    from tests.test_agent_lab import LabAgents, lab_up, shifted_demand, wcmp_intent_doc, with_wcmp
 
     if os.geteuid() != 0 or not (runner.FRR_BIN / "zebra").exists():
         return [[f"{case} intent change", "-", "-", "-", "-", "-", "-", "-", "skipped: needs root and FRR"]]
@@ -111,7 +92,7 @@ def lab_rows(case: str = "clos3-small") -> list[list[str]]:
     nodes: list[str] = []
     agents = LabAgents(lab, nodes)
     try:
-        topo = _bring_up(base, lab, doc)
+        topo = lab_up(base, lab, doc, timeout=300)
         nodes += [n.name for n in topo.nodes]
         agents.start_all()
 
