@@ -64,6 +64,7 @@ import numpy as np
 
 from controller.model import Intent, Role, Routing, WcmpRealization
 from controller.model.plan import Plan
+from safety import kernels
 from safety.forwarding import Flow, Table, Topology, build_topology, plan_table, propagate, ranges
 from safety.report import (
     DroppedDemand,
@@ -79,7 +80,6 @@ from safety.scenarios import Scenario, scenario_scope, scenarios
 __all__ = ["Peaks", "Replayer", "assemble", "failures", "limits", "peaks", "replay", "reconvergence_model"]
 
 EPS_GBPS = 1e-6
-_EMPTY = np.empty(0, dtype=np.int64)
 _REMEMBERED = ("domain", "domain_pair")  # kinds whose stage results run() keeps for reuse
 HOTTEST = 3
 Progress = Callable[[int, int], None]
@@ -105,51 +105,47 @@ def reconvergence_model(intent: Intent) -> str:
 
 @dataclass(slots=True)
 class _Diff:
-    """A push's difference flow: per-edge parts, new black holes, arrivals by state, loops."""
+    """A push's difference flow: the edges whose load changes and by how much, new black
+    holes, the arrivals (states, gbps) at black holes, loops."""
 
-    edges: list[np.ndarray]
-    amounts: list[np.ndarray]
+    edges: np.ndarray
+    change: np.ndarray
     sinks: np.ndarray
-    states: list[np.ndarray]
-    arrivals: list[np.ndarray]
+    sink_states: np.ndarray
+    sink_arrivals: np.ndarray
     loops: list[tuple[int, tuple[int, ...]]]
 
 
-@dataclass(slots=True)
 class _Outcome:
-    load: np.ndarray
-    drops: dict[tuple[int, int], float]
-    loops: list[tuple[int, tuple[int, ...]]]
+    """A stage's traffic: edge loads, black holes by (class, device), loops.
 
+    The loads are either dense (``load``) or sparse: ``changed`` (distinct edges) at
+    ``values`` over the baseline's ``base``, made dense only when asked for.
+    """
 
-def _top(values: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the ``k`` largest ``values``, largest first, ties by position (what
-    a stable argsort of ``-values`` starts with), without sorting them all."""
-    if len(values) > 4 * k:
-        kth = np.partition(values, len(values) - k)[len(values) - k]
-        idx = np.flatnonzero(values >= kth)
-        return idx[np.argsort(-values[idx], kind="stable")[:k]]
-    return np.argsort(-values, kind="stable")[:k]
+    __slots__ = ("_load", "base", "changed", "values", "drops", "loops")
+
+    def __init__(self, drops: dict[tuple[int, int], float], loops: list[tuple[int, tuple[int, ...]]], *,
+                 load: np.ndarray | None = None, base: np.ndarray | None = None,
+                 changed: np.ndarray | None = None, values: np.ndarray | None = None):
+        self._load, self.base, self.changed, self.values = load, base, changed, values
+        self.drops, self.loops = drops, loops
+
+    @property
+    def load(self) -> np.ndarray:
+        if self._load is None:
+            assert self.base is not None and self.changed is not None and self.values is not None
+            load = self.base.copy()
+            load[self.changed] = self.values
+            self._load = load
+        return self._load
 
 
 class _Scratch:
-    """Dense per-state scratch arrays: sum amounts by state without sorting."""
+    """A dense scratch array: the distinct values of a key array without sorting."""
 
-    def __init__(self, n_states: int):
-        self.acc = np.zeros(n_states)
-        self.pos = np.zeros(n_states, dtype=np.int64)
-
-    def agg(self, keys: np.ndarray, amounts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Distinct ``keys`` (in no particular order) and the amounts summed per key."""
-        if len(keys) < 2:
-            return keys, amounts
-        np.add.at(self.acc, keys, amounts)
-        ar = np.arange(len(keys))
-        self.pos[keys] = ar
-        uniq = keys[self.pos[keys] == ar]
-        out = self.acc[uniq]
-        self.acc[uniq] = 0.0
-        return uniq, out
+    def __init__(self, n_keys: int):
+        self.pos = np.zeros(n_keys, dtype=np.int64)
 
     def distinct(self, keys: np.ndarray) -> np.ndarray:
         ar = np.arange(len(keys))
@@ -168,7 +164,7 @@ class Replayer:
         self.intent = intent
         self.topo: Topology = build_topology(intent)
         self.table: Table = plan_table(intent, plan, self.topo)
-        self.flow: Flow = propagate(self.table, self.topo)
+        self.flow: Flow = propagate(self.table, self.topo, device_major=True)
         self.model = model or reconvergence_model(intent)
         self.limits = limits(intent)
         f = self.flow
@@ -176,7 +172,9 @@ class Replayer:
         self._cls = f.state_class
         self._tcls = self._cls[f.t_src].astype(np.int32)  # class of each transition
         self._sinks = np.flatnonzero(f.sink)
-        self._state_lo = np.searchsorted(f.keys, np.arange(len(self.table.prefixes) + 1) * f.n)
+        by_cls = np.argsort(self._cls, kind="stable")  # per class, its states (CSR)
+        self._class_states = by_cls
+        self._class_indptr = np.searchsorted(self._cls[by_cls], np.arange(len(self.table.prefixes) + 1))
         self._origin_classes: dict[int, list[int]] = {}
         for c, orig in enumerate(self.table.origins):
             for v in orig:
@@ -184,7 +182,7 @@ class Replayer:
         cap = self.topo.edge_cap
         self._base_util = f.load / cap
         self._base_order = np.argsort(-self._base_util, kind="stable")
-        self._base = _Outcome(f.load, f.drops(), f.loops)
+        self._base = _Outcome(f.drops(), f.loops, load=f.load)
         # stage results of declared domains, by failed parts: a single device or link
         # that fails exactly what a domain does (a spine and its device domain) replays once
         self._known: dict[tuple[frozenset[str], frozenset[str]], tuple[StageResult, StageResult]] = {}
@@ -193,15 +191,23 @@ class Replayer:
         """The arrays a scenario writes into (and restores): private to this copy."""
         f = self.flow
         n_states, n_trans = len(f.keys), len(f.t_src)
-        self._tdead = np.zeros(n_trans, dtype=bool)
         self._tflag = np.zeros(n_trans, dtype=bool)
         self._mfrac = f.t_frac.copy()  # the fractions of the scenario being replayed
         self._rem = np.ones(n_states)
         self._failed = np.zeros(n_states, dtype=bool)
-        self._sc = _Scratch(n_states)
+        self._acc = np.zeros(n_states)
+        self._mark = np.zeros(n_states, dtype=bool)
+        self._is_sink = f.sink.copy()
+        self._cur = np.empty(n_states, dtype=np.int64)
+        self._nxt = np.empty(n_states, dtype=np.int64)
+        self._delta = np.zeros(self.topo.n_edges)
+        self._view = f.load.copy()  # the baseline's loads, a stage's written over them while it is judged
+        self._etouch = np.empty(self.topo.n_edges, dtype=np.int64)
+        self._emark = np.zeros(self.topo.n_edges, dtype=bool)
         self._edges = _Scratch(self.topo.n_edges)
 
-    _SCRATCH = ("_tdead", "_tflag", "_mfrac", "_rem", "_failed", "_sc", "_edges")
+    _SCRATCH = ("_tflag", "_mfrac", "_rem", "_failed", "_acc", "_mark", "_is_sink", "_cur", "_nxt", "_delta",
+                "_etouch", "_emark", "_view", "_edges")
 
     def __getstate__(self) -> dict[str, object]:
         """Shipped without its scratch arrays (a worker makes its own, writable even when
@@ -220,79 +226,32 @@ class Replayer:
         stages of a scenario share the push of every class they treat alike.
         """
         f = self.flow
-        x, frac, mfrac = f.x, f.t_frac, self._mfrac
-        e_parts: list[np.ndarray] = []
-        v_parts: list[np.ndarray] = []
-        b_keys: list[np.ndarray] = []
-        b_amt: list[np.ndarray] = []
-        for c in gone:
-            lo, hi = f.t_indptr[self._state_lo[c]], f.t_indptr[self._state_lo[c + 1]]
-            e_parts.append(f.t_edge[lo:hi])
-            v_parts.append(-x[f.t_src[lo:hi]] * frac[lo:hi])
-        ch = _EMPTY
-        deadrow = np.empty(0, dtype=bool)
-        tt_ch = ch
-        take = np.take  # faster than fancy indexing on these long arrays
-        if len(dead_t):
-            ch, deadfrac = self._sc.agg(take(f.t_src, dead_t), take(frac, dead_t))
-            alive = 1.0 - deadfrac
-            deadrow = alive <= 1e-9
-            tt_ch, lens = ranges(f.t_indptr, ch)
-            old = take(frac, tt_ch)
-            new = old * np.repeat(np.where(deadrow, 0.0, 1.0 / np.where(deadrow, 1.0, alive)), lens)
-            isdead = self._tflag
-            isdead[dead_t] = True
-            new[take(isdead, tt_ch)] = 0.0
-            isdead[dead_t] = False
-            mfrac[tt_ch] = new
-            diff = np.repeat(take(x, ch), lens) * (new - old)
-            e_parts.append(take(f.t_edge, tt_ch))
-            v_parts.append(diff)
-            b_keys.append(take(f.t_dst, tt_ch))
-            b_amt.append(diff)
-        rec_s: list[np.ndarray] = []
-        rec_a: list[np.ndarray] = []
-        loops: list[tuple[int, tuple[int, ...]]] = []
-        if b_keys:
-            fk, fa = self._sc.agg(np.concatenate(b_keys), np.concatenate(b_amt))
-            for _level in range(f.n + 1):
-                keep = fa != 0
-                fk, fa = fk[keep], fa[keep]
-                if not len(fk):
-                    break
-                rec_s.append(fk)
-                rec_a.append(fa)
-                tt, lens = ranges(f.t_indptr, fk)
-                if not len(tt):
-                    break
-                contrib = np.repeat(fa, lens) * take(mfrac, tt)
-                e_parts.append(take(f.t_edge, tt))
-                v_parts.append(contrib)
-                fk, fa = self._sc.agg(take(f.t_dst, tt), contrib)
-            else:
-                loops = self._loops_of(fk)
-        if len(tt_ch):
-            mfrac[tt_ch] = old
-        return _Diff(e_parts, v_parts, ch[deadrow] if len(ch) else ch, rec_s, rec_a, loops)
+        edges, change, sinks, arr_s, arr_a, looping = kernels.push(
+            f.x, f.t_frac, self._mfrac, f.t_indptr, f.t_src, f.t_dst, f.t_edge, self._class_indptr,
+            self._class_states,
+            np.ascontiguousarray(dead_t, dtype=np.int64), np.asarray(gone, dtype=np.int64), f.n,
+            self._acc, self._mark, self._tflag, self._is_sink, self._cur, self._nxt, self._delta, self._etouch)
+        return _Diff(edges, change, sinks, arr_s, arr_a, self._loops_of(looping) if len(looping) else [])
 
-    def _outcome(self, diffs: list[_Diff], gone: list[int]) -> _Outcome:
-        """Baseline plus the class-disjoint ``diffs``: loads, black holes, loops."""
-        f = self.flow
-        e_parts = [e for d in diffs for e in d.edges]
-        if e_parts:
-            amounts = np.concatenate([v for d in diffs for v in d.amounts])
-            load = f.load + np.bincount(np.concatenate(e_parts), weights=amounts, minlength=self.topo.n_edges)
-        else:
-            load = f.load.copy()
+    def _outcome(self, diffs: list[_Diff], gone: list[int], fedges: np.ndarray) -> _Outcome:
+        """Baseline plus the class-disjoint ``diffs``, with the failed edges ``fedges``
+        carrying nothing: loads (sparse), black holes, loops."""
+        f, view = self.flow, self._view
+        for d in diffs:  # each diff's edges are distinct
+            view[d.edges] += d.change
+        view[fedges] = 0.0
+        changed = self._edges.distinct(np.concatenate([*(d.edges for d in diffs), fedges]))
+        values = view[changed]
+        view[changed] = f.load[changed]
         # black holes: baseline sinks and rows left without a next hop
         sinks = np.concatenate([self._sinks, *(d.sinks for d in diffs)])
         drops: dict[tuple[int, int], float] = {}
         if len(sinks):
             amount = f.x[sinks].copy()
-            rec_s = [s for d in diffs for s in d.states]
-            if rec_s:
-                acc, ks = self._sc.acc, np.concatenate(rec_s)
-                np.add.at(acc, ks, np.concatenate([a for d in diffs for a in d.arrivals]))
+            arr_s = [d.sink_states for d in diffs if len(d.sink_states)]
+            if arr_s:
+                acc, ks = self._acc, np.concatenate(arr_s)
+                np.add.at(acc, ks, np.concatenate([d.sink_arrivals for d in diffs if len(d.sink_states)]))
                 amount += acc[sinks]
                 acc[ks] = 0.0
             gone_set = set(gone)
@@ -303,7 +262,7 @@ class Replayer:
         loops = [lp for d in diffs for lp in d.loops]
         if len(diffs) > 1:
             loops.sort()
-        return _Outcome(load, drops, loops)
+        return _Outcome(drops, loops, base=f.load, changed=changed, values=values)
 
     def _loops_of(self, states: np.ndarray) -> list[tuple[int, tuple[int, ...]]]:
         f = self.flow
@@ -314,36 +273,12 @@ class Replayer:
 
     def _withdraw(self, dead_t: np.ndarray) -> np.ndarray:
         """``dead_t`` plus every transition into a state that withdrew its route."""
-        f = self.flow
-        tdead, rem = self._tdead, self._rem
         if not len(dead_t):
             return dead_t
-        tdead[dead_t] = True
-        src = f.t_src[dead_t]
-        np.subtract.at(rem, src, f.t_frac[dead_t])
-        touched = [src]
-        cand = self._sc.distinct(src)
-        w = cand[(rem[cand] <= 1e-9) & ~self._failed[cand]]
-        extra: list[np.ndarray] = []
-        while len(w):
-            it, _ = ranges(f.in_indptr, w)
-            tr = f.in_trans[it]
-            tr = tr[~tdead[tr]]
-            if not len(tr):
-                break
-            tdead[tr] = True
-            extra.append(tr)
-            s = f.t_src[tr]
-            np.subtract.at(rem, s, f.t_frac[tr])
-            touched.append(s)
-            cs = self._sc.distinct(s)
-            w = cs[rem[cs] <= 1e-9]
-        tdead[dead_t] = False
-        for tr in extra:
-            tdead[tr] = False
-        for s in touched:
-            rem[s] = 1.0
-        return np.concatenate([dead_t, *extra]) if extra else dead_t
+        f = self.flow
+        return kernels.withdraw(f.t_frac, f.t_src, f.in_indptr, f.in_trans, self._failed,
+                                np.ascontiguousarray(dead_t, dtype=np.int64), self._rem, self._tflag,
+                                self._mark, self._cur, self._nxt)
 
     # -- a whole scenario ---------------------------------------------------
     def outcomes(self, sc: Scenario) -> tuple[_Outcome, _Outcome]:
@@ -366,22 +301,21 @@ class Replayer:
         self._failed[fst] = True
         try:
             if self.model == "withdrawal":
-                imm, rec = self._stages(dead_t, gone)
+                imm, rec = self._stages(dead_t, gone, fedges)
             else:
-                imm = self._outcome([self._push(dead_t, gone)], gone)
+                imm = self._outcome([self._push(dead_t, gone)], gone, fedges)
                 rec = self._rerouted(sc, static=self.model == "static")
+                rec.load[fedges] = 0.0
         finally:
             self._failed[fst] = False
-        for out in (imm, rec):
-            out.load[fedges] = 0.0
         return imm, rec
 
-    def _stages(self, dead_t: np.ndarray, gone: list[int]) -> tuple[_Outcome, _Outcome]:
+    def _stages(self, dead_t: np.ndarray, gone: list[int], fedges: np.ndarray) -> tuple[_Outcome, _Outcome]:
         """Both stages of the withdrawal model. Only the classes that withdrew a route
         differ between them; every other class's push is made once and shared."""
         dead_r = self._withdraw(dead_t)
         if len(dead_r) == len(dead_t):
-            imm = self._outcome([self._push(dead_t, gone)], gone)
+            imm = self._outcome([self._push(dead_t, gone)], gone, fedges)
             return imm, imm
         cls_t = self._tcls
         moved = np.zeros(len(self.table.prefixes), dtype=bool)
@@ -389,8 +323,8 @@ class Replayer:
         in_moved = moved[cls_t[dead_t]]
         gone_moved = [c for c in gone if moved[c]]
         shared = self._push(dead_t[~in_moved], [c for c in gone if not moved[c]])
-        imm = self._outcome([shared, self._push(dead_t[in_moved], gone_moved)], gone)
-        rec = self._outcome([shared, self._push(dead_r[moved[cls_t[dead_r]]], gone_moved)], gone)
+        imm = self._outcome([shared, self._push(dead_t[in_moved], gone_moved)], gone, fedges)
+        rec = self._outcome([shared, self._push(dead_r[moved[cls_t[dead_r]]], gone_moved)], gone, fedges)
         return imm, rec
 
     def _rerouted(self, sc: Scenario, *, static: bool = False) -> _Outcome:
@@ -409,7 +343,7 @@ class Replayer:
             tab.demand_class[keep], tab.demand_device[keep], tab.demand_gbps[keep])
         fl = propagate(tab, self.topo)
         drops = {k: v for k, v in fl.drops().items() if k[1] not in failed and v > EPS_GBPS}
-        return _Outcome(fl.load, drops, fl.loops)
+        return _Outcome(drops, fl.loops, load=fl.load)
 
     def _static_routes(self, sc: Scenario, routes: dict[str, dict[str, tuple[tuple[str, str], ...]]]
                        ) -> dict[str, dict[str, tuple[tuple[str, str], ...]]]:
@@ -429,25 +363,34 @@ class Replayer:
                     row[topo.names[v]] = tuple((port_of[e], topo.names[topo.edge_dst[e]]) for e in live)
         return out
 
-    def _stage_result(self, stage: str, out: _Outcome, limit: float, baseline: bool,
-                      changed: np.ndarray | None) -> StageResult:
+    def _stage_result(self, stage: str, out: _Outcome, limit: float, baseline: bool) -> StageResult:
+        f, view = self.flow, self._view
+        if out.changed is not None:  # sparse: written over the baseline's loads while judged
+            view[out.changed] = out.values
+            try:
+                return self._judge(stage, out, view, out.changed, limit, baseline)
+            finally:
+                view[out.changed] = f.load[out.changed]
+        if out is self._base:
+            return self._judge(stage, out, f.load, np.empty(0, dtype=np.int64), limit, baseline)
+        return self._judge(stage, out, out.load, np.flatnonzero(out.load != f.load), limit, baseline)
+
+    def _judge(self, stage: str, out: _Outcome, load: np.ndarray, changed: np.ndarray, limit: float,
+               baseline: bool) -> StageResult:
+        """A stage's result from its ``load`` (which differs from the baseline's only on ``changed``)."""
         topo, names = self.topo, self.topo.names
         cap = topo.edge_cap
-        if changed is None or out is self._base:
-            cand = self._base_order[:HOTTEST]
-        else:
-            cand = self._edges.distinct(np.concatenate([changed, self._base_order[:HOTTEST + len(changed)]]))
-        top = cand[_top(out.load[cand] / cap[cand], HOTTEST)]
-        mlu = float(out.load[top[0]] / cap[top[0]]) if len(top) else 0.0
-        util = out.load / cap if mlu > limit + 1e-9 else None
+        top = kernels.hottest(load, cap, changed, self._base_order, HOTTEST, self._emark)
+        mlu = float(load[top[0]] / cap[top[0]]) if len(top) else 0.0
 
         def use(e: int) -> LinkUse:
             return LinkUse(topo.link_keys[e // 2], names[topo.edge_src[e]], names[topo.edge_dst[e]],
-                           float(out.load[e]), float(cap[e]), float(out.load[e] / cap[e]))
+                           float(load[e]), float(cap[e]), float(load[e] / cap[e]))
 
-        hottest = tuple(use(int(e)) for e in top if out.load[e] > 0)
+        hottest = tuple(use(e) for e in top.tolist() if load[e] > 0)
         over = np.empty(0, dtype=np.int64)
-        if util is not None:
+        if mlu > limit + 1e-9:
+            util = load / cap
             over = np.flatnonzero(util > limit + 1e-9)
             over = over[np.argsort(-util[over], kind="stable")]
         inv: list[InvariantResult] = []
@@ -465,7 +408,7 @@ class Replayer:
         inv.append(InvariantResult(
             "utilization", not len(over),
             "" if not len(over) else "; ".join(
-                f"{names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]} at {out.load[e] / cap[e]:.6f} > {limit:g}"
+                f"{names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]} at {load[e] / cap[e]:.6f} > {limit:g}"
                 for e in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5 else "")))
         if baseline:
             errs = self.table.budget_errors
@@ -485,8 +428,7 @@ class Replayer:
                     stages.append(replace(stages[0], stage=name, invariants=tuple(
                         replace(inv, gating=True) for inv in stages[0].invariants)))
                     continue
-                changed = None if out is self._base else np.flatnonzero(out.load != self.flow.load)
-                stages.append(self._stage_result(name, out, limit, sc.is_baseline, changed))
+                stages.append(self._stage_result(name, out, limit, sc.is_baseline))
             known = (stages[0], stages[1])
             if sc.kind in _REMEMBERED:
                 self._known[key] = known

@@ -289,11 +289,20 @@ def test_a_single_failure_equal_to_a_domain_replays_as_the_domain(fabric: Intent
 
 
 def test_hottest_links_break_ties_by_link_order() -> None:
-    """The top-k pick of the hottest links is a stable sort's first k, ties included."""
-    from safety.replay import _top
+    """The hottest links of a stage, read from its changed edges and the baseline's order, are a
+    stable sort's first k of the whole load (ties by edge index), ties and unchanged edges included."""
+    from safety import kernels
 
     rng = np.random.default_rng(3)
     for size in (1, 3, 5, 40, 400):
         for _ in range(20):
-            values = rng.integers(0, 6, size).astype(float) / 4  # many exact ties
-            assert _top(values, 3).tolist() == np.argsort(-values, kind="stable")[:3].tolist()
+            cap = rng.choice([10.0, 40.0], size)
+            base = rng.integers(0, 6, size) * cap / 8  # many exact ties
+            order = np.argsort(-base / cap, kind="stable")
+            changed = rng.choice(size, rng.integers(0, size + 1), replace=False)
+            load = base.copy()
+            load[changed] = rng.integers(0, 6, len(changed)) * cap[changed] / 8
+            mark = np.zeros(size, dtype=bool)
+            got = kernels.hottest(load, cap, changed.astype(np.int64), order, 3, mark)
+            assert got.tolist() == np.argsort(-load / cap, kind="stable")[:3].tolist()
+            assert not mark.any()
