@@ -56,6 +56,7 @@ domain fails (a spine and its own domain) reuses the domain's stage results.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -217,6 +218,13 @@ class Replayer:
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._scratch()
+
+    def fork(self) -> Replayer:
+        """A copy that shares the compiled fabric (and the remembered domain results) but has
+        scratch arrays of its own: one per thread replaying at once."""
+        twin = copy.copy(self)
+        twin._scratch()
+        return twin
 
     # -- one stage ----------------------------------------------------------
     def _push(self, dead_t: np.ndarray, gone: list[int]) -> _Diff:

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -114,23 +116,46 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Every chunk in this process, one after another."""
+    """Every chunk in this process, on ``threads`` threads (default: one per CPU, at most
+    8). Each thread replays on its own copy of the replayer's scratch arrays (the compiled
+    fabric is shared); the compiled loops of a push release the GIL, so the threads overlap
+    one's push with another's judging. Results come back in chunk order."""
 
     name = "local"
 
+    def __init__(self, threads: int | None = None):
+        self.threads = max(1, threads if threads is not None else min(8, os.cpu_count() or 1))
+
     def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
             progress: Progress | None = None) -> list[Done]:
-        sw = Sweeper(rp, single)
         total, done, out = sum(len(w) for w in works), 0, []
-        for w in works:
-            out.append(sw.run(w))
-            done += len(w)
-            if progress is not None:
-                progress(done, total)
+        pool: ThreadPoolExecutor | None = None
+        if self.threads == 1 or len(works) < 2:
+            sw = Sweeper(rp, single)
+            results: Iterable[Done] = (sw.run(w) for w in works)
+        else:
+            local = threading.local()
+
+            def run(w: Work) -> Done:
+                if not hasattr(local, "sweeper"):
+                    local.sweeper = Sweeper(rp.fork(), single)
+                return local.sweeper.run(w)
+
+            pool = ThreadPoolExecutor(self.threads, thread_name_prefix="loom-sweep")
+            results = pool.map(run, works)
+        try:
+            for d in results:
+                out.append(d)
+                done += d.replayed
+                if progress is not None:
+                    progress(done, total)
+        finally:
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
         return out
 
     def workers(self) -> int:
-        return 1
+        return self.threads
 
     def close(self) -> None:
         """Nothing to release."""

@@ -82,12 +82,13 @@ def test_pair_sweep_equals_brute_force(limit: float) -> None:
         assert failing_pairs and not rep.safe
 
 
-@pytest.mark.parametrize("scope", [None, "domains", "all_single"])
-def test_chunked_sweep_equals_replay(scope: str | None) -> None:
+@pytest.mark.parametrize(("scope", "threads"), [(None, 1), ("domains", 3), ("all_single", 1), ("all_single", 3)])
+def test_chunked_sweep_equals_replay(scope: str | None, threads: int) -> None:
+    """Chunks on one thread or on several (each with its own scratch) give replay's report."""
     intent = fabric(0.45)
     plan = routed_plan(intent, seed=5)
     want = replay(intent, plan, scope=scope).to_document()
-    got = sweep(intent, plan, scope=scope, executor=LocalExecutor(), chunk=7).to_document()
+    got = sweep(intent, plan, scope=scope, executor=LocalExecutor(threads), chunk=7).to_document()
     want.pop("seconds"), got.pop("seconds")
     assert got == want
 

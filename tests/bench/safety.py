@@ -96,9 +96,13 @@ def planned(size: str) -> tuple[Any, Any, float]:
     return _PLANS[size]
 
 
-def replay_row(size: str) -> list[Any]:
+def replay_row(size: str) -> list[list[Any]]:
+    """Every single failure of ``size``: the compile (beside its reference), the scenarios on one
+    thread (``Replayer.run`` in a loop), and ``loom check``'s sweep on the local executor's
+    threads, whose report must be the one thread's; the previous version's figure beside."""
     from safety.replay import Replayer
     from safety.scenarios import scenarios
+    from safety.sweep import LocalExecutor, sweep
 
     intent, plan, t_plan = planned(size)
     t0 = time.perf_counter()
@@ -109,15 +113,23 @@ def replay_row(size: str) -> list[Any]:
     t_compile = time.perf_counter() - t0
     todo = list(scenarios(intent))
     t0 = time.perf_counter()
-    failing = 0
-    for sc in todo:
-        failing += not rp.run(sc).ok
+    one = [rp.run(sc) for sc in todo]
     t_replay = time.perf_counter() - t0
+    failing = sum(not r.ok for r in one)
+    ex = LocalExecutor()
+    t0 = time.perf_counter()
+    rep = sweep(intent, plan, scope="all_single", executor=ex, rp=Replayer(intent, plan))
+    t_sweep = time.perf_counter() - t0  # its own compile included
+    same = list(rep.scenarios) == one
     prev = PREVIOUS.get(size)
     before = f"; before: {prev[0]:g} + {prev[1]:g} s (idle)" if prev else ""
-    return [f"replay Clos {size}", len(intent.links), len(todo), f"{t_plan:.1f}",
-            f"{t_compile:.2f} (ref {t_ref:.2f})", f"{t_replay:.2f}", f"{len(todo) / t_replay:.0f}",
-            f"{failing} failing; total {t_compile + t_replay:.1f} s{before}"]
+    return [[f"replay Clos {size}, 1 thread", len(intent.links), len(todo), f"{t_plan:.1f}",
+             f"{t_compile:.2f} (ref {t_ref:.2f})", f"{t_replay:.2f}", f"{len(todo) / t_replay:.0f}",
+             f"{failing} failing; total {t_compile + t_replay:.1f} s{before}"],
+            [f"loom check Clos {size}, {ex.workers()} threads", len(intent.links), len(todo), "",
+             "(included)", f"{t_sweep:.2f}", f"{len(todo) / t_sweep:.0f}",
+             f"total {t_sweep:.1f} s with compile; results {'identical to' if same else 'DIFFER from'} "
+             f"1 thread's{before}"]]
 
 
 def pairs_row(size: str, sample: int = 0) -> list[Any]:
@@ -128,7 +140,7 @@ def pairs_row(size: str, sample: int = 0) -> list[Any]:
 
     from safety.replay import Replayer
     from safety.scenarios import pair, singles
-    from safety.sweep import inert, sweep
+    from safety.sweep import LocalExecutor, Work, inert, sweep
 
     intent, plan, _ = planned(size)
     t0 = time.perf_counter()
@@ -151,11 +163,16 @@ def pairs_row(size: str, sample: int = 0) -> list[Any]:
     for k in pick.tolist():
         rp.run(pair(single[ii[k]], single[jj[k]]))
     rate = len(pick) / (time.perf_counter() - t0)
-    est = t_prune + len(todo) / rate
+    ex = LocalExecutor()  # the same sample as loom check runs it: chunks on the executor's threads
+    works = [Work(pairs=np.stack([ii[c], jj[c]], axis=1)) for c in np.array_split(pick, 8)]
+    t0 = time.perf_counter()
+    ex.map(rp, single, works)
+    rate_ex = len(pick) / (time.perf_counter() - t0)
+    est = t_prune + len(todo) / rate_ex
     return [f"pairs of singles Clos {size}", len(intent.links), len(ii), "", f"{t_prune:.1f} (pruning)",
-            f"~{est / 60:.0f} min (est.)", f"{rate:.0f}",
+            f"~{est / 60:.0f} min (est.)", f"{rate_ex:.0f}",
             f"{len(ii)} pairs: {len(ii) - len(todo)} implied, {len(todo)} to replay; estimate from "
-            f"{len(pick)} sampled pairs, one process"]
+            f"{len(pick)} sampled pairs on {ex.workers()} threads ({rate:.0f}/s on one; before: ~72 min)"]
 
 
 def executor_rows(size: str = "M") -> list[list[Any]]:
@@ -169,8 +186,9 @@ def executor_rows(size: str = "M") -> list[list[Any]]:
 
     intent, plan, _ = planned(size)
     rp = Replayer(intent, plan)
+    local_ex = LocalExecutor()
     t0 = time.perf_counter()
-    local = sweep(intent, plan, scope="all_single", executor=LocalExecutor(), rp=rp)
+    local = sweep(intent, plan, scope="all_single", executor=local_ex, rp=rp)
     t_local = time.perf_counter() - t0
     t0 = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
@@ -185,7 +203,8 @@ def executor_rows(size: str = "M") -> list[list[Any]]:
     same = {**local.to_document(), "seconds": 0} == {**remote.to_document(), "seconds": 0}
     n = local.counts["scenarios"]
     return [[f"local executor Clos {size}", len(intent.links), n, "", "", f"{t_local:.1f}",
-             f"{n / t_local:.0f} (1 worker)", "the reference"],
+             f"{n / t_local:.0f} ({n / t_local / local_ex.workers():.0f} per thread, {local_ex.workers()})",
+             "the reference"],
             [f"ray executor Clos {size}", len(intent.links), n, "", f"{t_init:.1f} (ray.init)", f"{t_ray:.1f}",
              f"{n / t_ray / ex.workers():.0f} per worker ({ex.workers()})",
              f"report {'identical to' if same else 'DIFFERS from'} the local executor's"]]
@@ -244,7 +263,8 @@ def run(args: Any) -> Table:
     for col in ("case", "links", "scenarios", "plan s", "compile s", "replay/solve s", "scenarios/s", "result"):
         table.add_column(col, justify="left" if col in ("case", "result") else "right")
     for size in _sizes(args):
-        table.add_row(*(str(x) for x in replay_row(size)))
+        for row in replay_row(size):
+            table.add_row(*(str(x) for x in row))
     if getattr(args, "pairs", True):
         if "S" in _sizes(args):
             table.add_row(*(str(x) for x in pairs_row("S")))
