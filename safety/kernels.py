@@ -8,9 +8,9 @@ per hop, compiled by numba (``cache=True``: compiled once per machine, kept in
 ``__pycache__``). :class:`safety.replay.Replayer` owns the semantics; the
 docstrings below only say what each kernel computes on its arrays.
 
-Scratch arrays (``acc``, ``mark``, ``flag``, ``cur``, ``nxt``, ``is_sink``) come
-from the caller and are left as they came: zero, false, or unspecified
-(``cur``/``nxt``).
+Scratch arrays (``acc``, ``mark``, ``flag``, ``cur``, ``nxt``, the scratch bits of
+``flags``) come from the caller and are left as they came: zero, false, or unspecified
+(``cur``/``nxt``/``fix_at``).
 """
 
 from __future__ import annotations
@@ -18,27 +18,42 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["hottest", "push", "withdraw"]
+__all__ = ["SINK", "hop_shift", "hottest", "merge", "push", "withdraw"]
 
 DEAD_ROW = 1e-9  # a row whose surviving fraction is at most this has no next hop left
-_ZERO = 5e-324  # stands for an exact zero in a touched slot of ``delta`` (its zero means untouched)
+_ZERO = 5e-324  # stands for an exact zero in a touched slot of a sum (its zero means untouched)
+SINK = 1  # flags per state: a black hole of the baseline (the caller's bit)
+_NEW_SINK = 2  # a row left without a next hop by this push
+_FIXED = 4  # a row renormalized by this push (its fractions at ``fix_at``)
+_SEEN = 8  # collected once
+
+
+def hop_shift(n_edges: int) -> int:
+    """Bits of an edge index in :func:`push`'s ``hop`` (destination state above them)."""
+    return max(1, int(n_edges).bit_length())
 
 
 @njit(cache=True, nogil=True)
-def push(x: np.ndarray, frac: np.ndarray, mfrac: np.ndarray, t_indptr: np.ndarray, t_src: np.ndarray,
-         t_dst: np.ndarray, t_edge: np.ndarray, class_indptr: np.ndarray, class_states: np.ndarray,
-         dead_t: np.ndarray, gone: np.ndarray,
-         levels: int, acc: np.ndarray, mark: np.ndarray, flag: np.ndarray, is_sink: np.ndarray,
-         cur: np.ndarray, nxt: np.ndarray, delta: np.ndarray, etouch: np.ndarray
+def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr: np.ndarray, t_src: np.ndarray,
+         class_indptr: np.ndarray, class_states: np.ndarray, dead_t: np.ndarray, gone: np.ndarray, levels: int,
+         acc: np.ndarray, flags: np.ndarray, fix_at: np.ndarray, tflag: np.ndarray, cur: np.ndarray,
+         nxt: np.ndarray, delta: np.ndarray, etouch: np.ndarray
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The difference flow of killing transitions ``dead_t`` and removing classes ``gone``.
 
-    ``class_indptr``/``class_states``: per class, its states (CSR).
-    Returns the edges whose load changes and by how much (``delta``, zeros, and
+    A transition ``t`` leads to state ``hop[t] >> shift`` over edge ``hop[t] & (2**shift - 1)``
+    (one array read for both); ``class_indptr``/``class_states``: per class, its states (CSR).
+    ``flags`` per state: :data:`SINK` marks the baseline's black holes (the others are scratch
+    bits). Returns the edges whose load changes and by how much (``delta``, zeros, and
     ``etouch`` are the scratch of that sum), the states left without a next hop (new black
     holes), the arrivals (states, gbps) at black holes old and new, and the states still
     carrying traffic after ``levels`` hops (a loop; empty if none).
+
+    The memory a hop waits for is what this costs on a large fabric, so a visit reads the
+    transition's fraction and hop, the arrival sum of its state (whose zero means "not yet in
+    the frontier": a sum that cancels to zero is stored as :data:`_ZERO`) and the edge's sum.
     """
+    emask = (1 << shift) - 1
     n_e = 0
     # the classes that are gone: all their traffic leaves
     for i in range(len(gone)):
@@ -46,7 +61,7 @@ def push(x: np.ndarray, frac: np.ndarray, mfrac: np.ndarray, t_indptr: np.ndarra
         for j in range(class_indptr[c], class_indptr[c + 1]):
             s = class_states[j]
             for t in range(t_indptr[s], t_indptr[s + 1]):
-                e = t_edge[t]
+                e = hop[t] & emask
                 if delta[e] == 0.0:
                     etouch[n_e] = e
                     n_e += 1
@@ -58,23 +73,28 @@ def push(x: np.ndarray, frac: np.ndarray, mfrac: np.ndarray, t_indptr: np.ndarra
     for i in range(len(dead_t)):
         t = dead_t[i]
         s = t_src[t]
-        if not mark[s]:
-            mark[s] = True
+        if not flags[s] & _SEEN:
+            flags[s] |= _SEEN
             cur[nch] = s
             nch += 1
         acc[s] += frac[t]
-        flag[t] = True
+        tflag[t] = True
     ch = cur[:nch].copy()
     dead_share = np.empty(nch)
     for i in range(nch):
         s = ch[i]
         dead_share[i] = acc[s]
         acc[s] = 0.0
-        mark[s] = False
-    # renormalize them in ``mfrac`` and push the difference one hop
+        flags[s] &= ~_SEEN
+    # renormalize them (``fixed``, at ``fix_at`` per state) and push the difference one hop
+    n_fix = 0
+    for i in range(nch):
+        n_fix += t_indptr[ch[i] + 1] - t_indptr[ch[i]]
+    fixed = np.empty(n_fix)
     sinks = np.empty(nch, dtype=np.int64)
     n_sinks = 0
     n_next = 0
+    k = 0
     for i in range(nch):
         s = ch[i]
         alive = 1.0 - dead_share[i]
@@ -84,28 +104,33 @@ def push(x: np.ndarray, frac: np.ndarray, mfrac: np.ndarray, t_indptr: np.ndarra
             n_sinks += 1
         scale = 0.0 if dead_row else 1.0 / alive
         xs = x[s]
+        flags[s] |= _FIXED
+        fix_at[s] = k
         for t in range(t_indptr[s], t_indptr[s + 1]):
             old = frac[t]
-            new = 0.0 if (dead_row or flag[t]) else old * scale
-            mfrac[t] = new
+            new = 0.0 if (dead_row or tflag[t]) else old * scale
+            fixed[k] = new
+            k += 1
             diff = xs * (new - old)
-            e = t_edge[t]
+            h = hop[t]
+            e = h & emask
             if delta[e] == 0.0:
                 etouch[n_e] = e
                 n_e += 1
             delta[e] += diff
             if delta[e] == 0.0:
                 delta[e] = _ZERO
-            d = t_dst[t]
-            if not mark[d]:
-                mark[d] = True
+            d = h >> shift
+            if acc[d] == 0.0:
                 nxt[n_next] = d
                 n_next += 1
             acc[d] += diff
+            if acc[d] == 0.0:
+                acc[d] = _ZERO
     for i in range(len(dead_t)):
-        flag[dead_t[i]] = False
+        tflag[dead_t[i]] = False
     for i in range(n_sinks):
-        is_sink[sinks[i]] = True  # a state with a route is never a black hole of the baseline
+        flags[sinks[i]] |= _NEW_SINK
     arr_s = np.empty(16, dtype=np.int64)
     arr_a = np.empty(16)
     n_arr = 0
@@ -118,39 +143,43 @@ def push(x: np.ndarray, frac: np.ndarray, mfrac: np.ndarray, t_indptr: np.ndarra
             s = nxt[i]
             a = acc[s]
             acc[s] = 0.0
-            mark[s] = False
-            if a != 0.0:
+            if a != _ZERO:
                 cur[n_cur] = s
                 amounts[n_cur] = a
                 n_cur += 1
-                if is_sink[s]:
-                    if n_arr == len(arr_s):
-                        arr_s = np.concatenate((arr_s, np.empty(n_arr, dtype=np.int64)))
-                        arr_a = np.concatenate((arr_a, np.empty(n_arr)))
-                    arr_s[n_arr] = s
-                    arr_a[n_arr] = a
-                    n_arr += 1
         n_next = 0
         if n_cur == 0:
             break
         for i in range(n_cur):
             s = cur[i]
             a = amounts[i]
-            for t in range(t_indptr[s], t_indptr[s + 1]):
-                contrib = a * mfrac[t]
-                e = t_edge[t]
+            fl = flags[s]
+            if fl & (SINK | _NEW_SINK):
+                if n_arr == len(arr_s):
+                    arr_s = np.concatenate((arr_s, np.empty(n_arr, dtype=np.int64)))
+                    arr_a = np.concatenate((arr_a, np.empty(n_arr)))
+                arr_s[n_arr] = s
+                arr_a[n_arr] = a
+                n_arr += 1
+            lo = t_indptr[s]
+            fr, off = (fixed, fix_at[s] - lo) if fl & _FIXED else (frac, 0)
+            for t in range(lo, t_indptr[s + 1]):
+                contrib = a * fr[off + t]
+                h = hop[t]
+                e = h & emask
                 if delta[e] == 0.0:
                     etouch[n_e] = e
                     n_e += 1
                 delta[e] += contrib
                 if delta[e] == 0.0:
                     delta[e] = _ZERO
-                d = t_dst[t]
-                if not mark[d]:
-                    mark[d] = True
+                d = h >> shift
+                if acc[d] == 0.0:
                     nxt[n_next] = d
                     n_next += 1
                 acc[d] += contrib
+                if acc[d] == 0.0:
+                    acc[d] = _ZERO
         if n_next == 0:
             break
     else:
@@ -158,13 +187,10 @@ def push(x: np.ndarray, frac: np.ndarray, mfrac: np.ndarray, t_indptr: np.ndarra
     loop_states = nxt[:loop_n].copy()
     for i in range(n_next):  # leave the scratch clean (only after a loop is anything left)
         acc[nxt[i]] = 0.0
-        mark[nxt[i]] = False
     for i in range(n_sinks):
-        is_sink[sinks[i]] = False
-    for i in range(nch):  # restore the renormalized rows
-        s = ch[i]
-        for t in range(t_indptr[s], t_indptr[s + 1]):
-            mfrac[t] = frac[t]
+        flags[sinks[i]] &= ~_NEW_SINK
+    for i in range(nch):
+        flags[ch[i]] &= ~_FIXED
     edges = etouch[:n_e].copy()
     change = np.empty(n_e)
     for i in range(n_e):
@@ -297,3 +323,41 @@ def _offer(best_e: np.ndarray, best_u: np.ndarray, e: int, u: float) -> None:
         best_u[m] = best_u[m - 1]
     best_e[j] = e
     best_u[j] = u
+
+
+@njit(cache=True, nogil=True)
+def merge(base: np.ndarray, edges1: np.ndarray, change1: np.ndarray, edges2: np.ndarray, change2: np.ndarray,
+          zeroed: np.ndarray, view: np.ndarray, mark: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The loads of ``base`` changed by two class-disjoint pushes (each with distinct edges)
+    and with the edges ``zeroed`` at zero, as (distinct changed edges, their loads).
+    ``view`` (equal to ``base``) and ``mark`` (false) are scratch, left as they came."""
+    out = np.empty(len(edges1) + len(edges2) + len(zeroed), dtype=np.int64)
+    n = 0
+    for i in range(len(edges1)):
+        e = edges1[i]
+        view[e] += change1[i]
+        if not mark[e]:
+            mark[e] = True
+            out[n] = e
+            n += 1
+    for i in range(len(edges2)):
+        e = edges2[i]
+        view[e] += change2[i]
+        if not mark[e]:
+            mark[e] = True
+            out[n] = e
+            n += 1
+    for i in range(len(zeroed)):
+        e = zeroed[i]
+        view[e] = 0.0
+        if not mark[e]:
+            mark[e] = True
+            out[n] = e
+            n += 1
+    values = np.empty(n)
+    for i in range(n):
+        e = out[i]
+        values[i] = view[e]
+        view[e] = base[e]
+        mark[e] = False
+    return out[:n].copy(), values

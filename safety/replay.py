@@ -117,6 +117,10 @@ class _Diff:
     loops: list[tuple[int, tuple[int, ...]]]
 
 
+_NO_DIFF = _Diff(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64),
+                 np.empty(0, dtype=np.int64), np.empty(0), [])
+
+
 class _Outcome:
     """A stage's traffic: edge loads, black holes by (class, device), loops.
 
@@ -142,18 +146,6 @@ class _Outcome:
         return self._load
 
 
-class _Scratch:
-    """A dense scratch array: the distinct values of a key array without sorting."""
-
-    def __init__(self, n_keys: int):
-        self.pos = np.zeros(n_keys, dtype=np.int64)
-
-    def distinct(self, keys: np.ndarray) -> np.ndarray:
-        ar = np.arange(len(keys))
-        self.pos[keys] = ar
-        return keys[self.pos[keys] == ar]
-
-
 class Replayer:
     """A plan compiled for replay; :meth:`run` replays one scenario.
 
@@ -173,6 +165,8 @@ class Replayer:
         self._cls = f.state_class
         self._tcls = self._cls[f.t_src].astype(np.int32)  # class of each transition
         self._sinks = np.flatnonzero(f.sink)
+        self._shift = kernels.hop_shift(self.topo.n_edges)
+        self._hop = (f.t_dst << self._shift) | f.t_edge  # a transition's next state and edge, in one read
         by_cls = np.argsort(self._cls, kind="stable")  # per class, its states (CSR)
         self._class_states = by_cls
         self._class_indptr = np.searchsorted(self._cls[by_cls], np.arange(len(self.table.prefixes) + 1))
@@ -193,22 +187,21 @@ class Replayer:
         f = self.flow
         n_states, n_trans = len(f.keys), len(f.t_src)
         self._tflag = np.zeros(n_trans, dtype=bool)
-        self._mfrac = f.t_frac.copy()  # the fractions of the scenario being replayed
         self._rem = np.ones(n_states)
         self._failed = np.zeros(n_states, dtype=bool)
         self._acc = np.zeros(n_states)
         self._mark = np.zeros(n_states, dtype=bool)
-        self._is_sink = f.sink.copy()
+        self._flags = np.where(f.sink, kernels.SINK, 0).astype(np.uint8)
+        self._fix_at = np.empty(n_states, dtype=np.int64)
         self._cur = np.empty(n_states, dtype=np.int64)
         self._nxt = np.empty(n_states, dtype=np.int64)
         self._delta = np.zeros(self.topo.n_edges)
         self._view = f.load.copy()  # the baseline's loads, a stage's written over them while it is judged
         self._etouch = np.empty(self.topo.n_edges, dtype=np.int64)
         self._emark = np.zeros(self.topo.n_edges, dtype=bool)
-        self._edges = _Scratch(self.topo.n_edges)
 
-    _SCRATCH = ("_tflag", "_mfrac", "_rem", "_failed", "_acc", "_mark", "_is_sink", "_cur", "_nxt", "_delta",
-                "_etouch", "_emark", "_view", "_edges")
+    _SCRATCH = ("_tflag", "_rem", "_failed", "_acc", "_mark", "_flags", "_fix_at", "_cur", "_nxt", "_delta",
+                "_etouch", "_emark", "_view")
 
     def __getstate__(self) -> dict[str, object]:
         """Shipped without its scratch arrays (a worker makes its own, writable even when
@@ -235,22 +228,18 @@ class Replayer:
         """
         f = self.flow
         edges, change, sinks, arr_s, arr_a, looping = kernels.push(
-            f.x, f.t_frac, self._mfrac, f.t_indptr, f.t_src, f.t_dst, f.t_edge, self._class_indptr,
-            self._class_states,
+            f.x, f.t_frac, self._hop, self._shift, f.t_indptr, f.t_src, self._class_indptr, self._class_states,
             np.ascontiguousarray(dead_t, dtype=np.int64), np.asarray(gone, dtype=np.int64), f.n,
-            self._acc, self._mark, self._tflag, self._is_sink, self._cur, self._nxt, self._delta, self._etouch)
+            self._acc, self._flags, self._fix_at, self._tflag, self._cur, self._nxt, self._delta, self._etouch)
         return _Diff(edges, change, sinks, arr_s, arr_a, self._loops_of(looping) if len(looping) else [])
 
     def _outcome(self, diffs: list[_Diff], gone: list[int], fedges: np.ndarray) -> _Outcome:
         """Baseline plus the class-disjoint ``diffs``, with the failed edges ``fedges``
         carrying nothing: loads (sparse), black holes, loops."""
-        f, view = self.flow, self._view
-        for d in diffs:  # each diff's edges are distinct
-            view[d.edges] += d.change
-        view[fedges] = 0.0
-        changed = self._edges.distinct(np.concatenate([*(d.edges for d in diffs), fedges]))
-        values = view[changed]
-        view[changed] = f.load[changed]
+        f = self.flow
+        d1, d2 = diffs[0], diffs[-1] if len(diffs) > 1 else _NO_DIFF
+        changed, values = kernels.merge(f.load, d1.edges, d1.change, d2.edges, d2.change,
+                                        np.ascontiguousarray(fedges, dtype=np.int64), self._view, self._emark)
         # black holes: baseline sinks and rows left without a next hop
         sinks = np.concatenate([self._sinks, *(d.sinks for d in diffs)])
         drops: dict[tuple[int, int], float] = {}

@@ -20,6 +20,7 @@ from itertools import combinations
 from typing import Any
 
 from controller.model import FailureDomain, FailureToleranceScope, Intent
+from safety.report import Shipped
 
 __all__ = ["Scenario", "count_scenarios", "pair", "scenario_scope", "scenarios", "singles"]
 
@@ -29,7 +30,7 @@ KINDS = ("baseline", "domain", "domain_pair", "link", "device", "pair")
 
 
 @dataclass(frozen=True, slots=True)
-class Scenario:
+class Scenario(Shipped):
     """One failure scenario: its ``name``, ``kind`` and the failed parts.
 
     ``devices`` are device names; ``links`` are link keys (``Link.key``). The

@@ -30,6 +30,7 @@ This module owns two things the plain :func:`safety.replay.replay` does not:
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import threading
@@ -116,33 +117,53 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Every chunk in this process, on ``threads`` threads (default: one per CPU, at most
-    8). Each thread replays on its own copy of the replayer's scratch arrays (the compiled
-    fabric is shared); the compiled loops of a push release the GIL, so the threads overlap
-    one's push with another's judging. Results come back in chunk order."""
+    """Every chunk on this machine, on ``workers`` workers (default: one per CPU, at most 8).
+
+    The workers are processes forked from this one after the compile, so they share the
+    compiled fabric without copying it, each with scratch arrays of its own; chunks go out
+    in order and their results come back in order. A process with other threads running
+    (a server, a solver's pool) is not forked, since a fork copies only the calling thread
+    and a lock another thread held would stay held in the child: there the workers are
+    threads of this process, which overlap one's compiled push (it releases the GIL) with
+    another's judging, but only that. One worker, or one chunk: this thread, in order.
+    ``fork=False``: threads even where a fork would do. ``mode`` says which the last
+    :meth:`map` used.
+    """
 
     name = "local"
 
-    def __init__(self, threads: int | None = None):
-        self.threads = max(1, threads if threads is not None else min(8, os.cpu_count() or 1))
+    def __init__(self, workers: int | None = None, *, fork: bool = True):
+        self._n = max(1, workers if workers is not None else min(8, os.cpu_count() or 1))
+        self.fork = fork
+        self.mode = "inline"
 
     def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
             progress: Progress | None = None) -> list[Done]:
+        global _FORKED
         total, done, out = sum(len(w) for w in works), 0, []
-        pool: ThreadPoolExecutor | None = None
-        if self.threads == 1 or len(works) < 2:
+        n = min(self._n, len(works))
+        results: Iterable[Done]
+        closing: Callable[[], None] = lambda: None  # noqa: E731
+        if n <= 1:
             sw = Sweeper(rp, single)
-            results: Iterable[Done] = (sw.run(w) for w in works)
+            results, self.mode = (sw.run(w) for w in works), "inline"
+        elif self.fork and _can_fork():
+            _FORKED = (rp, list(single))
+            pool = multiprocessing.get_context("fork").Pool(n, initializer=_forked_init)
+            results, self.mode = pool.imap(_forked_run, works), "processes"
+            closing = pool.terminate
         else:
             local = threading.local()
 
             def run(w: Work) -> Done:
                 if not hasattr(local, "sweeper"):
                     local.sweeper = Sweeper(rp.fork(), single)
-                return local.sweeper.run(w)
+                sweeper: Sweeper = local.sweeper
+                return sweeper.run(w)
 
-            pool = ThreadPoolExecutor(self.threads, thread_name_prefix="loom-sweep")
-            results = pool.map(run, works)
+            threads = ThreadPoolExecutor(n, thread_name_prefix="loom-sweep")
+            results, self.mode = threads.map(run, works), "threads"
+            closing = lambda: threads.shutdown(cancel_futures=True)  # noqa: E731
         try:
             for d in results:
                 out.append(d)
@@ -150,15 +171,35 @@ class LocalExecutor:
                 if progress is not None:
                     progress(done, total)
         finally:
-            if pool is not None:
-                pool.shutdown(cancel_futures=True)
+            closing()
+            _FORKED = None
         return out
 
     def workers(self) -> int:
-        return self.threads
+        return self._n
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Nothing to release: each map's workers end with it."""
+
+
+_FORKED: tuple[Replayer, list[Scenario]] | None = None  # what a forked worker inherits
+_SWEEPER: Sweeper | None = None  # a forked worker's own
+
+
+def _can_fork() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+
+
+def _forked_init() -> None:
+    global _SWEEPER
+    assert _FORKED is not None
+    rp, single = _FORKED
+    _SWEEPER = Sweeper(rp.fork(), single)
+
+
+def _forked_run(work: Work) -> Done:
+    assert _SWEEPER is not None
+    return _SWEEPER.run(work)
 
 
 class RayExecutor:

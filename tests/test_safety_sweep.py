@@ -82,15 +82,31 @@ def test_pair_sweep_equals_brute_force(limit: float) -> None:
         assert failing_pairs and not rep.safe
 
 
-@pytest.mark.parametrize(("scope", "threads"), [(None, 1), ("domains", 3), ("all_single", 1), ("all_single", 3)])
-def test_chunked_sweep_equals_replay(scope: str | None, threads: int) -> None:
-    """Chunks on one thread or on several (each with its own scratch) give replay's report."""
+@pytest.mark.parametrize(("scope", "workers", "fork", "mode"), [
+    (None, 1, True, "inline"), ("domains", 3, True, "inline"), ("all_single", 1, True, "inline"),
+    ("all_single", 3, True, "processes"), ("all_single", 3, False, "threads")])
+def test_chunked_sweep_equals_replay(scope: str | None, workers: int, fork: bool, mode: str) -> None:
+    """Chunks in this thread, on forked processes or on threads (each worker with its own
+    scratch) give replay's report. A single chunk (the domains) stays in this thread."""
     intent = fabric(0.45)
     plan = routed_plan(intent, seed=5)
     want = replay(intent, plan, scope=scope).to_document()
-    got = sweep(intent, plan, scope=scope, executor=LocalExecutor(threads), chunk=7).to_document()
+    ex = LocalExecutor(workers, fork=fork)
+    got = sweep(intent, plan, scope=scope, executor=ex, chunk=7).to_document()
+    assert ex.mode == mode
     want.pop("seconds"), got.pop("seconds")
     assert got == want
+
+
+def test_results_pickle_as_they_were() -> None:
+    """Results cross between processes as their constructors' arguments, and come back equal."""
+    import pickle
+
+    intent = fabric(0.45)
+    rep = replay(intent, routed_plan(intent, seed=5), scope="all_single")
+    assert any(r.immediate.hottest and r.immediate.dropped for r in rep.scenarios)
+    assert pickle.loads(pickle.dumps(rep.scenarios)) == rep.scenarios
+    assert pickle.loads(pickle.dumps(rep.failing)) == rep.failing
 
 
 def test_executor_names() -> None:

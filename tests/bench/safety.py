@@ -99,7 +99,8 @@ def planned(size: str) -> tuple[Any, Any, float]:
 def replay_row(size: str) -> list[list[Any]]:
     """Every single failure of ``size``: the compile (beside its reference), the scenarios on one
     thread (``Replayer.run`` in a loop), and ``loom check``'s sweep on the local executor's
-    threads, whose report must be the one thread's; the previous version's figure beside."""
+    workers (forked processes), whose results must be the one thread's; the previous
+    version's figure beside."""
     from safety.replay import Replayer
     from safety.scenarios import scenarios
     from safety.sweep import LocalExecutor, sweep
@@ -126,7 +127,7 @@ def replay_row(size: str) -> list[list[Any]]:
     return [[f"replay Clos {size}, 1 thread", len(intent.links), len(todo), f"{t_plan:.1f}",
              f"{t_compile:.2f} (ref {t_ref:.2f})", f"{t_replay:.2f}", f"{len(todo) / t_replay:.0f}",
              f"{failing} failing; total {t_compile + t_replay:.1f} s{before}"],
-            [f"loom check Clos {size}, {ex.workers()} threads", len(intent.links), len(todo), "",
+            [f"loom check Clos {size}, {ex.workers()} {ex.mode}", len(intent.links), len(todo), "",
              "(included)", f"{t_sweep:.2f}", f"{len(todo) / t_sweep:.0f}",
              f"total {t_sweep:.1f} s with compile; results {'identical to' if same else 'DIFFER from'} "
              f"1 thread's{before}"]]
@@ -163,7 +164,7 @@ def pairs_row(size: str, sample: int = 0) -> list[Any]:
     for k in pick.tolist():
         rp.run(pair(single[ii[k]], single[jj[k]]))
     rate = len(pick) / (time.perf_counter() - t0)
-    ex = LocalExecutor()  # the same sample as loom check runs it: chunks on the executor's threads
+    ex = LocalExecutor()  # the same sample as loom check runs it: chunks on the executor's workers
     works = [Work(pairs=np.stack([ii[c], jj[c]], axis=1)) for c in np.array_split(pick, 8)]
     t0 = time.perf_counter()
     ex.map(rp, single, works)
@@ -172,7 +173,7 @@ def pairs_row(size: str, sample: int = 0) -> list[Any]:
     return [f"pairs of singles Clos {size}", len(intent.links), len(ii), "", f"{t_prune:.1f} (pruning)",
             f"~{est / 60:.0f} min (est.)", f"{rate_ex:.0f}",
             f"{len(ii)} pairs: {len(ii) - len(todo)} implied, {len(todo)} to replay; estimate from "
-            f"{len(pick)} sampled pairs on {ex.workers()} threads ({rate:.0f}/s on one; before: ~72 min)"]
+            f"{len(pick)} sampled pairs on {ex.workers()} {ex.mode} ({rate:.0f}/s on one; before: ~72 min)"]
 
 
 def executor_rows(size: str = "M") -> list[list[Any]]:
