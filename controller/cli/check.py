@@ -78,29 +78,28 @@ def _count(intent: Intent, scope: str | None) -> int:
 
 def _replay(intent: Intent, plan: Plan, scope: str | None, label: str, as_json: bool,
             executor: str | None = None) -> SafetyReport:
-    from safety.replay import replay
+    from safety.sweep import executor_from, sweep
 
-    run: Any = replay
-    if executor is not None or scope == "single_pairs":
-        from safety.sweep import executor_from, sweep
+    try:
+        ex = executor_from(executor)  # local by default: workers forked after the compile
+    except ValueError as exc:
+        die(f"--executor: {exc}", as_json=as_json)
 
-        try:
-            ex = executor_from(executor)
-        except ValueError as exc:
-            die(f"--executor: {exc}", as_json=as_json)
-
-        def run(intent: Intent, plan: Plan, *, scope: str | None, progress: Any) -> SafetyReport:
-            return sweep(intent, plan, scope=scope, executor=ex, progress=progress)
+    def run(intent: Intent, plan: Plan, *, scope: str | None, progress: Any) -> SafetyReport:
+        return sweep(intent, plan, scope=scope, executor=ex, progress=progress)
 
     total = _count(intent, scope)
     if total >= LARGE:
         err_console.print(f"{label}: {total} scenarios to replay", highlight=False)
     try:
         if err_console.is_terminal and not as_json:
+            # refreshed by the sweep's own progress, not by a thread of its own: a process running
+            # another thread is not forked for workers (see safety.sweep.LocalExecutor)
             with Progress(TextColumn("replaying scenarios"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=err_console, transient=True) as bar:
+                          TimeElapsedColumn(), console=err_console, transient=True, auto_refresh=False) as bar:
                 task = bar.add_task("replay", total=total)
-                return run(intent, plan, scope=scope, progress=lambda done, _n: bar.update(task, completed=done))
+                return run(intent, plan, scope=scope,
+                           progress=lambda done, _n: bar.update(task, completed=done, refresh=True))
         last = [0]
 
         def plain(done: int, n: int) -> None:
