@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["SINK", "hop_shift", "hottest", "merge", "push", "withdraw"]
+__all__ = ["SINK", "hop_shift", "hottest", "merge", "push", "stages", "withdraw"]
 
 DEAD_ROW = 1e-9  # a row whose surviving fraction is at most this has no next hop left
 _ZERO = 5e-324  # stands for an exact zero in a touched slot of a sum (its zero means untouched)
@@ -276,21 +276,20 @@ def withdraw(frac: np.ndarray, t_src: np.ndarray, in_indptr: np.ndarray, in_tran
 
 
 @njit(cache=True, nogil=True)
-def hottest(load: np.ndarray, cap: np.ndarray, changed: np.ndarray, base_order: np.ndarray, k: int,
-            mark: np.ndarray) -> np.ndarray:
-    """The ``k`` edges of highest utilization (``load / cap``; ties by edge index), where
-    ``load`` differs from the baseline only on the edges ``changed`` and ``base_order``
-    lists every edge by baseline utilization, highest first, ties by index. ``mark``:
-    scratch (false)."""
+def hottest(base: np.ndarray, cap: np.ndarray, changed: np.ndarray, values: np.ndarray, base_order: np.ndarray,
+            k: int, mark: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` edges of highest utilization (load over ``cap``; ties by edge index) and their
+    loads, where the loads are ``base`` but for the distinct edges ``changed``, at ``values``,
+    and ``base_order`` lists every edge by its utilization in ``base``, highest first, ties by
+    index. ``mark``: scratch (false)."""
     best_e = np.full(k, -1, dtype=np.int64)
     best_u = np.full(k, -np.inf)
     for i in range(len(changed)):
         e = changed[i]
-        if not mark[e]:
-            mark[e] = True
-            u = load[e] / cap[e]
-            if u >= best_u[k - 1]:  # the common case, below the top, stays out of the call
-                _offer(best_e, best_u, e, u)
+        mark[e] = True
+        u = values[i] / cap[e]
+        if u >= best_u[k - 1]:  # the common case, below the top, stays out of the call
+            _offer(best_e, best_u, e, u)
     seen = 0
     for i in range(len(base_order)):
         if seen == k:
@@ -298,7 +297,7 @@ def hottest(load: np.ndarray, cap: np.ndarray, changed: np.ndarray, base_order: 
         e = base_order[i]
         if not mark[e]:
             seen += 1
-            u = load[e] / cap[e]
+            u = base[e] / cap[e]
             if u >= best_u[k - 1]:
                 _offer(best_e, best_u, e, u)
     for i in range(len(changed)):
@@ -306,7 +305,14 @@ def hottest(load: np.ndarray, cap: np.ndarray, changed: np.ndarray, base_order: 
     n = 0
     while n < k and best_e[n] >= 0:
         n += 1
-    return best_e[:n].copy()
+    loads = np.empty(n)
+    for j in range(n):  # the exact loads, not utilization times capacity
+        loads[j] = base[best_e[j]]
+        for i in range(len(changed)):
+            if changed[i] == best_e[j]:
+                loads[j] = values[i]
+                break
+    return best_e[:n].copy(), loads
 
 
 @njit(cache=True, nogil=True)
@@ -361,3 +367,134 @@ def merge(base: np.ndarray, edges1: np.ndarray, change1: np.ndarray, edges2: np.
         view[e] = base[e]
         mark[e] = False
     return out[:n].copy(), values
+
+
+@njit(cache=True, nogil=True)
+def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool, dead_t: np.ndarray,  # type: ignore[type-arg]
+           gone: np.ndarray, fedges: np.ndarray, eps: float) -> tuple:  # type: ignore[type-arg]
+    """Both stages of one scenario: the transitions ``dead_t`` die (the failed edges'
+    ``fedges``, minus those of the ``gone`` classes, whose origins all failed).
+
+    ``fab``: ``(x, frac, hop, t_indptr, t_src, class_indptr, class_states, t_class,
+    state_class, in_indptr, in_trans, base_load, base_sinks)``; ``scratch``: ``(acc, flags,
+    fix_at, tflag, cur, nxt, delta, etouch, rem, mark, failed, view, emark, cmark)``, with
+    ``failed`` marking the failed devices' states. With ``withdrawal``, the reconverged
+    stage also kills every transition into a state that withdrew its route (see
+    :func:`withdraw`); only the classes that withdrew something differ between the stages,
+    so every other class is pushed once for both. Returns whether the stages are the same,
+    then per stage (immediate, reconverged): the changed edges and their loads, the black
+    holes (states, gbps above ``eps``; not at failed states, not of gone classes) and the
+    states of any loop.
+    """
+    (x, frac, hop, t_indptr, t_src, class_indptr, class_states, t_class, state_class, in_indptr, in_trans,
+     base, base_sinks) = fab
+    (acc, flags, fix_at, tflag, cur, nxt, delta, etouch, rem, mark, failed, view, emark, cmark) = scratch
+    dead_r = dead_t
+    if withdrawal and len(dead_t):
+        dead_r = withdraw(frac, t_src, in_indptr, in_trans, failed, dead_t, rem, tflag, mark, cur, nxt)
+    nd = len(dead_t)
+    empty_i = np.empty(0, dtype=np.int64)
+    empty_f = np.empty(0)
+    if len(dead_r) == nd:
+        p = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, dead_t, gone, levels,
+                 acc, flags, fix_at, tflag, cur, nxt, delta, etouch)
+        imm = _stage(p[0], p[1], p[2], p[3], p[4], p[5], empty_i, empty_f, empty_i, empty_i, empty_f, empty_i,
+                     x, state_class, gone, fedges, base, base_sinks, eps, acc, failed, view, emark, cmark)
+        return True, imm, imm
+    for i in range(nd, len(dead_r)):  # the classes that withdrew something
+        cmark[t_class[dead_r[i]]] = True
+    n_sh = 0
+    for i in range(nd):
+        n_sh += not cmark[t_class[dead_t[i]]]
+    sh_t = np.empty(n_sh, dtype=np.int64)
+    mv_t = np.empty(nd - n_sh, dtype=np.int64)
+    a = b = 0
+    for i in range(nd):
+        t = dead_t[i]
+        if cmark[t_class[t]]:
+            mv_t[b] = t
+            b += 1
+        else:
+            sh_t[a] = t
+            a += 1
+    n_rec = 0
+    for i in range(len(dead_r)):
+        n_rec += cmark[t_class[dead_r[i]]]
+    rec_t = np.empty(n_rec, dtype=np.int64)
+    a = 0
+    for i in range(len(dead_r)):
+        if cmark[t_class[dead_r[i]]]:
+            rec_t[a] = dead_r[i]
+            a += 1
+    n_gm = 0
+    for i in range(len(gone)):
+        n_gm += cmark[gone[i]]
+    gone_sh = np.empty(len(gone) - n_gm, dtype=np.int64)
+    gone_mv = np.empty(n_gm, dtype=np.int64)
+    a = b = 0
+    for i in range(len(gone)):
+        if cmark[gone[i]]:
+            gone_mv[b] = gone[i]
+            b += 1
+        else:
+            gone_sh[a] = gone[i]
+            a += 1
+    for i in range(nd, len(dead_r)):
+        cmark[t_class[dead_r[i]]] = False
+    s = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, sh_t, gone_sh, levels,
+             acc, flags, fix_at, tflag, cur, nxt, delta, etouch)
+    m = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, mv_t, gone_mv, levels,
+             acc, flags, fix_at, tflag, cur, nxt, delta, etouch)
+    r = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, rec_t, gone_mv, levels,
+             acc, flags, fix_at, tflag, cur, nxt, delta, etouch)
+    imm = _stage(s[0], s[1], s[2], s[3], s[4], s[5], m[0], m[1], m[2], m[3], m[4], m[5],
+                 x, state_class, gone, fedges, base, base_sinks, eps, acc, failed, view, emark, cmark)
+    rec = _stage(s[0], s[1], s[2], s[3], s[4], s[5], r[0], r[1], r[2], r[3], r[4], r[5],
+                 x, state_class, gone, fedges, base, base_sinks, eps, acc, failed, view, emark, cmark)
+    return False, imm, rec
+
+
+@njit(cache=True, nogil=True)
+def _stage(e1: np.ndarray, c1: np.ndarray, sk1: np.ndarray, as1: np.ndarray, aa1: np.ndarray, lp1: np.ndarray,
+           e2: np.ndarray, c2: np.ndarray, sk2: np.ndarray, as2: np.ndarray, aa2: np.ndarray, lp2: np.ndarray,
+           x: np.ndarray, state_class: np.ndarray, gone: np.ndarray, fedges: np.ndarray, base: np.ndarray,
+           base_sinks: np.ndarray, eps: float, acc: np.ndarray, failed: np.ndarray, view: np.ndarray,
+           emark: np.ndarray, cmark: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One stage from two class-disjoint pushes: (changed edges, their loads, black-hole
+    states, their gbps, loop states)."""
+    changed, values = merge(base, e1, c1, e2, c2, fedges, view, emark)
+    for i in range(len(as1)):
+        acc[as1[i]] += aa1[i]
+    for i in range(len(as2)):
+        acc[as2[i]] += aa2[i]
+    for i in range(len(gone)):
+        cmark[gone[i]] = True
+    n_all = len(base_sinks) + len(sk1) + len(sk2)
+    drop_s = np.empty(n_all, dtype=np.int64)
+    drop_a = np.empty(n_all)
+    n = _drops(base_sinks, x, acc, failed, cmark, state_class, eps, drop_s, drop_a, 0)
+    n = _drops(sk1, x, acc, failed, cmark, state_class, eps, drop_s, drop_a, n)
+    n = _drops(sk2, x, acc, failed, cmark, state_class, eps, drop_s, drop_a, n)
+    for i in range(len(gone)):
+        cmark[gone[i]] = False
+    for i in range(len(as1)):
+        acc[as1[i]] = 0.0
+    for i in range(len(as2)):
+        acc[as2[i]] = 0.0
+    loops = np.concatenate((lp1, lp2))
+    return changed, values, drop_s[:n].copy(), drop_a[:n].copy(), loops
+
+
+@njit(cache=True, nogil=True)
+def _drops(sinks: np.ndarray, x: np.ndarray, acc: np.ndarray, failed: np.ndarray, cmark: np.ndarray,
+           state_class: np.ndarray, eps: float, drop_s: np.ndarray, drop_a: np.ndarray, n: int) -> int:
+    """Append the black holes among ``sinks`` (arrival above ``eps``, not failed, class not
+    marked gone) at ``n``; the new count."""
+    for i in range(len(sinks)):
+        s = sinks[i]
+        a = x[s] + acc[s]
+        if a > eps and not failed[s] and not cmark[state_class[s]]:
+            drop_s[n] = s
+            drop_a[n] = a
+            n += 1
+    return n

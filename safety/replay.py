@@ -104,23 +104,6 @@ def reconvergence_model(intent: Intent) -> str:
     return "routing"
 
 
-@dataclass(slots=True)
-class _Diff:
-    """A push's difference flow: the edges whose load changes and by how much, new black
-    holes, the arrivals (states, gbps) at black holes, loops."""
-
-    edges: np.ndarray
-    change: np.ndarray
-    sinks: np.ndarray
-    sink_states: np.ndarray
-    sink_arrivals: np.ndarray
-    loops: list[tuple[int, tuple[int, ...]]]
-
-
-_NO_DIFF = _Diff(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0, dtype=np.int64),
-                 np.empty(0, dtype=np.int64), np.empty(0), [])
-
-
 class _Outcome:
     """A stage's traffic: edge loads, black holes by (class, device), loops.
 
@@ -163,7 +146,7 @@ class Replayer:
         f = self.flow
         self._scratch()
         self._cls = f.state_class
-        self._tcls = self._cls[f.t_src].astype(np.int32)  # class of each transition
+        self._tcls = self._cls[f.t_src]  # class of each transition
         self._sinks = np.flatnonzero(f.sink)
         self._shift = kernels.hop_shift(self.topo.n_edges)
         self._hop = (f.t_dst << self._shift) | f.t_edge  # a transition's next state and edge, in one read
@@ -178,6 +161,8 @@ class Replayer:
         self._base_util = f.load / cap
         self._base_order = np.argsort(-self._base_util, kind="stable")
         self._base = _Outcome(f.drops(), f.loops, load=f.load)
+        self._fab = (f.x, f.t_frac, self._hop, f.t_indptr, f.t_src, self._class_indptr, self._class_states,
+                     self._tcls, self._cls, f.in_indptr, f.in_trans, f.load, self._sinks)
         # stage results of declared domains, by failed parts: a single device or link
         # that fails exactly what a domain does (a spine and its device domain) replays once
         self._known: dict[tuple[frozenset[str], frozenset[str]], tuple[StageResult, StageResult]] = {}
@@ -199,9 +184,12 @@ class Replayer:
         self._view = f.load.copy()  # the baseline's loads, a stage's written over them while it is judged
         self._etouch = np.empty(self.topo.n_edges, dtype=np.int64)
         self._emark = np.zeros(self.topo.n_edges, dtype=bool)
+        self._work = (self._acc, self._flags, self._fix_at, self._tflag, self._cur, self._nxt, self._delta,
+                      self._etouch, self._rem, self._mark, self._failed, self._view, self._emark,
+                      np.zeros(len(self.table.prefixes), dtype=bool))
 
     _SCRATCH = ("_tflag", "_rem", "_failed", "_acc", "_mark", "_flags", "_fix_at", "_cur", "_nxt", "_delta",
-                "_etouch", "_emark", "_view")
+                "_etouch", "_emark", "_view", "_work")
 
     def __getstate__(self) -> dict[str, object]:
         """Shipped without its scratch arrays (a worker makes its own, writable even when
@@ -219,63 +207,12 @@ class Replayer:
         twin._scratch()
         return twin
 
-    # -- one stage ----------------------------------------------------------
-    def _push(self, dead_t: np.ndarray, gone: list[int]) -> _Diff:
-        """The difference flow of killing ``dead_t`` (and removing the ``gone`` classes).
-
-        Classes never mix, so pushes over disjoint sets of classes add up: the
-        stages of a scenario share the push of every class they treat alike.
-        """
-        f = self.flow
-        edges, change, sinks, arr_s, arr_a, looping = kernels.push(
-            f.x, f.t_frac, self._hop, self._shift, f.t_indptr, f.t_src, self._class_indptr, self._class_states,
-            np.ascontiguousarray(dead_t, dtype=np.int64), np.asarray(gone, dtype=np.int64), f.n,
-            self._acc, self._flags, self._fix_at, self._tflag, self._cur, self._nxt, self._delta, self._etouch)
-        return _Diff(edges, change, sinks, arr_s, arr_a, self._loops_of(looping) if len(looping) else [])
-
-    def _outcome(self, diffs: list[_Diff], gone: list[int], fedges: np.ndarray) -> _Outcome:
-        """Baseline plus the class-disjoint ``diffs``, with the failed edges ``fedges``
-        carrying nothing: loads (sparse), black holes, loops."""
-        f = self.flow
-        d1, d2 = diffs[0], diffs[-1] if len(diffs) > 1 else _NO_DIFF
-        changed, values = kernels.merge(f.load, d1.edges, d1.change, d2.edges, d2.change,
-                                        np.ascontiguousarray(fedges, dtype=np.int64), self._view, self._emark)
-        # black holes: baseline sinks and rows left without a next hop
-        sinks = np.concatenate([self._sinks, *(d.sinks for d in diffs)])
-        drops: dict[tuple[int, int], float] = {}
-        if len(sinks):
-            amount = f.x[sinks].copy()
-            arr_s = [d.sink_states for d in diffs if len(d.sink_states)]
-            if arr_s:
-                acc, ks = self._acc, np.concatenate(arr_s)
-                np.add.at(acc, ks, np.concatenate([d.sink_arrivals for d in diffs if len(d.sink_states)]))
-                amount += acc[sinks]
-                acc[ks] = 0.0
-            gone_set = set(gone)
-            for s, a in zip(sinks.tolist(), amount.tolist(), strict=True):
-                if a > EPS_GBPS and not self._failed[s] and int(self._cls[s]) not in gone_set:
-                    k = int(f.keys[s])
-                    drops[(k // f.n, k % f.n)] = a
-        loops = [lp for d in diffs for lp in d.loops]
-        if len(diffs) > 1:
-            loops.sort()
-        return _Outcome(drops, loops, base=f.load, changed=changed, values=values)
-
     def _loops_of(self, states: np.ndarray) -> list[tuple[int, tuple[int, ...]]]:
         f = self.flow
         by: dict[int, set[int]] = {}
         for k in f.keys[states].tolist():
             by.setdefault(k // f.n, set()).add(k % f.n)
         return [(c, tuple(sorted(v))) for c, v in sorted(by.items())]
-
-    def _withdraw(self, dead_t: np.ndarray) -> np.ndarray:
-        """``dead_t`` plus every transition into a state that withdrew its route."""
-        if not len(dead_t):
-            return dead_t
-        f = self.flow
-        return kernels.withdraw(f.t_frac, f.t_src, f.in_indptr, f.in_trans, self._failed,
-                                np.ascontiguousarray(dead_t, dtype=np.int64), self._rem, self._tflag,
-                                self._mark, self._cur, self._nxt)
 
     # -- a whole scenario ---------------------------------------------------
     def outcomes(self, sc: Scenario) -> tuple[_Outcome, _Outcome]:
@@ -295,34 +232,28 @@ class Replayer:
             keep = ~np.isin(self._tcls[dead_t], gone)
             dead_t = dead_t[keep]
             fst = fst[~np.isin(self._cls[fst], gone)]
+        withdrawal = self.model == "withdrawal"
         self._failed[fst] = True
         try:
-            if self.model == "withdrawal":
-                imm, rec = self._stages(dead_t, gone, fedges)
-            else:
-                imm = self._outcome([self._push(dead_t, gone)], gone, fedges)
-                rec = self._rerouted(sc, static=self.model == "static")
-                rec.load[fedges] = 0.0
+            same, imm_raw, rec_raw = kernels.stages(
+                self._fab, self._work, self._shift, f.n, withdrawal, np.ascontiguousarray(dead_t, dtype=np.int64),
+                np.asarray(gone, dtype=np.int64), np.ascontiguousarray(fedges, dtype=np.int64), EPS_GBPS)
         finally:
             self._failed[fst] = False
+        imm = self._outcome(*imm_raw)
+        if withdrawal:
+            return imm, imm if same else self._outcome(*rec_raw)
+        rec = self._rerouted(sc, static=self.model == "static")
+        rec.load[fedges] = 0.0
         return imm, rec
 
-    def _stages(self, dead_t: np.ndarray, gone: list[int], fedges: np.ndarray) -> tuple[_Outcome, _Outcome]:
-        """Both stages of the withdrawal model. Only the classes that withdrew a route
-        differ between them; every other class's push is made once and shared."""
-        dead_r = self._withdraw(dead_t)
-        if len(dead_r) == len(dead_t):
-            imm = self._outcome([self._push(dead_t, gone)], gone, fedges)
-            return imm, imm
-        cls_t = self._tcls
-        moved = np.zeros(len(self.table.prefixes), dtype=bool)
-        moved[cls_t[dead_r[len(dead_t):]]] = True
-        in_moved = moved[cls_t[dead_t]]
-        gone_moved = [c for c in gone if moved[c]]
-        shared = self._push(dead_t[~in_moved], [c for c in gone if not moved[c]])
-        imm = self._outcome([shared, self._push(dead_t[in_moved], gone_moved)], gone, fedges)
-        rec = self._outcome([shared, self._push(dead_r[moved[cls_t[dead_r]]], gone_moved)], gone, fedges)
-        return imm, rec
+    def _outcome(self, changed: np.ndarray, values: np.ndarray, drop_s: np.ndarray, drop_a: np.ndarray,
+                 loop_s: np.ndarray) -> _Outcome:
+        f = self.flow
+        drops = {(int(k) // f.n, int(k) % f.n): a for k, a in zip(f.keys[drop_s].tolist(), drop_a.tolist(),
+                                                                   strict=True)}
+        return _Outcome(drops, self._loops_of(loop_s) if len(loop_s) else [], base=f.load, changed=changed,
+                        values=values)
 
     def _rerouted(self, sc: Scenario, *, static: bool = False) -> _Outcome:
         from safety.forwarding import table_from_routes
@@ -361,35 +292,37 @@ class Replayer:
         return out
 
     def _stage_result(self, stage: str, out: _Outcome, limit: float, baseline: bool) -> StageResult:
-        f, view = self.flow, self._view
-        if out.changed is not None:  # sparse: written over the baseline's loads while judged
-            view[out.changed] = out.values
-            try:
-                return self._judge(stage, out, view, out.changed, limit, baseline)
-            finally:
-                view[out.changed] = f.load[out.changed]
-        if out is self._base:
-            return self._judge(stage, out, f.load, np.empty(0, dtype=np.int64), limit, baseline)
-        return self._judge(stage, out, out.load, np.flatnonzero(out.load != f.load), limit, baseline)
+        f = self.flow
+        if out.changed is not None and out.values is not None:  # sparse over the baseline's loads
+            changed, values = out.changed, out.values
+        elif out is self._base:
+            changed, values = np.empty(0, dtype=np.int64), np.empty(0)
+        else:
+            changed = np.flatnonzero(out.load != f.load)
+            values = out.load[changed]
+        return self._judge(stage, out, changed, values, limit, baseline)
 
-    def _judge(self, stage: str, out: _Outcome, load: np.ndarray, changed: np.ndarray, limit: float,
+    def _judge(self, stage: str, out: _Outcome, changed: np.ndarray, values: np.ndarray, limit: float,
                baseline: bool) -> StageResult:
-        """A stage's result from its ``load`` (which differs from the baseline's only on ``changed``)."""
+        """A stage's result from its loads: the baseline's but for the edges ``changed``, at ``values``."""
         topo, names = self.topo, self.topo.names
         cap = topo.edge_cap
-        top = kernels.hottest(load, cap, changed, self._base_order, HOTTEST, self._emark)
-        mlu = float(load[top[0]] / cap[top[0]]) if len(top) else 0.0
+        top, top_load = kernels.hottest(self.flow.load, cap, changed, values, self._base_order, HOTTEST, self._emark)
+        mlu = float(top_load[0] / cap[top[0]]) if len(top) else 0.0
 
-        def use(e: int) -> LinkUse:
+        def use(e: int, load: float) -> LinkUse:
             return LinkUse(topo.link_keys[e // 2], names[topo.edge_src[e]], names[topo.edge_dst[e]],
-                           float(load[e]), float(cap[e]), float(load[e] / cap[e]))
+                           load, float(cap[e]), load / float(cap[e]))
 
-        hottest = tuple(use(e) for e in top.tolist() if load[e] > 0)
-        over = np.empty(0, dtype=np.int64)
-        if mlu > limit + 1e-9:
-            util = load / cap
+        hottest = tuple(use(e, x) for e, x in zip(top.tolist(), top_load.tolist(), strict=True) if x > 0)
+        over_detail = ""
+        if mlu > limit + 1e-9:  # only then are the loads made dense
+            util = out.load / cap
             over = np.flatnonzero(util > limit + 1e-9)
             over = over[np.argsort(-util[over], kind="stable")]
+            over_detail = "; ".join(
+                f"{names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]} at {util[e]:.6f} > {limit:g}"
+                for e in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5 else "")
         inv: list[InvariantResult] = []
         prefixes = self.table.prefixes
         dropped = tuple(sorted((DroppedDemand(prefixes[c], names[v], g) for (c, v), g in out.drops.items()),
@@ -402,11 +335,7 @@ class Replayer:
         inv.append(InvariantResult("delivery", not dropped, detail, gating=(stage != "immediate" or baseline)))
         loops = tuple(f"{prefixes[c]} via {', '.join(names[v] for v in devs[:6])}" for c, devs in out.loops)
         inv.append(InvariantResult("loop", not loops, "; ".join(loops[:5])))
-        inv.append(InvariantResult(
-            "utilization", not len(over),
-            "" if not len(over) else "; ".join(
-                f"{names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]} at {load[e] / cap[e]:.6f} > {limit:g}"
-                for e in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5 else "")))
+        inv.append(InvariantResult("utilization", not over_detail, over_detail))
         if baseline:
             errs = self.table.budget_errors
             inv.append(InvariantResult("group_budget", not errs, "; ".join(errs[:5])))

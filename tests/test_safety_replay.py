@@ -303,6 +303,7 @@ def test_hottest_links_break_ties_by_link_order() -> None:
             load = base.copy()
             load[changed] = rng.integers(0, 6, len(changed)) * cap[changed] / 8
             mark = np.zeros(size, dtype=bool)
-            got = kernels.hottest(load, cap, changed.astype(np.int64), order, 3, mark)
+            got, loads = kernels.hottest(base, cap, changed.astype(np.int64), load[changed], order, 3, mark)
             assert got.tolist() == np.argsort(-load / cap, kind="stable")[:3].tolist()
+            assert loads.tolist() == load[got].tolist()
             assert not mark.any()
