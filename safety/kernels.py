@@ -162,9 +162,10 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr:
                 arr_a[n_arr] = a
                 n_arr += 1
             lo = t_indptr[s]
-            fr, off = (fixed, fix_at[s] - lo) if fl & _FIXED else (frac, 0)
-            for t in range(lo, t_indptr[s + 1]):
-                contrib = a * fr[off + t]
+            is_fixed = (fl & _FIXED) != 0
+            off = fix_at[s] - lo if is_fixed else 0
+            for t in range(lo, t_indptr[s + 1]):  # (no array variable chosen per row: that costs a refcount)
+                contrib = a * (fixed[off + t] if is_fixed else frac[t])
                 h = hop[t]
                 e = h & emask
                 if delta[e] == 0.0:

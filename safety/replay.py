@@ -291,16 +291,17 @@ class Replayer:
                     row[topo.names[v]] = tuple((port_of[e], topo.names[topo.edge_dst[e]]) for e in live)
         return out
 
+    def _sparse(self, out: _Outcome) -> tuple[np.ndarray, np.ndarray]:
+        """A stage's loads as (the edges whose load differs from the baseline's, their loads)."""
+        if out.changed is not None and out.values is not None:
+            return out.changed, out.values
+        if out is self._base:
+            return np.empty(0, dtype=np.int64), np.empty(0)
+        changed = np.flatnonzero(out.load != self.flow.load)
+        return changed, out.load[changed]
+
     def _stage_result(self, stage: str, out: _Outcome, limit: float, baseline: bool) -> StageResult:
-        f = self.flow
-        if out.changed is not None and out.values is not None:  # sparse over the baseline's loads
-            changed, values = out.changed, out.values
-        elif out is self._base:
-            changed, values = np.empty(0, dtype=np.int64), np.empty(0)
-        else:
-            changed = np.flatnonzero(out.load != f.load)
-            values = out.load[changed]
-        return self._judge(stage, out, changed, values, limit, baseline)
+        return self._judge(stage, out, *self._sparse(out), limit, baseline)
 
     def _judge(self, stage: str, out: _Outcome, changed: np.ndarray, values: np.ndarray, limit: float,
                baseline: bool) -> StageResult:
@@ -340,6 +341,24 @@ class Replayer:
             errs = self.table.budget_errors
             inv.append(InvariantResult("group_budget", not errs, "; ".join(errs[:5])))
         return StageResult(stage, tuple(inv), mlu, limit, hottest, dropped, loops)
+
+    def verdict(self, sc: Scenario) -> tuple[bool, bool]:
+        """``(ok, transient)``: whether :meth:`run`'s result would be ok, and whether its
+        immediate stage black-holes anything, without building the result (what a sweep of
+        pairs needs of the passing ones, nearly all of them)."""
+        if sc.is_baseline or (sc.devices, sc.links) in self._known:
+            res = self.run(sc)
+            return res.ok, bool(res.immediate.dropped)
+        imm, rec = self.outcomes(sc)
+        transient = bool(imm.drops)
+        if imm.loops or rec.loops or rec.drops:
+            return False, transient
+        cap = self.topo.edge_cap
+        for out in {id(imm): imm, id(rec): rec}.values():
+            top, top_load = kernels.hottest(self.flow.load, cap, *self._sparse(out), self._base_order, 1, self._emark)
+            if len(top) and top_load[0] / cap[top[0]] > self.limits["failure"] + 1e-9:
+                return False, transient
+        return True, transient
 
     def run(self, sc: Scenario) -> ScenarioResult:
         """Replay one scenario: both stages, every invariant."""

@@ -94,11 +94,12 @@ class Sweeper:
         keys: list[tuple[int, int]] = []
         transient = 0
         for i, j in work.pairs.tolist():
-            res = self.rp.run(pair(self.singles[i], self.singles[j]))
-            if not res.ok:
-                kept.append(res)
+            sc = pair(self.singles[i], self.singles[j])
+            ok, dropped = self.rp.verdict(sc)
+            if not ok:
+                kept.append(self.rp.run(sc))
                 keys.append((i, j))
-            elif res.immediate.dropped:
+            elif dropped:
                 transient += 1
         return Done(kept, keys, len(work.pairs), transient)
 

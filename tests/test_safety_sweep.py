@@ -82,6 +82,23 @@ def test_pair_sweep_equals_brute_force(limit: float) -> None:
         assert failing_pairs and not rep.safe
 
 
+@pytest.mark.parametrize("limit", [1.0, 0.45, 0.3])
+def test_the_verdict_of_every_pair_is_its_full_results(limit: float) -> None:
+    """What a pair sweep asks of a passing pair, ``verdict``, is ``run``'s ok and transient black
+    hole, for every pair and single of a fabric, failing (utilization, black holes) or not."""
+    intent = fabric(limit)
+    rp = Replayer(intent, routed_plan(intent, seed=3))
+    single = list(singles(intent))
+    seen: dict[tuple[bool, bool], int] = {}
+    for a, b in [*((s, None) for s in single), *combinations(single, 2)]:
+        sc = a if b is None else pair(a, b)
+        res = rp.run(sc)
+        got = rp.verdict(sc)
+        assert got == (res.ok, bool(res.immediate.dropped)), sc.name
+        seen[got] = seen.get(got, 0) + 1
+    assert len(seen) >= 3 and (limit == 1.0 or len(seen) == 4), seen  # failing, passing, with and without
+
+
 @pytest.mark.parametrize(("scope", "workers", "fork", "mode"), [
     (None, 1, True, "inline"), ("domains", 3, True, "inline"), ("all_single", 1, True, "inline"),
     ("all_single", 3, True, "processes"), ("all_single", 3, False, "threads")])
