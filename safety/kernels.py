@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["SINK", "hop_shift", "hottest", "merge", "push", "stages", "withdraw"]
+__all__ = ["SINK", "csr", "hop_shift", "hottest", "merge", "push", "stages", "withdraw"]
 
 DEAD_ROW = 1e-9  # a row whose surviving fraction is at most this has no next hop left
 _ZERO = 5e-324  # stands for an exact zero in a touched slot of a sum (its zero means untouched)
@@ -499,3 +499,21 @@ def _drops(sinks: np.ndarray, x: np.ndarray, acc: np.ndarray, failed: np.ndarray
             drop_a[n] = a
             n += 1
     return n
+
+
+@njit(cache=True, nogil=True)
+def csr(rows: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index ``rows`` by row: ``(indptr, order)`` with ``order[indptr[r]:indptr[r+1]]`` the
+    positions holding row ``r``, ascending (what a stable argsort gives, by counting)."""
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    for i in range(len(rows)):
+        indptr[rows[i] + 1] += 1
+    for r in range(n_rows):
+        indptr[r + 1] += indptr[r]
+    fill = indptr[:-1].copy()
+    order = np.empty(len(rows), dtype=np.int64)
+    for i in range(len(rows)):
+        r = rows[i]
+        order[fill[r]] = i
+        fill[r] += 1
+    return indptr, order

@@ -47,11 +47,16 @@ Speed: the baseline is propagated once for all destination classes (see
 :mod:`safety.forwarding`); a scenario then touches only the transitions over a
 failed edge: the changed rows are renormalized in place and the *difference*
 flow ``delta = (I - P'^T)^-1 b`` is pushed down from them alone, hop by hop,
-vectorized over every affected class, so a scenario costs what its failure
+over every affected class at once, so a scenario costs what its failure
 moves, not what the fabric carries. Classes never mix, so the two stages share
 the push of every class that withdrew nothing (only the classes that did are
 pushed twice), and a single device or link failing exactly what a declared
 domain fails (a spine and its own domain) reuses the domain's stage results.
+The withdrawal, the pushes and both stages' sparse loads run as one compiled
+call per scenario (:mod:`safety.kernels`) over states laid out device by device
+within blocks of classes (``propagate(device_major=True)``), since on a large
+fabric a scenario spends its time waiting for memory; Python builds the result.
+A sweep of pairs asks a passing pair only for its :meth:`Replayer.verdict`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ This module owns two things the plain :func:`safety.replay.replay` does not:
   passing ones (``pair``, ``pairs_replayed``, ``pairs_implied``): a fabric's
   pairs are too many to list.
 * **Executors**: the scenarios go out in chunks to a :class:`LocalExecutor`
-  (this process) or a :class:`RayExecutor` (a Ray cluster: local when no
+  (this machine: workers forked after the compile, one per CPU) or a :class:`RayExecutor` (a Ray cluster: local when no
   address is given, else ``ray://HOST:PORT``). The compiled
   :class:`~safety.replay.Replayer` is put once in Ray's object store and every
   worker (an actor per CPU) holds it; chunks carry scenario lists or index pairs.

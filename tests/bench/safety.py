@@ -13,7 +13,8 @@ exhaustive on S, estimated from a sample on M (with the pruning pass in full), a
 ``all_single`` on M through the local executor beside a local Ray cluster of 2 CPUs
 (scenarios per second per worker). The compile's reference, timed in the same run,
 is the compile reading the plan's routes one Mapping lookup at a time (as before);
-the replay's is the previous version's figure.
+the replay's is the previous version's figure, and ``loom check``'s sweep on the
+local executor's workers runs beside the same scenarios on one thread.
 """
 
 from __future__ import annotations
