@@ -205,7 +205,8 @@ def executor_rows(size: str = "M") -> list[list[Any]]:
     same = {**local.to_document(), "seconds": 0} == {**remote.to_document(), "seconds": 0}
     n = local.counts["scenarios"]
     return [[f"local executor Clos {size}", len(intent.links), n, "", "", f"{t_local:.1f}",
-             f"{n / t_local:.0f} ({n / t_local / local_ex.workers():.0f} per thread, {local_ex.workers()})",
+             f"{n / t_local:.0f} ({n / t_local / local_ex.workers():.0f} per worker, "
+             f"{local_ex.workers()} {local_ex.mode})",
              "the reference"],
             [f"ray executor Clos {size}", len(intent.links), n, "", f"{t_init:.1f} (ray.init)", f"{t_ray:.1f}",
              f"{n / t_ray / ex.workers():.0f} per worker ({ex.workers()})",
