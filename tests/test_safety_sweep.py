@@ -5,7 +5,11 @@ of the intent's own scopes equals ``replay``'s report."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,10 +105,10 @@ def test_the_verdict_of_every_pair_is_its_full_results(limit: float) -> None:
 
 @pytest.mark.parametrize(("scope", "workers", "fork", "mode"), [
     (None, 1, True, "inline"), ("domains", 3, True, "inline"), ("all_single", 1, True, "inline"),
-    ("all_single", 3, True, "processes"), ("all_single", 3, False, "threads")])
+    ("all_single", 3, False, "threads")])
 def test_chunked_sweep_equals_replay(scope: str | None, workers: int, fork: bool, mode: str) -> None:
-    """Chunks in this thread, on forked processes or on threads (each worker with its own
-    scratch) give replay's report. A single chunk (the domains) stays in this thread."""
+    """Chunks in this thread or on threads (each worker with its own scratch) give replay's
+    report. A single chunk (the domains) stays in this thread. Forked workers: below."""
     intent = fabric(0.45)
     plan = routed_plan(intent, seed=5)
     want = replay(intent, plan, scope=scope).to_document()
@@ -113,6 +117,35 @@ def test_chunked_sweep_equals_replay(scope: str | None, workers: int, fork: bool
     assert ex.mode == mode
     want.pop("seconds"), got.pop("seconds")
     assert got == want
+
+
+FORKED = """
+from test_safety_replay import routed_plan
+from test_safety_sweep import fabric
+from safety.replay import replay
+from safety.sweep import LocalExecutor, sweep
+intent = fabric(0.45)
+plan = routed_plan(intent, seed=5)
+want = replay(intent, plan, scope="all_single").to_document()
+ex = LocalExecutor(3)
+got = sweep(intent, plan, scope="all_single", executor=ex, chunk=7).to_document()
+want.pop("seconds"), got.pop("seconds")
+assert got == want, "the forked sweep's report differs from replay's"
+print(ex.mode)
+"""
+
+
+@pytest.mark.component
+def test_forked_workers_give_replays_report() -> None:
+    """In a process running one thread, as ``loom check`` does, the local executor forks its
+    workers, and their report is replay's. (A fresh interpreter: this one may run threads
+    of other tests, and then the executor rightly uses threads.)"""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests"), str(root)])}
+    out = subprocess.run([sys.executable, "-c", FORKED], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "processes"
 
 
 def test_results_pickle_as_they_were() -> None:
