@@ -186,7 +186,7 @@ class Replayer:
         self._cur = np.empty(n_states, dtype=np.int64)
         self._nxt = np.empty(n_states, dtype=np.int64)
         self._delta = np.zeros(self.topo.n_edges)
-        self._view = f.load.copy()  # the baseline's loads, a stage's written over them while it is judged
+        self._view = f.load.copy()  # the baseline's loads, where kernels.merge sums a stage's (and restores)
         self._etouch = np.empty(self.topo.n_edges, dtype=np.int64)
         self._emark = np.zeros(self.topo.n_edges, dtype=bool)
         self._work = (self._acc, self._flags, self._fix_at, self._tflag, self._cur, self._nxt, self._delta,
@@ -306,14 +306,10 @@ class Replayer:
         return changed, out.load[changed]
 
     def _stage_result(self, stage: str, out: _Outcome, limit: float, baseline: bool) -> StageResult:
-        return self._judge(stage, out, *self._sparse(out), limit, baseline)
-
-    def _judge(self, stage: str, out: _Outcome, changed: np.ndarray, values: np.ndarray, limit: float,
-               baseline: bool) -> StageResult:
-        """A stage's result from its loads: the baseline's but for the edges ``changed``, at ``values``."""
         topo, names = self.topo, self.topo.names
         cap = topo.edge_cap
-        top, top_load = kernels.hottest(self.flow.load, cap, changed, values, self._base_order, HOTTEST, self._emark)
+        top, top_load = kernels.hottest(self.flow.load, cap, *self._sparse(out), self._base_order, HOTTEST,
+                                        self._emark)
         mlu = float(top_load[0] / cap[top[0]]) if len(top) else 0.0
 
         def use(e: int, load: float) -> LinkUse:
