@@ -10,7 +10,7 @@ docstrings below only say what each kernel computes on its arrays.
 
 Scratch arrays (``acc``, ``mark``, ``flag``, ``cur``, ``nxt``, the scratch bits of
 ``flags``) come from the caller and are left as they came: zero, false, or unspecified
-(``cur``/``nxt``/``fix_at``).
+(``cur``/``nxt``/``scale``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ DEAD_ROW = 1e-9  # a row whose surviving fraction is at most this has no next ho
 _ZERO = 5e-324  # stands for an exact zero in a touched slot of a sum (its zero means untouched)
 SINK = 1  # flags per state: a black hole of the baseline (the caller's bit)
 _NEW_SINK = 2  # a row left without a next hop by this push
-_FIXED = 4  # a row renormalized by this push (its fractions at ``fix_at``)
+_FIXED = 4  # a row renormalized by this push (its surviving fractions times ``scale``)
 _SEEN = 8  # collected once
 
 
@@ -36,7 +36,7 @@ def hop_shift(n_edges: int) -> int:
 @njit(cache=True, nogil=True)
 def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr: np.ndarray, t_src: np.ndarray,
          class_indptr: np.ndarray, class_states: np.ndarray, dead_t: np.ndarray, gone: np.ndarray, levels: int,
-         acc: np.ndarray, flags: np.ndarray, fix_at: np.ndarray, tflag: np.ndarray, cur: np.ndarray,
+         acc: np.ndarray, flags: np.ndarray, scale: np.ndarray, tflag: np.ndarray, cur: np.ndarray,
          nxt: np.ndarray, delta: np.ndarray, etouch: np.ndarray
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The difference flow of killing transitions ``dead_t`` and removing classes ``gone``.
@@ -88,15 +88,12 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr:
         dead_share[i] = acc[s]
         acc[s] = 0.0
         flags[s] &= ~_SEEN
-    # renormalize them (``fixed``, at ``fix_at`` per state) and push the difference one hop
-    n_fix = 0
-    for i in range(nch):
-        n_fix += t_indptr[ch[i] + 1] - t_indptr[ch[i]]
-    fixed = np.empty(n_fix)
+    # renormalize them (a surviving fraction times ``scale``, zero for a dead row, applied
+    # where the row is read: most rows carry no traffic of their own and are never reached)
+    # and push the difference of those that carry traffic one hop
     sinks = np.empty(nch, dtype=np.int64)
     n_sinks = 0
     n_next = 0
-    k = 0
     for i in range(nch):
         s = ch[i]
         alive = 1.0 - dead_share[i]
@@ -104,15 +101,15 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr:
         if dead_row:
             sinks[n_sinks] = s
             n_sinks += 1
-        scale = 0.0 if dead_row else 1.0 / alive
-        xs = x[s]
+        sc = 0.0 if dead_row else 1.0 / alive
         flags[s] |= _FIXED
-        fix_at[s] = k
+        scale[s] = sc
+        xs = x[s]
+        if xs == 0.0:
+            continue
         for t in range(t_indptr[s], t_indptr[s + 1]):
             old = frac[t]
-            new = 0.0 if (dead_row or tflag[t]) else old * scale
-            fixed[k] = new
-            k += 1
+            new = 0.0 if tflag[t] else old * sc
             diff = xs * (new - old)
             h = hop[t]
             e = h & emask
@@ -129,8 +126,6 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr:
             acc[d] += diff
             if acc[d] == 0.0:
                 acc[d] = _ZERO
-    for i in range(len(dead_t)):
-        tflag[dead_t[i]] = False
     for i in range(n_sinks):
         flags[sinks[i]] |= _NEW_SINK
     arr_s = np.empty(16, dtype=np.int64)
@@ -165,9 +160,12 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr:
                 n_arr += 1
             lo = t_indptr[s]
             is_fixed = (fl & _FIXED) != 0
-            off = fix_at[s] - lo if is_fixed else 0
+            sc = scale[s] if is_fixed else 1.0
             for t in range(lo, t_indptr[s + 1]):
-                contrib = a * (fixed[off + t] if is_fixed else frac[t])
+                f = frac[t]
+                if is_fixed:
+                    f = 0.0 if tflag[t] else f * sc
+                contrib = a * f
                 h = hop[t]
                 e = h & emask
                 if delta[e] == 0.0:
@@ -194,6 +192,8 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr:
         flags[sinks[i]] &= ~_NEW_SINK
     for i in range(nch):
         flags[ch[i]] &= ~_FIXED
+    for i in range(len(dead_t)):
+        tflag[dead_t[i]] = False
     edges = etouch[:n_e].copy()
     change = np.empty(n_e)
     for i in range(n_e):
@@ -376,7 +376,7 @@ def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool
 
     ``fab``: ``(x, frac, hop, t_indptr, t_src, class_indptr, class_states, t_class,
     state_class, in_indptr, in_trans, base_load, base_sinks)``; ``scratch``: ``(acc, flags,
-    fix_at, tflag, cur, nxt, delta, etouch, rem, mark, failed, view, emark, cmark)``, with
+    scale, tflag, cur, nxt, delta, etouch, rem, mark, failed, view, emark, cmark)``, with
     ``failed`` marking the failed devices' states. With ``withdrawal``, the reconverged
     stage also kills every transition into a state that withdrew its route (see
     :func:`withdraw`); only the classes that withdrew something differ between the stages,
@@ -387,7 +387,7 @@ def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool
     """
     (x, frac, hop, t_indptr, t_src, class_indptr, class_states, t_class, state_class, in_indptr, in_trans,
      base, base_sinks) = fab
-    (acc, flags, fix_at, tflag, cur, nxt, delta, etouch, rem, mark, failed, view, emark, cmark) = scratch
+    (acc, flags, scale, tflag, cur, nxt, delta, etouch, rem, mark, failed, view, emark, cmark) = scratch
     dead_r = dead_t
     if withdrawal and len(dead_t):
         dead_r = withdraw(frac, t_src, in_indptr, in_trans, failed, dead_t, rem, tflag, mark, cur, nxt)
@@ -396,7 +396,7 @@ def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool
     empty_f = np.empty(0)
     if len(dead_r) == nd:
         p = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, dead_t, gone, levels,
-                 acc, flags, fix_at, tflag, cur, nxt, delta, etouch)
+                 acc, flags, scale, tflag, cur, nxt, delta, etouch)
         imm = _stage(p[0], p[1], p[2], p[3], p[4], p[5], empty_i, empty_f, empty_i, empty_i, empty_f, empty_i,
                      x, state_class, gone, fedges, base, base_sinks, eps, acc, failed, view, emark, cmark)
         return True, imm, imm
@@ -441,11 +441,11 @@ def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool
     for i in range(nd, len(dead_r)):
         cmark[t_class[dead_r[i]]] = False
     s = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, sh_t, gone_sh, levels,
-             acc, flags, fix_at, tflag, cur, nxt, delta, etouch)
+             acc, flags, scale, tflag, cur, nxt, delta, etouch)
     m = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, mv_t, gone_mv, levels,
-             acc, flags, fix_at, tflag, cur, nxt, delta, etouch)
+             acc, flags, scale, tflag, cur, nxt, delta, etouch)
     r = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, rec_t, gone_mv, levels,
-             acc, flags, fix_at, tflag, cur, nxt, delta, etouch)
+             acc, flags, scale, tflag, cur, nxt, delta, etouch)
     imm = _stage(s[0], s[1], s[2], s[3], s[4], s[5], m[0], m[1], m[2], m[3], m[4], m[5],
                  x, state_class, gone, fedges, base, base_sinks, eps, acc, failed, view, emark, cmark)
     rec = _stage(s[0], s[1], s[2], s[3], s[4], s[5], r[0], r[1], r[2], r[3], r[4], r[5],

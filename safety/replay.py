@@ -182,18 +182,18 @@ class Replayer:
         self._acc = np.zeros(n_states)
         self._mark = np.zeros(n_states, dtype=bool)
         self._flags = np.where(f.sink, kernels.SINK, 0).astype(np.uint8)
-        self._fix_at = np.empty(n_states, dtype=np.int64)
+        self._scale = np.empty(n_states)
         self._cur = np.empty(n_states, dtype=np.int64)
         self._nxt = np.empty(n_states, dtype=np.int64)
         self._delta = np.zeros(self.topo.n_edges)
         self._view = f.load.copy()  # the baseline's loads, where kernels.merge sums a stage's (and restores)
         self._etouch = np.empty(self.topo.n_edges, dtype=np.int64)
         self._emark = np.zeros(self.topo.n_edges, dtype=bool)
-        self._work = (self._acc, self._flags, self._fix_at, self._tflag, self._cur, self._nxt, self._delta,
+        self._work = (self._acc, self._flags, self._scale, self._tflag, self._cur, self._nxt, self._delta,
                       self._etouch, self._rem, self._mark, self._failed, self._view, self._emark,
                       np.zeros(len(self.table.prefixes), dtype=bool))
 
-    _SCRATCH = ("_tflag", "_rem", "_failed", "_acc", "_mark", "_flags", "_fix_at", "_cur", "_nxt", "_delta",
+    _SCRATCH = ("_tflag", "_rem", "_failed", "_acc", "_mark", "_flags", "_scale", "_cur", "_nxt", "_delta",
                 "_etouch", "_emark", "_view", "_work")
 
     def __getstate__(self) -> dict[str, object]:
