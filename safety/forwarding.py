@@ -228,7 +228,15 @@ def ranges(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return offs + np.arange(total, dtype=np.int64), lens
 
 
-def _aggregate(keys: np.ndarray, amounts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _aggregate(keys: np.ndarray, amounts: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``keys`` (ascending, each below ``n_keys``) and the sums of their
+    ``amounts``, summed in the order given. Where the keys are many, one pass over a dense
+    array of every key is faster than sorting them."""
+    if len(keys) * 16 >= n_keys:
+        total = np.bincount(keys, weights=amounts, minlength=n_keys)
+        hit = np.bincount(keys, minlength=n_keys)
+        uniq = np.flatnonzero(hit)
+        return uniq, total[uniq]
     uniq, inv = np.unique(keys, return_inverse=True)
     return uniq, np.bincount(inv, weights=amounts, minlength=len(uniq))
 
@@ -297,7 +305,7 @@ def propagate(table: Table, topo: Topology, *, device_major: bool = False) -> Fl
     n, n_cls = topo.n, len(table.prefixes)
     route = table.route.reshape(-1)
     acc = np.zeros(n_cls * n, dtype=np.float64)
-    fk, fa = _aggregate(table.demand_class * n + table.demand_device, table.demand_gbps)
+    fk, fa = _aggregate(table.demand_class * n + table.demand_device, table.demand_gbps, n_cls * n)
     loops: list[tuple[int, tuple[int, ...]]] = []
     for _level in range(n + 1):
         keep = fa != 0
@@ -311,7 +319,7 @@ def propagate(table: Table, topo: Topology, *, device_major: bool = False) -> Fl
         hop, lens = ranges(table.g_indptr, g.astype(np.int64))
         cls = np.repeat(fk // n, lens)
         nk = cls * n + topo.edge_dst[table.g_edge[hop]]
-        fk, fa = _aggregate(nk, np.repeat(fa, lens) * table.g_frac[hop])
+        fk, fa = _aggregate(nk, np.repeat(fa, lens) * table.g_frac[hop], n_cls * n)
     else:
         by_class: dict[int, list[int]] = defaultdict(list)
         for k in fk:
@@ -356,8 +364,7 @@ def propagate(table: Table, topo: Topology, *, device_major: bool = False) -> Fl
         origin, st_dev = origin[order], st_dev[order]
     sink = (g < 0) & ~origin
     t_indptr = np.zeros(len(keys) + 1, dtype=np.int64)
-    np.add.at(t_indptr, t_src + 1, 1)
-    t_indptr = np.cumsum(t_indptr)
+    np.cumsum(np.bincount(t_src, minlength=len(keys)), out=t_indptr[1:])
     in_indptr, in_trans = _csr(t_dst, len(keys))
     e_indptr, e_trans = _csr(t_edge, topo.n_edges)
     dev_indptr, dev_states = _csr(st_dev, n)
