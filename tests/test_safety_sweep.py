@@ -119,6 +119,42 @@ def test_chunked_sweep_equals_replay(scope: str | None, workers: int, fork: bool
     assert got == want
 
 
+class Counting(Replayer):
+    def __init__(self, *a: Any) -> None:
+        super().__init__(*a)
+        self.runs: list[str] = []
+
+    def run(self, sc: Any) -> Any:
+        self.runs.append(sc.name)
+        return super().run(sc)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_scenarios_that_fail_the_same_parts_replay_once(workers: int) -> None:
+    """A domain that fails exactly one device (or one link) is that device's (link's) single
+    failure under another name: the sweep replays it once and reports both, as replay does.
+    Chunks are balanced by cost, sent costliest first, and come back in order."""
+    domains = [{"name": "spine-0-1-power", "kind": "power", "devices": ["spine-0-1"]},
+               {"name": "one-fibre", "kind": "srlg", "links": ["leaf-1-1:eth1"]},
+               {"name": "plane-1", "kind": "power", "devices": ["spine-1-0", "spine-1-1"]}]
+    doc = clos_doc(3, 2, 2, 2, demands=DEMANDS, missing=("leaf-0-1:eth4",), domains=domains,
+                   policies=[{"kind": "failure_tolerance", "scope": "all_single", "max_utilization": 0.45}])
+    intent = validate_intent(doc)
+    plan = routed_plan(intent, seed=5)
+    want = replay(intent, plan).to_document()
+    rp = Counting(intent, plan)
+    seen: list[tuple[int, int]] = []
+    got = sweep(intent, plan, executor=LocalExecutor(workers, fork=False), chunk=5, rp=rp,
+                progress=lambda done, total: seen.append((done, total))).to_document()
+    want.pop("seconds"), got.pop("seconds")
+    assert got == want
+    names = [s["name"] for s in got["scenarios"]]
+    assert "spine-0-1-power" in names and "device:spine-0-1" in names and "link:leaf-1-1:eth1" in names
+    if workers == 1:  # this thread's replayer: every scenario once, but the two repeats not at all
+        assert sorted(rp.runs) == sorted(set(names) - {"device:spine-0-1", "link:leaf-1-1:eth1"})
+    assert seen[-1] == (len(names), len(names))
+
+
 FORKED = """
 from test_safety_replay import routed_plan
 from test_safety_sweep import fabric
