@@ -34,7 +34,8 @@ def hop_shift(n_edges: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr: np.ndarray, t_src: np.ndarray,
+def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, one: np.ndarray, shift: int, t_indptr: np.ndarray,
+         t_src: np.ndarray,
          class_indptr: np.ndarray, class_states: np.ndarray, dead_t: np.ndarray, gone: np.ndarray, levels: int,
          acc: np.ndarray, flags: np.ndarray, scale: np.ndarray, tflag: np.ndarray, cur: np.ndarray,
          nxt: np.ndarray, delta: np.ndarray, etouch: np.ndarray
@@ -101,12 +102,14 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr:
         if dead_row:
             sinks[n_sinks] = s
             n_sinks += 1
-        sc = 0.0 if dead_row else 1.0 / alive
         flags[s] |= _FIXED
-        scale[s] = sc
+        scale[s] = 0.0 if dead_row else 1.0 / alive
+    for i in range(nch):  # every renormalized row is marked before any push steps through a state
+        s = ch[i]
         xs = x[s]
         if xs == 0.0:
             continue
+        sc = scale[s]
         for t in range(t_indptr[s], t_indptr[s + 1]):
             old = frac[t]
             new = 0.0 if tflag[t] else old * sc
@@ -120,6 +123,16 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr:
             if delta[e] == 0.0:
                 delta[e] = _ZERO
             d = h >> shift
+            h = one[d]
+            if h >= 0 and not flags[d] & _FIXED:  # through a state with one way on
+                e = h & emask
+                if delta[e] == 0.0:
+                    etouch[n_e] = e
+                    n_e += 1
+                delta[e] += diff
+                if delta[e] == 0.0:
+                    delta[e] = _ZERO
+                d = h >> shift
             if acc[d] == 0.0:
                 nxt[n_next] = d
                 n_next += 1
@@ -175,6 +188,16 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, shift: int, t_indptr:
                 if delta[e] == 0.0:
                     delta[e] = _ZERO
                 d = h >> shift
+                h = one[d]
+                if h >= 0 and not flags[d] & _FIXED:  # through a state with one way on
+                    e = h & emask
+                    if delta[e] == 0.0:
+                        etouch[n_e] = e
+                        n_e += 1
+                    delta[e] += contrib
+                    if delta[e] == 0.0:
+                        delta[e] = _ZERO
+                    d = h >> shift
                 if acc[d] == 0.0:
                     nxt[n_next] = d
                     n_next += 1
@@ -386,7 +409,7 @@ def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool
     states of any loop.
     """
     (x, frac, hop, t_indptr, t_src, class_indptr, class_states, t_class, state_class, in_indptr, in_trans,
-     base, base_sinks) = fab
+     base, base_sinks, one) = fab
     (acc, flags, scale, tflag, cur, nxt, delta, etouch, rem, mark, failed, view, emark, cmark) = scratch
     dead_r = dead_t
     if withdrawal and len(dead_t):
@@ -395,7 +418,7 @@ def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool
     empty_i = np.empty(0, dtype=np.int64)
     empty_f = np.empty(0)
     if len(dead_r) == nd:
-        p = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, dead_t, gone, levels,
+        p = push(x, frac, hop, one, shift, t_indptr, t_src, class_indptr, class_states, dead_t, gone, levels,
                  acc, flags, scale, tflag, cur, nxt, delta, etouch)
         imm = _stage(p[0], p[1], p[2], p[3], p[4], p[5], empty_i, empty_f, empty_i, empty_i, empty_f, empty_i,
                      x, state_class, gone, fedges, base, base_sinks, eps, acc, failed, view, emark, cmark)
@@ -440,11 +463,11 @@ def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool
             a += 1
     for i in range(nd, len(dead_r)):
         cmark[t_class[dead_r[i]]] = False
-    s = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, sh_t, gone_sh, levels,
+    s = push(x, frac, hop, one, shift, t_indptr, t_src, class_indptr, class_states, sh_t, gone_sh, levels,
              acc, flags, scale, tflag, cur, nxt, delta, etouch)
-    m = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, mv_t, gone_mv, levels,
+    m = push(x, frac, hop, one, shift, t_indptr, t_src, class_indptr, class_states, mv_t, gone_mv, levels,
              acc, flags, scale, tflag, cur, nxt, delta, etouch)
-    r = push(x, frac, hop, shift, t_indptr, t_src, class_indptr, class_states, rec_t, gone_mv, levels,
+    r = push(x, frac, hop, one, shift, t_indptr, t_src, class_indptr, class_states, rec_t, gone_mv, levels,
              acc, flags, scale, tflag, cur, nxt, delta, etouch)
     imm = _stage(s[0], s[1], s[2], s[3], s[4], s[5], m[0], m[1], m[2], m[3], m[4], m[5],
                  x, state_class, gone, fedges, base, base_sinks, eps, acc, failed, view, emark, cmark)
@@ -515,3 +538,30 @@ def csr(rows: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
         order[fill[r]] = i
         fill[r] += 1
     return indptr, order
+
+
+@njit(cache=True)
+def acyclic(t_indptr: np.ndarray, t_dst: np.ndarray) -> bool:
+    """Whether the transitions (per source state, CSR) form no cycle (Kahn's order)."""
+    n = len(t_indptr) - 1
+    indeg = np.zeros(n, dtype=np.int64)
+    for t in range(len(t_dst)):
+        indeg[t_dst[t]] += 1
+    stack = np.empty(n, dtype=np.int64)
+    top = 0
+    for s in range(n):
+        if indeg[s] == 0:
+            stack[top] = s
+            top += 1
+    seen = 0
+    while top:
+        top -= 1
+        s = stack[top]
+        seen += 1
+        for t in range(t_indptr[s], t_indptr[s + 1]):
+            d = t_dst[t]
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                stack[top] = d
+                top += 1
+    return seen == n

@@ -167,10 +167,24 @@ class Replayer:
         self._base_order = np.argsort(-self._base_util, kind="stable")
         self._base = _Outcome(f.drops(), f.loops, load=f.load)
         self._fab = (f.x, f.t_frac, self._hop, f.t_indptr, f.t_src, self._class_indptr, self._class_states,
-                     self._tcls, self._cls, f.in_indptr, f.in_trans, f.load, self._sinks)
+                     self._tcls, self._cls, f.in_indptr, f.in_trans, f.load, self._sinks, self._one_way(f))
         # stage results of declared domains, by failed parts: a single device or link
         # that fails exactly what a domain does (a spine and its device domain) replays once
         self._known: dict[tuple[frozenset[str], frozenset[str]], tuple[StageResult, StageResult]] = {}
+
+    def _one_way(self, f: Flow) -> np.ndarray:
+        """Per state, the packed hop of its only transition where it has one (all of its
+        traffic, fraction 1), else -1: a push steps through such a state instead of visiting
+        it, unless the scenario changed its row. With no cycle among the transitions, which
+        a failure cannot add (it only takes transitions away), no loop can pass through it
+        either; a flow with a cycle steps through nothing."""
+        first = f.t_indptr[:-1]
+        single = np.flatnonzero(np.diff(f.t_indptr) == 1)
+        single = single[f.t_frac[first[single]] == 1.0]
+        one = np.full(len(f.keys), -1, dtype=np.int64)
+        if kernels.acyclic(f.t_indptr, f.t_dst):
+            one[single] = self._hop[first[single]]
+        return one
 
     def _scratch(self) -> None:
         """The arrays a scenario writes into (and restores): private to this copy."""

@@ -13,6 +13,7 @@ import pytest
 from controller.model import Intent
 from controller.model.intent import validate_intent
 from controller.model.plan import DevicePlan, NextHop, Plan, PlanSummary
+from safety import kernels
 from safety.forwarding import build_topology, plan_table, propagate
 from safety.replay import Replayer, replay
 from safety.scenarios import Scenario, count_scenarios, scenarios
@@ -235,6 +236,27 @@ def test_loops_in_a_plan_are_found() -> None:
     rep = replay(it, plan)
     loop = rep.scenario("baseline").immediate.invariant("loop")
     assert loop is not None and not loop.ok and "10.1.0.0/24" in loop.detail
+
+
+def test_a_push_steps_through_one_way_states_only_without_cycles(fabric: Intent) -> None:
+    """A state with a single next hop is stepped through (its traffic goes on whole) only when
+    no cycle exists among the transitions: a loop's report names every state it passes."""
+    assert kernels.acyclic(np.array([0, 1, 2, 2]), np.array([1, 2]))
+    assert not kernels.acyclic(np.array([0, 1, 2, 3]), np.array([1, 2, 0]))
+    rp = Replayer(fabric, routed_plan(fabric, seed=3))
+    one = rp._fab[-1]
+    f = rp.flow
+    single = np.flatnonzero(np.diff(f.t_indptr) == 1)
+    assert len(single) and (one[single] == rp._hop[f.t_indptr[single]]).all()
+    assert (one[np.diff(f.t_indptr) != 1] == -1).all()
+    it = validate_intent(clos_doc(2, 1, 1, 2, demands=[{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 5.0}]))
+    plan = routed_plan(it)
+    leaf = plan.devices["leaf-1-0"]
+    bad = DevicePlan({**leaf.groups, "up": (NextHop("eth2", "spine-0-0", 1),)}, {**leaf.routes, "10.1.0.0/24": "up"})
+    looping = Replayer(it, Plan(plan.fabric, plan.summary, {**plan.devices, "leaf-1-0": bad}, ()))
+    assert (looping._fab[-1] == -1).all()
+    res = looping.run(next(s for s in scenarios(it, "all_single") if s.name == "link:leaf-0-0:eth3"))
+    assert not res.reconverged.invariant("loop").ok  # type: ignore[union-attr]
 
 
 def test_isis_reconvergence_follows_new_shortest_paths() -> None:
