@@ -153,6 +153,7 @@ class Replayer:
         self._cls = f.state_class
         self._tcls = self._cls[f.t_src]  # class of each transition
         self._sinks = np.flatnonzero(f.sink)
+        self._no_states = np.empty(0, dtype=np.int64)
         self._shift = kernels.hop_shift(self.topo.n_edges)
         self._hop = (f.t_dst << self._shift) | f.t_edge  # a transition's next state and edge, in one read
         by_cls = np.argsort(self._cls, kind="stable")  # per class, its states (CSR)
@@ -239,18 +240,25 @@ class Replayer:
         if sc.is_baseline:
             return self._base, self._base
         f, topo = self.flow, self.topo
-        fdev = np.array(sorted(topo.index[d] for d in sc.devices), dtype=np.int64)
-        fedges = topo.failed_edges(sc.devices, sc.links)
-        it, _ = ranges(f.e_indptr, fedges)
-        dead_t = f.e_trans[it]
-        fst = f.dev_states[ranges(f.dev_indptr, fdev)[0]] if len(fdev) else np.empty(0, dtype=np.int64)
-        failed_set = set(fdev.tolist())
-        gone = sorted({c for v in failed_set for c in self._origin_classes.get(v, ())
-                       if self.table.origins[c] <= failed_set})
-        if gone:
-            keep = ~np.isin(self._tcls[dead_t], gone)
-            dead_t = dead_t[keep]
-            fst = fst[~np.isin(self._cls[fst], gone)]
+        gone: list[int] = []
+        if not sc.devices and len(sc.links) == 1:  # most scenarios: one link, its two edges' transitions side by side
+            i = 2 * topo.link_index[next(iter(sc.links))]
+            fedges = np.array([i, i + 1], dtype=np.int64)
+            dead_t = f.e_trans[f.e_indptr[i]:f.e_indptr[i + 2]]
+            fst = self._no_states
+        else:
+            fdev = np.array(sorted(topo.index[d] for d in sc.devices), dtype=np.int64)
+            fedges = topo.failed_edges(sc.devices, sc.links)
+            it, _ = ranges(f.e_indptr, fedges)
+            dead_t = f.e_trans[it]
+            fst = f.dev_states[ranges(f.dev_indptr, fdev)[0]] if len(fdev) else self._no_states
+            failed_set = set(fdev.tolist())
+            gone = sorted({c for v in failed_set for c in self._origin_classes.get(v, ())
+                           if self.table.origins[c] <= failed_set})
+            if gone:
+                keep = ~np.isin(self._tcls[dead_t], gone)
+                dead_t = dead_t[keep]
+                fst = fst[~np.isin(self._cls[fst], gone)]
         withdrawal = self.model == "withdrawal"
         self._failed[fst] = True
         try:
