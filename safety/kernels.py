@@ -43,7 +43,11 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, one: np.ndarray, shif
     """The difference flow of killing transitions ``dead_t`` and removing classes ``gone``.
 
     A transition ``t`` leads to state ``hop[t] >> shift`` over edge ``hop[t] & (2**shift - 1)``
-    (one array read for both); ``class_indptr``/``class_states``: per class, its states (CSR).
+    (one array read for both); ``one[s]``: the packed hop of state ``s``'s only transition
+    when that carries all of its traffic and the transitions have no cycle (else -1): a push
+    steps through such a state, unless this push renormalized its row, and adds at the state
+    after it (see :meth:`safety.replay.Replayer._one_way`). ``class_indptr``/``class_states``:
+    per class, its states (CSR).
     ``flags`` per state: :data:`SINK` marks the baseline's black holes (the others are scratch
     bits). Returns the edges whose load changes and by how much (``delta``, zeros, and
     ``etouch`` are the scratch of that sum), the states left without a next hop (new black
@@ -53,7 +57,7 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, one: np.ndarray, shif
     The memory a hop waits for is what this costs on a large fabric, so a visit reads the
     transition's fraction and hop, the arrival sum of its state (whose zero means "not yet in
     the frontier": a sum that cancels to zero is stored as :data:`_ZERO`) and the edge's sum.
-    That add-and-list step is written out at each of its five places: as a shared helper
+    That add-and-list step is written out at each of its seven places: as a shared helper
     (numba, ``inline="always"``) the kernel ran three times slower on Clos L and M.
     """
     emask = (1 << shift) - 1
@@ -398,7 +402,7 @@ def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool
     ``fedges``, minus those of the ``gone`` classes, whose origins all failed).
 
     ``fab``: ``(x, frac, hop, t_indptr, t_src, class_indptr, class_states, t_class,
-    state_class, in_indptr, in_trans, base_load, base_sinks)``; ``scratch``: ``(acc, flags,
+    state_class, in_indptr, in_trans, base_load, base_sinks, one)``; ``scratch``: ``(acc, flags,
     scale, tflag, cur, nxt, delta, etouch, rem, mark, failed, view, emark, cmark)``, with
     ``failed`` marking the failed devices' states. With ``withdrawal``, the reconverged
     stage also kills every transition into a state that withdrew its route (see

@@ -55,7 +55,9 @@ def fabric(size: str, *, seed: int = 1) -> Any:
 
 #: Figures of the version before this one (issue 19, an idle 2-core machine): Clos L's
 #: every single failure took 69 s of replay and 7.7 s of compile.
-PREVIOUS = {"L": (7.7, 69.0)}
+#: the figures before: the issue's (compile + replay, one thread) and the previous version's
+#: (compile + replay on one thread; loom check's sweep with its compile), idle machine
+PREVIOUS = {"L": {"issue": (7.7, 69.0), "one": (2.24, 28.73), "check": 21.33}}
 
 
 class _PlainRoutes(Mapping[str, str]):
@@ -124,14 +126,16 @@ def replay_row(size: str) -> list[list[Any]]:
     t_sweep = time.perf_counter() - t0  # its own compile included
     same = list(rep.scenarios) == one
     prev = PREVIOUS.get(size)
-    before = f"; before: {prev[0]:g} + {prev[1]:g} s (idle)" if prev else ""
+    before = f"; issue: {prev['issue'][0]:g} + {prev['issue'][1]:g} s" if prev else ""
+    one_before = f"; previous version: {prev['one'][0]:g} + {prev['one'][1]:g} s" if prev else ""
+    check_before = f"; previous version: {prev['check']:g} s" if prev else ""
     return [[f"replay Clos {size}, 1 thread", len(intent.links), len(todo), f"{t_plan:.1f}",
              f"{t_compile:.2f} (ref {t_ref:.2f})", f"{t_replay:.2f}", f"{len(todo) / t_replay:.0f}",
-             f"{failing} failing; total {t_compile + t_replay:.1f} s{before}"],
+             f"{failing} failing; total {t_compile + t_replay:.1f} s{one_before}{before}"],
             [f"loom check Clos {size}, {ex.workers()} {ex.mode}", len(intent.links), len(todo), "",
              "(included)", f"{t_sweep:.2f}", f"{len(todo) / t_sweep:.0f}",
              f"total {t_sweep:.1f} s with compile; results {'identical to' if same else 'DIFFER from'} "
-             f"1 thread's{before}"]]
+             f"1 thread's{check_before}{before}"]]
 
 
 def pairs_row(size: str, sample: int = 0) -> list[Any]:
