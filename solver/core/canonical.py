@@ -46,12 +46,14 @@ def canonical_order(intent: Intent) -> Intent:
     >>> [d.name for d in c.devices], (c.links[0].a, c.links[0].b)
     (['a', 'b'], ('a', 'b'))
     """
+    # each address parsed once: a large fabric's demands name a few thousand prefixes tens of thousands of times
+    nets = {p: _net(p) for p in {*(p.prefix for p in intent.prefixes), *(x.to for x in intent.demands)}}
     return intent.model_copy(update={
         "devices": tuple(sorted(intent.devices, key=lambda d: d.name)),
         "links": tuple(sorted((_turned(lk) for lk in intent.links), key=lambda lk: lk.key)),
         "failure_domains": tuple(sorted(intent.failure_domains, key=lambda f: f.name)),
-        "prefixes": tuple(sorted(intent.prefixes, key=lambda p: _net(p.prefix))),
-        "demands": tuple(sorted(intent.demands, key=lambda x: (x.from_, _net(x.to), x.gbps))),
+        "prefixes": tuple(sorted(intent.prefixes, key=lambda p: nets[p.prefix])),
+        "demands": tuple(sorted(intent.demands, key=lambda x: (x.from_, nets[x.to], x.gbps))),
         "jobs": tuple(sorted(intent.jobs, key=lambda j: j.name)),
     })
 
