@@ -55,11 +55,9 @@ class _Routes(Mapping[str, str]):
                  by_pod: dict[int, str], by_tor: dict[int, str], own: int | None) -> None:
         self._prefixes, self._index, self._pods, self._tors = prefixes, index, pods, tors
         self._by_pod, self._by_tor = by_pod, by_tor
-        keep = np.zeros(len(prefixes), dtype=bool)
-        for p in by_pod:
-            keep |= pods == p
-        for t in by_tor:
-            keep |= tors == t
+        keep = np.isin(pods, np.fromiter(by_pod, dtype=np.int64, count=len(by_pod)))
+        if by_tor:
+            keep |= np.isin(tors, np.fromiter(by_tor, dtype=np.int64, count=len(by_tor)))
         if own is not None:
             keep &= tors != own
         self._n = keep
