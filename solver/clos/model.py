@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from controller.model import Role
 from controller.model.errors import Infeasible
 from solver.core.fabric import Fabric
-from solver.core.routing import _bgp_class
+from solver.core.routing import PathVector, _bgp_class
 from solver.core.weights import device_budget
 
 __all__ = ["PodModel", "build_pod_model", "pod_budgets"]
@@ -358,9 +358,10 @@ def _pod_routes(fab: Fabric, st: dict[str, Any], pods: list[int]) -> _Routes | N
     is_spine = [False] * fab.n
     for v in st["spines"]:
         is_spine[v] = True
+    pv = PathVector(fab)
     for p in pods:
         rep = tors_of[p][0]
-        routes = _bgp_class(fab, (rep,), base)
+        routes = _bgp_class(fab, (rep,), base, pv)
         for q in pods:
             probe = tors_of[q][0] if q != p else (tors_of[p][1] if len(tors_of[p]) > 1 else None)
             planes = []

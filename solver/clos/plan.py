@@ -344,21 +344,21 @@ class _Groups:
         return g
 
 
-class _NextHops:
+class _NextHops(dict[tuple[int, int], NextHop]):
     """``NextHop`` objects per (arc, weight), shared by every device of the plan."""
 
     def __init__(self, fab: Fabric) -> None:
+        super().__init__()
         self.fab = fab
-        self.cache: dict[tuple[int, int], NextHop] = {}
+
+    def __missing__(self, key: tuple[int, int]) -> NextHop:
+        a, w = key
+        h = self[key] = NextHop(self.fab.arc_port[a], self.fab.names[int(self.fab.arc_head[a])], w)
+        return h
 
     def groups(self, gids: _Groups) -> dict[str, tuple[NextHop, ...]]:
-        return {g: tuple(self.hop(a, w) for a, w in h) for h, g in gids.ids.items()}
-
-    def hop(self, a: int, w: int) -> NextHop:
-        h = self.cache.get((a, w))
-        if h is None:
-            h = self.cache[(a, w)] = NextHop(self.fab.arc_port[a], self.fab.names[int(self.fab.arc_head[a])], w)
-        return h
+        get = self.__getitem__
+        return {g: tuple(map(get, h)) for h, g in gids.ids.items()}
 
 
 def _tor_groups(v: int, m: PodModel, tor_w: dict[tuple[int, int], _Members],

@@ -205,8 +205,9 @@ def decompose(r: Relaxation, x_lp: np.ndarray, options: ClosOptions = ClosOption
     """The pod model's variables ``[a, g, U]`` (scaled) from a solution of :meth:`Relaxation.lp`, by IPF
     per plane. Also returns how far the fitted loads ended from the ``y``/``z`` margins (the largest
     difference over any leaf-spine arc, in utilization) and the most sweeps a plane took. A plane's
-    fit stops once that difference is at most ``options.fit_tolerance`` or after
-    ``options.fit_sweeps`` sweeps (three rescalings each)."""
+    fit stops once that difference is at most ``options.fit_tolerance``, once ten sweeps shrink it
+    by less than ``options.fit_progress`` (relative), or after ``options.fit_sweeps`` sweeps (three
+    rescalings each)."""
     m = r.m
     n_a, n_up = len(m.a_col), len(r.up_arcs)
     a = np.maximum(x_lp[:n_a], 0.0)
@@ -234,10 +235,10 @@ def decompose(r: Relaxation, x_lp: np.ndarray, options: ClosOptions = ClosOption
             x *= _ratio(target_a, x.sum(axis=2))[:, :, None]
             k += 1
             if k % 10 == 0 or k == options.fit_sweeps:
-                err = max(float((np.abs(x.sum(axis=1) - target_y) / cap_y).max(initial=0.0)),
-                          float((np.abs(x.sum(axis=0) - target_z) / cap_z).max(initial=0.0)))
-                if err <= options.fit_tolerance:
-                    break
+                last, err = err, max(float((np.abs(x.sum(axis=1) - target_y) / cap_y).max(initial=0.0)),
+                                     float((np.abs(x.sum(axis=0) - target_z) / cap_z).max(initial=0.0)))
+                if err <= options.fit_tolerance or err > last * (1.0 - options.fit_progress):
+                    break  # close enough, or stuck at the floor the LP's own residual leaves
         lost = (x.sum(axis=2) <= 0) & (target_a > 0)  # a group whose every spine's margin is 0: split evenly
         if lost.any():
             x[lost] = mask[lost] * _ratio(target_a, n_cell)[lost][:, None]

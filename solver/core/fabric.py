@@ -39,6 +39,8 @@ class Fabric:
     arc_metric: np.ndarray  # int per arc
     arc_port: tuple[str, ...]  # the tail's port per arc
     adj: tuple[tuple[tuple[int, int, str], ...], ...]
+    adj_indptr: np.ndarray  # ``adj`` as arrays: device v's usable arcs are adj_arc[adj_indptr[v]:adj_indptr[v + 1]]
+    adj_arc: np.ndarray
 
     @property
     def n(self) -> int:
@@ -79,8 +81,12 @@ def build_fabric(
             continue
         adj[a].append((2 * i, b, link.a_port))
         adj[b].append((2 * i + 1, a, link.b_port))
+    adj_arc = np.fromiter((arc for x in adj for arc, _w, _port in x), dtype=np.int64)
+    adj_indptr = np.zeros(len(names) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in adj], out=adj_indptr[1:])
     return Fabric(
         intent=intent, names=names, index=index, asn=tuple(d.asn for d in intent.devices),
         alive=alive, drained=drained, arc_tail=tail, arc_head=head, arc_cap=cap,
         arc_metric=metric, arc_port=tuple(ports), adj=tuple(tuple(x) for x in adj),
+        adj_indptr=adj_indptr, adj_arc=adj_arc,
     )

@@ -49,47 +49,53 @@ class RouteClass:
     dist: dict[int, int] = field(default_factory=dict)
 
 
-def _bgp_class(fab: Fabric, origins: tuple[int, ...], active: np.ndarray | None = None) -> dict[int, tuple[int, ...]]:
+class PathVector:
+    """A fabric's arrays for :func:`_bgp_class`, built once for all its origin sets."""
+
+    __slots__ = ("fab", "asn", "rank", "transit", "everyone")
+
+    def __init__(self, fab: Fabric) -> None:
+        self.fab = fab
+        none = -1 if all(a is None or a >= 0 for a in fab.asn) else min(a for a in fab.asn if a is not None) - 1
+        self.asn = np.array([none if a is None else a for a in fab.asn], dtype=np.int64)
+        self.rank = np.empty(fab.n, dtype=np.int64)
+        self.rank[sorted(range(fab.n), key=fab.names.__getitem__)] = np.arange(fab.n)
+        self.transit = ~fab.drained
+        self.everyone = np.ones(fab.n, dtype=bool)
+
+
+def _bgp_class(fab: Fabric, origins: tuple[int, ...], active: np.ndarray | None = None,
+               pv: PathVector | None = None) -> dict[int, tuple[int, ...]]:
     """Path-vector outcome toward one origin set: next-hop arcs per device.
+
+    Rounds of advertisements from the origins outward: in round ``k`` every device reached in
+    round ``k - 1`` (origins in round 0) offers its best path, with its ASN prepended, over each
+    usable link; the receiver rejects it when its own ASN is on the path or it is an origin
+    (its prefix is local), and otherwise keeps it when it was first reached in this round.
+    Every neighbor whose offer it keeps is a next hop (multipath), and its best path is the
+    one from the neighbor whose name is least (deterministic). A drained device re-advertises
+    nothing. Compiled in :func:`solver.core.kernels.bgp_rounds`.
 
     ``active`` (bool per device) leaves the others out entirely; callers use it
     only for devices whose advertisements every neighbor would reject anyway
     (a Clos ToR that is not an origin), so the rest of the outcome is unchanged.
+    ``pv``: the fabric's arrays, when the caller computes many classes.
     """
-    asn = fab.asn
-    names = fab.names
-    on = active.tolist() if active is not None else None
-    origin_set = set(origins)
-    dist: dict[int, int] = {o: 0 for o in origins}
-    path: dict[int, tuple[int | None, ...]] = {o: () for o in origins}
-    chosen_from: dict[int, str] = {}
-    nh: dict[int, list[int]] = {}
-    frontier = sorted(origins)
-    k = 0
-    while frontier:
-        k += 1
-        reached: list[int] = []
-        for u in frontier:
-            if u not in origin_set and fab.drained[u]:
-                continue  # a drained device carries no transit: it advertises only its own prefixes
-            adv = (asn[u], *path[u])
-            for arc, w, _port in fab.adj[u]:
-                if (on is not None and not on[w]) or w in origin_set or asn[w] in adv:
-                    continue  # left out; own prefix is local; AS-path loop prevention
-                dw = dist.get(w)
-                if dw is None:
-                    dist[w] = k
-                    reached.append(w)
-                    nh[w] = []
-                elif dw != k:
-                    continue
-                nh[w].append(arc ^ 1)  # arc u->w reversed is w->u
-                # best path: deterministic tie-break on the advertising neighbor's name
-                if w not in chosen_from or names[u] < chosen_from[w]:
-                    chosen_from[w] = names[u]
-                    path[w] = adv
-        frontier = reached
-    return {v: tuple(sorted(arcs)) for v, arcs in nh.items()}
+    from solver.core.kernels import bgp_rounds
+
+    if pv is None:
+        pv = PathVector(fab)
+    dev, arc = bgp_rounds(fab.adj_indptr, fab.adj_arc, fab.arc_head, pv.asn, pv.rank, pv.transit,
+                          pv.everyone if active is None else active, np.asarray(sorted(origins), dtype=np.int64))
+    if not len(dev):
+        return {}
+    order = np.lexsort((arc, dev))
+    dev, arc = dev[order], arc[order]
+    cut = np.flatnonzero(np.diff(dev)) + 1
+    starts = [0, *cut.tolist()]
+    ends = [*cut.tolist(), len(dev)]
+    arcs = arc.tolist()
+    return {v: tuple(arcs[a:b]) for v, a, b in zip(dev[starts].tolist(), starts, ends, strict=True)}
 
 
 def _isis_distances(fab: Fabric, origins: tuple[int, ...]) -> dict[int, int]:
@@ -154,11 +160,12 @@ def route_classes(fab: Fabric) -> list[RouteClass]:
             rc = by_origins[origins] = RouteClass(origins=origins)
         rc.prefixes.append(p.prefix)
     loop_free = intent.routing == Routing.ISIS and intent.paths_mode == "loop_free"
+    pv = PathVector(fab) if intent.routing == Routing.BGP else None
     for origins, rc in by_origins.items():
         if not origins:
             continue
         if intent.routing == Routing.BGP:
-            rc.nexthops = _bgp_class(fab, origins)
+            rc.nexthops = _bgp_class(fab, origins, pv=pv)
             rc.dag = rc.nexthops
         else:
             rc.dist = _isis_distances(fab, origins)
