@@ -26,7 +26,9 @@ the model never uses a path BGP lacks. :func:`build_pod_model` returns
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -35,10 +37,39 @@ import scipy.sparse as sp
 from controller.model import Role
 from controller.model.errors import Infeasible
 from solver.core.fabric import Fabric
-from solver.core.routing import PathVector, _bgp_class
+from solver.core.routing import PathVector, bgp_hops
 from solver.core.weights import device_budget
 
 __all__ = ["PodModel", "build_pod_model", "pod_budgets"]
+
+
+class GColumns(Mapping[tuple[int, int, int, int], int]):
+    """``(q, p, l, spine arc) -> column`` of the ``g`` variables, computed rather than stored (Clos XL
+    has 3.9M): a leaf group's columns follow one another in the order of their ``a`` columns, its
+    members in the order of ``allowed_spines``."""
+
+    __slots__ = ("_a_col", "_spines", "_first", "_n")
+
+    def __init__(self, a_col: dict[tuple[int, int, int], int], allowed_spines: dict[tuple[int, int, int], list[int]],
+                 first: np.ndarray, n: int) -> None:
+        self._a_col, self._spines, self._n = a_col, allowed_spines, n
+        self._first: list[int] = first.tolist()
+
+    def __getitem__(self, key: tuple[int, int, int, int]) -> int:
+        group = key[:3]
+        a = self._a_col.get(group)  # type: ignore[arg-type]
+        arcs = self._spines.get(group)  # type: ignore[arg-type]
+        if a is None or not arcs or key[3] not in arcs:
+            raise KeyError(key)
+        return self._first[a] + arcs.index(key[3])
+
+    def __iter__(self) -> Iterator[tuple[int, int, int, int]]:
+        for k in self._a_col:
+            for arc in self._spines.get(k) or ():
+                yield (*k, arc)
+
+    def __len__(self) -> int:
+        return self._n
 
 
 @dataclass
@@ -58,20 +89,45 @@ class PodModel:
     allowed_spines: dict[tuple[int, int, int], list[int]]  # (q, p, l) -> arcs leaf (q, l) -> spine, toward p
     d_qp: dict[tuple[int, int], float]
     a_col: dict[tuple[int, int, int], int]
-    g_col: dict[tuple[int, int, int, int], int]  # (q, p, l, spine arc) -> column
+    g_col: GColumns  # (q, p, l, spine arc) -> column
     load_matrix: sp.csr_matrix  # arcs x variables: gbps on each arc
     scale: float
     _shift: sp.csr_matrix | None = None  # LP columns -> variables, when least shares are substituted
     _g_a: np.ndarray | None = None  # g_owner's cache
+    _g_arcs: tuple[np.ndarray, np.ndarray] | None = None  # g_arcs' cache
 
     def g_owner(self) -> np.ndarray:
         """Per ``g`` column (in column order), its ``a`` column: a leaf group's columns follow one
         another in the order of their ``a`` columns (as :func:`build_pod_model` numbers them)."""
         if self._g_a is None:
-            counts = [len(self.allowed_spines.get(k) or ()) for k in self.a_col]
-            self._g_a = np.repeat(np.arange(len(self.a_col), dtype=np.int64), counts)
+            self._g_a = np.repeat(np.arange(len(self.a_col), dtype=np.int64), self.g_counts())
             assert len(self._g_a) == len(self.g_col)
         return self._g_a
+
+    def g_counts(self) -> np.ndarray:
+        """Per ``a`` column, how many ``g`` columns (spines of its leaf group) it has."""
+        return np.fromiter((len(self.allowed_spines.get(k) or ()) for k in self.a_col), dtype=np.int64,
+                           count=len(self.a_col))
+
+    def g_first(self) -> np.ndarray:
+        """Per ``a`` column, its first ``g`` column (its group's columns follow it)."""
+        counts = self.g_counts()
+        return len(self.a_col) + np.cumsum(counts) - counts
+
+    def g_arcs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per ``g`` column (in column order), its arc up (leaf to spine) and its arc down (spine to
+        the destination pod's leaf): the two load rows of the column."""
+        if self._g_arcs is None:
+            n_a, n_g = len(self.a_col), len(self.g_col)
+            csc = self.load_matrix[:, n_a:].tocsc()
+            csc.sort_indices()
+            ends = csc.indices.reshape(n_g, 2) if n_g else np.zeros((0, 2), dtype=np.int64)
+            leaf = np.zeros(self.fab.n, dtype=bool)
+            leaf[list(self.leaf_pp)] = True
+            first_up = leaf[self.fab.arc_tail[ends[:, 0]]]
+            self._g_arcs = (np.where(first_up, ends[:, 0], ends[:, 1]).astype(np.int64),
+                            np.where(first_up, ends[:, 1], ends[:, 0]).astype(np.int64))
+        return self._g_arcs
 
     def lp_values(self, x_lp: np.ndarray) -> np.ndarray:
         """The variables ``[a, g, U]`` from an LP solution of :meth:`pl` (undoing the substitution)."""
@@ -86,15 +142,16 @@ class PodModel:
         return np.asarray(self.load_matrix @ x) if self.n_vars else np.zeros(self.fab.n_arcs)
 
     def ecmp_x(self) -> np.ndarray:
+        """ECMP's variables: each pod pair's demand split evenly over its planes, and each
+        leaf group's over its spines."""
         x = np.zeros(self.n_vars)
         for (q, p), d in self.d_qp.items():
             planes = self.allowed_planes[(q, p)]
             for pl in planes:
-                a = d / len(planes)
-                x[self.a_col[(q, p, pl)]] = a
-                spines = self.allowed_spines.get((q, p, pl), [])
-                for arc in spines:
-                    x[self.g_col[(q, p, pl, arc)]] = a / len(spines)
+                x[self.a_col[(q, p, pl)]] = d / len(planes)
+        n_a = len(self.a_col)
+        g_a = self.g_owner()
+        x[n_a:] = x[g_a] / np.bincount(g_a, minlength=n_a)[g_a]
         return x
 
     def least_shares(self, min_share: np.ndarray | None) -> tuple[dict[tuple[int, int, int], float], np.ndarray]:
@@ -164,8 +221,8 @@ class PodModel:
         n_a, n_g = len(self.a_col), len(self.g_col)
         n = n_a + n_g
         s = self.scale
-        g_keys = list(self.g_col)
-        split = sorted({(q, p, pl) for (q, p, pl, _arc) in self.g_col})
+        g_a = self.g_owner()
+        split = sorted(k for k, c in zip(self.a_col, self.g_counts().tolist(), strict=True) if c)  # leaf groups
         phi, a_lb = self.least_shares(min_share)
         col_lb = np.zeros(n + 1)
         col_lb[:n_a] = a_lb
@@ -177,10 +234,13 @@ class PodModel:
         lbs: list[np.ndarray] = [dem]
         ubs: list[np.ndarray] = [dem]
         # 2. sum_j g'[q, p, l, j] = (1 - n * share) * a[q, p, l] where the leaf splits
-        srow = {k: i for i, k in enumerate(split)}
-        rows = [srow[(q, p, pl)] for (q, p, pl, _a) in g_keys] + list(range(len(split)))
-        cols = [self.g_col[k] for k in g_keys] + [self.a_col[k] for k in split]
-        vals = [1.0] * n_g + [-(1.0 - len(self.allowed_spines[k]) * phi.get(k, 0.0)) for k in split]
+        split_a = np.array([self.a_col[k] for k in split], dtype=np.int64)
+        srow = np.full(n_a, -1, dtype=np.int64)
+        srow[split_a] = np.arange(len(split))
+        rows = np.concatenate([srow[g_a], np.arange(len(split))])
+        cols = np.concatenate([np.arange(n_a, n), split_a])
+        vals = np.concatenate([np.ones(n_g),
+                               [-(1.0 - len(self.allowed_spines[k]) * phi.get(k, 0.0)) for k in split]])
         blocks.append(sp.csr_matrix((vals, (rows, cols)), shape=(len(split), width)))
         lbs.append(np.zeros(len(split)))
         ubs.append(np.zeros(len(split)))
@@ -202,10 +262,10 @@ class PodModel:
         lbs.append(np.full(len(used), -np.inf))
         ubs.append(np.zeros(len(used)))
         if phi:  # map [a, g', U, aggregates] back to [a, g, U]: g = g' + share * a
-            floored = [k for k in g_keys if k[:3] in phi]
-            shift = sp.csr_matrix(([phi[k[:3]] for k in floored], ([self.g_col[k] for k in floored],
-                                                                   [self.a_col[k[:3]] for k in floored])),
-                                  shape=(n + 1, width))
+            phi_a = np.full(n_a, np.nan)
+            phi_a[[self.a_col[k] for k in phi]] = list(phi.values())
+            floored = np.flatnonzero(~np.isnan(phi_a[g_a]))  # g columns (less n_a) of groups with a least share
+            shift = sp.csr_matrix((phi_a[g_a[floored]], (n_a + floored, g_a[floored])), shape=(n + 1, width))
             self._shift = (sp.eye(n + 1, width, format="csr") + shift).tocsr()
         c = np.zeros(width)
         c[n] = 1.0
@@ -218,47 +278,50 @@ class PodModel:
                            width: int) -> sp.csr_matrix:
         """Rows ``used`` of the loads the least shares put on leaf-spine arcs: each leaf's aggregate
         on every arc up from it or down to it, less the groups that do not use that arc."""
-        head = self.fab.arc_head
-        row_of = np.full(self.fab.n_arcs, -1, dtype=np.int64)
+        tail, head = self.fab.arc_tail, self.fab.arc_head
+        n_arcs = self.fab.n_arcs
+        row_of = np.full(n_arcs, -1, dtype=np.int64)
         row_of[used] = np.arange(len(used))
-        up_set: dict[tuple[int, int], set[int]] = defaultdict(set)  # leaf (q, l) -> its arcs up that groups use
-        dn_set: dict[tuple[int, int], set[int]] = defaultdict(set)  # leaf (p, l) -> spine arcs down to it used
-        for (q, p, pl), arcs in self.allowed_spines.items():
-            up_set[(q, pl)].update(arcs)
-            dn_set[(p, pl)].update(self.spine_down[(int(head[a]), p)] for a in arcs)
-        up_arcs = {k: sorted(v) for k, v in up_set.items()}
-        dn_arcs = {k: sorted(v) for k, v in dn_set.items()}
-        rows: list[int] = []
-        cols: list[int] = []
-        vals: list[float] = []
-        for (q, pl), col in up_col.items():
-            for arc in up_arcs[(q, pl)]:
-                rows.append(arc)
-                cols.append(col)
-                vals.append(1.0)
-        for (p, pl), col in dn_col.items():
-            for arc in dn_arcs[(p, pl)]:
-                rows.append(arc)
-                cols.append(col)
-                vals.append(1.0)
-        for (q, p, pl), share in phi.items():  # exceptions: arcs of the leaf a group does not use
-            mine = set(self.allowed_spines[(q, p, pl)])
-            ac = self.a_col[(q, p, pl)]
-            for arc in up_arcs[(q, pl)]:
-                if arc not in mine:
-                    rows.append(arc)
-                    cols.append(ac)
-                    vals.append(-share)
-            downs = {self.spine_down[(int(head[a]), p)] for a in mine}
-            for arc in dn_arcs[(p, pl)]:
-                if arc not in downs:
-                    rows.append(arc)
-                    cols.append(ac)
-                    vals.append(-share)
-        r = row_of[np.asarray(rows, dtype=np.int64)]
+        g_a = self.g_owner()
+        g_up, g_dn = self.g_arcs()
+
+        def per_leaf(arcs: np.ndarray, leaf_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """The distinct ``arcs`` grouped by their leaf, in arc order: (indptr by device, arcs)."""
+            arcs = np.sort(arcs)  # sorting, not np.unique: numpy's hash-based unique is slower here
+            arcs = arcs[np.concatenate([[True], arcs[1:] != arcs[:-1]])]
+            arcs = arcs[np.argsort(leaf_of[arcs], kind="stable")]
+            return np.concatenate([[0], np.cumsum(np.bincount(leaf_of[arcs], minlength=self.fab.n))]), arcs
+
+        def fan(indptr: np.ndarray, arcs: np.ndarray, leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """For each of ``leaves``, each of its arcs: (position in ``leaves``, arc)."""
+            counts = indptr[leaves + 1] - indptr[leaves]
+            who = np.repeat(np.arange(len(leaves)), counts)
+            at = indptr[leaves][who] + np.arange(len(who)) - np.repeat(np.cumsum(counts) - counts, counts)
+            return who, arcs[at]
+
+        up_ptr, up_arcs = per_leaf(g_up, tail)  # leaf (q, l) -> its arcs up that groups use
+        dn_ptr, dn_arcs = per_leaf(g_dn, head)  # leaf (p, l) -> spine arcs down to it that groups use
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (arcs, columns, values)
+        for agg, ptr, arcs in ((up_col, up_ptr, up_arcs), (dn_col, dn_ptr, dn_arcs)):
+            leaves = np.array([self.leaf_at[k] for k in agg], dtype=np.int64)
+            who, arc = fan(ptr, arcs, leaves)
+            parts.append((arc, np.fromiter(agg.values(), dtype=np.int64, count=len(agg))[who], np.ones(len(arc))))
+        # exceptions: the arcs of a leaf that a group with a least share does not use
+        keys = list(phi)
+        ac = np.array([self.a_col[k] for k in keys], dtype=np.int64)
+        share = np.array(list(phi.values()), dtype=np.float64)
+        for leaf_of_key, ptr, arcs, own in ((lambda k: (k[0], k[2]), up_ptr, up_arcs, g_up),
+                                            (lambda k: (k[1], k[2]), dn_ptr, dn_arcs, g_dn)):
+            leaves = np.array([self.leaf_at[leaf_of_key(k)] for k in keys], dtype=np.int64)
+            who, arc = fan(ptr, arcs, leaves)
+            mine = np.sort(g_a * n_arcs + own)  # (a column, arc) of every group's own arcs
+            probe = ac[who] * n_arcs + arc
+            unused = mine[np.minimum(np.searchsorted(mine, probe), len(mine) - 1)] != probe
+            parts.append((arc[unused], ac[who][unused], -share[who][unused]))
+        r = row_of[np.concatenate([p[0] for p in parts])]
         keep = r >= 0
-        return sp.csr_matrix((np.asarray(vals)[keep], (r[keep], np.asarray(cols, dtype=np.int64)[keep])),
-                             shape=(len(used), width))
+        return sp.csr_matrix((np.concatenate([p[2] for p in parts])[keep],
+                              (r[keep], np.concatenate([p[1] for p in parts])[keep])), shape=(len(used), width))
 
 
 class _NotClean(Exception):
@@ -354,40 +417,45 @@ def _pod_routes(fab: Fabric, st: dict[str, Any], pods: list[int]) -> _Routes | N
         base[tors_of[p][0]] = True
         if len(tors_of[p]) > 1:
             base[tors_of[p][1]] = True
-    head_l: list[int] = head.tolist()  # plain ints: indexing a list is much cheaper than an array
-    is_spine = [False] * fab.n
-    for v in st["spines"]:
-        is_spine[v] = True
+    is_spine = np.zeros(fab.n, dtype=bool)
+    is_spine[list(st["spines"])] = True
+    spines = np.flatnonzero(is_spine)
+    is_leaf = np.zeros(fab.n, dtype=bool)
+    leaf_pod = np.zeros(fab.n, dtype=np.int64)
+    for v, (q, _pl) in st["leaf_pp"].items():
+        is_leaf[v], leaf_pod[v] = True, q
     pv = PathVector(fab)
     for p in pods:
         rep = tors_of[p][0]
-        routes = _bgp_class(fab, (rep,), base, pv)
+        dev, arc = bgp_hops(fab, (rep,), base, pv)
+        if (~is_spine[head[arc]] & is_leaf[dev] & (leaf_pod[dev] != p)).any():
+            return None  # a leaf of another pod routes other than up to a spine
+        at = np.searchsorted(dev, np.arange(fab.n + 1))  # device v's next hops: arc[at[v]:at[v + 1]]
+        width = at[1:] - at[:-1]
+        if (width[spines] > 1).any():
+            return None
+        arcs_l: list[int] = arc.tolist()
+        at_l: list[int] = at.tolist()
         for q in pods:
             probe = tors_of[q][0] if q != p else (tors_of[p][1] if len(tors_of[p]) > 1 else None)
             planes = []
             for pl in st["planes_of"][q]:
                 leaf = leaf_at[(q, pl)]
-                arcs = routes.get(leaf, ())
+                lo, hi = at_l[leaf], at_l[leaf + 1]
                 if q == p:
-                    if arcs != (st["down_arc"][(leaf, rep)],):
+                    if arcs_l[lo:hi] != [st["down_arc"][(leaf, rep)]]:
                         return None
                     planes.append(pl)
-                elif arcs:
-                    if not all(is_spine[head_l[a]] for a in arcs):
-                        return None
-                    allowed_spines[(q, p, pl)] = list(arcs)
+                elif hi > lo:
+                    allowed_spines[(q, p, pl)] = arcs_l[lo:hi]
                     planes.append(pl)
             if probe is not None:
-                got = sorted(st["leaf_pp"][int(head[a])][1] for a in routes.get(probe, ()))
+                got = sorted(st["leaf_pp"][int(head[a])][1] for a in arcs_l[at_l[probe]:at_l[probe + 1]])
                 if got != planes:
                     return None  # BGP does not match the structure: let the generic path handle it
             allowed_planes[(q, p)] = planes
-        for s in st["spines"]:
-            arcs = routes.get(s, ())
-            if len(arcs) > 1:
-                return None
-            if arcs:
-                spine_down[(s, p)] = arcs[0]
+        for sv in spines[width[spines] == 1].tolist():
+            spine_down[(sv, p)] = arcs_l[at_l[sv]]
     return allowed_planes, allowed_spines, spine_down
 
 
@@ -422,7 +490,7 @@ def _tor_demands(fab: Fabric, tor_pod: dict[int, int], origin: dict[str, int],
 def _load_matrix(fab: Fabric, st: dict[str, Any], pods: list[int], d_st: dict[tuple[int, int], float],
                  d_qp: dict[tuple[int, int], float], allowed_planes: dict[tuple[int, int], list[int]],
                  allowed_spines: dict[tuple[int, int, int], list[int]], spine_down: dict[tuple[int, int], int]
-                 ) -> tuple[dict[tuple[int, int, int], int], dict[tuple[int, int, int, int], int], sp.csr_matrix]:
+                 ) -> tuple[dict[tuple[int, int, int], int], GColumns, sp.csr_matrix]:
     """The ``a`` and ``g`` columns and the load rows over them (see the module docstring)."""
     tor_pod: dict[int, int] = st["tor_pod"]
     head = fab.arc_head
@@ -436,17 +504,14 @@ def _load_matrix(fab: Fabric, st: dict[str, Any], pods: list[int], d_st: dict[tu
         for pl in allowed_planes[(q, p)]:
             a_col[(q, p, pl)] = len(a_col)
     n_a = len(a_col)
-    g_keys: list[tuple[int, int, int, int]] = []
-    g_arc: list[int] = []  # per g column: its arc up to the spine
-    g_pod: list[int] = []  # and the destination pod's position
     pod_ix = {p: i for i, p in enumerate(pods)}
-    for (q, p) in d_qp:
-        for pl in allowed_planes[(q, p)]:
-            ups = allowed_spines.get((q, p, pl)) or []
-            g_keys.extend((q, p, pl, arc) for arc in ups)
-            g_arc.extend(ups)
-            g_pod.extend([pod_ix[p]] * len(ups))
-    g_col = dict(zip(g_keys, range(n_a, n_a + len(g_keys)), strict=True))
+    counts = np.fromiter((len(allowed_spines.get(k) or ()) for k in a_col), dtype=np.int64, count=n_a)
+    n_g = int(counts.sum())
+    g_arc = np.fromiter(chain.from_iterable(allowed_spines.get(k) or () for k in a_col), dtype=np.int64,
+                        count=n_g)  # per g column: its arc up to the spine
+    g_pod = np.repeat(np.fromiter((pod_ix[p] for (_q, p, _pl) in a_col), dtype=np.int64, count=n_a),
+                      counts)  # and the destination pod's position
+    g_col = GColumns(a_col, allowed_spines, n_a + np.cumsum(counts) - counts, n_g)
     # the ToR rows, vectorized over planes: (q, p)'s k-th allowed plane is a column a_start[k] + j
     qp_ix = {qp: k for k, qp in enumerate(d_qp)}
     a_start = np.array([a_col[(q, p, allowed_planes[(q, p)][0])] if allowed_planes[(q, p)] else 0
@@ -486,12 +551,11 @@ def _load_matrix(fab: Fabric, st: dict[str, Any], pods: list[int], d_st: dict[tu
     down = np.full((fab.n, len(pods)), -1, dtype=np.int64)  # (spine, destination pod position) -> arc
     for (sp_, p), arc in spine_down.items():
         down[sp_, pod_ix[p]] = arc
-    up_arc = np.asarray(g_arc, dtype=np.int64)
-    g_cols = np.arange(n_a, n_a + len(g_keys), dtype=np.int64)
-    all_rows = np.concatenate([np.asarray(rows, dtype=np.int64), up_arc,  # leaf up, spine down
-                               down[head[up_arc], np.asarray(g_pod, dtype=np.int64)]])
+    g_cols = np.arange(n_a, n_a + n_g, dtype=np.int64)
+    # ToR up and leaf down, then each g column's leaf up and spine down
+    all_rows = np.concatenate([np.asarray(rows, dtype=np.int64), g_arc, down[head[g_arc], g_pod]])
     all_cols = np.concatenate([np.asarray(cols, dtype=np.int64), g_cols, g_cols])
-    all_vals = np.concatenate([np.asarray(vals, dtype=np.float64), np.ones(2 * len(g_keys))])
+    all_vals = np.concatenate([np.asarray(vals, dtype=np.float64), np.ones(2 * n_g)])
     load_matrix = sp.csr_matrix((all_vals, (all_rows, all_cols)), shape=(fab.n_arcs, n_a + len(g_col)))
     return a_col, g_col, load_matrix
 

@@ -349,11 +349,12 @@ class _NextHops(dict[tuple[int, int], NextHop]):
 
     def __init__(self, fab: Fabric) -> None:
         super().__init__()
-        self.fab = fab
+        self.port = fab.arc_port
+        self.head = [fab.names[v] for v in fab.arc_head.tolist()]
 
     def __missing__(self, key: tuple[int, int]) -> NextHop:
         a, w = key
-        h = self[key] = NextHop(self.fab.arc_port[a], self.fab.names[int(self.fab.arc_head[a])], w)
+        h = self[key] = NextHop(self.port[a], self.head[a], w)
         return h
 
     def groups(self, gids: _Groups) -> dict[str, tuple[NextHop, ...]]:

@@ -185,6 +185,7 @@ def _leaf_batches(m: PodModel, leaf_budget: dict[int, int], x_round: np.ndarray)
     pods = m.pods
     n_p = len(pods)
     planes = sorted({pl for (_q, pl) in m.leaf_at})
+    first = m.g_first()
     batches: list[Batch] = []
     for r in range(1, n_p):
         keys3 = [(pods[i], pods[(i + r) % n_p], pl) for pl in planes for i in range(n_p)]
@@ -192,8 +193,10 @@ def _leaf_batches(m: PodModel, leaf_budget: dict[int, int], x_round: np.ndarray)
         if not keys3:
             continue
         members = [m.allowed_spines[k] for k in keys3]
-        cols, valid = pad([[m.g_col.get((*k, arc), -1) for arc in ms] for k, ms in zip(keys3, members, strict=True)],
-                          -1)
+        _, valid = pad(members, -1)
+        a = np.array([m.a_col.get(k, -1) for k in keys3], dtype=np.int64)  # a group's g columns follow one
+        cols = np.where(valid & (a >= 0)[:, None],  # another from its first, in the order of its members
+                        first[np.maximum(a, 0)][:, None] + np.arange(valid.shape[1])[None, :], -1)
         demand = np.array([x_round[m.a_col[k]] if k in m.a_col else 0.0 for k in keys3])
         total = np.array([leaf_budget[m.leaf_at[(k[0], k[2])]] for k in keys3], dtype=np.int64)
         batches.append(Batch(list(keys3), members, cols, valid, demand, total))

@@ -81,21 +81,27 @@ def _bgp_class(fab: Fabric, origins: tuple[int, ...], active: np.ndarray | None 
     (a Clos ToR that is not an origin), so the rest of the outcome is unchanged.
     ``pv``: the fabric's arrays, when the caller computes many classes.
     """
+    dev, arc = bgp_hops(fab, origins, active, pv)
+    if not len(dev):
+        return {}
+    cut = np.flatnonzero(np.diff(dev)) + 1
+    starts = [0, *cut.tolist()]
+    ends = [*cut.tolist(), len(dev)]
+    arcs = arc.tolist()
+    return {v: tuple(arcs[a:b]) for v, a, b in zip(dev[starts].tolist(), starts, ends, strict=True)}
+
+
+def bgp_hops(fab: Fabric, origins: tuple[int, ...], active: np.ndarray | None = None, pv: PathVector | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_bgp_class` as arrays: ``(device, arc)`` per next hop, sorted by device, then arc."""
     from solver.core.kernels import bgp_rounds
 
     if pv is None:
         pv = PathVector(fab)
     dev, arc = bgp_rounds(fab.adj_indptr, fab.adj_arc, fab.arc_head, pv.asn, pv.rank, pv.transit,
                           pv.everyone if active is None else active, np.asarray(sorted(origins), dtype=np.int64))
-    if not len(dev):
-        return {}
     order = np.lexsort((arc, dev))
-    dev, arc = dev[order], arc[order]
-    cut = np.flatnonzero(np.diff(dev)) + 1
-    starts = [0, *cut.tolist()]
-    ends = [*cut.tolist(), len(dev)]
-    arcs = arc.tolist()
-    return {v: tuple(arcs[a:b]) for v, a, b in zip(dev[starts].tolist(), starts, ends, strict=True)}
+    return dev[order], arc[order]
 
 
 def _isis_distances(fab: Fabric, origins: tuple[int, ...]) -> dict[int, int]:
