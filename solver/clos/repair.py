@@ -54,36 +54,54 @@ def _delta(m: PodModel, g: _Group, i: int, j: int, x: np.ndarray, demand: float)
     return out
 
 
-_Owners = dict[int, tuple[_Group, int, float]]  # column -> (group, member index, pair demand)
 _Move = tuple[float, _Group, int, int, np.ndarray, np.ndarray]  # (MLU after, group, from, to, columns, changes)
 
 
-def _groups(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: dict[tuple[int, int], _Members]
-            ) -> tuple[dict[tuple[int, int], _Group], dict[tuple[int, int], _Group], _Owners]:
-    """The ToR and leaf groups of the weights, and which group and member owns each column."""
-    col_owner: _Owners = {}
-    leaf_groups: dict[tuple[int, int], _Group] = {}
-    for (leaf, p), members in leaf_w.items():
-        q, pl = m.leaf_pp[leaf]
-        ac = m.a_col.get((q, p, pl))
-        if ac is None:
-            continue
-        arcs = [a for a, _w in members]
-        g = _Group(arcs, [w for _a, w in members], [m.g_col[(q, p, pl, a)] for a in arcs], ac, [])
-        leaf_groups[(leaf, p)] = g
-        for i, c in enumerate(g.cols):
-            col_owner[c] = (g, i, 0.0)
-    tor_groups: dict[tuple[int, int], _Group] = {}
-    for (q, p), members in tor_w.items():
-        if (q, p) not in m.d_qp or any((q, p, pl) not in m.a_col for pl, _w in members):
-            continue
-        planes = [pl for pl, _w in members]
-        lgs = [leaf_groups.get((m.leaf_at[(q, pl)], p)) if q != p else None for pl in planes]
-        g = _Group(planes, [w for _pl, w in members], [m.a_col[(q, p, pl)] for pl in planes], None, lgs)
-        tor_groups[(q, p)] = g
-        for i, c in enumerate(g.cols):
-            col_owner[c] = (g, i, m.d_qp[(q, p)])
-    return tor_groups, leaf_groups, col_owner
+class _Owners:
+    """Which group and member owns a column (with the pair's demand for a ToR group), the groups
+    built the first time a column of theirs is asked for: a repair prices only the groups on a
+    few hot arcs, and Clos L has 32,000 leaf groups."""
+
+    def __init__(self, m: PodModel, tor_w: dict[tuple[int, int], _Members],
+                 leaf_w: dict[tuple[int, int], _Members]) -> None:
+        self.m, self.tor_w, self.leaf_w = m, tor_w, leaf_w
+        self.a_keys = list(m.a_col)
+        self.g_a = m.g_owner()
+        self.tor: dict[tuple[int, int], _Group | None] = {}
+        self.leaf: dict[tuple[int, int], _Group | None] = {}
+
+    def leaf_group(self, leaf: int, p: int) -> _Group | None:
+        if (leaf, p) not in self.leaf:
+            m, members, g = self.m, self.leaf_w.get((leaf, p)), None
+            q, pl = m.leaf_pp[leaf]
+            ac = m.a_col.get((q, p, pl))
+            if members is not None and ac is not None:
+                arcs = [a for a, _w in members]
+                g = _Group(arcs, [w for _a, w in members], [m.g_col[(q, p, pl, a)] for a in arcs], ac, [])
+            self.leaf[(leaf, p)] = g
+        return self.leaf[(leaf, p)]
+
+    def tor_group(self, q: int, p: int) -> _Group | None:
+        if (q, p) not in self.tor:
+            m, members, g = self.m, self.tor_w.get((q, p)), None
+            if members is not None and (q, p) in m.d_qp and all((q, p, pl) in m.a_col for pl, _w in members):
+                planes = [pl for pl, _w in members]
+                lgs = [self.leaf_group(m.leaf_at[(q, pl)], p) if q != p else None for pl in planes]
+                g = _Group(planes, [w for _pl, w in members], [m.a_col[(q, p, pl)] for pl in planes], None, lgs)
+            self.tor[(q, p)] = g
+        return self.tor[(q, p)]
+
+    def get(self, c: int) -> tuple[_Group, int, float] | None:
+        n_a = len(self.a_keys)
+        if c < n_a:
+            q, p, _pl = self.a_keys[c]
+            g, demand = self.tor_group(q, p), self.m.d_qp.get((q, p), 0.0)
+        else:
+            q, p, pl = self.a_keys[int(self.g_a[c - n_a])]
+            g, demand = self.leaf_group(self.m.leaf_at[(q, pl)], p), 0.0
+        if g is None or c not in g.cols:
+            return None
+        return g, g.cols.index(c), demand
 
 
 def _best_move(m: PodModel, row: np.ndarray, col_owner: _Owners, x: np.ndarray, loads: np.ndarray,
@@ -129,7 +147,7 @@ def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: 
     cap = m.fab.arc_cap
     lcsr = m.load_matrix.tocsr()
     lcsc = m.load_matrix.tocsc()
-    tor_groups, leaf_groups, col_owner = _groups(m, tor_w, leaf_w)
+    col_owner = _Owners(m, tor_w, leaf_w)
     loads = m.loads(x)
     moves = 0
     if loads.size == 0:  # no links carry anything to improve (a fabric without links)
@@ -150,9 +168,11 @@ def repair_weights(m: PodModel, tor_w: dict[tuple[int, int], _Members], leaf_w: 
         loads = loads + lcsc[:, cols] @ vals
         moves += 1
     tor_out = dict(tor_w)
-    for key, g in tor_groups.items():
-        tor_out[key] = tuple(zip(g.members, g.w, strict=True))
+    for key, tg in col_owner.tor.items():
+        if tg is not None:
+            tor_out[key] = tuple(zip(tg.members, tg.w, strict=True))
     leaf_out = dict(leaf_w)
-    for key, g in leaf_groups.items():
-        leaf_out[key] = tuple(zip(g.members, g.w, strict=True))
+    for key, lg in col_owner.leaf.items():
+        if lg is not None:
+            leaf_out[key] = tuple(zip(lg.members, lg.w, strict=True))
     return tor_out, leaf_out, x, moves
