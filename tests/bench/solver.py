@@ -10,7 +10,8 @@ each size runs in a fresh process so its peak memory is its own (solve seconds
 exclude what a process pays once: the OR-Tools import, and numba's start with the routing
 kernel's load from its cache, about 0.4 s); columns give generation, validation and solve seconds, peak RSS,
 the MLU after rounding beside the LP optimum and ECMP's, and groups per
-device. The public Repetita networks (``../shared/bench/repetita``) as
+device; beside the solve seconds, the previous version's (measured by this bench at
+:data:`PREVIOUS`'s commit), the ratio and issue 19's target. The public Repetita networks (``../shared/bench/repetita``) as
 ``routing: isis`` fabrics with demands scaled so the optimal MLU (the
 unrestricted destination-based flow LP, which ``paths: loop_free`` solves) is
 exactly 0.90: MLU with ``loop_free`` after rounding, with shortest paths
@@ -35,9 +36,12 @@ were tuned on, kept here rather than in the solver's docstrings:
   most 0.15 point lower; the best-response descent (``descent_rounds`` = 20, ``descent_kick`` = 0.05,
   ``descent_patience`` = 3) gave 0.34% and 0.71% at budgets 128 and 64 against 0.78% and 1.07% for
   the nine integer programs it replaced;
-* L at budget 128, CPU seconds per stage (PDLP's two threads counted twice) on the loaded machine:
-  pod model 1.7, LP 5.0 (PDLP 4.1), rounding 2.2 (3.4 before the shared water-filling), device
-  plans 1.2: the LP is now the largest stage;
+* L at budget 128, seconds per stage (2026-11-25): pod model 0.4 (1.2 before the path-vector
+  rounds were compiled and the g columns computed), LP 1.7 (PDLP 1.5 on one thread: 2.4 on two),
+  rounding 1.0, device plans 0.6; XL: pod model 3.7, LP 21 (PDLP 20 on two threads: 28 on one),
+  rounding 8.3, device plans 2.5. PDLP is now the largest stage of both;
+* at budget 64 the weight repair runs (L: two moves); it built every group up front, 1.5 s of L's
+  plan, and now builds only the groups on the hot arcs it prices;
 * the repair prices a move in about 0.25 ms on M, where a repair prices under a
   thousand (``repair_tries`` = 20,000 bounds it near 5 s);
 * the pod-level robust LP of M is degenerate: the simplex takes about 25 s where
@@ -64,6 +68,11 @@ SIZES: dict[str, tuple[int, int, int, int]] = {
     "XL": (128, 48, 8, 32),
 }
 REPETITA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "bench" / "repetita"
+#: solve seconds of the previous version (commit 06d28b5, this bench on this machine, 2026-11-25), per (size, budget)
+PREVIOUS: dict[tuple[str, int], float] = {("S", 128): 0.13, ("S", 64): 0.13, ("M", 128): 0.87, ("M", 64): 0.81,
+                                          ("L", 128): 8.17, ("L", 64): 7.61, ("XL", 128): 52.54, ("XL", 64): 57.24}
+#: issue 19's targets: solve seconds per size (and, for L and XL, peak memory under 4 GB)
+TARGETS: dict[str, str] = {"S": "< 1 s", "L": "< 5 s, < 4 GB", "XL": "< 45 s, < 4 GB"}
 
 
 def _clos_child(size: str, budget: int, backend: str, check: bool, queue: Any) -> None:
@@ -248,21 +257,25 @@ def run(args: Any) -> list[Table]:
     backend = getattr(args, "backend", "auto")
     clos = Table(title=f"solver: Clos fabrics, 5% leaf-spine links missing, 20% heterogeneous, LP {backend} "
                        "(2-core shared machine)")
-    for col in ("size", "devices", "links", "demands", "budget", "gen s", "validate s", "solve s", "peak MB",
-                "MLU rounded", "LP optimum", "gap %", "ECMP MLU", "groups/device", "checker"):
-        clos.add_column(col, justify="left" if col in ("size", "checker") else "right")
+    for col in ("size", "devices", "links", "demands", "budget", "gen s", "validate s", "solve s", "previous s",
+                "ratio", "target", "peak MB", "MLU rounded", "LP optimum", "gap %", "ECMP MLU", "groups/device",
+                "checker"):
+        clos.add_column(col, justify="left" if col in ("size", "checker", "target") else "right")
     for size in sizes:
         if size not in SIZES:
             continue
         for budget in budgets:
             r = clos_row(size, budget, backend, check=size in ("S", "M"))
             if "error" in r:
-                clos.add_row(size, "", "", "", str(budget), "", "", "", "", "", "", "", "", "", r["error"])
+                clos.add_row(size, "", "", "", str(budget), *[""] * 12, r["error"])
                 continue
             gap = 100 * (r["mlu"] / r["lp"] - 1) if r["lp"] > 0 else 0.0
+            prev = PREVIOUS.get((size, budget))
             clos.add_row(size, str(r["devices"]), str(r["links"]), str(r["demands"]), str(budget), _f(r["gen_s"], 1),
-                         _f(r["validate_s"], 1), _f(r["solve_s"], 2), _f(r["peak_mb"], 0), _f(r["mlu"], 4),
-                         _f(r["lp"], 4), _f(gap, 2), _f(r["ecmp"], 4), _f(r["groups_per_device"], 1), r["checked"])
+                         _f(r["validate_s"], 1), _f(r["solve_s"], 2), _f(prev, 2) if prev else "",
+                         _f(r["solve_s"] / prev, 2) if prev else "", TARGETS.get(size, ""), _f(r["peak_mb"], 0),
+                         _f(r["mlu"], 4), _f(r["lp"], 4), _f(gap, 2), _f(r["ecmp"], 4), _f(r["groups_per_device"], 1),
+                         r["checked"])
     tables = [clos]
     which = getattr(args, "repetita", "all")
     if which != "none" and REPETITA_DIR.is_dir():
