@@ -18,10 +18,6 @@ from solver.clos.model import PodModel
 
 __all__ = ["Batch", "RoundingState", "arc_resources", "pad", "water_fill"]
 
-LEVEL_STEPS = 14  # bisection steps of the level below which every unit is taken at once
-LEVEL_FROM = 4  # units to place per member past which most go by level
-FEW = 4  # below that, each member is first offered this many units (its row again if one takes them all)
-
 
 def arc_resources(mat: sp.csc_matrix, cols: np.ndarray, dummy: int) -> tuple[np.ndarray, np.ndarray]:
     """Arcs and coefficients of columns ``cols`` ([B, n], -1 for none) of ``mat``, padded to [B, n, R]."""
@@ -40,79 +36,14 @@ def arc_resources(mat: sp.csc_matrix, cols: np.ndarray, dummy: int) -> tuple[np.
 def water_fill(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarray, left: np.ndarray) -> np.ndarray:
     """Water-filling, one group per row: from ``w0`` ([rows, n]), each of ``left[row]`` further units
     to the member whose next unit costs least, a unit's cost being ``max_r(a + slope * w)`` over the
-    member's arcs ``r`` ([rows, n, R]) at its weight ``w`` after it; ties go to the lower member, then
-    to its lower weight; members where ``can`` is false take none (unless no member can).
+    member's arcs ``r`` ([rows, n, R]) at its weight ``w`` after it; ties go to the lower member;
+    members where ``can`` is false take none (unless no member can: then the first takes them).
+    Compiled (:func:`solver.core.kernels.water_fill_units`): a row costs ``left * (n + R)``."""
+    from solver.core.kernels import water_fill_units
 
-    Costs grow with the weight, so the units taken are the ``left`` cheapest, each member's a prefix
-    of its own. Every unit cheaper than a level ``lam`` below the ``left``-th cheapest is taken: for
-    the level that ``LEVEL_STEPS`` bisection steps per row (on how many units cost at most ``lam``)
-    leave, each member first takes in closed form its units up to ``lam``, less one (a margin for the
-    division's rounding); the rest, one at a time among each member's next few units (as many as cost
-    at most the bisection's upper level: a member that takes them all is rare, and its row is then
-    filled again without the cap). The weights are those of placing every unit one at a time, in
-    work that grows with the members, not with the budget."""
-    w = w0.astype(np.int64)
-    k_max = int(left.max(initial=0))
-    if k_max <= LEVEL_FROM * w.shape[1]:  # few units to place: one at a time costs less than the levels
-        return _capped(a, slope, w, can, left, FEW)
-    real = slope > 1e-200  # below: as an arc the unit does not move (its inverse stays finite)
-    inv = np.where(real, 1.0 / np.where(real, slope, 1.0), 0.0)
-    off = np.where(real, a * inv, -np.inf)  # a unit arc: units up to floor(lam * inv - off)
-    block = np.where(real, -np.inf, a).max(axis=2, initial=-np.inf)  # an arc no unit moves: lam below it, none
-    wf = w.astype(np.float64)
-    lim = np.where(can, left.astype(np.float64)[:, None], 0.0)
-
-    def count(lam: np.ndarray) -> np.ndarray:
-        k = np.floor(lam[:, None, None] * inv - off).min(axis=2, initial=np.inf) - wf
-        return np.where(lam[:, None] >= block, np.clip(k, 0.0, lim), 0.0)
-
-    top = np.where(can[:, :, None], a + slope * (wf + lim)[:, :, None], -np.inf)
-    hi = np.maximum(top.max(axis=(1, 2), initial=0.0), 0.0)
-    lo = np.minimum(np.where(can[:, :, None], a + slope * wf[:, :, None], np.inf).min(axis=(1, 2), initial=0.0),
-                    0.0) - 1.0
-    for _ in range(LEVEL_STEPS):
-        mid = 0.5 * (lo + hi)
-        under = count(mid).sum(axis=1) <= left
-        lo = np.where(under, mid, lo)
-        hi = np.where(under, hi, mid)
-    pre = np.maximum(count(lo) - 1.0, 0.0).astype(np.int64)
-    w = w + pre
-    left = left - pre.sum(axis=1)
-    return _capped(a, slope, w, can, left, int((count(hi) - pre).max(initial=0.0)) + 2)
-
-
-def _capped(a: np.ndarray, slope: np.ndarray, w: np.ndarray, can: np.ndarray, left: np.ndarray,
-            room: int) -> np.ndarray:
-    """:func:`water_fill` one unit at a time among each member's next ``room`` units; a row where a
-    member took all of them (so the cap may have bound) again, offered every unit it may take."""
-    out, full = _one_at_a_time(a, slope, w, can, left, room)
-    if full.any():
-        rows = np.flatnonzero(full)
-        out[rows] = _one_at_a_time(a[rows], slope[rows], w[rows], can[rows], left[rows],
-                                   int(left[rows].max(initial=0)))[0]
-    return out
-
-
-def _one_at_a_time(a: np.ndarray, slope: np.ndarray, w: np.ndarray, can: np.ndarray, left: np.ndarray,
-                   k_max: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`water_fill` one unit at a time among each member's next ``k_max`` units; also, per row,
-    whether a member took all of them (so the cap may have bound: not so when ``k_max >= left``)."""
-    b, n = w.shape
-    k_max = min(k_max, int(left.max(initial=0)))
-    if k_max <= 0:
-        return w.copy(), np.zeros(b, dtype=bool)
-    ks = np.arange(1, k_max + 1, dtype=np.float64)
-    wk = w[:, :, None] + ks[None, None, :]  # [rows, n, K]: the weight after each next unit
-    cost = (a[:, :, None, :] + slope[:, :, None, :] * wk[:, :, :, None]).max(axis=3)
-    cost = np.where(can[:, :, None], cost, np.inf).reshape(b, n * k_max)
-    order = np.argsort(cost, axis=1, kind="stable")
-    take = np.arange(n * k_max)[None, :] < left[:, None]
-    member = order // k_max
-    add = np.zeros((b, n), dtype=np.int64)
-    rows = np.broadcast_to(np.arange(b)[:, None], member.shape)
-    np.add.at(add, (rows[take], member[take]), 1)
-    capped = (add >= k_max).any(axis=1) & (left > k_max)
-    return w + add, capped
+    return water_fill_units(np.ascontiguousarray(a, dtype=np.float64), np.ascontiguousarray(slope, dtype=np.float64),
+                            np.ascontiguousarray(w0, dtype=np.int64), np.ascontiguousarray(can, dtype=np.bool_),
+                            np.ascontiguousarray(left, dtype=np.int64))
 
 
 def pad(rows: list[list[int]], fill: int = 0) -> tuple[np.ndarray, np.ndarray]:

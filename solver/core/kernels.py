@@ -1,9 +1,12 @@
-"""Compiled loops of the routing layer: the eBGP path-vector outcome toward one origin set.
+"""Compiled loops of the solver: the eBGP path-vector outcome toward one origin set, and the
+water-filling of the Clos weight rounding.
 
-:func:`solver.core.routing._bgp_class` owns the semantics (RFC 7938 as FRR computes it,
-see :mod:`solver.core.routing`); this kernel runs the same rounds over arrays, compiled by
-numba (``cache=True``: compiled once per machine, kept in ``__pycache__``). Per destination
-pod of a 2,688-device Clos, the interpreted rounds took 17 ms.
+:func:`solver.core.routing._bgp_class` and :func:`solver.clos.batches.water_fill` own the
+semantics; these kernels run the same steps over arrays, compiled by numba (``cache=True``:
+compiled once per machine, kept in ``__pycache__``). Per destination pod of a 2,688-device
+Clos, the interpreted path-vector rounds took 17 ms; the water-filling, written as numpy
+passes (bisection on a level, then one unit at a time among each member's next few), took
+2 ms per batch of 512 groups, mostly in the calls themselves.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["bgp_rounds"]
+__all__ = ["bgp_rounds", "water_fill_units"]
 
 
 @njit(cache=True, nogil=True)
@@ -75,3 +78,42 @@ def bgp_rounds(indptr: np.ndarray, adj_arc: np.ndarray, arc_head: np.ndarray, as
                     parent[w] = u
         frontier = reached[:m].copy()
     return out_dev[:n_out], out_arc[:n_out]
+
+
+@njit(cache=True, nogil=True)
+def water_fill_units(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarray,
+                     left: np.ndarray) -> np.ndarray:
+    """:func:`solver.clos.batches.water_fill` (which owns the semantics), one unit at a time.
+
+    Each member's next unit's cost is kept and recomputed only when the member takes the
+    unit, so a row costs ``left * (members + arcs)`` operations.
+    """
+    rows, n, r = a.shape
+    w = w0.astype(np.int64)
+    cost = np.empty(n, dtype=np.float64)
+    if n == 0:
+        return w
+    for i in range(rows):
+        for j in range(n):
+            cost[j] = _next_cost(a, slope, w, can, i, j, r)
+        for _ in range(left[i]):
+            best = 0
+            for j in range(1, n):
+                if cost[j] < cost[best]:
+                    best = j  # ties: the lower member
+            w[i, best] += 1
+            cost[best] = _next_cost(a, slope, w, can, i, best, r)
+    return w
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _next_cost(a: np.ndarray, slope: np.ndarray, w: np.ndarray, can: np.ndarray, i: int, j: int, r: int) -> float:
+    if not can[i, j]:
+        return np.inf
+    nxt = w[i, j] + 1
+    c = -np.inf
+    for k in range(r):
+        v = a[i, j, k] + slope[i, j, k] * nxt
+        if v > c:
+            c = v
+    return c

@@ -7,12 +7,12 @@ leaf-spine links missing and 20% with half or double capacity, uniform demand
 :mod:`controller.gen`; gravity's heavy-tailed masses make the hottest ToR's own
 links the bottleneck, where routing cannot help) scaled so ECMP's MLU is 0.9:
 each size runs in a fresh process so its peak memory is its own (solve seconds
-exclude what a process pays once: the OR-Tools import, and numba's start with the routing
-kernel's load from its cache, about 0.4 s); columns give generation, validation and solve seconds, peak RSS,
-the MLU after rounding beside the LP optimum and ECMP's, and groups per
+exclude what a process pays once: the OR-Tools import, and numba's start with the
+solver's compiled kernels' load from their cache, about 0.4 s); columns give generation,
+validation and solve seconds, peak RSS, the MLU after rounding beside the LP optimum and ECMP's, and groups per
 device; beside the solve seconds, the previous version's (measured by this bench at
-:data:`PREVIOUS`'s commit), the ratio and issue 19's target. The public Repetita networks (``../shared/bench/repetita``) as
-``routing: isis`` fabrics with demands scaled so the optimal MLU (the
+:data:`PREVIOUS`'s commit), the ratio and issue 19's target. The public Repetita networks
+(``../shared/bench/repetita``) as ``routing: isis`` fabrics with demands scaled so the optimal MLU (the
 unrestricted destination-based flow LP, which ``paths: loop_free`` solves) is
 exactly 0.90: MLU with ``loop_free`` after rounding, with shortest paths
 (WCMP), and ECMP, and seconds per network, beside the reference measured in the
@@ -80,11 +80,14 @@ def _clos_child(size: str, budget: int, backend: str, check: bool, queue: Any) -
         import numpy as np
         from ortools.linear_solver.python import model_builder  # noqa: F401  (a one-time import, ~2 s)
 
-        from solver.core.kernels import bgp_rounds
+        from solver.core.kernels import bgp_rounds, water_fill_units
 
-        one, none = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)  # a one-device fabric:
-        bgp_rounds(np.zeros(2, dtype=np.int64), none, none, one, one, np.ones(1, dtype=bool),  # numba's
-                   np.ones(1, dtype=bool), one)  # one-time start and the kernel's load from its cache, ~0.4 s
+        # numba's one-time start and the kernels' load from their cache (~0.4 s), on a one-device
+        # fabric and a one-member group
+        one, none, yes = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.ones(1, dtype=bool)
+        bgp_rounds(np.zeros(2, dtype=np.int64), none, none, one, one, yes, yes, one)
+        water_fill_units(np.zeros((1, 1, 1)), np.zeros((1, 1, 1)), np.zeros((1, 1), dtype=np.int64),
+                         np.ones((1, 1), dtype=bool), one)
 
         from controller.gen import clos_document
         from controller.model.intent import validate_intent
