@@ -14,8 +14,10 @@ false`` the plan *is* the ECMP plan (every weight 1) and no LP is solved.
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -176,8 +178,27 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     >>> solve(it).summary.max_utilization
     0.5
     """
-    canonical = canonical_order(intent)
-    return as_written(_solve(canonical, backend=backend, progress=progress, method=method, options=options), intent)
+    with _collector_paused():
+        canonical = canonical_order(intent)
+        return as_written(_solve(canonical, backend=backend, progress=progress, method=method, options=options),
+                          intent)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off while a plan is built. A plan allocates
+    millions of small objects that stay alive (its groups, next hops, the model's tables), and
+    each collection they trigger walks every live object of the process: on Clos L that was
+    0.6 s of 3.8. Reference counting still frees everything else at once. The switch is
+    process-wide: a collection another thread would have triggered meanwhile waits, and with
+    overlapping solves the collector is back on when the one that found it on ends."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: str, options: ClosOptions) -> Plan:

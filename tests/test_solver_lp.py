@@ -165,6 +165,28 @@ def test_unroutable_demand_is_infeasible_and_named() -> None:
     assert "tor-0 has no route to 10.0.1.0/24" in exc.value.details[0]["reason"]
 
 
+def test_the_garbage_collector_is_held_off_only_while_solving() -> None:
+    """A solve pauses the cyclic collector and leaves it as it found it, also when it fails."""
+    import gc
+
+    it = validate_intent(pod())
+    seen: list[bool] = []
+    assert gc.isenabled()
+    solve(it, progress=lambda _stage, _f: seen.append(gc.isenabled()))
+    assert seen and not any(seen) and gc.isenabled()
+    bad = validate_intent(pod(policies=[{"kind": "drain", "target": "tor-0:eth1"},
+                                        {"kind": "drain", "target": "tor-0:eth2"}]))
+    with pytest.raises(Infeasible):
+        solve(bad)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        solve(it)
+        assert not gc.isenabled()  # off before, off after
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_generated_clos_plan_is_accepted(backend: str) -> None:
     doc = clos_document(pods=3, tors=3, planes=2, spines=3, missing=0.1, hetero=0.3, seed=4, load=0.9,
