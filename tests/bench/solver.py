@@ -38,8 +38,9 @@ were tuned on, kept here rather than in the solver's docstrings:
   the nine integer programs it replaced;
 * L at budget 128, seconds per stage (2026-11-25): pod model 0.4 (1.2 before the path-vector
   rounds were compiled and the g columns computed), LP 1.7 (PDLP 1.5 on one thread: 2.4 on two),
-  rounding 1.0, device plans 0.6; XL: pod model 3.7, LP 21 (PDLP 20 on two threads: 28 on one),
-  rounding 8.3, device plans 2.5. PDLP is now the largest stage of both;
+  rounding 0.5 (1.0 before the water-filling was compiled), device plans 0.6; XL: pod model 3.5,
+  LP 21 (PDLP 20 on two threads: 28 on one), rounding 4.9, device plans 1.8. PDLP is now the
+  largest stage of both. Holding the garbage collector off while solving saved L 0.6 s;
 * at budget 64 the weight repair runs (L: two moves); it built every group up front, 1.5 s of L's
   plan, and now builds only the groups on the hot arcs it prices;
 * the repair prices a move in about 0.25 ms on M, where a repair prices under a
