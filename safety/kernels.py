@@ -4,8 +4,8 @@ A single failure touches a few thousand transitions of a fabric's flow, in a
 dozen hops. Written as numpy array passes, each hop is some twenty calls, and on
 a Clos of 2,688 devices a scenario spent most of its 2.5 ms in the calls
 themselves, not in the arithmetic. These kernels run the same steps as one loop
-per hop, compiled by numba (``cache=True``: compiled once per machine, kept in
-``__pycache__``). :class:`safety.replay.Replayer` owns the semantics; the
+per hop, compiled by numba (compiled once per machine and kept in ``__pycache__``
+where the process may write, see :mod:`solver.core.jit`). :class:`safety.replay.Replayer` owns the semantics; the
 docstrings below only say what each kernel computes on its arrays.
 
 Scratch arrays (``acc``, ``mark``, ``flag``, ``cur``, ``nxt``, the scratch bits of
@@ -16,7 +16,8 @@ Scratch arrays (``acc``, ``mark``, ``flag``, ``cur``, ``nxt``, the scratch bits 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from solver.core.jit import compiled
 
 __all__ = ["SINK", "csr", "hop_shift", "hottest", "merge", "push", "stages", "withdraw"]
 
@@ -33,7 +34,7 @@ def hop_shift(n_edges: int) -> int:
     return max(1, int(n_edges).bit_length())
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, one: np.ndarray, shift: int, t_indptr: np.ndarray,
          t_src: np.ndarray,
          class_indptr: np.ndarray, class_states: np.ndarray, dead_t: np.ndarray, gone: np.ndarray, levels: int,
@@ -230,7 +231,7 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, one: np.ndarray, shif
     return edges, change, sinks[:n_sinks].copy(), arr_s[:n_arr].copy(), arr_a[:n_arr].copy(), loop_states
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def withdraw(frac: np.ndarray, t_src: np.ndarray, in_indptr: np.ndarray, in_trans: np.ndarray,
              failed: np.ndarray, dead_t: np.ndarray, rem: np.ndarray, flag: np.ndarray, mark: np.ndarray,
              cur: np.ndarray, nxt: np.ndarray) -> np.ndarray:
@@ -305,7 +306,7 @@ def withdraw(frac: np.ndarray, t_src: np.ndarray, in_indptr: np.ndarray, in_tran
     return out[:n_out].copy()
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def hottest(base: np.ndarray, cap: np.ndarray, changed: np.ndarray, values: np.ndarray, base_order: np.ndarray,
             k: int, mark: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` edges of highest utilization (load over ``cap``; ties by edge index) and their
@@ -339,7 +340,7 @@ def hottest(base: np.ndarray, cap: np.ndarray, changed: np.ndarray, values: np.n
     return best_e[:n].copy(), best_l[:n].copy()
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def _offer(best_e: np.ndarray, best_u: np.ndarray, best_l: np.ndarray, e: int, u: float, load: float) -> None:
     """Insert edge ``e`` at utilization ``u`` (its ``load``) into the sorted top list, if it belongs there."""
     k = len(best_e)
@@ -357,7 +358,7 @@ def _offer(best_e: np.ndarray, best_u: np.ndarray, best_l: np.ndarray, e: int, u
     best_l[j] = load
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def merge(base: np.ndarray, edges1: np.ndarray, change1: np.ndarray, edges2: np.ndarray, change2: np.ndarray,
           zeroed: np.ndarray, view: np.ndarray, mark: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The loads of ``base`` changed by two class-disjoint pushes (each with distinct edges)
@@ -395,7 +396,7 @@ def merge(base: np.ndarray, edges1: np.ndarray, change1: np.ndarray, edges2: np.
     return out[:n].copy(), values
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool, dead_t: np.ndarray,  # type: ignore[type-arg]
            gone: np.ndarray, fedges: np.ndarray, eps: float) -> tuple:  # type: ignore[type-arg]
     """Both stages of one scenario: the transitions ``dead_t`` die (the failed edges'
@@ -480,7 +481,7 @@ def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool
     return False, imm, rec
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def _stage(e1: np.ndarray, c1: np.ndarray, sk1: np.ndarray, as1: np.ndarray, aa1: np.ndarray, lp1: np.ndarray,
            e2: np.ndarray, c2: np.ndarray, sk2: np.ndarray, as2: np.ndarray, aa2: np.ndarray, lp2: np.ndarray,
            x: np.ndarray, state_class: np.ndarray, gone: np.ndarray, fedges: np.ndarray, base: np.ndarray,
@@ -511,7 +512,7 @@ def _stage(e1: np.ndarray, c1: np.ndarray, sk1: np.ndarray, as1: np.ndarray, aa1
     return changed, values, drop_s[:n].copy(), drop_a[:n].copy(), loops
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def _drops(sinks: np.ndarray, x: np.ndarray, acc: np.ndarray, failed: np.ndarray, cmark: np.ndarray,
            state_class: np.ndarray, eps: float, drop_s: np.ndarray, drop_a: np.ndarray, n: int) -> int:
     """Append the black holes among ``sinks`` (arrival above ``eps``, not failed, class not
@@ -526,7 +527,7 @@ def _drops(sinks: np.ndarray, x: np.ndarray, acc: np.ndarray, failed: np.ndarray
     return n
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def csr(rows: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Index ``rows`` by row: ``(indptr, order)`` with ``order[indptr[r]:indptr[r+1]]`` the
     positions holding row ``r``, ascending (what a stable argsort gives, by counting)."""
@@ -544,7 +545,7 @@ def csr(rows: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
     return indptr, order
 
 
-@njit(cache=True)
+@compiled()
 def acyclic(t_indptr: np.ndarray, t_dst: np.ndarray) -> bool:
     """Whether the transitions (per source state, CSR) form no cycle (Kahn's order)."""
     n = len(t_indptr) - 1

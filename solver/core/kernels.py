@@ -2,22 +2,23 @@
 water-filling of the Clos weight rounding.
 
 :func:`solver.core.routing._bgp_class` and :func:`solver.clos.batches.water_fill` own the
-semantics; these kernels run the same steps over arrays, compiled by numba (``cache=True``:
-compiled once per machine, kept in ``__pycache__``). Per destination pod of a 2,688-device
-Clos, the interpreted path-vector rounds took 17 ms; the water-filling, written as numpy
-passes (bisection on a level, then one unit at a time among each member's next few), took
-2 ms per batch of 512 groups, mostly in the calls themselves.
+semantics; these kernels run the same steps over arrays, compiled by numba (compiled once per
+machine and kept in ``__pycache__`` where the process may write, see :mod:`solver.core.jit`).
+Per destination pod of a 2,688-device Clos, the interpreted path-vector rounds took 17 ms;
+the water-filling, written as numpy passes (bisection on a level, then one unit at a time
+among each member's next few), took 2 ms per batch of 512 groups, mostly in the calls.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from solver.core.jit import compiled
 
 __all__ = ["bgp_rounds", "water_fill_units"]
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def bgp_rounds(indptr: np.ndarray, adj_arc: np.ndarray, arc_head: np.ndarray, asn: np.ndarray, rank: np.ndarray,
                transit: np.ndarray, active: np.ndarray, origins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The path-vector rounds toward ``origins``; returns ``(device, arc)`` pairs, one per next hop.
@@ -80,7 +81,7 @@ def bgp_rounds(indptr: np.ndarray, adj_arc: np.ndarray, arc_head: np.ndarray, as
     return out_dev[:n_out], out_arc[:n_out]
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def water_fill_units(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarray,
                      left: np.ndarray) -> np.ndarray:
     """:func:`solver.clos.batches.water_fill` (which owns the semantics), one unit at a time.
@@ -106,7 +107,7 @@ def water_fill_units(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.n
     return w
 
 
-@njit(cache=True, nogil=True, inline="always")
+@compiled(nogil=True, inline="always")
 def _next_cost(a: np.ndarray, slope: np.ndarray, w: np.ndarray, can: np.ndarray, i: int, j: int, r: int) -> float:
     if not can[i, j]:
         return np.inf
