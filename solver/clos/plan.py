@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -327,27 +326,18 @@ def _split(reduce: Callable[[np.ndarray, int], tuple[int, ...]], vals: np.ndarra
 
 
 _Hops = tuple[tuple[int, int], ...]  # a group as (arc, weight) pairs in port order: its identity on a device
-_arc_of = itemgetter(0)
 _Shared = tuple[dict[str, tuple[NextHop, ...]], dict[int, str]]  # a ToR's groups and its group per pod
 
 
 class _Groups:
     """Group ids of one device, numbered in the order its groups first appear."""
 
-    def __init__(self, port: tuple[str, ...], orders: dict[tuple[int, ...], Callable[[Any], Any]]) -> None:
+    def __init__(self, port: tuple[str, ...]) -> None:
         self.port = port
-        self.orders = orders  # arcs in member order -> what puts members in port order (shared by devices)
         self.ids: dict[_Hops, str] = {}
 
     def __call__(self, members: list[tuple[int, int]]) -> str:
-        if len(members) > 1:
-            arcs = tuple(map(_arc_of, members))
-            take = self.orders.get(arcs)
-            if take is None:  # a device's ports differ, so the order is its arcs' (the groups of a leaf share it)
-                take = self.orders[arcs] = itemgetter(*sorted(range(len(arcs)), key=lambda i: self.port[arcs[i]]))
-            h = take(members)
-        else:
-            h = tuple(members)
+        h = tuple(sorted(members, key=lambda aw: self.port[aw[0]]))
         g = self.ids.get(h)
         if g is None:
             g = self.ids[h] = f"g{len(self.ids) + 1}"
@@ -374,8 +364,7 @@ class _NextHops(dict[tuple[int, int], NextHop]):
 
 def _tor_groups(v: int, m: PodModel, tor_w: dict[tuple[int, int], _Members],
                 tor_arcs: dict[int, list[tuple[int, int]]], nexthops: _NextHops,
-                shared: dict[tuple[Any, ...], _Shared], orders: dict[tuple[int, ...], Callable[[Any], Any]]
-                ) -> _Shared:
+                shared: dict[tuple[Any, ...], _Shared]) -> _Shared:
     """A ToR's groups and its group per destination pod. ToRs of a pod with the same port and leaf
     per plane have the same groups: they are built once and shared."""
     port, head = m.fab.arc_port, m.fab.arc_head
@@ -384,7 +373,7 @@ def _tor_groups(v: int, m: PodModel, tor_w: dict[tuple[int, int], _Members],
     hit = shared.get(look)
     if hit is not None:
         return hit
-    gid = _Groups(port, orders)
+    gid = _Groups(port)
     by_pod: dict[int, str] = {}
     for p in m.pods:
         mem = tor_w.get((q, p))
@@ -423,7 +412,6 @@ def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[in
     for (t, pl), a in sorted(m.tor_arc.items()):
         tor_arcs.setdefault(t, []).append((pl, a))
     shared: dict[tuple[Any, ...], _Shared] = {}
-    orders: dict[tuple[int, ...], Callable[[Any], Any]] = {}
     devices: dict[str, DevicePlan] = {}
     n_groups = n_routes = 0
     for v, name in enumerate(fab.names):
@@ -432,9 +420,9 @@ def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[in
         own: int | None = None
         if role == Role.TOR:
             own = v
-            groups, by_pod = _tor_groups(v, m, tor_w, tor_arcs, nexthops, shared, orders)
+            groups, by_pod = _tor_groups(v, m, tor_w, tor_arcs, nexthops, shared)
         else:
-            gid = _Groups(fab.arc_port, orders)
+            gid = _Groups(fab.arc_port)
             if role == Role.LEAF:
                 by_pod, by_tor = _leaf_groups(v, m, leaf_w, gid)
             else:
