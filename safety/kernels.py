@@ -5,8 +5,9 @@ dozen hops. Written as numpy array passes, each hop is some twenty calls, and on
 a Clos of 2,688 devices a scenario spent most of its 2.5 ms in the calls
 themselves, not in the arithmetic. These kernels run the same steps as one loop
 per hop, compiled by numba (compiled once per machine and kept in ``__pycache__``
-where the process may write, see :mod:`solver.core.jit`). :class:`safety.replay.Replayer` owns the semantics; the
-docstrings below only say what each kernel computes on its arrays.
+where the process may write, see :mod:`solver.core.jit`).
+:class:`safety.replay.Replayer` owns the semantics; the docstrings below only say
+what each kernel computes on its arrays.
 
 Scratch arrays (``acc``, ``mark``, ``flag``, ``cur``, ``nxt``, the scratch bits of
 ``flags``) come from the caller and are left as they came: zero, false, or unspecified

@@ -48,12 +48,17 @@ class GColumns(Mapping[tuple[int, int, int, int], int]):
     has 3.9M): a leaf group's columns follow one another in the order of their ``a`` columns, its
     members in the order of ``allowed_spines``."""
 
-    __slots__ = ("_a_col", "_spines", "_first", "_n")
+    __slots__ = ("_a_col", "_spines", "counts", "first", "_first", "_n")
 
-    def __init__(self, a_col: dict[tuple[int, int, int], int], allowed_spines: dict[tuple[int, int, int], list[int]],
-                 first: np.ndarray, n: int) -> None:
-        self._a_col, self._spines, self._n = a_col, allowed_spines, n
-        self._first: list[int] = first.tolist()
+    def __init__(self, a_col: dict[tuple[int, int, int], int],
+                 allowed_spines: dict[tuple[int, int, int], list[int]]) -> None:
+        self._a_col, self._spines = a_col, allowed_spines
+        #: per ``a`` column, how many ``g`` columns (spines of its leaf group) it has, and the first of them
+        self.counts = np.fromiter((len(allowed_spines.get(k) or ()) for k in a_col), dtype=np.int64,
+                                  count=len(a_col))
+        self.first = len(a_col) + np.cumsum(self.counts) - self.counts
+        self._first: list[int] = self.first.tolist()
+        self._n = int(self.counts.sum())
 
     def __getitem__(self, key: tuple[int, int, int, int]) -> int:
         group = key[:3]
@@ -100,19 +105,8 @@ class PodModel:
         """Per ``g`` column (in column order), its ``a`` column: a leaf group's columns follow one
         another in the order of their ``a`` columns (as :func:`build_pod_model` numbers them)."""
         if self._g_a is None:
-            self._g_a = np.repeat(np.arange(len(self.a_col), dtype=np.int64), self.g_counts())
-            assert len(self._g_a) == len(self.g_col)
+            self._g_a = np.repeat(np.arange(len(self.a_col), dtype=np.int64), self.g_col.counts)
         return self._g_a
-
-    def g_counts(self) -> np.ndarray:
-        """Per ``a`` column, how many ``g`` columns (spines of its leaf group) it has."""
-        return np.fromiter((len(self.allowed_spines.get(k) or ()) for k in self.a_col), dtype=np.int64,
-                           count=len(self.a_col))
-
-    def g_first(self) -> np.ndarray:
-        """Per ``a`` column, its first ``g`` column (its group's columns follow it)."""
-        counts = self.g_counts()
-        return len(self.a_col) + np.cumsum(counts) - counts
 
     def g_arcs(self) -> tuple[np.ndarray, np.ndarray]:
         """Per ``g`` column (in column order), its arc up (leaf to spine) and its arc down (spine to
@@ -222,7 +216,7 @@ class PodModel:
         n = n_a + n_g
         s = self.scale
         g_a = self.g_owner()
-        split = sorted(k for k, c in zip(self.a_col, self.g_counts().tolist(), strict=True) if c)  # leaf groups
+        split = sorted(k for k, c in zip(self.a_col, self.g_col.counts.tolist(), strict=True) if c)  # leaf groups
         phi, a_lb = self.least_shares(min_share)
         col_lb = np.zeros(n + 1)
         col_lb[:n_a] = a_lb
@@ -505,13 +499,12 @@ def _load_matrix(fab: Fabric, st: dict[str, Any], pods: list[int], d_st: dict[tu
             a_col[(q, p, pl)] = len(a_col)
     n_a = len(a_col)
     pod_ix = {p: i for i, p in enumerate(pods)}
-    counts = np.fromiter((len(allowed_spines.get(k) or ()) for k in a_col), dtype=np.int64, count=n_a)
-    n_g = int(counts.sum())
+    g_col = GColumns(a_col, allowed_spines)
+    n_g = len(g_col)
     g_arc = np.fromiter(chain.from_iterable(allowed_spines.get(k) or () for k in a_col), dtype=np.int64,
                         count=n_g)  # per g column: its arc up to the spine
     g_pod = np.repeat(np.fromiter((pod_ix[p] for (_q, p, _pl) in a_col), dtype=np.int64, count=n_a),
-                      counts)  # and the destination pod's position
-    g_col = GColumns(a_col, allowed_spines, n_a + np.cumsum(counts) - counts, n_g)
+                      g_col.counts)  # and the destination pod's position
     # the ToR rows, vectorized over planes: (q, p)'s k-th allowed plane is a column a_start[k] + j
     qp_ix = {qp: k for k, qp in enumerate(d_qp)}
     a_start = np.array([a_col[(q, p, allowed_planes[(q, p)][0])] if allowed_planes[(q, p)] else 0

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from controller.model import Role
 from solver.clos.model import PodModel
 from solver.core.options import ClosOptions
 
@@ -148,16 +147,9 @@ def relaxation(m: PodModel, least: tuple[dict[tuple[int, int, int], float], np.n
     ``least`` (what :meth:`PodModel.least_shares` returns)."""
     fab = m.fab
     head, tail = fab.arc_head, fab.arc_tail
-    n_a, n_g = len(m.a_col), len(m.g_col)
     g_a = m.g_owner()
-    counts = np.bincount(g_a, minlength=n_a)
-    csc = m.load_matrix[:, n_a:].tocsc()
-    csc.sort_indices()
-    ends = csc.indices.reshape(n_g, 2) if n_g else np.zeros((0, 2), dtype=np.int64)
-    is_leaf = np.array([d.role == Role.LEAF for d in m.fab.intent.devices], dtype=bool)
-    first_up = is_leaf[tail[ends[:, 0]]] if n_g else np.zeros(0, dtype=bool)
-    g_up_arc = np.where(first_up, ends[:, 0], ends[:, 1])
-    g_dn_arc = np.where(first_up, ends[:, 1], ends[:, 0])
+    counts = m.g_col.counts
+    g_up_arc, g_dn_arc = m.g_arcs()
     up_arcs, g_up = np.unique(g_up_arc, return_inverse=True)
     dn_arcs = np.unique(g_dn_arc)
     phi, a_lb = least

@@ -185,7 +185,7 @@ def _leaf_batches(m: PodModel, leaf_budget: dict[int, int], x_round: np.ndarray)
     pods = m.pods
     n_p = len(pods)
     planes = sorted({pl for (_q, pl) in m.leaf_at})
-    first = m.g_first()
+    first = m.g_col.first
     batches: list[Batch] = []
     for r in range(1, n_p):
         keys3 = [(pods[i], pods[(i + r) % n_p], pl) for pl in planes for i in range(n_p)]

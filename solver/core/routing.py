@@ -52,10 +52,9 @@ class RouteClass:
 class PathVector:
     """A fabric's arrays for :func:`_bgp_class`, built once for all its origin sets."""
 
-    __slots__ = ("fab", "asn", "rank", "transit", "everyone")
+    __slots__ = ("asn", "rank", "transit", "everyone")
 
     def __init__(self, fab: Fabric) -> None:
-        self.fab = fab
         none = -1 if all(a is None or a >= 0 for a in fab.asn) else min(a for a in fab.asn if a is not None) - 1
         self.asn = np.array([none if a is None else a for a in fab.asn], dtype=np.int64)
         self.rank = np.empty(fab.n, dtype=np.int64)
