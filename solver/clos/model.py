@@ -145,7 +145,7 @@ class PodModel:
                 x[self.a_col[(q, p, pl)]] = d / len(planes)
         n_a = len(self.a_col)
         g_a = self.g_owner()
-        x[n_a:] = x[g_a] / np.bincount(g_a, minlength=n_a)[g_a]
+        x[n_a:] = x[g_a] / self.g_col.counts[g_a]
         return x
 
     def least_shares(self, min_share: np.ndarray | None) -> tuple[dict[tuple[int, int, int], float], np.ndarray]:
