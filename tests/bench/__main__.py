@@ -1,7 +1,7 @@
 """The ``make bench`` driver: run benchmark sections and print their tables.
 
 Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend auto]
-[--repetita all|none|NAME,...] [--budgets 128,64]``. Sections: solver, safety,
+[--repetita all|none|NAME,...] [--repetita-dir DIR ...] [--budgets 128,64]``. Sections: solver, safety,
 transition, labs, southbound, telemetry, patterns, closed_loop, api, settle, ha (those whose module exists).
 Timings are wall clock on the machine at hand; print them beside the machine's core count.
 """
@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=None, help="Clos sizes, e.g. S,M,L,XL (default per section)")
     parser.add_argument("--backend", default="auto", help="LP backend for the solver")
     parser.add_argument("--repetita", default="all", help="Repetita networks: all, none, or NAME,NAME")
+    parser.add_argument("--repetita-dir", action="append", default=None, metavar="DIR",
+                        help="a folder of Repetita .graph and .0000.demands files, e.g. a checkout's "
+                             "data/2016TopologyZooUCL_inverseCapacity (repeat for more; "
+                             "default ../shared/bench/repetita)")
     parser.add_argument("--budgets", default="128,64", help="max_ecmp_entries values for the Clos rows")
     args = parser.parse_args(argv)
     console = Console(width=220) if not sys.stdout.isatty() else Console()
