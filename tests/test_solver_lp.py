@@ -285,18 +285,35 @@ def test_milp_is_bounded_by_work_not_by_time() -> None:
                       np.zeros(1), np.ones(1), np.ones(1, dtype=bool), nodes=0) is None
 
 
-@pytest.mark.parametrize("priced", [False, True])
+@pytest.mark.parametrize(("priced", "large"), [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_lexicographic_lp_warm_start_matches_two_cold_solves(seed: int, priced: bool) -> None:
+def test_lexicographic_lp_warm_start_matches_two_cold_solves(seed: int, priced: bool, large: bool,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """``solve_lp_lex`` with HiGHS re-optimizes the tie-break from the first stage's basis; its two
     objectives must equal those of two cold solves by an independent build (SciPy's HiGHS),
     on random min-max load problems: ``min U`` over splits of demands on parallel paths, then
     the least total cost with ``U`` held at its optimum. ``priced``: by column generation from
-    one path per demand (the others priced in at each stage), which must not change either."""
+    one path per demand (the others priced in at each stage), which must not change either.
+    ``large``: the thresholds lowered so that the model counts as large: ``auto`` must still price
+    with HiGHS (the restricted LP is small enough), and the tie-break starts by the interior point
+    method with crossover; neither may change the answers."""
     import numpy as np
     import scipy.sparse as sp
 
+    from solver.core import lp
     from solver.core.lp import solve_lp, solve_lp_lex
+
+    if large:
+        monkeypatch.setattr(lp, "AUTO_PDLP_VARIABLES", 1)
+        monkeypatch.setattr(lp, "TIE_BREAK_IPM_COLUMNS", 0)
+        ran: list[str] = []
+        run = lp._priced_run
+
+        def spy(*args: object, interior_first: bool = False) -> object:
+            ran.append(f"{args[-1]}:{'ipm' if interior_first else 'simplex'}")
+            return run(*args, interior_first=interior_first)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(lp, "_priced_run", spy)
 
     rng = np.random.default_rng(seed)
     n_dem, n_path, n_arc = 12, 4, 15
@@ -324,6 +341,8 @@ def test_lexicographic_lp_warm_start_matches_two_cold_solves(seed: int, priced: 
     assert second.objective == pytest.approx(cold2.objective, rel=1e-6)
     assert second.x[n_x] <= first.objective * (1 + 1e-6) + 1e-9  # the tie-break kept the optimum
     assert a @ second.x == pytest.approx(np.where(np.isfinite(row_lb), row_lb, a @ second.x), abs=1e-6)
+    if large:
+        assert ran == ["objective:simplex", "tie-break:ipm"]
     with pytest.raises(ValueError, match="column `fix` alone"):
         solve_lp_lex(then, c, n_x, a, row_lb, row_ub, col_lb, col_ub)
 
