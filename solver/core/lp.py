@@ -50,9 +50,10 @@ AUTO_PRICED_VARIABLES = 1_000_000
 
 #: the tie-break stage's first solve uses HiGHS' interior point method with crossover (a basis for
 #: the pricing rounds after it) instead of the primal simplex from the first stage's basis when the
-#: restricted LP holds more than this many columns: on rf1239 (255k) the primal simplex took 45 s
-#: (37k iterations), the interior point method 17 s; on Cogentco (47k) the primal took 0.16 s and
-#: the interior point 0.45 s, so smaller models keep the simplex
+#: restricted LP holds more than this many columns. The tie-break stage in all: on rf1239 (255k) 48 s
+#: from the primal simplex (its first solve 45 s, 37k iterations) against 20 s (17 s); on rf6461
+#: (48k) 4.2 s against 2.2 s, but on Cogentco (47k) 0.32 s against 0.61 s: below this size, where
+#: the measurements disagree, the simplex stays
 TIE_BREAK_IPM_COLUMNS = 150_000
 
 #: PDLP's relative and absolute optimality tolerance unless the caller names one
@@ -250,8 +251,11 @@ def solve_lp_lex(c: np.ndarray, then: np.ndarray, fix: int, a: sp.spmatrix, row_
     ``c`` must be the objective of that one column (``c[fix] = 1``, zero elsewhere: the
     min-max utilization and its tie-break). Returns both stages' results; the second's
     ``seconds`` is its own. ``auto`` uses HiGHS, whose second stage starts from the
-    first's optimal basis, for models up to :data:`AUTO_PDLP_VARIABLES` variables, and
-    PDLP (two cold solves) beyond; any other backend is solved cold twice as named.
+    first's optimal basis, for models up to :data:`AUTO_PDLP_VARIABLES` variables (with
+    ``initial``: whose restricted LP starts with up to :data:`AUTO_PRICED_VARIABLES`), and
+    PDLP (two cold solves) beyond; any other backend is solved cold twice as named. A
+    restricted LP of over :data:`TIE_BREAK_IPM_COLUMNS` columns starts the second stage by
+    HiGHS' interior point method with crossover rather than from the first's basis.
 
     ``initial`` (HiGHS only; flags per column): solve by column generation, starting from
     these columns and pricing the others in (:func:`_priced_run`) at each stage, so the
