@@ -1,8 +1,9 @@
 """The ``make bench`` driver: run benchmark sections and print their tables.
 
 Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend auto]
-[--repetita all|none|NAME,...] [--repetita-dir DIR ...] [--budgets 128,64]``. Sections: solver, safety,
-transition, labs, southbound, telemetry, patterns, closed_loop, api, settle, ha (those whose module exists).
+[--repetita all|none|NAME,...] [--repetita-dir DIR ...] [--budgets 128,64] [--pairs-sample N]``.
+Sections: solver, safety, transition, labs, southbound, telemetry, patterns, closed_loop, api, settle,
+ha (those whose module exists).
 Timings are wall clock on the machine at hand; print them beside the machine's core count.
 """
 
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                              "data/2016TopologyZooUCL_inverseCapacity (repeat for more; "
                              "default ../shared/bench/repetita)")
     parser.add_argument("--budgets", default="128,64", help="max_ecmp_entries values for the Clos rows")
+    parser.add_argument("--pairs-sample", type=int, default=2000, metavar="N",
+                        help="safety: pairs of single failures of Clos M replayed to estimate the sweep; "
+                             "0 replays every pair (exhaustive, minutes)")
     args = parser.parse_args(argv)
     console = Console(width=220) if not sys.stdout.isatty() else Console()
     console.print(f"loom bench on {os.cpu_count()} cores (shared machine: timings are indicative)")

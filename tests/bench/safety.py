@@ -9,7 +9,8 @@ propagation included) apart from the scenarios. With M among the sizes, also
 the robust WCMP case of :mod:`solver.robust` (:func:`robust_fabric`): the
 plain plan's violating scenarios, the robust plan's, the seconds and the
 baseline price. Then every pair of single failures (``single_pairs``, :mod:`safety.sweep`):
-exhaustive on S, estimated from a sample on M (with the pruning pass in full), and
+exhaustive on S; on M estimated from a sample (with the pruning pass in full) unless
+``--pairs-sample 0`` asks for the exhaustive run (about 7 minutes on 2 cores), and
 ``all_single`` on M through the local executor beside a local Ray cluster of 2 CPUs
 (scenarios per second per worker). The compile's reference, timed in the same run,
 is the compile reading the plan's routes one Mapping lookup at a time (as before);
@@ -58,6 +59,9 @@ def fabric(size: str, *, seed: int = 1) -> Any:
 #: the figures before: the issue's (compile + replay, one thread) and the previous version's
 #: (compile + replay on one thread; loom check's sweep with its compile), idle machine
 PREVIOUS = {"L": {"issue": (7.7, 69.0), "one": (2.24, 28.73), "check": 21.33}}
+#: every pair of single failures, exhaustive: seconds of the previous version (session 7, idle machine);
+#: before the pruning and the compiled replay it was about 72 minutes on M (estimated)
+PAIRS_PREVIOUS = {"M": 445.6}
 
 
 class _PlainRoutes(Mapping[str, str]):
@@ -155,10 +159,12 @@ def pairs_row(size: str, sample: int = 0) -> list[Any]:
         rep = sweep(intent, plan, scope="single_pairs", rp=rp)
         seconds = time.perf_counter() - t0
         c = rep.counts
+        prev = PAIRS_PREVIOUS.get(size)
         return [f"pairs of singles Clos {size}", len(intent.links), c["scenarios"], "", "",
                 f"{seconds:.1f}", f"{c['scenarios'] / seconds:.0f}",
                 f"{c['pair']} pairs: {c['pairs_implied']} implied, {c['pairs_replayed']} replayed; "
-                f"{c['failing_scenarios']} failing (exhaustive)"]
+                f"{c['failing_scenarios']} failing (exhaustive)"
+                + (f"; previous version: {prev:g} s, ratio {seconds / prev:.2f}; before: ~72 min" if prev else "")]
     single = list(singles(intent))
     implied = inert(rp, single)
     t_prune = time.perf_counter() - t0
@@ -276,7 +282,7 @@ def run(args: Any) -> Table:
         if "S" in _sizes(args):
             table.add_row(*(str(x) for x in pairs_row("S")))
         if "M" in _sizes(args):
-            table.add_row(*(str(x) for x in pairs_row("M", sample=2000)))
+            table.add_row(*(str(x) for x in pairs_row("M", sample=getattr(args, "pairs_sample", 2000))))
             for row in executor_rows("M"):
                 table.add_row(*(str(x) for x in row))
     if getattr(args, "robust", True) and "M" in _sizes(args):
@@ -293,4 +299,5 @@ if __name__ == "__main__":
     ap.add_argument("--sizes", default="S,M")
     ap.add_argument("--no-robust", dest="robust", action="store_false")
     ap.add_argument("--no-pairs", dest="pairs", action="store_false")
+    ap.add_argument("--pairs-sample", type=int, default=2000, help="pairs sampled on M; 0: every pair")
     Console().print(run(ap.parse_args()))
