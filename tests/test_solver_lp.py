@@ -368,3 +368,45 @@ def test_highs_writes_nothing_on_stdout() -> None:
     out = subprocess.run([sys.executable, "-c", code, json.dumps(doc)], capture_output=True, text=True,
                          check=True, timeout=120).stdout
     assert out.strip() == "0.5", out  # two disjoint paths of 10 Gb/s from r2 to r0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pdlp_with_a_warm_start_reaches_the_same_optimum_as_cold(seed: int) -> None:
+    """``solve_pdlp`` against an independent build (SciPy's HiGHS) on random min-max load problems;
+    then the cut loop's use of it: the LP without some capacity rows, solved, and the full LP
+    started from that answer (the new rows' duals 0), which must reach the same optimum as the
+    cold solve in fewer iterations; and started from its own optimum, it stops at once."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from solver.core.lp import solve_lp, solve_pdlp
+
+    rng = np.random.default_rng(seed)
+    n_dem, n_path, n_arc = 12, 4, 15
+    n_x = n_dem * n_path
+    uses = rng.random((n_arc, n_x)) < 0.25
+    cap = rng.uniform(5, 20, n_arc)
+    dem = rng.uniform(1, 10, n_dem)
+    a = sp.csr_matrix(np.vstack([np.hstack([np.kron(np.eye(n_dem), np.ones(n_path)), np.zeros((n_dem, 1))]),
+                                 np.hstack([uses.astype(float), -cap[:, None]])]))
+    row_lb = np.concatenate([dem, np.full(n_arc, -np.inf)])
+    row_ub = np.concatenate([dem, np.zeros(n_arc)])
+    col_lb, col_ub = np.zeros(n_x + 1), np.full(n_x + 1, np.inf)
+    c = np.zeros(n_x + 1)
+    c[n_x] = 1.0
+    exact = solve_lp(c, a, row_lb, row_ub, col_lb, col_ub, backend="scipy-highs").objective
+    cold = solve_pdlp(c, a, row_lb, row_ub, col_lb, col_ub, tolerance=1e-8)
+    assert cold.objective == pytest.approx(exact, rel=1e-6)
+    assert cold.y is not None and len(cold.y) == a.shape[0] and cold.iterations > 0
+    keep = np.ones(a.shape[0], dtype=bool)
+    keep[n_dem + rng.choice(n_arc, n_arc // 3, replace=False)] = False  # a third of the capacity rows left out
+    part = solve_pdlp(c, a[keep], row_lb[keep], row_ub[keep], col_lb, col_ub, tolerance=1e-8)
+    assert part.objective <= exact * (1 + 1e-6)  # fewer rows: a lower bound
+    assert part.y is not None
+    y = np.zeros(a.shape[0])
+    y[keep] = part.y
+    warm = solve_pdlp(c, a, row_lb, row_ub, col_lb, col_ub, tolerance=1e-8, start=(part.x, y))
+    assert warm.objective == pytest.approx(exact, rel=1e-6)
+    again = solve_pdlp(c, a, row_lb, row_ub, col_lb, col_ub, tolerance=1e-8, start=(cold.x, cold.y))
+    assert again.objective == pytest.approx(exact, rel=1e-6)
+    assert again.iterations < cold.iterations

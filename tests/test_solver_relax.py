@@ -142,3 +142,30 @@ def test_a_drained_spine_or_leaf_spine_link_stays_on_the_clos_fast_path(target: 
     for other in ("leaf-1-0", "tor-0-0"):
         doc2 = {**doc, "policies": [*doc["policies"][:-1], {"kind": "drain", "target": other}]}
         assert clos_plan(validate_intent(doc2), backend="auto", progress=lambda s, f: None, t0=0.0) is None
+
+
+@pytest.mark.parametrize("hot", [0.0, 0.9, 2.0])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_tor_rows_that_join_lazily_leave_the_optimum_where_it_is(seed: int, hot: float) -> None:
+    """With ToR uplinks a third of their capacity, ToR rows bind. The relaxed LP then starts with
+    the ToR rows whose ECMP utilization is at least ``hot_tor_rows`` of the hottest's (0: every
+    one, 2: none) and takes the others when its optimum overloads them, each round started from
+    the last one's answer. Whichever rows it starts with, it must end at the pod model's optimum
+    (the simplex on every row), and the plan must pass the checker; starting with none must take
+    a second round (the loop really ran)."""
+    from solver.core.options import ClosOptions
+
+    doc = clos_document(pods=4, tors=4, planes=3, spines=4, seed=seed, missing=0.1, hetero=0.3,
+                        demand="uniform", load=0.9, max_ecmp_entries=16)
+    for link in doc["links"]:
+        if link["a"].startswith("tor") or link["b"].startswith("tor"):
+            link["capacity_gbps"] /= 3
+    intent = validate_intent(doc)
+    exact = solve(intent, backend="glop").summary.lp_bound
+    plan = solve(intent, backend="pdlp", options=ClosOptions(tor_rows_at=0.0, hot_tor_rows=hot))
+    assert plan.summary.extra["lp_model_solved"] == "spine-transport"
+    assert plan.summary.lp_bound == pytest.approx(exact, rel=1e-4)
+    assert plan.summary.extra["pdlp_iterations"] > 0
+    if hot > 1:
+        assert plan.summary.extra["lp_rounds"] >= 2
+    assert_plan_ok(intent, plan)

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from controller.model import Intent, Role, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
@@ -37,7 +39,7 @@ from solver.clos.relax import Relaxation, decompose, relaxation
 from solver.clos.repair import repair_weights
 from solver.clos.rounding import carry_round, integral_plane_split
 from solver.core.fabric import Fabric, build_fabric
-from solver.core.lp import AUTO_PDLP_VARIABLES, solve_lp
+from solver.core.lp import AUTO_PDLP_VARIABLES, LpResult, solve_lp, solve_pdlp
 from solver.core.options import ClosOptions
 from solver.core.weights import device_budget, reduce_weights
 
@@ -176,8 +178,9 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
     a Clos's splits bind), then every arc the solution overloads (and those near ``U``), until
     the solution keeps every arc under ``U`` (so it is optimal for the full LP) or, after
     ``options.lp_rounds``, with every row. Models PDLP would solve go through the spine-transport
-    relaxation (:mod:`solver.clos.relax`; every row from the first round when a ToR cut is
-    near the pods' cut bound, from the second otherwise) as long as its fitted routing meets
+    relaxation (:mod:`solver.clos.relax`; when a ToR cut is near the pods' cut bound, the ToR
+    rows of the hottest ToR arcs from the first round; each round's PDLP starts from the last
+    one's answer) as long as its fitted routing meets
     the relaxation's optimum; otherwise the full model. Returns the
     variables ``[a, g, U]``, seconds, and what the plan's ``extra`` says about the solve."""
     cap = m.fab.arc_cap
@@ -194,20 +197,41 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
         if (relax.n_spines_a * relax.phi_a > 1 + 1e-12).any():
             relax = None  # a group with more spines than weights: its margins go negative (the full model says why)
     tor_cut, pod_cut = _cut_bounds(m, ecmp_loads, spine_layer)
+    hot_tor = None
     if tor_cut >= options.tor_rows_at * pod_cut:  # ToR arcs are likely to bind: their rows from the start
+        hot_tor = _hot_tor_rows(ecmp_loads[used] / cap[used], spine_layer[used], options.hot_tor_rows)
         rows[:] = True
     info: dict[str, Any] = {}
     seconds = 0.0
     k = 0
+    warm: _Warm | None = None
+    a_loads: sp.csr_matrix | None = None
     while True:
         k += 1
+        if k == 1 and relax is not None and hot_tor is not None:
+            rows = spine_layer[used] | hot_tor
         full = k > options.lp_rounds or rows.all()
         arcs = used if full else used[rows]
         if relax is not None:
-            res = solve_lp(*relax.lp(arcs), backend="pdlp", tolerance=options.pdlp_tolerance)
+            lp = relax.lp(arcs)
+            res = solve_pdlp(*lp, tolerance=options.pdlp_tolerance, start=warm.start(arcs) if warm else None)
+            warm = _Warm(arcs, res, lp[1].shape[0] - len(arcs))
+            info["pdlp_iterations"] = info.get("pdlp_iterations", 0) + res.iterations
+            seconds += res.seconds
+            if not full:  # the rows left out are ToR rows, whose loads are the a columns' alone:
+                # no fit is needed to find them overloaded
+                if a_loads is None:
+                    a_loads = m.load_matrix[used][:, :len(m.a_col)].tocsr()
+                u = float(res.x[relax.u_col])
+                util = (a_loads @ np.maximum(res.x[:len(m.a_col)], 0.0)) * m.scale / cap[used]
+                over = ~rows & (util > u * (1 + options.lazy_overload) + 1e-9)
+                if over.any():
+                    rows |= over | (util > options.lazy_near * u)
+                    info.update(backend=res.backend, lp_rounds=k)
+                    continue
             t0 = time.perf_counter()
             xv, fit, sweeps = decompose(relax, res.x, options)
-            seconds += res.seconds + time.perf_counter() - t0
+            seconds += time.perf_counter() - t0
             u = float(xv[-1])
             util = m.loads(np.maximum(xv[:-1], 0.0) * m.scale) / cap
             info.update(lp_model_solved="spine-transport", fit_error=float(f"{fit:.3g}"), fit_sweeps=sweeps)
@@ -229,12 +253,38 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
         over = ~rows & (util > u * (1 + options.lazy_overload) + 1e-9)
         if full or not over.any():
             return xv, seconds, info
-        if relax is not None:
-            # every ToR row at once: adding only the overloaded ones can take many solves
-            # (each round's optimum skews other pods' plane splits onto new ToR arcs)
-            rows[:] = True
-        else:
-            rows |= over | (util > options.lazy_near * u)
+        rows |= over | (util > options.lazy_near * u)
+
+
+def _hot_tor_rows(ecmp_util: np.ndarray, spine_layer: np.ndarray, fraction: float) -> np.ndarray:
+    """The ToR arcs whose rows the relaxed LP starts with when ToR arcs are likely to bind: those
+    whose ECMP utilization is at least ``fraction`` of the hottest ToR arc's. ECMP splits a ToR's
+    traffic evenly over its planes, the split that meets its cut bound, so these are the arcs
+    that a ToR near the bound cannot unload; any other ToR row the optimum overloads joins in
+    the next round (per arc of ``used``; ``spine_layer`` flags the leaf-spine ones)."""
+    tor = ~spine_layer
+    top = float(ecmp_util[tor].max(initial=0.0))
+    return tor & (ecmp_util >= fraction * top)
+
+
+@dataclass(frozen=True)
+class _Warm:
+    """The last PDLP solve of the lazy loop, to start the next one from: its rows are the fixed
+    rows (``fixed`` of them, the same in every round) and then one capacity row per arc of ``arcs``."""
+
+    arcs: np.ndarray
+    res: LpResult
+    fixed: int
+
+    def start(self, arcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The primal and dual vectors for the LP over ``arcs`` (a superset): the rows kept
+        keep their duals, the new capacity rows start at 0."""
+        assert self.res.y is not None
+        y = np.zeros(self.fixed + len(arcs))
+        y[:self.fixed] = self.res.y[:self.fixed]
+        at = np.searchsorted(arcs, self.arcs)
+        y[self.fixed + at] = self.res.y[self.fixed:]
+        return self.res.x, y
 
 
 _Rounded = tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]

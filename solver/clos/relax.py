@@ -73,6 +73,7 @@ class Relaxation:
     planes: list[_Plane]
     phi: dict[tuple[int, int, int], float]  # least shares, as PodModel.least_shares gives them
     a_lb: np.ndarray  # and the least a per column
+    least_loads: sp.csr_matrix | None = None  # the least shares' loads, a row per arc of the fabric, once built
 
     @property
     def u_col(self) -> int:
@@ -129,8 +130,10 @@ class Relaxation:
         load = (sp.hstack([base, sp.csr_matrix((k, width - n_a))]).tocsr()
                 + sp.csr_matrix((np.ones(int(keep.sum())), (own[keep], own_cols[keep])), shape=(k, width))
                 + sp.csr_matrix((-fab.arc_cap[used] / s, (np.arange(k), np.full(k, u))), shape=(k, width)))
-        if phi:
-            load = load + m._least_share_loads(phi, used, up_col, dn_col, width)
+        if phi:  # the same for every set of rows: built once, for every arc, and its rows taken
+            if self.least_loads is None:
+                self.least_loads = m._least_share_loads(phi, np.arange(fab.n_arcs), up_col, dn_col, width)
+            load = load + self.least_loads[used]
         blocks.append(load.tocsr())
         lbs.append(np.full(k, -np.inf))
         ubs.append(np.zeros(k))

@@ -24,7 +24,10 @@ class ClosOptions:
         ``lazy_overload``: relative excess over ``U`` that makes an arc's row join;
         ``lazy_near``: arcs at least this fraction of ``U`` join with them;
         ``tor_rows_at``: the relaxed LP has every ToR row from its first round when some ToR's
-        cut bound is at least this fraction of the pods' cut bound;
+        cut bound is at least this fraction of the pods' cut bound: first those ToR arcs whose
+        ECMP utilization is at least ``hot_tor_rows`` of the hottest ToR arc's, then, as with
+        every lazy row, those the optimum overloads (each round's PDLP starts from the last
+        one's primal and dual);
         ``fit_above``: the spine-transport relaxation's fitted routing is kept when its
         leaf-spine arcs end within this (relative) of the relaxation's optimum, else the full
         model is solved (PDLP's own tolerance leaves about 1e-4);
@@ -57,6 +60,7 @@ class ClosOptions:
     lazy_overload: float = 1e-6
     lazy_near: float = 0.98
     tor_rows_at: float = 0.9
+    hot_tor_rows: float = 0.9
     fit_above: float = 1e-3
     pdlp_tolerance: float = 1e-5
     fit_tolerance: float = 1e-7
