@@ -197,10 +197,11 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
         if (relax.n_spines_a * relax.phi_a > 1 + 1e-12).any():
             relax = None  # a group with more spines than weights: its margins go negative (the full model says why)
     tor_cut, pod_cut = _cut_bounds(m, ecmp_loads, spine_layer)
-    hot_tor = None
     if tor_cut >= options.tor_rows_at * pod_cut:  # ToR arcs are likely to bind: their rows from the start
-        hot_tor = _hot_tor_rows(ecmp_loads[used] / cap[used], spine_layer[used], options.hot_tor_rows)
-        rows[:] = True
+        if relax is not None:  # the hot ones: the others join when overloaded, the next round warm
+            rows |= _hot_tor_rows(ecmp_loads[used] / cap[used], spine_layer[used], options.hot_tor_rows)
+        else:
+            rows[:] = True
     info: dict[str, Any] = {}
     seconds = 0.0
     k = 0
@@ -208,8 +209,6 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
     a_loads: sp.csr_matrix | None = None
     while True:
         k += 1
-        if k == 1 and relax is not None and hot_tor is not None:
-            rows = spine_layer[used] | hot_tor
         full = k > options.lp_rounds or rows.all()
         arcs = used if full else used[rows]
         if relax is not None:
@@ -224,9 +223,7 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
                     a_loads = m.load_matrix[used][:, :len(m.a_col)].tocsr()
                 u = float(res.x[relax.u_col])
                 util = (a_loads @ np.maximum(res.x[:len(m.a_col)], 0.0)) * m.scale / cap[used]
-                over = ~rows & (util > u * (1 + options.lazy_overload) + 1e-9)
-                if over.any():
-                    rows |= over | (util > options.lazy_near * u)
+                if _join_overloaded(rows, util, u, options):
                     info.update(backend=res.backend, lp_rounds=k)
                     continue
             t0 = time.perf_counter()
@@ -250,10 +247,18 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
             u = float(xv[-1])
             util = m.loads(np.maximum(xv[:-1], 0.0) * m.scale)[used] / cap[used]
         info.update(backend=res.backend, lp_rounds=k)
-        over = ~rows & (util > u * (1 + options.lazy_overload) + 1e-9)
-        if full or not over.any():
+        if full or not _join_overloaded(rows, util, u, options):
             return xv, seconds, info
-        rows |= over | (util > options.lazy_near * u)
+
+
+def _join_overloaded(rows: np.ndarray, util: np.ndarray, u: float, options: ClosOptions) -> bool:
+    """Whether an arc whose row is left out (``~rows``) is overloaded at ``util`` over the LP's
+    ``U``; if so its row joins ``rows`` (in place), with those of every arc near ``U``."""
+    over = ~rows & (util > u * (1 + options.lazy_overload) + 1e-9)
+    if not over.any():
+        return False
+    rows |= over | (util > options.lazy_near * u)
+    return True
 
 
 def _hot_tor_rows(ecmp_util: np.ndarray, spine_layer: np.ndarray, fraction: float) -> np.ndarray:
