@@ -52,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                              "data/2016TopologyZooUCL_inverseCapacity (repeat for more; "
                              "default ../shared/bench/repetita)")
     parser.add_argument("--budgets", default="128,64", help="max_ecmp_entries values for the Clos rows")
-    parser.add_argument("--pairs-sample", type=int, default=2000, metavar="N",
-                        help="safety: pairs of single failures of Clos M replayed to estimate the sweep; "
+    parser.add_argument("--pairs-sample", type=int, default=None, metavar="N",
+                        help="safety: pairs of single failures of Clos M replayed to estimate the sweep (default "
+                             "2,000, tests.bench.safety.PAIRS_SAMPLE); "
                              "0 replays every pair (exhaustive, minutes)")
     args = parser.parse_args(argv)
     console = Console(width=220) if not sys.stdout.isatty() else Console()
