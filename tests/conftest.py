@@ -92,6 +92,7 @@ TIERS: dict[str, str] = {
     "test_solver_lp.py": "unit",
     "test_solver_relax.py": "unit",
     "test_solver_routing.py": "unit",
+    "test_take_up.py": "component",          # the leader's take-up of its own commit against recovery (31.0)
     "test_solver_descent.py": "unit",
     "test_solver_weights.py": "unit",
     "test_snapshot.py": "unit",              # snapshots and incremental validation against the whole-document oracle

@@ -200,6 +200,9 @@ class Workflow:
         self._requested: dict[int, WriteContext] = {}  # who asked this replica to commit them
         self._drift_lock = asyncio.Lock()
         self._southbound = asyncio.Lock()  # a transaction (push or recovery) of this process holds it
+        # take-ups of this process, one at a time: a take-up in flight is not yet in ``_running``, and a second
+        # one reading the store meanwhile would find the change under this epoch and "recover" it (issue 31.0)
+        self._take_up_lock = asyncio.Lock()
         self.recovered: Doc | None = None
         self.reviews_in_flight = 0  # automatic re-tuning waits while any review of this replica runs
         self.cluster = cluster
@@ -372,6 +375,12 @@ class Workflow:
         committing. Returns the change taken up, if any."""
         if not self.is_leader():
             return None
+        async with self._take_up_lock:
+            return await self._take_up()
+
+    async def _take_up(self) -> int | None:
+        """:meth:`take_up`, under the take-up lock: a change this process runs is in ``_running`` before the
+        lock is released, so it is never mistaken for one a previous leader left."""
         epoch = self.epoch
         ch = await self._db(lambda s: wrepo.committing_change(session=s))
         if ch is None or ch.id in self._running:
