@@ -423,6 +423,18 @@ def apply_draft(edit: Callable[[Draft], Any], *, session: Session, ctx: WriteCon
                   outcome=lambda: out[-1] if out else None)
 
 
+def _add_on_head(snap: Snapshot, head: Revision | None, *, session: Session, ctx: WriteContext,
+                 now: datetime) -> tuple[Revision, Any]:
+    """Store ``snap``, made on ``head``, as the new head: after the store's tail, which is a change's
+    proposal when one was made since the head (the snapshot is then re-made on it for the delta)."""
+    tail = repo.tail_revision(session=session)
+    if tail is not None and head is not None and tail.id != head.id:
+        snap = snap.on(repo.revision_snapshot(tail.id, session=session, content_hash=tail.hash))
+    return repo.add_snapshot(session=session, snapshot=snap, parent=tail.id if tail else None,
+                             author=ctx.actor.name, message=ctx.message, request_id=ctx.request_id, now=now,
+                             pins_from=head.id if head else None)
+
+
 def _write(make: Callable[[Snapshot | None], Snapshot], *, session: Session, ctx: WriteContext,
            action: str, retry: RetryOptions, outcome: Callable[[], Any] = lambda: None) -> tuple[WriteResult, Any]:
     """One write: head, If-Match, the new snapshot from ``make``, a revision if it changed, the audit;
@@ -443,9 +455,7 @@ def _write(make: Callable[[Snapshot | None], Snapshot], *, session: Session, ctx
             now = _now()
             changed = rev is None or rev.hash != snap.hash
             if changed:
-                rev, _ = repo.add_snapshot(session=session, snapshot=snap, parent=rev.id if rev else None,
-                                           author=ctx.actor.name, message=ctx.message,
-                                           request_id=ctx.request_id, now=now)
+                rev, _ = _add_on_head(snap, rev, session=session, ctx=ctx, now=now)
             else:
                 assert base is not None
                 snap = base

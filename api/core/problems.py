@@ -50,6 +50,7 @@ from controller.model.errors import (
     InvalidRequest,
     LoomError,
     MalformedDocument,
+    MergeConflict,
     NotFound,
     SafetyViolation,
     StaleRevision,
@@ -250,6 +251,11 @@ def _install_domain_handlers(app: FastAPI) -> None:
                                 f"If-Match {exc.expected} does not name the head revision ({exc.actual or 'none'}); "
                                 "read the intent again and retry", kind="stale-revision",
                                 revision=int(head) if head.isdigit() and head != "0" else None)
+
+    @app.exception_handler(MergeConflict)
+    async def _merge_conflict(request: Request, exc: MergeConflict) -> JSONResponse:
+        return problem_response(request, status_for(exc), "Conflict", str(exc), kind=exc.kind,
+                                errors=[e.as_dict() for e in exc.conflicts])
 
     @app.exception_handler(Conflict)
     async def _conflict(request: Request, exc: Conflict) -> JSONResponse:

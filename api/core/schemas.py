@@ -224,6 +224,8 @@ class RevisionPublic(_Out):
     author: str
     message: str
     request_id: str | None
+    proposal: bool = Field(False, description="a change's proposed intent, not on the head's line: it joins the "
+                                              "head when its change commits")
 
 
 class DiffEntry(_Out):

@@ -22,7 +22,7 @@ RevisionId = Annotated[int, Path(ge=1, le=2**31 - 1, description="revision id (1
 
 def public(rev: Revision) -> dict[str, Any]:
     return {"id": rev.id, "parent": rev.parent, "hash": rev.hash, "created_at": rev.created_at,
-            "author": rev.author, "message": rev.message, "request_id": rev.request_id}
+            "author": rev.author, "message": rev.message, "request_id": rev.request_id, "proposal": rev.proposal}
 
 
 @router.get("", response_model=Page[RevisionPublic], summary="List revisions, newest first",

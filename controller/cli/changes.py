@@ -208,13 +208,17 @@ def apply(
     force: Annotated[bool, typer.Option("--force", help="commit even if unsafe (needs --reason)")] = False,
     reason: Annotated[str | None, typer.Option("--reason", help="why an unsafe change is forced")] = None,
     message: Annotated[str, typer.Option("--message", "-m", help="what the change is for")] = "",
+    base_revision: Annotated[int | None, typer.Option(
+        "--base", min=1, help="the revision INTENT was made from (default: the active one, else the head); what "
+                              "INTENT changes from it joins the head at commit, beside the head's other edits")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Review INTENT against the active revision and, without --dry-run, commit it."""
+    """Review INTENT against the active revision and, without --dry-run, commit it. The head (the intent
+    being edited) moves only at the commit, and keeps every edit made on it that INTENT does not touch."""
     intent = read_intent(intent_path, as_json=as_json)
     client = Client(server, as_json)
     st = client.call("GET", "/v1/status")
-    base = st["active_revision"] or st["head_revision"]
+    base = base_revision or st["active_revision"] or st["head_revision"]
     if base is None:
         client.call("PUT", "/v1/intent", json=intent.to_document())
         base = client.call("GET", "/v1/status")["head_revision"]

@@ -56,6 +56,7 @@ __all__ = [
     "InvalidRequest",
     "LastAdmin",
     "LoomError",
+    "MergeConflict",
     "MalformedDocument",
     "NotFound",
     "RetryableDriverError",
@@ -183,6 +184,19 @@ class StaleRevision(Conflict):
         self.expected = expected
         self.actual = actual
         super().__init__(f"stale revision: If-Match {expected!r} but the head is {actual!r}")
+
+
+class MergeConflict(Conflict):
+    """A change's edits cannot join the head: the head changed the same objects since the change's base.
+    ``conflicts`` locate each one (``links[leaf-0-0:eth3]``, ``defaults.max_ecmp_entries``)."""
+
+    kind = "merge-conflict"
+
+    def __init__(self, message: str, conflicts: list[IntentError]):
+        self.conflicts = conflicts
+        head = "; ".join(f"{e.loc}: {e.msg}" for e in conflicts[:5])
+        more = f" (and {len(conflicts) - 5} more)" if len(conflicts) > 5 else ""
+        super().__init__(f"{message}: {head}{more}" if conflicts else message)
 
 
 class LastAdmin(Conflict):

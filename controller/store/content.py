@@ -171,9 +171,9 @@ def install_cache_hooks(factory: sessionmaker[Session], cache: SnapshotCache, he
         pending = session.info.pop(_PENDING, None)
         c = session.info.get(_CACHE)
         if pending and c is not None:
-            for rev_id, snap in pending:
+            for rev_id, snap, head in pending:
                 c.put(rev_id, snap)
-                if heads is not None:
+                if heads is not None and head:
                     heads.put(rev_id, snap.hash)
 
     @event.listens_for(factory, "after_rollback")
@@ -190,9 +190,10 @@ def cache_of(session: Session) -> SnapshotCache:
     return result
 
 
-def remember(session: Session, rev_id: int, snap: Snapshot) -> None:
-    """Cache ``snap`` as revision ``rev_id`` once the session's transaction commits."""
-    session.info.setdefault(_PENDING, []).append((rev_id, snap))
+def remember(session: Session, rev_id: int, snap: Snapshot, *, head: bool = True) -> None:
+    """Cache ``snap`` as revision ``rev_id`` once the session's transaction commits (and, when it is
+    the ``head`` now, as this process's head)."""
+    session.info.setdefault(_PENDING, []).append((rev_id, snap, head))
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -278,7 +279,8 @@ def write_content(conn: Connection, snap: Snapshot, rev_id: int) -> WriteStats:
 
 def write_revision(conn: Connection, snap: Snapshot, *, rev_id: int, parent: int | None, author: str,
                    message: str, request_id: str | None, now: datetime, options: StoreOptions,
-                   content_hash: str | None = None, pins: Allocation | None = None) -> tuple[Snapshot, WriteStats]:
+                   content_hash: str | None = None, pins: Allocation | None = None,
+                   proposal: bool = False) -> tuple[Snapshot, WriteStats]:
     """Store ``snap`` (made on revision ``parent``, or on none) as revision ``rev_id``: its row, its
     new objects, its entries. Raises :class:`ConcurrentWrite` when the id is taken. Returns the
     snapshot as written (a checkpoint is the same intent with a whole delta) and what was written.
@@ -287,7 +289,8 @@ def write_revision(conn: Connection, snap: Snapshot, *, rev_id: int, parent: int
     frame = _put_frame(conn, snap)
     row = {"id": rev_id, "parent_id": parent, "hash": content_hash or snap.hash, "created_at": now,
            "author": author, "message": message, "request_id": request_id, "top_hash": frame.top_hash,
-           "whole": frame.whole, "entries": frame.entries, "allocation": pins.to_json() if pins else ""}
+           "whole": frame.whole, "entries": frame.entries, "allocation": pins.to_json() if pins else "",
+           "proposal": proposal}
     try:
         conn.execute(insert(revisions_t), row)
     except IntegrityError:

@@ -27,7 +27,20 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index, Integer, MetaData, String, Text, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    false,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = ["AuditRow", "Base", "IntentObjectRow", "ROLES", "RevisionEntryRow", "RevisionRow", "TokenRow", "metadata"]
@@ -75,6 +88,8 @@ class RevisionRow(Base):
     entries: Mapped[int] = mapped_column(Integer, default=0)
     #: the address allocation's pins (:meth:`controller.model.addressing.Allocation.to_json`; usually "")
     allocation: Mapped[str] = mapped_column(Text, default="", server_default="")
+    #: a change's proposed intent, off the head's line: the head is the newest revision that is not one
+    proposal: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class RevisionEntryRow(Base):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -41,6 +41,7 @@ __all__ = [
     "find_token",
     "get_revision",
     "get_token",
+    "fold_proposal",
     "head_ref",
     "head_revision",
     "list_audit",
@@ -50,6 +51,7 @@ __all__ = [
     "revision_intent",
     "revision_snapshot",
     "revoke_token",
+    "tail_revision",
     "update_token",
     "utc",
 ]
@@ -71,11 +73,12 @@ class Revision:
     author: str
     message: str
     request_id: str | None
+    proposal: bool = False  # a change's proposed intent, not (yet) on the head's line
 
     @classmethod
     def of(cls, row: RevisionRow) -> Revision:
         return cls(row.id, row.parent_id, row.hash, utc(row.created_at) or row.created_at, row.author,
-                   row.message, row.request_id)
+                   row.message, row.request_id, bool(row.proposal))
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,22 @@ class AuditEntry:
 
 # -- revisions ----------------------------------------------------------------
 def head_revision(*, session: Session) -> Revision | None:
+    """The head: the newest revision that is not a change's proposal (what the intent is now)."""
+    row = session.scalars(select(RevisionRow).where(RevisionRow.proposal.is_(False))
+                          .order_by(RevisionRow.id.desc()).limit(1)).first()
+    return Revision.of(row) if row else None
+
+
+def tail_revision(*, session: Session) -> Revision | None:
+    """The newest revision of any kind: the one the next revision is stored after (``tail + 1``)."""
     row = session.scalars(select(RevisionRow).order_by(RevisionRow.id.desc()).limit(1)).first()
     return Revision.of(row) if row else None
+
+
+def fold_proposal(rev_id: int, *, session: Session) -> None:
+    """Proposal ``rev_id`` joins the head's line: it becomes the head when it is the newest on it."""
+    session.execute(update(RevisionRow).where(RevisionRow.id == rev_id).values(proposal=False))
+    content.remember(session, rev_id, revision_snapshot(rev_id, session=session))
 
 
 def head_ref(conn: Connection) -> tuple[int, str] | None:
@@ -132,7 +149,8 @@ def head_ref(conn: Connection) -> tuple[int, str] | None:
     return (int(row[0]), str(row[1])) if row else None
 
 
-_HEAD = select(RevisionRow.id, RevisionRow.hash).order_by(RevisionRow.id.desc()).limit(1)
+_HEAD = (select(RevisionRow.id, RevisionRow.hash).where(RevisionRow.proposal.is_(False))
+         .order_by(RevisionRow.id.desc()).limit(1))
 
 
 def get_revision(rev_id: int, *, session: Session) -> Revision:
@@ -175,17 +193,21 @@ def add_snapshot(
     message: str = "",
     request_id: str | None = None,
     now: datetime,
+    proposal: bool = False,
+    pins_from: int | None = None,
 ) -> tuple[Revision, WriteStats]:
     """Store ``snapshot`` (made on ``parent``'s snapshot, or on none) as the child of ``parent``
-    (id ``parent + 1``): only what changed. Raises :class:`ConcurrentWrite` when another
-    transaction already did. The snapshot enters the cache if the transaction commits."""
+    (id ``parent + 1``, the tail): only what changed. Raises :class:`ConcurrentWrite` when another
+    transaction already did. The snapshot enters the cache if the transaction commits. A
+    ``proposal`` (a change's proposed intent) does not move the head; its address allocation, like
+    any revision's, keeps the slots of ``pins_from`` (the revision it was made on; ``parent`` by default)."""
     rev_id = (parent or 0) + 1
-    pins = _allocation_pins(snapshot, parent, session=session)
+    pins = _allocation_pins(snapshot, pins_from if pins_from is not None else parent, session=session)
     written, stats = content.write_revision(
         session.connection(), snapshot, rev_id=rev_id, parent=parent, author=author, message=message,
-        request_id=request_id, now=now, options=content.cache_of(session).options, pins=pins)
-    content.remember(session, rev_id, written)
-    return Revision(rev_id, parent, written.hash, now, author, message, request_id), stats
+        request_id=request_id, now=now, options=content.cache_of(session).options, pins=pins, proposal=proposal)
+    content.remember(session, rev_id, written, head=not proposal)
+    return Revision(rev_id, parent, written.hash, now, author, message, request_id, proposal), stats
 
 
 def revision_allocation(snap: Snapshot) -> Allocation:
@@ -219,13 +241,15 @@ def add_intent(
     message: str = "",
     request_id: str | None = None,
     now: datetime,
+    proposal: bool = False,
+    pins_from: int | None = None,
 ) -> Revision:
-    """Store ``intent`` (validated whole by the caller) as the child of ``parent``: only what changed
-    from ``parent``'s snapshot, which the next edit may prove its validity from."""
+    """Store ``intent`` (validated whole by the caller) as the child of ``parent`` (the tail): only
+    what changed from ``parent``'s snapshot, which the next edit may prove its validity from."""
     base = revision_snapshot(parent, session=session) if parent is not None else None
     snap = Snapshot.from_intent(intent, base)
     return add_snapshot(session=session, snapshot=snap, parent=parent, author=author, message=message,
-                        request_id=request_id, now=now)[0]
+                        request_id=request_id, now=now, proposal=proposal, pins_from=pins_from)[0]
 
 
 def add_revision(

@@ -391,6 +391,15 @@ class Snapshot:
         objs = {s: getattr(intent, s) for s in SECTIONS}
         return cls.from_document(doc, base, objects=objs, validated=True, intent=intent)
 
+    def on(self, base: Snapshot) -> Snapshot:
+        """This intent as a snapshot made on ``base``, another revision than the one it was edited
+        from (the store's tail when change proposals stand after the head), so that what the store
+        writes is the delta against ``base``. Its elements are this snapshot's, or ``base``'s equal ones."""
+        objs = {s: [e._obj for e in self.sections[s].elements] for s in SECTIONS}
+        known = {s: o for s, o in objs.items() if all(x is not None for x in o)}
+        return Snapshot.from_document(self.document(), base, objects=known or None, content_hash=self.hash,
+                                      validated=self.validated, intent=self._intent)
+
     def with_delta(self, delta: Delta, distance: int) -> Snapshot:
         """This snapshot, to be written as ``delta`` (a checkpoint writes everything)."""
         snap = Snapshot(self.frame, self.sections, content_hash=self._hash, delta=delta, validated=self.validated,

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from controller import service
@@ -39,7 +38,6 @@ from controller.model.errors import (
     SafetyViolation,
     StoreContention,
 )
-from controller.model.intent import format_loc, validate_intent
 from controller.model.plan import Plan
 from controller.planning import compile_plan
 from controller.service import WriteContext
@@ -49,6 +47,7 @@ from controller.store.db import lock_revisions, retrying, write_transaction
 from controller.store.repo import ConcurrentWrite
 from controller.store.workflow_repo import Change
 from controller.workflow.jsonpatch import apply_patch
+from controller.workflow.proposals import fold_into_head, store_proposed, validated
 
 __all__ = [
     "FINAL", "STATES", "ReviewInputs", "begin_commit", "change_document", "create_change", "create_rollback",
@@ -64,13 +63,6 @@ Doc = dict[str, Any]
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def validated(document: Any) -> Intent:
-    try:
-        return validate_intent(document)
-    except ValidationError as exc:
-        raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"])) for e in exc.errors()]) from None
 
 
 def _audit(session: Session, ctx: WriteContext, action: str, *, outcome: str = "accepted", status: int = 200,
@@ -140,18 +132,6 @@ def plan_for(revision: int, *, session: Session, observe: Callable[[float], None
 
 
 # -- creating -------------------------------------------------------------------
-def _store_proposed(intent: Intent, base: repo.Revision, *, session: Session, ctx: WriteContext) -> int:
-    """The revision holding ``intent``: the head or the base when identical, else a new head."""
-    head = repo.head_revision(session=session)
-    assert head is not None
-    for rev in (head, base):
-        if rev.hash == intent.content_hash:
-            return rev.id
-    new = repo.add_intent(session=session, intent=intent, parent=head.id, author=ctx.actor.name,
-                          message=ctx.message or "proposed by a change", request_id=ctx.request_id, now=_now())
-    return new.id
-
-
 def _replay_of(ctx: WriteContext, *, session: Session) -> int | None:
     """The change an earlier request with ``ctx``'s ``Idempotency-Key`` made or committed (the key is kept in
     that request's transaction), or None."""
@@ -187,7 +167,7 @@ def create_change(*, session: Session, ctx: WriteContext, base_revision: int, pa
             document = (apply_patch(repo.revision_document(base.id, session=session), patch)
                         if patch is not None else intent)
             proposed = validated(document)
-            rev = _store_proposed(proposed, base, session=session, ctx=ctx)
+            rev = store_proposed(proposed, base, session=session, ctx=ctx)
             ch = wrepo.add_change(session=session, kind=kind, base_revision=base.id, proposed_revision=rev,
                                   message=message, author=ctx.actor.name, now=_now(), trigger=trigger)
             _audit(session, ctx, f"{kind}.create", status=201, revision=rev,
@@ -265,6 +245,7 @@ def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transac
     """Gate and durably mark ``change_id`` as committing (before any device is touched)."""
     try:
         with write_transaction(session):
+            lock_revisions(session)  # the change's edits join the head in this transaction
             ch = wrepo.get_change(change_id, session=session, for_update=True)
             if _replay_of(ctx, session=session) is not None:  # this request committed it already
                 return ch
@@ -272,6 +253,7 @@ def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transac
             if not skip_gate:
                 _gate(ch, active, force, reason)
             wrepo.claim_commit(change_id, session=session)
+            fold_into_head(ch, session=session, ctx=ctx)
             forced = reason if force and ch.verdict == "unsafe" else None
             wrepo.update_change(change_id, session=session, state=ChangeState.COMMITTING, transaction=transaction,
                                 previous_active=active, force_reason=forced if forced else ch.force_reason,
