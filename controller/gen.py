@@ -64,6 +64,33 @@ def tor_prefix(p: int, t: int, tors: int) -> str:
     return f"10.{n >> 10}.{(n >> 2) & 255}.{(n & 3) << 6}/26"
 
 
+def _domains(planes: int, spines: int, ls_names: list[str], srlgs: int | None,
+             rng: random.Random) -> list[dict[str, Any]]:
+    """Each spine, each plane's power and random SRLGs of leaf-spine links; never two domains that take
+    down the same parts (validation refuses them): a plane of one spine has no power domain of its own,
+    and an SRLG drawn again is drawn anew (a few times, then left out)."""
+    domains: list[dict[str, Any]] = []
+    for lp in range(planes):
+        for s in range(spines):
+            domains.append({"name": f"{spine_name(lp, s)}", "kind": "device", "devices": [spine_name(lp, s)]})
+        if spines > 1:
+            domains.append({"name": f"plane-{lp}-power", "kind": "power",
+                            "devices": [spine_name(lp, s) for s in range(spines)]})
+    n_srlg = srlgs if srlgs is not None else max(1, planes)
+    per = max(2, min(8, len(ls_names) // max(1, 4 * n_srlg)))
+    drawn: set[tuple[str, ...]] = set()
+    for g in range(n_srlg):
+        if len(ls_names) < per:
+            break
+        for _ in range(8):
+            links = tuple(sorted(rng.sample(ls_names, per)))
+            if links not in drawn:
+                drawn.add(links)
+                domains.append({"name": f"srlg-{g}", "kind": "srlg", "links": list(links)})
+                break
+    return domains
+
+
 def _leaf_spine_links(
     pods: int, planes: int, spines: int, missing: float, rng: random.Random,
 ) -> list[tuple[int, int, int]]:
@@ -134,17 +161,7 @@ def clos_document(
         links.append({"a": leaf_name(p, lp), "a_port": f"eth{tors + 1 + s}", "b": spine_name(lp, s),
                       "b_port": f"eth{p + 1}", "capacity_gbps": cap})
         ls_names.append(f"{leaf_name(p, lp)}:eth{tors + 1 + s}")
-    domains: list[dict[str, Any]] = []
-    for lp in range(planes):
-        for s in range(spines):
-            domains.append({"name": f"{spine_name(lp, s)}", "kind": "device", "devices": [spine_name(lp, s)]})
-        domains.append({"name": f"plane-{lp}-power", "kind": "power",
-                        "devices": [spine_name(lp, s) for s in range(spines)]})
-    n_srlg = srlgs if srlgs is not None else max(1, planes)
-    per = max(2, min(8, len(ls_names) // max(1, 4 * n_srlg)))
-    for g in range(n_srlg):
-        if len(ls_names) >= per:
-            domains.append({"name": f"srlg-{g}", "kind": "srlg", "links": sorted(rng.sample(ls_names, per))})
+    domains = _domains(planes, spines, ls_names, srlgs, rng)
     demands = _demands(pods, tors, rng, demand, fanout)
     doc: dict[str, Any] = {
         "name": f"clos-{pods}x{tors}-{planes}x{spines}-s{seed}", "routing": "bgp",

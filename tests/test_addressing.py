@@ -167,11 +167,12 @@ def api(tmp_path: Path) -> Iterator[Api]:
         yield a
 
 
-def _head_intent(api: Api) -> Any:
+def _head_intent(api: Api, revision: int | None = None) -> Any:
+    """The intent (with its allocation) of ``revision``, the head by default."""
     with api.db.session() as s:
         head = repo.head_revision(session=s)
         assert head is not None
-        return changes.plan_for(head.id, session=s)[0]
+        return changes.plan_for(revision or head.id, session=s)[0]
 
 
 @pytest.mark.component
@@ -182,12 +183,13 @@ def test_the_store_keeps_a_probed_link_where_it_is_when_its_home_frees(
     with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=_pair([x, y])) as a:
         probed = _address(_head_intent(a), second["a_port"])
         assert probed != _address(validate_intent(_pair([second])), second["a_port"])  # not at its home
-        a.change(intent=_pair([second]))  # the link at its home goes away
-        kept = _head_intent(a)
+        gone = a.change(intent=_pair([second]))  # the link at its home goes away
+        kept = _head_intent(a, gone["proposed_revision"])
         assert carried(kept) is not None
         assert _address(kept, second["a_port"]) == probed
-        a.change(intent=_pair([second, first]), base=2)  # and comes back: it is the one that moves now
-        back = _head_intent(a)
+        # and comes back, on that proposal: it is the one that moves now
+        again = a.change(intent=_pair([second, first]), base=gone["proposed_revision"])
+        back = _head_intent(a, again["proposed_revision"])
         assert _address(back, second["a_port"]) == probed
         assert _address(back, first["a_port"]) != probed
 
@@ -198,9 +200,9 @@ def test_the_store_never_moves_an_existing_link_for_a_new_one(
     first, second = sorted(collision, key=lambda lk: link_id(validate_intent(_pair([lk])).links[0]))
     with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=_pair([second])) as a:
         home = _address(_head_intent(a), second["a_port"])
-        a.change(intent=_pair([second, first]))  # the new link sorts first: from nothing it would take the home
+        ch = a.change(intent=_pair([second, first]))  # the new link sorts first: from nothing it would take the home
         assert _address(validate_intent(_pair([second, first])), first["a_port"]) == home
-        now = _head_intent(a)
+        now = _head_intent(a, ch["proposed_revision"])
         assert _address(now, second["a_port"]) == home
         assert _address(now, first["a_port"]) != home
 

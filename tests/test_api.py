@@ -384,3 +384,23 @@ def test_settings_admin_token(tmp_path) -> None:  # type: ignore[no-untyped-def]
         r = client.get("/v1/tokens", headers={"Authorization": f"Bearer {secret}"})
         assert r.status_code == 200 and len(r.json()) == 3
     db.dispose()
+
+
+@pytest.mark.parametrize(("path", "unknown"), [
+    ("/v1/devices?rol=spine", ["rol"]),
+    ("/v1/devices?role=spine&pods=1&limit=2", ["pods"]),
+    ("/v1/intent?revision=1", ["revision"]),
+    ("/v1/revisions?limit=2&ofset=1", ["ofset"]),
+    ("/v1/changes?state=draft&b=1&a=2", ["a", "b"]),
+])
+def test_unknown_query_parameters_are_refused_by_name(api: Api, path: str, unknown: list[str]) -> None:
+    """A misspelt filter is a 422 that names it (issue 31.3), never a filter silently dropped."""
+    r = api("GET", path, role="viewer")
+    assert r.status_code == 422, r.text
+    assert [e["loc"] for e in r.json()["errors"]] == [f"query.{k}" for k in unknown]
+    assert "unknown query parameter" in r.json()["errors"][0]["msg"]
+    known = api("GET", "/v1/devices?role=spine&limit=2", role="viewer")
+    assert known.status_code == 200 and {d["role"] for d in known.json()["items"]} == {"spine"}
+    write = api("PATCH", "/v1/links/leaf-0-0:eth3?dry=1", json={"capacity_gbps": 40})
+    assert write.status_code == 422 and write.json()["errors"][0]["loc"] == "query.dry"
+    assert api("GET", "/v1/intent", role="viewer").headers["etag"] == '"1"'  # the refused write wrote nothing

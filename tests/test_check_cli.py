@@ -166,7 +166,29 @@ def test_robust_compile_reports_the_price(tmp_path: Path) -> None:
     assert run(str(path)).exit_code == 1  # the min-MLU plan breaks the limit when a plane-1 spine fails
     res = run(str(path), "--robust")
     assert res.exit_code == 0, res.output
-    assert "robust WCMP: every scenario under 0.9" in res.output
+    assert "robust WCMP: utilization under 0.9 in every scenario" in res.output
     doc = json.loads(run(str(path), "--robust", "--json").stdout)
     assert doc["verdict"] == "safe" and doc["robust"]["robust"] is True
     assert doc["robust"]["baseline_mlu_robust"] > doc["robust"]["baseline_mlu_plain"]
+
+
+def test_robust_summary_never_claims_what_the_report_refutes(tmp_path: Path) -> None:
+    """Issue 31.6: robust WCMP speaks of utilization only; a report that black-holes traffic says so."""
+    from test_safety_robust import lopsided
+
+    doc = lopsided(315.0, 0.9).to_document()
+    doc["failure_domains"].append({"name": "pod-1-leaves", "kind": "power", "devices": ["leaf-1-0", "leaf-1-1"]})
+    res = run(str(write(tmp_path, "cut.yaml", doc)), "--robust")
+    assert res.exit_code == 1 and "UNSAFE" in res.output
+    assert "every scenario under" not in res.output
+    assert "delivery" in res.output and "the report stays UNSAFE" in res.output, res.output
+
+
+def test_scenario_names_print_as_they_are() -> None:
+    """``link:a:eth2`` is a link of device ``a``, not Rich's ``:a:`` emoji."""
+    from controller.cli.common import console, err_console
+
+    for c in (console, err_console):
+        with c.capture() as cap:
+            c.print("link:a:eth2 link:b:eth1 device:smile", highlight=False)
+        assert cap.get().strip() == "link:a:eth2 link:b:eth1 device:smile"

@@ -87,3 +87,13 @@ def test_cli_plan_rejects_bad_and_infeasible_intents(tmp_path: Path) -> None:
     assert r.exit_code == 2
     out = json.loads(r.stdout)
     assert "infeasible" in out["error"] and out["errors"][0]["loc"].startswith("demands[")
+
+
+@pytest.mark.parametrize("spines", [1, 2])
+def test_no_two_generated_domains_take_down_the_same_parts(spines: int) -> None:
+    """Issue 31.5: ``--pods 2 --tors 2 --planes 2 --spines 2 --missing 0.1 --hetero 0.3`` drew one SRLG twice."""
+    for seed in range(40):
+        doc = clos_document(pods=2, tors=2, planes=2, spines=spines, seed=seed, missing=0.1, hetero=0.3, srlgs=4)
+        members = [(frozenset(fd.get("devices", ())), frozenset(fd.get("links", ()))) for fd in doc["failure_domains"]]
+        assert len(set(members)) == len(members), seed
+        validate_intent(doc)

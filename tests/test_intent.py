@@ -314,6 +314,27 @@ def test_failure_domain_link_end_malformed() -> None:
     assert_error(doc, "failure_domains[0].links[0]: 'leaf-0-1' is not a link end: expected 'device:port'")
 
 
+def test_failure_domains_that_take_down_the_same_parts_are_refused() -> None:
+    """Two domains with the same members are one failure replayed twice (issue 31.5): the second is
+    refused, located, whatever its name or kind, and whichever end names a link."""
+    doc = clos_doc()
+    first = next(i for i, fd in enumerate(doc["failure_domains"]) if fd.get("devices"))
+    twin = doc["failure_domains"][first]
+    doc["failure_domains"].append({"name": "again", "kind": "srlg", "devices": list(reversed(twin["devices"])),
+                                   "links": list(twin.get("links", []))})
+    assert_error(doc, f"failure_domains[{len(doc['failure_domains']) - 1}]: takes down the same devices and "
+                      f"links as failure_domains[{first}]: one failure, declared twice")
+    doc = clos_doc()
+    link = doc["links"][-1]
+    doc["failure_domains"] += [{"name": "x", "kind": "srlg", "links": [f"{link['a']}:{link['a_port']}"]},
+                               {"name": "y", "kind": "srlg", "links": [f"{link['b']}:{link['b_port']}"]}]
+    n = len(doc["failure_domains"])
+    assert_error(doc, f"failure_domains[{n - 1}]: takes down the same devices and links as failure_domains[{n - 2}]: "
+                      "one failure, declared twice")
+    doc["failure_domains"][-1]["links"].append(f"{doc['links'][0]['a']}:{doc['links'][0]['a_port']}")
+    validate_intent(doc)  # a superset is another failure
+
+
 def test_demand_from_unknown_device() -> None:
     doc = clos_doc()
     doc["demands"][1]["from"] = "tor-5-5"

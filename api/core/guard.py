@@ -8,8 +8,10 @@ first instead:
 
 1. it authenticates and authorizes the caller for the route's role, the one its dependencies ask
    for (:func:`api.core.deps.required_role`): 401 or 403 with nothing of the body read;
-2. on a write it refuses a declared ``Content-Length`` over the route's limit (413) at once;
-3. it hands FastAPI and the endpoint a :class:`BoundedRequest`, whose body is read up to the limit
+2. it refuses a query parameter the route does not declare (422 naming it, as FastAPI names a
+   misspelt value): ``?rol=spine`` is a mistake to report, not a filter to drop silently;
+3. on a write it refuses a declared ``Content-Length`` over the route's limit (413) at once;
+4. it hands FastAPI and the endpoint a :class:`BoundedRequest`, whose body is read up to the limit
    and no further (413 as soon as a chunked body passes it) and whose JSON is read by
    :func:`controller.model.text.load_json`: strict UTF-8 (400), nesting depth (422) and number of
    values (413) bounded before the parser runs, no ``NaN``, no lone surrogate.
@@ -27,7 +29,10 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -115,10 +120,12 @@ class GuardedRoute(APIRoute):
         handler = super().get_route_handler()
         role = required_role(self.dependant)
         endpoint = self.endpoint
+        known = query_names(self.dependant)
 
         async def guarded(request: Request) -> Response:
             if role is not None:
                 await authorize(request, role)
+            _refuse_unknown_query(request, known)
             limit, setting = body_limit(request, endpoint)
             if request.method in _WRITES:
                 declared = request.headers.get("content-length", "")
@@ -129,6 +136,32 @@ class GuardedRoute(APIRoute):
             return await handler(bounded)
 
         return guarded
+
+
+def query_names(dependant: Dependant) -> frozenset[str]:
+    """The query parameters a route declares, through its dependencies, and the fields of a query model."""
+    names: set[str] = set()
+    todo = [dependant]
+    while todo:
+        d = todo.pop()
+        for f in d.query_params:
+            model = f.field_info.annotation
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                names.update(info.alias or name for name, info in model.model_fields.items())
+            else:
+                names.add(f.alias)
+        todo.extend(d.dependencies)
+    return frozenset(names)
+
+
+def _refuse_unknown_query(request: Request, known: frozenset[str]) -> None:
+    """A 422 (``query.NAME: unknown query parameter``) for every query parameter the route does not declare."""
+    unknown = sorted({k for k in request.query_params if k not in known})
+    if unknown:
+        accepted = ", ".join(sorted(known)) or "none"
+        raise RequestValidationError([{"type": "extra_forbidden", "loc": ("query", k),
+                                       "msg": f"unknown query parameter (this route accepts: {accepted})",
+                                       "input": request.query_params.get(k)} for k in unknown])
 
 
 class EarlyAnswerMiddleware:

@@ -28,8 +28,9 @@ app = typer.Typer(
 )
 # soft_wrap: a line of text is never broken at the terminal's (or a pipe's 80-column) width,
 # so scripts and people read whole lines; tables still fit themselves to the width.
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+# emoji off: Rich would print ``link:a:eth2`` as ``link🅰eth2`` (its ``:a:`` code), and names are data here
+console = Console(soft_wrap=True, emoji=False)
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def emit_json(data: Any) -> None:

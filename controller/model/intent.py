@@ -397,8 +397,20 @@ def _check_links(links: list[tuple[int, Any]], refs: _Refs, errors: list[IntentE
     return good_links
 
 
+def _domain_members(devices: Any, ends: Any, refs: _Refs) -> tuple[frozenset[str], frozenset[Any]]:
+    """What a failure domain takes down: its devices, and its links by index (either end names one)."""
+    links: set[Any] = set()
+    for end in ends or ():
+        try:
+            links.add(refs.ports.get(parse_link_end(end), end))
+        except ValueError:
+            links.add(end)
+    return frozenset(devices or ()), frozenset(links)
+
+
 def _check_failure_domains(domains: list[tuple[int, Any]], refs: _Refs, errors: list[IntentError]) -> None:
     fd_names: dict[str, int] = {}
+    fd_members: dict[tuple[frozenset[str], frozenset[Any]], int] = {}
     for i, fd in domains:
         name = getattr(fd, "name", None)
         if name is not None:
@@ -409,6 +421,12 @@ def _check_failure_domains(domains: list[tuple[int, Any]], refs: _Refs, errors: 
         devices, ends = getattr(fd, "devices", None), getattr(fd, "links", None)
         if devices is not None and ends is not None and not devices and not ends:
             errors.append(IntentError(f"failure_domains[{i}]", "names no devices and no links"))
+        members = _domain_members(devices, ends, refs)
+        if (devices or ends) and members in fd_members:
+            j = fd_members[members]
+            errors.append(IntentError(f"failure_domains[{i}]", f"takes down the same devices and links as "
+                                      f"failure_domains[{j}]: one failure, declared twice"))
+        fd_members.setdefault(members, i)
         for j, dev in enumerate(devices or ()):
             if refs.unknown(dev):
                 errors.append(IntentError(f"failure_domains[{i}].devices[{j}]", f"unknown device '{dev}'"))
