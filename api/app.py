@@ -198,11 +198,11 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.include_router(revisions.router)
     app.include_router(tokens.router)
     app.include_router(audit.router)
-    from api.routers import auto_te, changes, device_state, drift, jobs, plans
+    from api.routers import auto_te, changes, device_state, drift, jobs, plans, state
     from api.routers import cluster as cluster_view
     from api.routers import telemetry as telemetry_views
 
-    for module in (changes, plans, jobs, device_state, drift, telemetry_views, auto_te, cluster_view):
+    for module in (changes, plans, jobs, device_state, drift, telemetry_views, auto_te, cluster_view, state):
         app.include_router(module.router)
     ui.install(app)  # the web UI at /, /v1/whoami, offline /docs
     guard.install(app)  # every route authorizes and bounds its body before FastAPI reads it

@@ -54,6 +54,12 @@ class Metrics:
         self.lease_renewals = Counter("loom_lease_renewals", "Leader lease renewals by this replica", registry=r)
         self.active_revision = Gauge("loom_active_revision", "The revision last committed successfully",
                                      registry=r)
+        self.state_transitions = Counter("loom_state_transitions_total", "Operational state changes seen by the "
+                                         "leader (link.down, link.up, device.unreachable...)", ["event"], registry=r)
+        self.links_by_state = Gauge("loom_links", "Links by operational state (the leader's view)", ["oper"],
+                                    registry=r)
+        self.devices_unreachable = Gauge("loom_devices_unreachable", "Devices whose agent does not answer "
+                                         "(the leader's view)", registry=r)
 
     def render(self) -> bytes:
         """The exposition text for ``/metrics``."""

@@ -438,13 +438,24 @@ class AgentCore:
         except Exception as exc:
             raise AgentError("internal", f"restoring the previous config failed: {exc}") from exc
 
+    async def repair_links(self, down: frozenset[str]) -> None:
+        """Ports ``down`` are not up (the link watcher says so): the running config's ``fib`` routes lose
+        their next hops over them at once, and get them back when they come up (kernel-local repair: the
+        controller's reaction follows). Under the agent's lock, so it never interleaves with a commit."""
+        async with self._lock:
+            changed = await asyncio.to_thread(self.backend.repair_fib, self.running, down)
+        if changed:
+            log.info("fib repaired for ports not up (%s): %s", ", ".join(sorted(down)) or "none",
+                     ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else ""))
+
     async def state(self, prefixes: tuple[str, ...], *, epoch: int | None = None) -> DeviceState:
         self.fence("GetState", "", epoch)
         observed, routes = await asyncio.to_thread(self.backend.read_routes, prefixes, self.running)
         sessions = await asyncio.to_thread(self.backend.read_sessions)
+        running = await asyncio.to_thread(self.backend.running_hash, self.running)  # read back from FRR
         j = self._journal()
-        return DeviceState(self.hostname, self.running.hash if self.running else "", observed, routes, sessions,
-                           j.change if j else "", j.deadline if j else 0.0)
+        return DeviceState(self.hostname, running, observed, routes, sessions, j.change if j else "",
+                           j.deadline if j else 0.0)
 
 
 def lab_agent_command(node: str, node_dir: Path, *, python: str | None = None) -> list[str]:
@@ -472,8 +483,22 @@ def default_counters(core: AgentCore) -> Any:
     return KernelCounters(lambda: fabric_ports(core.running.frr_text) if core.running is not None else frozenset())
 
 
+def default_status(core: AgentCore) -> Any:
+    """The operational state an agent watches and serves: its node's interfaces (netlink) and bgpd's
+    sessions beside real FRR; for a ``--dry-frr`` agent, its running config's ports, up unless listed in
+    its record directory's ``down`` file (:class:`southbound.opstate.DryStatus`)."""
+    from southbound.opstate import DryStatus, KernelStatus
+
+    backend: Any = core.backend
+    if backend.dry:
+        return DryStatus(lambda: core.running.frr_text if core.running is not None else "",
+                         Path(backend.record_dir) / "down")
+    return KernelStatus(getattr(backend, "vty_dir", None))
+
+
 async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callable[[], None] | None = None,
-                stop: asyncio.Event | None = None, counters: Any = None, gnmi_options: Any = None) -> None:
+                stop: asyncio.Event | None = None, counters: Any = None, gnmi_options: Any = None,
+                status: Any = None) -> None:
     """Run ``core`` on ``listen`` (``unix:PATH`` or ``HOST:PORT``) until ``stop`` is set or SIGTERM/SIGINT.
 
     ``tls`` (a :class:`southbound.pki.ServerTls`) is required for TCP: mutual TLS, client certificates required.
@@ -486,12 +511,15 @@ async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callabl
 
     from southbound.gnmi import GNMI_SERVICE, GnmiService, add_gnmi_servicer
     from southbound.grpc_adapter import SERVICE_NAME, add_agent_servicer
+    from southbound.opstate import LinkWatcher
 
     await core.start()
+    watcher = LinkWatcher(status if status is not None else default_status(core), on_ports=core.repair_links)
+    await watcher.start()
     server = grpc.aio.server()
     add_agent_servicer(server, core)
     add_gnmi_servicer(server, GnmiService(counters if counters is not None else default_counters(core),
-                                          core.hostname, gnmi_options))
+                                          core.hostname, gnmi_options, status=watcher))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     if listen.startswith("unix:"):
@@ -518,6 +546,7 @@ async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callabl
     await stop.wait()
     await health.enter_graceful_shutdown()
     await server.stop(grace=1.0)
+    await watcher.stop()
     await core.close()
 
 

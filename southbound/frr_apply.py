@@ -43,7 +43,7 @@ from southbound.frr_delta import (
 from southbound.state import BgpSession, KernelNextHop, KernelRoute
 from southbound.vty import VTY_OK, daemons, vty_run
 
-__all__ = ["DryFrr", "FibHop", "FrrBackend", "FrrError", "FrrReload", "Rendered", "atomic_write_json",
+__all__ = ["DryFrr", "FibHop", "FrrBackend", "FrrError", "FrrReload", "Rendered", "atomic_write_json", "live_fib",
            "read_json"]
 
 #: Route protocol number of Loom's own (``fib``) routes; ``ip route`` shows it as a number.
@@ -95,6 +95,16 @@ class Rendered:
 
     def fib_lines(self) -> list[str]:
         return [f"fib {p} " + " ".join(f"{h.port}:{h.weight}" for h in hops) for p, hops in sorted(self.fib.items())]
+
+
+def live_fib(fib: Mapping[str, tuple[FibHop, ...]], down: frozenset[str]) -> dict[str, tuple[FibHop, ...]]:
+    """``fib`` without its next hops over ``down`` ports; a route left with none is left out."""
+    out: dict[str, tuple[FibHop, ...]] = {}
+    for prefix, hops in fib.items():
+        alive = tuple(h for h in hops if h.port not in down)
+        if alive:
+            out[prefix] = alive
+    return out
 
 
 def changed_peers(old: Rendered | None, new: Rendered) -> list[str]:
@@ -159,9 +169,24 @@ class FrrBackend(Protocol):
 
     def read_sessions(self) -> tuple[BgpSession, ...]: ...
 
+    def repair_fib(self, recorded: Rendered | None, down: frozenset[str]) -> list[str]:
+        """Ports ``down`` are not up: the ``fib`` routes of ``recorded`` without their next hops over
+        them (the rest keep their weights, so the kernel renormalizes), a route with none left withdrawn
+        (FRR's is used); the planned routes again when they come up. Returns the prefixes changed."""
+        ...
+
+    def running_hash(self, recorded: Rendered | None) -> str:
+        """The hash of what FRR runs, as read back from it: ``recorded``'s hash when FRR runs exactly
+        ``recorded``, another (``frr:...``) when anything was changed behind the agent ("" for nothing)."""
+        ...
+
     def settle(self, timeout: float = 60.0) -> None:
         """Wait for side effects a previous agent process left running (after a crash)."""
         ...
+
+
+def _foreign_hash(text: str) -> str:
+    return "frr:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 class DryFrr:
@@ -212,6 +237,16 @@ class DryFrr:
     def read_sessions(self) -> tuple[BgpSession, ...]:
         return ()
 
+    def repair_fib(self, recorded: Rendered | None, down: frozenset[str]) -> list[str]:
+        return []
+
+    def running_hash(self, recorded: Rendered | None) -> str:
+        path = self.record_dir / "frr.conf"
+        text = path.read_text() if path.exists() else ""
+        if recorded is None:
+            return _foreign_hash(text) if text else ""
+        return recorded.hash if text == recorded.frr_text else _foreign_hash(text)
+
     def settle(self, timeout: float = 60.0) -> None:
         return None
 
@@ -237,6 +272,8 @@ class FrrReload:
         #: apply only the difference where FRR runs what the agent applied (``LOOM_FRR_DELTA=0``: always
         #: ``frr-reload.py``, the bench's reference)
         self.delta = os.environ.get("LOOM_FRR_DELTA", "1") != "0"
+        self._down: frozenset[str] = frozenset()  # ports not up, as the agent's link watcher last saw them
+        self._installed: dict[str, tuple[FibHop, ...]] | None = None  # the fib routes in the kernel now
 
     # -- vtysh --------------------------------------------------------------
     def vtysh_cmd(self, *commands: str, check: bool = True) -> str:
@@ -310,9 +347,8 @@ class FrrReload:
         return self.work_dir / "frr-shown.json"
 
     def _record_shown(self, target: Rendered, tree: ConfigTree | None = None) -> None:
-        """Keep how FRR shows ``target`` (its ``show running-config`` once ``target`` is applied)."""
-        if not self.delta:
-            return
+        """Keep how FRR shows ``target`` (its ``show running-config`` once ``target`` is applied): what the
+        next delta starts from, and what :meth:`running_hash` holds FRR's running configuration against."""
         try:
             shown = tree if tree is not None else self.running_tree()
         except FrrError:
@@ -375,10 +411,27 @@ class FrrReload:
             self._record_shown(target)
             if clears:  # one vtysh for all of them
                 self.vtysh_cmd(*clears, check=False)
+        self._install_fib(current.fib if current else {}, target.fib)
+        return out.strip()
+
+    def _install_fib(self, before: Mapping[str, tuple[FibHop, ...]], fib: Mapping[str, tuple[FibHop, ...]]
+                     ) -> list[str]:
+        """Install ``fib`` less its next hops over ports that are down (``before``: what the kernel held
+        when nothing was installed by this process yet)."""
         from southbound import fib as fib_mod  # netlink, imported only where a kernel is touched
 
-        fib_mod.install(current.fib if current else {}, target.fib)
-        return out.strip()
+        live = live_fib(fib, self._down)
+        changed = fib_mod.install(self._installed if self._installed is not None else before, live)
+        self._installed = live
+        return changed
+
+    def repair_fib(self, recorded: Rendered | None, down: frozenset[str]) -> list[str]:
+        self._down = down
+        if recorded is None or (not recorded.fib and not self._installed):
+            return []
+        # every live route again, not only the changed ones: the kernel flushes an IPv4 multipath route
+        # when one of its next hops' interfaces goes down, and a route must come back when the port does
+        return self._install_fib(recorded.fib, recorded.fib)
 
     def settle(self, timeout: float = 60.0) -> None:
         """Wait until no ``frr-reload.py`` of ours (one a crashed agent left behind) is still running."""
@@ -414,6 +467,23 @@ class FrrReload:
                 routes[route.prefix] = route
                 metrics[route.prefix] = metric
         return True, routes
+
+    def running_hash(self, recorded: Rendered | None) -> str:
+        """FRR's running configuration read back (every daemon's ``show running-config``) against how FRR
+        showed ``recorded`` when the agent applied it: the same, ``recorded``'s hash; else a hash of the
+        running tree (an edit behind Loom is drift). Where it was never recorded, ``recorded``'s hash."""
+        if recorded is None:
+            return ""
+        doc = read_json(self._shown_path)
+        if not isinstance(doc, dict) or doc.get("hash") != recorded.hash:
+            return recorded.hash
+        try:
+            running = self.running_tree()
+        except FrrError as exc:
+            return _foreign_hash(f"unreadable: {exc}")
+        if running == tree_of_document(doc.get("tree", [])):
+            return recorded.hash
+        return _foreign_hash(json.dumps(tree_document(running), sort_keys=True))
 
     def read_sessions(self) -> tuple[BgpSession, ...]:
         bgpd = self.vty_dir / "bgpd.vty"

@@ -41,6 +41,7 @@ from pygnmi.spec.v080 import gnmi_pb2 as pb
 from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
 
 from southbound.counters import AFT_LEAVES, INTERFACE_LEAVES, CounterSnapshot, CounterSource
+from southbound.opstate import OperSnapshot, StatusSource
 
 __all__ = ["GNMI_SERVICE", "GNMI_VERSION", "Capabilities", "Elems", "GnmiClient", "GnmiOptions", "GnmiService",
            "PathError", "Poller", "Sample", "SyncMarker", "add_gnmi_servicer", "format_path", "parse_path"]
@@ -112,12 +113,24 @@ def format_path(elems: Elems) -> str:
 
 
 # -- the OpenConfig tree served ---------------------------------------------------------------------------
-# each tree: its elems from the root to the leaf's container, with the position of its one keyed list
+# each tree: its elems from the root to the leaf's container, each with its key: "" (none), the entity's key
+# name, or "k=v,k=v" for fixed keys (the default network instance, the BGP protocol instance)
+_DEFAULT_NI = ("network-instance", "name=default")
 _IF_TREE: tuple[tuple[str, str], ...] = (("interfaces", ""), ("interface", "name"), ("state", ""), ("counters", ""))
-_AFT_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), ("network-instance", "name"), ("afts", ""),
+_IF_STATUS_TREE: tuple[tuple[str, str], ...] = (("interfaces", ""), ("interface", "name"), ("state", ""))
+_AFT_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), _DEFAULT_NI, ("afts", ""),
                                          ("ipv4-unicast", ""), ("ipv4-entry", "prefix"), ("state", ""),
                                          ("counters", ""))
-_TREES = {"interfaces": (_IF_TREE, tuple(INTERFACE_LEAVES)), "aft": (_AFT_TREE, AFT_LEAVES)}
+_BGP_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), _DEFAULT_NI, ("protocols", ""),
+                                         ("protocol", "identifier=BGP,name=BGP"), ("bgp", ""), ("neighbors", ""),
+                                         ("neighbor", "neighbor-address"), ("state", ""))
+IF_STATUS_LEAVES = ("oper-status", "admin-status")
+BGP_LEAVES = ("session-state",)
+_TREES = {"interfaces": (_IF_TREE, tuple(INTERFACE_LEAVES)), "aft": (_AFT_TREE, AFT_LEAVES),
+          "if_status": (_IF_STATUS_TREE, IF_STATUS_LEAVES), "bgp": (_BGP_TREE, BGP_LEAVES)}
+#: the trees whose values are operational state (strings, read from a StatusSource), not counters
+STATUS_TREES = frozenset({"if_status", "bgp"})
+Value = int | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,43 +146,46 @@ class Query:
         return self.entity is not None and len(self.leaves) == 1
 
 
-def _match_tree(tree: str, elems: Elems) -> Query | None:
-    """``elems`` against one tree: ``None`` if they name something else, a :class:`PathError` if wrong inside it."""
+def _match_tree(tree: str, elems: Elems) -> Query | str:
+    """``elems`` against one tree: its query, or why they name something else (a :class:`PathError` for a
+    value the tree refuses, such as a prefix that is not one)."""
     spine, leaves = _TREES[tree]
     entity: str | None = None
     for depth, (name, keys) in enumerate(elems):
         if depth < len(spine):
             want, key = spine[depth]
             if name != want:
-                return None if depth == 0 else _not_found(elems, f"no {name!r} here (expected {want!r})")
+                return f"no {name!r} here (expected {want!r})"
             given = dict(keys)
-            if set(given) - {key}:
-                _not_found(elems, f"{name} has no key {sorted(set(given) - {key})[0]!r}")
-            value = given.get(key, "*") if key else "*"
-            if key == "name" and name == "network-instance":
-                if value not in ("*", "default"):
-                    _not_found(elems, f"no network instance {value!r} (only 'default')")
-            elif key and value != "*":
-                if key == "prefix":
-                    try:
-                        value = str(ipaddress.IPv4Network(value))
-                    except ValueError:
-                        raise PathError("invalid_argument", f"{format_path(elems)}: {value!r} is not an IPv4 "
-                                        "prefix in canonical form") from None
-                entity = value
+            fixed = dict(kv.split("=", 1) for kv in key.split(",")) if "=" in key else {}
+            allowed = set(fixed) if fixed else ({key} if key else set())
+            if set(given) - allowed:
+                return f"{name} has no key {sorted(set(given) - allowed)[0]!r}"
+            wrong = [k for k, v in fixed.items() if given.get(k, "*") not in ("*", v)]
+            if wrong:
+                return f"no {name} {wrong[0]}={given[wrong[0]]!r} (only {fixed[wrong[0]]!r})"
+            value = given.get(key, "*") if key and not fixed else "*"
+            if value != "*":
+                entity = _canonical_entity(key, value, elems)
         elif depth == len(spine):
             if keys:
-                _not_found(elems, f"leaf {name} has no keys")
+                return f"leaf {name} has no keys"
             if name not in leaves:
-                _not_found(elems, f"no counter {name!r} (known: {', '.join(leaves)})")
+                return f"no leaf {name!r} (known: {', '.join(leaves)})"
             leaves = (name,)
         else:
-            _not_found(elems, "path goes below a leaf")
+            return "path goes below a leaf"
     return Query(tree, entity, tuple(leaves))
 
 
-def _not_found(elems: Elems, why: str) -> Any:
-    raise PathError("not_found", f"{format_path(elems)}: {why}")
+def _canonical_entity(key: str, value: str, elems: Elems) -> str:
+    if key != "prefix":
+        return value
+    try:
+        return str(ipaddress.IPv4Network(value))
+    except ValueError:
+        raise PathError("invalid_argument", f"{format_path(elems)}: {value!r} is not an IPv4 "
+                        "prefix in canonical form") from None
 
 
 def compile_path(elems: Elems, origin: str = "") -> list[Query]:
@@ -178,25 +194,49 @@ def compile_path(elems: Elems, origin: str = "") -> list[Query]:
         raise PathError("not_found", f"origin {origin!r} is not served (OpenConfig paths only)")
     if not elems:
         return [Query(t, None, leaves) for t, (_, leaves) in _TREES.items()]
+    found: list[Query] = []
+    why = ""
     for tree in _TREES:
         q = _match_tree(tree, elems)
-        if q is not None:
-            return [q]
-    raise PathError("not_found", f"{format_path(elems)}: not served (see DESIGN.md, Telemetry)")
+        if isinstance(q, Query):
+            found.append(q)
+        elif elems[0][0] == _TREES[tree][0][0][0] and not why:
+            why = q
+    if found:
+        return found
+    raise PathError("not_found", f"{format_path(elems)}: {why or 'not served (see DESIGN.md, Telemetry)'}")
 
 
 def _entity_elems(tree: str, entity: str) -> Elems:
+    """The elems of one entity's container (its leaves' prefix) in ``tree``."""
+    spine, _ = _TREES[tree]
+    out = []
+    for name, key in spine:
+        if "=" in key:
+            out.append((name, tuple(sorted(tuple(kv.split("=", 1)) for kv in key.split(",")))))
+        elif key:
+            out.append((name, ((key, entity),)))
+        else:
+            out.append((name, ()))
+    return tuple((n, tuple((k, v) for k, v in keys)) for n, keys in out)
+
+
+def _table(snapshot: CounterSnapshot, status: OperSnapshot | None, tree: str) -> Mapping[str, Mapping[str, Value]]:
     if tree == "interfaces":
-        return (("interfaces", ()), ("interface", (("name", entity),)), ("state", ()), ("counters", ()))
-    return (("network-instances", ()), ("network-instance", (("name", "default"),)), ("afts", ()),
-            ("ipv4-unicast", ()), ("ipv4-entry", (("prefix", entity),)), ("state", ()), ("counters", ()))
+        return snapshot.interfaces
+    if tree == "aft":
+        return snapshot.prefixes
+    if status is None:
+        return {}
+    return status.interfaces if tree == "if_status" else status.bgp
 
 
-def select(snapshot: CounterSnapshot, queries: Iterable[Query]) -> dict[tuple[str, str], dict[str, int]]:
-    """``{(tree, entity): {leaf: value}}`` for every counter the queries name in ``snapshot``."""
-    out: dict[tuple[str, str], dict[str, int]] = {}
+def select(snapshot: CounterSnapshot, queries: Iterable[Query], status: OperSnapshot | None = None
+           ) -> dict[tuple[str, str], dict[str, Value]]:
+    """``{(tree, entity): {leaf: value}}`` for every value the queries name in ``snapshot`` and ``status``."""
+    out: dict[tuple[str, str], dict[str, Value]] = {}
     for q in queries:
-        table = snapshot.interfaces if q.tree == "interfaces" else snapshot.prefixes
+        table = _table(snapshot, status, q.tree)
         entities: Iterable[str] = table if q.entity is None else ([q.entity] if q.entity in table else [])
         for e in entities:
             values = table[e]
@@ -223,11 +263,15 @@ def _path_from_pb(path: Any) -> Elems:
     return tuple(out)
 
 
-def _notifications(snapshot: CounterSnapshot, picked: Mapping[tuple[str, str], Mapping[str, int]],
+def _typed(v: Value) -> Any:
+    return pb.TypedValue(string_val=v) if isinstance(v, str) else pb.TypedValue(uint_val=v)
+
+
+def _notifications(snapshot: CounterSnapshot, picked: Mapping[tuple[str, str], Mapping[str, Value]],
                    target: str) -> list[Any]:
     return [pb.Notification(timestamp=snapshot.timestamp_ns, prefix=_path_to_pb(_entity_elems(tree, e), target=target),
                             update=[pb.Update(path=pb.Path(elem=[pb.PathElem(name=leaf)]),
-                                              val=pb.TypedValue(uint_val=v)) for leaf, v in values.items()])
+                                              val=_typed(v)) for leaf, v in values.items()])
             for (tree, e), values in picked.items()]
 
 
@@ -242,6 +286,9 @@ class GnmiOptions:
     min_interval_s: float = 0.1
     on_change_check_s: float = 1.0
     share_s: float = 0.05
+    #: how often ON_CHANGE looks at operational state alone (link and session states: read from the
+    #: agent's link watcher, which costs nothing; a failure must reach the controller within a second)
+    status_check_s: float = 0.1
 
 
 @dataclass
@@ -253,19 +300,33 @@ class _Sub:
     heartbeat_ns: int
     due: int = 0
     beat_due: int = 0
-    last: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    last: dict[tuple[str, str], dict[str, Value]] = field(default_factory=dict)
 
 
 class GnmiService:
-    """The gNMI service of one device, over a counter source."""
+    """The gNMI service of one device, over a counter source and (operational state) a status source."""
 
-    def __init__(self, source: CounterSource, device: str = "", options: GnmiOptions | None = None):
+    def __init__(self, source: CounterSource, device: str = "", options: GnmiOptions | None = None,
+                 status: StatusSource | None = None):
         self.source = source
+        self.status = status
         self.device = device
         self.options = options or GnmiOptions()
         self._lock = asyncio.Lock()
         self._last: CounterSnapshot | None = None
         self._last_at = 0.0
+
+    async def values(self, queries: Iterable[Query], context: Any = None
+                     ) -> tuple[CounterSnapshot, OperSnapshot | None]:
+        """The readings ``queries`` need: the counters (shared, :meth:`read`) unless they ask for operational
+        state alone, and the status source's latest state when they ask for any."""
+        trees = {q.tree for q in queries}
+        status: OperSnapshot | None = None
+        if trees & STATUS_TREES and self.status is not None:
+            status = await asyncio.to_thread(self.status.read) if self.status.blocking else self.status.read()
+        if trees - STATUS_TREES:
+            return await self.read(context), status
+        return CounterSnapshot(status.timestamp_ns if status and status.timestamp_ns else time.time_ns()), status
 
     async def read(self, context: Any = None) -> CounterSnapshot:
         """One reading of the counters, shared by the callers within ``share_s`` of each other;
@@ -304,10 +365,10 @@ class GnmiService:
             queries = [compile_path(e, o) for e, o in paths]
         except PathError as exc:
             await _abort(context, exc)
-        snapshot = await self.read(context)
-        picked: dict[tuple[str, str], dict[str, int]] = {}
+        snapshot, status = await self.values([q for qs in queries for q in qs], context)
+        picked: dict[tuple[str, str], dict[str, Value]] = {}
         for (elems, _), qs in zip(paths, queries, strict=True):
-            got = select(snapshot, qs)
+            got = select(snapshot, qs, status)
             if not got and all(q.entity is not None for q in qs):
                 await _abort(context, PathError("not_found", f"{format_path(elems)}: no such entity on "
                                                 f"{self.device or 'this device'}"))
@@ -371,16 +432,17 @@ class GnmiService:
                 mode = pb.SAMPLE
             interval = s.sample_interval or int(o.default_interval_s * 1e9)
             if mode == pb.ON_CHANGE:
-                interval = int(o.on_change_check_s * 1e9)
+                alone = all(q.tree in STATUS_TREES for q in queries)
+                interval = int((o.status_check_s if alone else o.on_change_check_s) * 1e9)
             subs.append(_Sub(queries, mode, max(interval, int(o.min_interval_s * 1e9)), s.suppress_redundant,
                              s.heartbeat_interval))
         return subs
 
     async def _full(self, subs: Sequence[_Sub], target: str, updates_only: bool, context: Any) -> AsyncIterator[Any]:
-        """Every subscribed counter now (nothing with ``updates_only``), then ``sync_response``."""
-        snapshot = await self.read(context)
+        """Every subscribed value now (nothing with ``updates_only``), then ``sync_response``."""
+        snapshot, status = await self.values([q for s in subs for q in s.queries], context)
         for s in subs:
-            s.last = select(snapshot, s.queries)
+            s.last = select(snapshot, s.queries, status)
             if not updates_only:
                 for n in _notifications(snapshot, s.last, target):
                     yield pb.SubscribeResponse(update=n)
@@ -396,13 +458,14 @@ class GnmiService:
         while True:
             wake = min(s.due for s in subs)
             await asyncio.sleep(max(0, wake - time.monotonic_ns()) / 1e9)
-            snapshot = await self.read(context)
+            now = time.monotonic_ns()
+            snapshot, status = await self.values([q for s in subs if s.due <= now for q in s.queries], context)
             now = time.monotonic_ns()
             for s in subs:
                 if s.due > now:
                     continue
                 s.due = max(s.due + s.interval_ns, now + s.interval_ns // 2)
-                current = select(snapshot, s.queries)
+                current = select(snapshot, s.queries, status)
                 beat = bool(s.heartbeat_ns) and now >= s.beat_due
                 if beat:
                     s.beat_due = now + s.heartbeat_ns
@@ -415,9 +478,9 @@ class GnmiService:
                     yield pb.SubscribeResponse(update=n)
 
 
-def _changed(before: Mapping[tuple[str, str], Mapping[str, int]],
-             now: Mapping[tuple[str, str], Mapping[str, int]]) -> dict[tuple[str, str], dict[str, int]]:
-    out: dict[tuple[str, str], dict[str, int]] = {}
+def _changed(before: Mapping[tuple[str, str], Mapping[str, Value]],
+             now: Mapping[tuple[str, str], Mapping[str, Value]]) -> dict[tuple[str, str], dict[str, Value]]:
+    out: dict[tuple[str, str], dict[str, Value]] = {}
     for k, values in now.items():
         old = before.get(k, {})
         diff = {leaf: v for leaf, v in values.items() if old.get(leaf) != v}
@@ -445,11 +508,12 @@ def add_gnmi_servicer(server: Any, service: GnmiService) -> None:
 
 # -- the client -----------------------------------------------------------------------------------------
 class Sample(NamedTuple):
-    """One counter reading: ``path`` in xpath form (:func:`format_path`), ``timestamp_ns`` the target's."""
+    """One reading: ``path`` in xpath form (:func:`format_path`), ``timestamp_ns`` the target's; ``value`` a
+    counter (int) or an operational state (str: ``UP``, ``ESTABLISHED``...)."""
 
     device: str
     path: str
-    value: int
+    value: int | str
     timestamp_ns: int
 
 
@@ -466,17 +530,23 @@ class Capabilities:
     version: str
 
 
-def _value(v: Any) -> int | None:
+def _value(v: Any) -> int | str | None:
     kind = v.WhichOneof("value")
     if kind in ("uint_val", "int_val"):
         return int(getattr(v, kind))
     if kind in ("json_val", "json_ietf_val"):
         try:
-            return int(json.loads(getattr(v, kind)))  # RFC 7951 writes uint64 as a string: int() takes both
+            got = json.loads(getattr(v, kind))
+        except ValueError:
+            return None
+        if isinstance(got, str) and not got.isdigit():
+            return got  # an enumeration (RFC 7951 writes it as a string)
+        try:
+            return int(got)  # RFC 7951 writes uint64 as a string: int() takes both
         except (ValueError, TypeError):
             return None
     if kind == "string_val":
-        return int(v.string_val) if v.string_val.isdigit() else None
+        return int(v.string_val) if v.string_val.isdigit() else v.string_val
     return None
 
 

@@ -33,7 +33,8 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,7 @@ from safety.transition import schedule
 from solver import solve
 from southbound.driver import AgentDriver
 from southbound.transaction import commit_plan
+from tests.apps import Api, running_api
 from tests.test_agent_lab import LabAgents, lab_up
 
 pytestmark = pytest.mark.anyio
@@ -271,3 +273,60 @@ async def test_a_failed_link_under_static_fib_routes_loses_what_the_replay_says(
     assert abs(lab_lost - lost_share) < 0.06, \
         f"the lab lost {lab_lost:.3f} of the flows, the static replay {lost_share:.3f}, the protocol replay 0"
     print(f"static replay lost {lost_share:.3f}; lab lost {lab_lost:.3f} ({FLOWS - got} of {FLOWS} flows)")
+
+
+def _committed_reactions(api: Api) -> list[dict]:
+    items = api("GET", "/v1/changes?limit=100", role="viewer").json()["items"]
+    return [c for c in items if c["kind"] == "reaction" and c["state"] == "committed"]
+
+
+def _until(what: Callable[[], object], timeout: float, why: str, show: Callable[[], object] | None = None) -> object:
+    deadline = time.monotonic() + timeout
+    while not (got := what()):
+        assert time.monotonic() < deadline, f"{why}: {show() if show is not None else ''}"
+        time.sleep(0.05)
+    return got
+
+
+def test_the_controller_replans_around_a_failed_link_and_brings_the_plan_back(square: LabAgents,
+                                                                                tmp_path: Path) -> None:
+    """Issue 30: ``b-d`` goes down with nobody touching Loom. The leader sees it over gNMI, commits the plan
+    without it (``a`` sends everything via ``c``) and every flow is delivered again; when the link comes
+    back, the full plan returns after the hold-down, with ``b``'s and ``a``'s routes as planned (before,
+    the kernel flushed Loom's routes with the interface and they never came back)."""
+    runner.node_exec(LAB, "b", ["ip", "link", "set", "eth2", "up"])  # the test before left it down
+    doc = square_doc()
+    doc["policies"].append({"kind": "failure_reaction", "detect_s": 0.5, "hold_down_s": 3})
+    settings = {"agents": json.dumps(square.endpoints()), "drift_interval": 0, "verify_timeout": 45,
+                "agent_commit_timeout": 120}
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=doc, **settings) as api:
+        assert api.initial()["state"] == "committed"
+        _until(lambda: route_ports("a", PREFIX) == {"eth1", "eth2"} and route_ports("b", PREFIX) == {"eth2"},
+               60, "the full plan is not in the kernels")
+        _until(lambda: all(x["oper"] == "up" for x in api("GET", "/v1/state/links", role="viewer").json()["links"]),
+               30, "the links are not all seen up", lambda: (api("GET", "/v1/state/links", role="viewer").json(),
+                                                             api("GET", "/v1/state/devices", role="viewer").json()))
+        assert delivered(FLOWS, 21000) >= 0.99 * FLOWS
+
+        t0 = time.monotonic()
+        runner.node_exec(LAB, "b", ["ip", "link", "set", "eth2", "down"])
+        first = _until(lambda: _committed_reactions(api), 60, "no reaction was committed",  # type: ignore[index]
+                       lambda: [(c["id"], c["state"], c["error"], (c.get("progress") or {}).get("devices"))
+                                for c in api("GET", "/v1/changes?limit=5", role="viewer").json()["items"]])[0]
+        _until(lambda: route_ports("a", PREFIX) == {"eth2"}, 30, "a still sends some of d's traffic to b")
+        reacted = time.monotonic() - t0
+        assert first["author"] == "failover" and first["overlay"]["links"] == ["b:eth2"]
+        got = delivered(FLOWS, 31000)
+        assert got >= 0.99 * FLOWS, f"after the reaction d got {got} of {FLOWS}"
+
+        t1 = time.monotonic()
+        runner.node_exec(LAB, "b", ["ip", "link", "set", "eth2", "up"])
+        _until(lambda: len(_committed_reactions(api)) >= 2, 90, "the full plan did not return")
+        _until(lambda: route_ports("a", PREFIX) == {"eth1", "eth2"} and route_ports("b", PREFIX) == {"eth2"},
+               60, "the full plan's routes are not back in the kernels")
+        back = time.monotonic() - t1
+        assert api("GET", "/v1/plans/active", role="viewer").json()["overlay"] == {"links": [], "devices": []}
+        got = delivered(FLOWS, 41000)
+        assert got >= 0.99 * FLOWS, f"after the link came back d got {got} of {FLOWS}"
+        print(f"link down -> re-planned kernel weights: {reacted:.2f} s; link up -> full plan back: {back:.2f} s "
+              "(hold-down 3 s)")

@@ -34,6 +34,7 @@ from controller.model.domain import (
     Device,
     DrainPolicy,
     FailureDomain,
+    FailureReactionPolicy,
     FailureTolerancePolicy,
     FailureToleranceScope,
     Intent,
@@ -54,6 +55,7 @@ from controller.model.domain import (
 
 __all__ = [
     "AutoTePolicy",
+    "FailureReactionPolicy",
     "ASN_MAX",
     "DEFAULT_CAPACITY_GBPS",
     "DEFAULT_MAX_ECMP_ENTRIES",

@@ -31,6 +31,12 @@ __all__ = [
     "AutoTeStatusDocument",
     "AutoTeTrigger",
     "FINAL_STATES",
+    "OverlayDocument",
+    "LinkStateDocument",
+    "LinkStatesDocument",
+    "DeviceStateSummary",
+    "DeviceStatesDocument",
+    "ReactionTrigger",
     "REVIEWABLE_STATES",
     "ChangeDocument",
     "ClusterDocument",
@@ -140,6 +146,14 @@ class PlanSummaryDocument(BaseModel):
     routes: int
 
 
+class OverlayDocument(_Closed):
+    """Failed parts a plan leaves out (DESIGN.md, Operational state and failure reaction): link ids
+    (``device:port`` of the lower end) and device names; empty lists when nothing is overlaid."""
+
+    links: list[str]
+    devices: list[str]
+
+
 class PlanDocument(_Closed):
     """A fabric's forwarding plan: what ``loom plan`` writes and ``/v1/plans/{revision}`` answers."""
 
@@ -147,6 +161,8 @@ class PlanDocument(_Closed):
     summary: PlanSummaryDocument
     devices: dict[str, DevicePlanDocument]
     links: list[LinkLoadDocument]
+    overlay: OverlayDocument | None = Field(None, description="``/v1/plans/active`` only: the failed parts the "
+                                                              "plan in force leaves out")
 
 
 # -- the safety report ---------------------------------------------------------------
@@ -488,11 +504,64 @@ class SettleDocument(_Closed):
     note: str | None
 
 
+class LinkStateDocument(_Closed):
+    """One link as its ends report it: ``down`` when either end says so, ``unknown`` while an end's agent is
+    unreachable (an unreachable agent is not a failed link)."""
+
+    id: str = Field(description="device:port of its lower end")
+    a: str
+    a_port: str
+    b: str
+    b_port: str
+    oper: Literal["up", "down", "unknown"]
+    since: str | None = Field(description="when it last changed state")
+    flaps_1h: int = Field(description="how often it went down in the last hour")
+
+
+class LinkStatesDocument(_Closed):
+    """``GET /v1/state/links``."""
+
+    links: list[LinkStateDocument]
+
+
+class DeviceStateSummary(_Closed):
+    """One device's agent and sessions, as the leader follows them."""
+
+    name: str
+    agent: Literal["reachable", "unreachable"]
+    sessions_up: int
+    sessions: int
+    last_seen: str | None
+
+
+class DeviceStatesDocument(_Closed):
+    """``GET /v1/state/devices``."""
+
+    devices: list[DeviceStateSummary]
+
+
+class ReactionTrigger(_Closed):
+    """What made the leader commit a failure reaction (author ``failover``): the parts seen failed (or
+    healthy again), when, and how the reaction plan compared with leaving the plan in force."""
+
+    event: Literal["failure", "recovery"] = Field(description="parts failed, or came back after their hold-down")
+    links: list[str] = Field(description="link ids (device:port of the lower end) the event names")
+    devices: list[str]
+    detected_at: str | None = Field(None, description="when the first of them was seen down (or up again)")
+    verdict: str = Field(description="safe: the reaction plan passes the replay on the degraded fabric; no_worse: "
+                                     "it fails some invariant, but less than the plan in force under the failure")
+    current: dict[str, float] = Field(default_factory=dict, description="the plan in force under the failure: "
+                                                                        "dropped_gbps, loops, max_utilization")
+    reaction: dict[str, float] = Field(default_factory=dict, description="the reaction plan, likewise")
+    plan_seconds: float | None = Field(None, description="time to plan and replay the reaction")
+
+
 class ChangeDocument(_Closed):
     """``GET /v1/changes/{id}``: a set of edits against a base revision, and how it went."""
 
     id: int
-    kind: Literal["change", "rollback", "repair"] = Field(description="change, rollback or repair (drift)")
+    kind: Literal["change", "rollback", "repair", "reaction"] = Field(
+        description="change, rollback, repair (drift) or reaction (a failure reaction, author failover)")
     state: ChangeState
     base_revision: int | None
     proposed_revision: int | None
@@ -508,8 +577,12 @@ class ChangeDocument(_Closed):
     force_reason: str | None
     error: str | None
     transaction: str | None = None
-    trigger: AutoTeTrigger | None = Field(None, description="for a change by auto-te: the measured figures that "
-                                                            "triggered it")
+    trigger: AutoTeTrigger | ReactionTrigger | None = Field(
+        None, union_mode="left_to_right",
+        description="for a change by auto-te: the measured figures that triggered it; for a failure reaction: the "
+                    "failure (or recovery) and the verdict")
+    overlay: OverlayDocument | None = Field(None, description="the failed parts its plan leaves out (a failure "
+                                                              "reaction's, or the one in force when it committed)")
     settled: bool | None = Field(None, description="null until the commit ends; false while some device is not "
                                                    "yet on the revision the final state names")
     settle: SettleDocument | None = None

@@ -296,6 +296,9 @@ class WcmpPolicy(_Frozen):
     kind: Literal["wcmp"]
     enabled: bool = True
     realization: WcmpRealization | None = None
+    #: ``robust``: reviews and commits use the robust plan (every failure of the tolerance scope under its
+    #: limit before any reaction); absent or ``mlu``: the plan of least maximum utilization
+    objective: Literal["mlu", "robust"] | None = None
 
 
 class PathsPolicy(_Frozen):
@@ -320,12 +323,27 @@ class AutoTePolicy(_Frozen):
     min_gain: float = Field(0.05, ge=0, le=10, allow_inf_nan=False)
 
 
+class FailureReactionPolicy(_Frozen):
+    """What the leader does when a link or device fails (DESIGN.md, Operational state and failure reaction):
+    after ``detect_s`` of it down, plan the active revision without it (an overlay, not an edit) and commit
+    that when it is no worse than the current plan under the same failure; after ``hold_down_s`` of health
+    (doubled for each flap in the hour) the full plan returns. At most ``max_per_hour`` reactions an hour.
+    In force with these defaults when absent; ``enabled: false`` turns it off."""
+
+    kind: Literal["failure_reaction"]
+    enabled: bool = True
+    detect_s: float = Field(1.0, ge=0, le=3600, allow_inf_nan=False)
+    hold_down_s: float = Field(30.0, ge=0, le=86400, allow_inf_nan=False)
+    max_per_hour: int = Field(30, ge=1, le=3600)
+
+
 Policy = Annotated[
-    DrainPolicy | UtilizationLimitPolicy | FailureTolerancePolicy | WcmpPolicy | PathsPolicy | AutoTePolicy,
+    DrainPolicy | UtilizationLimitPolicy | FailureTolerancePolicy | WcmpPolicy | PathsPolicy | AutoTePolicy
+    | FailureReactionPolicy,
     Field(discriminator="kind"),
 ]
 
-POLICY_KINDS = ("drain", "utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te")
+POLICY_KINDS = ("drain", "utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction")
 
 
 class Demand(_Frozen):

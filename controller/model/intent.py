@@ -38,6 +38,7 @@ from controller.model import (
     Device,
     DrainPolicy,
     FailureDomain,
+    FailureReactionPolicy,
     FailureTolerancePolicy,
     Intent,
     Job,
@@ -72,11 +73,12 @@ _POLICY_TYPES: dict[str, type] = {
     "wcmp": WcmpPolicy,
     "paths": PathsPolicy,
     "auto_te": AutoTePolicy,
+    "failure_reaction": FailureReactionPolicy,
 }
 _TOP_KEYS = ("name", "routing", "defaults", "devices", "links", "failure_domains", "prefixes",
              "policies", "demands", "jobs")
 _REQUIRED = ("name", "devices", "links")
-_SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te")
+_SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction")
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
 _FIELD_ADAPTERS: dict[tuple[type, str], TypeAdapter[Any]] = {}
 

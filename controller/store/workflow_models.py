@@ -22,8 +22,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from controller.store.models import Base
 
-__all__ = ["AutoTeStateRow", "ChangeRow", "DeploymentRow", "DriftRow", "IdempotencyRow", "LeaseRow", "PlanRow",
-           "ReplicaRow", "TransitionRow"]
+__all__ = ["AutoTeStateRow", "ChangeRow", "DeploymentRow", "DriftRow", "EventRow", "IdempotencyRow", "LeaseRow",
+           "OpStateRow", "PlanRow", "ReplicaRow", "TransitionRow"]
 
 
 class ChangeRow(Base):
@@ -53,6 +53,9 @@ class ChangeRow(Base):
     runner_epoch: Mapped[int | None] = mapped_column(Integer)  # the leader epoch running its commit (NULL: queued)
     settled: Mapped[bool | None] = mapped_column(Boolean)  # NULL: not final yet; false: devices still to drive
     settle: Mapped[str | None] = mapped_column(Text)  # JSON: the target revision and the devices still pending
+    #: JSON ``{"links": [...], "devices": [...]}``: the failed parts its plan leaves out (a failure reaction's
+    #: overlay, or the one in force when an operator's change committed); NULL: none
+    overlay: Mapped[str | None] = mapped_column(Text)
 
 
 class TransitionRow(Base):
@@ -88,6 +91,30 @@ class DeploymentRow(Base):
     revision_id: Mapped[int] = mapped_column(ForeignKey("revisions.id"))
     change_id: Mapped[int | None] = mapped_column(ForeignKey("changes.id"))
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    overlay: Mapped[str | None] = mapped_column(Text)  # JSON: the overlay the fabric runs with it (NULL: none)
+
+
+class EventRow(Base):
+    """One event of ``GET /v1/events`` (server-sent events): its id is the stream's ``id``, resumable."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_at", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    kind: Mapped[str] = mapped_column(String(64))
+    data: Mapped[str] = mapped_column(Text)  # JSON
+
+
+class OpStateRow(Base):
+    """The operational view the leader keeps (links and devices as their agents report them), for the
+    followers and for a new leader: one row (id 1)."""
+
+    __tablename__ = "operational_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    document: Mapped[str] = mapped_column(Text)  # JSON
 
 
 class DriftRow(Base):

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from controller.model.documents import ChangeState
 from controller.model.errors import Conflict, NotFound
+from controller.store.events_repo import add_event
 from controller.store.lease_repo import holds
 from controller.store.repo import utc
 from controller.store.workflow_models import (
@@ -35,7 +36,8 @@ from controller.store.workflow_models import (
 )
 
 __all__ = [
-    "Change", "CommitBusy", "Transition", "active_revision", "add_change", "add_deployment", "add_drift",
+    "Change", "CommitBusy", "Transition", "active_overlay", "active_revision", "add_change", "add_deployment",
+    "add_drift", "set_overlay",
     "add_transition", "claim_commit", "committing_change", "find_idempotent", "forget_idempotent", "get_change",
     "get_plan", "latest_drift", "list_changes", "put_idempotent", "put_plan", "release_commit", "runs", "take_up",
     "update_change",
@@ -80,6 +82,7 @@ class Change:
     runner_epoch: int | None = None  # the epoch of the leader that took its commit up (None: queued)
     settled: bool | None = None  # None: not final yet; False: some device is not yet on its final revision
     settle: dict[str, Any] | None = None
+    overlay: dict[str, Any] | None = None  # the failed parts its plan leaves out (None: none)
 
     @classmethod
     def of(cls, row: ChangeRow, transitions: tuple[Transition, ...] = ()) -> Change:
@@ -88,7 +91,7 @@ class Change:
                    row.reviewed_active, row.verdict, json.loads(row.progress) if row.progress else None,
                    row.force_reason, row.error, row.transaction, row.previous_active, transitions,
                    json.loads(row.trigger) if row.trigger else None, row.runner_epoch, row.settled,
-                   json.loads(row.settle) if row.settle else None)
+                   json.loads(row.settle) if row.settle else None, json.loads(row.overlay) if row.overlay else None)
 
 
 def _transitions(session: Session, ids: list[int]) -> dict[int, tuple[Transition, ...]]:
@@ -103,10 +106,12 @@ def _transitions(session: Session, ids: list[int]) -> dict[int, tuple[Transition
 
 # -- changes ------------------------------------------------------------------
 def add_change(*, session: Session, kind: str, base_revision: int | None, proposed_revision: int | None,
-               message: str, author: str, now: datetime, trigger: dict[str, Any] | None = None) -> Change:
+               message: str, author: str, now: datetime, trigger: dict[str, Any] | None = None,
+               overlay: dict[str, Any] | None = None) -> Change:
     row = ChangeRow(kind=kind, state=ChangeState.DRAFT, base_revision=base_revision,
                     proposed_revision=proposed_revision, message=message, author=author, created_at=now,
-                    trigger=json.dumps(trigger, separators=(",", ":")) if trigger is not None else None)
+                    trigger=json.dumps(trigger, separators=(",", ":")) if trigger is not None else None,
+                    overlay=_overlay_json(overlay))
     session.add(row)
     session.flush()
     add_transition(row.id, ChangeState.DRAFT, session=session, actor=author, now=now, reason=message)
@@ -115,8 +120,11 @@ def add_change(*, session: Session, kind: str, base_revision: int | None, propos
 
 def add_transition(change_id: int, state: ChangeState, *, session: Session, actor: str, now: datetime,
                    reason: str = "") -> None:
+    """A change's move to ``state``, and its ``change.state`` event, in the caller's transaction."""
     session.add(TransitionRow(change_id=change_id, state=state, at=now, actor=actor, reason=reason[:4000]))
     session.flush()
+    add_event("change.state", {"change": change_id, "state": str(state), "actor": actor, "reason": reason[:500]},
+              session=session, now=now)
 
 
 def get_change(change_id: int, *, session: Session, for_update: bool = False) -> Change:
@@ -141,6 +149,12 @@ def list_changes(*, session: Session, limit: int, offset: int, state: ChangeStat
 
 
 _JSON_FIELDS = ("review", "progress", "trigger", "settle")
+
+
+def set_overlay(change_id: int, overlay: dict[str, Any] | None, *, session: Session) -> None:
+    """The overlay the change's plan leaves out (None or empty: none)."""
+    session.execute(update(ChangeRow).where(ChangeRow.id == change_id).values(overlay=_overlay_json(overlay)))
+    session.flush()
 
 
 def update_change(change_id: int, *, session: Session, **fields: Any) -> None:
@@ -222,8 +236,22 @@ def active_revision(*, session: Session) -> int | None:
     return session.scalar(select(DeploymentRow.revision_id).order_by(DeploymentRow.id.desc()).limit(1))
 
 
-def add_deployment(revision: int, change_id: int | None, *, session: Session, now: datetime) -> None:
-    session.add(DeploymentRow(revision_id=revision, change_id=change_id, at=now))
+def active_overlay(*, session: Session) -> dict[str, Any] | None:
+    """The overlay the fabric runs with its active revision (the newest deployment's), None for none."""
+    row = session.execute(select(DeploymentRow.overlay).order_by(DeploymentRow.id.desc()).limit(1)).first()
+    return json.loads(row[0]) if row is not None and row[0] else None
+
+
+def _overlay_json(overlay: dict[str, Any] | None) -> str | None:
+    if not overlay or not (overlay.get("links") or overlay.get("devices")):
+        return None
+    return json.dumps({"links": sorted(overlay.get("links") or []), "devices": sorted(overlay.get("devices") or [])},
+                      separators=(",", ":"))
+
+
+def add_deployment(revision: int, change_id: int | None, *, session: Session, now: datetime,
+                   overlay: dict[str, Any] | None = None) -> None:
+    session.add(DeploymentRow(revision_id=revision, change_id=change_id, at=now, overlay=_overlay_json(overlay)))
     session.flush()
 
 

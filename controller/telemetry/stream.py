@@ -127,7 +127,7 @@ class TelemetryStream:
                                 log.info("telemetry: %s streaming", device)
                             self.connected.add(device)
                             delay = first
-                        else:
+                        elif isinstance(item.value, int):  # counters (a state string is no rate)
                             self._buffer.append(item)
                 raise ConnectionError("the stream ended")
             except asyncio.CancelledError:

@@ -62,7 +62,7 @@ from controller.model.jobs import job_demands, originated_prefixes
 from controller.model.plan import Plan
 from controller.planning import compile_plan
 from controller.service import NO_STATUS, Actor, WriteContext
-from controller.store import repo
+from controller.store import events_repo, repo
 from controller.store import workflow_repo as wrepo
 from controller.store.db import write_transaction
 from controller.workflow import changes
@@ -437,6 +437,8 @@ class AutoTe:
                                request_id=None, method=ctx.method, path=ctx.path, action=f"auto_te.{d.decision}",
                                outcome=_OUTCOME[d.decision], status=NO_STATUS, revision=d.revision,
                                detail=f"{d.reason}: {d.detail}"[:4000])
+                events_repo.add_event("auto_te.decision", d.to_document(), session=s,
+                                      now=datetime.fromtimestamp(d.at, UTC))
 
         try:
             await wf._db(audit)

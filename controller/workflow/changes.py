@@ -18,11 +18,13 @@ Plans are compiled once per revision and kept compressed.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from controller import service
@@ -38,10 +40,12 @@ from controller.model.errors import (
     SafetyViolation,
     StoreContention,
 )
+from controller.model.intent import format_loc
 from controller.model.plan import Plan
+from controller.operations.overlay import Overlay, overlay_intent
 from controller.planning import compile_plan
 from controller.service import WriteContext
-from controller.store import repo
+from controller.store import events_repo, repo
 from controller.store import workflow_repo as wrepo
 from controller.store.db import lock_revisions, retrying, write_transaction
 from controller.store.repo import ConcurrentWrite
@@ -90,7 +94,8 @@ def change_document(ch: Change, *, full: bool = True) -> Doc:
             "transitions": [t.to_document() for t in ch.transitions],
             "review": ch.review if full else _brief(ch.review), "progress": ch.progress,
             "force_reason": ch.force_reason, "error": ch.error, "transaction": ch.transaction,
-            "trigger": ch.trigger, "settled": ch.settled, "settle": ch.settle}
+            "trigger": ch.trigger, "settled": ch.settled, "settle": ch.settle,
+            **({"overlay": Overlay.of(ch.overlay).to_document()} if ch.overlay else {})}
 
 
 # -- reading --------------------------------------------------------------------
@@ -110,15 +115,19 @@ def status(*, session: Session) -> Doc:
             "committing_change": busy.id if busy else None}
 
 
-def plan_for(revision: int, *, session: Session, observe: Callable[[float], None] | None = None
-             ) -> tuple[Intent, Plan]:
+def plan_for(revision: int, *, session: Session, observe: Callable[[float], None] | None = None,
+             overlay: Doc | None = None) -> tuple[Intent, Plan]:
     """The intent of ``revision`` and its plan (compiled once, then read back from the store). The
     intent carries the revision's address allocation pins, so that every config built from it numbers
-    links and devices as the revision does (:mod:`controller.model.addressing`)."""
+    links and devices as the revision does (:mod:`controller.model.addressing`). With an ``overlay``
+    (failed parts, :mod:`controller.operations.overlay`), that intent without them and its plan (compiled
+    once per process and overlay)."""
     import time
 
     intent = carry(validated(repo.revision_document(revision, session=session)),
                    repo.revision_pins(revision, session=session))
+    if overlay and (overlay.get("links") or overlay.get("devices")):
+        return overlay_plan(revision, intent, Overlay.of(overlay))
     doc = wrepo.get_plan(revision, session=session)
     if doc is not None:
         return intent, Plan.from_document(doc)
@@ -129,6 +138,33 @@ def plan_for(revision: int, *, session: Session, observe: Callable[[float], None
     with write_transaction(session):
         wrepo.put_plan(revision, plan.to_document(), session=session, now=_now())
     return intent, plan
+
+
+_OVERLAY_PLANS: OrderedDict[tuple[int, str], tuple[Intent, Plan]] = OrderedDict()
+_OVERLAY_PLANS_MAX = 64
+
+
+def overlay_plan(revision: int, intent: Intent, overlay: Overlay) -> tuple[Intent, Plan]:
+    """``intent`` (revision ``revision``'s) without ``overlay``'s parts, and its plan; the newest
+    :data:`_OVERLAY_PLANS_MAX` are kept (a reaction, its drift checks and its review share one)."""
+    key = (revision, overlay.key())
+    got = _OVERLAY_PLANS.get(key)
+    if got is None:
+        try:
+            reduced = overlay_intent(intent, overlay)
+        except ValidationError as exc:
+            raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"]))
+                                 for e in exc.errors()]) from None
+        got = _OVERLAY_PLANS[key] = (reduced, compile_plan(reduced))
+        while len(_OVERLAY_PLANS) > _OVERLAY_PLANS_MAX:
+            _OVERLAY_PLANS.popitem(last=False)
+    _OVERLAY_PLANS.move_to_end(key)
+    return got
+
+
+def active_overlay(*, session: Session) -> Doc:
+    """The overlay in force (``{"links": [...], "devices": [...]}``, empty lists when none)."""
+    return Overlay.of(wrepo.active_overlay(session=session)).to_document()
 
 
 # -- creating -------------------------------------------------------------------
@@ -216,11 +252,12 @@ def review_inputs(change_id: int, *, session: Session,
     if ch.state not in REVIEWABLE:
         raise Conflict(f"change {ch.id} is {ch.state}: it cannot be reviewed now")
     assert ch.proposed_revision is not None
-    intent, plan = plan_for(ch.proposed_revision, session=session, observe=observe)
+    overlay = wrepo.active_overlay(session=session)  # reviewed around the failed parts in force
+    intent, plan = plan_for(ch.proposed_revision, session=session, observe=observe, overlay=overlay)
     active = wrepo.active_revision(session=session)
     a_intent = a_plan = None
     if active is not None:
-        a_intent, a_plan = plan_for(active, session=session, observe=observe)
+        a_intent, a_plan = plan_for(active, session=session, observe=observe, overlay=overlay)
     return ReviewInputs(ch, intent, plan, active, a_intent, a_plan)
 
 
@@ -254,6 +291,8 @@ def begin_commit(change_id: int, *, session: Session, ctx: WriteContext, transac
                 _gate(ch, active, force, reason)
             wrepo.claim_commit(change_id, session=session)
             fold_into_head(ch, session=session, ctx=ctx)
+            if ch.kind != "reaction":  # an operator's change commits around the failed parts too
+                wrepo.set_overlay(change_id, wrepo.active_overlay(session=session), session=session)
             forced = reason if force and ch.verdict == "unsafe" else None
             wrepo.update_change(change_id, session=session, state=ChangeState.COMMITTING, transaction=transaction,
                                 previous_active=active, force_reason=forced if forced else ch.force_reason,
@@ -327,13 +366,17 @@ def finish_commit(change_id: int, outcome: ChangeState, *, session: Session, ctx
         wrepo.release_commit(change_id, session=session)
         if outcome == ChangeState.COMMITTED:
             assert ch.proposed_revision is not None
-            wrepo.add_deployment(ch.proposed_revision, change_id, session=session, now=_now())
+            wrepo.add_deployment(ch.proposed_revision, change_id, session=session, now=_now(), overlay=ch.overlay)
             for old in wrepo.unsettled_changes(session=session):
                 if old.id != change_id:
                     doc = {**(old.settle or {}), "settled": True, "pending": {},
                            "note": f"superseded by change {change_id}, committed to every device"}
                     wrepo.update_change(old.id, session=session, settled=True, settle=doc)
         wrepo.add_transition(change_id, outcome, session=session, actor=ctx.actor.name, now=_now(), reason=reason)
+        if ch.kind == "reaction" and outcome == ChangeState.COMMITTED:
+            events_repo.add_event("reaction.committed", {
+                "change": change_id, "revision": ch.proposed_revision, "overlay": Overlay.of(ch.overlay).to_document(),
+                "trigger": ch.trigger or {}}, session=session, now=_now())
         _audit(session, ctx, action or f"change.{outcome}", status=200, revision=ch.proposed_revision,
                detail=f"change {change_id} {outcome}: {reason}" + (f" ({error})" if error else ""))
     return wrepo.get_change(change_id, session=session)
@@ -413,10 +456,13 @@ def plan_document(revision: int | str, *, session: Session) -> Doc:
     else:
         rev = int(revision)
         repo.get_revision(rev, session=session)
-    doc = wrepo.get_plan(rev, session=session)
+    overlay = wrepo.active_overlay(session=session) if revision == "active" else None
+    doc = wrepo.get_plan(rev, session=session) if not overlay else None
     if doc is None:
-        _, plan = plan_for(rev, session=session)
+        _, plan = plan_for(rev, session=session, overlay=overlay)
         doc = plan.to_document()
+    if revision == "active":  # the failed parts its plan leaves out (empty lists when none)
+        doc = {**doc, "overlay": Overlay.of(overlay).to_document()}
     return doc
 
 

@@ -208,9 +208,11 @@ class Workflow:
         self.cluster = cluster
         #: Whether this process leads: a process without a cluster does; replicas elect one through the store.
         self.is_leader: Callable[[], bool] = cluster.is_leader if cluster is not None else (lambda: True)
+        from controller.operations.service import Operations  # it reaches back into this engine
         from controller.workflow.autote import AutoTe
 
         self.auto_te = AutoTe(self)
+        self.operations = Operations(self)
 
     # -- plumbing -----------------------------------------------------------------
     async def _db(self, fn: Callable[[Session], T]) -> T:
@@ -269,8 +271,10 @@ class Workflow:
         if self.driver is not None:
             self._settle_task = asyncio.get_running_loop().create_task(self._settle_loop())
         self.auto_te.start()
+        await self.operations.start()
 
     async def stop(self) -> None:
+        await self.operations.stop()
         await self.auto_te.stop()
         for task in (self._drift_task, self._queue_task, self._settle_task):
             if task is not None:
@@ -419,11 +423,13 @@ class Workflow:
         """Push a committing change: compile, run the transaction with progress, record the outcome."""
         assert ch.proposed_revision is not None and ch.transaction is not None
         rev = ch.proposed_revision
-        intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s, observe=self._observe_solve))
+        intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s, observe=self._observe_solve,
+                                                                 overlay=ch.overlay))
         if self.driver is None:
             await self._record_without_devices(ch, ctx, epoch)
             return
-        names = sorted(set(intent.device_map) & set(self.driver.devices))
+        failed = set((ch.overlay or {}).get("devices") or ())  # a failed device's agent is gone: it is left out
+        names = sorted((set(intent.device_map) & set(self.driver.devices)) - failed)
         legs = commit_legs(ch.review, names)
         stages = [st for leg in legs for st in leg.stages]
         tracker = _PushProgress(ch.id, names, self.metrics, stages, [u for leg in legs for u in leg.worst],
@@ -661,7 +667,7 @@ class Workflow:
                 reason="recovered after a controller restart: no devices attached, the revision is recorded"))
             self.recovered = {"change": ch.id, "outcome": done.state, "devices": {}}
             return self.recovered
-        intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s))
+        intent, plan = await self._db(lambda s: changes.plan_for(rev, session=s, overlay=ch.overlay))
         want = expected_hashes(intent, plan)
         agents = self._fenced(epoch)
         names = sorted(set(want) & set(agents.devices))
@@ -834,7 +840,8 @@ class Workflow:
                 doc["note"] = "no devices attached" if self.driver is None else "no revision is active yet"
                 await self._save_drift(doc, active)
                 return doc
-            intent, plan = await self._db(lambda s: changes.plan_for(active, session=s))
+            intent, plan = await self._db(lambda s: changes.plan_for(
+                active, session=s, overlay=wrepo.active_overlay(session=s)))
             want = await asyncio.to_thread(expected_hashes, intent, plan)
             from southbound.render import device_configs
 

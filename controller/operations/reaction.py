@@ -1,0 +1,212 @@
+"""Failure reaction: the leader re-plans around failed parts by itself, and brings the full plan back.
+
+DESIGN.md, "Operational state and failure reaction". Policy
+``{kind: failure_reaction, enabled, detect_s, hold_down_s, max_per_hour}`` (in
+force with its defaults when absent). Each tick, on the operational view:
+
+* the **desired overlay** (:class:`Damping`) holds every link down, and every
+  device failed, for ``detect_s`` or more, and every part of the overlay in
+  force that has not yet been healthy for its hold-down: ``hold_down_s``,
+  doubled for each time it went down in the last hour beyond the first (a
+  part that flaps is held down longer each time), at most an hour;
+* when it differs from the overlay in force and no commit is running (a commit
+  in progress finishes or rolls back first), the active revision is planned
+  without the desired overlay's parts (:func:`controller.workflow.changes.plan_for`),
+  and :func:`judge` replays both that plan on the degraded fabric and the plan in
+  force under the same failure. The reaction is committed when it is safe, or
+  no worse than leaving the plan in force (less traffic lost, no more loops, no
+  higher utilization): a change of kind ``reaction`` by ``failover`` that
+  carries the overlay and a trigger, through the normal transaction; the intent
+  and its revisions are untouched. The verdict is recorded either way (an
+  event, the audit log); at most ``max_per_hour`` reactions an hour.
+
+A leader killed mid-reaction leaves a committing change like any other, which
+the next leader recovers with the change's overlay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from controller.model import FailureReactionPolicy, Intent
+from controller.model.plan import Plan
+from controller.operations.overlay import Overlay
+from controller.operations.view import OperationalView
+from safety.replay import Replayer
+from safety.report import StageResult
+from safety.scenarios import Scenario
+
+if TYPE_CHECKING:  # the service that owns this reactor owns the view and reaches the workflow (a real cycle)
+    from controller.operations.service import Operations
+
+__all__ = ["DEFAULT_POLICY", "Damping", "FailureReaction", "Judgement", "judge"]
+
+log = logging.getLogger("loom.operations.reaction")
+DEFAULT_POLICY = FailureReactionPolicy.model_validate({"kind": "failure_reaction"})
+HOUR_S = 3600.0
+AUTHOR = "failover"
+
+
+# -- damping (pure) -------------------------------------------------------------------------------------
+@dataclass
+class Damping:
+    """Per part (a link id, or ``device:NAME``): when it went down in the last hour, and since when it is
+    healthy again; decides the overlay a fabric should run with (see the module docstring)."""
+
+    downs: dict[str, deque[float]] = field(default_factory=dict)
+    healthy_since: dict[str, float] = field(default_factory=dict)
+    _down_now: set[str] = field(default_factory=set)
+
+    def observe(self, failed: Mapping[str, float], watched: frozenset[str], healthy: Callable[[str], bool],
+                now: float) -> None:
+        """``failed``: every part failed now, with the time it went down; ``watched``: the parts of the overlay
+        in force, whose health (``healthy(part)``: up, not merely not down) starts their hold-down."""
+        for part, since in failed.items():
+            if part not in self._down_now:
+                self.downs.setdefault(part, deque()).append(since)
+        self._down_now = set(failed)
+        for part in set(self.healthy_since) | watched:
+            if part in failed or not healthy(part):
+                self.healthy_since.pop(part, None)
+            elif part in watched:
+                self.healthy_since.setdefault(part, now)
+            else:
+                self.healthy_since.pop(part, None)
+        for q in self.downs.values():
+            while q and now - q[0] > HOUR_S:
+                q.popleft()
+
+    def hold_s(self, part: str, hold_down_s: float) -> float:
+        """The part's hold-down: doubled for each down in the last hour beyond the first, at most an hour."""
+        n = len(self.downs.get(part, ()))
+        return float(min(HOUR_S, hold_down_s * 2 ** max(0, n - 1)))
+
+    def desired(self, failed: Mapping[str, float], in_force: frozenset[str], policy: FailureReactionPolicy,
+                now: float) -> frozenset[str]:
+        """The parts to leave out: failed for ``detect_s``, or in force and not yet healthy for their hold-down."""
+        out = {p for p, since in failed.items() if now - since >= policy.detect_s}
+        for p in in_force:
+            since = self.healthy_since.get(p)
+            if p in failed or since is None or now - since < self.hold_s(p, policy.hold_down_s):
+                out.add(p)
+        return frozenset(out)
+
+
+def parts_of(overlay: Overlay) -> frozenset[str]:
+    return frozenset(overlay.links) | frozenset(f"device:{d}" for d in overlay.devices)
+
+
+def overlay_of(parts: frozenset[str]) -> Overlay:
+    return Overlay(frozenset(p for p in parts if not p.startswith("device:")),
+                   frozenset(p.removeprefix("device:") for p in parts if p.startswith("device:")))
+
+
+# -- judging (pure) -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str  # safe | no_worse | worse
+    current: dict[str, float]
+    reaction: dict[str, float]
+
+    @property
+    def commit(self) -> bool:
+        return self.verdict in ("safe", "no_worse")
+
+
+def _figures(stage: StageResult) -> dict[str, float]:
+    return {"dropped_gbps": round(stage.dropped_gbps, 6), "loops": float(len(stage.loops)),
+            "max_utilization": round(stage.max_utilization, 6)}
+
+
+def judge(current: tuple[Intent, Plan], failed: Overlay, reaction: tuple[Intent, Plan]) -> Judgement:
+    """The plan in force (``current``: its intent and plan) and the ``reaction`` (planned with the failed
+    parts drained), both replayed with ``failed`` removed: ``safe`` when the reaction passes, ``no_worse``
+    when it loses no more traffic, loops no more and runs no hotter than the plan in force would, else
+    ``worse``. The reconverged stage is what each leaves the fabric with (the static kernel repair
+    under ``fib``)."""
+    intent = current[0]
+    present = {d.name for d in intent.devices}
+    links = {ln.key for ln in intent.links}
+    sc = Scenario("failure", "reaction", devices=frozenset(failed.devices & present),
+                  links=frozenset(failed.links & links))
+    keep = Replayer(*current).run(sc).reconverged
+    new = Replayer(*reaction).run(sc).reconverged
+    cur, rea = _figures(keep), _figures(new)
+    if new.ok:
+        verdict = "safe"
+    elif (rea["dropped_gbps"] <= cur["dropped_gbps"] + 1e-6 and rea["loops"] <= cur["loops"]
+          and rea["max_utilization"] <= cur["max_utilization"] + 1e-9):
+        verdict = "no_worse"
+    else:
+        verdict = "worse"
+    return Judgement(verdict, cur, rea)
+
+
+# -- the reactor (leader) ---------------------------------------------------------------------------------
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat()
+
+
+class FailureReaction:
+    """The leader's reactor over ``ops.view`` (see the module docstring)."""
+
+    def __init__(self, ops: Operations):
+        self.ops = ops
+        self.damping = Damping()
+        self.recent: deque[float] = deque()  # when reactions were committed, within the hour
+        self.last: dict[str, Any] | None = None  # the last decision, for the status and the tests
+        self._refused: tuple[frozenset[str], frozenset[str]] | None = None  # (in force, desired) last refused
+
+    def failed(self, view: OperationalView, now: float) -> dict[str, float]:
+        out = dict(view.down_links(now))
+        out.update({f"device:{d}": t for d, t in view.failed_devices(now).items()})
+        return out
+
+    async def tick(self, policy: FailureReactionPolicy, in_force: Overlay, busy: bool, now: float) -> None:
+        """One look at the view: observe, and react when the desired overlay is not the one in force."""
+        view = self.ops.view
+        failed = self.failed(view, now)
+        current = parts_of(in_force)
+        self.damping.observe(failed, current, lambda p: view.healthy(p), now)
+        if not policy.enabled or busy:
+            return
+        desired = self.damping.desired(failed, current, policy, now)
+        if desired == current or self._refused == (current, desired):
+            return
+        while self.recent and now - self.recent[0] > HOUR_S:
+            self.recent.popleft()
+        if len(self.recent) >= policy.max_per_hour:
+            if self._refused != (current, desired):
+                self._refused = (current, desired)
+                await self.ops.record_decision("reaction.refused", {
+                    "reason": f"{len(self.recent)} reactions in the last hour (max_per_hour {policy.max_per_hour})",
+                    "overlay": overlay_of(desired).to_document()})
+            return
+        since = [failed[p] for p in desired - current if p in failed] or [
+            self.damping.healthy_since.get(p, now) for p in current - desired]
+        event = "failure" if desired - current else "recovery"
+        changed = (desired - current) | (current - desired)
+        trigger = {"event": event, "links": sorted(p for p in changed if not p.startswith("device:")),
+                   "devices": sorted(p.removeprefix("device:") for p in changed if p.startswith("device:")),
+                   "detected_at": _iso(min(since)) if since else None}
+        done = await self.ops.react(overlay_of(desired), trigger)
+        if done:
+            self.recent.append(now)
+            self._refused = None
+        else:
+            self._refused = (current, desired)
+
+
+def plan_seconds(t0: float) -> float:
+    return round(time.perf_counter() - t0, 4)
+
+
+async def run_judge(current: tuple[Intent, Plan], failed: Overlay, reaction: tuple[Intent, Plan]) -> Judgement:
+    return await asyncio.to_thread(judge, current, failed, reaction)

@@ -1,0 +1,297 @@
+"""The leader's operational view and failure reaction, wired to the store, the workflow and the agents.
+
+:class:`Operations` is started by the change engine (:class:`controller.workflow.engine.Workflow`). While
+its replica leads, it
+
+* follows every attached device over gNMI ``ON_CHANGE``
+  (:class:`~controller.operations.stream.StateStream`) into the
+  :class:`~controller.operations.view.OperationalView`, whose topology is the
+  active revision's intent (the head's before anything is active);
+* stores what changes, in one transaction a few times a second at most: each
+  event (``link.down``, ``link.up``, ``device.unreachable``...) in the event
+  stream and in the audit log, and the view's documents for the followers;
+* ticks the :class:`~controller.operations.reaction.FailureReaction`, and
+  commits the reactions it decides on (:meth:`Operations.react`) through the
+  workflow, as changes of kind ``reaction`` by ``failover``.
+
+Followers serve ``GET /v1/state/*`` from what the leader stored (:func:`stored_view`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session
+
+from controller.model import FailureReactionPolicy, Intent
+from controller.model.documents import ChangeState
+from controller.model.errors import LoomError
+from controller.operations.overlay import Overlay
+from controller.operations.reaction import AUTHOR, DEFAULT_POLICY, FailureReaction, plan_seconds, run_judge
+from controller.operations.stream import StateStream
+from controller.operations.view import OperationalView, ViewEvent
+from controller.service import Actor, WriteContext
+from controller.store import events_repo, repo
+from controller.store import workflow_repo as wrepo
+from controller.store.db import write_transaction
+from controller.workflow import changes
+from controller.workflow.agents import client_tls
+
+if TYPE_CHECKING:  # the engine starts this service and is handed to it (a real cycle: it owns the engine's loop)
+    from controller.workflow.engine import Workflow
+
+__all__ = ["Operations", "OperationsOptions", "state_document", "stored_view"]
+
+log = logging.getLogger("loom.operations")
+CTX = WriteContext(actor=Actor(AUTHOR, "operator"), method="SYSTEM", path="failure-reaction")
+OPS_CTX = WriteContext(actor=Actor("loom-controller (operational state)", "admin"), method="SYSTEM",
+                       path="operational-state")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class OperationsOptions:
+    """``tick_s``: how often the view is stored and the reactor looks; ``topology_s``: how often the active
+    revision (and so the links and devices followed) is read again."""
+
+    def __init__(self, tick_s: float = 0.1, topology_s: float = 2.0):
+        self.tick_s = tick_s
+        self.topology_s = topology_s
+
+
+class Operations:
+    """The operational view of one replica (live while it leads), and its failure reaction."""
+
+    def __init__(self, workflow: Workflow, options: OperationsOptions | None = None,
+                 clock: Any = time.time):
+        self.wf = workflow
+        self.options = options or OperationsOptions()
+        self.clock = clock
+        self.view = OperationalView()
+        self.reaction = FailureReaction(self)
+        self.stream: StateStream | None = None
+        self.live = False  # this replica's view is the one in force (it leads, and follows the devices)
+        self._pending: list[ViewEvent] = []
+        self._saved = -1
+        self._topology: tuple[int | None, Intent | None, FailureReactionPolicy] = (None, None, DEFAULT_POLICY)
+        self._topology_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    # -- life cycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        wf = self.wf
+        if wf.driver is not None:
+            endpoints = {d: wf.driver.endpoint(d) for d in wf.driver.devices}
+            self.stream = StateStream(endpoints, self._report, self._reachable, wf.is_leader,
+                                      tls=client_tls(wf.settings))
+            await self.stream.start()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.stream is not None:
+            await self.stream.stop()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        with contextlib.suppress(Exception):
+            await self._flush()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.tick_s)
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the store may be away for a moment: next tick
+                log.exception("operational state: tick failed")
+
+    async def tick(self) -> None:
+        """Refresh the topology now and then, store what changed, and let the reactor look."""
+        self.live = self.wf.is_leader() and self.stream is not None
+        if not self.live:
+            return
+        now = self.clock()
+        if now - self._topology_at >= self.options.topology_s:
+            await self._refresh_topology(now)
+        await self._flush()
+        rev, _, policy = self._topology
+        if rev is None:
+            return
+        in_force, busy = await self.wf._db(_in_force)
+        busy = busy or self.wf.southbound_busy
+        await self.reaction.tick(policy, in_force, busy, now)
+
+    async def _refresh_topology(self, now: float) -> None:
+        self._topology_at = now
+        rev, intent = await self.wf._db(_topology)
+        if intent is None:
+            return
+        if rev != self._topology[0] or self._topology[1] is None:
+            policy = intent.policy("failure_reaction") or DEFAULT_POLICY
+            self._topology = (rev, intent, policy)
+            self._pending += self.view.set_topology(intent, now)
+            if self.stream is not None:
+                self.stream.devices = {d.name for d in intent.devices}
+
+    # -- reports from the stream ------------------------------------------------------------
+    async def _report(self, device: str, what: str, key: str, value: str) -> None:
+        now = self.clock()
+        if what == "port":
+            self._pending += self.view.report_port(device, key, value, now)
+        else:
+            self._pending += self.view.report_session(device, key, value, now)
+
+    async def _reachable(self, device: str, ok: bool, why: str) -> None:
+        self._pending += self.view.set_reachable(device, ok, self.clock(), why)
+
+    # -- the store ------------------------------------------------------------------------
+    async def _flush(self) -> None:
+        events, self._pending = self._pending, []
+        version = self.view.version
+        if not events and version == self._saved:
+            return
+        doc = self.view.to_document(self.clock())
+
+        def save(s: Session) -> None:
+            with write_transaction(s):
+                now = _now()
+                for e in events:
+                    events_repo.add_event(e.kind, e.data, session=s, now=now)
+                    _audit(s, e.kind, e.data, now)
+                events_repo.save_opstate(doc, session=s, now=now)
+        try:
+            await self.wf._db(save)
+        except Exception:
+            self._pending = events + self._pending  # stored with the next flush
+            raise
+        self._saved = version
+        for e in events:
+            log.warning("%s: %s", e.kind, e.data.get("link") or e.data.get("device"),
+                        extra={"event": e.kind, **{k: v for k, v in e.data.items() if k in ("link", "device")}})
+        self._count(events)
+
+    def _count(self, events: list[ViewEvent]) -> None:
+        metrics = self.wf.metrics
+        if metrics is None or not hasattr(metrics, "state_transitions"):
+            return
+        for e in events:
+            metrics.state_transitions.labels(event=e.kind).inc()
+        docs = self.view.links_document(self.clock())["links"]
+        for oper in ("up", "down", "unknown"):
+            metrics.links_by_state.labels(oper=oper).set(sum(1 for x in docs if x["oper"] == oper))
+        metrics.devices_unreachable.set(sum(1 for d in self.view.devices.values() if not d.reachable))
+
+    async def record_decision(self, kind: str, data: dict[str, Any]) -> None:
+        """A reaction's decision that commits nothing (refused, worse): an event and an audit entry."""
+        self.reaction.last = {"event": kind, **data}
+
+        def save(s: Session) -> None:
+            with write_transaction(s):
+                now = _now()
+                events_repo.add_event(kind, data, session=s, now=now)
+                _audit(s, kind, data, now)
+        await self.wf._db(save)
+        log.warning("%s: %s", kind, data.get("reason"))
+
+    # -- reacting --------------------------------------------------------------------------
+    async def react(self, desired: Overlay, trigger: dict[str, Any]) -> bool:
+        """Plan the active revision without ``desired``'s parts, judge it against the plan in force under the
+        same failure, and commit it when it is no worse; True when a reaction change was committed (started)."""
+        wf = self.wf
+        t0 = time.perf_counter()
+        active, in_force = await wf._db(lambda s: (wrepo.active_revision(session=s), wrepo.active_overlay(session=s)))
+        if active is None:
+            return False
+        try:
+            current = await wf._db(lambda s: changes.plan_for(active, session=s, overlay=in_force))
+            target = await wf._db(lambda s: changes.plan_for(active, session=s, overlay=desired.to_document()))
+            judgement = await run_judge(current, desired, target)
+        except (LoomError, ValueError) as exc:
+            await self.record_decision("reaction.refused", {"reason": f"cannot plan around the failure: {exc}"[:500],
+                                                            "overlay": desired.to_document(), **trigger})
+            return False
+        trigger = {**trigger, "verdict": judgement.verdict, "current": judgement.current,
+                   "reaction": judgement.reaction, "plan_seconds": plan_seconds(t0)}
+        if not judgement.commit:
+            await self.record_decision("reaction.refused", {
+                "reason": "the reaction plan is worse than the plan in force under the same failure",
+                "overlay": desired.to_document(), **trigger})
+            return False
+        change = await wf._db(lambda s: _create_reaction(active, desired, trigger, session=s))
+        self.reaction.last = {"event": "reaction.committing", "change": change, **trigger}
+        log.warning("failure reaction: change %s leaves out %s (%s)", change, desired.to_document(),
+                    judgement.verdict)
+        await wf.commit(change, CTX, skip_gate=True)
+        return True
+
+
+def _audit(s: Session, kind: str, data: dict[str, Any], now: datetime) -> None:
+    what = data.get("link") or data.get("device") or data.get("change") or ""
+    repo.add_audit(session=s, now=now, actor=OPS_CTX.actor.name, token_id=None, client=None, request_id=None,
+                   method=OPS_CTX.method, path=OPS_CTX.path, action=kind, outcome="accepted", status=200,
+                   revision=None, detail=f"{what}: {data.get('reason') or ''}"[:4000])
+
+
+def _in_force(s: Session) -> tuple[Overlay, bool]:
+    return Overlay.of(wrepo.active_overlay(session=s)), wrepo.committing_change(session=s) is not None
+
+
+def _topology(s: Session) -> tuple[int | None, Intent | None]:
+    """The revision whose links and devices the view follows: the active one, else the head."""
+    rev = wrepo.active_revision(session=s)
+    if rev is None:
+        head = repo.head_revision(session=s)
+        rev = head.id if head is not None else None
+    if rev is None:
+        return None, None
+    return rev, changes.validated(repo.revision_document(rev, session=s))
+
+
+def _create_reaction(active: int, overlay: Overlay, trigger: dict[str, Any], *, session: Session) -> int:
+    with write_transaction(session):
+        what = ", ".join([*sorted(overlay.links), *sorted(overlay.devices)]) or "nothing"
+        message = (f"failure reaction: plan revision {active} without {what}" if overlay
+                   else f"failure reaction: the full plan of revision {active} returns")
+        ch = wrepo.add_change(session=session, kind="reaction", base_revision=active, proposed_revision=active,
+                              message=message, author=AUTHOR, now=_now(), trigger=trigger,
+                              overlay=overlay.to_document())
+        review = {"verdict": "safe" if trigger.get("verdict") == "safe" else "unsafe", "active_revision": active,
+                  "reaction": trigger}
+        wrepo.update_change(ch.id, session=session, state=ChangeState.REVIEWED, review=review,
+                            reviewed_active=active, verdict=review["verdict"])
+        wrepo.add_transition(ch.id, ChangeState.REVIEWED, session=session, actor=AUTHOR, now=_now(),
+                             reason=f"reaction {trigger.get('verdict')}: {trigger.get('current')} in force under the "
+                                    f"failure, {trigger.get('reaction')} with the reaction")
+    return ch.id
+
+
+def stored_view(session: Session) -> dict[str, Any] | None:
+    """What the leader stored last (its ``links`` and ``devices`` documents), or None."""
+    got = events_repo.load_opstate(session=session)
+    return got[1] if got is not None else None
+
+
+def state_document(wf: Workflow, session: Session) -> dict[str, Any]:
+    """The links and devices as the fabric reports them: this replica's live view when it leads, else what
+    the leader stored, else every link and device of the intent unknown (nothing reported yet)."""
+    ops = wf.operations
+    now = ops.clock()
+    if ops.live:
+        return ops.view.to_document(now)
+    stored = stored_view(session)
+    if stored is not None:
+        return stored
+    view = OperationalView()
+    _, intent = _topology(session)
+    if intent is not None:
+        view.set_topology(intent, now)
+    return view.to_document(now)

@@ -1,0 +1,127 @@
+"""Operational state and failure reaction through the real API, on real agents (``--dry-frr``, no FRR).
+
+The twelve clos3-small agents run in a subprocess (their gNMI on the same unix sockets); a dry agent's
+ports are up unless listed in its record directory's ``down`` file, which is how these tests fail a link.
+The controller follows every agent over gNMI ON_CHANGE, shows the link down in ``/v1/state/links``,
+re-plans around it (a change of kind ``reaction`` by ``failover`` with the overlay), and after the
+hold-down brings the full plan back; ``/v1/events`` streams all of it. The pure parts (the view, the
+damping, the overlay) are unit-tested in ``test_operations.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apps import Api, running_api
+from tests.test_workflow_api import DOC, Fleet
+
+LINK = "leaf-0-0:eth3"  # leaf-0-0 eth3 <-> spine-0-0 eth1
+ENDS = (("leaf-0-0", "eth3"), ("spine-0-0", "eth1"))
+POLICY = {"kind": "failure_reaction", "detect_s": 0.3, "hold_down_s": 2.0}
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(tmp_path / "agents")
+    f.base.mkdir()
+    try:
+        f.start()
+        yield f
+    finally:
+        f.stop()
+
+
+def fail(fleet: Fleet, ends: tuple[tuple[str, str], ...], down: bool = True) -> None:
+    for device, port in ends:
+        path = fleet.base / device / "dry" / "down"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{port}\n" if down else "")
+
+
+def until(what: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = what()
+        if got:
+            return got
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(every)
+
+
+def link_state(api: Api, link: str) -> str:
+    return str(next(x for x in api("GET", "/v1/state/links", role="viewer").json()["links"] if x["id"] == link)["oper"])
+
+
+def reactions(api: Api) -> list[dict[str, Any]]:
+    items = api("GET", "/v1/changes?limit=100", role="viewer").json()["items"]
+    return [c for c in items if c["kind"] == "reaction"]
+
+
+def events(api: Api) -> list[tuple[str, dict[str, Any]]]:
+    """Every event kept, read from the SSE stream until it goes quiet."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    with api.client.stream("GET", "/v1/events", headers={"Authorization": f"Bearer {api.tokens['viewer']}",
+                                                          "Last-Event-ID": "0"}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        kind = None
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                kind = line.removeprefix("event: ")
+            elif line.startswith("data: ") and kind is not None:
+                out.append((kind, json.loads(line.removeprefix("data: "))))
+                if kind == "link.up":
+                    break
+    return out
+
+
+def test_a_failed_link_is_seen_replanned_around_and_brought_back(tmp_path: Path, fleet: Fleet) -> None:
+    doc = copy.deepcopy(DOC)
+    doc["policies"] = [*doc.get("policies", []), POLICY]
+    settings = {"agents": json.dumps(fleet.endpoints()), "drift_interval": 0, "verify_timeout": 5}
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=doc, **settings) as api:
+        api.initial()
+        until(lambda: all(x["oper"] == "up" for x in api("GET", "/v1/state/links", role="viewer").json()["links"]))
+        devices = api("GET", "/v1/state/devices", role="viewer").json()["devices"]
+        assert {d["agent"] for d in devices} == {"reachable"} and len(devices) == 12
+        full = api("GET", "/v1/plans/active", role="viewer").json()
+        assert full["overlay"] == {"links": [], "devices": []}
+
+        fail(fleet, ENDS)
+        until(lambda: link_state(api, LINK) == "down", timeout=5)
+        first = until(lambda: [c for c in reactions(api) if c["state"] == "committed"])[0]
+        assert first["author"] == "failover" and first["overlay"] == {"links": [LINK], "devices": []}
+        assert first["trigger"]["event"] == "failure" and first["trigger"]["links"] == [LINK]
+        assert first["trigger"]["verdict"] in ("safe", "no_worse")
+        status = api("GET", "/v1/status", role="viewer").json()
+        assert status["active_revision"] == 1 and status["head_revision"] == 1  # the intent is untouched
+        active = api("GET", "/v1/plans/active", role="viewer").json()
+        assert active["overlay"] == {"links": [LINK], "devices": []}
+        leaf = active["devices"]["leaf-0-0"]
+        assert all(h["port"] != "eth3" for g in leaf["groups"].values() for h in g)  # nothing over the dead link
+        conf = (fleet.base / "leaf-0-0" / "dry" / "frr.conf").read_text()  # pushed to the switch: drained in place
+        assert "interface eth3" in conf and "route-map LOOM-DENY in" in conf
+
+        fail(fleet, ENDS, down=False)
+        until(lambda: link_state(api, LINK) == "up", timeout=5)
+        back = until(lambda: [c for c in reactions(api) if c["state"] == "committed" and c["id"] != first["id"]],
+                     timeout=30)[0]
+        assert back["trigger"]["event"] == "recovery" and "overlay" not in back
+        assert api("GET", "/v1/plans/active", role="viewer").json()["overlay"] == {"links": [], "devices": []}
+        assert "LOOM-DENY" not in (fleet.base / "leaf-0-0" / "dry" / "frr.conf").read_text()
+        flaps = next(x for x in api("GET", "/v1/state/links", role="viewer").json()["links"] if x["id"] == LINK)
+        assert flaps["flaps_1h"] == 1
+
+        seen = events(api)
+        kinds = [k for k, _ in seen]
+        assert kinds.index("link.down") < kinds.index("reaction.committed") < kinds.index("link.up")
+        assert next(d for k, d in seen if k == "link.down")["link"] == LINK
+        assert any(k == "change.state" and d["change"] == first["id"] for k, d in seen)
+        audit = api("GET", "/v1/audit?limit=200", role="viewer").json()["items"]
+        assert {"link.down", "link.up"} <= {a["action"] for a in audit}

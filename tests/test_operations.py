@@ -1,0 +1,129 @@
+"""The operational view, the damping of a failure reaction, its judgement and the overlay (pure parts).
+
+The view is held to DESIGN.md's rules (down when either end says so, unknown while an end's agent is
+unreachable, a device failed when its agent is gone and all its links are down); the damping to its
+hold-down that doubles with each flap; the overlay intent to what it leaves out and what it keeps
+(addresses included); the judgement through the safety replay itself, the oracle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from controller.model.addressing import allocate, carry
+from controller.model.intent import load_intent
+from controller.operations.overlay import Overlay, overlay_intent
+from controller.operations.reaction import Damping, judge
+from controller.operations.view import OperationalView
+from controller.planning import compile_plan
+from southbound.render import device_configs
+from tests.test_workflow_api import REPO
+
+INTENT = load_intent(REPO / "labs" / "clos3-small" / "intent.yaml")
+POLICY: Any = INTENT.model_validate({**INTENT.to_document(), "policies": [
+    {"kind": "failure_reaction", "detect_s": 1, "hold_down_s": 10}]}).policy("failure_reaction")
+LINK = "leaf-0-0:eth3"
+
+
+def view_up() -> OperationalView:
+    v = OperationalView()
+    v.set_topology(INTENT, 0.0)
+    for ln in INTENT.links:
+        v.report_port(ln.a, ln.a_port, "UP", 0.0)
+        v.report_port(ln.b, ln.b_port, "UP", 0.0)
+    return v
+
+
+def oper(v: OperationalView, link: str) -> str:
+    return next(x["oper"] for x in v.links_document(0.0)["links"] if x["id"] == link)
+
+
+def test_a_link_is_down_when_either_end_says_so_and_unknown_while_an_agent_is_away() -> None:
+    v = OperationalView()
+    v.set_topology(INTENT, 0.0)
+    assert {x["oper"] for x in v.links_document(0.0)["links"]} == {"unknown"}  # nothing reported yet
+    v = view_up()
+    assert {x["oper"] for x in v.links_document(0.0)["links"]} == {"up"}
+    events = v.report_port("spine-0-0", "eth1", "LOWER_LAYER_DOWN", 5.0)
+    assert [(e.kind, e.data["link"]) for e in events] == [("link.down", LINK)]
+    assert "spine-0-0:eth1 reports LOWER_LAYER_DOWN" in events[0].data["reason"]
+    assert v.report_port("leaf-0-0", "eth3", "DOWN", 5.5) == []  # already down
+    assert v.down_links(6.0, for_s=1.0) == {LINK: 5.0} and v.down_links(5.5, for_s=1.0) == {}
+    events = v.report_port("spine-0-0", "eth1", "UP", 7.0) + v.report_port("leaf-0-0", "eth3", "UP", 7.0)
+    assert [e.kind for e in events] == ["link.up"] and v.flaps_1h(LINK, 8.0) == 1
+    # an unreachable agent is not a failed link: its links are unknown, and come back up without an event
+    events = v.set_reachable("tor-0-0", False, 9.0, "stream broke")
+    assert [e.kind for e in events] == ["device.unreachable"]
+    assert oper(v, "leaf-0-0:eth1") == "unknown" and v.down_links(99.0) == {} and v.failed_devices(99.0) == {}
+    assert [e.kind for e in v.set_reachable("tor-0-0", True, 10.0)] == ["device.reachable"]
+    assert oper(v, "leaf-0-0:eth1") == "up"
+
+
+def test_a_device_fails_when_its_agent_is_gone_and_its_neighbors_see_its_links_down() -> None:
+    v = view_up()
+    v.set_reachable("spine-0-0", False, 3.0)
+    assert v.failed_devices(10.0) == {}  # its neighbors still see their ports up
+    v.report_port("leaf-0-0", "eth3", "DOWN", 4.0)
+    v.report_port("leaf-1-0", "eth3", "DOWN", 4.5)
+    assert v.failed_devices(10.0, for_s=1.0) == {"spine-0-0": 4.5}
+    devices = {d["name"]: d for d in v.devices_document()["devices"]}
+    assert devices["spine-0-0"]["agent"] == "unreachable" and devices["leaf-0-0"]["agent"] == "reachable"
+
+
+def test_damping_holds_a_flapping_part_down_longer_each_time() -> None:
+    d, healthy = Damping(), lambda p: True
+    part = frozenset({LINK})
+    d.observe({LINK: 0.0}, frozenset(), healthy, 0.5)
+    assert d.desired({LINK: 0.0}, frozenset(), POLICY, 0.5) == frozenset()  # not yet detect_s
+    assert d.desired({LINK: 0.0}, frozenset(), POLICY, 1.0) == part
+    d.observe({}, part, healthy, 2.0)  # back up at 2: held for hold_down_s
+    assert d.desired({}, part, POLICY, 11.9) == part and d.desired({}, part, POLICY, 12.0) == frozenset()
+    for t in (20.0, 40.0):  # two more flaps within the hour: 20 s, then 40 s of hold-down
+        d.observe({LINK: t}, part, healthy, t)
+        d.observe({}, part, healthy, t + 1)
+    assert d.hold_s(LINK, 10.0) == 40.0
+    assert d.desired({}, part, POLICY, 41.0 + 39.0) == part and d.desired({}, part, POLICY, 81.0) == frozenset()
+    # a part in force whose health is not known (its agent unreachable) stays out
+    d2 = Damping()
+    d2.observe({}, part, lambda p: False, 100.0)
+    assert d2.desired({}, part, POLICY, 10_000.0) == part
+
+
+def test_the_overlay_intent_drains_the_parts_and_keeps_every_interface_and_address() -> None:
+    pinned = carry(INTENT, allocate(INTENT).pins())
+    out = overlay_intent(pinned, Overlay(frozenset({LINK}), frozenset({"tor-1-1"})))
+    assert out.drained_links >= {LINK} and "tor-1-1" in out.drained_devices
+    assert [ln.key for ln in out.links] == [ln.key for ln in INTENT.links]  # nothing removed, nothing renumbered
+    assert device_configs(out)["leaf-0-0"].interfaces == tuple(
+        replace(i, drained=i.name == "eth3") for i in device_configs(pinned)["leaf-0-0"].interfaces)
+    plan = compile_plan(out)
+    assert all(h.port != "eth3" for g in plan.devices["leaf-0-0"].groups.values() for h in g)  # carries nothing
+    assert overlay_intent(INTENT, Overlay()) is INTENT
+    twice = overlay_intent(out, Overlay(frozenset({LINK})))  # a part drained already is not drained twice
+    assert sum(1 for p in twice.policies if p.kind == "drain") == 2
+
+
+@pytest.mark.parametrize("parts", [Overlay(frozenset({LINK})), Overlay(devices=frozenset({"spine-0-0"}))])
+def test_the_reaction_is_judged_by_the_replay(parts: Overlay) -> None:
+    current = (INTENT, compile_plan(INTENT))
+    reduced = overlay_intent(INTENT, parts)
+    verdict = judge(current, parts, (reduced, compile_plan(reduced)))
+    assert verdict.verdict == "safe" and verdict.commit
+    assert verdict.reaction["dropped_gbps"] == 0 and verdict.reaction["loops"] == 0
+    assert verdict.reaction["max_utilization"] <= 1.0
+
+
+def test_what_a_device_said_before_the_intent_was_known_counts() -> None:
+    """The first full set of a stream can arrive before the view knows its topology: ON_CHANGE never sends it
+    again, so the view must keep it (a race that left every link unknown)."""
+    v = OperationalView()
+    for ln in INTENT.links:
+        v.report_port(ln.a, ln.a_port, "UP", 0.0)
+        v.report_port(ln.b, ln.b_port, "UP", 0.0)
+    assert v.links_document(0.0)["links"] == [] and v.devices_document()["devices"] == []
+    assert v.set_topology(INTENT, 1.0) == []  # no link.up event for a link seen up from the start
+    assert {x["oper"] for x in v.links_document(1.0)["links"]} == {"up"}
+    assert {d["agent"] for d in v.devices_document()["devices"]} == {"reachable"}
