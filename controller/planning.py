@@ -6,8 +6,10 @@ plan one intent differently. :class:`CompileOptions` says how: the LP backend,
 and whether to solve robust WCMP (FFC-style, :func:`solver.robust.solve_robust`)
 against the scenarios and limit of the intent's ``failure_tolerance`` policy,
 with the safety replay (:func:`safety.replay.peaks`) as the scenario oracle.
-Robustness is only meaningful under that policy: without one, a robust
-request compiles the plain plan.
+The intent asks for robust WCMP itself with ``{kind: wcmp, objective:
+robust}``, so that reviews and commits use the robust plan too (DESIGN.md,
+Operational state and failure reaction). Robustness is only meaningful under
+that policy: without one, a robust request compiles the plain plan.
 """
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
     >>> 0 < plan.summary.max_utilization <= plan.summary.ecmp_max_utilization + 1e-9
     True
     """
-    if options.robust and intent.policy("failure_tolerance") is not None:
+    wcmp = intent.policy("wcmp")
+    robust = options.robust or (wcmp is not None and wcmp.objective == "robust")  # the intent may ask for it
+    if robust and intent.policy("failure_tolerance") is not None:
         from safety.replay import peaks
         from solver.robust import solve_robust
 

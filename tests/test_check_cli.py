@@ -192,3 +192,16 @@ def test_scenario_names_print_as_they_are() -> None:
         with c.capture() as cap:
             c.print("link:a:eth2 link:b:eth1 device:smile", highlight=False)
         assert cap.get().strip() == "link:a:eth2 link:b:eth1 device:smile"
+
+
+def test_the_intent_asks_for_robust_wcmp_and_every_compile_honours_it(tmp_path: Path) -> None:
+    """``{kind: wcmp, objective: robust}``: reviews and commits (every caller of compile_plan) use the robust
+    plan without being asked, so the plan that commits already holds the limit under every failure."""
+    from test_safety_robust import lopsided
+
+    doc = lopsided(315.0, 0.9).to_document()
+    doc["policies"].append({"kind": "wcmp", "objective": "robust"})
+    res = run(str(write(tmp_path, "robust.yaml", doc)), "--json")
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert rep["verdict"] == "safe" and rep["robust"]["robust"] is True

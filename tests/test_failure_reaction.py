@@ -125,3 +125,30 @@ def test_a_failed_link_is_seen_replanned_around_and_brought_back(tmp_path: Path,
         assert any(k == "change.state" and d["change"] == first["id"] for k, d in seen)
         audit = api("GET", "/v1/audit?limit=200", role="viewer").json()["items"]
         assert {"link.down", "link.up"} <= {a["action"] for a in audit}
+
+
+def test_drift_sees_an_edit_behind_loom_and_a_link_down_the_plan_expects_up(tmp_path: Path, fleet: Fleet) -> None:
+    """Issue 30.6: the hash an agent reports is that of what its FRR runs, read back, so a configuration
+    edited behind Loom is drift; and a link down that no reaction left out is drift on both its ends."""
+    doc = copy.deepcopy(DOC)
+    doc["policies"] = [*doc.get("policies", []), {"kind": "failure_reaction", "enabled": False}]
+    settings = {"agents": json.dumps(fleet.endpoints()), "drift_interval": 0, "verify_timeout": 5}
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=doc, **settings) as api:
+        api.initial()
+        until(lambda: all(x["oper"] == "up" for x in api("GET", "/v1/state/links", role="viewer").json()["links"]))
+        clean = api("GET", "/v1/drift?refresh=true", role="viewer").json()
+        assert {r["status"] for r in clean["devices"].values()} == {"ok"}, clean
+
+        conf = fleet.base / "tor-1-1" / "dry" / "frr.conf"
+        conf.write_text(conf.read_text() + "ip route 192.0.2.0/24 Null0\n")  # an operator's edit behind Loom
+        fail(fleet, ENDS)
+        until(lambda: link_state(api, LINK) == "down", timeout=5)
+        time.sleep(1.0)  # the reaction is off: nothing is committed
+        assert reactions(api) == []
+        report = api("GET", "/v1/drift?refresh=true", role="viewer").json()["devices"]
+        assert report["tor-1-1"]["status"] == "drift"
+        assert any("running config" in d for d in report["tor-1-1"]["details"])
+        for device in ("leaf-0-0", "spine-0-0"):
+            assert report[device]["status"] == "drift"
+            assert any(f"link {LINK} is down" in d for d in report[device]["details"]), report[device]
+        assert report["tor-0-0"]["status"] == "ok"

@@ -202,6 +202,24 @@ class Operations:
         await self.wf._db(save)
         log.warning("%s: %s", kind, data.get("reason"))
 
+    def drift(self, overlay: dict[str, Any] | None) -> dict[str, list[str]]:
+        """What the fabric runs that the plan in force does not expect, per device: a link down that no
+        overlay leaves out, a BGP session of an up link that is not established (empty unless live)."""
+        if not self.live:
+            return {}
+        out: dict[str, list[str]] = {}
+        skip = set(Overlay.of(overlay).links)
+        for ln in self.view.links.values():
+            if ln.oper == "down" and ln.id not in skip:
+                for d in (ln.a, ln.b):
+                    out.setdefault(d, []).append(f"link {ln.id} is down where the plan expects it up ({ln.why})")
+        for name in self.view.names:
+            dev = self.view.devices.get(name)
+            for peer, state in sorted((dev.sessions if dev is not None else {}).items()):
+                if state != "ESTABLISHED":
+                    out.setdefault(name, []).append(f"BGP session {peer} is {state}")
+        return out
+
     # -- reacting --------------------------------------------------------------------------
     async def react(self, desired: Overlay, trigger: dict[str, Any]) -> bool:
         """Plan the active revision without ``desired``'s parts, judge it against the plan in force under the

@@ -840,8 +840,9 @@ class Workflow:
                 doc["note"] = "no devices attached" if self.driver is None else "no revision is active yet"
                 await self._save_drift(doc, active)
                 return doc
-            intent, plan = await self._db(lambda s: changes.plan_for(
-                active, session=s, overlay=wrepo.active_overlay(session=s)))
+            overlay = await self._db(lambda s: wrepo.active_overlay(session=s))
+            intent, plan = await self._db(lambda s: changes.plan_for(active, session=s, overlay=overlay))
+            operational = self.operations.drift(overlay)  # links and sessions down that the plan expects up
             want = await asyncio.to_thread(expected_hashes, intent, plan)
             from southbound.render import device_configs
 
@@ -867,6 +868,7 @@ class Workflow:
                 if st.observed and dp is not None:
                     details += compare(dp, st, realization=intent.wcmp_realization.value, wcmp=intent.wcmp_enabled,
                                        fabric_prefixes=fabric, originated=configs[d].originated)
+                details += operational.get(d, [])
                 doc["devices"][d] = {"status": "drift" if details else "ok", "details": details}
             await self._save_drift(doc, active)
             drifted = [d for d, r in doc["devices"].items() if r["status"] == "drift"]
