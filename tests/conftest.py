@@ -96,6 +96,7 @@ TIERS: dict[str, str] = {
     "test_lost_edits.py": "component",       # no edit lost to a dry run, a drain or a stale base (31.1)
     "test_failure_reaction.py": "component",  # links fail on dry agents: seen, re-planned around, back
     "test_operations.py": "unit",            # the operational view, damping, overlay and judgement
+    "test_bench_smoke.py": "component",      # the API bench at small sizes (31.8)
     "test_take_up.py": "component",          # the leader's take-up of its own commit against recovery (31.0)
     "test_solver_descent.py": "unit",
     "test_solver_weights.py": "unit",

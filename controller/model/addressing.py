@@ -44,7 +44,9 @@ from typing import Any
 from controller.model.domain import Intent, Link
 
 __all__ = [
+    "DEVICE_SLOTS",
     "LINK_POOL",
+    "LINK_SLOTS",
     "LOOPBACK_POOL",
     "Allocation",
     "allocate",
@@ -60,6 +62,8 @@ LOOPBACK_POOL = ipaddress.IPv4Network("100.127.0.0/16")
 
 _LINK_SLOTS = LINK_POOL.num_addresses // 2
 _DEVICE_SLOTS = LOOPBACK_POOL.num_addresses - 2  # neither the pool's first nor its last address
+#: how many links, and devices without an explicit loopback, a fabric may have (validation refuses more)
+LINK_SLOTS, DEVICE_SLOTS = _LINK_SLOTS, _DEVICE_SLOTS
 #: where a stored revision's intent carries its allocation (a key no model field has)
 _CARRIED = "loom_allocation"
 

@@ -52,6 +52,7 @@ from controller.model import (
     WcmpPolicy,
     parse_link_end,
 )
+from controller.model.addressing import DEVICE_SLOTS, LINK_POOL, LINK_SLOTS, LOOPBACK_POOL
 from controller.model.errors import IntentError, InvalidIntent
 from controller.model.text import DEFAULT_LIMITS, TextLimits, decode_utf8, format_loc, load_json, load_yaml
 
@@ -344,6 +345,24 @@ def _check_meaning(
     _check_jobs(items["jobs"], items["prefixes"], refs, errors)
     if routing == Routing.BGP:
         _check_clos(refs.devices, refs.device_index, good_links, errors, uplinks=structure)
+    _check_pools(items["devices"], items["links"], errors)
+
+
+def _check_pools(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], errors: list[IntentError]) -> None:
+    """The pools Loom numbers from must hold every link and every device that has no loopback of its own:
+    past them, the first one that does not fit is located (a device can be given a loopback)."""
+    explicit = {int(lb) for _, d in devices if (lb := getattr(d, "loopback", None)) is not None
+                and lb in LOOPBACK_POOL}
+    room = DEVICE_SLOTS - len(explicit)
+    unnumbered = [i for i, d in devices if getattr(d, "name", None) is not None and getattr(d, "loopback", 1) is None]
+    if len(unnumbered) > room:
+        errors.append(IntentError(
+            f"devices[{unnumbered[room]}].loopback",
+            f"{len(unnumbered)} devices have no loopback, and the router-id pool {LOOPBACK_POOL} holds {room}: "
+            f"give this one and the {len(unnumbered) - room - 1} after it an explicit loopback"))
+    if len(links) > LINK_SLOTS:
+        errors.append(IntentError(f"links[{links[LINK_SLOTS][0]}]",
+                                  f"{len(links)} links, and the link address pool {LINK_POOL} holds {LINK_SLOTS} /31s"))
 
 
 def _check_devices(devices: list[tuple[int, Any]], refs: _Refs, errors: list[IntentError]) -> None:

@@ -39,7 +39,7 @@ from sqlalchemy import create_engine, text
 
 from tests.bench.httpload import measure, request_bytes
 
-__all__ = ["run"]
+__all__ = ["fabric", "patch_row", "reads_table", "run"]
 
 READS = ("/v1/intent", "/v1/devices?limit=50", "/v1/links?limit=50", "/v1/devices/leaf-3-1")
 ADMIN_TOKEN = "bench-" + "x7Kq2vR9mZ4pL8sT3nW6yB1cF5hJ0dG"
@@ -51,6 +51,26 @@ FABRICS: dict[str, dict[str, Any]] = {
     "Clos L": {"pods": 64, "tors": 32, "planes": 8, "spines": 16},
     "100k devices": {"pods": 250, "tors": 400, "planes": 1, "spines": 8, "fanout": 1},
 }
+
+
+#: explicit loopbacks for fabrics larger than the router-id pool (validation refuses such a fabric without them)
+LOOPBACKS = "172.16.0.0"
+
+
+def fabric(sizes: dict[str, Any]) -> dict[str, Any]:
+    """The bench's intent document of ``sizes``; past the router-id pool every device gets an explicit loopback
+    (from 172.16.0.0/12), as an operator of such a fabric would give them."""
+    import ipaddress
+
+    from controller.gen import clos_document
+    from controller.model.addressing import DEVICE_SLOTS
+
+    doc = clos_document(**sizes, scale_to_ecmp=False)
+    if len(doc["devices"]) > DEVICE_SLOTS:
+        first = ipaddress.IPv4Address(LOOPBACKS)
+        for i, d in enumerate(doc["devices"]):
+            d["loopback"] = str(first + 1 + i)
+    return doc
 
 
 def _load() -> str:
@@ -100,12 +120,11 @@ def _bare(base: Path, bodies: dict[str, tuple[bytes, str]]) -> tuple[subprocess.
 
 
 def reads_table(sizes: dict[str, int] | None = None) -> Table:
-    from controller.gen import clos_document
     from tests.serving import stop_processes
 
     base = Path(tempfile.mkdtemp(prefix="loom-bench-api-"))
     url = f"sqlite:///{base / 'loom.db'}"
-    doc = clos_document(**(sizes or FABRICS["Clos M"]), scale_to_ecmp=False)
+    doc = fabric(sizes or FABRICS["Clos M"])
     tokens = _seed(url, doc)
     server = _serve(base, url)
     bare = None
@@ -171,13 +190,12 @@ def _stored_bytes(url: str) -> int:
 
 
 def patch_row(name: str, sizes: dict[str, Any], patches: int = 10) -> list[str]:
-    from controller.gen import clos_document
     from tests.serving import stop_processes
 
     base = Path(tempfile.mkdtemp(prefix="loom-bench-patch-"))
     url = f"sqlite:///{base / 'loom.db'}"
     try:
-        doc = clos_document(**sizes, scale_to_ecmp=False)
+        doc = fabric(sizes)
         doc_bytes = len(json.dumps(doc, separators=(",", ":")))
         t0 = time.perf_counter()
         tokens = _seed(url, doc)
