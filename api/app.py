@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -182,8 +183,9 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.token_cache = TokenCache(settings.token_cache_s)
     app.state.driver = driver
     # fed by the gNMI subscription; its stale threshold counts in the subscription's sample intervals
-    app.state.telemetry = telemetry if telemetry is not None else Telemetry(
-        TelemetryOptions(interval_s=settings.telemetry_interval_s or 10.0))
+    interval = settings.telemetry_interval_s or 10.0
+    app.state.telemetry = telemetry if telemetry is not None else Telemetry(TelemetryOptions(
+        interval_s=interval, max_rates=max(2, math.ceil(settings.telemetry_keep_s / interval - 1e-9))))
     app.add_middleware(FastReads, api=app)  # innermost: cached reads answered before the routes, still measured
     metrics.install(app)  # app.state.metrics, /metrics; inside the request id middleware
     app.state.cluster = cluster if cluster is not None else Cluster(settings, db, metrics=app.state.metrics)

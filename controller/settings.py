@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     verify_timeout: float = Field(30.0, gt=0, description="how long a commit waits for kernels to match the plan (s)")
     telemetry_interval_s: float = Field(
         10.0, ge=0, description="the gNMI sample interval asked of every switch (s); 0: no telemetry stream")
+    telemetry_keep_s: float = Field(
+        3600.0, ge=60, le=86400, description="how long the collector keeps every counter's rates (s): the longest "
+                                             "window the telemetry views and auto-TE accept")
     drift_interval: float = Field(60.0, ge=0, description="seconds between drift checks (0: only after commits)")
     drift_repair: bool = Field(False, description="re-push the active revision when drift is found")
     settle_interval: float = Field(

@@ -233,3 +233,22 @@ def test_the_matrix_free_routing_operator_is_the_routing_matrix() -> None:
     assert np.allclose(rm.matrix @ x, ro.matrix @ x) and np.allclose(rm.matrix.T @ r, ro.matrix.T @ r)
     y = link_loads(intent, plan)
     assert np.allclose(tomogravity(rm, y).gbps, tomogravity(ro, y).gbps, atol=1e-4)
+
+
+def test_an_hour_long_window_sees_the_whole_hour_and_a_longer_one_is_refused() -> None:
+    """Issue 31.2: an hour at 90 Gbps then 6 minutes at 9 Gbps; the 3600 s window's mean is 81.9 and its
+    max 90 (with 36 rates kept it answered 9.0 for both); a window past what is kept is refused by name."""
+    tel = Telemetry(Options(interval_s=10.0, max_rates=360))  # what the default LOOM_TELEMETRY_KEEP_S keeps
+    gbps = 1e9 / 8
+    v, points = 0, [(0.0, 0)]
+    for k in range(1, 66 * 6 + 1):  # one sample every 10 s for 66 minutes
+        v += int((90 if k <= 360 else 9) * gbps * 10)
+        points.append((10.0 * k, v))
+    for t, value in points:
+        tel.store.ingest([Sample("d", P, value, int((T0 + t) * S))], now=T0 + t)
+    now = T0 + points[-1][0]
+    st = tel.store.stats([tel.store.rows[("d", P)]], now, 3600)
+    assert st.mean[0] / gbps == pytest.approx(81.9, abs=1e-6) and st.max[0] / gbps == pytest.approx(90)
+    assert tel.keep_s == 3600 and tel.window_problem(3600) is None
+    why = tel.window_problem(3601)
+    assert why is not None and "at most 3600 s" in why and "LOOM_TELEMETRY_KEEP_S" in why

@@ -147,3 +147,15 @@ def test_loom_demand_capture_writes_the_measured_matrix(live: tuple[Api, Telemet
     assert out["revision"] == 2 and {(d["from"], d["to"]) for d in out["demands"]} == set(SKEW)
     stale = runner.invoke(cli, ["demand", "capture", "--server", "http://app", "--base", "1"])
     assert stale.exit_code == 1
+
+
+def test_a_window_longer_than_the_collector_keeps_is_refused_by_name(api: Api) -> None:
+    """Issue 31.2: the API accepted up to 86,400 s and answered from what it had; now past the kept window
+    (LOOM_TELEMETRY_KEEP_S) it is a 422 at window_s that says the limit."""
+    for path in ("/v1/telemetry/links?window_s=7200", "/v1/telemetry/demand?window_s=86400&stat=max"):
+        r = api("GET", path, role="viewer")
+        assert r.status_code == 422, r.text
+        assert [e["loc"] for e in r.json()["errors"]] == ["query.window_s"]
+        assert "at most 3600 s" in r.json()["errors"][0]["msg"]
+    r = api("POST", "/v1/demands/from-telemetry", json={"window_s": 5000, "stat": "max", "headroom": 1.0})
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"] == "body.window_s"

@@ -26,6 +26,7 @@ from controller.model.documents import (
     PatternsDocument,
     TelemetryLinksDocument,
 )
+from controller.model.errors import IntentError, InvalidRequest
 from controller.telemetry import Telemetry
 from controller.workflow.telemetry import active_context, active_intent, capture_demands
 
@@ -36,15 +37,19 @@ WindowS = Annotated[float, Query(gt=0, le=86400, description="the window in seco
 StatQ = Annotated[Stat, Query(description="statistic of the per-interval rates: mean, p95 or max")]
 
 
-def telemetry(request: Request) -> Telemetry:
+def telemetry(request: Request, window_s: float | None = None, loc: str = "query.window_s") -> Telemetry:
+    """The collector; with ``window_s``, refused (422 at ``loc``) when longer than what the collector keeps."""
     tel: Telemetry = request.app.state.telemetry
+    why = tel.window_problem(window_s) if window_s is not None else None
+    if why is not None:
+        raise InvalidRequest([IntentError(loc, why)])
     return tel
 
 
 @router.get("/v1/telemetry/links", response_model=TelemetryLinksDocument, summary="Observed link loads",
             responses=error_responses(401, 403, 404, 422))
 def links(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0) -> Any:
-    tel = telemetry(request)
+    tel = telemetry(request, window_s)
     intent = active_intent(tel, session=session)
     return {"window_s": window_s, "links": [v.to_document() for v in tel.links(intent, time.time(), window_s)]}
 
@@ -54,7 +59,7 @@ def links(request: Request, session: SessionDep, _actor: Viewer, window_s: Windo
             responses=error_responses(401, 403, 404, 422))
 def demand(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0,
            stat: StatQ = "mean") -> Any:
-    tel = telemetry(request)
+    tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
     return tel.demand(intent, plan, time.time(), window_s, stat).to_document(window_s, stat)
 
@@ -64,7 +69,7 @@ def demand(request: Request, session: SessionDep, _actor: Viewer, window_s: Wind
             responses=error_responses(401, 403, 404, 422))
 def fidelity(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0,
              stat: StatQ = "mean") -> Any:
-    tel = telemetry(request)
+    tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
     return {"window_s": window_s, "stat": stat, **tel.fidelity(intent, plan, time.time(), window_s, stat).to_document()}
 
@@ -73,7 +78,7 @@ def fidelity(request: Request, session: SessionDep, _actor: Viewer, window_s: Wi
             summary="Communication groups of the measured traffic and their pattern (ring, all-to-all, ...)",
             responses=error_responses(401, 403, 404, 422))
 def patterns(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 300.0) -> Any:
-    tel = telemetry(request)
+    tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
     method, groups = tel.patterns(intent, plan, time.time(), window_s)
     return {"window_s": window_s, "method": method, "groups": [g.to_document() for g in groups]}
@@ -92,7 +97,7 @@ class DemandCapture(BaseModel):
              tags=["demands"], summary="Replace the intent's demands with the measured matrix (one revision)",
              responses=error_responses(401, 403, 404, 409, 422))
 async def from_telemetry(request: Request, response: Response, body: DemandCapture, ctx: IntentWrite) -> Any:
-    tel = telemetry(request)
+    tel = telemetry(request, body.window_s, "body.window_s")
     database = request.app.state.database
     ctx = fingerprinted(ctx, body.model_dump_json().encode())
 

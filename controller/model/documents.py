@@ -697,7 +697,8 @@ class AutoTeDecisionDocument(_Closed):
     at: str
     decision: Literal["skipped", "committed", "refused", "failed"]
     reason: str = Field(description="a stable key: paused, disabled, pending_edits, busy, backoff, rate_limit, "
-                                    "no_telemetry, incomplete_telemetry, no_demand, below_min_gain, confirming, "
+                                    "no_telemetry, incomplete_telemetry, window_too_long, no_demand, below_min_gain, "
+                                    "confirming, "
                                     "invalid_candidate, unsafe, conflict, committed, failed, rolled_back, error")
     detail: str
     change: int | None = None

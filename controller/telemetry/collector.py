@@ -126,6 +126,20 @@ class Telemetry:
         #: The active (revision, intent, plan), set by the serving shell; the views take them as arguments.
         self.context: tuple[int, Intent, Plan] | None = None
 
+    @property
+    def keep_s(self) -> float:
+        """The longest window the collector can answer: its rates per counter times their interval."""
+        return self.options.max_rates * self.options.interval_s
+
+    def window_problem(self, window_s: float) -> str | None:
+        """Why the collector cannot answer a window of ``window_s`` seconds (None when it can): a longer
+        window than it keeps is refused rather than silently cut to what it has."""
+        if window_s <= self.keep_s + 1e-9:
+            return None
+        o = self.options
+        return (f"at most {self.keep_s:g} s: the collector keeps {o.max_rates} intervals of {o.interval_s:g} s "
+                "of every counter (LOOM_TELEMETRY_KEEP_S)")
+
     # -- feeding ---------------------------------------------------------------
     def ingest(self, samples: Iterable[Any], now: float) -> int:
         """Add samples: any objects with ``device``, ``path``, ``value`` and ``timestamp_ns``

@@ -305,6 +305,10 @@ class AutoTe:
             await self._decide(Decision(now, "skipped", *skip))
             return interval
         tel = wf.telemetry
+        too_long = tel.window_problem(policy.window_s)
+        if too_long is not None:  # never a window silently cut to what the collector has
+            await self._decide(Decision(now, "skipped", "window_too_long", f"window_s {policy.window_s:g}: {too_long}"))
+            return interval
         silent = tel.silent_edges(st.intent, now, policy.window_s)
         if silent:
             reason = "no_telemetry" if tel.counts()["devices"] == 0 else "incomplete_telemetry"
