@@ -196,7 +196,7 @@ def test_a_policy_whose_kind_is_not_a_string_is_one_located_error(kind: Any) -> 
     assert [e for e in errs if e.startswith("policies[4]")] == [
         "policies[4].kind: " + ("required field missing" if kind is None else
                                 f"unknown policy kind {kind!r} (expected one of drain, utilization_limit, "
-                                "failure_tolerance, wcmp, paths, auto_te)")]
+                                "failure_tolerance, wcmp, paths, auto_te, failure_reaction)")]
 
 
 def test_a_malformed_element_is_never_a_reference_target_twice() -> None:
@@ -369,7 +369,8 @@ def test_unknown_policy_kind() -> None:
     doc = clos_doc()
     doc["policies"].append({"kind": "teleport"})
     assert_error(doc, "policies[4].kind: unknown policy kind 'teleport' "
-                      "(expected one of drain, utilization_limit, failure_tolerance, wcmp, paths, auto_te)")
+                      "(expected one of drain, utilization_limit, failure_tolerance, wcmp, paths, auto_te, "
+                      "failure_reaction)")
 
 
 def test_unknown_policy_field() -> None:

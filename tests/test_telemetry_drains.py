@@ -16,7 +16,7 @@ from controller.model.intent import validate_intent
 from controller.model.plan import Plan
 from controller.planning import compile_plan
 from controller.telemetry import Telemetry
-from controller.telemetry.drains import check_drains
+from controller.telemetry.drains import check_drains, noise_floor_gbps
 from tests.telemetry_synth import Fabric
 
 
@@ -76,3 +76,17 @@ def test_a_target_without_fresh_counters_is_unknown_not_verified() -> None:
     silent = tel, now + 60  # long after the last sample: every counter is stale
     check = check_drains(silent[0], after, [spine], silent[1], 30)
     assert check.status == "unknown" and check.targets[0].transit_gbps is None
+
+
+def test_the_tolerance_is_the_counters_noise_floor_not_a_share_of_capacity() -> None:
+    """Issue 31.4: at 1 % of capacity a dry spine passed carrying 1.1 Gbps (and a 64 x 400G spine could
+    carry 256 Gbps and pass). The floor is a few packets a second per link, whatever the capacity."""
+    before, plan, after, drained_plan = fabrics()
+    tel, now = measured(after, drained_plan)
+    floor = noise_floor_gbps()
+    for t in check_drains(tel, after, targets(after), now, 30).targets:
+        links = sum(1 for lk in after.links if t.target in (lk.a, lk.b)) if t.kind == "device" else 1
+        assert t.tolerance_gbps == floor * links < 0.05
+    tel, now = measured(before, plan)
+    spine = next(t for t in check_drains(tel, after, targets(after), now, 30).targets if "spine" in t.target)
+    assert spine.status == "carrying" and spine.transit_gbps is not None and spine.transit_gbps > 1.0
