@@ -22,6 +22,8 @@ import json
 import re
 import socket
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -413,3 +415,22 @@ def test_every_status_answered_is_documented_for_its_operation(hostile: Hostile)
     undocumented = sorted({(m, p, s) for m, p, s in ANSWERED
                            if str(s) not in hostile.spec["paths"][p][m.lower()]["responses"]})
     assert not undocumented, undocumented
+
+
+@pytest.mark.parametrize("role,method,path,size,status", [
+    (None, "POST", "/v1/devices", 64 << 20, 401),              # unauthenticated: refused before a byte is read
+    ("operator", "PUT", "/v1/intent", 256 << 20, 413)])        # over the document limit (64 MiB)
+def test_a_client_that_sends_its_whole_body_first_reads_the_early_answer(hostile: Hostile, role: str | None,
+                                                                         method: str, path: str, size: int,
+                                                                         status: int) -> None:
+    """Issue 31.7: urllib sends the whole body, then reads, without ``Expect: 100-continue``. The server
+    answers early and closes lingering (reads and drops the rest for a bounded time), so the client reads
+    the 401 or 413 instead of a connection reset."""
+    headers = {"Content-Type": "application/json"}
+    if role is not None:
+        headers["Authorization"] = f"Bearer {hostile.tokens[role]}"
+    req = urllib.request.Request(hostile.server.url + path, data=b"[" * size, method=method, headers=headers)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=120)
+    assert err.value.code == status and json.loads(err.value.read())["status"] == status
+    hostile.alive()

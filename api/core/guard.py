@@ -24,6 +24,8 @@ client need not send the rest, nor the server drain it).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -165,12 +167,17 @@ def _refuse_unknown_query(request: Request, known: frozenset[str]) -> None:
 
 
 class EarlyAnswerMiddleware:
-    """Close the connection after an answer that starts before the request's body was read to its
-    end (a 401, 403, 404, 405 or 413 to a large upload): the client may stop sending it, and the
-    server does not read the rest only to drop it."""
+    """An answer that starts before the request's body was read to its end (a 401, 403, 404, 405 or 413 to
+    a large upload) closes the connection, the way HTTP servers close: lingering. The answer is sent
+    whole, then the rest of the body is read and discarded for at most ``linger_s`` seconds and
+    ``linger_bytes`` bytes, then the connection closes. A client that sends its whole body before it reads
+    (Python's urllib, no ``Expect: 100-continue``) would otherwise get a connection reset instead of the
+    answer; one that stops sending and reads gets the answer at once all the same."""
 
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp, *, linger_s: float = 5.0, linger_bytes: int = 1 << 30):
         self.app = app
+        self.linger_s = linger_s
+        self.linger_bytes = linger_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not _declares_body(scope):
@@ -188,9 +195,31 @@ class EarlyAnswerMiddleware:
         async def close_if_unread(message: Message) -> None:
             if message["type"] == "http.response.start" and not read_all:
                 message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            if message["type"] == "http.response.body" and not message.get("more_body", False) and not read_all:
+                await send({**message, "more_body": True})  # the whole answer is out (its length is declared)
+                await self._linger(watch_receive)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
             await send(message)
 
         await self.app(scope, watch_receive, close_if_unread)
+
+    async def _linger(self, receive: Receive) -> None:
+        """Read and drop what is left of the body, within the bounds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.linger_s
+        dropped = 0
+        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+            while dropped < self.linger_bytes:
+                left = deadline - loop.time()
+                if left <= 0:
+                    return
+                message = await asyncio.wait_for(receive(), left)
+                if message["type"] != "http.request":
+                    return
+                dropped += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return
 
 
 def _declares_body(scope: Scope) -> bool:
