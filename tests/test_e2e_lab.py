@@ -246,3 +246,38 @@ def test_roll_back_to_the_first_revision(ctl: Controller) -> None:
     listed = ctl.cli("changes", "list", "--json")
     kinds = [c["kind"] for c in json.loads(listed.stdout)["items"]]
     assert "rollback" in kinds and "repair" in kinds
+
+
+def test_a_failed_link_is_replanned_around_and_the_full_plan_returns(ctl: Controller) -> None:
+    """Issue 30 under BGP link-bandwidth: a leaf-spine link goes down with nobody touching Loom. The leader
+    sees it over gNMI, commits the plan without it (a reaction by failover) and every kernel runs the
+    re-planned weights (drift holds them to the plan in force); when the link comes back, the full plan
+    returns after the hold-down."""
+    ch = ctl.change([{"op": "add", "path": "/policies/-",
+                      "value": {"kind": "failure_reaction", "detect_s": 0.5, "hold_down_s": 3}}])
+    assert ctl.review(ch["id"])["verdict"] == "safe"
+    assert ctl("POST", f"/v1/changes/{ch['id']}/commit", json={}).status_code == 202
+    assert ctl.wait(ch["id"])["state"] == "committed"
+    assert eventually(lambda: {x["oper"] for x in ctl("GET", "/v1/state/links").json()["links"]} == {"up"})
+    port = ports_toward("spine-0-0")["leaf-0-0"]
+    link = f"leaf-0-0:{port}"
+
+    def reactions() -> list[dict[str, Any]]:
+        items = ctl("GET", "/v1/changes?limit=50").json()["items"]
+        return [c for c in items if c["kind"] == "reaction" and c["state"] == "committed"]
+
+    t0 = time.monotonic()
+    runner.node_exec(LAB, "leaf-0-0", ["ip", "link", "set", port, "down"])
+    first = eventually(reactions, timeout=30, interval=0.1)
+    assert first and first[0]["author"] == "failover" and first[0]["overlay"] == {"links": [link], "devices": []}
+    assert eventually(lambda: all_ok(ctl), timeout=45)  # every kernel runs the plan without the link
+    reacted = time.monotonic() - t0
+    assert port not in kernel("leaf-0-0")["10.1.0.0/24"]
+    assert ctl("GET", "/v1/plans/active").json()["overlay"]["links"] == [link]
+
+    runner.node_exec(LAB, "leaf-0-0", ["ip", "link", "set", port, "up"])
+    assert eventually(lambda: len(reactions()) >= 2, timeout=60, interval=0.2)
+    assert ctl("GET", "/v1/plans/active").json()["overlay"] == {"links": [], "devices": []}
+    assert eventually(lambda: port in kernel("leaf-0-0").get("10.1.0.0/24", {}), timeout=60)
+    assert eventually(lambda: all_ok(ctl), timeout=45)
+    print(f"link down -> every kernel on the re-planned weights: {reacted:.2f} s")

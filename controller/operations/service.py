@@ -202,21 +202,26 @@ class Operations:
         await self.wf._db(save)
         log.warning("%s: %s", kind, data.get("reason"))
 
-    def drift(self, overlay: dict[str, Any] | None) -> dict[str, list[str]]:
+    def drift(self, overlay: dict[str, Any] | None, sessions: dict[str, dict[str, str]]) -> dict[str, list[str]]:
         """What the fabric runs that the plan in force does not expect, per device: a link down that no
-        overlay leaves out, a BGP session of an up link that is not established (empty unless live)."""
+        overlay leaves out, a BGP session not established over a link that is up and in use (``sessions``:
+        device -> the neighbor key of each session -> its port). Empty unless this replica's view is live."""
         if not self.live:
             return {}
         out: dict[str, list[str]] = {}
-        skip = set(Overlay.of(overlay).links)
+        over = Overlay.of(overlay)
+        quiet: set[tuple[str, str]] = set()  # link ends whose sessions are expected down, or already reported
         for ln in self.view.links.values():
-            if ln.oper == "down" and ln.id not in skip:
+            if ln.oper != "up" or ln.id in over.links or ln.a in over.devices or ln.b in over.devices:
+                quiet |= {(ln.a, ln.a_port), (ln.b, ln.b_port)}
+            if ln.oper == "down" and ln.id not in over.links:
                 for d in (ln.a, ln.b):
                     out.setdefault(d, []).append(f"link {ln.id} is down where the plan expects it up ({ln.why})")
-        for name in self.view.names:
+        for name in sorted(self.view.names - over.devices):
             dev = self.view.devices.get(name)
+            ports = sessions.get(name, {})
             for peer, state in sorted((dev.sessions if dev is not None else {}).items()):
-                if state != "ESTABLISHED":
+                if state != "ESTABLISHED" and (name, ports.get(peer, "")) not in quiet:
                     out.setdefault(name, []).append(f"BGP session {peer} is {state}")
         return out
 

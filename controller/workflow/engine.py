@@ -842,11 +842,12 @@ class Workflow:
                 return doc
             overlay = await self._db(lambda s: wrepo.active_overlay(session=s))
             intent, plan = await self._db(lambda s: changes.plan_for(active, session=s, overlay=overlay))
-            operational = self.operations.drift(overlay)  # links and sessions down that the plan expects up
             want = await asyncio.to_thread(expected_hashes, intent, plan)
             from southbound.render import device_configs
 
             configs = device_configs(intent, plan)
+            operational = self.operations.drift(overlay, {  # links and sessions down that the plan expects up
+                d: {n.key: n.port for n in c.neighbors} for d, c in configs.items()})
             names = sorted(set(want) & set(self.driver.devices))
             fabric = sorted({p for dp in plan.devices.values() for p in dp.routes})
             # the leader's reads carry its epoch too (they raise the agents' fence); a follower's do not
