@@ -127,3 +127,15 @@ def test_what_a_device_said_before_the_intent_was_known_counts() -> None:
     assert v.set_topology(INTENT, 1.0) == []  # no link.up event for a link seen up from the start
     assert {x["oper"] for x in v.links_document(1.0)["links"]} == {"up"}
     assert {d["agent"] for d in v.devices_document()["devices"]} == {"reachable"}
+
+
+def test_an_agent_drops_its_dead_next_hops_and_keeps_the_rest_of_the_weights() -> None:
+    """Kernel-local repair under ``fib``: the next hops over a port that is down go, the others keep their
+    planned weights (the kernel renormalizes), a route left with none is withdrawn (the protocol's is used);
+    with every port up the planned routes are back whole."""
+    from southbound.frr_apply import FibHop, live_fib
+
+    fib = {"10.0.0.0/24": (FibHop("eth1", "g1", 3), FibHop("eth2", "g1", 1)),
+           "10.0.1.0/24": (FibHop("eth2", "g2", 5),)}
+    assert live_fib(fib, frozenset({"eth2"})) == {"10.0.0.0/24": (FibHop("eth1", "g1", 3),)}
+    assert live_fib(fib, frozenset()) == fib

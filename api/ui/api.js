@@ -77,3 +77,48 @@ export async function maybe(path) {
     throw e;
   }
 }
+
+/** Follow the server-sent events (GET /v1/events) with the session's token, calling ``onEvent(kind, data)``
+ * for each; EventSource cannot send a bearer token, so the stream is read with fetch. Resumes after a broken
+ * stream with Last-Event-ID. Returns a function that stops it. */
+export function followEvents(onEvent) {
+  let stopped = false;
+  let last = null;
+  const ctrl = new AbortController();
+  (async () => {
+    while (!stopped) {
+      try {
+        const headers = { Accept: "text/event-stream" };
+        const t = token();
+        if (t) headers.Authorization = `Bearer ${t}`;
+        if (last !== null) headers["Last-Event-ID"] = last;
+        const r = await fetch("/v1/events", { headers, signal: ctrl.signal });
+        if (!r.ok || !r.body) throw new Error(`events: ${r.status}`);
+        const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let cut;
+          while ((cut = buf.indexOf("\n\n")) >= 0) {
+            const block = buf.slice(0, cut);
+            buf = buf.slice(cut + 2);
+            let kind = null; let data = ""; let id = null;
+            for (const line of block.split("\n")) {
+              if (line.startsWith("event: ")) kind = line.slice(7);
+              else if (line.startsWith("data: ")) data += line.slice(6);
+              else if (line.startsWith("id: ")) id = line.slice(4);
+            }
+            if (id !== null) last = id;
+            if (kind) onEvent(kind, data ? JSON.parse(data) : {});
+          }
+        }
+      } catch (e) {
+        if (stopped) return;
+      }
+      await new Promise((res) => setTimeout(res, 1000));
+    }
+  })();
+  return () => { stopped = true; ctrl.abort(); };
+}

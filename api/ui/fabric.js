@@ -5,7 +5,7 @@
 // state; drift; drain or undrain).
 
 import { h, s, clear, fmt, pct, utilColour, table, badge, message } from "./util.js";
-import { api, maybe, ApiError } from "./api.js";
+import { api, maybe, ApiError, followEvents } from "./api.js";
 
 const TIERS = ["superspine", "spine", "leaf", "tor", "router"];
 const OBSERVED_WINDOW_S = 60;
@@ -233,11 +233,24 @@ function viewToggle(view) {
 export async function renderFabric(main, ctx) {
   main.append(h("p", { class: "muted" }, "loading the fabric…"));
   const view = { observed: ctx.params.get("view") === "observed" };
-  const [{ status, plan, intent, revision, active, previewed }, observed, patterns] = await Promise.all([
+  const [{ status, plan, intent, revision, active, previewed }, observed, patterns, links, devices] = await Promise.all([
     loadFabric(ctx.params.get("plan") === "head"),
     view.observed ? maybe(`/v1/telemetry/links?window_s=${OBSERVED_WINDOW_S}`) : null,
-    view.observed ? maybe(`/v1/telemetry/patterns?window_s=${OBSERVED_WINDOW_S}`).catch(() => null) : null]);
+    view.observed ? maybe(`/v1/telemetry/patterns?window_s=${OBSERVED_WINDOW_S}`).catch(() => null) : null,
+    maybe("/v1/state/links").catch(() => null), maybe("/v1/state/devices").catch(() => null)]);
   if (!ctx.alive()) return;
+  // the operational state: links down and switches whose agent does not answer, redrawn on their events
+  const down = new Set(((links && links.links) || []).filter((l) => l.oper === "down").map((l) => l.id));
+  const unreachable = new Set(((devices && devices.devices) || []).filter((d) => d.agent === "unreachable"
+    && d.last_seen).map((d) => d.name));
+  const stop = followEvents((kind) => {  // the page is drawn again on a state change, instead of polling
+    if (!ctx.alive()) { stop(); return; }
+    if (/^(link|device|reaction)\./.test(kind)) {
+      stop();
+      window.dispatchEvent(new HashChangeEvent("hashchange"));
+    }
+  });
+  window.addEventListener("hashchange", stop, { once: true });  // leaving the page ends the stream
   clear(main);
   if (!intent) {
     main.append(message("The store has no intent yet: PUT /v1/intent, or start with loom serve --example.", "info"));
@@ -293,12 +306,14 @@ export async function renderFabric(main, ctx) {
     const u = entry ? entry.load.utilization : null;
     const isStale = !!(view.observed && entry && entry.load.stale);
     const id = `${link.a}:${link.a_port}`;
-    const g = s("g", { class: `link${drained ? " drained" : ""}${isStale ? " stale" : ""}`, "data-link": id,
+    const isDown = down.has([`${link.a}:${link.a_port}`, `${link.b}:${link.b_port}`].sort()[0]);  // its id: the lower end
+    const g = s("g", { class: `link${drained ? " drained" : ""}${isStale ? " stale" : ""}${isDown ? " down" : ""}`, "data-link": id,
       "data-utilization": u ?? "" },
       s("line", { x1: p.x, y1: p.y, x2: q.x, y2: q.y, class: "wire",
-        stroke: drained || isStale ? "#9aa0a6" : utilColour(u), "stroke-width": 2 + 2 * Math.min(1, (link.capacity_gbps ?? 100) / 400) }),
+        stroke: isDown ? "#d93025" : drained || isStale ? "#9aa0a6" : utilColour(u), "stroke-width": 2 + 2 * Math.min(1, (link.capacity_gbps ?? 100) / 400) }),
       s("line", { x1: p.x, y1: p.y, x2: q.x, y2: q.y, class: "hit" }));
     if (drained) svg.append(s("text", { x: (p.x + q.x) / 2, y: (p.y + q.y) / 2, class: "drain-label" }, "drained"));
+    if (isDown) svg.append(s("text", { x: (p.x + q.x) / 2, y: (p.y + q.y) / 2 + 14 * k, class: "down-label" }, "down"));
     const info = () => linkInfo(link, entry, groups, drained, view,
       drainButton(ctx, intent, revision, `${link.a}:${link.a_port}`, drained));
     g.addEventListener("mousemove", (ev) => {
@@ -319,10 +334,12 @@ export async function renderFabric(main, ctx) {
     const p = lay.pos.get(d.name);
     const drained = dr.devices.has(d.name);
     const r = small ? 7 : 13;
-    const node = s("g", { class: `node ${d.role}${drained ? " drained" : ""}`, "data-device": d.name,
+    const lost = unreachable.has(d.name);
+    const node = s("g", { class: `node ${d.role}${drained ? " drained" : ""}${lost ? " unreachable" : ""}`, "data-device": d.name,
       transform: `translate(${p.x},${p.y})`, tabindex: 0 },
     s("title", {}, `${d.name} (${d.role}${d.pod !== undefined && d.pod !== null ? ", pod " + d.pod : ""}`
-      + `${d.plane !== undefined && d.plane !== null ? ", plane " + d.plane : ""})${drained ? " — drained" : ""}`),
+      + `${d.plane !== undefined && d.plane !== null ? ", plane " + d.plane : ""})${drained ? " — drained" : ""}`
+      + `${lost ? " — agent unreachable" : ""}`),
     s("rect", { x: -r * 1.6, y: -r, width: r * 3.2, height: r * 2, rx: 4 }),
     small ? null : s("text", { y: r + 14, class: "label" }, d.name),
     drained ? s("text", { y: -r - 6, class: "drain-label" }, "drained") : null);
@@ -336,6 +353,9 @@ export async function renderFabric(main, ctx) {
   const drainedList = [...dr.devices, ...dr.ends];
   main.append(h("p", { class: "muted", id: "drained-list" },
     drainedList.length ? `drained: ${drainedList.join(", ")}` : "nothing drained"));
+  main.append(h("p", { class: "muted", id: "state-list" },
+    down.size || unreachable.size ? `down: ${[...down].join(", ") || "no link"}; unreachable: ${[...unreachable].join(", ") || "no switch"}`
+      : "every link up, every agent answering (as the switches report)"));
 }
 
 function nexthops(hops) {
