@@ -101,12 +101,22 @@ def test_a_failed_link_is_seen_replanned_around_and_brought_back(tmp_path: Path,
         assert first["trigger"]["verdict"] in ("safe", "no_worse")
         status = api("GET", "/v1/status", role="viewer").json()
         assert status["active_revision"] == 1 and status["head_revision"] == 1  # the intent is untouched
+        assert api("GET", "/v1/revisions", role="viewer").json()["total"] == 1
         active = api("GET", "/v1/plans/active", role="viewer").json()
         assert active["overlay"] == {"links": [LINK], "devices": []}
         leaf = active["devices"]["leaf-0-0"]
         assert all(h["port"] != "eth3" for g in leaf["groups"].values() for h in g)  # nothing over the dead link
         conf = (fleet.base / "leaf-0-0" / "dry" / "frr.conf").read_text()  # pushed to the switch: drained in place
         assert "interface eth3" in conf and "route-map LOOM-DENY in" in conf
+
+        # an operator's change while the overlay is in force commits around the failed link too
+        more = copy.deepcopy(doc)
+        more["demands"][0]["gbps"] = 12.0
+        op = api.change(intent=more, base=1)
+        api.review(op["id"])
+        done = api.commit(op["id"])
+        assert done["state"] == "committed" and done["overlay"] == {"links": [LINK], "devices": []}
+        assert api("GET", "/v1/plans/active", role="viewer").json()["overlay"]["links"] == [LINK]
 
         fail(fleet, ENDS, down=False)
         until(lambda: link_state(api, LINK) == "up", timeout=5)
