@@ -82,6 +82,8 @@ class Operations:
         self._saved = -1
         self._topology: tuple[int | None, Intent | None, FailureReactionPolicy] = (None, None, DEFAULT_POLICY)
         self._topology_at = 0.0
+        self._in_force: tuple[Overlay, bool] = (Overlay(), False)  # the overlay in force, a commit running
+        self._in_force_at = float("-inf")
         self._task: asyncio.Task[None] | None = None
 
     # -- life cycle -----------------------------------------------------------------------
@@ -126,21 +128,26 @@ class Operations:
         rev, _, policy = self._topology
         if rev is None:
             return
-        in_force, busy = await self.wf._db(_in_force)
-        busy = busy or self.wf.southbound_busy
-        await self.reaction.tick(policy, in_force, busy, now)
+        # the store is asked what is in force only while something is down or overlaid (else now and then)
+        quiet = not self.view.down_links(now) and not self.view.failed_devices(now) and not self._in_force[0]
+        if not quiet or now - self._in_force_at >= self.options.topology_s:
+            self._in_force = await self.wf._db(_in_force)
+            self._in_force_at = now
+        in_force, busy = self._in_force
+        await self.reaction.tick(policy, in_force, busy or self.wf.southbound_busy, now)
 
     async def _refresh_topology(self, now: float) -> None:
+        """The active revision's intent, read (and validated) only when the active revision moved."""
         self._topology_at = now
-        rev, intent = await self.wf._db(_topology)
-        if intent is None:
+        rev = await self.wf._db(_topology_revision)
+        if rev is None or (rev == self._topology[0] and self._topology[1] is not None):
             return
-        if rev != self._topology[0] or self._topology[1] is None:
-            policy = intent.policy("failure_reaction") or DEFAULT_POLICY
-            self._topology = (rev, intent, policy)
-            self._pending += self.view.set_topology(intent, now)
-            if self.stream is not None:
-                self.stream.devices = {d.name for d in intent.devices}
+        intent = await self.wf._db(lambda s: changes.validated(repo.revision_document(rev, session=s)))
+        policy = intent.policy("failure_reaction") or DEFAULT_POLICY
+        self._topology = (rev, intent, policy)
+        self._pending += self.view.set_topology(intent, now)
+        if self.stream is not None:
+            self.stream.devices = {d.name for d in intent.devices}
 
     # -- reports from the stream ------------------------------------------------------------
     async def _report(self, device: str, what: str, key: str, value: str) -> None:
@@ -268,12 +275,17 @@ def _in_force(s: Session) -> tuple[Overlay, bool]:
     return Overlay.of(wrepo.active_overlay(session=s)), wrepo.committing_change(session=s) is not None
 
 
-def _topology(s: Session) -> tuple[int | None, Intent | None]:
+def _topology_revision(s: Session) -> int | None:
     """The revision whose links and devices the view follows: the active one, else the head."""
     rev = wrepo.active_revision(session=s)
     if rev is None:
         head = repo.head_revision(session=s)
         rev = head.id if head is not None else None
+    return rev
+
+
+def _topology(s: Session) -> tuple[int | None, Intent | None]:
+    rev = _topology_revision(s)
     if rev is None:
         return None, None
     return rev, changes.validated(repo.revision_document(rev, session=s))

@@ -80,6 +80,9 @@ class OperationalView:
         self.names: frozenset[str] = frozenset()  # the devices of the intent followed
         self.ports: dict[tuple[str, str], str] = {}  # (device, port) -> OpenConfig oper-status
         self._by_port: dict[tuple[str, str], str] = {}  # (device, port) -> link id
+        self._by_device: dict[str, list[str]] = {}  # device -> its link ids
+        self.down: set[str] = set()  # the links down now
+        self.unreachable: set[str] = set()  # the devices whose agent does not answer now (once known)
         self.version = 0  # bumped on every change of what the documents show
 
     # -- topology ------------------------------------------------------------------------
@@ -91,13 +94,17 @@ class OperationalView:
             links[ln.key] = old if old is not None and (old.a, old.a_port, old.b, old.b_port) == (
                 ln.a, ln.a_port, ln.b, ln.b_port) else _Link(ln.key, ln.a, ln.a_port, ln.b, ln.b_port, since=now)
         self.links = links
+        self.down = {lid for lid in self.down if lid in links}
         self.names = frozenset(d.name for d in intent.devices)
         for name in self.names:  # a device heard before its intent was known keeps what it said
             self.devices.setdefault(name, _Device(name, since=now))
         self._by_port = {}
+        self._by_device = {}
         for link in links.values():
             self._by_port[link.a, link.a_port] = link.id
             self._by_port[link.b, link.b_port] = link.id
+            self._by_device.setdefault(link.a, []).append(link.id)
+            self._by_device.setdefault(link.b, []).append(link.id)
         self.version += 1
         return self._recompute(list(self.links), now)
 
@@ -128,6 +135,10 @@ class OperationalView:
         was_known = dev.known
         dev.reachable, dev.since, dev.known = reachable, now, True
         if reachable:
+            self.unreachable.discard(device)
+        else:
+            self.unreachable.add(device)
+        if reachable:
             dev.last_seen = now
         else:
             dev.sessions.clear()
@@ -135,8 +146,7 @@ class OperationalView:
         events = [] if (reachable and not was_known) or device not in self.names else [
             ViewEvent("device.reachable" if reachable else "device.unreachable",
                       {"device": device, "since": _iso(now), **({"reason": why} if why else {})})]
-        ends = [lid for (d, _), lid in self._by_port.items() if d == device]
-        return events + self._recompute(ends, now)
+        return events + self._recompute(self._by_device.get(device, []), now)
 
     def _heard(self, device: str, now: float) -> list[ViewEvent]:
         dev = self.devices.setdefault(device, _Device(device, since=now))
@@ -164,6 +174,10 @@ class OperationalView:
             if oper == link.oper:
                 continue
             before, link.oper, link.since = link.oper, oper, now
+            if oper == DOWN:
+                self.down.add(lid)
+            else:
+                self.down.discard(lid)
             link.why = "; ".join(down) if down else ", ".join(
                 f"{d} unreachable" for d, _, s in ends if s is None and not self._reachable(d))
             self.version += 1
@@ -185,16 +199,17 @@ class OperationalView:
     # -- what has failed -------------------------------------------------------------------------
     def down_links(self, now: float, for_s: float = 0.0) -> dict[str, float]:
         """Links down for at least ``for_s`` seconds: id -> since."""
-        return {lid: ln.since for lid, ln in self.links.items() if ln.oper == DOWN and now - ln.since >= for_s}
+        return {lid: self.links[lid].since for lid in self.down if now - self.links[lid].since >= for_s}
 
     def failed_devices(self, now: float, for_s: float = 0.0) -> dict[str, float]:
         """Devices whose agent has been unreachable for ``for_s`` seconds and whose links are all down: name ->
         since (the later of the two)."""
         out: dict[str, float] = {}
-        for name, dev in self.devices.items():
+        for name in self.unreachable:
+            dev = self.devices[name]
             if name not in self.names or not dev.known or dev.reachable or now - dev.since < for_s:
                 continue
-            mine = [ln for ln in self.links.values() if name in (ln.a, ln.b)]
+            mine = [self.links[lid] for lid in self._by_device.get(name, [])]
             if all(ln.oper == DOWN for ln in mine):
                 out[name] = max([dev.since, *(ln.since for ln in mine)])
         return out
