@@ -13,34 +13,21 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.apps import Api, running_api
-from tests.test_workflow_api import DOC, Fleet
+from tests.test_workflow_api import DOC, Fleet, fleet  # noqa: F401 - the fixture
 
 LINK = "leaf-0-0:eth3"  # leaf-0-0 eth3 <-> spine-0-0 eth1
 ENDS = (("leaf-0-0", "eth3"), ("spine-0-0", "eth1"))
 POLICY = {"kind": "failure_reaction", "detect_s": 0.3, "hold_down_s": 2.0}
 
 
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(tmp_path / "agents")
-    f.base.mkdir()
-    try:
-        f.start()
-        yield f
-    finally:
-        f.stop()
-
-
-def fail(fleet: Fleet, ends: tuple[tuple[str, str], ...], down: bool = True) -> None:
+def fail(agents: Fleet, ends: tuple[tuple[str, str], ...], down: bool = True) -> None:
     for device, port in ends:
-        path = fleet.base / device / "dry" / "down"
+        path = agents.base / device / "dry" / "down"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{port}\n" if down else "")
 
@@ -81,7 +68,8 @@ def events(api: Api) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def test_a_failed_link_is_seen_replanned_around_and_brought_back(tmp_path: Path, fleet: Fleet) -> None:
+def test_a_failed_link_is_seen_replanned_around_and_brought_back(tmp_path: Path,
+                                                                 fleet: Fleet) -> None:  # noqa: F811 - the fixture
     doc = copy.deepcopy(DOC)
     doc["policies"] = [*doc.get("policies", []), POLICY]
     settings = {"agents": json.dumps(fleet.endpoints()), "drift_interval": 0, "verify_timeout": 5}
@@ -137,7 +125,8 @@ def test_a_failed_link_is_seen_replanned_around_and_brought_back(tmp_path: Path,
         assert {"link.down", "link.up"} <= {a["action"] for a in audit}
 
 
-def test_drift_sees_an_edit_behind_loom_and_a_link_down_the_plan_expects_up(tmp_path: Path, fleet: Fleet) -> None:
+def test_drift_sees_an_edit_behind_loom_and_a_link_down_the_plan_expects_up(
+        tmp_path: Path, fleet: Fleet) -> None:  # noqa: F811 - the fixture
     """Issue 30.6: the hash an agent reports is that of what its FRR runs, read back, so a configuration
     edited behind Loom is drift; and a link down that no reaction left out is drift on both its ends."""
     doc = copy.deepcopy(DOC)

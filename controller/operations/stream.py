@@ -14,12 +14,12 @@ keeps the view, the followers read what it stores.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from controller.aio import cancel_and_wait
 from southbound.gnmi import GnmiClient, Sample, SyncMarker
 
 __all__ = ["PATHS", "StateStream", "parse_state"]
@@ -72,12 +72,7 @@ class StateStream:
             self._main = asyncio.get_running_loop().create_task(self._supervise())
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._main, *self._streams.values()) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait([self._main, *self._streams.values()])
         self._main, self._streams = None, {}
 
     async def _supervise(self) -> None:

@@ -15,13 +15,13 @@ views read them from ``Telemetry.context``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from controller.aio import cancel_and_wait
 from controller.model import Intent
 from controller.model.plan import Plan
 from controller.telemetry.collector import Telemetry
@@ -74,12 +74,7 @@ class TelemetryStream:
             self._main = asyncio.get_running_loop().create_task(self._supervise())
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._main, *self._streams.values()) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait([self._main, *self._streams.values()])
         self._main, self._streams = None, {}
         self._flush()
 
