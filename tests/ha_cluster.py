@@ -389,6 +389,10 @@ def check_history(api: Call, writes: Iterable[Outcome], *, since: int,
     assert ids == list(range(since + 1, since + 1 + len(ids))), f"revision ids not contiguous: {ids}"
     assert all(r["parent"] == r["id"] - 1 for r in revs), [r for r in revs if r["parent"] != r["id"] - 1]
     by_id = {r["id"]: r for r in revs}
+    # the head's line: the revisions that are not a change's proposal (a write is made on the one before it)
+    line = [since, *(r["id"] for r in revs if not r.get("proposal"))]
+    before = {b: a for a, b in zip(line, line[1:], strict=False)}
+    after = {a: b for a, b in zip(line, line[1:], strict=False)}
     by_request: dict[str, list[int]] = {}
     for r in revs:
         if r["request_id"]:
@@ -403,18 +407,18 @@ def check_history(api: Call, writes: Iterable[Outcome], *, since: int,
             assert found == [o.revision], \
                 f"acknowledged write {o} is in revisions {found}; {[r for r in revs if r['id'] == o.revision]}"
             if o.if_match is not None:
-                assert o.revision == o.if_match + 1, f"If-Match {o.if_match} write became revision {o.revision}"
+                assert before.get(o.revision) == o.if_match, f"If-Match {o.if_match} write became revision {o.revision}"
             if not read_diff(o):
                 continue
             report.diffs_read += 1
-            diff = api("GET", f"/v1/revisions/{o.revision - 1}/diff/{o.revision}").json()
+            diff = api("GET", f"/v1/revisions/{before[o.revision]}/diff/{o.revision}").json()
             assert diff["added"] == [] and diff["removed"] == [] and diff["fields"] == {}, diff
             assert [(c["kind"], c["name"], c["fields"]["capacity_gbps"][1]) for c in diff["changed"]] == \
                 [("link", o.link, o.value)], diff
         elif o.status == 409:
             report.refused_stale += 1
             assert o.if_match is not None and found == [], o
-            nxt = by_id.get(o.if_match + 1)  # what made it stale
+            nxt = by_id.get(after.get(o.if_match, -1))  # what made it stale
             assert nxt is not None and _unix(nxt["created_at"]) <= o.wall_ended + 0.5, \
                 f"If-Match {o.if_match} refused while it named the head: {o}, next {nxt}"
         elif o.status == 503 and not o.replica_lost:  # Loom's own 503: nothing was written
