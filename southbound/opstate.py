@@ -102,17 +102,25 @@ def read_bgp(vty_dir: Path) -> dict[str, dict[str, str]]:
 
 
 class KernelStatus:
-    """The node's own state: netlink for its interfaces, bgpd (under ``vty_dir``) for its sessions."""
+    """The node's own state: netlink for its interfaces (every read: a link's failure is what a reaction waits
+    for), bgpd (under ``vty_dir``) for its sessions, asked at most every ``bgp_every_s`` (a summary costs bgpd
+    a few milliseconds of CPU, and a session's state follows its link's anyway)."""
 
     blocking = True
 
-    def __init__(self, vty_dir: Path | None = None, clock: Callable[[], int] = time.time_ns):
+    def __init__(self, vty_dir: Path | None = None, clock: Callable[[], int] = time.time_ns, *,
+                 bgp_every_s: float = 1.0):
         self.vty_dir = vty_dir
         self.clock = clock
+        self.bgp_every_s = bgp_every_s
+        self._bgp: dict[str, dict[str, str]] = {}
+        self._bgp_at = float("-inf")
 
     def read(self) -> OperSnapshot:
-        bgp = read_bgp(self.vty_dir) if self.vty_dir is not None else {}
-        return OperSnapshot(self.clock(), read_interfaces(), bgp)
+        now = time.monotonic()
+        if self.vty_dir is not None and now - self._bgp_at >= self.bgp_every_s:
+            self._bgp, self._bgp_at = read_bgp(self.vty_dir), now
+        return OperSnapshot(self.clock(), read_interfaces(), self._bgp)
 
 
 class DryStatus:
