@@ -255,11 +255,14 @@ WRITERS = 20
 def test_concurrent_writers_without_if_match_all_land_exactly_once(served_on_postgres: Served) -> None:
     srv = served_on_postgres
     names = sorted(d["name"] for d in srv.call("GET", "/v1/devices", role="viewer").json()["items"])
-    n = len(names)  # each writer's domain takes down two devices of its own (two alike would be refused)
-    members = [sorted({names[i % n], names[(i + 1 + i // n) % n]}) for i in range(WRITERS)]
-    assert len({tuple(m) for m in members}) == WRITERS
+    ends = sorted(x["id"] for x in srv.call("GET", "/v1/links?limit=1000", role="viewer").json()["items"])
+    # each writer's domain takes down a device and a link of its own: two alike would be refused, and the
+    # example's own domains name devices only or links only
+    members = [([names[i % len(names)]], [ends[i % len(ends)]]) for i in range(WRITERS)]
+    assert len({(d[0], e[0]) for d, e in members}) == WRITERS
     answers = _at_once(WRITERS, lambda i: srv.call(
-        "POST", "/v1/failure-domains", json={"name": f"rack-{i}", "kind": "rack", "devices": members[i]},
+        "POST", "/v1/failure-domains", json={"name": f"rack-{i}", "kind": "rack", "devices": members[i][0],
+                                             "links": members[i][1]},
         headers={"X-Request-ID": f"writer-{i}"}))
     assert [r.status_code for r in answers] == [201] * WRITERS, [r.text for r in answers if r.status_code != 201]
     etags = sorted(int(r.headers["etag"].strip('"')) for r in answers)
