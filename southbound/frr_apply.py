@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -95,6 +96,10 @@ class Rendered:
 
     def fib_lines(self) -> list[str]:
         return [f"fib {p} " + " ".join(f"{h.port}:{h.weight}" for h in hops) for p, hops in sorted(self.fib.items())]
+
+
+#: a BGP session and the port it runs over, as :mod:`southbound.render` describes it
+_SESSION_PORT = re.compile(r"^ neighbor (\S+) description \S+ via (\S+)$", re.M)
 
 
 def live_fib(fib: Mapping[str, tuple[FibHop, ...]], down: frozenset[str]) -> dict[str, tuple[FibHop, ...]]:
@@ -426,7 +431,9 @@ class FrrReload:
         return changed
 
     def repair_fib(self, recorded: Rendered | None, down: frozenset[str]) -> list[str]:
-        self._down = down
+        came_up, self._down = self._down - down, down
+        if recorded is not None and came_up:
+            self._restart_sessions(recorded, came_up)
         if recorded is None or (not recorded.fib and not self._installed):
             return []
         # every live route again, not only the changed ones: the kernel flushes an IPv4 multipath route
@@ -467,6 +474,15 @@ class FrrReload:
                 routes[route.prefix] = route
                 metrics[route.prefix] = metric
         return True, routes
+
+    def _restart_sessions(self, recorded: Rendered, ports: frozenset[str]) -> None:
+        """The BGP sessions over ``ports``, which came back up, are reset now: bgpd would otherwise wait for its
+        connect-retry timer (up to two minutes), and zebra (FRR 8.4) does not put a flapped veth's next hop back
+        into a nexthop group it kept; a session that starts afresh makes both happen at once."""
+        peers = [m.group(1) for m in _SESSION_PORT.finditer(recorded.frr_text) if m.group(2) in ports]
+        if peers:
+            log.info("ports up again (%s): resetting their BGP sessions %s", ", ".join(sorted(ports)), peers)
+            self.vtysh_cmd(*(f"clear bgp ipv4 unicast {p}" for p in peers), check=False)
 
     def running_hash(self, recorded: Rendered | None) -> str:
         """FRR's running configuration read back (every daemon's ``show running-config``) against how FRR
