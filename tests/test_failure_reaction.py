@@ -125,6 +125,43 @@ def test_a_failed_link_is_seen_replanned_around_and_brought_back(tmp_path: Path,
         assert {"link.down", "link.up"} <= {a["action"] for a in audit}
 
 
+def test_reaction_plans_are_precomputed_at_commit_and_looked_up_on_failure(
+        tmp_path: Path, fleet: Fleet) -> None:  # noqa: F811 - the fixture
+    """Issue 30.3: after the commit the leader plans every scenario of the failure-tolerance scope
+    (``all_single``: each link and each device) and judges it; ``/v1/state/reactions`` counts them; a
+    link failure then commits the plan it looked up (``trigger.plan: precomputed``), the very plan the
+    table holds, while the plan of a failure outside the scope would be solved."""
+    doc = copy.deepcopy(DOC)
+    doc["policies"] = [*doc.get("policies", []), POLICY, {"kind": "failure_tolerance", "scope": "all_single",
+                                                          "max_utilization": 1.0}]
+    settings = {"agents": json.dumps(fleet.endpoints()), "drift_interval": 0, "verify_timeout": 5}
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=doc, **settings) as api:
+        api.initial()
+        table = until(lambda: (t := api("GET", "/v1/state/reactions", role="viewer").json())["state"] == "ready"
+                      and t, timeout=120)
+        assert table["revision"] == 1
+        assert table["scenarios"] == len(doc["links"]) + len(doc["devices"])
+        assert table["ready"] + table["failed"] == table["scenarios"] and table["ready"] >= len(doc["links"])
+        until(lambda: all(x["oper"] == "up" for x in api("GET", "/v1/state/links", role="viewer").json()["links"]))
+
+        fail(fleet, ENDS)
+        try:
+            first = until(lambda: [c for c in reactions(api) if c["state"] == "committed"])[0]
+        finally:
+            fail(fleet, ENDS, down=False)
+        assert first["overlay"] == {"links": [LINK], "devices": []}
+        assert first["trigger"]["plan"] == "precomputed" and first["trigger"]["verdict"] in ("safe", "no_worse")
+        from controller.operations.overlay import Overlay
+        from controller.operations.table import TABLE
+
+        entry = next(TABLE.get(i, Overlay(frozenset({LINK}))) for i in [TABLE.identity] if i is not None)
+        assert entry is not None and entry.judgement is not None
+        active = api("GET", "/v1/plans/active", role="viewer").json()
+        assert active["summary"]["max_utilization"] == entry.plan.summary.max_utilization
+        assert first["trigger"]["verdict"] == entry.judgement.verdict
+        until(lambda: [c for c in reactions(api) if c["state"] == "committed" and c["id"] != first["id"]])
+
+
 def test_drift_sees_an_edit_behind_loom_and_a_link_down_the_plan_expects_up(
         tmp_path: Path, fleet: Fleet) -> None:  # noqa: F811 - the fixture
     """Issue 30.6: the hash an agent reports is that of what its FRR runs, read back, so a configuration

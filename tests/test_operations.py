@@ -139,3 +139,108 @@ def test_an_agent_drops_its_dead_next_hops_and_keeps_the_rest_of_the_weights() -
            "10.0.1.0/24": (FibHop("eth2", "g2", 5),)}
     assert live_fib(fib, frozenset({"eth2"})) == {"10.0.0.0/24": (FibHop("eth1", "g1", 3),)}
     assert live_fib(fib, frozenset()) == fib
+
+
+def test_the_link_watcher_reads_at_once_when_the_kernel_says_a_link_changed(tmp_path: Any) -> None:
+    """The watcher sleeps its whole interval unless the source's event socket wakes it (netlink's link
+    notifications on a switch): a wake-up is read within the same moment, and a reading that changed no
+    state keeps the snapshot the gNMI service serves (nothing for ON_CHANGE to compare)."""
+    import asyncio
+    import socket
+    import time
+
+    from southbound.opstate import DOWN, UP, LinkWatcher, OperSnapshot
+
+    class Source:
+        blocking, interval_s = False, 60.0
+
+        def __init__(self) -> None:
+            self.reads = 0
+            self.state = UP
+            self.ours, self.theirs = socket.socketpair()
+            self.ours.setblocking(False)
+
+        def read(self) -> OperSnapshot:
+            self.reads += 1
+            return OperSnapshot(time.time_ns(), {"eth1": {"oper-status": self.state, "admin-status": UP}})
+
+        def events(self) -> socket.socket:
+            return self.ours
+
+    async def run() -> None:
+        src = Source()
+        seen: list[frozenset[str]] = []
+
+        async def on_ports(down: frozenset[str]) -> None:
+            seen.append(down)
+        w = LinkWatcher(src, on_ports=on_ports)
+        assert w.interval_s == 60.0
+        await w.start()
+        first = w.read()
+        await asyncio.sleep(0.2)
+        assert src.reads == 1  # no polling while nothing happens
+        src.state = DOWN
+        t0 = time.monotonic()
+        src.theirs.send(b"x")
+        while seen[-1:] != [frozenset({"eth1"})] and time.monotonic() - t0 < 5:
+            await asyncio.sleep(0.01)
+        assert seen == [frozenset(), frozenset({"eth1"})] and time.monotonic() - t0 < 1.0
+        down = w.read()
+        assert down is not first
+        src.theirs.send(b"x")  # a notification that changed nothing: the same snapshot stays
+        while src.reads < 3 and time.monotonic() - t0 < 5:
+            await asyncio.sleep(0.01)
+        assert src.reads == 3 and w.read() is down
+        await w.stop()
+        src.theirs.close()
+    asyncio.run(run())
+
+
+def test_a_dry_agent_scans_its_config_for_ports_only_when_it_changed(tmp_path: Any) -> None:
+    from southbound.opstate import DOWN, UP, DryStatus
+
+    text = {"v": "interface eth1\n!\ninterface eth2\n!\n"}
+    st = DryStatus(lambda: text["v"], tmp_path / "down")
+    snap = st.read()
+    assert {p: v["oper-status"] for p, v in snap.interfaces.items()} == {"eth1": UP, "eth2": UP}
+    (tmp_path / "down").write_text("eth2\n")
+    assert st.read().interfaces["eth2"]["oper-status"] == DOWN
+    text["v"] = "interface eth1\n!\ninterface eth3\n!\n"  # a port once configured stays, as in a kernel
+    assert sorted(st.read().interfaces) == ["eth1", "eth2", "eth3"]
+    (tmp_path / "down").unlink()
+    assert {v["oper-status"] for v in st.read().interfaces.values()} == {UP}
+
+
+def test_the_reaction_table_holds_one_revision_s_precomputed_plans_by_identity_and_normal_overlay() -> None:
+    """Entries are found by what the revision plans as (two stores' revision 1 are not one), in the
+    overlay's normal form (a failed device implies its links); a newer precomputation takes the table
+    over and an older one can no longer write into it."""
+    from controller.operations.precompute import reaction_of
+    from controller.operations.reaction import implied_links_out
+    from controller.operations.table import ReactionTable, normal
+
+    ends = [(ln.key, ln.a, ln.b) for ln in INTENT.links]
+    spine_links = frozenset(k for k, a, b in ends if "spine-0-0" in (a, b))
+    assert normal(Overlay(spine_links | {LINK}, frozenset({"spine-0-0"})), ends) == \
+        Overlay(frozenset({LINK}) - spine_links, frozenset({"spine-0-0"}))
+    v = view_up()
+    assert implied_links_out(frozenset({*spine_links, "device:spine-0-0", "tor-0-0:eth1"}), v) == \
+        frozenset({"device:spine-0-0", "tor-0-0:eth1"})
+
+    plan = compile_plan(INTENT)
+    over = Overlay(frozenset({LINK}))
+    got = reaction_of(INTENT, plan, over)
+    assert got.judgement is not None and got.judgement.commit
+    assert got.judgement == judge((INTENT, plan), over, (got.intent, got.plan))  # the same verdict as on failure
+    t = ReactionTable()
+    t.begin("rev-a", 1, 3)
+    t.put("rev-a", over, got, precomputed=True)
+    assert t.get("rev-a", over) is got and t.get("rev-b", over) is None
+    assert t.get("rev-a", Overlay(frozenset({"tor-0-0:eth1"}))) is None
+    assert t.status() == {"state": "building", "revision": 1, "scenarios": 3, "ready": 1, "failed": 0,
+                          "seconds": t.status()["seconds"]}
+    t.begin("rev-b", 2, 1)
+    t.put("rev-a", over, got, precomputed=True)  # the older precomputation, still running, is ignored
+    assert t.get("rev-a", over) is None and t.status()["ready"] == 0
+    t.finish("rev-b")
+    assert t.status()["state"] == "ready"

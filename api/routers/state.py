@@ -1,5 +1,6 @@
-"""``/v1/state/links`` and ``/v1/state/devices``: the fabric as its switches report it; ``/v1/events``: the
-server-sent event stream (DESIGN.md, "Operational state and failure reaction").
+"""``/v1/state/links`` and ``/v1/state/devices``: the fabric as its switches report it;
+``/v1/state/reactions``: the reaction table this replica precomputed (:mod:`controller.operations.table`);
+``/v1/events``: the server-sent event stream (DESIGN.md, "Operational state and failure reaction").
 
 The events are ``link.down``, ``link.up``, ``device.unreachable``, ``device.reachable``, ``change.state``,
 ``reaction.committed``, ``reaction.refused`` and ``auto_te.decision``, each as ``id``, ``event`` and JSON
@@ -21,8 +22,9 @@ from api.core.deps import Viewer
 from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.routers.changes import workflow
-from controller.model.documents import DeviceStatesDocument, LinkStatesDocument
+from controller.model.documents import DeviceStatesDocument, LinkStatesDocument, ReactionTableDocument
 from controller.operations.service import state_document
+from controller.operations.table import TABLE
 from controller.store import events_repo
 
 router = APIRouter(tags=["operational state"], route_class=GuardedRoute)
@@ -51,6 +53,13 @@ async def links(request: Request, _actor: Viewer) -> Any:
             responses=error_responses(401, 403, 422))
 async def devices(request: Request, _actor: Viewer) -> Any:
     return {"devices": (await _state(request))["devices"]}
+
+
+@router.get("/v1/state/reactions", response_model=ReactionTableDocument,
+            summary="The reaction table: failures whose reaction plan is ready before they happen",
+            responses=error_responses(401, 403, 422))
+async def reactions(_actor: Viewer) -> Any:
+    return TABLE.status()
 
 
 @router.get("/v1/events", response_class=StreamingResponse, summary="Server-sent events (resumable)",

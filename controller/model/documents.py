@@ -36,6 +36,7 @@ __all__ = [
     "LinkStatesDocument",
     "DeviceStateSummary",
     "DeviceStatesDocument",
+    "ReactionTableDocument",
     "ReactionTrigger",
     "REVIEWABLE_STATES",
     "ChangeDocument",
@@ -553,7 +554,22 @@ class ReactionTrigger(_Closed):
     current: dict[str, float] = Field(default_factory=dict, description="the plan in force under the failure: "
                                                                         "dropped_gbps, loops, max_utilization")
     reaction: dict[str, float] = Field(default_factory=dict, description="the reaction plan, likewise")
+    plan: Literal["precomputed", "solved"] | None = Field(
+        None, description="the reaction plan was looked up in the reaction table, or solved on the failure")
     plan_seconds: float | None = Field(None, description="time to plan and replay the reaction")
+
+
+class ReactionTableDocument(_Closed):
+    """``GET /v1/state/reactions``: this replica's reaction table (the leader's is the one in use)."""
+
+    state: Literal["idle", "building", "ready", "partial", "stopped"] = Field(
+        description="partial: the planning budget ran out (the rest are solved when they fail); stopped: the "
+                    "replica stopped leading, or a newer revision became active")
+    revision: int | None = None
+    scenarios: int = Field(0, description="scenarios of the failure-tolerance scope (baseline excluded)")
+    ready: int = Field(0, description="reaction plans precomputed and judged")
+    failed: int = Field(0, description="scenarios no plan could route around")
+    seconds: float = Field(0.0, description="planning time so far")
 
 
 class ChangeDocument(_Closed):

@@ -103,6 +103,15 @@ def parts_of(overlay: Overlay) -> frozenset[str]:
     return frozenset(overlay.links) | frozenset(f"device:{d}" for d in overlay.devices)
 
 
+def implied_links_out(parts: frozenset[str], view: OperationalView) -> frozenset[str]:
+    """``parts`` without the links of its failed devices: a failed device implies its links (as in a
+    scenario), so that a device's failure is one overlay whether or not its links were seen down too."""
+    devices = {p.removeprefix("device:") for p in parts if p.startswith("device:")}
+    if not devices:
+        return parts
+    return frozenset(p for p in parts if (ln := view.links.get(p)) is None or not {ln.a, ln.b} & devices)
+
+
 def overlay_of(parts: frozenset[str]) -> Overlay:
     return Overlay(frozenset(p for p in parts if not p.startswith("device:")),
                    frozenset(p.removeprefix("device:") for p in parts if p.startswith("device:")))
@@ -177,7 +186,7 @@ class FailureReaction:
         self.damping.observe(failed, current, lambda p: view.healthy(p), now)
         if not policy.enabled or busy:
             return
-        desired = self.damping.desired(failed, current, policy, now)
+        desired = implied_links_out(self.damping.desired(failed, current, policy, now), view)
         if desired == current or self._refused == (current, desired):
             return
         while self.recent and now - self.recent[0] > HOUR_S:

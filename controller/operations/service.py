@@ -31,9 +31,19 @@ from sqlalchemy.orm import Session
 from controller.model import FailureReactionPolicy, Intent
 from controller.model.documents import ChangeState
 from controller.model.errors import LoomError
+from controller.model.plan import Plan
 from controller.operations.overlay import Overlay
-from controller.operations.reaction import AUTHOR, DEFAULT_POLICY, FailureReaction, plan_seconds, run_judge
+from controller.operations.precompute import Precompute
+from controller.operations.reaction import (
+    AUTHOR,
+    DEFAULT_POLICY,
+    FailureReaction,
+    Judgement,
+    plan_seconds,
+    run_judge,
+)
 from controller.operations.stream import StateStream
+from controller.operations.table import TABLE
 from controller.operations.view import OperationalView, ViewEvent
 from controller.service import Actor, WriteContext
 from controller.store import events_repo, repo
@@ -85,6 +95,8 @@ class Operations:
         self._in_force: tuple[Overlay, bool] = (Overlay(), False)  # the overlay in force, a commit running
         self._in_force_at = float("-inf")
         self._task: asyncio.Task[None] | None = None
+        self.reacting = False  # a reaction is being planned or judged (the precomputation waits)
+        self.precompute = Precompute(self, workflow.settings.reaction_precompute_s)
 
     # -- life cycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -97,6 +109,7 @@ class Operations:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
+        await self.precompute.stop()
         if self.stream is not None:
             await self.stream.stop()
         if self._task is not None:
@@ -120,6 +133,7 @@ class Operations:
         """Refresh the topology now and then, store what changed, and let the reactor look."""
         self.live = self.wf.is_leader() and self.stream is not None
         if not self.live:
+            self.precompute.cancel()
             return
         now = self.clock()
         if now - self._topology_at >= self.options.topology_s:
@@ -140,6 +154,10 @@ class Operations:
         """The active revision's intent, read (and validated) only when the active revision moved."""
         self._topology_at = now
         rev = await self.wf._db(_topology_revision)
+        if rev is not None and self.wf.settings.reaction_precompute_s > 0:
+            active = await self.wf._db(lambda s: wrepo.active_revision(session=s))
+            if active is not None:
+                self.precompute.kick(active)
         if rev is None or (rev == self._topology[0] and self._topology[1] is not None):
             return
         intent = await self.wf._db(lambda s: changes.validated(repo.revision_document(rev, session=s)))
@@ -234,23 +252,25 @@ class Operations:
 
     # -- reacting --------------------------------------------------------------------------
     async def react(self, desired: Overlay, trigger: dict[str, Any]) -> bool:
-        """Plan the active revision without ``desired``'s parts, judge it against the plan in force under the
-        same failure, and commit it when it is no worse; True when a reaction change was committed (started)."""
+        """Plan the active revision without ``desired``'s parts (looked up in the reaction table when it
+        was precomputed), judge it against the plan in force under the same failure, and commit it when
+        it is no worse; True when a reaction change was committed (started)."""
         wf = self.wf
         t0 = time.perf_counter()
-        active, in_force = await wf._db(lambda s: (wrepo.active_revision(session=s), wrepo.active_overlay(session=s)))
-        if active is None:
-            return False
+        self.reacting = True
         try:
-            current = await wf._db(lambda s: changes.plan_for(active, session=s, overlay=in_force))
-            target = await wf._db(lambda s: changes.plan_for(active, session=s, overlay=desired.to_document()))
-            judgement = await run_judge(current, desired, target)
+            got = await self._plan_reaction(desired)
         except (LoomError, ValueError) as exc:
             await self.record_decision("reaction.refused", {"reason": f"cannot plan around the failure: {exc}"[:500],
                                                             "overlay": desired.to_document(), **trigger})
             return False
+        finally:
+            self.reacting = False
+        if got is None:
+            return False
+        active, judgement, source = got
         trigger = {**trigger, "verdict": judgement.verdict, "current": judgement.current,
-                   "reaction": judgement.reaction, "plan_seconds": plan_seconds(t0)}
+                   "reaction": judgement.reaction, "plan": source, "plan_seconds": plan_seconds(t0)}
         if not judgement.commit:
             await self.record_decision("reaction.refused", {
                 "reason": "the reaction plan is worse than the plan in force under the same failure",
@@ -258,10 +278,32 @@ class Operations:
             return False
         change = await wf._db(lambda s: _create_reaction(active, desired, trigger, session=s))
         self.reaction.last = {"event": "reaction.committing", "change": change, **trigger}
-        log.warning("failure reaction: change %s leaves out %s (%s)", change, desired.to_document(),
-                    judgement.verdict)
+        log.warning("failure reaction: change %s leaves out %s (%s, %s plan)", change, desired.to_document(),
+                    judgement.verdict, source)
         await wf.commit(change, CTX, skip_gate=True)
         return True
+
+    async def _plan_reaction(self, desired: Overlay) -> tuple[int, Judgement, str] | None:
+        """The active revision, the judgement of its plan around ``desired`` and where that plan came from
+        (``precomputed``, or ``solved`` now, outside any store session); None when nothing is active."""
+        wf = self.wf
+
+        def read(s: Session) -> tuple[int, str, tuple[Intent, Plan], Overlay] | None:
+            active = wrepo.active_revision(session=s)
+            if active is None:
+                return None
+            return (active, repo.revision_identity(active, session=s), changes.plan_for(active, session=s),
+                    Overlay.of(wrepo.active_overlay(session=s)))
+        got = await wf._db(read)
+        if got is None:
+            return None
+        active, identity, full, in_force = got
+        entry = TABLE.get(identity, desired) if desired else None
+        if entry is not None and entry.judgement is not None and not in_force:
+            return active, entry.judgement, "precomputed"  # judged against the full plan: the one in force
+        current = full if not in_force else await asyncio.to_thread(changes.overlay_plan, identity, full[0], in_force)
+        target = full if not desired else await asyncio.to_thread(changes.overlay_plan, identity, full[0], desired)
+        return active, await run_judge(current, desired, target), "precomputed" if entry is not None else "solved"
 
 
 def _audit(s: Session, kind: str, data: dict[str, Any], now: datetime) -> None:

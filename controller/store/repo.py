@@ -9,6 +9,7 @@ holds a lazy-loading object. Transactions belong to the caller
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +49,7 @@ __all__ = [
     "list_revisions",
     "list_tokens",
     "revision_document",
+    "revision_identity",
     "revision_intent",
     "revision_snapshot",
     "revoke_token",
@@ -225,6 +227,14 @@ def _allocation_pins(snap: Snapshot, parent: int | None, *, session: Session) ->
     slots (:mod:`controller.model.addressing`), new ones are placed around them."""
     keep = revision_allocation(revision_snapshot(parent, session=session)) if parent is not None else None
     return allocate(snap.intent, keep).pins()
+
+
+def revision_identity(rev_id: int, *, session: Session) -> str:
+    """What revision ``rev_id`` plans as, whatever its number: its content hash and its address pins (a
+    process that serves two stores, as tests do, must not take one store's revision 3 for the other's)."""
+    snap = revision_snapshot(rev_id, session=session)
+    pins = snap.pins.to_json() if snap.pins else ""
+    return f"{snap.hash}:{hashlib.sha256(pins.encode()).hexdigest()[:16]}"
 
 
 def revision_pins(rev_id: int, *, session: Session) -> Allocation:

@@ -18,7 +18,7 @@ Plans are compiled once per revision and kept compressed.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,6 +43,7 @@ from controller.model.errors import (
 from controller.model.intent import format_loc
 from controller.model.plan import Plan
 from controller.operations.overlay import Overlay, overlay_intent
+from controller.operations.table import TABLE, Reaction
 from controller.planning import compile_plan
 from controller.service import WriteContext
 from controller.store import events_repo, repo
@@ -127,7 +128,7 @@ def plan_for(revision: int, *, session: Session, observe: Callable[[float], None
     intent = carry(validated(repo.revision_document(revision, session=session)),
                    repo.revision_pins(revision, session=session))
     if overlay and (overlay.get("links") or overlay.get("devices")):
-        return overlay_plan(revision, intent, Overlay.of(overlay))
+        return overlay_plan(repo.revision_identity(revision, session=session), intent, Overlay.of(overlay))
     doc = wrepo.get_plan(revision, session=session)
     if doc is not None:
         return intent, Plan.from_document(doc)
@@ -140,26 +141,21 @@ def plan_for(revision: int, *, session: Session, observe: Callable[[float], None
     return intent, plan
 
 
-_OVERLAY_PLANS: OrderedDict[tuple[int, str], tuple[Intent, Plan]] = OrderedDict()
-_OVERLAY_PLANS_MAX = 64
-
-
-def overlay_plan(revision: int, intent: Intent, overlay: Overlay) -> tuple[Intent, Plan]:
-    """``intent`` (revision ``revision``'s) without ``overlay``'s parts, and its plan; the newest
-    :data:`_OVERLAY_PLANS_MAX` are kept (a reaction, its drift checks and its review share one)."""
-    key = (revision, overlay.key())
-    got = _OVERLAY_PLANS.get(key)
+def overlay_plan(identity: str, intent: Intent, overlay: Overlay) -> tuple[Intent, Plan]:
+    """``intent`` (that of the revision ``identity`` names: :func:`repo.revision_identity`) without
+    ``overlay``'s parts, and its plan: from the reaction table when it was precomputed or solved before
+    (a reaction, its drift checks and its review share one), else compiled now and kept there."""
+    got = TABLE.get(identity, overlay)
     if got is None:
+        t0 = time.perf_counter()
         try:
             reduced = overlay_intent(intent, overlay)
         except ValidationError as exc:
             raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"]))
                                  for e in exc.errors()]) from None
-        got = _OVERLAY_PLANS[key] = (reduced, compile_plan(reduced))
-        while len(_OVERLAY_PLANS) > _OVERLAY_PLANS_MAX:
-            _OVERLAY_PLANS.popitem(last=False)
-    _OVERLAY_PLANS.move_to_end(key)
-    return got
+        got = Reaction(reduced, compile_plan(reduced), seconds=time.perf_counter() - t0)
+        TABLE.put(identity, overlay, got)
+    return got.intent, got.plan
 
 
 def active_overlay(*, session: Session) -> Doc:

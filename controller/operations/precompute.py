@@ -1,0 +1,136 @@
+"""The leader fills the reaction table (:mod:`controller.operations.table`) after every commit.
+
+When the active revision moves, the leader plans it, in a worker thread and one
+scenario at a time, around each scenario of its failure-tolerance scope
+(:func:`safety.scenarios.scenarios`: the declared domains first, then under
+``all_single`` every link, then every device), and judges each plan against the
+active plan under the same failure. It yields to commits and reactions (it waits
+while one runs), stops when the replica stops leading or a newer revision is
+active, and spends at most ``budget_s`` seconds of planning on one revision (the
+table says ``partial`` then: the rest are solved when they happen).
+``LOOM_REACTION_PRECOMPUTE_S`` sets the budget; 0 turns precomputation off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from controller.model import Intent
+from controller.model.errors import LoomError
+from controller.model.plan import Plan
+from controller.operations.overlay import Overlay, overlay_intent
+from controller.operations.reaction import DEFAULT_POLICY, judge
+from controller.operations.table import TABLE, Reaction, normal
+from controller.planning import compile_plan
+from controller.store import repo
+from controller.store import workflow_repo as wrepo
+from controller.workflow import changes
+from safety.scenarios import scenarios
+
+if TYPE_CHECKING:  # the service that owns this task (a real cycle: it starts and stops it)
+    from controller.operations.service import Operations
+    from controller.workflow.engine import Workflow
+
+__all__ = ["Precompute", "reaction_of"]
+
+log = logging.getLogger("loom.operations.precompute")
+
+
+def reaction_of(intent: Intent, plan: Plan, overlay: Overlay) -> Reaction:
+    """The reaction plan of ``intent`` (the active revision's, with its pins) around ``overlay``, judged
+    against ``plan`` (the active plan) under the same failure."""
+    t0 = time.perf_counter()
+    reduced = overlay_intent(intent, overlay)
+    reacted = compile_plan(reduced)
+    verdict = judge((intent, plan), overlay, (reduced, reacted))
+    return Reaction(reduced, reacted, verdict, time.perf_counter() - t0)
+
+
+class Precompute:
+    """One background task per active revision (see the module docstring)."""
+
+    def __init__(self, ops: Operations, budget_s: float):
+        self.ops = ops
+        self.budget_s = budget_s
+        self.revision: int | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def kick(self, revision: int) -> None:
+        """The active revision is ``revision``: start over unless it is the one being (or already) done."""
+        if self.budget_s <= 0 or revision == self.revision:
+            return
+        self.cancel()
+        self.revision = revision
+        self._task = asyncio.get_running_loop().create_task(self._run(revision))
+
+    def cancel(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._task = None
+        self.revision = None
+
+    async def stop(self) -> None:
+        task = self._task
+        self.cancel()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _run(self, revision: int) -> None:
+        wf = self.wf
+        try:
+            identity, (intent, plan) = await wf._db(
+                lambda s: (repo.revision_identity(revision, session=s), changes.plan_for(revision, session=s)))
+        except Exception:  # noqa: BLE001 - the store away for a moment: the next kick tries again
+            log.exception("reaction table: cannot read revision %s", revision)
+            self.revision = None
+            return
+        if not (intent.policy("failure_reaction") or DEFAULT_POLICY).enabled:
+            TABLE.clear()
+            return
+        ends = [(ln.key, ln.a, ln.b) for ln in intent.links]
+        todo = [normal(Overlay(sc.links, sc.devices), ends) for sc in scenarios(intent) if not sc.is_baseline]
+        todo = list(dict.fromkeys(o for o in todo if o))
+        TABLE.begin(identity, revision, len(todo))
+        spent = 0.0
+        for i, overlay in enumerate(todo):
+            if not await self._may_go(revision):
+                TABLE.finish(identity, "stopped")
+                return
+            if spent >= self.budget_s:
+                TABLE.finish(identity, "partial")
+                log.info("reaction table of revision %s: %d of %d scenarios in %.1f s (budget)", revision, i,
+                         len(todo), spent)
+                return
+            t0 = time.perf_counter()
+            try:
+                got = await asyncio.to_thread(reaction_of, intent, plan, overlay)
+            except (LoomError, ValueError) as exc:
+                TABLE.failed(identity)
+                log.info("reaction table: no plan around %s: %s", overlay.to_document(), exc)
+            else:
+                TABLE.put(identity, overlay, got, precomputed=True)
+            spent += time.perf_counter() - t0
+        TABLE.finish(identity)
+        log.info("reaction table of revision %s: %d scenarios in %.1f s", revision, len(todo), spent)
+
+    @property
+    def wf(self) -> Workflow:
+        return self.ops.wf
+
+    async def _may_go(self, revision: int) -> bool:
+        """Wait while a commit or a reaction runs; False when this replica stopped leading or the active
+        revision moved on."""
+        while True:
+            if not self.ops.live or self.revision != revision:
+                return False
+            busy = self.ops.reacting or self.wf.southbound_busy or await self.wf._db(
+                lambda s: wrepo.committing_change(session=s) is not None)
+            if not busy:
+                active = await self.wf._db(lambda s: wrepo.active_revision(session=s))
+                return bool(active == revision)
+            await asyncio.sleep(0.2)
