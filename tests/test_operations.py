@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from controller.model.addressing import allocate, carry
-from controller.model.intent import load_intent
+from controller.model.errors import InvalidIntent
+from controller.model.intent import load_intent, validate_intent
 from controller.operations.overlay import Overlay, overlay_intent
 from controller.operations.reaction import Damping, judge
 from controller.operations.view import OperationalView
@@ -104,6 +105,13 @@ def test_the_overlay_intent_drains_the_parts_and_keeps_every_interface_and_addre
     assert overlay_intent(INTENT, Overlay()) is INTENT
     twice = overlay_intent(out, Overlay(frozenset({LINK})))  # a part drained already is not drained twice
     assert sum(1 for p in twice.policies if p.kind == "drain") == 2
+    # the oracle: the whole document with the drains added, validated again, is the same intent
+    doc = INTENT.to_document()
+    doc["policies"] += [{"kind": "drain", "target": "tor-1-1"}, {"kind": "drain", "target": LINK}]
+    assert out == validate_intent(doc) and out.drained_devices == validate_intent(doc).drained_devices
+    with pytest.raises(InvalidIntent) as bad:
+        overlay_intent(INTENT, Overlay(frozenset({"leaf-0-0:eth99"}), frozenset({"nobody"})))
+    assert [e.loc for e in bad.value.errors] == ["overlay.devices['nobody']", "overlay.links['leaf-0-0:eth99']"]
 
 
 @pytest.mark.parametrize("parts", [Overlay(frozenset({LINK})), Overlay(devices=frozenset({"spine-0-0"}))])

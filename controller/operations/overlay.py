@@ -14,7 +14,7 @@ adjacency), which FRR applies in place, and when the full plan returns the same
 parts are simply undrained. A part that flaps is thereby held out of service
 until its hold-down ends, even when it comes back before.
 
-Pure: values in, an intent out (the revision's address pins carried).
+Pure: values in, an intent out (the revision's address pins carried: copies keep them).
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from controller.model import Intent
-from controller.model.addressing import carried, carry
-from controller.model.intent import validate_intent
+from controller.model import DrainPolicy, Intent
+from controller.model.errors import IntentError, InvalidIntent
 
 __all__ = ["Overlay", "overlay_intent"]
 
@@ -56,15 +55,22 @@ class Overlay:
 
 
 def overlay_intent(intent: Intent, overlay: Overlay) -> Intent:
-    """``intent`` with ``overlay``'s parts drained (see the module docstring); raises ``ValueError``
-    (pydantic's ``ValidationError``) when a part is not in the intent."""
+    """``intent`` with ``overlay``'s parts drained (see the module docstring), its address pins kept;
+    raises :class:`~controller.model.errors.InvalidIntent` naming a part the intent does not have.
+
+    The drains are added to the validated intent as they are (a copy, its derived views computed again),
+    not by validating the whole document again: the only rules a drain is held to are that its target
+    exists and is not drained twice (:func:`controller.model.intent.validate_intent` checks no more),
+    and a Clos of 65,000 demands took most of a second to validate."""
     if not overlay:
         return intent
-    doc = intent.to_document()
-    drained = {str(p.get("target")) for p in doc.get("policies", []) if p.get("kind") == "drain"}
-    for target in [*sorted(overlay.devices), *sorted(overlay.links)]:
-        if target not in drained:
-            doc["policies"].append({"kind": "drain", "target": target})
-    out = validate_intent(doc)
-    pins = carried(intent)
-    return carry(out, pins) if pins is not None else out
+    errors = [IntentError(f"overlay.devices[{d!r}]", f"unknown device '{d}'")
+              for d in sorted(overlay.devices) if d not in intent.device_map]
+    errors += [IntentError(f"overlay.links[{ln!r}]", f"unknown link '{ln}'")
+               for ln in sorted(overlay.links) if ln not in intent.link_by_end]
+    if errors:
+        raise InvalidIntent(errors)
+    drained = intent.drained_devices | intent.drained_link_ends
+    add = tuple(DrainPolicy(kind="drain", target=t) for t in [*sorted(overlay.devices), *sorted(overlay.links)]
+                if t not in drained)
+    return intent.model_copy(update={"policies": (*intent.policies, *add)}) if add else intent

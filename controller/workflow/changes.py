@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from controller import service
@@ -40,7 +39,6 @@ from controller.model.errors import (
     SafetyViolation,
     StoreContention,
 )
-from controller.model.intent import format_loc
 from controller.model.plan import Plan
 from controller.operations.overlay import Overlay, overlay_intent
 from controller.operations.table import TABLE, Reaction
@@ -148,11 +146,7 @@ def overlay_plan(identity: str, intent: Intent, overlay: Overlay) -> tuple[Inten
     got = TABLE.get(identity, overlay)
     if got is None:
         t0 = time.perf_counter()
-        try:
-            reduced = overlay_intent(intent, overlay)
-        except ValidationError as exc:
-            raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"]))
-                                 for e in exc.errors()]) from None
+        reduced = overlay_intent(intent, overlay)  # InvalidIntent names a part the revision does not have
         got = Reaction(reduced, compile_plan(reduced), seconds=time.perf_counter() - t0)
         TABLE.put(identity, overlay, got)
     return got.intent, got.plan

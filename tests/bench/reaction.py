@@ -8,8 +8,11 @@ Two tables, each with its reference measured in the same run:
   included), against the budget of 1 s; the reference is the same reports stored in a plain dict.
 * **plan**: the reaction plan of Clos S, M and L after one leaf-spine link fails (the active plan with that
   link drained, :func:`controller.operations.overlay.overlay_intent`, compiled as a review would) and the
-  judgement of both plans by the replay, beside the full plan's compile time. Nothing is precomputed yet,
-  so this is the "otherwise" row of the issue's target (under 1 s).
+  judgement of both plans by the replay, beside the full plan's compile time: the "otherwise" row of the
+  issue's target (under 1 s), a failure the reaction table does not hold.
+* **table**: the reaction table's precomputation under ``all_single`` (:mod:`controller.operations.precompute`:
+  every scenario planned and judged in turn) within a budget, with the time all of them would take at
+  that pace, and a lookup; the reference is the full plan's compile (a commit's own time is at least that).
 
 The lab figure (link failure to re-planned kernel weights, clos3-small and the ``fib`` square) is printed
 by ``tests/test_e2e_lab.py`` and ``tests/test_fib_failure_lab.py``, which fail real links.
@@ -25,7 +28,7 @@ from rich.table import Table
 
 from tests.bench.solver import SIZES
 
-__all__ = ["plan_rows", "run", "view_row"]
+__all__ = ["plan_rows", "run", "table_rows", "view_row"]
 
 RATE = 1000.0  # changes a second
 BUDGET_S = 1.0
@@ -101,6 +104,53 @@ def plan_rows(sizes: list[str]) -> list[list[str]]:
     return rows
 
 
+def table_rows(sizes: list[str], budget_s: float) -> list[list[str]]:
+    """The reaction table of each size under ``all_single``: what the leader's precomputation does after a
+    commit (every scenario planned and judged, one after another, within ``budget_s``), and a lookup."""
+    from controller.model.errors import LoomError
+    from controller.model.intent import validate_intent
+    from controller.operations.overlay import Overlay
+    from controller.operations.precompute import reaction_of
+    from controller.operations.table import ReactionTable, normal
+    from controller.planning import compile_plan
+    from safety.scenarios import scenarios
+
+    rows = []
+    for size in sizes:
+        intent = _clos(size)
+        doc = intent.to_document()
+        doc["policies"] = [*doc["policies"], {"kind": "failure_tolerance", "scope": "all_single"}]
+        intent = validate_intent(doc)
+        t0 = time.perf_counter()
+        plan = compile_plan(intent)
+        full = time.perf_counter() - t0
+        ends = [(ln.key, ln.a, ln.b) for ln in intent.links]
+        todo = list(dict.fromkeys(normal(Overlay(s.links, s.devices), ends) for s in scenarios(intent)
+                                  if not s.is_baseline))
+        table = ReactionTable()
+        table.begin("bench", 1, len(todo))
+        t1, done, failed = time.perf_counter(), 0, 0
+        for overlay in todo:
+            if time.perf_counter() - t1 >= budget_s:
+                break
+            try:
+                table.put("bench", overlay, reaction_of(intent, plan, overlay), precomputed=True)
+                done += 1
+            except (LoomError, ValueError):
+                failed += 1
+        spent = time.perf_counter() - t1
+        keys = todo[:max(done, 1)]
+        t2 = time.perf_counter()
+        for overlay in keys:
+            table.get("bench", overlay)
+        lookup_us = (time.perf_counter() - t2) / len(keys) * 1e6
+        per = spent / max(done + failed, 1)
+        rows.append([f"Clos {size}", f"{len(todo):,}", f"{done + failed:,}", f"{spent:.1f}", f"{per:.2f}",
+                     f"{per * len(todo):.0f}", f"{lookup_us:.1f}", f"{full:.2f}",
+                     "yes" if done + failed == len(todo) and spent < full else "no"])
+    return rows
+
+
 def run(args: Any) -> list[Table]:
     view = Table(title=f"operational view: port state changes at {RATE:g}/s into Clos XL's view (one core)")
     for col in ("fabric", "set-up s", "changes", "wait p50 ms", "wait p99 ms", "wait max ms",
@@ -114,4 +164,12 @@ def run(args: Any) -> list[Table]:
         plan.add_column(col, justify="left" if col in ("fabric", "failed link") else "right")
     for row in plan_rows(sizes):
         plan.add_row(*row)
-    return [view, plan]
+    budget = float(getattr(args, "seconds", None) or 5.0) * 12
+    table = Table(title=f"reaction table after a commit, all_single (precomputed one after another, {budget:g} s "
+                        "budget each)")
+    for col in ("fabric", "scenarios", "planned", "s", "s/scenario", "all: projected s", "lookup us",
+                "reference: full plan s", "all within the full plan's time"):
+        table.add_column(col, justify="left" if col == "fabric" else "right")
+    for row in table_rows([s for s in sizes if s in ("S", "M", "L")], budget):
+        table.add_row(*row)
+    return [view, plan, table]
