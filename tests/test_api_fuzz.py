@@ -37,7 +37,9 @@ DB = Database(f"sqlite:///{_DIR}/fuzz.db")
 APP = create_app(Settings(db_url=DB.url), database=DB)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
+    # the event stream never ends by design (a generated call would hold until a timeout); it is read
+    # through the API in test_failure_reaction.py and through HAProxy in test_ha.py
+    schema = schemathesis.openapi.from_asgi("/openapi.json", APP).exclude(path="/v1/events")
 
 
 @pytest.fixture(scope="module")
