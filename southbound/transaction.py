@@ -25,7 +25,7 @@ import asyncio
 import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -302,11 +302,14 @@ def _commit_one(driver: DeviceDriver, change: str, confirm_within: float, device
     return driver.commit(device, change, confirm_within)
 
 
-async def commit_plan(driver: DeviceDriver, intent: Intent, plan: Plan, **kwargs: Any) -> TransactionResult:
-    """:func:`commit` of the device configs that realize ``plan`` for ``intent`` (``southbound.render``)."""
+async def commit_plan(driver: DeviceDriver, intent: Intent, plan: Plan, *, only: Collection[str] | None = None,
+                      **kwargs: Any) -> TransactionResult:
+    """:func:`commit` of the device configs that realize ``plan`` for ``intent`` (``southbound.render``), on
+    every device the driver has, or on ``only`` those (a failed device, whose agent is gone, is left out)."""
     from southbound.render import device_configs
 
-    configs = {d: c for d, c in device_configs(intent, plan).items() if d in set(driver.devices)}
+    keep = set(driver.devices) if only is None else set(driver.devices) & set(only)
+    configs = {d: c for d, c in device_configs(intent, plan).items() if d in keep}
     kwargs.setdefault("realization", intent.wcmp_realization.value)
     kwargs.setdefault("wcmp", intent.wcmp_enabled)
     return await commit(driver, configs, plan, **kwargs)

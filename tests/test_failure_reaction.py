@@ -153,8 +153,14 @@ def test_reaction_plans_are_precomputed_at_commit_and_looked_up_on_failure(
         assert first["trigger"]["plan"] == "precomputed" and first["trigger"]["verdict"] in ("safe", "no_worse")
         from controller.operations.overlay import Overlay
         from controller.operations.table import TABLE
+        from controller.store import repo
+        from controller.store.db import Database
 
-        entry = next(TABLE.get(i, Overlay(frozenset({LINK}))) for i in [TABLE.identity] if i is not None)
+        db = Database(f"sqlite:///{tmp_path / 'loom.db'}")
+        with db.session() as s:
+            identity = repo.revision_identity(1, session=s)
+        db.dispose()
+        entry = TABLE.get(identity, Overlay(frozenset({LINK})))
         assert entry is not None and entry.judgement is not None
         active = api("GET", "/v1/plans/active", role="viewer").json()
         assert active["summary"]["max_utilization"] == entry.plan.summary.max_utilization

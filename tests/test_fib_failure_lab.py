@@ -330,3 +330,77 @@ def test_the_controller_replans_around_a_failed_link_and_brings_the_plan_back(sq
         assert got >= 0.99 * FLOWS, f"after the link came back d got {got} of {FLOWS}"
         print(f"link down -> re-planned kernel weights: {reacted:.2f} s; link up -> full plan back: {back:.2f} s "
               "(hold-down 3 s)")
+
+
+def test_an_agent_killed_is_not_a_failure_and_a_failed_device_is_planned_around(square: LabAgents,
+                                                                                  tmp_path: Path) -> None:
+    """Issue 30's other two failures. ``c``'s agent is killed with its router running: its links are
+    ``unknown`` (not down), the device is unreachable, and nothing is re-planned (an unreachable agent is
+    not a failed link); traffic goes on. Then ``b`` fails whole (its links down, its agent gone): the leader
+    sees a failed device, commits the plan without it (``overlay.devices == ["b"]``: its links are implied)
+    without waiting for ``b``, and every flow is delivered via ``c``; when ``b`` is back (links up, agent
+    restarted) the full plan returns after the hold-down, ``b`` included."""
+    for node in "abcd":
+        for port in ("eth1", "eth2"):
+            subprocess.run(["ip", "netns", "exec", runner.namespace(LAB, node), "ip", "link", "set", port, "up"],
+                           capture_output=True)
+    doc = square_doc()
+    doc["policies"].append({"kind": "failure_reaction", "detect_s": 0.5, "hold_down_s": 3})
+    settings = {"agents": json.dumps(square.endpoints()), "drift_interval": 0, "verify_timeout": 45,
+                "agent_commit_timeout": 120}
+
+    def links() -> dict[str, str]:
+        return {x["id"]: x["oper"] for x in api("GET", "/v1/state/links", role="viewer").json()["links"]}
+
+    def agents() -> dict[str, str]:
+        return {d["name"]: d["agent"] for d in api("GET", "/v1/state/devices", role="viewer").json()["devices"]}
+
+    def recent() -> list[tuple[int, str, str | None]]:
+        items = api("GET", "/v1/changes?limit=5", role="viewer").json()["items"]
+        return [(c["id"], c["state"], c["error"]) for c in items]
+
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=doc, **settings) as api:
+        assert api.initial()["state"] == "committed"
+        _until(lambda: set(links().values()) == {"up"}, 30, "the links are not all seen up", links)
+        _until(lambda: route_ports("a", PREFIX) == {"eth1", "eth2"}, 60, "the full plan is not in a's kernel")
+
+        square.kill("c")
+        try:
+            _until(lambda: agents()["c"] == "unreachable", 15, "c's agent is not seen gone", agents)
+            seen = links()
+            assert seen["a:eth2"] == seen["c:eth2"] == "unknown" and seen["a:eth1"] == "up", seen
+            time.sleep(3.0)  # six times detect_s
+            assert _committed_reactions(api) == [] and links()["a:eth2"] == "unknown"
+            assert delivered(FLOWS, 51000) >= 0.99 * FLOWS
+        finally:
+            square.launch("c")
+            square.wait("c")
+        _until(lambda: agents()["c"] == "reachable" and set(links().values()) == {"up"}, 30, "c is not back", links)
+
+        t0 = time.monotonic()
+        for port in ("eth1", "eth2"):
+            runner.node_exec(LAB, "b", ["ip", "link", "set", port, "down"])
+        square.kill("b")
+        try:
+            first = _until(lambda: _committed_reactions(api), 60, "no reaction to b's failure",  # type: ignore[index]
+                           lambda: (agents(), links(), recent()))[0]
+            _until(lambda: route_ports("a", PREFIX) == {"eth2"}, 30, "a still sends some of d's traffic to b")
+            reacted = time.monotonic() - t0
+            assert first["overlay"] == {"links": [], "devices": ["b"]} and first["author"] == "failover"
+            assert first["trigger"]["devices"] == ["b"]
+            got = delivered(FLOWS, 61000)
+            assert got >= 0.99 * FLOWS, f"with b failed d got {got} of {FLOWS}"
+        finally:
+            for port in ("eth1", "eth2"):
+                runner.node_exec(LAB, "b", ["ip", "link", "set", port, "up"])
+            square.launch("b")
+            square.wait("b")
+        t1 = time.monotonic()
+        _until(lambda: len(_committed_reactions(api)) >= 2, 90, "the full plan did not return")
+        _until(lambda: route_ports("a", PREFIX) == {"eth1", "eth2"} and route_ports("b", PREFIX) == {"eth2"},
+               60, "the full plan's routes are not back in a's and b's kernels")
+        back = time.monotonic() - t1
+        assert api("GET", "/v1/plans/active", role="viewer").json()["overlay"] == {"links": [], "devices": []}
+        got = delivered(FLOWS, 62000)
+        assert got >= 0.99 * FLOWS, f"with b back d got {got} of {FLOWS}"
+        print(f"device b failed -> re-planned kernel weights: {reacted:.2f} s; b back -> full plan: {back:.2f} s")

@@ -241,14 +241,15 @@ def test_the_reaction_table_holds_one_revision_s_precomputed_plans_by_identity_a
     assert got.judgement is not None and got.judgement.commit
     assert got.judgement == judge((INTENT, plan), over, (got.intent, got.plan))  # the same verdict as on failure
     t = ReactionTable()
-    t.begin("rev-a", 1, 3)
-    t.put("rev-a", over, got, precomputed=True)
+    run = t.begin("rev-a", 1, 3)
+    t.put("rev-a", over, got, run=run)
     assert t.get("rev-a", over) is got and t.get("rev-b", over) is None
     assert t.get("rev-a", Overlay(frozenset({"tor-0-0:eth1"}))) is None
-    assert t.status() == {"state": "building", "revision": 1, "scenarios": 3, "ready": 1, "failed": 0,
-                          "seconds": t.status()["seconds"]}
-    t.begin("rev-b", 2, 1)
-    t.put("rev-a", over, got, precomputed=True)  # the older precomputation, still running, is ignored
-    assert t.get("rev-a", over) is None and t.status()["ready"] == 0
-    t.finish("rev-b")
-    assert t.status()["state"] == "ready"
+    assert t.status("rev-a") == {"state": "building", "revision": 1, "scenarios": 3, "ready": 1, "failed": 0,
+                                 "seconds": t.status("rev-a")["seconds"]}
+    assert t.status("rev-b", 7) == {"state": "idle", "revision": 7}  # another store's revision: its own status
+    again = t.begin("rev-a", 1, 3)  # the revision precomputed again (a new leader, say)
+    t.put("rev-a", over, got, run=run)  # the older run, still going, writes nothing
+    assert t.get("rev-a", over) is None and t.status("rev-a")["ready"] == 0
+    t.finish("rev-a", again)
+    assert t.status("rev-a")["state"] == "ready"

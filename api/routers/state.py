@@ -25,7 +25,8 @@ from api.routers.changes import workflow
 from controller.model.documents import DeviceStatesDocument, LinkStatesDocument, ReactionTableDocument
 from controller.operations.service import state_document
 from controller.operations.table import TABLE
-from controller.store import events_repo
+from controller.store import events_repo, repo
+from controller.store import workflow_repo as wrepo
 
 router = APIRouter(tags=["operational state"], route_class=GuardedRoute)
 
@@ -58,8 +59,13 @@ async def devices(request: Request, _actor: Viewer) -> Any:
 @router.get("/v1/state/reactions", response_model=ReactionTableDocument,
             summary="The reaction table: failures whose reaction plan is ready before they happen",
             responses=error_responses(401, 403, 422))
-async def reactions(_actor: Viewer) -> Any:
-    return TABLE.status()
+async def reactions(request: Request, _actor: Viewer) -> Any:
+    def read() -> tuple[str | None, int | None]:
+        with request.app.state.database.session() as s:
+            active = wrepo.active_revision(session=s)
+            return (repo.revision_identity(active, session=s) if active is not None else None), active
+    identity, active = await asyncio.to_thread(read)
+    return TABLE.status(identity, active)
 
 
 @router.get("/v1/events", response_class=StreamingResponse, summary="Server-sent events (resumable)",

@@ -90,19 +90,19 @@ class Precompute:
             self.revision = None
             return
         if not (intent.policy("failure_reaction") or DEFAULT_POLICY).enabled:
-            TABLE.clear()
+            TABLE.forget(identity)
             return
         ends = [(ln.key, ln.a, ln.b) for ln in intent.links]
         todo = [normal(Overlay(sc.links, sc.devices), ends) for sc in scenarios(intent) if not sc.is_baseline]
         todo = list(dict.fromkeys(o for o in todo if o))
-        TABLE.begin(identity, revision, len(todo))
+        run = TABLE.begin(identity, revision, len(todo))
         spent = 0.0
         for i, overlay in enumerate(todo):
             if not await self._may_go(revision):
-                TABLE.finish(identity, "stopped")
+                TABLE.finish(identity, run, "stopped")
                 return
             if spent >= self.budget_s:
-                TABLE.finish(identity, "partial")
+                TABLE.finish(identity, run, "partial")
                 log.info("reaction table of revision %s: %d of %d scenarios in %.1f s (budget)", revision, i,
                          len(todo), spent)
                 return
@@ -110,12 +110,12 @@ class Precompute:
             try:
                 got = await asyncio.to_thread(reaction_of, intent, plan, overlay)
             except (LoomError, ValueError) as exc:
-                TABLE.failed(identity)
+                TABLE.failed(identity, run)
                 log.info("reaction table: no plan around %s: %s", overlay.to_document(), exc)
             else:
-                TABLE.put(identity, overlay, got, precomputed=True)
+                TABLE.put(identity, overlay, got, run=run)
             spent += time.perf_counter() - t0
-        TABLE.finish(identity)
+        TABLE.finish(identity, run)
         log.info("reaction table of revision %s: %d scenarios in %.1f s", revision, len(todo), spent)
 
     @property

@@ -51,6 +51,7 @@ __all__ = ["DEFAULT_POLICY", "Damping", "FailureReaction", "Judgement", "judge"]
 log = logging.getLogger("loom.operations.reaction")
 DEFAULT_POLICY = FailureReactionPolicy.model_validate({"kind": "failure_reaction"})
 HOUR_S = 3600.0
+RETRY_S, RETRY_MAX_S = 2.0, 300.0
 AUTHOR = "failover"
 
 
@@ -172,6 +173,11 @@ class FailureReaction:
         self.recent: deque[float] = deque()  # when reactions were committed, within the hour
         self.last: dict[str, Any] | None = None  # the last decision, for the status and the tests
         self._refused: tuple[frozenset[str], frozenset[str]] | None = None  # (in force, desired) last refused
+        # a reaction committed but not in force (its transaction failed: a device it needed did not answer)
+        # is tried again after RETRY_S, doubling up to RETRY_MAX_S, not at the next tick
+        self._tried: tuple[frozenset[str], frozenset[str]] | None = None
+        self._tries = 0
+        self._retry_at = 0.0
 
     def failed(self, view: OperationalView, now: float) -> dict[str, float]:
         out = dict(view.down_links(now))
@@ -187,7 +193,10 @@ class FailureReaction:
         if not policy.enabled or busy:
             return
         desired = implied_links_out(self.damping.desired(failed, current, policy, now), view)
-        if desired == current or self._refused == (current, desired):
+        if desired == current:
+            self._tried, self._tries = None, 0
+            return
+        if self._refused == (current, desired) or (self._tried == (current, desired) and now < self._retry_at):
             return
         while self.recent and now - self.recent[0] > HOUR_S:
             self.recent.popleft()
@@ -209,6 +218,9 @@ class FailureReaction:
         if done:
             self.recent.append(now)
             self._refused = None
+            self._tries = self._tries + 1 if self._tried == (current, desired) else 1
+            self._tried = (current, desired)
+            self._retry_at = now + min(RETRY_MAX_S, RETRY_S * 2 ** (self._tries - 1))
         else:
             self._refused = (current, desired)
 

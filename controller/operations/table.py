@@ -55,72 +55,89 @@ class Reaction:
 
 
 class ReactionTable:
-    """Thread-safe: the background precomputation writes it, reactions and commits read it."""
+    """Thread-safe: the background precomputation writes it, reactions and commits read it. The
+    precomputed entries and the status are kept per revision identity (the newest few: a process that
+    serves several stores, as tests do, keeps each one's)."""
 
-    def __init__(self, extra: int = 64):
+    def __init__(self, extra: int = 64, revisions: int = 4):
         self._lock = threading.Lock()
-        self._identity: str | None = None  # the revision whose precomputed entries are held
-        self._fixed: dict[str, Reaction] = {}
+        self._fixed: OrderedDict[str, dict[str, Reaction]] = OrderedDict()  # identity -> overlay key -> entry
+        self._status: dict[str, dict[str, Any]] = {}
+        self._run: dict[str, int] = {}  # identity -> the precomputation allowed to write its entries
+        self._runs = 0
+        self._revisions = revisions
         self._extra: OrderedDict[tuple[str, str], Reaction] = OrderedDict()  # solved on demand, newest last
         self._extra_max = extra
-        self._status: dict[str, Any] = {"state": "idle"}
 
     def get(self, identity: str, overlay: Overlay) -> Reaction | None:
         key = overlay.key()
         with self._lock:
-            if identity == self._identity and key in self._fixed:
-                return self._fixed[key]
+            got = self._fixed.get(identity, {}).get(key)
+            if got is not None:
+                return got
             got = self._extra.get((identity, key))
             if got is not None:
                 self._extra.move_to_end((identity, key))
             return got
 
-    def put(self, identity: str, overlay: Overlay, reaction: Reaction, *, precomputed: bool = False) -> None:
+    def put(self, identity: str, overlay: Overlay, reaction: Reaction, *, run: int | None = None) -> None:
+        """An entry solved on demand, or (``run``: :meth:`begin`'s number) precomputed by that run."""
         with self._lock:
-            if precomputed:
-                if identity != self._identity:
-                    return  # a newer precomputation took the table over
-                self._fixed[overlay.key()] = reaction
-                self._status["ready"] = len(self._fixed)
-                self._status["seconds"] = round(time.monotonic() - self._status["_t0"], 3)
-                return
-            self._extra[(identity, overlay.key())] = reaction
-            while len(self._extra) > self._extra_max:
-                self._extra.popitem(last=False)
+            if run is None:
+                self._extra[(identity, overlay.key())] = reaction
+                while len(self._extra) > self._extra_max:
+                    self._extra.popitem(last=False)
+            elif self._run.get(identity) == run:  # else a newer run of this revision took over
+                fixed = self._fixed[identity]
+                fixed[overlay.key()] = reaction
+                st = self._status[identity]
+                st["ready"] = len(fixed)
+                st["seconds"] = round(time.monotonic() - st["_t0"], 3)
 
-    def begin(self, identity: str, revision: int, scenarios: int) -> None:
-        """A precomputation of the scope's ``scenarios`` starts for ``revision``."""
+    def begin(self, identity: str, revision: int, scenarios: int) -> int:
+        """A precomputation of the scope's ``scenarios`` starts for ``revision``; its run number."""
         with self._lock:
-            self._identity, self._fixed = identity, {}
-            self._status = {"state": "building", "revision": revision, "scenarios": scenarios, "ready": 0,
-                            "failed": 0, "seconds": 0.0, "_t0": time.monotonic()}
+            self._runs += 1
+            self._run[identity] = self._runs
+            self._fixed[identity] = {}
+            self._fixed.move_to_end(identity)
+            self._status[identity] = {"state": "building", "revision": revision, "scenarios": scenarios,
+                                      "ready": 0, "failed": 0, "seconds": 0.0, "_t0": time.monotonic()}
+            while len(self._fixed) > self._revisions:
+                old, _ = self._fixed.popitem(last=False)
+                self._status.pop(old, None)
+                self._run.pop(old, None)
+            return self._runs
 
-    def failed(self, identity: str) -> None:
+    def failed(self, identity: str, run: int) -> None:
         """One scenario could not be planned around (its reaction is solved, and refused, when it happens)."""
         with self._lock:
-            if identity == self._identity:
-                self._status["failed"] += 1
+            if self._run.get(identity) == run:
+                self._status[identity]["failed"] += 1
 
-    def finish(self, identity: str, state: str = "ready") -> None:
+    def finish(self, identity: str, run: int, state: str = "ready") -> None:
         with self._lock:
-            if identity == self._identity:
-                self._status["state"] = state
-                self._status["seconds"] = round(time.monotonic() - self._status["_t0"], 3)
+            if self._run.get(identity) == run:
+                st = self._status[identity]
+                st["state"] = state
+                st["seconds"] = round(time.monotonic() - st["_t0"], 3)
 
-    def clear(self) -> None:
+    def forget(self, identity: str) -> None:
+        """No table for this revision (its failure reaction is off)."""
         with self._lock:
-            self._identity, self._fixed, self._status = None, {}, {"state": "idle"}
-            self._extra.clear()
+            self._fixed.pop(identity, None)
+            self._status.pop(identity, None)
+            self._run.pop(identity, None)
 
-    @property
-    def identity(self) -> str | None:
-        return self._identity
-
-    def status(self) -> dict[str, Any]:
+    def status(self, identity: str | None, revision: int | None = None) -> dict[str, Any]:
         """``{"state": "idle" | "building" | "ready" | "partial" | "stopped", "revision", "scenarios", "ready",
-        "failed", "seconds"}`` (:class:`controller.model.documents.ReactionTableDocument`)."""
+        "failed", "seconds"}`` of the revision ``identity`` names (idle when none was precomputed:
+        :class:`controller.model.documents.ReactionTableDocument`)."""
         with self._lock:
-            return {k: v for k, v in self._status.items() if not k.startswith("_")}
+            st = self._status.get(identity or "")
+            if st is None:
+                return {"state": "idle", "revision": revision}
+            return {k: v for k, v in st.items() if not k.startswith("_")}
 
 
 #: this process's table

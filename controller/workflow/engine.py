@@ -489,7 +489,7 @@ class Workflow:
                     await self._nudge(intent, plan, ch.transaction, names, epoch)
                 if len(legs) > 1:
                     return await self._legs(ch, intent, plan, legs, tracker, epoch)
-                return await commit_plan(self._fenced(epoch), intent, plan, change=ch.transaction,
+                return await commit_plan(self._fenced(epoch), intent, plan, change=ch.transaction, only=names,
                                          confirm_within=self.settings.confirm_within,
                                          verify_timeout=self.settings.verify_timeout, progress=tracker.on_step,
                                          stages=legs[0].stages, on_stage=tracker.on_stage,
@@ -521,7 +521,7 @@ class Workflow:
 
         async def push(leg_intent: Any, leg_plan: Any, txn: str, stages: list[list[str]], offset: int | None) -> Any:
             on_stage = None if offset is None else (lambda i, status: tracker.on_stage(offset + i, status))
-            return await commit_plan(agents, leg_intent, leg_plan, change=txn,
+            return await commit_plan(agents, leg_intent, leg_plan, change=txn, only=[d for st in stages for d in st],
                                      confirm_within=self.settings.confirm_within,
                                      verify_timeout=self.settings.verify_timeout, progress=tracker.on_step,
                                      stages=stages, on_stage=on_stage, sessions=sessions)
