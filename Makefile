@@ -2,7 +2,7 @@
 #   make run    create .venv, install Loom, serve the API with SQLite and an example fabric
 #   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql, chromium, haproxy as root), run them
 #               TIER=unit|component|lab|browser runs one tier (pytest -m TIER; an expression such as
-#               TIER='unit or component' works too); without TIER every tier runs
+#               TIER='unit or component' works too); without TIER every tier runs; JOBS=N xdist workers (3)
 #   make bench  the benchmark tables (not part of the tests)
 #   make lint   ruff, mypy and the import-layer contracts (CI runs it beside the tests)
 
@@ -47,8 +47,12 @@ run: install
 	$(BIN)/loom serve --example --host 127.0.0.1 --port $(PORT)
 
 TIER ?=
+# pytest-xdist: JOBS workers, each module on one worker (its shared labs and servers set up once), every lab
+# and browser module on one worker after another (tests/conftest.py); JOBS=0 runs in this process
+JOBS ?= 3
 test: system-deps install
-	$(BIN)/python -m pytest -q -rs $(if $(TIER),-m "$(TIER)") $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -rs $(if $(filter-out 0,$(JOBS)),-n $(JOBS) --dist loadgroup) \
+	  $(if $(TIER),-m "$(TIER)") $(PYTEST_ARGS)
 
 bench: system-deps install
 	$(BIN)/python -m tests.bench $(BENCH_ARGS)

@@ -136,6 +136,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(tier)
         elif len(own) > 1:
             doubled.append(f"{item.nodeid}: {sorted(own)}")
+    _groups(items)
     problems = []
     stale = sorted(m for m in TIERS if not (Path(__file__).parent / m).exists())
     if stale:
@@ -146,6 +147,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         problems.append(f"tests with more than one tier: {doubled}")
     if problems:
         raise pytest.UsageError("; ".join(problems))
+
+
+#: tiers whose tests run one module after another on one worker under xdist (``make test`` runs ``-n``):
+#: real routers and a browser each take the machine's cores, and their timings are the ones the tests hold
+SERIAL_TIERS = ("lab", "browser")
+
+
+def _groups(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist ``--dist loadgroup``: each module's tests go to one worker, so its module-scoped
+    labs, fleets and servers are set up once as before; every lab and browser module to the same worker,
+    one after another (the other workers run the unit and component modules beside them)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        tiers = {m.name for m in item.iter_markers() if m.name in TIER_NAMES}
+        group = "serial" if tiers & set(SERIAL_TIERS) else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 # -- prerequisites -------------------------------------------------------------------------
