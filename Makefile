@@ -51,7 +51,7 @@ TIER ?=
 # and browser module on one worker after another (tests/conftest.py); JOBS=0 runs in this process
 JOBS ?= 3
 test: system-deps install
-	$(BIN)/python -m pytest -q -rs $(if $(filter-out 0,$(JOBS)),-n $(JOBS) --dist loadgroup) \
+	$(BIN)/python -m pytest -q -rs $(if $(filter-out 0,$(JOBS)),-n $(JOBS) --dist loadscope) \
 	  $(if $(TIER),-m "$(TIER)") $(PYTEST_ARGS)
 
 bench: system-deps install

@@ -136,7 +136,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(tier)
         elif len(own) > 1:
             doubled.append(f"{item.nodeid}: {sorted(own)}")
-    _groups(items)
     problems = []
     stale = sorted(m for m in TIERS if not (Path(__file__).parent / m).exists())
     if stale:
@@ -154,16 +153,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 SERIAL_TIERS = ("lab", "browser")
 
 
-def _groups(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist ``--dist loadgroup``: each module's tests go to one worker, so its module-scoped
-    labs, fleets and servers are set up once as before; every lab and browser module to the same worker,
-    one after another (the other workers run the unit and component modules beside them)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        tiers = {m.name for m in item.iter_markers() if m.name in TIER_NAMES}
-        group = "serial" if tiers & set(SERIAL_TIERS) else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (``make test`` runs ``-n``): each module's tests go to one worker, so its
+    module-scoped labs, fleets and servers are set up once as before, and every lab and browser module to
+    the same worker, one after another (the other workers run the unit and component modules beside
+    them). A scheduler of our own: xdist's ``loadgroup`` marks a group by rewriting node ids, which
+    pytest 9.2 no longer allows (every test would go its own way)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+            return "serial" if TIERS.get(module) in SERIAL_TIERS else module
+
+    return ByModule(config, log)
 
 
 # -- prerequisites -------------------------------------------------------------------------

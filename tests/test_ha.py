@@ -29,6 +29,7 @@ lease's TTL is short (2 s, renewed every 0.5 s). Covered:
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import signal
@@ -559,3 +560,57 @@ def test_the_event_stream_passes_through_haproxy_as_it_is_sent(ha: HA) -> None:
                 break
     assert seen[0] == "retry: 1000" and any(x.startswith("event: ") for x in seen), seen
     assert int(next(x for x in seen if x.startswith("id: ")).removeprefix("id: ")) >= 1
+
+
+def test_a_leader_killed_mid_reaction_leaves_the_next_one_to_finish_or_undo_it(ha: HA) -> None:
+    """Issue 30: a link fails on the dry fleet (every apply takes a second), the leader commits its failure
+    reaction, and is killed while that reaction is committing. The next leader recovers the reaction like
+    any change (finished or undone, with the reaction's overlay), and the fabric ends planned around the
+    link either way: a reaction undone is decided again by the new leader's own view. When the link is
+    back, the full plan returns after the hold-down."""
+    from tests.test_failure_reaction import ENDS, LINK, fail
+
+    replicas, lb = ha.replicas, ha.lb
+    intent = copy.deepcopy(DOC)
+    intent["policies"] = [*intent.get("policies", []), {"kind": "failure_reaction", "detect_s": 0.5,
+                                                        "hold_down_s": 2}]
+    ch = propose(lb, intent=intent, base=_status(lb)["head_revision"])
+    assert lb("POST", f"/v1/changes/{ch['id']}/commit", json={}).status_code == 202
+    assert settle(lb, ch["id"])["state"] == "committed"
+
+    def reaction(state: str) -> dict[str, Any] | None:
+        items = lb("GET", "/v1/changes?limit=20").json()["items"]
+        return next((c for c in items if c["kind"] == "reaction" and c["state"] == state and c["id"] > ch["id"]),
+                    None)
+
+    def overlay() -> list[str]:
+        return list(lb("GET", "/v1/plans/active").json()["overlay"]["links"])
+
+    restart = None
+    fail(ha.fleet, ENDS)
+    try:
+        deadline = time.monotonic() + 60
+        while (caught := reaction("committing")) is None:
+            assert time.monotonic() < deadline, "no reaction was caught committing"
+            time.sleep(0.05)
+        victim = replicas.leader()
+        victim.kill9()
+        replicas.leader([s for s in replicas.servers if s is not victim], timeout=TTL + RENEW + 60)
+        restart = (replicas.name(victim), replicas.restart_in_background(victim))
+        done = settle(lb, caught["id"], timeout=120)
+        assert done["state"] in ("committed", "rolled_back"), done
+        assert "recovered after a controller restart" in done["transitions"][-1]["reason"], done
+        assert done["author"] == "failover" and done["overlay"]["links"] == [LINK]
+        deadline = time.monotonic() + 90
+        while overlay() != [LINK] or _status(lb)["committing_change"] is not None:
+            assert time.monotonic() < deadline, f"the fabric is not planned around {LINK}: {overlay()}"
+            time.sleep(0.2)
+    finally:
+        fail(ha.fleet, ENDS, down=False)
+        if restart is not None:
+            restart[1].join()
+            ha.balancer.wait_states({restart[0]: "UP"})
+    deadline = time.monotonic() + 90
+    while overlay() or _status(lb)["committing_change"] is not None:
+        assert time.monotonic() < deadline, f"the full plan did not return: {overlay()}"
+        time.sleep(0.2)
