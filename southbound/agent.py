@@ -92,6 +92,7 @@ class AgentCore:
         self.build = build
         self.clock = clock
         self._lock = asyncio.Lock()
+        self._pids: dict[str, int] = {}  # the FRR daemons' process ids last seen (heal_restarted)
         self._timer: asyncio.Task[None] | None = None
         self.running: Rendered | None = None
         self.port = 0  # the TCP port :func:`serve` bound (for HOST:0)
@@ -448,6 +449,36 @@ class AgentCore:
             log.info("fib repaired for ports not up (%s): %s", ", ".join(sorted(down)) or "none",
                      ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else ""))
 
+    async def heal_restarted(self) -> list[str]:
+        """Re-apply the running config when an FRR daemon restarted since the last look (a new process id):
+        a restarted daemon starts from its own file, not from what the agent applied, so its sessions and
+        routes are gone until then (an edit behind Loom restarts nothing: it stays drift, reported). Not
+        while a transaction is applying or rolling back (it applies what it applies). The daemons restarted."""
+        pids = await asyncio.to_thread(self.backend.daemon_pids)
+        restarted = sorted(d for d, pid in pids.items() if self._pids.get(d, pid) != pid)
+        self._pids.update(pids)
+        if not restarted or self.running is None or not self.running.frr_text:
+            return []
+        async with self._lock:
+            j = self._journal()
+            if j is not None and j.phase in ("applying", "rolling_back"):
+                return []
+            log.warning("FRR daemon(s) restarted (%s): applying the running config %s again", ", ".join(restarted),
+                        self.running.hash[:12])
+            await self._apply(self.running, self.running)
+        return restarted
+
+    async def watch_daemons(self, every_s: float = 1.0) -> None:
+        """:meth:`heal_restarted` every ``every_s`` (the agent's server runs it while it serves)."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.heal_restarted()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - FRR busy or half started: the next look tries again
+                log.exception("re-applying the config after a daemon restart failed")
+
     async def state(self, prefixes: tuple[str, ...], *, epoch: int | None = None) -> DeviceState:
         self.fence("GetState", "", epoch)
         observed, routes = await asyncio.to_thread(self.backend.read_routes, prefixes, self.running)
@@ -516,6 +547,8 @@ async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callabl
     await core.start()
     watcher = LinkWatcher(status if status is not None else default_status(core), on_ports=core.repair_links)
     await watcher.start()
+    await core.heal_restarted()  # the daemons' process ids now: a later one is a restart
+    healer = asyncio.get_running_loop().create_task(core.watch_daemons())
     server = grpc.aio.server()
     add_agent_servicer(server, core)
     add_gnmi_servicer(server, GnmiService(counters if counters is not None else default_counters(core),
@@ -546,6 +579,9 @@ async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callabl
     await stop.wait()
     await health.enter_graceful_shutdown()
     await server.stop(grace=1.0)
+    healer.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await healer
     await watcher.stop()
     await core.close()
 

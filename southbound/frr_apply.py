@@ -189,6 +189,14 @@ class FrrBackend(Protocol):
         """Wait for side effects a previous agent process left running (after a crash)."""
         ...
 
+    def daemon_pids(self) -> dict[str, int]:
+        """The process id of each FRR daemon running now (a daemon that restarted has a new one)."""
+        ...
+
+
+#: the daemons whose restart loses the configuration the agent applied (each starts from its own file)
+ROUTING_DAEMONS = ("zebra", "bgpd", "isisd", "ospfd", "staticd")
+
 
 def _foreign_hash(text: str) -> str:
     return "frr:" + hashlib.sha256(text.encode()).hexdigest()
@@ -254,6 +262,9 @@ class DryFrr:
 
     def settle(self, timeout: float = 60.0) -> None:
         return None
+
+    def daemon_pids(self) -> dict[str, int]:
+        return {}  # no daemons: nothing restarts
 
 
 def _run(argv: list[str], *, timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -439,6 +450,16 @@ class FrrReload:
         # every live route again, not only the changed ones: the kernel flushes an IPv4 multipath route
         # when one of its next hops' interfaces goes down, and a route must come back when the port does
         return self._install_fib(recorded.fib, recorded.fib)
+
+    def daemon_pids(self) -> dict[str, int]:
+        """From the daemons' pid files beside their vty sockets (``vty_dir/DAEMON.pid``, as FRR writes them)."""
+        out: dict[str, int] = {}
+        for daemon in ROUTING_DAEMONS:
+            try:
+                out[daemon] = int((self.vty_dir / f"{daemon}.pid").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
 
     def settle(self, timeout: float = 60.0) -> None:
         """Wait until no ``frr-reload.py`` of ours (one a crashed agent left behind) is still running."""

@@ -190,3 +190,39 @@ async def test_rollback_of_an_older_change_waits_for_the_pending_one(tmp_path: P
     assert undone.config_hash == first.config_hash
     assert (await core.rollback("c1", "")).changed
     await core.close()
+
+
+async def test_a_restarted_frr_daemon_gets_the_running_config_again(tmp_path: Path) -> None:
+    """A routing daemon that restarts starts from its own file, not from what the agent applied: when a
+    daemon's process id changes, the agent applies its running config again (the backend's reload makes
+    FRR run it); a look that finds the same daemons does nothing, and an edit behind Loom (no restart)
+    is left for drift to report."""
+
+    class Restarting(DryFrr):
+        pids = {"zebra": 10, "bgpd": 11}
+        applied: list[tuple[str, str]] = []
+
+        def daemon_pids(self) -> dict[str, int]:
+            return dict(self.pids)
+
+        def apply(self, current: Rendered | None, target: Rendered) -> str:
+            self.applied.append((current.hash if current else "", target.hash))
+            return super().apply(current, target)
+
+    backend = Restarting(tmp_path / "dry")
+    core = AgentCore(backend, tmp_path / "state", "tor-0")
+    await core.start()
+    assert await core.heal_restarted() == []  # the first look only learns the process ids
+    await core.prepare("c1", make_config(weight=1))
+    await core.commit("c1", 0)
+    running = core.running
+    assert running is not None
+    backend.applied.clear()
+    assert await core.heal_restarted() == [] and backend.applied == []
+    (tmp_path / "dry" / "frr.conf").write_text("hostname edited-behind-loom\n")  # an edit: nothing restarts
+    assert await core.heal_restarted() == [] and backend.applied == []
+    backend.pids = {"zebra": 10, "bgpd": 99}  # bgpd restarted (empty)
+    assert await core.heal_restarted() == ["bgpd"]
+    assert backend.applied == [(running.hash, running.hash)]
+    assert (tmp_path / "dry" / "frr.conf").read_text() == running.frr_text
+    assert await core.heal_restarted() == [] and len(backend.applied) == 1  # once per restart
