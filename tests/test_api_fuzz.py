@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
@@ -24,6 +23,7 @@ from api.app import create_app
 from controller import service
 from controller.settings import Settings
 from controller.store.db import Database
+from tests.fuzzing import fuzz, operations
 
 EXAMPLES = 12
 
@@ -54,9 +54,11 @@ def fuzz_store() -> Iterator[dict[str, Any]]:
     shutil.rmtree(_DIR, ignore_errors=True)
 
 
-@schema.parametrize()
-@settings(max_examples=EXAMPLES, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
-def test_api_conforms_to_its_schema(case: Any, fuzz_store: dict[str, Any]) -> None:
-    case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_store['token']}"},
-                           checks=[not_a_server_error, response_schema_conformance])
+OPERATIONS = operations(schema)
+
+
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+def test_api_conforms_to_its_schema(operation: str, fuzz_store: dict[str, Any]) -> None:
+    fuzz(OPERATIONS[operation], lambda case: case.call_and_validate(
+        headers={"Authorization": f"Bearer {fuzz_store['token']}"},
+        checks=[not_a_server_error, response_schema_conformance]), examples=EXAMPLES)

@@ -44,7 +44,6 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
@@ -54,6 +53,7 @@ from controller.settings import Settings
 from controller.store.db import Database
 from tests.apps import SETUP
 from tests.balancer import REPLICA_LOST, Balancer, MuteReplica
+from tests.fuzzing import fuzz, operations
 from tests.ha_cluster import (
     TOKEN,
     Expected,
@@ -531,13 +531,14 @@ def balanced(ha: HA) -> str:
     return ha.balancer.url
 
 
-@schema.parametrize()
-@settings(max_examples=3, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
-                                 HealthCheck.function_scoped_fixture])
-def test_the_api_through_haproxy_conforms_to_its_schema(case: Any, balanced: str) -> None:
-    case.call_and_validate(base_url=balanced, headers={"Authorization": f"Bearer {TOKEN}"},
-                           checks=[not_a_server_error, response_schema_conformance], timeout=60)
+OPERATIONS = operations(schema)
+
+
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+def test_the_api_through_haproxy_conforms_to_its_schema(operation: str, balanced: str) -> None:
+    fuzz(OPERATIONS[operation], lambda case: case.call_and_validate(
+        base_url=balanced, headers={"Authorization": f"Bearer {TOKEN}"},
+        checks=[not_a_server_error, response_schema_conformance], timeout=60), examples=3)
 
 
 def test_the_event_stream_passes_through_haproxy_as_it_is_sent(ha: HA) -> None:
