@@ -128,13 +128,13 @@ def table_rows(sizes: list[str], budget_s: float) -> list[list[str]]:
         todo = list(dict.fromkeys(normal(Overlay(s.links, s.devices), ends) for s in scenarios(intent)
                                   if not s.is_baseline))
         table = ReactionTable()
-        table.begin("bench", 1, len(todo))
+        run = table.begin("bench", 1, len(todo))
         t1, done, failed = time.perf_counter(), 0, 0
         for overlay in todo:
             if time.perf_counter() - t1 >= budget_s:
                 break
             try:
-                table.put("bench", overlay, reaction_of(intent, plan, overlay), precomputed=True)
+                table.put("bench", overlay, reaction_of(intent, plan, overlay), run=run)
                 done += 1
             except (LoomError, ValueError):
                 failed += 1
