@@ -2,7 +2,8 @@
 #   make run    create .venv, install Loom, serve the API with SQLite and an example fabric
 #   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql, chromium, haproxy as root), run them
 #               TIER=unit|component|lab|browser runs one tier (pytest -m TIER; an expression such as
-#               TIER='unit or component' works too); without TIER every tier runs; JOBS=N xdist workers (3)
+#               TIER='unit or component' works too); without TIER every tier runs (unit and component
+#               on JOBS=N xdist workers, 3 by default; then lab and browser alone)
 #   make bench  the benchmark tables (not part of the tests)
 #   make lint   ruff, mypy and the import-layer contracts (CI runs it beside the tests)
 
@@ -47,12 +48,20 @@ run: install
 	$(BIN)/loom serve --example --host 127.0.0.1 --port $(PORT)
 
 TIER ?=
-# pytest-xdist: JOBS workers, each module on one worker (its shared labs and servers set up once), every lab
-# and browser module on one worker after another (tests/conftest.py); JOBS=0 runs in this process
+# Without TIER: the unit and component tiers on JOBS pytest-xdist workers (each module on one worker, its
+# shared servers set up once: tests/conftest.py), then the lab and browser tiers in one process, alone on the
+# machine (real routers and a browser hold the timings their tests check). JOBS=0: no workers.
 JOBS ?= 3
+XDIST := $(if $(filter-out 0,$(JOBS)),-n $(JOBS) --dist loadscope)
+# pytest's exit status 5 is "no test selected" (PYTEST_ARGS naming modules of one kind only)
+PYTEST := $(BIN)/python -m pytest -q -rs
 test: system-deps install
-	$(BIN)/python -m pytest -q -rs $(if $(filter-out 0,$(JOBS)),-n $(JOBS) --dist loadscope) \
-	  $(if $(TIER),-m "$(TIER)") $(PYTEST_ARGS)
+ifeq ($(TIER),)
+	$(PYTEST) $(XDIST) -m "not lab and not browser" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PYTEST) -m "lab or browser" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+else
+	$(PYTEST) $(if $(filter lab browser,$(TIER)),,$(XDIST)) -m "$(TIER)" $(PYTEST_ARGS)
+endif
 
 bench: system-deps install
 	$(BIN)/python -m tests.bench $(BENCH_ARGS)
