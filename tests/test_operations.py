@@ -223,13 +223,13 @@ def test_the_reaction_table_holds_one_revision_s_precomputed_plans_by_identity_a
     """Entries are found by what the revision plans as (two stores' revision 1 are not one), in the
     overlay's normal form (a failed device implies its links); a newer precomputation takes the table
     over and an older one can no longer write into it."""
+    from controller.operations.overlay import intent_ends, normal
     from controller.operations.precompute import reaction_of
     from controller.operations.reaction import implied_links_out
-    from controller.operations.table import ReactionTable, normal
+    from controller.operations.table import ReactionTable
 
-    ends = [(ln.key, ln.a, ln.b) for ln in INTENT.links]
-    spine_links = frozenset(k for k, a, b in ends if "spine-0-0" in (a, b))
-    assert normal(Overlay(spine_links | {LINK}, frozenset({"spine-0-0"})), ends) == \
+    spine_links = frozenset(ln.key for ln in INTENT.links if "spine-0-0" in (ln.a, ln.b))
+    assert normal(Overlay(spine_links | {LINK}, frozenset({"spine-0-0"})), intent_ends(INTENT)) == \
         Overlay(frozenset({LINK}) - spine_links, frozenset({"spine-0-0"}))
     v = view_up()
     assert implied_links_out(frozenset({*spine_links, "device:spine-0-0", "tor-0-0:eth1"}), v) == \

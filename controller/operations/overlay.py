@@ -20,13 +20,14 @@ Pure: values in, an intent out (the revision's address pins carried: copies keep
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from controller.model import DrainPolicy, Intent
 from controller.model.errors import IntentError, InvalidIntent
 
-__all__ = ["Overlay", "overlay_intent"]
+__all__ = ["Overlay", "intent_ends", "normal", "overlay_intent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +75,20 @@ def overlay_intent(intent: Intent, overlay: Overlay) -> Intent:
     add = tuple(DrainPolicy(kind="drain", target=t) for t in [*sorted(overlay.devices), *sorted(overlay.links)]
                 if t not in drained)
     return intent.model_copy(update={"policies": (*intent.policies, *add)}) if add else intent
+
+
+def normal(overlay: Overlay, ends_of: Callable[[str], tuple[str, str] | None]) -> Overlay:
+    """``overlay`` without the links of its own devices (``ends_of(link id)``: the link's two devices, or
+    None for a link it does not know)."""
+    if not overlay.devices or not overlay.links:
+        return overlay
+    implied = {lid for lid in overlay.links if (e := ends_of(lid)) is not None and set(e) & overlay.devices}
+    return Overlay(overlay.links - implied, overlay.devices) if implied else overlay
+
+
+def intent_ends(intent: Intent) -> Callable[[str], tuple[str, str] | None]:
+    """:func:`normal`'s ``ends_of`` for ``intent``'s links (a link id is its lower end)."""
+    def ends_of(lid: str) -> tuple[str, str] | None:
+        link = intent.link_by_end.get(lid)
+        return (link.a, link.b) if link is not None else None
+    return ends_of

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 from controller.model import Intent
 from controller.model.errors import LoomError
 from controller.model.plan import Plan
-from controller.operations.overlay import Overlay, overlay_intent
+from controller.operations.overlay import Overlay, intent_ends, normal, overlay_intent
 from controller.operations.reaction import DEFAULT_POLICY, judge
-from controller.operations.table import TABLE, Reaction, normal
+from controller.operations.table import TABLE, Reaction
 from controller.planning import compile_plan
 from controller.store import repo
 from controller.store import workflow_repo as wrepo
@@ -92,7 +92,7 @@ class Precompute:
         if not (intent.policy("failure_reaction") or DEFAULT_POLICY).enabled:
             TABLE.forget(identity)
             return
-        ends = [(ln.key, ln.a, ln.b) for ln in intent.links]
+        ends = intent_ends(intent)
         todo = [normal(Overlay(sc.links, sc.devices), ends) for sc in scenarios(intent) if not sc.is_baseline]
         todo = list(dict.fromkeys(o for o in todo if o))
         run = TABLE.begin(identity, revision, len(todo))

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from controller.model import FailureReactionPolicy, Intent
 from controller.model.plan import Plan
-from controller.operations.overlay import Overlay
+from controller.operations.overlay import Overlay, normal
 from controller.operations.view import OperationalView
 from safety.replay import Replayer
 from safety.report import StageResult
@@ -106,11 +106,12 @@ def parts_of(overlay: Overlay) -> frozenset[str]:
 
 def implied_links_out(parts: frozenset[str], view: OperationalView) -> frozenset[str]:
     """``parts`` without the links of its failed devices: a failed device implies its links (as in a
-    scenario), so that a device's failure is one overlay whether or not its links were seen down too."""
-    devices = {p.removeprefix("device:") for p in parts if p.startswith("device:")}
-    if not devices:
-        return parts
-    return frozenset(p for p in parts if (ln := view.links.get(p)) is None or not {ln.a, ln.b} & devices)
+    scenario, :func:`controller.operations.overlay.normal`), so that a device's failure is one overlay whether
+    or not its links were seen down too."""
+    def ends_of(lid: str) -> tuple[str, str] | None:
+        link = view.links.get(lid)
+        return (link.a, link.b) if link is not None else None
+    return parts_of(normal(overlay_of(parts), ends_of))
 
 
 def overlay_of(parts: frozenset[str]) -> Overlay:

@@ -13,7 +13,7 @@ drift checks and its reviews are read from the same table
 Entries are keyed by what a revision plans as (its content and address pins,
 :func:`controller.store.repo.revision_identity`, not its number) and by the
 overlay (:meth:`Overlay.key`), in the overlay's normal form: a failed device's
-links are implied by the device (:func:`normal`), as in a scenario. The table
+links are implied by the device (:func:`controller.operations.overlay.normal`), as in a scenario. The table
 holds the precomputed entries of one revision (the newest precomputation) and a
 few solved on demand; it is per process (a new leader precomputes again).
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,15 +31,7 @@ from controller.model.plan import Plan
 from controller.operations.overlay import Overlay
 from controller.operations.reaction import Judgement
 
-__all__ = ["TABLE", "Reaction", "ReactionTable", "normal"]
-
-
-def normal(overlay: Overlay, ends: Iterable[tuple[str, str, str]]) -> Overlay:
-    """``overlay`` without the links of its own devices (``ends``: each link's id and its two devices)."""
-    if not overlay.devices or not overlay.links:
-        return overlay
-    implied = {lid for lid, a, b in ends if lid in overlay.links and (a in overlay.devices or b in overlay.devices)}
-    return Overlay(overlay.links - implied, overlay.devices) if implied else overlay
+__all__ = ["TABLE", "Reaction", "ReactionTable"]
 
 
 @dataclass(frozen=True)

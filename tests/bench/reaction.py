@@ -109,9 +109,9 @@ def table_rows(sizes: list[str], budget_s: float) -> list[list[str]]:
     commit (every scenario planned and judged, one after another, within ``budget_s``), and a lookup."""
     from controller.model.errors import LoomError
     from controller.model.intent import validate_intent
-    from controller.operations.overlay import Overlay
+    from controller.operations.overlay import Overlay, intent_ends, normal
     from controller.operations.precompute import reaction_of
-    from controller.operations.table import ReactionTable, normal
+    from controller.operations.table import ReactionTable
     from controller.planning import compile_plan
     from safety.scenarios import scenarios
 
@@ -124,7 +124,7 @@ def table_rows(sizes: list[str], budget_s: float) -> list[list[str]]:
         t0 = time.perf_counter()
         plan = compile_plan(intent)
         full = time.perf_counter() - t0
-        ends = [(ln.key, ln.a, ln.b) for ln in intent.links]
+        ends = intent_ends(intent)
         todo = list(dict.fromkeys(normal(Overlay(s.links, s.devices), ends) for s in scenarios(intent)
                                   if not s.is_baseline))
         table = ReactionTable()
