@@ -153,11 +153,9 @@ class Operations:
     async def _refresh_topology(self, now: float) -> None:
         """The active revision's intent, read (and validated) only when the active revision moved."""
         self._topology_at = now
-        rev = await self.wf._db(_topology_revision)
-        if rev is not None and self.wf.settings.reaction_precompute_s > 0:
-            active = await self.wf._db(lambda s: wrepo.active_revision(session=s))
-            if active is not None:
-                self.precompute.kick(active)
+        active, rev = await self.wf._db(_revisions)
+        if active is not None:
+            self.precompute.kick(active)  # nothing when precomputation is off
         if rev is None or (rev == self._topology[0] and self._topology[1] is not None):
             return
         intent = await self.wf._db(lambda s: changes.validated(repo.revision_document(rev, session=s)))
@@ -317,17 +315,18 @@ def _in_force(s: Session) -> tuple[Overlay, bool]:
     return Overlay.of(wrepo.active_overlay(session=s)), wrepo.committing_change(session=s) is not None
 
 
-def _topology_revision(s: Session) -> int | None:
-    """The revision whose links and devices the view follows: the active one, else the head."""
-    rev = wrepo.active_revision(session=s)
-    if rev is None:
-        head = repo.head_revision(session=s)
-        rev = head.id if head is not None else None
-    return rev
+def _revisions(s: Session) -> tuple[int | None, int | None]:
+    """The active revision, and the one whose links and devices the view follows: the active one, else the
+    head."""
+    active = wrepo.active_revision(session=s)
+    if active is not None:
+        return active, active
+    head = repo.head_revision(session=s)
+    return None, head.id if head is not None else None
 
 
 def _topology(s: Session) -> tuple[int | None, Intent | None]:
-    rev = _topology_revision(s)
+    _, rev = _revisions(s)
     if rev is None:
         return None, None
     return rev, changes.validated(repo.revision_document(rev, session=s))
