@@ -3,7 +3,7 @@
 #   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql, chromium, haproxy as root), run them
 #               TIER=unit|component|lab|browser runs one tier (pytest -m TIER; an expression such as
 #               TIER='unit or component' works too); without TIER every tier runs (unit and component
-#               on JOBS=N xdist workers, 3 by default; then lab and browser alone)
+#               on JOBS=N xdist workers, 3 by default; then lab, browser and lease-timing tests alone)
 #   make bench  the benchmark tables (not part of the tests)
 #   make lint   ruff, mypy and the import-layer contracts (CI runs it beside the tests)
 
@@ -49,7 +49,8 @@ run: install
 
 TIER ?=
 # Without TIER: the unit and component tiers on JOBS pytest-xdist workers (each module on one worker, its
-# shared servers set up once: tests/conftest.py), then the lab and browser tiers in one process, alone on the
+# shared servers set up once: tests/conftest.py), then the lab and browser tiers and the lease-timing tests
+# (marker alone) in one process, alone on the
 # machine (real routers and a browser hold the timings their tests check). JOBS=0: no workers.
 JOBS ?= 3
 XDIST := $(if $(filter-out 0,$(JOBS)),-n $(JOBS) --dist loadscope)
@@ -57,8 +58,8 @@ XDIST := $(if $(filter-out 0,$(JOBS)),-n $(JOBS) --dist loadscope)
 PYTEST := $(BIN)/python -m pytest -q -rs
 test: system-deps install
 ifeq ($(TIER),)
-	$(PYTEST) $(XDIST) -m "not lab and not browser" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PYTEST) -m "lab or browser" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PYTEST) $(XDIST) -m "not lab and not browser and not alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PYTEST) -m "lab or browser or alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 else
 	$(PYTEST) $(if $(filter lab browser,$(TIER)),,$(XDIST)) -m "$(TIER)" $(PYTEST_ARGS)
 endif

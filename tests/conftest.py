@@ -136,6 +136,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(tier)
         elif len(own) > 1:
             doubled.append(f"{item.nodeid}: {sorted(own)}")
+        if module in ALONE:
+            item.add_marker("alone")
     problems = []
     stale = sorted(m for m in TIERS if not (Path(__file__).parent / m).exists())
     if stale:
@@ -147,6 +149,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if problems:
         raise pytest.UsageError("; ".join(problems))
 
+
+#: modules whose timings (leases of one second) do not hold beside busy xdist workers: ``make test`` runs
+#: them with the labs, alone on the machine (marker ``alone``)
+ALONE = frozenset({"test_cluster.py"})
 
 #: tiers whose tests run one module after another on one worker under xdist (``make test`` runs ``-n``):
 #: real routers and a browser each take the machine's cores, and their timings are the ones the tests hold
