@@ -26,6 +26,8 @@ from __future__ import annotations
 import random
 from typing import Any, Literal
 
+from controller.model.intent import validate_intent
+
 __all__ = ["ALL_PAIRS_MAX_TORS", "DEFAULT_FANOUT", "MAX_TORS", "clos_document", "tor_prefix"]
 
 ALL_PAIRS_MAX_TORS = 256
@@ -200,8 +202,7 @@ def _demands(pods: int, tors: int, rng: random.Random, kind: DemandKind, fanout:
 
 def scale_demands(doc: dict[str, Any], load: float) -> dict[str, Any]:
     """Scale ``doc``'s demands so plain ECMP's maximum utilization is ``load``."""
-    from controller.model.intent import validate_intent
-    from solver.ecmp import ecmp_max_utilization
+    from solver.ecmp import ecmp_max_utilization  # lazy: loads OR-Tools (1.6 s); only this function needs it
 
     mlu = ecmp_max_utilization(validate_intent(doc))
     if mlu <= 0:

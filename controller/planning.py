@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from controller.model import Intent
 from controller.model.plan import Plan
+from solver import solve
 from solver.core.lp import DEFAULT_BACKEND
 
 __all__ = ["CompileOptions", "compile_plan"]
@@ -63,10 +64,9 @@ def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
     wcmp = intent.policy("wcmp")
     robust = options.robust or (wcmp is not None and wcmp.objective == "robust")  # the intent may ask for it
     if robust and intent.policy("failure_tolerance") is not None:
+        # lazy: the robust objective only; safety.replay loads the numba kernels (1.7 s on a cold start)
         from safety.replay import peaks
-        from solver.robust import solve_robust
+        from solver.robust import solve_robust  # lazy: with safety.replay above
 
         return solve_robust(intent, peaks, backend=options.backend, progress=progress)
-    from solver import solve
-
     return solve(intent, backend=options.backend, progress=progress)

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from controller import service
 from controller.model import MAX_GBPS, MAX_INDEX, MAX_METRIC, MAX_UTILIZATION, MIN_CAPACITY_GBPS, MIN_UTILIZATION
+from controller.model.domain import merge_demands
 from controller.model.errors import DocumentTooDeep, DocumentTooLarge, InvalidEncoding, InvalidIntent
 from controller.model.intent import load_intent, parse_intent_text, validate_intent
-from controller.model.jobs import merge_demands
 from controller.model.text import TextLimits, decode_utf8, json_shape, load_json, load_yaml
 
 EXAMPLE = load_intent(service.EXAMPLE_INTENT).to_document()

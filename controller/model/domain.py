@@ -26,6 +26,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from controller.model.jobs import job_matrix
+
 __all__ = [
     "AutoTePolicy",
     "ASN_MAX",
@@ -461,12 +463,10 @@ class Intent(_Frozen):
         with the jobs' demands added (summed where a pair already has demand).
 
         Declared demands keep their place (``demands[i]`` is still element ``i``);
-        pairs only jobs ask for follow, in job order. See :func:`controller.model.jobs.merge_demands`.
+        pairs only jobs ask for follow, in job order. See :func:`merge_demands`.
         """
         if not self.jobs:
             return self.demands
-        from controller.model.jobs import merge_demands
-
         return merge_demands(self)
 
     def demand_loc(self, i: int) -> str:
@@ -479,8 +479,6 @@ class Intent(_Frozen):
     @cached_property
     def job_demand_sources(self) -> tuple[str, ...]:
         """``jobs[j]`` for each effective demand past the declared ones (see :meth:`demand_loc`)."""
-        from controller.model.jobs import job_sources
-
         return tuple(job_sources(self))
 
     def policy(self, kind: str) -> Any | None:
@@ -529,3 +527,25 @@ class Intent(_Frozen):
         """SHA-256 of the canonical document; equal intents have equal hashes."""
         blob = json.dumps(self.to_document(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def merge_demands(intent: Intent) -> tuple[Demand, ...]:
+    """The declared demands with the jobs' added (:func:`controller.model.jobs.job_matrix`): a declared pair
+    keeps its place with the job rate summed in; pairs only jobs ask for follow, in the order the jobs
+    produce them."""
+    extra, _ = job_matrix(intent)
+    out: list[Demand] = []
+    for d in intent.demands:
+        add = extra.pop((d.from_, d.to), 0.0)
+        out.append(d if add == 0.0 else d.model_copy(update={"gbps": d.gbps + add}))
+    for (src, prefix), gbps in extra.items():
+        # computed from validated jobs, not declared: a ring's share may pass the bound of one declared demand
+        out.append(Demand.model_construct(from_=src, to=prefix, gbps=gbps))
+    return tuple(out)
+
+
+def job_sources(intent: Intent) -> list[str]:
+    """For each effective demand past the declared ones, the job that asks for it (``jobs[j]``)."""
+    extra, first = job_matrix(intent)
+    declared = {(d.from_, d.to) for d in intent.demands}
+    return [f"jobs[{first[key]}]" for key in extra if key not in declared]

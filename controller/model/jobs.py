@@ -15,21 +15,50 @@ originates, split evenly over them. :func:`merge_demands` adds them to the
 declared demands (summed where a pair already has demand); it is what
 :attr:`controller.model.Intent.effective_demands` returns, so the solver, the
 safety replay and every caller of them see the same matrix. Pure: values in,
-values out.
+values out. It sits below :mod:`controller.model.domain` (which calls it): it
+reads jobs and intents through the small protocols below, never the classes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
-from controller.model.domain import Collective, Demand, Intent, Job
-
-__all__ = ["job_demands", "job_pairs", "merge_demands", "job_sources", "originated_prefixes"]
+__all__ = ["job_demands", "job_matrix", "job_pairs", "originated_prefixes", "JobLike", "IntentLike"]
 
 GBPS_PER_BYTE_PER_S = 8 / 1e9
 
 
-def job_pairs(job: Job) -> list[tuple[str, str, float]]:
+class JobLike(Protocol):
+    """What the traffic of a job is computed from (:class:`controller.model.Job` is one)."""
+
+    @property
+    def tors(self) -> Sequence[str]: ...
+    @property
+    def collective(self) -> str: ...
+    @property
+    def bytes_per_iter(self) -> float: ...
+    @property
+    def iter_s(self) -> float: ...
+
+
+class PrefixLike(Protocol):
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def origins(self) -> Sequence[str]: ...
+
+
+class IntentLike(Protocol):
+    """The parts of an intent the jobs' matrix reads (:class:`controller.model.Intent` is one)."""
+
+    @property
+    def prefixes(self) -> Sequence[PrefixLike]: ...
+    @property
+    def jobs(self) -> Sequence[JobLike]: ...
+
+
+def job_pairs(job: JobLike) -> list[tuple[str, str, float]]:
     """``(from member, to member, gbps)`` of ``job``'s collective, in member order.
 
     >>> from controller.model import Job
@@ -39,16 +68,16 @@ def job_pairs(job: Job) -> list[tuple[str, str, float]]:
     members = list(job.tors)
     n = len(members)
     rate = job.bytes_per_iter / job.iter_s * GBPS_PER_BYTE_PER_S
-    if job.collective == Collective.RING_ALLREDUCE:
+    if job.collective == "ring_allreduce":
         share = 2 * (n - 1) / n * rate
         return [(members[i], members[(i + 1) % n], share) for i in range(n)]
-    if job.collective == Collective.ALL_TO_ALL:
+    if job.collective == "all_to_all":
         share = rate / n
         return [(a, b, share) for a in members for b in members if a != b]
     return [(members[i], members[i + 1], rate) for i in range(n - 1)]
 
 
-def originated_prefixes(intent: Intent) -> dict[str, list[str]]:
+def originated_prefixes(intent: IntentLike) -> dict[str, list[str]]:
     """Each device's originated prefixes, in document order."""
     out: dict[str, list[str]] = {}
     for p in intent.prefixes:
@@ -57,7 +86,7 @@ def originated_prefixes(intent: Intent) -> dict[str, list[str]]:
     return out
 
 
-def job_demands(job: Job, origins: Mapping[str, Sequence[str]]) -> dict[tuple[str, str], float]:
+def job_demands(job: JobLike, origins: Mapping[str, Sequence[str]]) -> dict[tuple[str, str], float]:
     """``{(from device, to prefix): gbps}`` of ``job``; ``origins`` maps a device to the prefixes it
     originates. A member that originates nothing receives nothing (validation refuses such jobs)."""
     out: dict[tuple[str, str], float] = {}
@@ -69,8 +98,9 @@ def job_demands(job: Job, origins: Mapping[str, Sequence[str]]) -> dict[tuple[st
     return out
 
 
-def _job_matrix(intent: Intent) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], int]]:
-    """The jobs' demand summed over jobs, and the first job asking for each pair."""
+def job_matrix(intent: IntentLike) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], int]]:
+    """The jobs' demand ``{(from device, to prefix): gbps}`` summed over jobs, in the order the jobs produce
+    the pairs, and the index of the first job asking for each pair."""
     origins = originated_prefixes(intent)
     total: dict[tuple[str, str], float] = {}
     first: dict[tuple[str, str], int] = {}
@@ -79,24 +109,3 @@ def _job_matrix(intent: Intent) -> tuple[dict[tuple[str, str], float], dict[tupl
             total[key] = total.get(key, 0.0) + gbps
             first.setdefault(key, j)
     return total, first
-
-
-def merge_demands(intent: Intent) -> tuple[Demand, ...]:
-    """The declared demands with the jobs' added: a declared pair keeps its place with the job
-    rate summed in; pairs only jobs ask for follow, in the order the jobs produce them."""
-    extra, _ = _job_matrix(intent)
-    out: list[Demand] = []
-    for d in intent.demands:
-        add = extra.pop((d.from_, d.to), 0.0)
-        out.append(d if add == 0.0 else d.model_copy(update={"gbps": d.gbps + add}))
-    for (src, prefix), gbps in extra.items():
-        # computed from validated jobs, not declared: a ring's share may pass the bound of one declared demand
-        out.append(Demand.model_construct(from_=src, to=prefix, gbps=gbps))
-    return tuple(out)
-
-
-def job_sources(intent: Intent) -> list[str]:
-    """For each effective demand past the declared ones, the job that asks for it (``jobs[j]``)."""
-    extra, first = _job_matrix(intent)
-    declared = {(d.from_, d.to) for d in intent.demands}
-    return [f"jobs[{first[key]}]" for key in extra if key not in declared]

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, func, insert, select
+from sqlalchemy import Connection, Table, event, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -163,8 +163,6 @@ def install_cache_hooks(factory: sessionmaker[Session], cache: SnapshotCache, he
     """Give the sessions of ``factory`` ``cache``, and move the snapshots a transaction wrote into
     it (and the head to the newest) when (and only when) the transaction commits."""
     factory.configure(info={_CACHE: cache})
-
-    from sqlalchemy import event
 
     @event.listens_for(factory, "after_commit")
     def _committed(session: Session) -> None:

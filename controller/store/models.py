@@ -35,32 +35,20 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Text,
     false,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
+
+# The change workflow's tables live in their own module; importing it puts them in ``metadata`` too.
+from controller.store import workflow_models as _workflow_models  # noqa: F401
+from controller.store.base import Base, metadata
 
 __all__ = ["AuditRow", "Base", "IntentObjectRow", "ROLES", "RevisionEntryRow", "RevisionRow", "TokenRow", "metadata"]
 
 ROLES = ("viewer", "operator", "admin")
-
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-class Base(DeclarativeBase):
-    metadata = metadata
-
 
 class IntentObjectRow(Base):
     """One object of an intent (or a revision's frame) as compact JSON, stored once by its SHA-256."""
@@ -145,5 +133,3 @@ class AuditRow(Base):
     detail: Mapped[str] = mapped_column(Text, default="")
 
 
-# The change workflow's tables live in their own module; importing it here puts them in ``metadata`` too.
-from controller.store import workflow_models as _workflow_models  # noqa: E402,F401

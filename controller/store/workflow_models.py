@@ -20,7 +20,7 @@ from datetime import datetime
 from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from controller.store.models import Base
+from controller.store.base import Base
 
 __all__ = ["AutoTeStateRow", "ChangeRow", "DeploymentRow", "DriftRow", "EventRow", "IdempotencyRow", "LeaseRow",
            "OpStateRow", "PlanRow", "ReplicaRow", "TransitionRow"]

@@ -24,6 +24,9 @@ import json
 import sqlalchemy as sa
 from alembic import op
 
+from controller.store.content import SnapshotCache, StoreOptions, convert_revision, load_snapshot
+from controller.store.snapshot import dumps
+
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
@@ -34,8 +37,6 @@ _revisions = sa.table("revisions", sa.column("id", sa.Integer), sa.column("hash"
 
 
 def upgrade() -> None:
-    from controller.store.content import StoreOptions, convert_revision
-    from controller.store.snapshot import dumps
 
     op.create_table(
         "intent_objects",
@@ -80,8 +81,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    from controller.store.content import SnapshotCache, load_snapshot
-    from controller.store.snapshot import dumps
 
     with op.batch_alter_table("revisions", recreate="never") as batch:
         batch.add_column(sa.Column("document", sa.Text(), nullable=False, server_default=""))
