@@ -93,6 +93,7 @@ TIERS: dict[str, str] = {
     "test_solver_relax.py": "unit",
     "test_solver_routing.py": "unit",
     "test_merge.py": "unit",                 # a change's edits carried onto a moved head (31.1)
+    "test_no_solve_in_session.py": "component",  # the engine's solves on a real store, no session open (32.4)
     "test_lost_edits.py": "component",       # no edit lost to a dry run, a drain or a stale base (31.1)
     "test_failure_reaction.py": "component",  # links fail on dry agents: seen, re-planned around, back
     "test_operations.py": "unit",            # the operational view, damping, overlay and judgement

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from controller.model import Intent
 from controller.model.errors import LoomError
@@ -28,14 +28,11 @@ from controller.operations.table import TABLE, Reaction
 from controller.planning import compile_plan
 from controller.store import repo
 from controller.store import workflow_repo as wrepo
-from controller.workflow import changes
+from controller.workflow.plans import plan_source
+from controller.workflow.runtime import Runtime
 from safety.scenarios import scenarios
 
-if TYPE_CHECKING:  # the service that owns this task (a real cycle: it starts and stops it)
-    from controller.operations.service import Operations
-    from controller.workflow.engine import Workflow
-
-__all__ = ["Precompute", "reaction_of"]
+__all__ = ["Owner", "Precompute", "reaction_of"]
 
 log = logging.getLogger("loom.operations.precompute")
 
@@ -50,10 +47,19 @@ def reaction_of(intent: Intent, plan: Plan, overlay: Overlay) -> Reaction:
     return Reaction(reduced, reacted, verdict, time.perf_counter() - t0)
 
 
+class Owner(Protocol):
+    """What the precomputation waits on (:class:`controller.operations.service.Operations`): whether its
+    replica's view is live (it leads), whether a reaction is being planned, and the engine's runtime."""
+
+    live: bool
+    reacting: bool
+    runtime: Runtime
+
+
 class Precompute:
     """One background task per active revision (see the module docstring)."""
 
-    def __init__(self, ops: Operations, budget_s: float):
+    def __init__(self, ops: Owner, budget_s: float):
         self.ops = ops
         self.budget_s = budget_s
         self.revision: int | None = None
@@ -81,10 +87,11 @@ class Precompute:
                 await task
 
     async def _run(self, revision: int) -> None:
-        wf = self.wf
+        rt = self.ops.runtime
         try:
-            identity, (intent, plan) = await wf._db(
-                lambda s: (repo.revision_identity(revision, session=s), changes.plan_for(revision, session=s)))
+            identity, src = await rt.in_session(
+                lambda s: (repo.revision_identity(revision, session=s), plan_source(revision, session=s)))
+            intent, plan = await rt.solve(src)  # with the session closed
         except Exception:  # noqa: BLE001 - the store away for a moment: the next kick tries again
             log.exception("reaction table: cannot read revision %s", revision)
             self.revision = None
@@ -118,19 +125,16 @@ class Precompute:
         TABLE.finish(identity, run)
         log.info("reaction table of revision %s: %d scenarios in %.1f s", revision, len(todo), spent)
 
-    @property
-    def wf(self) -> Workflow:
-        return self.ops.wf
-
     async def _may_go(self, revision: int) -> bool:
         """Wait while a commit or a reaction runs; False when this replica stopped leading or the active
         revision moved on."""
         while True:
             if not self.ops.live or self.revision != revision:
                 return False
-            busy = self.ops.reacting or self.wf.southbound_busy or await self.wf._db(
+            rt = self.ops.runtime
+            busy = self.ops.reacting or rt.southbound_busy or await rt.in_session(
                 lambda s: wrepo.committing_change(session=s) is not None)
             if not busy:
-                active = await self.wf._db(lambda s: wrepo.active_revision(session=s))
+                active = await rt.in_session(lambda s: wrepo.active_revision(session=s))
                 return bool(active == revision)
             await asyncio.sleep(0.2)

@@ -11,7 +11,7 @@ force with its defaults when absent). Each tick, on the operational view:
   part that flaps is held down longer each time), at most an hour;
 * when it differs from the overlay in force and no commit is running (a commit
   in progress finishes or rolls back first), the active revision is planned
-  without the desired overlay's parts (:func:`controller.workflow.changes.plan_for`),
+  without the desired overlay's parts (:mod:`controller.workflow.plans`),
   and :func:`judge` replays both that plan on the degraded fabric and the plan in
   force under the same failure. The reaction is committed when it is safe, or
   no worse than leaving the plan in force (less traffic lost, no more loops, no
@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from controller.model import FailureReactionPolicy, Intent
 from controller.model.plan import Plan
@@ -43,10 +43,7 @@ from safety.replay import Replayer
 from safety.report import StageResult
 from safety.scenarios import Scenario
 
-if TYPE_CHECKING:  # the service that owns this reactor owns the view and reaches the workflow (a real cycle)
-    from controller.operations.service import Operations
-
-__all__ = ["DEFAULT_POLICY", "Damping", "FailureReaction", "Judgement", "judge"]
+__all__ = ["DEFAULT_POLICY", "Damping", "FailureReaction", "Judgement", "Reactor", "judge"]
 
 log = logging.getLogger("loom.operations.reaction")
 DEFAULT_POLICY = FailureReactionPolicy.model_validate({"kind": "failure_reaction"})
@@ -161,6 +158,17 @@ def judge(current: tuple[Intent, Plan], failed: Overlay, reaction: tuple[Intent,
 
 
 # -- the reactor (leader) ---------------------------------------------------------------------------------
+class Reactor(Protocol):
+    """What the reactor looks at and acts through (:class:`controller.operations.service.Operations`): the
+    operational view, a decision that commits nothing recorded, a reaction planned, judged and committed."""
+
+    view: OperationalView
+
+    async def record_decision(self, kind: str, data: dict[str, Any]) -> None: ...
+
+    async def react(self, desired: Overlay, trigger: dict[str, Any]) -> bool: ...
+
+
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat()
 
@@ -168,7 +176,7 @@ def _iso(t: float) -> str:
 class FailureReaction:
     """The leader's reactor over ``ops.view`` (see the module docstring)."""
 
-    def __init__(self, ops: Operations):
+    def __init__(self, ops: Reactor):
         self.ops = ops
         self.damping = Damping()
         self.recent: deque[float] = deque()  # when reactions were committed, within the hour

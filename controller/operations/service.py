@@ -1,7 +1,9 @@
 """The leader's operational view and failure reaction, wired to the store, the workflow and the agents.
 
-:class:`Operations` is started by the change engine (:class:`controller.workflow.engine.Workflow`). While
-its replica leads, it
+:class:`Operations` is made and started by the change engine (:class:`controller.workflow.engine.Workflow`),
+which hands it its :class:`~controller.workflow.runtime.Runtime` (the store, the agents, leadership) and
+its commit path (:class:`~controller.workflow.runtime.Commit`): this package never imports the engine.
+While its replica leads, it
 
 * follows every attached device over gNMI ``ON_CHANGE``
   (:class:`~controller.operations.stream.StateStream`) into the
@@ -24,14 +26,13 @@ import contextlib
 import logging
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
 from controller.model import FailureReactionPolicy, Intent
 from controller.model.documents import ChangeState
 from controller.model.errors import LoomError
-from controller.model.plan import Plan
 from controller.operations.overlay import Overlay
 from controller.operations.precompute import Precompute
 from controller.operations.reaction import (
@@ -49,11 +50,10 @@ from controller.service import Actor, WriteContext
 from controller.store import events_repo, repo
 from controller.store import workflow_repo as wrepo
 from controller.store.db import write_transaction
-from controller.workflow import changes
 from controller.workflow.agents import client_tls
-
-if TYPE_CHECKING:  # the engine starts this service and is handed to it (a real cycle: it owns the engine's loop)
-    from controller.workflow.engine import Workflow
+from controller.workflow.plans import PlanSource, overlay_plan, plan_source
+from controller.workflow.proposals import validated
+from controller.workflow.runtime import Commit, Runtime
 
 __all__ = ["Operations", "OperationsOptions", "state_document", "stored_view"]
 
@@ -79,9 +79,12 @@ class OperationsOptions:
 class Operations:
     """The operational view of one replica (live while it leads), and its failure reaction."""
 
-    def __init__(self, workflow: Workflow, options: OperationsOptions | None = None,
+    def __init__(self, runtime: Runtime, *, commit: Commit, options: OperationsOptions | None = None,
                  clock: Any = time.time):
-        self.wf = workflow
+        """``runtime``: the change engine's store, agents and leadership; ``commit``: its commit path, through
+        which the reactions are committed."""
+        self.runtime = runtime
+        self._commit = commit
         self.options = options or OperationsOptions()
         self.clock = clock
         self.view = OperationalView()
@@ -96,15 +99,15 @@ class Operations:
         self._in_force_at = float("-inf")
         self._task: asyncio.Task[None] | None = None
         self.reacting = False  # a reaction is being planned or judged (the precomputation waits)
-        self.precompute = Precompute(self, workflow.settings.reaction_precompute_s)
+        self.precompute = Precompute(self, runtime.settings.reaction_precompute_s)
 
     # -- life cycle -----------------------------------------------------------------------
     async def start(self) -> None:
-        wf = self.wf
-        if wf.driver is not None:
-            endpoints = {d: wf.driver.endpoint(d) for d in wf.driver.devices}
-            self.stream = StateStream(endpoints, self._report, self._reachable, wf.is_leader,
-                                      tls=client_tls(wf.settings))
+        rt = self.runtime
+        if rt.driver is not None:
+            endpoints = {d: rt.driver.endpoint(d) for d in rt.driver.devices}
+            self.stream = StateStream(endpoints, self._report, self._reachable, rt.is_leader,
+                                      tls=client_tls(rt.settings))
             await self.stream.start()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -131,7 +134,7 @@ class Operations:
 
     async def tick(self) -> None:
         """Refresh the topology now and then, store what changed, and let the reactor look."""
-        self.live = self.wf.is_leader() and self.stream is not None
+        self.live = self.runtime.is_leader() and self.stream is not None
         if not self.live:
             self.precompute.cancel()
             return
@@ -145,20 +148,20 @@ class Operations:
         # the store is asked what is in force only while something is down or overlaid (else now and then)
         quiet = not self.view.down_links(now) and not self.view.failed_devices(now) and not self._in_force[0]
         if not quiet or now - self._in_force_at >= self.options.topology_s:
-            self._in_force = await self.wf._db(_in_force)
+            self._in_force = await self.runtime.in_session(_in_force)
             self._in_force_at = now
         in_force, busy = self._in_force
-        await self.reaction.tick(policy, in_force, busy or self.wf.southbound_busy, now)
+        await self.reaction.tick(policy, in_force, busy or self.runtime.southbound_busy, now)
 
     async def _refresh_topology(self, now: float) -> None:
         """The active revision's intent, read (and validated) only when the active revision moved."""
         self._topology_at = now
-        active, rev = await self.wf._db(_revisions)
+        active, rev = await self.runtime.in_session(_revisions)
         if active is not None:
             self.precompute.kick(active)  # nothing when precomputation is off
         if rev is None or (rev == self._topology[0] and self._topology[1] is not None):
             return
-        intent = await self.wf._db(lambda s: changes.validated(repo.revision_document(rev, session=s)))
+        intent = await self.runtime.in_session(lambda s: validated(repo.revision_document(rev, session=s)))
         policy = intent.policy("failure_reaction") or DEFAULT_POLICY
         self._topology = (rev, intent, policy)
         self._pending += self.view.set_topology(intent, now)
@@ -192,7 +195,7 @@ class Operations:
                     _audit(s, e.kind, e.data, now)
                 events_repo.save_opstate(doc, session=s, now=now)
         try:
-            await self.wf._db(save)
+            await self.runtime.in_session(save)
         except Exception:
             self._pending = events + self._pending  # stored with the next flush
             raise
@@ -203,7 +206,7 @@ class Operations:
         self._count(events)
 
     def _count(self, events: list[ViewEvent]) -> None:
-        metrics = self.wf.metrics
+        metrics = self.runtime.metrics
         if metrics is None or not hasattr(metrics, "state_transitions"):
             return
         for e in events:
@@ -222,7 +225,7 @@ class Operations:
                 now = _now()
                 events_repo.add_event(kind, data, session=s, now=now)
                 _audit(s, kind, data, now)
-        await self.wf._db(save)
+        await self.runtime.in_session(save)
         log.warning("%s: %s", kind, data.get("reason"))
 
     def drift(self, overlay: dict[str, Any] | None, sessions: dict[str, dict[str, str]]) -> dict[str, list[str]]:
@@ -253,7 +256,6 @@ class Operations:
         """Plan the active revision without ``desired``'s parts (looked up in the reaction table when it
         was precomputed), judge it against the plan in force under the same failure, and commit it when
         it is no worse; True when a reaction change was committed (started)."""
-        wf = self.wf
         t0 = time.perf_counter()
         self.reacting = True
         try:
@@ -274,33 +276,32 @@ class Operations:
                 "reason": "the reaction plan is worse than the plan in force under the same failure",
                 "overlay": desired.to_document(), **trigger})
             return False
-        change = await wf._db(lambda s: _create_reaction(active, desired, trigger, session=s))
+        change = await self.runtime.in_session(lambda s: _create_reaction(active, desired, trigger, session=s))
         self.reaction.last = {"event": "reaction.committing", "change": change, **trigger}
         log.warning("failure reaction: change %s leaves out %s (%s, %s plan)", change, desired.to_document(),
                     judgement.verdict, source)
-        await wf.commit(change, CTX, skip_gate=True)
+        await self._commit(change, CTX, skip_gate=True)
         return True
 
     async def _plan_reaction(self, desired: Overlay) -> tuple[int, Judgement, str] | None:
         """The active revision, the judgement of its plan around ``desired`` and where that plan came from
         (``precomputed``, or ``solved`` now, outside any store session); None when nothing is active."""
-        wf = self.wf
-
-        def read(s: Session) -> tuple[int, str, tuple[Intent, Plan], Overlay] | None:
+        def read(s: Session) -> tuple[int, str, PlanSource, Overlay] | None:
             active = wrepo.active_revision(session=s)
             if active is None:
                 return None
-            return (active, repo.revision_identity(active, session=s), changes.plan_for(active, session=s),
+            return (active, repo.revision_identity(active, session=s), plan_source(active, session=s),
                     Overlay.of(wrepo.active_overlay(session=s)))
-        got = await wf._db(read)
+        got = await self.runtime.in_session(read)
         if got is None:
             return None
-        active, identity, full, in_force = got
+        active, identity, source, in_force = got
+        full = await self.runtime.solve(source)
         entry = TABLE.get(identity, desired) if desired else None
         if entry is not None and entry.judgement is not None and not in_force:
             return active, entry.judgement, "precomputed"  # judged against the full plan: the one in force
-        current = full if not in_force else await asyncio.to_thread(changes.overlay_plan, identity, full[0], in_force)
-        target = full if not desired else await asyncio.to_thread(changes.overlay_plan, identity, full[0], desired)
+        current = full if not in_force else await asyncio.to_thread(overlay_plan, identity, full[0], in_force)
+        target = full if not desired else await asyncio.to_thread(overlay_plan, identity, full[0], desired)
         return active, await run_judge(current, desired, target), "precomputed" if entry is not None else "solved"
 
 
@@ -329,7 +330,7 @@ def _topology(s: Session) -> tuple[int | None, Intent | None]:
     _, rev = _revisions(s)
     if rev is None:
         return None, None
-    return rev, changes.validated(repo.revision_document(rev, session=s))
+    return rev, validated(repo.revision_document(rev, session=s))
 
 
 def _create_reaction(active: int, overlay: Overlay, trigger: dict[str, Any], *, session: Session) -> int:
@@ -356,7 +357,12 @@ def stored_view(session: Session) -> dict[str, Any] | None:
     return got[1] if got is not None else None
 
 
-def state_document(wf: Workflow, session: Session) -> dict[str, Any]:
+class _Engine(Protocol):
+    @property
+    def operations(self) -> Operations: ...
+
+
+def state_document(wf: _Engine, session: Session) -> dict[str, Any]:
     """The links and devices as the fabric reports them: this replica's live view when it leads, else what
     the leader stored, else every link and device of the intent unknown (nothing reported yet)."""
     ops = wf.operations

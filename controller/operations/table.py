@@ -8,7 +8,7 @@ and judges each reaction plan against the plan in force under the same failure
 (:func:`controller.operations.reaction.judge`). A reaction then looks its plan
 and verdict up instead of solving them; the plan a reaction change commits, its
 drift checks and its reviews are read from the same table
-(:func:`controller.workflow.changes.plan_for`).
+(:mod:`controller.workflow.plans`).
 
 Entries are keyed by what a revision plans as (its content and address pins,
 :func:`controller.store.repo.revision_identity`, not its number) and by the

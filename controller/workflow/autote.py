@@ -36,7 +36,9 @@ to the audit log (action ``auto_te.<decision>``, actor ``auto-te``) and counted 
 ``loom_auto_te_decisions_total{decision,reason}``. A policy that is absent or
 ``enabled: false`` makes no decisions. Only the leader runs the loop: a single
 ``loom serve`` is its own leader; replicas elect one (the HA issue) through
-``Workflow.is_leader``.
+``Workflow.is_leader``. The loop reaches the engine through :class:`Engine` (what it calls
+of :class:`controller.workflow.engine.Workflow`: review, commit, wait) and the shared
+:class:`~controller.workflow.runtime.Runtime`; its store reads close before any solve.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from sqlalchemy.exc import DBAPIError
@@ -66,7 +68,10 @@ from controller.store import events_repo, repo
 from controller.store import workflow_repo as wrepo
 from controller.store.db import write_transaction
 from controller.workflow import changes
-from controller.workflow.telemetry import active_context
+from controller.workflow.plans import PlanSource, plan_source
+from controller.workflow.runtime import Runtime
+from controller.workflow.telemetry import active_context, cached_context
+from safety.estimate import link_loads
 
 __all__ = ["AUTHOR", "AutoTe", "Evaluation", "Rails", "evaluate", "max_utilization"]
 
@@ -174,8 +179,6 @@ def evaluate(intent: Intent, plan: Plan, measured: Mapping[tuple[str, str], floa
 
     Raises :class:`InvalidIntent` when the candidate document is not a valid intent and what
     :func:`compile_plan` raises (``Infeasible``)."""
-    from safety.estimate import link_loads
-
     demands = candidate_demands(intent, measured, headroom)
     document = intent.to_document()
     document["demands"] = [{"from": f, "to": p, "gbps": g} for (f, p), g in demands.items()]
@@ -187,9 +190,36 @@ def evaluate(intent: Intent, plan: Plan, measured: Mapping[tuple[str, str], floa
 
 
 # -- the loop -------------------------------------------------------------------------
+class Engine(Protocol):
+    """What the loop calls of the change engine (:class:`controller.workflow.engine.Workflow`)."""
+
+    @property
+    def reviews_in_flight(self) -> int: ...
+
+    async def review(self, change_id: int, ctx: WriteContext) -> Doc: ...
+
+    async def commit(self, change_id: int, ctx: WriteContext) -> wrepo.Change: ...
+
+    async def wait_idle(self) -> None: ...
+
+
+@dataclass
+class _Read:
+    """What one tick reads from the store in one session: the active revision's intent and plan as the
+    telemetry caches them, else what they are made from (solved once the session is closed)."""
+
+    active: int
+    head: int
+    head_author: str
+    paused: wrepo.AutoTeStateRow | None
+    committing: int | None
+    cached: tuple[int, Intent, Plan] | None
+    source: PlanSource | None
+
+
 @dataclass
 class _State:
-    """What one tick reads from the store in one session."""
+    """What one tick knows: the store's answers and the active revision's intent and plan."""
 
     active: int
     intent: Intent
@@ -222,7 +252,8 @@ _OUTCOME = {"skipped": "skipped", "committed": "accepted", "refused": "rejected"
 class AutoTe:
     """The re-tuning loop of one controller process (see the module's docstring)."""
 
-    workflow: Any  # controller.workflow.engine.Workflow (a cycle at import time)
+    runtime: Runtime
+    engine: Engine
     clock: Callable[[], float] = time.time
     rails: Rails = field(default_factory=Rails)
     decisions: deque[Decision] = field(default_factory=lambda: deque(maxlen=50))
@@ -230,7 +261,7 @@ class AutoTe:
     _task: asyncio.Task[Any] | None = None
 
     def __post_init__(self) -> None:
-        s = self.workflow.settings
+        s = self.runtime.settings
         self.rails.confirm, self.rails.backoff_max = s.auto_te_confirm, s.auto_te_backoff_max
 
     @property
@@ -239,7 +270,7 @@ class AutoTe:
 
     def start(self) -> None:
         """Run the loop where the process reads telemetry (a collector is attached)."""
-        if self.workflow.telemetry is not None and self._task is None:
+        if self.runtime.telemetry is not None and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
@@ -265,46 +296,61 @@ class AutoTe:
             await asyncio.sleep(delay)
 
     # -- one evaluation --------------------------------------------------------------
-    def _read(self, session: Session) -> _State | None:
+    def _read(self, session: Session) -> _Read | None:
         active = changes.active_revision(session=session)
         if active is None:
             return None
-        rev, intent, plan = active_context(self.workflow.telemetry, session=session)
         head = repo.head_revision(session=session)
         assert head is not None
         busy = wrepo.committing_change(session=session)
-        return _State(rev, intent, plan, head.id, head.author, wrepo.auto_te_paused(session=session),
-                      busy.id if busy else None)
+        tel = self.runtime.telemetry
+        cached = cached_context(tel, active) if tel is not None else None
+        return _Read(active, head.id, head.author, wrepo.auto_te_paused(session=session), busy.id if busy else None,
+                     cached, None if cached is not None else plan_source(active, session=session))
+
+    async def _state(self) -> _State | None:
+        """:meth:`_read` in a session, then the active plan solved (and cached) after it closed."""
+        got = await self.runtime.in_session(self._read)
+        if got is None:
+            return None
+        if got.cached is not None:
+            _, intent, plan = got.cached
+        else:
+            assert got.source is not None
+            intent, plan = await self.runtime.solve(got.source)
+            if self.runtime.telemetry is not None:
+                self.runtime.telemetry.context = (got.active, intent, plan)
+        return _State(got.active, intent, plan, got.head, got.head_author, got.paused, got.committing)
 
     def _busy(self, st: _State) -> str | None:
-        wf = self.workflow
         if st.committing is not None:
             return f"change {st.committing} is committing"
-        if wf.reviews_in_flight:
-            return f"{wf.reviews_in_flight} review(s) in progress"
-        if wf.southbound_busy:
+        if self.engine.reviews_in_flight:
+            return f"{self.engine.reviews_in_flight} review(s) in progress"
+        if self.runtime.southbound_busy:
             return "a transaction holds the devices"
         return None
 
     async def tick(self) -> float:
         """One evaluation; returns the seconds until the next one."""
-        wf = self.workflow
-        if not wf.is_leader():
+        rt = self.runtime
+        if not rt.is_leader():
             return IDLE_S
-        st = await wf._db(self._read)
+        st = await self._state()
         policy: AutoTePolicy | None = st.intent.policy("auto_te") if st is not None else None
         if st is None or policy is None or not policy.enabled:
             self.rails.streak = 0
             return IDLE_S
         interval = policy.interval_s
         now = self.clock()
-        if wf.metrics is not None:
-            wf.metrics.auto_te_paused.set(1 if st.paused is not None and st.paused.paused else 0)
+        if rt.metrics is not None:
+            rt.metrics.auto_te_paused.set(1 if st.paused is not None and st.paused.paused else 0)
         skip = self._guard(st, now, interval)
         if skip is not None:
             await self._decide(Decision(now, "skipped", *skip))
             return interval
-        tel = wf.telemetry
+        tel = rt.telemetry
+        assert tel is not None  # the loop runs where a collector is attached
         too_long = tel.window_problem(policy.window_s)
         if too_long is not None:  # never a window silently cut to what the collector has
             await self._decide(Decision(now, "skipped", "window_too_long", f"window_s {policy.window_s:g}: {too_long}"))
@@ -336,10 +382,10 @@ class AutoTe:
                    "active_predicted": round(ev.active_predicted, 6),
                    "candidate_predicted": round(ev.candidate_predicted, 6), "gain": round(ev.gain, 6),
                    "min_gain": policy.min_gain, "observed": round(max(observed), 6) if observed else None}
-        if wf.metrics is not None:
-            wf.metrics.auto_te_gain.set(ev.gain)
-            wf.metrics.auto_te_predicted.labels(plan="active").set(ev.active_predicted)
-            wf.metrics.auto_te_predicted.labels(plan="candidate").set(ev.candidate_predicted)
+        if rt.metrics is not None:
+            rt.metrics.auto_te_gain.set(ev.gain)
+            rt.metrics.auto_te_predicted.labels(plan="active").set(ev.active_predicted)
+            rt.metrics.auto_te_predicted.labels(plan="candidate").set(ev.candidate_predicted)
         figures = (f"active plan {ev.active_predicted:.4f}, re-tuned {ev.candidate_predicted:.4f} "
                    f"(gain {ev.gain:+.4f}, min_gain {policy.min_gain:g})")
         if not self.rails.observe(ev.gain, policy.min_gain):
@@ -368,9 +414,9 @@ class AutoTe:
         return self.rails.blocked(now, interval)
 
     async def _propose(self, st: _State, ev: Evaluation, trigger: Doc, figures: str, interval: float) -> None:
-        wf = self.workflow
+        rt, engine = self.runtime, self.engine
         now = self.clock()
-        again = await wf._db(self._read)
+        again = await self._state()
         skip = self._guard(again, now, interval) if again is not None and again.active == st.active else (
             "busy", "the active revision changed during the evaluation")
         if skip is not None:
@@ -388,9 +434,9 @@ class AutoTe:
                                    now=datetime.now(UTC))
             return ch
 
-        ch = await wf._db(create)
+        ch = await rt.in_session(create)
         try:
-            review = await wf.review(ch.id, _ctx("review"))
+            review = await engine.review(ch.id, _ctx("review"))
         except LoomError as exc:
             self.rails.failed(now, interval)
             await self._decide(Decision(now, "refused", "conflict", f"change {ch.id}: the review failed: {exc}",
@@ -406,14 +452,14 @@ class AutoTe:
                                         f"never forced: {figures}", ch.id, trigger, ch.proposed_revision))
             return
         try:
-            await wf.commit(ch.id, _ctx("commit"))
+            await engine.commit(ch.id, _ctx("commit"))
         except (Conflict, SafetyViolation, InvalidIntent) as exc:
             self.rails.failed(now, interval)
             await self._decide(Decision(now, "refused", "conflict", f"change {ch.id}: {exc}", ch.id, trigger,
                                         ch.proposed_revision))
             return
-        await wf.wait_idle()
-        done = await wf._db(lambda s: changes.get_change(ch.id, session=s))
+        await engine.wait_idle()
+        done = await rt.in_session(lambda s: changes.get_change(ch.id, session=s))
         if done.state == ChangeState.COMMITTED:
             self.rails.committed(self.clock())
             await self._decide(Decision(now, "committed", "committed", f"change {ch.id} committed: {figures}",
@@ -430,9 +476,9 @@ class AutoTe:
         log.log(logging.INFO if d.decision in ("skipped", "committed") else logging.WARNING,
                 "auto-te %s (%s): %s", d.decision, d.reason, d.detail,
                 extra={"decision": d.decision, "reason": d.reason, "change": d.change})
-        wf = self.workflow
-        if wf.metrics is not None:
-            wf.metrics.auto_te_decisions.labels(decision=d.decision, reason=d.reason).inc()
+        metrics = self.runtime.metrics
+        if metrics is not None:
+            metrics.auto_te_decisions.labels(decision=d.decision, reason=d.reason).inc()
         ctx = _ctx("evaluate")
 
         def audit(s: Session) -> None:
@@ -445,7 +491,7 @@ class AutoTe:
                                       now=datetime.fromtimestamp(d.at, UTC))
 
         try:
-            await wf._db(audit)
+            await self.runtime.in_session(audit)
         except Exception:  # the store is down: the decision is still logged and counted
             log.exception("auto-te: could not audit a decision")
 
@@ -454,8 +500,8 @@ class AutoTe:
         """``GET /v1/auto-te`` (``AutoTeStatusDocument``)."""
         policy = None
         active = changes.active_revision(session=session)
-        if active is not None and self.workflow.telemetry is not None:
-            _rev, intent, _plan = active_context(self.workflow.telemetry, session=session)
+        if active is not None and self.runtime.telemetry is not None:
+            _rev, intent, _plan = active_context(self.runtime.telemetry, session=session)
             p = intent.policy("auto_te")
             policy = p.model_dump(mode="json") if p is not None else None
         paused = wrepo.auto_te_paused(session=session)
@@ -465,7 +511,7 @@ class AutoTe:
                 "paused_by": paused.actor if on and paused is not None else None,
                 "paused_at": paused.at.isoformat() if on and paused is not None else None,
                 "pause_reason": paused.reason if on and paused is not None else None,
-                "leader": self.workflow.is_leader(), "running": self.running, "streak": r.streak,
+                "leader": self.runtime.is_leader(), "running": self.running, "streak": r.streak,
                 "confirm": r.confirm, "failures": r.failures,
                 "backoff_until": _iso(r.backoff_until) if r.backoff_until > float("-inf") else None,
                 "last_commit_at": _iso(r.last_commit) if r.last_commit > float("-inf") else None,

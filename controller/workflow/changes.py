@@ -12,13 +12,13 @@ any device is touched: it refuses an unreviewed change, a review made against
 another active revision ("review again"), an unsafe verdict without ``force``
 and a reason (:class:`~controller.model.errors.SafetyViolation` with the failing
 scenarios), and a second concurrent commit (the store's unique commit slot).
-Plans are compiled once per revision and kept compressed.
+Plans are compiled once per revision and kept compressed (:mod:`controller.workflow.plans`, whose
+:func:`plan_for`, :func:`overlay_plan` and :func:`plan_document` this module re-exports).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +28,6 @@ from sqlalchemy.orm import Session
 
 from controller import service
 from controller.model import Intent
-from controller.model.addressing import carry
 from controller.model.documents import FINAL_STATES, REVIEWABLE_STATES, ChangeState
 from controller.model.errors import (
     Conflict,
@@ -40,9 +39,7 @@ from controller.model.errors import (
     StoreContention,
 )
 from controller.model.plan import Plan
-from controller.operations.overlay import Overlay, overlay_intent
-from controller.operations.table import TABLE, Reaction
-from controller.planning import compile_plan
+from controller.operations.overlay import Overlay
 from controller.service import WriteContext
 from controller.store import events_repo, repo
 from controller.store import workflow_repo as wrepo
@@ -50,12 +47,23 @@ from controller.store.db import lock_revisions, retrying, write_transaction
 from controller.store.repo import ConcurrentWrite
 from controller.store.workflow_repo import Change
 from controller.workflow.jsonpatch import apply_patch
+from controller.workflow.plans import (
+    PlanSource,
+    Solved,
+    keep,
+    overlay_plan,
+    plan_document,
+    plan_for,
+    plan_source,
+    solve,
+)
 from controller.workflow.proposals import fold_into_head, store_proposed, validated
 
 __all__ = [
-    "FINAL", "STATES", "ReviewInputs", "begin_commit", "change_document", "create_change", "create_rollback",
-    "finish_commit", "get_change", "list_changes", "plan_for", "record_review", "record_settle", "review_inputs",
-    "settle_document", "status", "take_up", "unsettled",
+    "FINAL", "STATES", "ReviewInputs", "ReviewSources", "begin_commit", "change_document", "create_change",
+    "create_rollback", "finish_commit", "get_change", "list_changes", "overlay_plan", "plan_document", "plan_for",
+    "record_review", "record_settle", "review_inputs", "review_sources", "settle_document", "status", "take_up",
+    "unsettled", "validated",
 ]
 
 STATES = tuple(ChangeState)
@@ -112,44 +120,6 @@ def status(*, session: Session) -> Doc:
     busy = wrepo.committing_change(session=session)
     return {"head_revision": head.id if head else None, "active_revision": wrepo.active_revision(session=session),
             "committing_change": busy.id if busy else None}
-
-
-def plan_for(revision: int, *, session: Session, observe: Callable[[float], None] | None = None,
-             overlay: Doc | None = None) -> tuple[Intent, Plan]:
-    """The intent of ``revision`` and its plan (compiled once, then read back from the store). The
-    intent carries the revision's address allocation pins, so that every config built from it numbers
-    links and devices as the revision does (:mod:`controller.model.addressing`). With an ``overlay``
-    (failed parts, :mod:`controller.operations.overlay`), that intent without them and its plan (compiled
-    once per process and overlay)."""
-    import time
-
-    intent = carry(validated(repo.revision_document(revision, session=session)),
-                   repo.revision_pins(revision, session=session))
-    if overlay and (overlay.get("links") or overlay.get("devices")):
-        return overlay_plan(repo.revision_identity(revision, session=session), intent, Overlay.of(overlay))
-    doc = wrepo.get_plan(revision, session=session)
-    if doc is not None:
-        return intent, Plan.from_document(doc)
-    t0 = time.perf_counter()
-    plan = compile_plan(intent)
-    if observe is not None:
-        observe(time.perf_counter() - t0)
-    with write_transaction(session):
-        wrepo.put_plan(revision, plan.to_document(), session=session, now=_now())
-    return intent, plan
-
-
-def overlay_plan(identity: str, intent: Intent, overlay: Overlay) -> tuple[Intent, Plan]:
-    """``intent`` (that of the revision ``identity`` names: :func:`repo.revision_identity`) without
-    ``overlay``'s parts, and its plan: from the reaction table when it was precomputed or solved before
-    (a reaction, its drift checks and its review share one), else compiled now and kept there."""
-    got = TABLE.get(identity, overlay)
-    if got is None:
-        t0 = time.perf_counter()
-        reduced = overlay_intent(intent, overlay)  # InvalidIntent names a part the revision does not have
-        got = Reaction(reduced, compile_plan(reduced), seconds=time.perf_counter() - t0)
-        TABLE.put(identity, overlay, got)
-    return got.intent, got.plan
 
 
 def active_overlay(*, session: Session) -> Doc:
@@ -236,19 +206,43 @@ class ReviewInputs:
     active_plan: Plan | None
 
 
-def review_inputs(change_id: int, *, session: Session,
-                  observe: Callable[[float], None] | None = None) -> ReviewInputs:
+@dataclass(frozen=True)
+class ReviewSources:
+    """What a review reads of the store in one session: the change, and what the plans of its proposed
+    revision and of the active one are made from (both around the failed parts in force)."""
+
+    change: Change
+    proposed: PlanSource
+    active: int | None
+    active_source: PlanSource | None
+
+
+def review_sources(change_id: int, *, session: Session) -> ReviewSources:
     ch = wrepo.get_change(change_id, session=session)
     if ch.state not in REVIEWABLE:
         raise Conflict(f"change {ch.id} is {ch.state}: it cannot be reviewed now")
     assert ch.proposed_revision is not None
     overlay = wrepo.active_overlay(session=session)  # reviewed around the failed parts in force
-    intent, plan = plan_for(ch.proposed_revision, session=session, observe=observe, overlay=overlay)
+    proposed = plan_source(ch.proposed_revision, session=session, overlay=overlay)
     active = wrepo.active_revision(session=session)
-    a_intent = a_plan = None
-    if active is not None:
-        a_intent, a_plan = plan_for(active, session=session, observe=observe, overlay=overlay)
-    return ReviewInputs(ch, intent, plan, active, a_intent, a_plan)
+    source = plan_source(active, session=session, overlay=overlay) if active is not None else None
+    return ReviewSources(ch, proposed, active, source)
+
+
+def review_inputs(change_id: int, *, session: Session,
+                  observe: Callable[[float], None] | None = None) -> ReviewInputs:
+    """:func:`review_sources` solved in the caller's ``session`` (the engine solves outside its sessions)."""
+    def solved(source: PlanSource) -> Solved:
+        got = solve(source, observe)
+        if got.fresh:
+            keep(source.revision, got.plan, session=session)
+        return got
+
+    src = review_sources(change_id, session=session)
+    proposed = solved(src.proposed)
+    active = solved(src.active_source) if src.active_source is not None else None
+    return ReviewInputs(src.change, proposed.intent, proposed.plan, src.active,
+                        active.intent if active is not None else None, active.plan if active is not None else None)
 
 
 def record_review(change_id: int, review: Doc, *, session: Session, ctx: WriteContext) -> Change:
@@ -435,25 +429,6 @@ def drains_added(change: Change, intent: Intent, *, session: Session) -> list[st
 
 def active_revision(*, session: Session) -> int | None:
     return wrepo.active_revision(session=session)
-
-
-def plan_document(revision: int | str, *, session: Session) -> Doc:
-    """The plan document of ``revision`` (``active``: the active revision's)."""
-    if revision == "active":
-        rev = wrepo.active_revision(session=session)
-        if rev is None:
-            raise NotFound("no revision is active yet: commit a change first")
-    else:
-        rev = int(revision)
-        repo.get_revision(rev, session=session)
-    overlay = wrepo.active_overlay(session=session) if revision == "active" else None
-    doc = wrepo.get_plan(rev, session=session) if not overlay else None
-    if doc is None:
-        _, plan = plan_for(rev, session=session, overlay=overlay)
-        doc = plan.to_document()
-    if revision == "active":  # the failed parts its plan leaves out (empty lists when none)
-        doc = {**doc, "overlay": Overlay.of(overlay).to_document()}
-    return doc
 
 
 def json_size(doc: Any) -> int:

@@ -24,6 +24,7 @@ from controller.model.intent import validate_intent, validate_job, with_job
 from controller.planning import compile_plan
 from controller.store import repo
 from controller.store import workflow_repo as wrepo
+from safety.replay import replay
 
 __all__ = ["base_revision", "what_if", "what_if_stored"]
 
@@ -37,8 +38,6 @@ def what_if(intent: Intent, job: Any) -> Doc:
     job is malformed or names devices the intent lacks, and
     :class:`~controller.model.errors.Infeasible` when its demand cannot be routed.
     """
-    from safety.replay import replay
-
     candidate = with_job(intent, validate_job(job, intent))
     plan = compile_plan(candidate)
     report = replay(candidate, plan)

@@ -23,8 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.model import Intent
-from controller.model.plan import Plan
+from controller.model.plan import Plan, PlanSummary
 from controller.workflow.changes import ReviewInputs
+from safety.replay import limits, replay
+from safety.review import diff_plans
+from safety.review import review as review_plans
+from safety.transition import ownership, schedule
+from southbound.config import bgp_session_resets
+from southbound.render import config_hash, device_configs, render_frr
+from southbound.transaction import commit_order
 
 __all__ = ["CommitLeg", "build_review", "commit_legs", "commit_stages", "expected_hashes", "leg_transaction",
            "local_config_diff", "session_resets"]
@@ -45,21 +52,16 @@ def _gbps(intent: Intent | None, plan: Plan | None) -> dict[str, Doc]:
 def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
                  observe_safety: Callable[[float, int], None] | None = None) -> Doc:
     """The ``Review`` document of ``inp`` with ``config_diff`` (device -> unified diff)."""
-    from safety.replay import replay
-    from safety.review import diff_plans, review
-
     t0 = time.perf_counter()
     report = replay(inp.intent, inp.plan)
     if observe_safety is not None:
         observe_safety(time.perf_counter() - t0, int(report.counts.get("scenarios", 0)))
     if inp.active_intent is not None and inp.active_plan is not None:
-        rv = review(inp.active_intent, inp.active_plan, inp.intent, inp.plan, report=report)
+        rv = review_plans(inp.active_intent, inp.active_plan, inp.intent, inp.plan, report=report)
         plan_diff = [d.to_document() for d in rv.devices]
         links: list[Doc] = [{"id": x.link, "before": x.before, "after": x.after, "delta": round(x.delta, 6)}
                  for x in rv.links]
     else:
-        from controller.model.plan import PlanSummary
-
         empty = Plan(inp.plan.fabric, PlanSummary(0, 0, 0, 0, 0, 0), {}, ())
         plan_diff = [d.to_document() for d in diff_plans(empty, inp.plan)]
         links = [{"id": x.link_key, "before": None, "after": round(x.utilization, 6), "delta": None}
@@ -89,9 +91,6 @@ def _resets(inp: ReviewInputs) -> list[Any]:
     """The BGP session ends the change tears down (:func:`southbound.config.bgp_session_resets`; none
     without an active revision: nothing runs yet). Sessions do not depend on the plan, so configs are
     built without."""
-    from southbound.config import bgp_session_resets
-    from southbound.render import device_configs
-
     if inp.active_intent is None:
         return []
     return bgp_session_resets(device_configs(inp.active_intent), device_configs(inp.intent))
@@ -106,9 +105,6 @@ def session_resets(inp: ReviewInputs, resets: list[Any] | None = None) -> Doc:
 def transition_schedule(inp: ReviewInputs, config_diff: dict[str, str], resets: list[Any] | None = None) -> Doc:
     """The schedule document from the active plan to the proposed one; with no active
     revision, one stage of every device (nothing runs yet to be mixed with)."""
-    from safety.replay import limits
-    from safety.transition import ownership, schedule
-
     if inp.active_intent is None or inp.active_plan is None:
         devices = sorted(set(config_diff) | {d.name for d in inp.intent.devices})
         return {"stages": [{"devices": devices, "worst_utilization": round(inp.plan.summary.max_utilization, 6)}],
@@ -133,8 +129,6 @@ def _link_rows(plan: Plan) -> list[_Row]:
 def _configs(intent: Intent | None, plan: Plan | None) -> dict[str, str]:
     if intent is None:
         return {}
-    from southbound.render import device_configs, render_frr
-
     return {d: render_frr(c) for d, c in device_configs(intent, plan).items()}
 
 
@@ -152,16 +146,12 @@ def local_config_diff(inp: ReviewInputs) -> dict[str, str]:
 
 def expected_hashes(intent: Intent, plan: Plan) -> dict[str, str]:
     """The config hash each device's agent reports once it runs this intent and plan."""
-    from southbound.render import config_hash, device_configs
-
     return {d: config_hash(c) for d, c in device_configs(intent, plan).items()}
 
 
 def commit_stages(review: Doc | None, names: list[str]) -> tuple[list[list[str]], list[float | None]]:
     """The commit order of ``names`` from the review's schedule (DESIGN.md Transitions), and each
     stage's worst utilization where the schedule gives it; no schedule: one stage of every device."""
-    from southbound.transaction import commit_order
-
     sched = (review or {}).get("schedule")
     rows = sched.get("stages") if isinstance(sched, dict) else None
     if not isinstance(rows, list) or not rows:

@@ -9,10 +9,12 @@ does about it, as values and one async step per device:
 revision its outcome names; :func:`settle_device` moves one such device one
 step towards it (Confirm or Rollback what it holds pending, undo the change's
 transaction, or push the target revision's config to it as a one-device
-transaction) and says why it is not there yet, if it is not. The change
-engine (:mod:`controller.workflow.engine`) runs it on its leader, stores what
-is left on the change (``settled``, ``settle``) and keeps at it every
-``settle_interval`` seconds, with every agent call fenced by its epoch.
+transaction) and says why it is not there yet, if it is not.
+:func:`settle_doc` is what a commit or a recovery records as left to settle;
+:class:`Settler` is the leader's loop: it runs :func:`settle_change` on every
+unsettled change while no transaction holds the devices, stores what is left on
+the change (``settled``, ``settle``) and keeps at it every ``settle_interval``
+seconds, with every agent call fenced by its epoch.
 """
 
 from __future__ import annotations
@@ -27,14 +29,24 @@ from sqlalchemy.orm import Session
 from controller.model import Intent
 from controller.model.documents import ChangeState
 from controller.model.plan import Plan
+from controller.service import Actor, WriteContext
 from controller.store import workflow_repo as wrepo
 from controller.workflow import changes
+from controller.workflow.review import expected_hashes
+from controller.workflow.runtime import Runtime
 from southbound.config import DeviceConfig
 from southbound.driver import DeviceDriver, error_text
+from southbound.render import config_hash, device_configs
+from southbound.transaction import commit
 
-__all__ = ["left_off", "off_target", "pending_after", "settle_change", "settle_device", "unsettled_note"]
+__all__ = ["Settler", "left_off", "off_target", "pending_after", "settle_change", "settle_device", "settle_doc",
+           "unsettled_note"]
 
 log = logging.getLogger("loom.workflow")
+Doc = dict[str, Any]
+#: how a revision's intent and plan are got (:meth:`controller.workflow.runtime.Runtime.plan`)
+PlanOf = Callable[[int], Awaitable[tuple[Intent, Plan]]]
+SETTLE_CTX = WriteContext(actor=Actor("loom-controller (settle)", "admin"), method="SYSTEM", path="settle")
 
 
 def pending_after(result: Any) -> dict[str, str]:
@@ -48,21 +60,18 @@ def pending_after(result: Any) -> dict[str, str]:
             if r.failed}
 
 
-async def left_off(ch: wrepo.Change, outcome: ChangeState, result: Any,
-                   db: Callable[[Callable[[Session], tuple[Intent, Plan]]], Awaitable[tuple[Intent, Plan]]],
+async def left_off(ch: wrepo.Change, outcome: ChangeState, result: Any, plan_of: PlanOf,
                    states: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, str]:
     """The devices a transaction's end left off the revision ``outcome`` names: those it could not roll
     back (:func:`pending_after`) and, after a rollback, any whose state (``states()``, read now) is not the
     revision active before (a repair's rollback returns its devices to the nudge it pushed first; a device
     may have drifted before the change)."""
-    from controller.workflow.review import expected_hashes
-
     left = pending_after(result)
     prev = ch.previous_active
     if outcome != ChangeState.ROLLED_BACK or prev is None:
         return left
     try:
-        intent, plan = await db(lambda s: changes.plan_for(prev, session=s))
+        intent, plan = await plan_of(prev)
         want = await asyncio.to_thread(expected_hashes, intent, plan)
         return {**off_target(await states(), want), **left}
     except Exception:  # the outcome is recorded all the same; what failed to roll back is still known
@@ -100,8 +109,6 @@ async def settle_device(driver: DeviceDriver, device: str, *, transaction: str, 
     """One step of ``device`` towards the config hash ``want`` (None: no revision was active before the
     change, so undoing ``transaction`` is the target); ``undo``: the change's transaction is undone there
     (rolled back, failed), else it is confirmed. Returns None once the device is there, else why not."""
-    from southbound.transaction import commit
-
     try:
         st = await driver.state(device)
         if st.pending_change:
@@ -132,19 +139,16 @@ async def settle_device(driver: DeviceDriver, device: str, *, transaction: str, 
     return None if res.ok else f"runs {st.running_hash[:12]}; pushing the target failed: {res.error}"
 
 
-async def settle_change(agents: DeviceDriver, ch: wrepo.Change,
-                        db: Callable[[Callable[[Session], tuple[Intent, Plan]]], Awaitable[tuple[Intent, Plan]]],
-                        *, confirm_within: float, verify_timeout: float) -> dict[str, Any]:
+async def settle_change(agents: DeviceDriver, ch: wrepo.Change, plan_of: PlanOf, *, confirm_within: float,
+                        verify_timeout: float) -> dict[str, Any]:
     """One step of every device ``ch`` left to settle, all at once, through ``agents`` (fenced by the
-    leader's epoch); ``db(fn)`` runs ``fn(session)`` off the event loop. Returns the new settle document
-    (:func:`~controller.workflow.changes.settle_document`), not yet stored."""
-    from southbound.render import config_hash, device_configs
-
+    leader's epoch); ``plan_of(revision)`` gets a revision's intent and plan. Returns the new settle
+    document (:func:`~controller.workflow.changes.settle_document`), not yet stored."""
     prior = ch.settle or {}
     target, txn, undo = prior.get("target_revision"), str(prior.get("transaction") or ""), bool(prior.get("undo"))
     configs: dict[str, DeviceConfig] = {}
     if target is not None:
-        intent, plan = await db(lambda s: changes.plan_for(int(target), session=s))
+        intent, plan = await plan_of(int(target))
         configs = await asyncio.to_thread(device_configs, intent, plan)
     names = sorted(d for d in prior.get("pending", {}) if d in set(agents.devices))
     attempt = int(prior.get("attempts", 0)) + 1
@@ -161,3 +165,60 @@ async def settle_change(agents: DeviceDriver, ch: wrepo.Change,
                 extra={"change": ch.id, "unsettled": sorted(pending), "attempt": attempt})
     return changes.settle_document(target_revision=target, transaction=txn, undo=undo, pending=pending,
                                    attempts=attempt)
+
+
+def settle_doc(ch: wrepo.Change, outcome: ChangeState, pending: dict[str, str]) -> Doc:
+    """What a final change leaves to settle: ``pending`` devices onto the revision ``outcome`` names."""
+    committed = outcome == ChangeState.COMMITTED
+    doc = changes.settle_document(target_revision=ch.proposed_revision if committed else ch.previous_active,
+                                  transaction=ch.transaction or "", undo=not committed, pending=pending)
+    if pending:
+        log.warning("change %s is %s but not settled: %s", ch.id, outcome, "; ".join(
+            f"{d}: {why}" for d, why in sorted(pending.items())),
+            extra={"change": ch.id, "outcome": outcome, "unsettled": sorted(pending)})
+    return doc
+
+
+class Settler:
+    """The leader's settling: one step of every unsettled change's devices every ``settle_interval``."""
+
+    def __init__(self, rt: Runtime):
+        self.rt = rt
+
+    async def loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.rt.settings.settle_interval)
+            if not self.rt.is_leader():
+                continue  # only the leader drives agents
+            try:
+                await self.settle()
+            except Exception:
+                log.exception("settling failed")
+
+    async def settle(self) -> list[Doc]:
+        """As the leader, while no change commits: one step of every device that a final change left off the
+        revision its state names; returns the settle documents recorded."""
+        rt = self.rt
+        if rt.driver is None or not rt.is_leader() or rt.southbound_busy:
+            return []
+
+        def read(s: Session) -> list[wrepo.Change]:
+            return [] if wrepo.committing_change(session=s) is not None else wrepo.unsettled_changes(session=s)
+        out: list[Doc] = []
+        for ch in await rt.in_session(read):
+            if rt.southbound_busy:
+                break  # a commit was taken up meanwhile: it goes first
+            async with rt.southbound:
+                doc = await self._settle_change(ch, rt.epoch)
+            if doc is not None:
+                out.append(doc)
+        return out
+
+    async def _settle_change(self, ch: wrepo.Change, epoch: int) -> Doc | None:
+        rt = self.rt
+        doc = await settle_change(rt.fenced(epoch), ch, rt.plan, confirm_within=rt.settings.confirm_within,
+                                  verify_timeout=rt.settings.verify_timeout)
+        if not rt.is_leader() or rt.epoch != epoch:
+            return None  # deposed meanwhile: the new leader keeps settling
+        await rt.in_session(lambda s: changes.record_settle(ch.id, doc, session=s, ctx=SETTLE_CTX))
+        return doc

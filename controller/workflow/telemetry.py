@@ -3,7 +3,7 @@ plan for the views, and a measured demand matrix written into the intent.
 
 :func:`active_context` reads the active revision (cached per revision on the
 :class:`~controller.telemetry.Telemetry`, so a view does not parse the plan on
-every request); :func:`active_intent` reads only its intent (no plan compiled
+every request; :func:`cached_context` is that cache); :func:`active_intent` reads only its intent (no plan compiled
 or stored: what ``/metrics`` and the link view need); :func:`capture_demands` replaces the intent's demands with the
 measured matrix times a headroom factor in one revision, through the service's
 single write path (If-Match, whole-document validation, audit entry recording
@@ -28,16 +28,23 @@ from controller.service import WriteContext, WriteResult
 from controller.telemetry import Telemetry
 from controller.workflow import changes
 
-__all__ = ["active_context", "active_intent", "capture_demands"]
+__all__ = ["active_context", "active_intent", "cached_context", "capture_demands"]
+
+
+def cached_context(telemetry: Telemetry, rev: int) -> tuple[int, Intent, Plan] | None:
+    """The active revision ``rev``'s intent and plan as ``telemetry`` caches them, or None."""
+    cached = telemetry.context
+    return cached if cached is not None and cached[0] == rev else None
 
 
 def active_context(telemetry: Telemetry, *, session: Session) -> tuple[int, Intent, Plan]:
-    """The active revision, its intent and its plan (:class:`NotFound` before the first commit)."""
+    """The active revision, its intent and its plan (:class:`NotFound` before the first commit), in the
+    caller's session (the API's reads; the engine's loops solve after their session closed)."""
     rev = changes.active_revision(session=session)
     if rev is None:
         raise NotFound("no revision is active yet: commit a change first")
-    cached = telemetry.context
-    if cached is not None and cached[0] == rev:
+    cached = cached_context(telemetry, rev)
+    if cached is not None:
         return cached
     intent, plan = changes.plan_for(rev, session=session)
     telemetry.context = (rev, intent, plan)
@@ -49,8 +56,8 @@ def active_intent(telemetry: Telemetry, *, session: Session) -> Intent:
     rev = changes.active_revision(session=session)
     if rev is None:
         raise NotFound("no revision is active yet: commit a change first")
-    cached = telemetry.context
-    if cached is not None and cached[0] == rev:
+    cached = cached_context(telemetry, rev)
+    if cached is not None:
         return cached[1]
     _rev, doc = service.get_intent(session=session, revision=rev)
     return validate_intent(doc)

@@ -1,0 +1,172 @@
+"""Drift: every device held against the active revision, and the active revision pushed again to repair it.
+
+Every ``drift_interval`` seconds (on the leader) and after each commit,
+:meth:`Drift.check_drift` reads every device's ``GetState`` and holds it against
+the active revision: its config hash, a change awaiting confirmation, its kernel
+routes against the plan where the agent observes them, and what the operational
+view reports that the plan does not expect (a link down that no overlay leaves
+out, a BGP session down). The report is stored; with ``drift_repair`` (or
+``POST /v1/drift/repair``) the active revision is pushed again as a ``repair``
+change through the one commit path (:meth:`Drift.repair`), unless settling is
+still driving devices. :meth:`Drift.device_state` answers one device's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from controller.model import Intent
+from controller.model.errors import NotFound, Unreachable
+from controller.model.plan import Plan
+from controller.service import Actor, WriteContext
+from controller.store import workflow_repo as wrepo
+from controller.store.db import write_transaction
+from controller.workflow import changes
+from controller.workflow.review import expected_hashes
+from controller.workflow.runtime import Commit, Runtime
+from southbound.config import DeviceConfig
+from southbound.driver import error_text
+from southbound.render import device_configs
+from southbound.state import DeviceState
+from southbound.wcmp import compare
+
+__all__ = ["Drift"]
+
+log = logging.getLogger("loom.workflow")
+Doc = dict[str, Any]
+#: what the operational view says the fabric runs that the plan in force does not expect, per device
+#: (:meth:`controller.operations.service.Operations.drift`: the overlay in force, each device's sessions)
+Operational = Callable[[dict[str, Any] | None, dict[str, dict[str, str]]], dict[str, list[str]]]
+REPAIR_CTX = WriteContext(actor=Actor("loom-controller (drift repair)", "admin"), method="SYSTEM", path="drift")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _device_drift(st: DeviceState, want: str, intent: Intent, plan: Plan, d: str, config: DeviceConfig,
+                  fabric: list[str]) -> list[str]:
+    """How device ``d``'s state ``st`` differs from the active revision (config hash ``want``, the plan)."""
+    details: list[str] = []
+    if st.running_hash != want:
+        details.append(f"running config {st.running_hash[:12]} is not the active revision's {want[:12]}")
+    if st.pending_change:
+        details.append(f"change {st.pending_change} awaits confirmation on the device")
+    dp = plan.devices.get(d)
+    if st.observed and dp is not None:
+        details += compare(dp, st, realization=intent.wcmp_realization.value, wcmp=intent.wcmp_enabled,
+                           fabric_prefixes=fabric, originated=config.originated)
+    return details
+
+
+class Drift:
+    """The drift use case of one controller process (see the module docstring)."""
+
+    def __init__(self, rt: Runtime, *, operational: Operational, commit: Commit):
+        self.rt = rt
+        self._operational = operational
+        self._commit = commit
+        self._lock = asyncio.Lock()
+
+    async def device_state(self, name: str) -> Doc:
+        driver = self.rt.driver
+        if driver is None or name not in driver.devices:
+            raise NotFound(f"device {name!r} has no agent attached to this controller")
+        try:
+            st = await driver.state(name)
+        except Exception as exc:
+            raise Unreachable(name, error_text(exc)) from exc
+        doc: Doc = st.to_document()
+        doc["endpoint"] = driver.endpoint(name)
+        return doc
+
+    async def loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.rt.settings.drift_interval)
+            if not self.rt.is_leader():
+                continue  # the leader checks (and repairs) drift; followers only serve its reports
+            try:
+                await self.check_drift(repair=self.rt.settings.drift_repair)
+            except Exception:
+                log.exception("drift check failed")
+
+    async def check_drift(self, *, repair: bool = False) -> Doc:
+        """Hold every device against the active revision; store and return the report."""
+        rt = self.rt
+        async with self._lock:
+            def read(s: Session) -> tuple[int | None, bool]:
+                return changes.active_revision(session=s), wrepo.committing_change(session=s) is not None
+            active, busy = await rt.in_session(read)
+            doc: Doc = {"checked_at": _now().isoformat(), "active_revision": active, "devices": {}}
+            if busy:
+                last = await rt.in_session(lambda s: wrepo.latest_drift(session=s))
+                return last or {**doc, "note": "a change is committing: not checked"}
+            if active is None or rt.driver is None:
+                doc["note"] = "no devices attached" if rt.driver is None else "no revision is active yet"
+                await self._save(doc, active)
+                return doc
+            doc["devices"] = await self._hold(active)
+            await self._save(doc, active)
+            drifted = [d for d, r in doc["devices"].items() if r["status"] == "drift"]
+        if repair and drifted:
+            left = await rt.in_session(lambda s: changes.unsettled(session=s))
+            if left:  # settling drives those devices first; a repair now would find them busy
+                doc["repair_note"] = f"not repaired: change(s) {', '.join(str(u['change']) for u in left)} settle"
+            else:
+                doc["repair"] = await self.repair(drifted)
+        return doc
+
+    async def _hold(self, active: int) -> dict[str, Doc]:
+        """Every attached device of the active revision: ``{"status": ok | drift | unreachable, "details"}``."""
+        rt = self.rt
+        assert rt.driver is not None
+        overlay = await rt.in_session(lambda s: wrepo.active_overlay(session=s))
+        intent, plan = await rt.plan(active, overlay)
+        want = await asyncio.to_thread(expected_hashes, intent, plan)
+        configs = device_configs(intent, plan)
+        operational = self._operational(overlay, {  # links and sessions down that the plan expects up
+            d: {n.key: n.port for n in c.neighbors} for d, c in configs.items()})
+        names = sorted(set(want) & set(rt.driver.devices))
+        fabric = sorted({p for dp in plan.devices.values() for p in dp.routes})
+        # the leader's reads carry its epoch too (they raise the agents' fence); a follower's do not
+        states = await rt.states(names, rt.fenced(rt.epoch) if rt.is_leader() else None)
+        out: dict[str, Doc] = {}
+        for d in names:
+            st = states[d]
+            if isinstance(st, BaseException):
+                out[d] = {"status": "unreachable", "details": [error_text(st)]}
+                continue
+            details = _device_drift(st, want[d], intent, plan, d, configs[d], fabric) + operational.get(d, [])
+            out[d] = {"status": "drift" if details else "ok", "details": details}
+        return out
+
+    async def _save(self, doc: Doc, active: int | None) -> None:
+        def save(s: Session) -> None:
+            with write_transaction(s):
+                wrepo.add_drift(doc, session=s, now=_now(), active=active)
+        await self.rt.in_session(save)
+        if self.rt.metrics is not None:
+            self.rt.metrics.drift_devices.set(sum(1 for r in doc["devices"].values() if r["status"] != "ok"))
+
+    async def repair(self, devices: list[str] | None = None, ctx: WriteContext | None = None) -> Doc:
+        """Push the active revision again, as a ``repair`` change (same gate-free commit path)."""
+        ctx = ctx or REPAIR_CTX
+        active = await self.rt.in_session(lambda s: changes.active_revision(session=s))
+        if active is None:
+            raise NotFound("no revision is active: nothing to repair")
+        why = f"drift repair: re-push active revision {active}" + (f" ({', '.join(devices)})" if devices else "")
+
+        def make(s: Session) -> int:
+            with write_transaction(s):
+                ch = wrepo.add_change(session=s, kind="repair", base_revision=active, proposed_revision=active,
+                                      message=why, author=ctx.actor.name, now=_now())
+            return ch.id
+        change_id = await self.rt.in_session(make)
+        ch = await self._commit(change_id, ctx, skip_gate=True)
+        return {"change": ch.id, "revision": active}

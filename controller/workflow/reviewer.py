@@ -1,0 +1,91 @@
+"""Reviewing a change: the dry run an operator reads before committing, computed and recorded.
+
+:class:`Reviewer` reads what the review needs in one short session
+(:func:`controller.workflow.changes.review_sources`), solves both plans with no
+session open (a plan compiled now is kept in a short write of its own), takes
+the per-device config diff from the agents' ``Prepare`` in preview (nothing
+stored on the devices) or, with no agents or while a change commits, renders it
+locally, builds the review document (:func:`controller.workflow.review.build_review`,
+safety replay and transition schedule, in a worker thread) and records it. A
+review records the active revision it was made against: a commit refuses a
+review whose active revision has moved on since ("review again").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from controller.service import WriteContext
+from controller.store import workflow_repo as wrepo
+from controller.workflow import changes
+from controller.workflow.review import build_review, local_config_diff
+from controller.workflow.runtime import Runtime
+from controller.workflow.settle import unsettled_note
+from southbound.render import device_configs
+from southbound.transaction import new_change_id
+
+__all__ = ["Reviewer"]
+
+Doc = dict[str, Any]
+
+
+class Reviewer:
+    """The review use case of one controller process; ``in_flight`` counts the reviews running now
+    (automatic re-tuning waits while any runs)."""
+
+    def __init__(self, rt: Runtime):
+        self.rt = rt
+        self.in_flight = 0
+
+    async def review(self, change_id: int, ctx: WriteContext) -> Doc:
+        self.in_flight += 1
+        try:
+            return await self._review(change_id, ctx)
+        finally:
+            self.in_flight -= 1
+
+    async def inputs(self, change_id: int) -> changes.ReviewInputs:
+        """The change and both plans (proposed and active, around the failed parts in force), read in one
+        session and solved after it closed."""
+        rt = self.rt
+        src = await rt.in_session(lambda s: changes.review_sources(change_id, session=s))
+        proposed = await rt.solve(src.proposed, observe=True)
+        active = await rt.solve(src.active_source, observe=True) if src.active_source is not None else None
+        a_intent, a_plan = active if active is not None else (None, None)
+        return changes.ReviewInputs(src.change, proposed[0], proposed[1], src.active, a_intent, a_plan)
+
+    async def _review(self, change_id: int, ctx: WriteContext) -> Doc:
+        rt = self.rt
+        inp = await self.inputs(change_id)
+        busy = rt.southbound_busy or await rt.in_session(lambda s: wrepo.committing_change(session=s) is not None)
+        config_diff: dict[str, str] | None = None
+        if rt.driver is not None and not busy:
+            config_diff = await self._agent_diff(inp)
+        if config_diff is None:
+            config_diff = await asyncio.to_thread(local_config_diff, inp)
+        doc = await asyncio.to_thread(build_review, inp, config_diff, observe_safety=rt.observe_safety)
+        left = await rt.in_session(lambda s: changes.unsettled(session=s))
+        if left:
+            doc["unsettled"], doc["unsettled_note"] = left, unsettled_note(left, rt.driver is not None and not busy)
+        if rt.driver is None:
+            doc["devices_attached"] = False
+        elif busy:
+            doc["config_diff_note"] = "a change is committing: the config diff was rendered locally, not by Prepare"
+        await rt.in_session(lambda s: changes.record_review(change_id, doc, session=s, ctx=ctx))
+        return doc
+
+    async def _agent_diff(self, inp: changes.ReviewInputs) -> dict[str, str]:
+        """Every device's diff from its agent's Prepare in preview: the agent stores nothing, so a review
+        on any replica never disturbs a transaction the leader runs (no lock needed between them)."""
+        agents = self.rt.agents
+        configs = {d: c for d, c in device_configs(inp.intent, inp.plan).items() if d in set(agents.devices)}
+        change = f"review-{new_change_id()}"
+        got = await asyncio.gather(*(agents.preview(d, change, c) for d, c in configs.items()))
+        out: dict[str, str] = {}
+        for d, r in sorted(zip(configs, got, strict=True)):
+            if r.failed:
+                out[d] = f"# Prepare failed: {r.error}"
+            elif r.changed:
+                out[d] = r.diff
+        return out
