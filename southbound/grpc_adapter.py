@@ -145,7 +145,7 @@ def _info_from_proto(m: pb.AgentInfo) -> AgentInfo:
 
 # -- server side -----------------------------------------------------------------
 class AgentService(Protocol):
-    """The agent's logic, in domain types (implemented by :class:`southbound.agent.AgentCore`);
+    """The agent's logic, in domain types (implemented by :class:`southbound.device.agent.AgentCore`);
     ``epoch`` is the sending leader's (None: the call carried none)."""
 
     async def info(self, *, epoch: int | None = None) -> AgentInfo: ...

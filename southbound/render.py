@@ -31,7 +31,7 @@ from southbound.config import (
     Interface,
     LinkBandwidth,
 )
-from southbound.frr_apply import FibHop, Rendered
+from southbound.rendered import FibHop, Rendered
 
 __all__ = [
     "LINK_POOL",
@@ -229,7 +229,7 @@ def render_frr(config: DeviceConfig) -> str:
 def build_rendered(config: DeviceConfig) -> Rendered:
     """What an agent applies for ``config``: FRR text, fib routes, link-bandwidth signature per BGP peer.
 
-    Its :attr:`~southbound.frr_apply.Rendered.hash` is the config hash the agent reports once it runs
+    Its :attr:`~southbound.device.frr_apply.Rendered.hash` is the config hash the agent reports once it runs
     ``config``, so the controller predicts it from here without the agent's code.
     """
     fib = {r.prefix: tuple(FibHop(h.port, r.group, h.weight, h.gateway) for h in r.nexthops)

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Protocol
 
 from controller.model.errors import FrrError
-from southbound.counters import config_ports
-from southbound.vty import vty_run
+from southbound.device.counters import config_ports
+from southbound.device.vty import vty_run
 
 __all__ = ["DOWN", "UP", "DryStatus", "KernelStatus", "LinkWatcher", "OperSnapshot", "StatusSource",
            "read_bgp", "read_interfaces"]
