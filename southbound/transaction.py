@@ -33,6 +33,7 @@ from controller.model import Intent
 from controller.model.plan import Plan
 from southbound.config import DeviceConfig
 from southbound.driver import DeviceDriver, error_text, is_retryable
+from southbound.render import device_configs
 from southbound.state import DeviceState, StepResult
 from southbound.wcmp import compare
 
@@ -306,8 +307,6 @@ async def commit_plan(driver: DeviceDriver, intent: Intent, plan: Plan, *, only:
                       **kwargs: Any) -> TransactionResult:
     """:func:`commit` of the device configs that realize ``plan`` for ``intent`` (``southbound.render``), on
     every device the driver has, or on ``only`` those (a failed device, whose agent is gone, is left out)."""
-    from southbound.render import device_configs
-
     keep = set(driver.devices) if only is None else set(driver.devices) & set(only)
     configs = {d: c for d, c in device_configs(intent, plan).items() if d in keep}
     kwargs.setdefault("realization", intent.wcmp_realization.value)

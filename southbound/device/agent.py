@@ -25,7 +25,7 @@ an error: one epoch is one leadership, so that would mean two leaders. Transacti
 the agent's lock, so a refused call never interleaves with an accepted one.
 Calls without an epoch (tools, tests, a review's preview) are not fenced. :func:`serve`
 runs it on a unix socket or TCP (mutual TLS) with the gRPC health service and,
-on the same listener, gNMI telemetry (:mod:`southbound.gnmi`).
+on the same listener, gNMI telemetry (:mod:`southbound.device.gnmi_server`).
 """
 
 from __future__ import annotations
@@ -41,8 +41,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
 from southbound.config import DeviceConfig
-from southbound.device.frr_apply import FrrBackend, FrrError, atomic_write_json, read_json, text_diff
+from southbound.device.counters import KernelCounters, SyntheticCounters, fabric_ports
+from southbound.device.frr_apply import DryFrr, FrrBackend, FrrError, FrrReload, atomic_write_json, read_json, text_diff
+from southbound.device.gnmi_server import GnmiService, add_gnmi_servicer
+from southbound.device.opstate import DryStatus, KernelStatus, LinkWatcher
+from southbound.gnmi import GNMI_SERVICE
+from southbound.grpc_adapter import SERVICE_NAME, add_agent_servicer
+from southbound.render import build_rendered
 from southbound.rendered import Rendered
 from southbound.state import CALLER, AgentError, AgentInfo, DeviceState, Outcome
 
@@ -52,14 +62,6 @@ AGENT_VERSION = "0.1.0"
 HISTORY = 16
 EPOCH_LOG = 100  # entries kept of each list of the epoch log
 log = logging.getLogger("loom.agent")
-
-
-def _build_rendered(config: DeviceConfig) -> Rendered:
-    """The renderer's :func:`southbound.render.build_rendered`, imported on first use: the renderer
-    pulls in the domain model, which an agent that never receives a config need not load."""
-    from southbound.render import build_rendered
-
-    return build_rendered(config)
 
 
 @dataclass
@@ -85,7 +87,7 @@ class AgentCore:
     """The agent's logic in domain types; one change at a time (an asyncio lock)."""
 
     def __init__(self, backend: FrrBackend, state_dir: Path, hostname: str, *,
-                 build: Callable[[DeviceConfig], Rendered] = _build_rendered,
+                 build: Callable[[DeviceConfig], Rendered] = build_rendered,
                  clock: Callable[[], float] = time.time):
         self.backend = backend
         self.dir = state_dir
@@ -495,8 +497,6 @@ def default_counters(core: AgentCore) -> Any:
     """The counters an agent serves over gNMI: the kernel's (netlink, the agent's nftables table) beside
     real FRR, synthetic ones for a ``--dry-frr`` agent. Both follow the running config: its fabric ports
     (the rest are host-facing) and, for the synthetic source, its ports and prefixes."""
-    from southbound.device.counters import KernelCounters, SyntheticCounters, fabric_ports
-
     if core.backend.dry:
         def config() -> tuple[str, tuple[str, ...]]:
             r = core.running
@@ -509,8 +509,6 @@ def default_status(core: AgentCore) -> Any:
     """The operational state an agent watches and serves: its node's interfaces (netlink) and bgpd's
     sessions beside real FRR; for a ``--dry-frr`` agent, its running config's ports, up unless listed in
     its record directory's ``down`` file (:class:`southbound.device.opstate.DryStatus`)."""
-    from southbound.device.opstate import DryStatus, KernelStatus
-
     backend: Any = core.backend
     if backend.dry:
         return DryStatus(lambda: core.running.frr_text if core.running is not None else "",
@@ -524,18 +522,9 @@ async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callabl
     """Run ``core`` on ``listen`` (``unix:PATH`` or ``HOST:PORT``) until ``stop`` is set or SIGTERM/SIGINT.
 
     ``tls`` (a :class:`southbound.pki.ServerTls`) is required for TCP: mutual TLS, client certificates required.
-    The same server serves gNMI (:mod:`southbound.gnmi`) over ``counters`` (a
+    The same server serves gNMI (:mod:`southbound.device.gnmi_server`) over ``counters`` (a
     :class:`~southbound.device.counters.CounterSource`; default :func:`default_counters`).
     """
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-    from grpc_health.v1._async import HealthServicer
-
-    from southbound.device.gnmi_server import GnmiService, add_gnmi_servicer
-    from southbound.device.opstate import LinkWatcher
-    from southbound.gnmi import GNMI_SERVICE
-    from southbound.grpc_adapter import SERVICE_NAME, add_agent_servicer
-
     await core.start()
     watcher = LinkWatcher(status if status is not None else default_status(core), on_ports=core.repair_links)
     await watcher.start()
@@ -581,8 +570,6 @@ async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callabl
 def run_agent(*, hostname: str, frr_dir: Path, listen: str, state_dir: Path | None = None, dry_frr: bool = False,
               tls: Any = None, prepare_delay: float = 0.0, apply_delay: float = 0.0) -> None:
     """Blocking entry point of ``loom agent``."""
-    from southbound.device.frr_apply import DryFrr, FrrReload
-
     state = state_dir or (frr_dir / "agent")
     backend: FrrBackend
     if dry_frr:
@@ -596,8 +583,6 @@ def run_agent(*, hostname: str, frr_dir: Path, listen: str, state_dir: Path | No
 async def serve_dry_fleet(names: list[str], base: Path, *, ready_file: Path | None = None) -> None:
     """Many ``--dry-frr`` agents in one process, each its own gRPC server on ``base/NAME/agent.sock``
     with its own state directory: the 200-agent scale test and benchmark. Stops on SIGTERM/SIGINT."""
-    from southbound.device.frr_apply import DryFrr
-
     stop = asyncio.Event()
     started = 0
 

@@ -108,7 +108,8 @@ def drain(sock: socket.socket) -> None:
 
 def read_interfaces() -> dict[str, dict[str, str]]:
     """Every interface but ``lo``: its oper-status (the kernel's operstate) and admin-status (``IFF_UP``)."""
-    from pyroute2 import IPRoute  # netlink: imported where a kernel is read
+    # lazy: pyroute2 costs 0.4 s to import; only an agent beside a real kernel reads netlink (--dry-frr never)
+    from pyroute2 import IPRoute
 
     out: dict[str, dict[str, str]] = {}
     with IPRoute() as ipr:
