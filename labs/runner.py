@@ -32,6 +32,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -47,6 +48,7 @@ __all__ = [
     "FRR_BIN",
     "LabError",
     "agent_socket",
+    "lab_agent_command",
     "start_agents",
     "LabPrerequisiteError",
     "NodeObservation",
@@ -537,6 +539,14 @@ def agent_socket(lab: str, node: str) -> Path:
     return run_dir(lab) / node / "agent.sock"
 
 
+def lab_agent_command(node: str, node_dir: Path, *, python: str | None = None) -> list[str]:
+    """The command that runs ``node``'s agent in a lab (to be run inside the node's namespace): FRR's vty
+    sockets and the agent's unix socket (``agent.sock``) and state (``agent/``) in the node's directory."""
+    return [python or sys.executable, "-c", "from controller.cli import main; main()", "agent",
+            "--frr-dir", str(node_dir), "--listen", f"unix:{node_dir / 'agent.sock'}", "--hostname", node,
+            "--state-dir", str(node_dir / "agent")]
+
+
 def agents_file(lab: str) -> Path:
     """The lab's agents file, ``{node: "unix:SOCKET"}`` (what ``loom serve --agents`` reads); written
     by :func:`start_agents`, so a controller finds a lab's agents through it, not through this module."""
@@ -574,8 +584,6 @@ def start_agents(topo: Topology, *, timeout: float = 60.0) -> list[str]:
     agent was started; raises :class:`LabError` when one does not answer within
     ``timeout`` seconds.
     """
-    from southbound.agent import lab_agent_command
-
     base = run_dir(topo.name)
     if not base.exists():
         raise LabError(f"lab {topo.name} is not running (loom lab up {topo.directory})")

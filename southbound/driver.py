@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from controller.model.errors import DriverError, FatalDriverError, RetryableDriverError
 from southbound.config import DeviceConfig
@@ -239,8 +240,6 @@ class AgentDriver:
 
     async def healthy(self, device: str) -> bool:
         """The gRPC health service's answer for the agent service."""
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
         self._client(device)
         stub = health_pb2_grpc.HealthStub(self._channels[device])
         try:

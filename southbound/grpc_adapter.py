@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import grpc
+from google.protobuf import json_format
 from grpc.aio import ServicerContext as Context
 
 from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
@@ -82,8 +83,6 @@ def config_to_proto(c: DeviceConfig) -> pb.DeviceConfig:
 
 def prepare_request_document(change: str, config: DeviceConfig) -> dict[str, Any]:
     """The ``Prepare`` request for ``config`` in protobuf's canonical JSON form (golden files, logs)."""
-    from google.protobuf import json_format
-
     msg = pb.PrepareRequest(change=change, config=config_to_proto(config))
     doc: dict[str, Any] = json_format.MessageToDict(msg, preserving_proto_field_name=True)
     return doc
@@ -145,7 +144,7 @@ def _info_from_proto(m: pb.AgentInfo) -> AgentInfo:
 
 # -- server side -----------------------------------------------------------------
 class AgentService(Protocol):
-    """The agent's logic, in domain types (implemented by :class:`southbound.agent.AgentCore`);
+    """The agent's logic, in domain types (implemented by :class:`southbound.device.agent.AgentCore`);
     ``epoch`` is the sending leader's (None: the call carried none)."""
 
     async def info(self, *, epoch: int | None = None) -> AgentInfo: ...

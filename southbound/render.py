@@ -31,7 +31,7 @@ from southbound.config import (
     Interface,
     LinkBandwidth,
 )
-from southbound.frr_apply import FibHop, Rendered
+from southbound.rendered import FibHop, Rendered
 
 __all__ = [
     "LINK_POOL",
@@ -97,6 +97,31 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
     """
     if allocation is None:
         allocation = allocate(intent, carried(intent))
+    ports, neighbors, gateway = _link_ends(intent, allocation)
+    originated = _originated(intent)
+    lbw, fib = _wcmp_state(intent, plan, gateway)
+    out: dict[str, DeviceConfig] = {}
+    for d in intent.devices:
+        host = tuple(Interface(f"host{k}", host_address(p), host=True) for k, p in enumerate(originated[d.name]))
+        out[d.name] = DeviceConfig(
+            hostname=d.name,
+            asn=d.asn if intent.routing == Routing.BGP else None,
+            router_id=allocation.router_id(intent, d.name),
+            interfaces=tuple(ports[d.name]) + host,
+            neighbors=tuple(neighbors[d.name]),
+            originated=tuple(originated[d.name]),
+            routing=intent.routing.value,
+            drained=d.name in intent.drained_devices,
+            link_bandwidth=tuple(lbw[d.name]),
+            fib_routes=tuple(fib[d.name]),
+        )
+    return out
+
+
+def _link_ends(intent: Intent, allocation: Allocation) -> tuple[
+        dict[str, list[Interface]], dict[str, list[BgpNeighbor]], dict[tuple[str, str], str]]:
+    """Per device, its link ports and (BGP) its sessions, in port order; and per ``(device, port)``, the
+    peer's address on that link (a ``fib`` next hop's gateway)."""
     ports: dict[str, list[Interface]] = defaultdict(list)
     neighbors: dict[str, list[BgpNeighbor]] = defaultdict(list)
     gateway: dict[tuple[str, str], str] = {}  # (device, port) -> the peer's address on that link
@@ -116,17 +141,28 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
             assert asn_a is not None and asn_b is not None  # validated: routing bgp needs ASNs
             neighbors[link.a].append(BgpNeighbor(link.a_port, link.b, asn_b, addr_b.split("/")[0], drained))
             neighbors[link.b].append(BgpNeighbor(link.b_port, link.a, asn_a, addr_a.split("/")[0], drained))
+    for itfs in ports.values():
+        itfs.sort(key=lambda x: _port_order(x.name))
+    for peers in neighbors.values():
+        peers.sort(key=lambda x: _port_order(x.port))
+    return ports, neighbors, gateway
+
+
+def _originated(intent: Intent) -> dict[str, list[str]]:
+    """Per device, the prefixes it originates, in prefix order."""
     originated: dict[str, list[str]] = defaultdict(list)
     for p in intent.prefixes:
         for origin in p.origins:
             originated[origin].append(p.prefix)
     for name in originated:
         originated[name].sort(key=_prefix_order)
-    for itfs in ports.values():
-        itfs.sort(key=lambda x: _port_order(x.name))
-    for peers in neighbors.values():
-        peers.sort(key=lambda x: _port_order(x.port))
+    return originated
 
+
+def _wcmp_state(intent: Intent, plan: Plan | None, gateway: dict[tuple[str, str], str]
+                ) -> tuple[dict[str, list[LinkBandwidth]], dict[str, list[FibRoute]]]:
+    """The WCMP state that realizes ``plan`` (none without a plan or with WCMP off): per device, the
+    link-bandwidth it attaches toward its neighbors, or the weighted ``fib`` routes its agent installs."""
     lbw: dict[str, list[LinkBandwidth]] = defaultdict(list)
     fib: dict[str, list[FibRoute]] = defaultdict(list)
     if plan is not None and intent.wcmp_enabled:
@@ -145,23 +181,7 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
                 else:
                     fib[name].append(FibRoute(prefix, gid, tuple(
                         FibNexthop(h.port, gateway.get((name, h.port), ""), h.weight) for h in hops)))
-
-    out: dict[str, DeviceConfig] = {}
-    for d in intent.devices:
-        host = tuple(Interface(f"host{k}", host_address(p), host=True) for k, p in enumerate(originated[d.name]))
-        out[d.name] = DeviceConfig(
-            hostname=d.name,
-            asn=d.asn if intent.routing == Routing.BGP else None,
-            router_id=allocation.router_id(intent, d.name),
-            interfaces=tuple(ports[d.name]) + host,
-            neighbors=tuple(neighbors[d.name]),
-            originated=tuple(originated[d.name]),
-            routing=intent.routing.value,
-            drained=d.name in intent.drained_devices,
-            link_bandwidth=tuple(lbw[d.name]),
-            fib_routes=tuple(fib[d.name]),
-        )
-    return out
+    return lbw, fib
 
 
 def _name(text: str) -> str:
@@ -229,7 +249,7 @@ def render_frr(config: DeviceConfig) -> str:
 def build_rendered(config: DeviceConfig) -> Rendered:
     """What an agent applies for ``config``: FRR text, fib routes, link-bandwidth signature per BGP peer.
 
-    Its :attr:`~southbound.frr_apply.Rendered.hash` is the config hash the agent reports once it runs
+    Its :attr:`~southbound.rendered.Rendered.hash` is the config hash the agent reports once it runs
     ``config``, so the controller predicts it from here without the agent's code.
     """
     fib = {r.prefix: tuple(FibHop(h.port, r.group, h.weight, h.gateway) for h in r.nexthops)

@@ -33,6 +33,7 @@ from controller.model import Intent
 from controller.model.plan import Plan
 from southbound.config import DeviceConfig
 from southbound.driver import DeviceDriver, error_text, is_retryable
+from southbound.render import device_configs
 from southbound.state import DeviceState, StepResult
 from southbound.wcmp import compare
 
@@ -215,6 +216,30 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
         return result
 
     hashes = {d: r.config_hash for d, r in prepared.items()}
+    moved: set[str] = set()  # the devices of the stages committed so far, the running one included
+    check, stage_check = _read_back_checks(configs, plan, realization=realization, wcmp=wcmp, sessions=sessions,
+                                           moved=moved)
+    failed = await _staged(driver, result, hashes, plan, check, stage_check, confirm_within=confirm_within,
+                           verify_timeout=verify_timeout, verify_interval=verify_interval, progress=progress,
+                           on_stage=on_stage, moved=moved)
+    if not failed:
+        result.stage = "confirm"
+        confirmed = await _each("confirm", devices, lambda d: driver.confirm(d, change), progress, result)
+        failed = [r for r in confirmed.values() if r.failed]
+        if not failed:
+            result.ok = True
+            return result
+    result.error = _summary(result.stage, failed)
+    await _each("rollback", devices, lambda d: driver.rollback(d, change), progress, result)
+    return result
+
+
+def _read_back_checks(configs: Mapping[str, DeviceConfig], plan: Plan | None, *, realization: str, wcmp: bool,
+                      sessions: Mapping[str, Iterable[str]] | None, moved: set[str]
+                      ) -> tuple[Callable[[str, DeviceState], list[str]], Callable[[str, DeviceState], list[str]]]:
+    """What a device's state read back must show: after the last stage, ``check`` (the plan, as
+    :func:`~southbound.wcmp.compare` rounds it); after a stage before the last, ``stage_check``. ``moved``
+    is filled in as the stages start (:func:`_staged`)."""
     fabric = sorted({p for dp in (plan.devices.values() if plan else ()) for p in dp.routes})
 
     def check(d: str, st: DeviceState) -> list[str]:
@@ -227,7 +252,6 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
 
     resets = {d: [(n.key, n.peer) for n in configs[d].neighbors if n.port in set(ports)]
               for d, ports in (sessions or {}).items() if d in configs}  # as the new configs name them
-    moved: set[str] = set()  # the devices of the stages committed so far, the running one included
 
     def rejoined(d: str, st: DeviceState) -> list[str]:
         """The sessions of ``d`` the change reset, to a peer that has moved too, not yet Established (a
@@ -248,19 +272,7 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
         own = [f"{p}: no route installed yet" for p in sorted(dp.routes) if p not in st.routes] if dp else []
         return own + rejoined(d, st)
 
-    failed = await _staged(driver, result, hashes, plan, check, stage_check, confirm_within=confirm_within,
-                           verify_timeout=verify_timeout, verify_interval=verify_interval, progress=progress,
-                           on_stage=on_stage, moved=moved)
-    if not failed:
-        result.stage = "confirm"
-        confirmed = await _each("confirm", devices, lambda d: driver.confirm(d, change), progress, result)
-        failed = [r for r in confirmed.values() if r.failed]
-        if not failed:
-            result.ok = True
-            return result
-    result.error = _summary(result.stage, failed)
-    await _each("rollback", devices, lambda d: driver.rollback(d, change), progress, result)
-    return result
+    return check, stage_check
 
 
 async def _staged(driver: DeviceDriver, result: TransactionResult, hashes: Mapping[str, str], plan: Plan | None,
@@ -306,8 +318,6 @@ async def commit_plan(driver: DeviceDriver, intent: Intent, plan: Plan, *, only:
                       **kwargs: Any) -> TransactionResult:
     """:func:`commit` of the device configs that realize ``plan`` for ``intent`` (``southbound.render``), on
     every device the driver has, or on ``only`` those (a failed device, whose agent is gone, is left out)."""
-    from southbound.render import device_configs
-
     keep = set(driver.devices) if only is None else set(driver.devices) & set(only)
     configs = {d: c for d, c in device_configs(intent, plan).items() if d in keep}
     kwargs.setdefault("realization", intent.wcmp_realization.value)

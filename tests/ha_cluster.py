@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from controller.store.db import Database
-from southbound.agent import AgentCore
+from southbound.device.agent import AgentCore
 from tests.balancer import REPLICA_LOST
 from tests.serving import LoomServer
 from tests.test_workflow_api import NAMES, Fleet, revision_doc, want

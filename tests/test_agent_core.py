@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from southbound.agent import AgentCore, serve
 from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
+from southbound.device.agent import AgentCore, serve
+from southbound.device.frr_apply import DryFrr
 from southbound.driver import AgentDriver
-from southbound.frr_apply import DryFrr, Rendered
 from southbound.grpc_adapter import config_from_proto, config_to_proto
 from southbound.render import build_rendered
+from southbound.rendered import Rendered
 from southbound.state import AgentError
 
 pytestmark = pytest.mark.anyio

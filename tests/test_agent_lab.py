@@ -33,10 +33,9 @@ from controller.model.plan import Plan
 from labs import runner
 from labs.clab import Topology, load_topology
 from solver import solve
-from southbound.agent import lab_agent_command
+from southbound.device.frr_apply import FrrReload
+from southbound.device.frr_delta import parse_config
 from southbound.driver import AgentDriver
-from southbound.frr_apply import FrrReload
-from southbound.frr_delta import parse_config
 from southbound.state import StepResult
 from southbound.transaction import commit_plan
 from southbound.wcmp import expected_weights
@@ -95,7 +94,7 @@ class LabAgents:
         (d / "agent.sock").unlink(missing_ok=True)
         log = open(d / "agent.log", "ab")  # noqa: SIM115 - the child holds it
         self.procs[node] = subprocess.Popen(
-            ["ip", "netns", "exec", runner.namespace(self.lab, node), *lab_agent_command(node, d)],
+            ["ip", "netns", "exec", runner.namespace(self.lab, node), *runner.lab_agent_command(node, d)],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
 

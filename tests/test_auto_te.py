@@ -22,7 +22,7 @@ from controller.model.intent import load_intent, validate_intent
 from controller.planning import compile_plan
 from controller.telemetry import Options, Telemetry
 from controller.workflow.autote import Rails, candidate_demands, evaluate
-from southbound.dry import DryDriver
+from southbound.device.dry import DryDriver
 from tests.apps import Api, running_api
 from tests.telemetry_synth import Fabric
 

@@ -25,11 +25,11 @@ from controller.model.errors import AgentError, SingleReplicaStore, StoreUnavail
 from controller.settings import Settings
 from controller.store.db import Database
 from controller.workflow.cluster import Cluster, SingleReplicaLock, sqlite_lock_path
-from southbound.agent import AgentCore, serve
 from southbound.config import DeviceConfig
+from southbound.device.agent import AgentCore, serve
+from southbound.device.dry import DryDriver
+from southbound.device.frr_apply import DryFrr
 from southbound.driver import AgentDriver
-from southbound.dry import DryDriver
-from southbound.frr_apply import DryFrr
 from southbound.state import CALLER
 from tests.apps import Api, TestClient, running_api
 from tests.pg import drop_schema

@@ -29,7 +29,7 @@ from controller.store.db import Database
 from controller.workflow import changes
 from controller.workflow.review import CommitLeg, commit_legs, expected_hashes
 from safety.transition import Schedule, TransitionOptions, _direct, intermediate_plans
-from southbound.dry import DryDriver
+from southbound.device.dry import DryDriver
 from southbound.render import config_hash, device_configs
 from southbound.state import StepResult
 from tests.test_agent_lab import shifted_demand, wcmp_intent_doc

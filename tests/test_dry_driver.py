@@ -1,6 +1,6 @@
 """The dry driver: the agent's state machine in process, behind the same DeviceDriver protocol.
 
-A whole transaction over :class:`southbound.dry.DryDriver` ends with every
+A whole transaction over :class:`southbound.device.dry.DryDriver` ends with every
 device on the config hash the controller's renderer predicts; a refused call is
 a failed step, not an exception; and the change workflow, handed the dry driver
 by the composition root (``create_app(driver=...)``), reviews and commits
@@ -20,8 +20,8 @@ from controller.settings import Settings
 from controller.store.db import Database
 from controller.workflow.review import expected_hashes
 from solver import solve
+from southbound.device.dry import DryDriver
 from southbound.driver import DeviceDriver
-from southbound.dry import DryDriver
 from southbound.transaction import commit_plan, new_change_id
 
 with warnings.catch_warnings():

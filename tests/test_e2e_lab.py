@@ -95,7 +95,7 @@ def ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
 
 def kernel(node: str) -> dict[str, dict[str, int]]:
     """prefix -> port -> weight of what the node's kernel forwards on (lowest metric)."""
-    from southbound.frr_apply import kernel_route_from_ip_json
+    from southbound.device.frr_apply import kernel_route_from_ip_json
 
     best: dict[str, tuple[int, dict[str, int]]] = {}
     for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", "route", "show", "table", "main"])):

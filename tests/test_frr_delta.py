@@ -1,6 +1,6 @@
 """The agent's fast path: FRR configurations as trees, and the vtysh commands from one to another.
 
-:func:`southbound.frr_delta.delta_commands` is held against a model of how vtysh
+:func:`southbound.device.frr_delta.delta_commands` is held against a model of how vtysh
 takes commands (contexts entered and left, ``no LINE`` removing a line and all
 it holds, ``no neighbor X remote-as N`` removing the neighbor with all its lines,
 as bgpd does), over the shipped golden configurations and random edits of them
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from southbound.frr_delta import ConfigTree, _slot, delta_commands, expected_running, parse_config
+from southbound.device.frr_delta import ConfigTree, _slot, delta_commands, expected_running, parse_config
 
 GOLDEN = Path(__file__).parent / "golden" / "frr"
 CONFS = sorted(p for p in GOLDEN.glob("*.conf"))

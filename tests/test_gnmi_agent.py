@@ -20,10 +20,11 @@ import grpc
 import pytest
 
 from controller.model.errors import FatalDriverError
-from southbound.agent import AgentCore, serve
-from southbound.counters import CounterSnapshot, NftTable, SyntheticCounters, fabric_ports
-from southbound.frr_apply import DryFrr
-from southbound.gnmi import GnmiClient, GnmiOptions, Sample, SyncMarker, format_path, parse_path
+from southbound.device.agent import AgentCore, serve
+from southbound.device.counters import CounterSnapshot, NftTable, SyntheticCounters, fabric_ports
+from southbound.device.frr_apply import DryFrr
+from southbound.device.gnmi_server import GnmiOptions
+from southbound.gnmi import GnmiClient, Sample, SyncMarker, format_path, parse_path
 from southbound.pki import ServerTls, init_ca, issue
 
 pytestmark = [
@@ -274,11 +275,11 @@ async def test_bad_paths_get_gnmi_status_codes(tmp_path: Path) -> None:
 
 async def test_dry_agent_serves_the_synthetic_source_of_its_config(tmp_path: Path) -> None:
     core = AgentCore(DryFrr(tmp_path / "dry"), tmp_path / "state", "tor-0-0")
-    from southbound.agent import default_counters
+    from southbound.device.agent import default_counters
     await core.start()
     text = Path(__file__).parent.joinpath("golden", "frr", "clos3-tor-0-0.conf").read_text()
     (tmp_path / "dry" / "frr.conf").parent.mkdir(parents=True, exist_ok=True)
-    from southbound.frr_apply import Rendered
+    from southbound.rendered import Rendered
     core.running = Rendered("tor-0-0", text)
     snap = default_counters(core).read()
     assert set(snap.interfaces) == {"eth1", "eth2", "host0"} and set(snap.prefixes) == {"10.0.0.0/24"}
@@ -333,10 +334,10 @@ def three_namespaces() -> Iterator[None]:
 AGENT = """
 import asyncio, sys
 from pathlib import Path
-from southbound.agent import AgentCore, serve
-from southbound.counters import KernelCounters
-from southbound.frr_apply import DryFrr
-from southbound.gnmi import GnmiOptions
+from southbound.device.agent import AgentCore, serve
+from southbound.device.counters import KernelCounters
+from southbound.device.frr_apply import DryFrr
+from southbound.device.gnmi_server import GnmiOptions
 tmp = Path(sys.argv[1])
 core = AgentCore(DryFrr(tmp / "dry"), tmp / "state", "r")
 asyncio.run(serve(core, f"unix:{tmp / 'agent.sock'}", counters=KernelCounters(lambda: frozenset({"r-fab"})),
@@ -413,7 +414,7 @@ async def test_a_failing_source_is_unavailable_not_a_crash(tmp_path: Path) -> No
 
 
 def test_without_nftables_a_switch_serves_interface_counters_only() -> None:
-    from southbound.counters import KernelCounters
+    from southbound.device.counters import KernelCounters
 
     snap = KernelCounters(table=NftTable(nft="/bin/false")).read()  # reads this namespace's links, writes nothing
     assert snap.interfaces and not snap.prefixes

@@ -141,7 +141,8 @@ def test_an_agent_drops_its_dead_next_hops_and_keeps_the_rest_of_the_weights() -
     """Kernel-local repair under ``fib``: the next hops over a port that is down go, the others keep their
     planned weights (the kernel renormalizes), a route left with none is withdrawn (the protocol's is used);
     with every port up the planned routes are back whole."""
-    from southbound.frr_apply import FibHop, live_fib
+    from southbound.device.frr_apply import live_fib
+    from southbound.rendered import FibHop
 
     fib = {"10.0.0.0/24": (FibHop("eth1", "g1", 3), FibHop("eth2", "g1", 1)),
            "10.0.1.0/24": (FibHop("eth2", "g2", 5),)}
@@ -157,7 +158,7 @@ def test_the_link_watcher_reads_at_once_when_the_kernel_says_a_link_changed(tmp_
     import socket
     import time
 
-    from southbound.opstate import DOWN, UP, LinkWatcher, OperSnapshot
+    from southbound.device.opstate import DOWN, UP, LinkWatcher, OperSnapshot
 
     class Source:
         blocking, interval_s = False, 60.0
@@ -205,7 +206,7 @@ def test_the_link_watcher_reads_at_once_when_the_kernel_says_a_link_changed(tmp_
 
 
 def test_a_dry_agent_scans_its_config_for_ports_only_when_it_changed(tmp_path: Any) -> None:
-    from southbound.opstate import DOWN, UP, DryStatus
+    from southbound.device.opstate import DOWN, UP, DryStatus
 
     text = {"v": "interface eth1\n!\ninterface eth2\n!\n"}
     st = DryStatus(lambda: text["v"], tmp_path / "down")

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from controller.cli import _register
 from controller.cli.common import app
-from southbound.agent import AgentCore, serve
+from southbound.device.agent import AgentCore, serve
+from southbound.device.frr_apply import DryFrr
 from southbound.driver import AgentDriver
-from southbound.frr_apply import DryFrr
 from southbound.pki import ClientTls, ServerTls, init_ca, issue
 
 pytestmark = pytest.mark.anyio

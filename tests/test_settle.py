@@ -17,7 +17,7 @@ import pytest
 
 from controller.workflow.review import commit_stages
 from controller.workflow.settle import pending_after, settle_device
-from southbound.dry import DryDriver
+from southbound.device.dry import DryDriver
 from southbound.state import StepResult
 from southbound.transaction import commit, commit_order
 from tests.test_transaction_dry import fabric_configs

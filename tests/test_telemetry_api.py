@@ -16,7 +16,7 @@ import pytest
 from controller.model.intent import load_intent
 from controller.telemetry import Telemetry
 from solver import solve
-from southbound.dry import DryDriver
+from southbound.device.dry import DryDriver
 from tests.apps import Api, running_api
 from tests.telemetry_synth import Fabric
 

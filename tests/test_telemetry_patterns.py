@@ -17,7 +17,7 @@ from controller.gen import clos_document
 from controller.model.intent import validate_intent
 from controller.telemetry import Sample, Telemetry, aft_path
 from controller.telemetry.patterns import Series, classify, matrix_series, periodicity, tor_series
-from southbound.dry import DryDriver
+from southbound.device.dry import DryDriver
 from tests.apps import Api, running_api
 from tests.pattern_synth import Job, background, edges, synth
 

@@ -20,7 +20,7 @@ import pytest
 from tests.apps import Api
 from tests.test_workflow_api import DOC, Fleet, fleet  # noqa: F401 - the fixture
 
-#: the synthetic counters' fastest rate (southbound.counters.SyntheticCounters' max_bps), in Gb/s
+#: the synthetic counters' fastest rate (southbound.device.counters.SyntheticCounters' max_bps), in Gb/s
 FASTEST_GBPS = 1.0
 
 

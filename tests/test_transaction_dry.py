@@ -265,7 +265,7 @@ async def test_agent_restarted_mid_transaction_recovers_and_confirms(agents: Age
 def spawn_fleet(base: Path, names: list[str]) -> subprocess.Popen[bytes]:
     """``len(names)`` dry agents, each its own gRPC server and state, in one child process."""
     ready = base / "fleet.ready"
-    code = ("import asyncio, sys; from pathlib import Path; from southbound.agent import serve_dry_fleet; "
+    code = ("import asyncio, sys; from pathlib import Path; from southbound.device.agent import serve_dry_fleet; "
             "base = Path(sys.argv[1]); "
             "asyncio.run(serve_dry_fleet(sys.argv[2:], base, ready_file=base / 'fleet.ready'))")
     log = open(base / "fleet.log", "ab")  # noqa: SIM115

@@ -51,8 +51,8 @@ TIGHT = [{"op": "add", "path": "/policies/-", "value": {"kind": "utilization_lim
 FLEET = r"""
 import asyncio, sys
 from pathlib import Path
-from southbound.agent import AgentCore, serve
-from southbound.frr_apply import DryFrr
+from southbound.device.agent import AgentCore, serve
+from southbound.device.frr_apply import DryFrr
 
 names, base, delay = sys.argv[1].split(","), Path(sys.argv[2]), float(sys.argv[3])
 stop = asyncio.Event()

@@ -1,7 +1,7 @@
 """``loom agent`` (the device agent beside FRR) and ``loom pki init|issue`` (its private CA).
 
 This module owns those commands' arguments and output only; the agent is
-:mod:`southbound.agent`, the CA :mod:`southbound.pki`.
+:mod:`southbound.device.agent`, the CA :mod:`southbound.pki`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def agent(
     dry_apply_delay: float = typer.Option(0.0, "--dry-apply-delay", hidden=True),
 ) -> None:
     """Run the Loom device agent: a gRPC server beside FRR, the only thing that changes this switch."""
-    from southbound.agent import run_agent
+    from southbound.device.agent import run_agent
     from southbound.pki import ServerTls
 
     tls = None

@@ -7,7 +7,7 @@ lightest doubles), each timed end to end from the new intent to every kernel
 holding the plan's weights: solve, render, Prepare, Commit, read back until the
 kernels agree, Confirm. Each is measured twice in the same run: with agents
 that send FRR only the difference through ``vtysh``
-(:mod:`southbound.frr_delta`), and, as the reference, with agents that run
+(:mod:`southbound.device.frr_delta`), and, as the reference, with agents that run
 ``frr-reload.py`` on every device (``LOOM_FRR_DELTA=0``). Needs root and FRR;
 the lab is torn down even when the push fails. ``200 dry agents``: one
 transaction over 200 ``--dry-frr`` agents (each its own gRPC server and state

@@ -126,9 +126,9 @@ def _fleet_child(names: list[str], base: str, queue: Any) -> None:
     import asyncio
     from pathlib import Path
 
-    from southbound.agent import AgentCore, serve
-    from southbound.counters import SyntheticCounters
-    from southbound.frr_apply import DryFrr
+    from southbound.device.agent import AgentCore, serve
+    from southbound.device.counters import SyntheticCounters
+    from southbound.device.frr_apply import DryFrr
 
     ports = tuple(f"eth{i}" for i in range(1, IFACES + 1))
     prefixes = tuple(f"10.{k // 256}.{k % 256}.0/24" for k in range(AFT_PREFIXES))

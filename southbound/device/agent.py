@@ -3,7 +3,7 @@
 This module owns the agent's transaction state machine and its gRPC server.
 :class:`AgentCore` takes a declarative :class:`~southbound.config.DeviceConfig`,
 renders it (:func:`southbound.render.render_frr`), shows the diff on
-``Prepare``, applies it on ``Commit`` through an :class:`~southbound.frr_apply.FrrBackend`,
+``Prepare``, applies it on ``Commit`` through an :class:`~southbound.device.frr_apply.FrrBackend`,
 and rolls the commit back by itself when ``Confirm`` does not arrive in time
 (Junos' ``commit confirmed``). Everything it needs to survive its own restart
 is on disk in ``state_dir`` and written atomically before each side effect: the
@@ -25,7 +25,7 @@ an error: one epoch is one leadership, so that would mean two leaders. Transacti
 the agent's lock, so a refused call never interleaves with an accepted one.
 Calls without an epoch (tools, tests, a review's preview) are not fenced. :func:`serve`
 runs it on a unix socket or TCP (mutual TLS) with the gRPC health service and,
-on the same listener, gNMI telemetry (:mod:`southbound.gnmi`).
+on the same listener, gNMI telemetry (:mod:`southbound.device.gnmi_server`).
 """
 
 from __future__ import annotations
@@ -41,24 +41,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
 from southbound.config import DeviceConfig
-from southbound.frr_apply import FrrBackend, FrrError, Rendered, atomic_write_json, read_json, text_diff
+from southbound.device.counters import KernelCounters, SyntheticCounters, fabric_ports
+from southbound.device.frr_apply import DryFrr, FrrBackend, FrrError, FrrReload, atomic_write_json, read_json, text_diff
+from southbound.device.gnmi_server import GnmiService, add_gnmi_servicer
+from southbound.device.opstate import DryStatus, KernelStatus, LinkWatcher
+from southbound.gnmi import GNMI_SERVICE
+from southbound.grpc_adapter import SERVICE_NAME, add_agent_servicer
+from southbound.render import build_rendered
+from southbound.rendered import Rendered
 from southbound.state import CALLER, AgentError, AgentInfo, DeviceState, Outcome
 
-__all__ = ["AGENT_VERSION", "AgentCore", "default_counters", "lab_agent_command", "serve"]
+__all__ = ["AGENT_VERSION", "AgentCore", "default_counters", "serve"]
 
 AGENT_VERSION = "0.1.0"
 HISTORY = 16
 EPOCH_LOG = 100  # entries kept of each list of the epoch log
 log = logging.getLogger("loom.agent")
-
-
-def _build_rendered(config: DeviceConfig) -> Rendered:
-    """The renderer's :func:`southbound.render.build_rendered`, imported on first use: the renderer
-    pulls in the domain model, which an agent that never receives a config need not load."""
-    from southbound.render import build_rendered
-
-    return build_rendered(config)
 
 
 @dataclass
@@ -84,7 +87,7 @@ class AgentCore:
     """The agent's logic in domain types; one change at a time (an asyncio lock)."""
 
     def __init__(self, backend: FrrBackend, state_dir: Path, hostname: str, *,
-                 build: Callable[[DeviceConfig], Rendered] = _build_rendered,
+                 build: Callable[[DeviceConfig], Rendered] = build_rendered,
                  clock: Callable[[], float] = time.time):
         self.backend = backend
         self.dir = state_dir
@@ -489,23 +492,11 @@ class AgentCore:
                            j.deadline if j else 0.0)
 
 
-def lab_agent_command(node: str, node_dir: Path, *, python: str | None = None) -> list[str]:
-    """The command that runs ``node``'s agent in a lab (to be run inside the node's namespace): FRR's vty
-    sockets and the agent's unix socket (``agent.sock``) and state (``agent/``) in the node's directory."""
-    import sys
-
-    return [python or sys.executable, "-c", "from controller.cli import main; main()", "agent",
-            "--frr-dir", str(node_dir), "--listen", f"unix:{node_dir / 'agent.sock'}", "--hostname", node,
-            "--state-dir", str(node_dir / "agent")]
-
-
 # -- the server ------------------------------------------------------------------
 def default_counters(core: AgentCore) -> Any:
     """The counters an agent serves over gNMI: the kernel's (netlink, the agent's nftables table) beside
     real FRR, synthetic ones for a ``--dry-frr`` agent. Both follow the running config: its fabric ports
     (the rest are host-facing) and, for the synthetic source, its ports and prefixes."""
-    from southbound.counters import KernelCounters, SyntheticCounters, fabric_ports
-
     if core.backend.dry:
         def config() -> tuple[str, tuple[str, ...]]:
             r = core.running
@@ -517,9 +508,7 @@ def default_counters(core: AgentCore) -> Any:
 def default_status(core: AgentCore) -> Any:
     """The operational state an agent watches and serves: its node's interfaces (netlink) and bgpd's
     sessions beside real FRR; for a ``--dry-frr`` agent, its running config's ports, up unless listed in
-    its record directory's ``down`` file (:class:`southbound.opstate.DryStatus`)."""
-    from southbound.opstate import DryStatus, KernelStatus
-
+    its record directory's ``down`` file (:class:`southbound.device.opstate.DryStatus`)."""
     backend: Any = core.backend
     if backend.dry:
         return DryStatus(lambda: core.running.frr_text if core.running is not None else "",
@@ -533,17 +522,9 @@ async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callabl
     """Run ``core`` on ``listen`` (``unix:PATH`` or ``HOST:PORT``) until ``stop`` is set or SIGTERM/SIGINT.
 
     ``tls`` (a :class:`southbound.pki.ServerTls`) is required for TCP: mutual TLS, client certificates required.
-    The same server serves gNMI (:mod:`southbound.gnmi`) over ``counters`` (a
-    :class:`~southbound.counters.CounterSource`; default :func:`default_counters`).
+    The same server serves gNMI (:mod:`southbound.device.gnmi_server`) over ``counters`` (a
+    :class:`~southbound.device.counters.CounterSource`; default :func:`default_counters`).
     """
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-    from grpc_health.v1._async import HealthServicer
-
-    from southbound.gnmi import GNMI_SERVICE, GnmiService, add_gnmi_servicer
-    from southbound.grpc_adapter import SERVICE_NAME, add_agent_servicer
-    from southbound.opstate import LinkWatcher
-
     await core.start()
     watcher = LinkWatcher(status if status is not None else default_status(core), on_ports=core.repair_links)
     await watcher.start()
@@ -589,8 +570,6 @@ async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callabl
 def run_agent(*, hostname: str, frr_dir: Path, listen: str, state_dir: Path | None = None, dry_frr: bool = False,
               tls: Any = None, prepare_delay: float = 0.0, apply_delay: float = 0.0) -> None:
     """Blocking entry point of ``loom agent``."""
-    from southbound.frr_apply import DryFrr, FrrReload
-
     state = state_dir or (frr_dir / "agent")
     backend: FrrBackend
     if dry_frr:
@@ -604,8 +583,6 @@ def run_agent(*, hostname: str, frr_dir: Path, listen: str, state_dir: Path | No
 async def serve_dry_fleet(names: list[str], base: Path, *, ready_file: Path | None = None) -> None:
     """Many ``--dry-frr`` agents in one process, each its own gRPC server on ``base/NAME/agent.sock``
     with its own state directory: the 200-agent scale test and benchmark. Stops on SIGTERM/SIGINT."""
-    from southbound.frr_apply import DryFrr
-
     stop = asyncio.Event()
     started = 0
 

@@ -1,7 +1,7 @@
 """Where a device agent's telemetry counters come from: the kernel, or a synthetic model.
 
 This module owns the counter sources behind the agent's gNMI service
-(:mod:`southbound.gnmi`), in domain values: a :class:`CounterSnapshot` holds,
+(:mod:`southbound.device.gnmi_server`), in domain values: a :class:`CounterSnapshot` holds,
 at one instant, every interface's counters (OpenConfig
 ``openconfig-interfaces`` leaf names: ``in-octets``, ``out-pkts``, ...) and
 every destination prefix's forwarding counters (OpenConfig AFT
@@ -42,6 +42,7 @@ import ipaddress
 import json
 import logging
 import re
+import socket
 import subprocess
 import time
 import zlib
@@ -120,6 +121,7 @@ MAIN_TABLE = 254
 
 def read_links() -> dict[str, dict[str, int]]:
     """Every interface's counters over netlink (``IFLA_STATS64``), ``lo`` excluded."""
+    # lazy: pyroute2 costs 0.4 s to import; only an agent beside a real kernel reads netlink (--dry-frr never)
     from pyroute2 import IPRoute
 
     out: dict[str, dict[str, int]] = {}
@@ -136,8 +138,7 @@ def read_links() -> dict[str, dict[str, int]]:
 def read_fib_prefixes() -> frozenset[str]:
     """The IPv4 destinations of the main table: routes learned or installed (BGP, IS-IS, static, Loom),
     not the connected or link-scope routes of the node's own interfaces, not the default route."""
-    import socket
-
+    # lazy: pyroute2 costs 0.4 s to import; only an agent beside a real kernel reads netlink (--dry-frr never)
     from pyroute2 import IPRoute
 
     found: set[str] = set()

@@ -1,8 +1,8 @@
 """The dry driver: the device agent's own logic in process, with no FRR and no network.
 
 :class:`DryDriver` is the :class:`~southbound.driver.DeviceDriver` behind which
-each device is an in-process :class:`~southbound.agent.AgentCore` on a
-:class:`~southbound.frr_apply.DryFrr` backend (the agent's ``--dry-frr`` mode):
+each device is an in-process :class:`~southbound.device.agent.AgentCore` on a
+:class:`~southbound.device.frr_apply.DryFrr` backend (the agent's ``--dry-frr`` mode):
 the same transaction state machine, journal, confirm timers and config hashes
 as a real switch's agent, its state kept in a directory per device, but
 nothing is rendered into a kernel. It lets the change workflow, a bench or a
@@ -18,9 +18,9 @@ import copy
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from southbound.agent import AgentCore
 from southbound.config import DeviceConfig
-from southbound.frr_apply import DryFrr
+from southbound.device.agent import AgentCore
+from southbound.device.frr_apply import DryFrr
 from southbound.state import CALLER, AgentError, AgentInfo, DeviceState, Outcome, StepResult
 
 __all__ = ["DryDriver"]

@@ -16,17 +16,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from southbound.frr_apply import LOOM_RT_METRIC, LOOM_RT_PROTO, FibHop, FrrError
+from controller.model.errors import FrrError
+from southbound.rendered import FibHop
 
-__all__ = ["install"]
+__all__ = ["LOOM_RT_METRIC", "LOOM_RT_PROTO", "install"]
 
 MAIN_TABLE = 254
+#: Route protocol number of Loom's own (``fib``) routes; ``ip route`` shows it as a number.
+LOOM_RT_PROTO = 250
+#: Kernel metric of Loom's routes: below zebra's (20 for BGP), so the kernel prefers them.
+LOOM_RT_METRIC = 10
+#: First nexthop object id the agent owns (well above zebra's ids).
+LOOM_NH_BASE = 4_000_000
 
 
 def install(old: Mapping[str, tuple[FibHop, ...]], new: Mapping[str, tuple[FibHop, ...]]) -> list[str]:
     """Make the kernel hold exactly ``new``'s Loom routes (replacing ``old``'s); returns what changed."""
+    # lazy: pyroute2 costs 0.4 s to import; only an agent beside a real kernel reads netlink (--dry-frr never)
     from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
+    from pyroute2.netlink.exceptions import NetlinkError  # lazy: pyroute2, as above
 
     changed: list[str] = []
     with IPRoute() as ipr:

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Protocol
 
 from controller.model.errors import FrrError
-from southbound.counters import config_ports
-from southbound.vty import vty_run
+from southbound.device.counters import config_ports
+from southbound.device.vty import vty_run
 
 __all__ = ["DOWN", "UP", "DryStatus", "KernelStatus", "LinkWatcher", "OperSnapshot", "StatusSource",
            "read_bgp", "read_interfaces"]
@@ -108,7 +108,8 @@ def drain(sock: socket.socket) -> None:
 
 def read_interfaces() -> dict[str, dict[str, str]]:
     """Every interface but ``lo``: its oper-status (the kernel's operstate) and admin-status (``IFF_UP``)."""
-    from pyroute2 import IPRoute  # netlink: imported where a kernel is read
+    # lazy: pyroute2 costs 0.4 s to import; only an agent beside a real kernel reads netlink (--dry-frr never)
+    from pyroute2 import IPRoute
 
     out: dict[str, dict[str, str]] = {}
     with IPRoute() as ipr:

@@ -10,7 +10,7 @@ send the difference (:func:`delta_commands`) through one ``vtysh``, then read
 the configuration again and accept the result only when it is exactly the
 candidate. Anything else (FRR restarted with another configuration, a command
 FRR refuses, a context this module orders wrongly) falls back to
-``frr-reload.py`` (:class:`southbound.frr_apply.FrrReload`), so the fast path
+``frr-reload.py`` (:class:`southbound.device.frr_apply.FrrReload`), so the fast path
 can make a change faster, never different.
 
 A tree maps a context path (``()`` for the top, ``("router bgp 65010",)``,

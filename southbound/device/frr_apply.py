@@ -1,7 +1,7 @@
 """How the device agent touches a switch: FRR through ``frr-reload.py`` and ``vtysh``, the kernel over netlink.
 
 This module owns the agent's side effects and nothing else. A
-:class:`Rendered` value is what the agent applies: FRR's integrated config
+:class:`~southbound.rendered.Rendered` value is what the agent applies: FRR's integrated config
 text, the ``fib`` WCMP routes (weighted nexthop groups the agent installs over
 netlink, preferred over BGP's routes), and per BGP peer a signature of the
 link-bandwidth route-maps toward it, so a change to them triggers a soft
@@ -10,7 +10,7 @@ outbound clear (``clear bgp ipv4 unicast PEER soft out``, DESIGN.md
 :class:`FrrReload` drives real FRR daemons and reads routes from the kernel:
 where FRR runs exactly what the agent applied last, the diff is that of the
 two texts and only the difference is applied, through one ``vtysh``, checked
-by reading the configuration back (:mod:`southbound.frr_delta`); otherwise
+by reading the configuration back (:mod:`southbound.device.frr_delta`); otherwise
 ``frr-reload.py --test`` diffs and ``--reload`` applies; :class:`DryFrr`
 renders and records only, for scale tests with hundreds of agents.
 """
@@ -28,12 +28,13 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from controller.model.errors import FrrError
-from southbound.frr_delta import (
+from southbound.device import fib as kernel_fib
+from southbound.device.fib import LOOM_RT_PROTO
+from southbound.device.frr_delta import (
     ConfigTree,
     delta_commands,
     expected_running,
@@ -41,61 +42,14 @@ from southbound.frr_delta import (
     tree_document,
     tree_of_document,
 )
+from southbound.device.vty import VTY_OK, daemons, vty_run
+from southbound.rendered import FibHop, Rendered
 from southbound.state import BgpSession, KernelNextHop, KernelRoute
-from southbound.vty import VTY_OK, daemons, vty_run
 
-__all__ = ["DryFrr", "FibHop", "FrrBackend", "FrrError", "FrrReload", "Rendered", "atomic_write_json", "live_fib",
-           "read_json"]
+__all__ = ["DryFrr", "FrrBackend", "FrrError", "FrrReload", "atomic_write_json", "live_fib", "read_json"]
 
-#: Route protocol number of Loom's own (``fib``) routes; ``ip route`` shows it as a number.
-LOOM_RT_PROTO = 250
-#: Kernel metric of Loom's routes: below zebra's (20 for BGP), so the kernel prefers them.
-LOOM_RT_METRIC = 10
-#: First nexthop object id the agent owns (well above zebra's ids).
-LOOM_NH_BASE = 4_000_000
 FRR_RELOAD = "/usr/lib/frr/frr-reload.py"
 log = logging.getLogger("loom.agent.frr")
-
-
-@dataclass(frozen=True, slots=True)
-class FibHop:
-    """One weighted next hop of a ``fib`` route: out of ``port`` to ``via``, in the plan's ``group``."""
-
-    port: str
-    group: str
-    weight: int
-    via: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Rendered:
-    """Everything the agent applies for one configuration; its :attr:`hash` names it."""
-
-    hostname: str
-    frr_text: str
-    fib: Mapping[str, tuple[FibHop, ...]] = field(default_factory=dict)
-    lb_peers: Mapping[str, str] = field(default_factory=dict)  # FRR peer name -> route-map signature
-
-    @property
-    def hash(self) -> str:
-        blob = json.dumps({"frr": self.frr_text, "fib": self._fib_doc()}, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-    def _fib_doc(self) -> dict[str, list[list[Any]]]:
-        return {p: [[h.port, h.group, h.weight, h.via] for h in hops] for p, hops in sorted(self.fib.items())}
-
-    def to_document(self) -> dict[str, Any]:
-        return {"hostname": self.hostname, "frr_text": self.frr_text, "fib": self._fib_doc(),
-                "lb_peers": dict(self.lb_peers)}
-
-    @classmethod
-    def from_document(cls, doc: Mapping[str, Any]) -> Rendered:
-        fib = {p: tuple(FibHop(str(h[0]), str(h[1]), int(h[2]), str(h[3])) for h in hops)
-               for p, hops in doc.get("fib", {}).items()}
-        return cls(str(doc["hostname"]), str(doc["frr_text"]), fib, dict(doc.get("lb_peers", {})))
-
-    def fib_lines(self) -> list[str]:
-        return [f"fib {p} " + " ".join(f"{h.port}:{h.weight}" for h in hops) for p, hops in sorted(self.fib.items())]
 
 
 #: a BGP session and the port it runs over, as :mod:`southbound.render` describes it
@@ -344,7 +298,7 @@ class FrrReload:
     # -- the difference alone (frr_delta), where FRR runs what the agent applied ----------------------
     def running_tree(self) -> ConfigTree:
         """What the daemons run, as one tree: each daemon's ``show running-config`` read over its vty
-        socket (:mod:`southbound.vty`, a millisecond where ``vtysh`` costs 30 ms of CPU), merged as
+        socket (:mod:`southbound.device.vty`, a millisecond where ``vtysh`` costs 30 ms of CPU), merged as
         ``vtysh`` merges them. :class:`FrrError` if a daemon does not answer."""
         socks = daemons(self.vty_dir)
         if not socks:
@@ -434,10 +388,8 @@ class FrrReload:
                      ) -> list[str]:
         """Install ``fib`` less its next hops over ports that are down (``before``: what the kernel held
         when nothing was installed by this process yet)."""
-        from southbound import fib as fib_mod  # netlink, imported only where a kernel is touched
-
         live = live_fib(fib, self._down)
-        changed = fib_mod.install(self._installed if self._installed is not None else before, live)
+        changed = kernel_fib.install(self._installed if self._installed is not None else before, live)
         self._installed = live
         return changed
 
