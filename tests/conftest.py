@@ -10,11 +10,13 @@ Tiers. Every test has exactly one tier marker, so a run can pick a tier with
 * ``lab``: root and FRR, real routers in network namespaces;
 * ``browser``: Debian's chromium driven by Playwright against ``loom serve``.
 
-A module's tier is :data:`TIERS`' entry for it; a test that differs from its
-module carries its own tier marker (``@pytest.mark.component``), which then
-replaces the module's. Collection fails for a module missing from the table, a
-table entry naming no module, or a test with two tiers, so a new (or renamed)
-module cannot be forgotten.
+A module's tier is the folder it sits in (``tests/unit``, ``tests/component``,
+``tests/lab``, ``tests/browser``; the benchmarks are ``tests/bench``, run by
+``make bench``); a test that differs from its module carries its own tier marker
+(``@pytest.mark.component``), which then replaces the module's. Collection fails
+for a test module outside the tier folders or a test with two tiers, so a new
+module cannot be forgotten. Shared harnesses (servers, labs, fleets, stores) are
+the modules of ``tests/`` itself.
 
 Prerequisites. Lab tests (root and FRR), PostgreSQL tests (``@pytest.mark.postgres``),
 HAProxy tests (``@pytest.mark.haproxy``) and browser tests (chromium and playwright)
@@ -42,109 +44,40 @@ _MUST_RUN = ("lab", "postgres", "haproxy", "browser")
 
 TIER_NAMES = ("unit", "component", "lab", "browser")
 
-#: each test module's tier (see the module docstring); a test may override it with its own marker
-TIERS: dict[str, str] = {
-    "test_addressing.py": "unit",            # stable numbering; through the store and the app is component
-    "test_agent_core.py": "unit",            # the agent's state machine on files; its gRPC round trip is component
-    "test_agent_golden.py": "unit",
-    "test_agent_lab.py": "lab",
-    "test_api.py": "component",
-    "test_auto_te.py": "component",          # the re-tuning loop through the app on dry agents; its rails are unit
-    "test_api_fuzz.py": "component",
-    "test_api_reads.py": "component",        # cached reads, 304s, token and head caches across replicas
-    "test_closed_loop_lab.py": "lab",
-    "test_cluster.py": "component",          # leases on real stores, the agents' fence, the commit queue
-    "test_commit_legs.py": "component",      # a commit through intermediate plans on dry agents, and its undo
-    "test_check_cli.py": "unit",
-    "test_documents.py": "component",        # the typed documents through a real app and its OpenAPI
-    "test_dry_driver.py": "component",       # the workflow through the app, on in-process dry agents
-    "test_errors.py": "component",
-    "test_cli_core.py": "unit",              # `loom serve` as a subprocess is component
-    "test_cli_polish.py": "unit",            # the CLI on a pseudo-terminal is component
-    "test_e2e_lab.py": "lab",
-    "test_gen.py": "unit",
-    "test_gnmi_agent.py": "component",       # gNMI served by in-process agents; real counters in netns are lab
-    "test_ha.py": "component",               # replicas behind HAProxy on PostgreSQL: kills, freezes, a slow store
-    "test_input_bounds.py": "unit",          # reading text within bounds; the numbers of the model
-    "test_fib_failure_lab.py": "lab",        # a failed link under static fib routes against the replay
-    "test_frr_delta.py": "unit",               # the agent's fast path: config trees and the vtysh difference
-    "test_idempotent_writes.py": "component",  # Idempotency-Key on intent writes, across two replicas
-    "test_hostile.py": "component",          # hostile input against one real `loom serve`
-    "test_intent.py": "unit",
-    "test_jobs.py": "component",                # the compile is unit; the what-if runs the API in-process
-    "test_lab_fabric.py": "lab",
-    "test_lab_files.py": "unit",             # `loom lab up` as a subprocess is component
-    "test_lab_hosts.py": "lab",              # one lab with hosts for the module
-    "test_lab_traffic.py": "unit",           # matrices and the traffic plan, no lab
-    "test_lab_runner.py": "lab",
-    "test_logs.py": "component",
-    "test_metrics.py": "component",
-    "test_outage.py": "component",       # PostgreSQL stopped under a real loom serve; the pure checks are unit
-    "test_pki.py": "component",
-    "test_render.py": "unit",                # FRR's own parser is lab
-    "test_revisions.py": "component",        # revisions stored by content, on SQLite and PostgreSQL
-    "test_safety_replay.py": "unit",
-    "test_safety_robust.py": "unit",
-    "test_safety_sweep.py": "unit",          # pairs of single failures against brute force
-    "test_safety_ray.py": "component",       # a local Ray cluster (2 CPUs, loopback) against the local executor
-    "test_settle.py": "unit",                # staged commits and settling on in-process dry agents
-    "test_settle_lab.py": "lab",             # randomized faults during commits on clos3-small; every round settles
-    "test_solver_lp.py": "unit",
-    "test_solver_relax.py": "unit",
-    "test_solver_routing.py": "unit",
-    "test_merge.py": "unit",                 # a change's edits carried onto a moved head (31.1)
-    "test_no_solve_in_session.py": "component",  # the engine's solves on a real store, no session open (32.4)
-    "test_lost_edits.py": "component",       # no edit lost to a dry run, a drain or a stale base (31.1)
-    "test_failure_reaction.py": "component",  # links fail on dry agents: seen, re-planned around, back
-    "test_operations.py": "unit",            # the operational view, damping, overlay and judgement
-    "test_bench_smoke.py": "component",      # the API bench at small sizes (31.8)
-    "test_take_up.py": "component",          # the leader's take-up of its own commit against recovery (31.0)
-    "test_solver_descent.py": "unit",
-    "test_solver_weights.py": "unit",
-    "test_snapshot.py": "unit",              # snapshots and incremental validation against the whole-document oracle
-    "test_store.py": "component",
-    "test_transition.py": "unit",            # mixed states, stage bounds and schedules against brute force
-    "test_tokens.py": "component",        # the last admin, token names, refused requests in the audit log
-    "test_telemetry.py": "unit",             # counter windows, views and tomogravity on synthetic counters
-    "test_telemetry_api.py": "component",    # the views and the capture through the app, on dry agents
-    "test_telemetry_drains.py": "unit",
-    "test_telemetry_lab.py": "lab",
-    "test_telemetry_patterns.py": "unit",     # the endpoint test through the app is component
-    "test_telemetry_stream.py": "component",     # the server's gNMI subscription to a fleet of real agents
-    "test_transaction_dry.py": "component",
-    "test_ui_browser.py": "browser",
-    "test_vty.py": "unit",                   # the vty shell protocol against a daemon on a unix socket
-    "test_workflow_api.py": "component",
-    "test_workflow_cli.py": "component",
-}
+#: the folder of tests/ that holds each tier's modules
+TESTS = Path(__file__).resolve().parent
 
 
 # -- tiers -------------------------------------------------------------------------------
 
+def module_tier(path: Path) -> str | None:
+    """The tier of the test module at ``path``: the folder of tests/ it sits in (``tests/lab/...``)."""
+    parent = path.resolve().parent
+    return parent.name if parent.parent == TESTS and parent.name in TIER_NAMES else None
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers given here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give each test its module's tier unless it carries its own; refuse untiered modules and double tiers."""
+    """Give each test its module's tier (its folder) unless it carries its own; refuse a test module outside
+    the tier folders and a test with two tiers."""
     untiered: set[str] = set()
     doubled: list[str] = []
     for item in items:
         own = {m.name for m in item.iter_markers() if m.name in TIER_NAMES}
-        module = item.path.name
         if not own:
-            tier = TIERS.get(module)
+            tier = module_tier(item.path)
             if tier is None:
-                untiered.add(module)
+                untiered.add(str(item.path.relative_to(TESTS.parent)))
                 continue
             item.add_marker(tier)
         elif len(own) > 1:
             doubled.append(f"{item.nodeid}: {sorted(own)}")
-        if module in ALONE:
+        if item.path.name in ALONE:
             item.add_marker("alone")
     problems = []
-    stale = sorted(m for m in TIERS if not (Path(__file__).parent / m).exists())
-    if stale:
-        problems.append(f"TIERS in tests/conftest.py names modules that do not exist: {stale}")
     if untiered:
-        problems.append(f"test modules without a tier (add them to TIERS in tests/conftest.py): {sorted(untiered)}")
+        problems.append(f"test modules outside the tier folders (tests/{{{','.join(TIER_NAMES)}}}/): "
+                        f"{sorted(untiered)}")
     if doubled:
         problems.append(f"tests with more than one tier: {doubled}")
     if problems:
@@ -170,8 +103,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class ByModule(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
-            return "serial" if TIERS.get(module) in SERIAL_TIERS else module
+            module = nodeid.split("::", 1)[0]
+            folder = module.rsplit("/", 2)[-2] if module.count("/") else ""
+            return "serial" if folder in SERIAL_TIERS else module
 
     return ByModule(config, log)
 

@@ -75,7 +75,7 @@ def lab_intent(name: str) -> dict[str, Any]:
         if link["b"].startswith("spine"):
             link["capacity_gbps"] = 25.0
     # the rounds judge how a commit ends under faults; a failure reaction to the link fault would be a
-    # second change of its own (tests/test_failure_reaction.py and the e2e lab test that one)
+    # second change of its own (tests/component/test_failure_reaction.py and the e2e lab test that one)
     doc["policies"] = [{"kind": "utilization_limit", "max": 0.35}, {"kind": "failure_reaction", "enabled": False}]
     return doc
 

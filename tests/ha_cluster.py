@@ -34,8 +34,8 @@ import httpx
 from controller.store.db import Database
 from southbound.device.agent import AgentCore
 from tests.balancer import REPLICA_LOST
+from tests.component.test_workflow_api import NAMES, Fleet, revision_doc, want
 from tests.serving import LoomServer
-from tests.test_workflow_api import NAMES, Fleet, revision_doc, want
 
 __all__ = ["TOKEN", "Outcome", "Replicas", "Traffic", "Via", "check_history", "epoch_logs", "propose", "settle",
            "toggle_drain", "wait_step", "Expected"]

@@ -69,7 +69,7 @@ def _lab_rows() -> list[list[str]] | str:
     if os.geteuid() != 0 or shutil.which("zebra") is None and not Path("/usr/lib/frr/zebra").exists():
         return "skipped: the closed-loop lab needs root and FRR (make test installs them)"
     from labs import runner
-    from tests.test_closed_loop_lab import WINDOW_S, A, B, Lab, committed_after
+    from tests.lab.test_closed_loop_lab import WINDOW_S, A, B, Lab, committed_after
 
     rows: list[list[str]] = []
     base = Path(tempfile.mkdtemp(prefix="loom-bench-cl-"))

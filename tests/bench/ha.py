@@ -72,8 +72,8 @@ def _cluster() -> Iterator[_Cluster]:
     from tests import pg
     from tests.apps import SETUP
     from tests.balancer import Balancer
+    from tests.component.test_workflow_api import DOC, Fleet
     from tests.ha_cluster import Replicas
-    from tests.test_workflow_api import DOC, Fleet
 
     base = Path(tempfile.mkdtemp(prefix="loom-bench-ha-"))
     try:

@@ -42,8 +42,8 @@ def _row(case: str, devices: int, total: float, solve: float | None, result: Any
 def dry_fleet_row(n: int = 200) -> list[str]:
     from southbound.driver import AgentDriver
     from southbound.transaction import commit
+    from tests.component.test_transaction_dry import fabric_configs, spawn_fleet
     from tests.serving import stop_processes
-    from tests.test_transaction_dry import fabric_configs, spawn_fleet
 
     names = [f"sw{i:03d}" for i in range(n)]
     base = Path(tempfile.mkdtemp(prefix="loom-bench-fleet-"))
@@ -82,7 +82,7 @@ def lab_rows(case: str = "clos3-small") -> list[list[str]]:
     from solver import solve
     from southbound.driver import AgentDriver
     from southbound.transaction import commit_plan
-    from tests.test_agent_lab import LabAgents, lab_up, shifted_demand, wcmp_intent_doc, with_wcmp
+    from tests.lab.test_agent_lab import LabAgents, lab_up, shifted_demand, wcmp_intent_doc, with_wcmp
 
     if os.geteuid() != 0 or not (runner.FRR_BIN / "zebra").exists():
         return [[f"{case} intent change", "-", "-", "-", "-", "-", "-", "-", "skipped: needs root and FRR"]]

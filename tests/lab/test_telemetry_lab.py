@@ -1,0 +1,181 @@
+"""Telemetry end to end: real FRR with hosts, a real ``loom serve``, real UDP traffic, and the API's answers.
+
+The lab is clos3-hosts (links of 50 Mb/s, two hosts per ToR) under its own name;
+``loom serve --lab`` attaches to the lab's agents, which serve gNMI from their
+nodes' kernels (interface counters over netlink, per-prefix counters in the
+agents' nftables tables) and the server subscribes to them every second. After
+the lab's intent is committed, ``loom lab traffic`` sends a skewed matrix from
+the hosts; then the measured demand matrix must match the matrix sent within
+5% per entry (by the AFT counters), every link's measured load must match the
+kernel's own interface counters read independently in the node's namespace
+within 5%, and the active plan's prediction under the measured demand must
+stay within 5 points of utilization of what the links carry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controller.model.intent import load_intent
+from labs import runner
+from labs.clab import load_topology
+from labs.gen import generate_lab
+from tests.serving import LOOM, LoomServer
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = "tel-t"
+TOKEN = "tel-" + "Vb7Nq2Lx9Rk4Tz1Hc8Mw5Jd3Pf6Gs0Ye"
+MATRIX = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 0.02},
+          {"from": "tor-1-1", "to": "10.0.0.0/24", "gbps": 0.012},
+          {"from": "tor-0-1", "to": "10.1.1.0/24", "gbps": 0.006}]
+WINDOW_S = 6
+
+
+class Lab:
+    def __init__(self, base: Path):
+        intent = load_intent(REPO / "labs" / "clos3-hosts" / "intent.yaml")
+        self.doc = intent.to_document()
+        self.doc["name"] = LAB
+        self.path = generate_lab(intent, base / LAB, name=LAB, hosts=2)
+        self.topo = load_topology(self.path)
+        (base / "intent.yaml").write_text(yaml.safe_dump(self.doc, sort_keys=False))
+        self.intent_file = base / "intent.yaml"
+        self.server = LoomServer(base, ["--db", str(base / "loom.db"), "--lab", str(self.topo.directory)], TOKEN,
+                                 cwd=REPO, env={"LOOM_DRIFT_INTERVAL": "0", "LOOM_TELEMETRY_INTERVAL_S": "1"})
+
+    def traffic(self, tmp: Path, *, duration: float, flows: int) -> subprocess.Popen[str]:
+        """``loom lab traffic`` of :data:`MATRIX` in the background (its JSON summary on stdout)."""
+        matrix = tmp / "matrix.yaml"
+        matrix.write_text(yaml.safe_dump(MATRIX))
+        return subprocess.Popen([*LOOM, "lab", "traffic", str(self.topo.directory), "--matrix", str(matrix),
+                                 "--duration", str(duration), "--flows", str(flows), "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "LOOM_TOKEN": TOKEN, "LOOM_SERVER": self.server.url}
+        return subprocess.run([*LOOM, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    lab = Lab(tmp_path_factory.mktemp("tel"))
+    try:
+        report = runner.up(lab.topo, timeout=90)
+        assert report.converged, report.problems
+        lab.server.start()
+        applied = lab.cli("apply", str(lab.intent_file), "--json")
+        assert applied.returncode == 0 and json.loads(applied.stdout)["state"] == "committed", applied.stdout
+        yield lab
+    finally:
+        lab.server.stop()
+        runner.down(LAB, [n.name for n in lab.topo.nodes])
+
+
+def tx_bytes(node: str, ports: list[str]) -> dict[str, int]:
+    script = " ; ".join(f"cat /sys/class/net/{p}/statistics/tx_bytes" for p in ports)
+    out = runner.node_exec(LAB, node, ["sh", "-c", script]).split()
+    return dict(zip(ports, map(int, out), strict=True))
+
+
+def kernel_snapshot(doc: dict[str, Any]) -> tuple[float, dict[tuple[str, str], int]]:
+    ends: dict[str, list[str]] = {}
+    for link in doc["links"]:
+        ends.setdefault(link["a"], []).append(link["a_port"])
+        ends.setdefault(link["b"], []).append(link["b_port"])
+    t = time.time()
+    return t, {(node, port): v for node, ports in ends.items() for port, v in tx_bytes(node, ports).items()}
+
+
+def test_measured_demand_links_and_fidelity_match_the_traffic(lab: Lab, tmp_path: Path) -> None:
+    sender = lab.traffic(tmp_path, duration=16, flows=512)
+    try:
+        time.sleep(4)  # the senders start together, and the first full samples of the stream arrive
+        t0, before = kernel_snapshot(lab.doc)
+        time.sleep(WINDOW_S + 1)
+        t1, after = kernel_snapshot(lab.doc)
+        demand = lab.server("GET", f"/v1/telemetry/demand?window_s={WINDOW_S}").json()
+        links = lab.server("GET", f"/v1/telemetry/links?window_s={WINDOW_S}").json()["links"]
+        fidelity = lab.server("GET", f"/v1/telemetry/fidelity?window_s={WINDOW_S}").json()
+        captured = lab.cli("demand", "capture", "--window-s", str(WINDOW_S), "--stat", "mean", "--review", "--json")
+    finally:
+        out, err = sender.communicate(timeout=60)
+    assert sender.returncode == 0, out + err
+    sent = {(d["from"], d["to"]): d for d in json.loads(out)["demands"]}
+    assert all(abs(d["achieved_gbps"] - d["gbps"]) <= 0.02 * d["gbps"] for d in sent.values()), sent
+
+    # the demand matrix, by the ToRs' AFT counters: what was sent, and nothing else
+    assert demand["method"] == "aft", demand
+    measured = {(d["from"], d["to"]): d["gbps"] for d in demand["demands"] if d["gbps"] > 0.0005}
+    assert set(measured) == {(d["from"], d["to"]) for d in MATRIX}, measured
+    for d in MATRIX:
+        assert abs(measured[d["from"], d["to"]] - d["gbps"]) <= 0.05 * d["gbps"], (d, measured)
+
+    # every link, both ways, against the kernel's own counters read in the nodes
+    seconds = t1 - t0
+    checked = 0
+    for x in links:
+        assert not x["stale"], x
+        for src, port, gbps in ((x["a"], x["a_port"], x["gbps_ab"]), (x["b"], x["b_port"], x["gbps_ba"])):
+            kernel = (after[src, port] - before[src, port]) * 8 / seconds / 1e9
+            if kernel > 0.002:
+                checked += 1
+                assert abs(gbps - kernel) <= 0.05 * kernel, (x, src, port, kernel)
+            else:
+                assert gbps < 0.002, (x, src, port, kernel)
+    assert checked >= 8  # the matrix crosses both pods' uplinks and the spines
+
+    # the active plan, under the measured demand, predicts what the links carry
+    assert fidelity["worst"] is not None and abs(fidelity["worst"]) <= 0.05, fidelity
+
+    # the measured matrix becomes the intent's demands in one revision, and its review shows the plan move
+    assert captured.returncode == 0, captured.stdout + captured.stderr
+    cap = json.loads(captured.stdout)
+    assert cap["changed"] and cap["method"] == "aft"
+    rows = {(d["from"], d["to"]): d["gbps"] for d in cap["demands"]}
+    assert set(rows) == {(d["from"], d["to"]) for d in MATRIX}
+    assert all(abs(rows[d["from"], d["to"]] - d["gbps"]) <= 0.05 * d["gbps"] for d in MATRIX), rows
+    head = lab.server("GET", "/v1/intent").json()
+    assert {(d["from"], d["to"]) for d in head["demands"]} == set(rows)
+    review = cap["review"]
+    assert review["verdict"] == "safe" and review["proposed_revision"] == cap["revision"]  # the captured one
+    assert review["active_revision"] == 1
+    assert any(abs(x["after"] - x["before"]) > 1e-3 for x in review["links"]), review["links"]
+    audit = lab.server("GET", "/v1/audit?limit=20").json()["items"]
+    assert any(a["action"] == "demands.from_telemetry" and f"window_s={WINDOW_S} stat=mean" in a["detail"]
+               for a in audit), [a for a in audit if a["action"].startswith("demands")]
+
+
+def test_a_drain_committed_under_traffic_is_verified_on_the_counters(lab: Lab, tmp_path: Path) -> None:
+    sender = lab.traffic(tmp_path, duration=30, flows=128)
+    try:
+        time.sleep(4)
+        busy = [x for x in lab.server("GET", "/v1/telemetry/links?window_s=3").json()["links"]
+                if "spine-0-0" in (x["a"], x["b"])]
+        assert max(max(x["gbps_ab"], x["gbps_ba"]) for x in busy) > 0.002, busy  # the spine carries traffic
+        drained = lab.cli("drain", "spine-0-0", "--commit", "--json")
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        cid = json.loads(drained.stdout)["id"]
+        deadline = time.monotonic() + 60
+        while not ((ch := lab.server("GET", f"/v1/changes/{cid}").json()).get("progress") or {}).get("drain_check"):
+            assert time.monotonic() < deadline, ch
+            time.sleep(0.5)
+        check = ch["progress"]["drain_check"]
+        assert check["status"] == "verified", check
+        assert check["targets"][0]["target"] == "spine-0-0" and check["targets"][0]["transit_gbps"] is not None
+        cooled = [x for x in lab.server("GET", "/v1/telemetry/links?window_s=3").json()["links"]
+                  if "spine-0-0" in (x["a"], x["b"])]
+        assert all(max(x["gbps_ab"], x["gbps_ba"]) < 0.001 for x in cooled), cooled
+        audit = lab.server("GET", "/v1/audit?limit=20").json()["items"]
+        assert any(a["action"] == "change.drain_check" and "verified" in a["detail"] for a in audit)
+    finally:
+        out, err = sender.communicate(timeout=60)
+    assert sender.returncode == 0, out + err

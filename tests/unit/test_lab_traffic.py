@@ -1,0 +1,105 @@
+"""Traffic matrices and the traffic plan, without a lab.
+
+A matrix is checked against the lab's hosts with every error located and is
+refused whole; the plan spreads each demand over its flows from every host of
+the ToR to every host of the prefix, and the flows' rates add up to the demand.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.model.domain import Demand
+from labs.clab import load_topology
+from labs.traffic import (
+    MAX_FLOWS,
+    HostInfo,
+    InvalidMatrix,
+    TrafficOptions,
+    lab_hosts,
+    load_matrix,
+    plan_traffic,
+    validate_matrix,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTS = lab_hosts(load_topology(REPO / "labs" / "clos3-hosts"))
+
+
+def test_the_shipped_lab_has_two_hosts_per_tor() -> None:
+    assert len(HOSTS) == 8
+    assert Counter(h.tor for h in HOSTS.values()) == {f"tor-{p}-{t}": 2 for p in (0, 1) for t in (0, 1)}
+    assert HOSTS["tor-1-0-h1"] == HostInfo("tor-1-0-h1", "loom-clos3-hosts-tor-1-0-h1", "tor-1-0",
+                                           "10.1.0.11", "10.1.0.0/24")
+
+
+def test_a_good_matrix_reads_from_yaml_or_json(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text("- {from: tor-0-0, to: 10.1.0.0/24, gbps: 0.02}\n")
+    (tmp_path / "m.json").write_text('{"demands": [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 0.02}]}')
+    for name in ("m.yaml", "m.json"):
+        (dm,) = load_matrix(tmp_path / name, HOSTS)
+        assert (dm.from_, dm.to, dm.gbps) == ("tor-0-0", "10.1.0.0/24", 0.02)
+
+
+@pytest.mark.parametrize("doc, loc, words", [
+    ([], "", "non-empty list"),
+    ({"demands": [], "extra": 1}, "", "non-empty list"),
+    (["x"], "demands[0]", "valid dictionary"),
+    ([{"from": "tor-0-0", "to": "10.1.0.0/24"}], "demands[0].gbps", "required field missing"),
+    ([{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 1, "tos": 3}], "demands[0].tos", "unknown field"),
+    ([{"from": "tor-0-0", "to": "10.1.0.1/24", "gbps": 1}], "demands[0].to", "10.1.0.0/24"),
+    ([{"from": "leaf-0-0", "to": "10.1.0.0/24", "gbps": 1}], "demands[0].from", "not a ToR with hosts"),
+    ([{"from": "tor-0-0-h0", "to": "10.1.0.0/24", "gbps": 1}], "demands[0].from", "not a ToR with hosts"),
+    ([{"from": "tor-0-0", "to": "10.7.0.0/24", "gbps": 1}], "demands[0].to", "no host lives in 10.7.0.0/24"),
+    ([{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 1}, {"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 2}],
+     "demands[1]", "first at demands[0]"),
+])
+def test_a_bad_matrix_is_refused_whole_with_located_errors(doc: Any, loc: str, words: str) -> None:
+    good = {"from": "tor-1-1", "to": "10.0.0.0/24", "gbps": 0.01}
+    if isinstance(doc, list) and doc and isinstance(doc[0], dict) and loc != "demands[1]":
+        doc = [*doc, good]  # one good demand beside: the matrix is still refused
+    with pytest.raises(InvalidMatrix) as err:
+        validate_matrix(doc, HOSTS)
+    assert any(e.loc == loc and words in e.msg for e in err.value.errors), err.value.errors
+
+
+def test_syntax_errors_and_missing_files_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("- {from: tor-0-0, to: [\n")
+    with pytest.raises(InvalidMatrix) as err:
+        load_matrix(tmp_path / "bad.yaml", HOSTS)
+    assert "YAML syntax error" in err.value.errors[0].msg
+    with pytest.raises(InvalidMatrix) as err:
+        load_matrix(tmp_path / "nowhere.yaml", HOSTS)
+    assert "cannot read" in err.value.errors[0].msg
+
+
+def test_the_plan_spreads_every_demand_over_its_flows() -> None:
+    demands = tuple(Demand.model_validate(d) for d in (
+        {"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 0.04},
+        {"from": "tor-0-0", "to": "10.0.1.0/24", "gbps": 0.01},
+        {"from": "tor-1-1", "to": "10.0.0.0/24", "gbps": 0.0}))  # nothing to send
+    options = TrafficOptions(flows=32)
+    plan = plan_traffic(demands, HOSTS, options)
+    assert set(plan) == {"tor-0-0-h0", "tor-0-0-h1"}  # only hosts send; the ToR itself never
+    for d, dm in enumerate(demands[:2]):
+        streams = [s for p in plan.values() for s in p.streams if s["demand"] == d]
+        assert sum(s["bps"] for s in streams) == pytest.approx(dm.gbps * 1e9)
+        flows = [tuple(f) for s in streams for f in s["flows"]]
+        assert len(set(flows)) == 32  # distinct 5-tuples
+        targets = {a for a, _port in flows}
+        assert targets == {h.address for h in HOSTS.values() if h.prefix == dm.to}
+        ports = {port for _a, port in flows}
+        assert ports == set(range(options.base_port + 32 * d, options.base_port + 32 * d + 32))  # a block of flows
+        assert {(p.host, t) for p in plan.values() for s in p.streams if s["demand"] == d
+                for t, _port in s["flows"]} == {(h, t) for h in plan for t in targets}  # every pair has flows
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="flows"):
+        TrafficOptions(flows=MAX_FLOWS + 1)
+    with pytest.raises(ValueError, match="packet_bytes"):
+        TrafficOptions(packet_bytes=9000)
