@@ -175,7 +175,7 @@ def _p99(runs: list[Any]) -> str:
 
 
 def _stored_bytes(url: str) -> int:
-    """What the revisions take in the tables (the same sum as tests/test_revisions.py)."""
+    """What the revisions take in the tables (the same sum as tests/component/test_revisions.py)."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:

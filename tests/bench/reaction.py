@@ -15,7 +15,7 @@ Two tables, each with its reference measured in the same run:
   that pace, and a lookup; the reference is the full plan's compile (a commit's own time is at least that).
 
 The lab figure (link failure to re-planned kernel weights, clos3-small and the ``fib`` square) is printed
-by ``tests/test_e2e_lab.py`` and ``tests/test_fib_failure_lab.py``, which fail real links.
+by ``tests/lab/test_e2e_lab.py`` and ``tests/lab/test_fib_failure_lab.py``, which fail real links.
 """
 
 from __future__ import annotations
