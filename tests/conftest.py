@@ -60,6 +60,7 @@ TIERS: dict[str, str] = {
     "test_dry_driver.py": "component",       # the workflow through the app, on in-process dry agents
     "test_errors.py": "component",
     "test_cli_core.py": "unit",              # `loom serve` as a subprocess is component
+    "test_client.py": "component",           # the public client against a real `loom serve`, through a proxy
     "test_cli_polish.py": "unit",            # the CLI on a pseudo-terminal is component
     "test_e2e_lab.py": "lab",
     "test_gen.py": "unit",

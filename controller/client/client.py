@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Literal
 
@@ -85,18 +85,20 @@ class Client:
     ``base_url`` defaults to ``$LOOM_SERVER`` (else ``http://127.0.0.1:8000``) and ``token`` to
     ``$LOOM_TOKEN``, as for the CLI (``""``: no token). ``retries`` is a count or a :class:`RetryPolicy`;
     ``timeout`` bounds each try, in seconds (a review of a large fabric takes a while). ``http``: an httpx
-    client to use instead of making one (a test's in-process app); it is not closed with this one.
+    client to use instead of making one (a test's in-process app); it is not closed with this one. ``sleep``
+    waits between tries (a test's may count the waits, or make the server appear).
 
     >>> with Client("http://127.0.0.1:8000", token=TOKEN) as loom:   # doctest: +SKIP
     ...     loom.status().active_revision
     """
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 120.0,
-                 retries: int | RetryPolicy = 3, http: httpx.Client | None = None):
+                 retries: int | RetryPolicy = 3, http: httpx.Client | None = None,
+                 sleep: Callable[[float], None] = time.sleep):
         url = base_url or os.environ.get("LOOM_SERVER") or DEFAULT_SERVER
         policy = retries if isinstance(retries, RetryPolicy) else RetryPolicy(retries=retries)
         self.transport = Transport(url, os.environ.get("LOOM_TOKEN", "") if token is None else token,
-                                   timeout=timeout, retry=policy, http=http)
+                                   timeout=timeout, retry=policy, http=http, sleep=sleep)
         self.raw = RawApi(self.transport)
 
     @property
@@ -228,7 +230,7 @@ class Client:
             raise DrainUnchanged(target, base, str(exc)) from None
         return self.create_change(base, patch=patch, message=message)
 
-    def events(self, *, last_event_id: int | None = None) -> Iterator[Event]:
+    def events(self, *, last_event_id: int | None = None) -> Generator[Event, None, None]:
         """The server-sent events (``change.state``, ``link.down``, ...), from the next one, or after
         ``last_event_id`` (0: every event kept); a broken stream is resumed after the last event seen."""
         last, failures = last_event_id, 0
@@ -246,7 +248,7 @@ class Client:
                 failures += 1
                 if failures > self.transport.retry.retries:
                     raise ServerUnreachable(self.base_url, str(exc), failures) from exc
-            time.sleep(self.transport.retry.delay(max(1, failures)))
+            self.transport.sleep(self.transport.retry.delay(max(1, failures)))
 
     # -- what the fabric runs ---------------------------------------------------------------------
     def device_state(self, name: str) -> DeviceStateDocument:

@@ -87,7 +87,7 @@ class Transport:
 
     def __init__(self, base_url: str, token: str | None, *, timeout: float, retry: RetryPolicy,
                  http: httpx.Client | None = None, sleep: Callable[[float], None] = time.sleep):
-        self.retry, self._sleep = retry, sleep
+        self.retry, self.sleep = retry, sleep
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._owned = http is None
         self.http = http if http is not None else httpx.Client(base_url=base_url.rstrip("/"), headers=self._auth,
@@ -128,11 +128,11 @@ class Transport:
             except httpx.HTTPError as exc:
                 if not (safe and attempt <= self.retry.retries and isinstance(exc, RETRYABLE_ERRORS)):
                     raise ServerUnreachable(self.base_url, str(exc), attempt) from exc
-                self._sleep(self.retry.delay(attempt))
+                self.sleep(self.retry.delay(attempt))
             else:
                 if not (safe and attempt <= self.retry.retries and response.status_code in self.retry.statuses):
                     return response
-                self._sleep(self.retry.delay(attempt, response.headers.get("Retry-After")))
+                self.sleep(self.retry.delay(attempt, response.headers.get("Retry-After")))
             attempt += 1
 
     def call(self, method: str, path: str, *, json_body: object = None, content: bytes | None = None,
