@@ -12,15 +12,15 @@ the controller at URL``, exit 1.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.table import Table
 
 from controller.cli.common import EXIT_FAIL, EXIT_INPUT, console, die, emit_json
-from controller.client import DEFAULT_SERVER, ApiError, Client, ServerUnreachable
+from controller.client import DEFAULT_SERVER, ApiError, Client, Document, ServerUnreachable
 
 __all__ = ["DEFAULT_SERVER", "JsonOption", "ServerOption", "print_failing", "remote"]
 
@@ -47,7 +47,7 @@ def remote(server: str, as_json: bool) -> Iterator[Client]:
         _fail(exc.problem.status, exc.problem.document, as_json)
 
 
-def _fail(status: int, body: Mapping[str, Any], as_json: bool) -> NoReturn:
+def _fail(status: int, body: Document, as_json: bool) -> NoReturn:
     code = EXIT_INPUT if status in (400, 422) else EXIT_FAIL
     if as_json:
         emit_json({"error": body.get("detail") or body.get("title"), "status": status, **body})
@@ -58,7 +58,7 @@ def _fail(status: int, body: Mapping[str, Any], as_json: bool) -> NoReturn:
     die(f"{status} {body.get('title', '')}: {body.get('detail', '')}", code=code, errors=errors)
 
 
-def print_failing(failing: list[dict[str, Any]]) -> None:
+def print_failing(failing: list[Document]) -> None:
     """The failing scenarios (at most 50 rows): scenario, stage, invariant, detail."""
     t = Table(title="failing scenarios", title_justify="left")
     for col in ("scenario", "stage", "invariant", "detail"):

@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-__all__ = ["DeviceDrift", "DriftReport", "Event", "Health", "Page", "Repair", "Revision", "Status", "WhoAmI",
-           "parse_events"]
+__all__ = ["DeviceDrift", "Document", "DriftReport", "Event", "Health", "Page", "Repair", "Revision", "Status",
+           "WhoAmI", "parse_events"]
 
 T = TypeVar("T")
+#: one JSON object of the API, as decoded
+Document = dict[str, Any]
 
 
 def _opt_int(value: object) -> int | None:
@@ -34,7 +36,7 @@ class Status:
     devices: tuple[str, ...] = ()
 
     @staticmethod
-    def of(doc: Mapping[str, Any]) -> Status:
+    def of(doc: Document) -> Status:
         return Status(_opt_int(doc.get("head_revision")), _opt_int(doc.get("active_revision")),
                       _opt_int(doc.get("committing_change")), tuple(doc.get("devices") or ()))
 
@@ -53,7 +55,7 @@ class Revision:
     proposal: bool = False
 
     @staticmethod
-    def of(doc: Mapping[str, Any]) -> Revision:
+    def of(doc: Document) -> Revision:
         return Revision(int(doc["id"]), _opt_int(doc.get("parent")), str(doc["hash"]), str(doc["created_at"]),
                         str(doc["author"]), str(doc.get("message", "")), doc.get("request_id"),
                         bool(doc.get("proposal", False)))
@@ -70,7 +72,7 @@ class Page(Generic[T]):
     next: str | None = None
 
     @staticmethod
-    def of(doc: Mapping[str, Any], item: Callable[[Any], T]) -> Page[T]:
+    def of(doc: Document, item: Callable[[Document], T]) -> Page[T]:
         return Page(tuple(item(x) for x in doc.get("items") or ()), int(doc["total"]), int(doc["limit"]),
                     int(doc["offset"]), doc.get("next"))
 
@@ -96,7 +98,7 @@ class DriftReport:
         return sorted(n for n, d in self.devices.items() if d.status != "ok")
 
     @staticmethod
-    def of(doc: Mapping[str, Any]) -> DriftReport:
+    def of(doc: Document) -> DriftReport:
         devices = {n: DeviceDrift(str(d["status"]), tuple(d.get("details") or ()))
                    for n, d in (doc.get("devices") or {}).items()}
         return DriftReport(_opt_int(doc.get("active_revision")), doc.get("checked_at"), devices, doc.get("note"))
@@ -110,7 +112,7 @@ class Repair:
     revision: int
 
     @staticmethod
-    def of(doc: Mapping[str, Any]) -> Repair:
+    def of(doc: Document) -> Repair:
         return Repair(int(doc["change"]), int(doc["revision"]))
 
 
@@ -121,7 +123,7 @@ class WhoAmI:
     token_id: str | None = None
 
     @staticmethod
-    def of(doc: Mapping[str, Any]) -> WhoAmI:
+    def of(doc: Document) -> WhoAmI:
         return WhoAmI(str(doc["name"]), str(doc["role"]), doc.get("token_id"))
 
 
@@ -134,7 +136,7 @@ class Health:
     schema_revision: str | None = None
 
     @staticmethod
-    def of(doc: Mapping[str, Any]) -> Health:
+    def of(doc: Document) -> Health:
         return Health(str(doc["status"]), doc.get("role"), doc.get("schema_revision"))
 
 
@@ -145,7 +147,7 @@ class Event:
 
     id: int
     kind: str
-    data: Any
+    data: Document
 
 
 def parse_events(lines: Iterable[str]) -> Iterator[Event]:

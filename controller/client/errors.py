@@ -10,11 +10,11 @@ client's own, before anything is sent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
+
+from controller.client.answers import Document
 
 __all__ = ["PROBLEM_TYPE", "ApiError", "ClientError", "DrainUnchanged", "FieldError", "NoIntent", "Problem",
            "ServerUnreachable"]
@@ -51,7 +51,7 @@ class Problem:
     instance: str | None = None
     request_id: str | None = None
     errors: tuple[FieldError, ...] = ()
-    document: Mapping[str, Any] = field(default_factory=dict)
+    document: Document = field(default_factory=dict)
 
     @property
     def kind(self) -> str | None:
@@ -65,7 +65,7 @@ class Problem:
             body = response.json()
         except ValueError:
             body = None
-        doc: dict[str, Any] = body if isinstance(body, dict) else {"detail": response.text}
+        doc: Document = body if isinstance(body, dict) else {"detail": response.text}
         errors = tuple(FieldError(str(e.get("loc", "")), str(e.get("msg", "")))
                        for e in doc.get("errors") or [] if isinstance(e, dict))
         return Problem(status=response.status_code, title=str(doc.get("title") or response.reason_phrase),

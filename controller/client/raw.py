@@ -13,15 +13,14 @@ answers the same calls as typed models.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import quote
 
+from controller.client.answers import Document
 from controller.client.transport import Transport, new_idempotency_key
 
 __all__ = ["Document", "RawApi", "Stat"]
 
-#: one JSON object of the API, as decoded
-Document = dict[str, Any]
 Stat = Literal["mean", "p95", "max"]
 
 
