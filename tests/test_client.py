@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import controller.client
 from controller.client import (
     ApiError,
     Client,
@@ -261,6 +263,7 @@ def readme_script() -> str:
 def test_the_readme_script_runs(server: LoomServer, tmp_path: Path) -> None:
     script = readme_script()
     assert len(script.splitlines()) == 5
+    assert textwrap.indent(script, "    ") in (controller.client.__doc__ or "")  # the package's docstring shows it too
     shutil.copy(EXAMPLE, tmp_path / "dc1.yaml")
     (tmp_path / "example.py").write_text(script)
     env = {**os.environ, "LOOM_SERVER": server.url, "LOOM_TOKEN": TOKEN,

@@ -3,9 +3,9 @@
 The ``loom`` CLI, the tests and users' automation use this one client::
 
     from controller.client import Client, load_intent
-    with Client() as loom:                                    # $LOOM_SERVER and $LOOM_TOKEN, as for the CLI
-        change = loom.propose(load_intent("dc1.yaml"))        # against the active revision, else the head
-        review = loom.review(change.id)                       # the dry run: plan diff, config diff, safety
+    with Client() as loom:                                   # $LOOM_SERVER and $LOOM_TOKEN, as for the CLI
+        change = loom.propose(load_intent("dc1.yaml"))       # against the active revision, else the head
+        review = loom.review(change.id)                      # the dry run: plan diff, config diff, safety
         print(review.verdict, loom.commit(change.id, wait=True).state, review.summary.max_utilization)
 
 Calls answer typed models (:mod:`controller.model.documents`, :class:`~controller.model.Intent`,
