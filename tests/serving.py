@@ -3,7 +3,9 @@
 Component, workflow, log, browser and lab tests all talk to the controller as
 a client would, over HTTP to a process of its own; this module is the one
 place that starts it, waits until ``/readyz`` answers, and stops it by pid
-(SIGTERM, then SIGKILL), so a test can also ``kill -9`` it mid-commit.
+(SIGTERM, then SIGKILL), so a test can also ``kill -9`` it mid-commit. Calls go through the public
+client (:meth:`LoomServer.client`), or raw (:meth:`LoomServer.__call__`) where a test holds the HTTP
+details themselves (statuses, headers, retries it must see).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from controller.client import Client, ClientError
 
 __all__ = ["LOOM", "LoomServer", "free_port", "stop_processes", "wait_ready"]
 
@@ -37,14 +41,15 @@ def wait_ready(url: str, proc: subprocess.Popen[Any], log: Path, timeout: float 
     """Poll ``url``/readyz until it answers 200; fail with the log's tail if the
     process dies or ``timeout`` seconds pass (generous: the machine may be busy)."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+    with Client(url, token="", timeout=2, retries=0) as probe:
+        while True:
+            try:
+                probe.health(ready=True)  # 200; a 503 (not ready) or no answer raises
                 return
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-        time.sleep(0.1)
+            except ClientError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.1)
 
 
 def stop_processes(procs: list[subprocess.Popen[Any]], grace: float = 10.0) -> None:
@@ -94,8 +99,13 @@ class LoomServer:
         if self.proc is not None:
             stop_processes([self.proc], grace)
 
+    def client(self, **kw: Any) -> Client:
+        """The public client of this server with the admin token (``kw``: its options, e.g. ``retries``)."""
+        kw.setdefault("timeout", self.request_timeout)
+        return Client(self.url, token=self.token, **kw)
+
     def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        """An API call with the admin token (beside the ``headers`` given)."""
+        """A raw API call with the admin token (beside the ``headers`` given): sent once, any answer."""
         headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
         kw.setdefault("timeout", self.request_timeout)
         return httpx.request(method, self.url + path, headers=headers, **kw)

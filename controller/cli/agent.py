@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from controller.cli.common import app, console, die, emit_json
+from southbound.device.agent import run_agent
 
 __all__ = ["agent", "pki_app"]
 
@@ -30,8 +31,7 @@ def agent(
     dry_apply_delay: float = typer.Option(0.0, "--dry-apply-delay", hidden=True),
 ) -> None:
     """Run the Loom device agent: a gRPC server beside FRR, the only thing that changes this switch."""
-    from southbound.device.agent import run_agent
-    from southbound.pki import ServerTls
+    from southbound.pki import ServerTls  # lazy: cryptography (about 0.1 s), for an agent on TCP only
 
     tls = None
     if any((tls_cert, tls_key, tls_ca)):
@@ -59,7 +59,7 @@ def pki_init(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Make a private CA."""
-    from southbound.pki import init_ca
+    from southbound.pki import init_ca  # lazy: cryptography (about 0.1 s), for `loom pki` only
 
     try:
         crt = init_ca(directory, name=name, days=days, force=force)
@@ -82,7 +82,7 @@ def pki_issue(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Sign a certificate with the private CA."""
-    from southbound.pki import issue
+    from southbound.pki import issue  # lazy: cryptography (about 0.1 s), for `loom pki` only
 
     if not (directory / "ca.key").exists():
         die(f"{directory}: no CA here (run `loom pki init {directory}` first)", as_json=as_json)

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from controller.cli.changes import DEFAULT_SERVER, Client, JsonOption, ServerOption
 from controller.cli.common import app, console, emit_json
+from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, remote
 
 __all__ = ["auto_te_app"]
 
@@ -58,7 +58,8 @@ def status(
     as_json: JsonOption = False,
 ) -> None:
     """The policy, the kill switch, the guard rails and the recent decisions."""
-    doc = Client(server, as_json).call("GET", "/v1/auto-te")
+    with remote(server, as_json) as client:
+        doc = client.raw.auto_te()
     if as_json:
         emit_json(doc)
     else:
@@ -68,7 +69,8 @@ def status(
 @auto_te_app.command("pause")
 def pause(reason: ReasonOption = "", server: ServerOption = DEFAULT_SERVER, as_json: JsonOption = False) -> None:
     """Stop automatic re-tuning (held in the store: it survives restarts, for every replica)."""
-    doc = Client(server, as_json).call("POST", "/v1/auto-te/pause", json={"reason": reason})
+    with remote(server, as_json) as client:
+        doc = client.raw.pause_auto_te(reason)
     if as_json:
         emit_json(doc)
     else:
@@ -78,7 +80,8 @@ def pause(reason: ReasonOption = "", server: ServerOption = DEFAULT_SERVER, as_j
 @auto_te_app.command("resume")
 def resume(reason: ReasonOption = "", server: ServerOption = DEFAULT_SERVER, as_json: JsonOption = False) -> None:
     """Let automatic re-tuning run again."""
-    doc = Client(server, as_json).call("POST", "/v1/auto-te/resume", json={"reason": reason})
+    with remote(server, as_json) as client:
+        doc = client.raw.resume_auto_te(reason)
     if as_json:
         emit_json(doc)
     else:

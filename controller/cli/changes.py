@@ -13,75 +13,25 @@ Every command has ``--json``.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.live import Live
 from rich.table import Table
 
-from controller.cli.common import EXIT_FAIL, EXIT_INPUT, app, console, die, emit_json, read_intent
+from controller.cli.common import EXIT_FAIL, app, console, emit_json, read_intent
 from controller.cli.progress import with_bar
+from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, print_failing, remote
+from controller.client import Client
 from controller.model.documents import FINAL_STATES
 
-__all__ = ["apply", "changes_app", "drift"]
+__all__ = ["apply", "changes_app", "commit_and_follow", "drift", "print_review"]
 
 changes_app = typer.Typer(help="Changes on a running controller: list, show, review, commit, rollback.",
                           no_args_is_help=True)
 app.add_typer(changes_app, name="changes")
-
-ServerOption = Annotated[str, typer.Option("--server", envvar="LOOM_SERVER", help="the controller's URL")]
-JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-DEFAULT_SERVER = "http://127.0.0.1:8000"
-
-
-class Client:
-    """The REST API with ``$LOOM_TOKEN``; failures become messages and exit codes."""
-
-    def __init__(self, server: str, as_json: bool):
-        token = os.environ.get("LOOM_TOKEN", "")
-        self.as_json = as_json
-        if not token:
-            die("LOOM_TOKEN is not set (a token from `loom token create` or `loom serve`)", as_json=as_json)
-        self.http = httpx.Client(base_url=server.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
-                                 timeout=300)
-
-    def call(self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201, 202), **kw: Any) -> Any:
-        try:
-            r = self.http.request(method, path, **kw)
-        except httpx.HTTPError as exc:
-            die(f"cannot reach the controller at {self.http.base_url}: {exc}", code=EXIT_FAIL, as_json=self.as_json)
-        if r.status_code in ok:
-            return r.json()
-        self.fail(r)
-
-    def fail(self, r: httpx.Response) -> NoReturn:
-        try:
-            body = r.json()
-        except ValueError:
-            body = {"detail": r.text}
-        if self.as_json:
-            emit_json({"error": body.get("detail") or body.get("title"), "status": r.status_code, **body})
-            raise typer.Exit(EXIT_INPUT if r.status_code in (400, 422) else EXIT_FAIL)
-        errors = [{"loc": e.get("loc", ""), "msg": e.get("msg", "")} for e in body.get("errors", [])]
-        if body.get("failing"):
-            _print_failing(body["failing"])
-        die(f"{r.status_code} {body.get('title', '')}: {body.get('detail', '')}",
-            code=EXIT_INPUT if r.status_code in (400, 422) else EXIT_FAIL, errors=errors)
-
-
-def _print_failing(failing: list[dict[str, Any]]) -> None:
-    t = Table(title="failing scenarios", title_justify="left")
-    for col in ("scenario", "stage", "invariant", "detail"):
-        t.add_column(col, overflow="fold")
-    for f in failing[:50]:
-        t.add_row(str(f.get("scenario")), str(f.get("stage")), str(f.get("invariant")), str(f.get("detail")))
-    console.print(t)
-    if len(failing) > 50:
-        console.print(f"... and {len(failing) - 50} more", highlight=False)
 
 
 def print_review(rv: dict[str, Any]) -> None:
@@ -115,7 +65,7 @@ def print_review(rv: dict[str, Any]) -> None:
     if rv.get("schedule"):
         print_schedule(rv["schedule"])
     if safety.get("failing"):
-        _print_failing(safety["failing"])
+        print_failing(safety["failing"])
 
 
 def print_schedule(sched: dict[str, Any]) -> None:
@@ -162,14 +112,14 @@ def follow(client: Client, cid: int, *, as_json: bool, interval: float = 0.3) ->
     if not as_json and console.is_terminal:
         with Live(console=console, refresh_per_second=8) as live:
             while True:
-                ch = client.call("GET", f"/v1/changes/{cid}")
+                ch = client.raw.change(cid)
                 live.update(with_bar(ch, _progress_table(ch)))  # a bar of devices done above the table
                 if ch["state"] in FINAL_STATES:
                     return dict(ch)
                 time.sleep(interval)
     seen: dict[tuple[str, str], str] = {}
     while True:
-        ch = client.call("GET", f"/v1/changes/{cid}")
+        ch = client.raw.change(cid)
         if not as_json:
             for name, d in sorted(((ch.get("progress") or {}).get("devices") or {}).items()):
                 for step, status in (d.get("steps") or {d["step"]: d["status"]}).items():
@@ -196,7 +146,7 @@ def _final(ch: dict[str, Any], as_json: bool) -> None:
 
 
 def commit_and_follow(client: Client, cid: int, force: bool, reason: str | None, as_json: bool) -> None:
-    client.call("POST", f"/v1/changes/{cid}/commit", json={"force": force, "reason": reason})
+    client.raw.commit(cid, force=force, reason=reason)
     _final(follow(client, cid, as_json=as_json), as_json)
 
 
@@ -216,28 +166,22 @@ def apply(
     """Review INTENT against the active revision and, without --dry-run, commit it. The head (the intent
     being edited) moves only at the commit, and keeps every edit made on it that INTENT does not touch."""
     intent = read_intent(intent_path, as_json=as_json)
-    client = Client(server, as_json)
-    st = client.call("GET", "/v1/status")
-    base = base_revision or st["active_revision"] or st["head_revision"]
-    if base is None:
-        client.call("PUT", "/v1/intent", json=intent.to_document())
-        base = client.call("GET", "/v1/status")["head_revision"]
-    ch = client.call("POST", "/v1/changes", json={"base_revision": base, "intent": intent.to_document(),
-                                                   "message": message or f"loom apply {intent_path}"})
-    rv = client.call("POST", f"/v1/changes/{ch['id']}/review")
-    if dry_run:
-        if as_json:
-            emit_json({"change": ch["id"], **rv})
-        else:
-            console.print(f"change {ch['id']} (dry run)", highlight=False)
+    with remote(server, as_json) as client:
+        cid = client.propose(intent, base_revision=base_revision, message=message or f"loom apply {intent_path}").id
+        rv = client.raw.review(cid)
+        if dry_run:
+            if as_json:
+                emit_json({"change": cid, **rv})
+            else:
+                console.print(f"change {cid} (dry run)", highlight=False)
+                print_review(rv)
+            if rv["verdict"] != "safe":
+                raise typer.Exit(EXIT_FAIL)
+            return
+        if not as_json:
+            console.print(f"change {cid}", highlight=False)
             print_review(rv)
-        if rv["verdict"] != "safe":
-            raise typer.Exit(EXIT_FAIL)
-        return
-    if not as_json:
-        console.print(f"change {ch['id']}", highlight=False)
-        print_review(rv)
-    commit_and_follow(client, ch["id"], force, reason, as_json)
+        commit_and_follow(client, cid, force, reason, as_json)
 
 
 @changes_app.command("list")
@@ -248,10 +192,8 @@ def list_changes(
     as_json: JsonOption = False,
 ) -> None:
     """Changes, newest first."""
-    params: dict[str, Any] = {"limit": limit}
-    if state:
-        params["state"] = state
-    page = Client(server, as_json).call("GET", "/v1/changes", params=params)
+    with remote(server, as_json) as client:
+        page = client.raw.changes(state=state or None, limit=limit)
     if as_json:
         emit_json(page)
         return
@@ -272,7 +214,8 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """One change: its transitions, review verdict and progress per device."""
-    ch = Client(server, as_json).call("GET", f"/v1/changes/{change_id}")
+    with remote(server, as_json) as client:
+        ch = client.raw.change(change_id)
     if as_json:
         emit_json(ch)
         return
@@ -299,7 +242,8 @@ def review(
     as_json: JsonOption = False,
 ) -> None:
     """Review (dry run) a change: plan diff, config diff, safety report. Exit 1 when unsafe."""
-    rv = Client(server, as_json).call("POST", f"/v1/changes/{change_id}/review")
+    with remote(server, as_json) as client:
+        rv = client.raw.review(change_id)
     if as_json:
         emit_json(rv)
     else:
@@ -317,7 +261,8 @@ def commit(
     as_json: JsonOption = False,
 ) -> None:
     """Commit a reviewed change and follow its progress per device."""
-    commit_and_follow(Client(server, as_json), change_id, force, reason, as_json)
+    with remote(server, as_json) as client:
+        commit_and_follow(client, change_id, force, reason, as_json)
 
 
 @changes_app.command("rollback")
@@ -330,17 +275,17 @@ def rollback(
     as_json: JsonOption = False,
 ) -> None:
     """Roll back to REVISION: a change to its intent, reviewed and (without --dry-run) committed."""
-    client = Client(server, as_json)
-    ch = client.call("POST", f"/v1/revisions/{revision}/rollback", json={})
-    rv = client.call("POST", f"/v1/changes/{ch['id']}/review")
-    if not as_json:
-        console.print(f"change {ch['id']}: roll back to revision {revision}", highlight=False)
-        print_review(rv)
-    if dry_run:
-        if as_json:
-            emit_json({"change": ch["id"], **rv})
-        return
-    commit_and_follow(client, ch["id"], force, reason, as_json)
+    with remote(server, as_json) as client:
+        cid = client.rollback(revision).id
+        rv = client.raw.review(cid)
+        if not as_json:
+            console.print(f"change {cid}: roll back to revision {revision}", highlight=False)
+            print_review(rv)
+        if dry_run:
+            if as_json:
+                emit_json({"change": cid, **rv})
+            return
+        commit_and_follow(client, cid, force, reason, as_json)
 
 
 @app.command("drift")
@@ -351,12 +296,11 @@ def drift(
     as_json: JsonOption = False,
 ) -> None:
     """Compare every device with the active revision; exit 1 when any drifted or is unreachable."""
-    client = Client(server, as_json)
-    doc = client.call("GET", "/v1/drift", params={"refresh": str(refresh).lower()})
-    bad = sorted(n for n, d in doc["devices"].items() if d["status"] != "ok")
-    if repair and bad:
-        fix = client.call("POST", "/v1/drift/repair")
-        doc["repair"] = follow(client, fix["change"], as_json=True)
+    with remote(server, as_json) as client:
+        doc = client.raw.drift(refresh=refresh)
+        bad = sorted(n for n, d in doc["devices"].items() if d["status"] != "ok")
+        if repair and bad:
+            doc["repair"] = follow(client, client.repair_drift().change, as_json=True)
     if as_json:
         emit_json(doc)
     else:

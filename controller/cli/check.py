@@ -31,10 +31,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, err_console, read_intent
+from controller.cli.plot import FORMATS, write_histogram
 from controller.model import Intent
 from controller.model.errors import Infeasible
 from controller.model.plan import Plan
 from safety.report import SafetyReport
+from safety.review import review
 from safety.scenarios import count_scenarios
 
 __all__ = ["check", "read_plan"]
@@ -61,7 +63,7 @@ def read_plan(path: Path, *, as_json: bool = False) -> Plan:
 
 
 def _solve(intent: Intent, label: str, as_json: bool, robust: bool = False) -> Plan:
-    from controller.planning import CompileOptions, compile_plan
+    from controller.planning import CompileOptions, compile_plan  # lazy: the solver stack (numpy, scipy: ~0.4 s)
 
     try:
         return compile_plan(intent, CompileOptions(robust=robust))
@@ -79,7 +81,7 @@ def _count(intent: Intent, scope: str | None) -> int:
 
 def _replay(intent: Intent, plan: Plan, scope: str | None, label: str, as_json: bool,
             executor: str | None = None) -> SafetyReport:
-    from safety.sweep import executor_from, sweep
+    from safety.sweep import executor_from, sweep  # lazy: numba's kernels and Ray (about 0.5 s)
 
     try:
         ex = executor_from(executor)  # local by default: workers forked after the compile
@@ -196,8 +198,6 @@ def _plot(path: Path | None, plans: list[tuple[str, Plan]], fabric: str, as_json
     """``--plot``: the baseline utilization histogram of each plan (see :mod:`controller.cli.plot`)."""
     if path is None:
         return
-    from controller.cli.plot import write_histogram
-
     try:
         write_histogram(path, [(label, [x.utilization for x in p.links]) for label, p in plans],
                         title=f"{fabric}: link utilization (baseline)")
@@ -229,8 +229,6 @@ def check(
         "--plot", help="write the link utilization histogram (before/after with --against) to FILE.svg|.png")] = None,
 ) -> None:
     """Replay the plan under every failure scenario; exit 1 when any invariant fails."""
-    from controller.cli.plot import FORMATS
-
     if plot is not None and plot.suffix.lower() not in FORMATS:
         die(f"--plot {plot}: the file must end in .svg or .png", as_json=as_json)
     if scope is not None and scope not in ("domains", "all_single", "k2", "single_pairs"):
@@ -246,8 +244,6 @@ def check(
     if isinstance(robust_info, dict):
         report = dataclasses.replace(report, extra={**report.extra, "robust": robust_info})
     if against is not None:
-        from safety.review import review
-
         old = read_intent(against, as_json=as_json)
         old_plan = (read_plan(against_plan, as_json=as_json) if against_plan is not None
                     else _solve(old, str(against), as_json))

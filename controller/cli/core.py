@@ -22,10 +22,14 @@ from pydantic import ValidationError
 
 from controller import service
 from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, read_intent
-from controller.model.errors import LoomError
+from controller.logs import setup_logging
+from controller.model.errors import LoomError, SingleReplicaStore
 from controller.model.tokens import token_name_problem
 from controller.settings import Settings
 from controller.store.db import Database
+from controller.workflow.cluster import Cluster
+from labs import runner
+from labs.clab import load_topology
 
 __all__ = ["parse_duration", "serve", "token_app", "validate"]
 
@@ -68,7 +72,7 @@ def _open_store(settings: Settings, as_json: bool) -> Database:
 
 def _cli_ctx(message: str = "") -> service.WriteContext:
     """A CLI write; a refused one is audited with the status the API would answer for it."""
-    from api.core.problems import status_for
+    from api.core.problems import status_for  # lazy: FastAPI (about 0.2 s), for token writes and serve only
 
     return service.WriteContext(actor=service.Actor(f"cli:{getpass.getuser()}", "admin"), method="CLI",
                                 path="loom", message=message, reject_status=status_for)
@@ -90,15 +94,62 @@ def _attach_lab(settings: Settings, lab: str, info: dict[str, Any], as_json: boo
     file the lab keeps (the server itself never imports the lab harness)."""
     if settings.agents:
         die("--lab and --agents (or LOOM_AGENTS) both name the agents: use one", as_json=as_json)
-    from labs import runner
-    from labs.clab import load_topology
-
     try:
         topo = load_topology(lab)
         info["agents_started"] = runner.start_agents(topo)
     except Exception as exc:  # noqa: BLE001 - a lab that is not up is told, not traced
         die(f"agents: {exc}", as_json=as_json)
     return settings.model_copy(update={"agents": str(runner.agents_file(topo.name))})
+
+
+def _lock(settings: Settings, database: Database, as_json: bool) -> Cluster:
+    """The leader lease; on SQLite, also the one-process lock (taken here, or exit 2)."""
+    cluster = Cluster(settings, database)
+    if cluster.lock is not None:
+        try:
+            cluster.lock.acquire(database.display_url)
+        except SingleReplicaStore as exc:
+            die(str(exc), as_json=as_json)
+    return cluster
+
+
+def _seed(database: Database, settings: Settings, example: bool, info: dict[str, Any]) -> None:
+    """``--example`` into an empty store, and the first admin token unless ``LOOM_ADMIN_TOKEN`` names one."""
+    with database.session() as session:
+        if example:
+            loaded = service.load_example(session=session, ctx=_cli_ctx("loom serve --example: example fabric dc1"))
+            info["example"] = f"loaded as revision {loaded.revision.id}" if loaded else "store not empty: kept"
+        if settings.admin_token is not None:
+            info["admin_token"] = "from LOOM_ADMIN_TOKEN"
+        else:
+            made = service.bootstrap_admin(session=session, ctx=_cli_ctx())
+            if made:
+                info["admin_token"] = made[1]
+
+
+def _banner(info: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(info)
+        return
+    console.print(f"Loom API on [bold]{info['url']}[/]  (docs: {info['docs']}; store: {info['store']})",
+                  highlight=False)
+    if "agents" in info:
+        console.print(f"device agents: {info['agents']}"
+                      + (f" (started {len(info['agents_started'])})" if info.get("agents_started") else ""),
+                      highlight=False)
+    if "example" in info:
+        console.print(f"example fabric: {info['example']}", highlight=False)
+    token = info.get("admin_token")
+    if token and token.startswith("loom_"):
+        console.print("admin token (shown once, stored hashed):", highlight=False)
+        console.print(f"  {token}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f'  curl -H "Authorization: Bearer {token}" {info["url"]}/v1/intent',
+                      highlight=False, markup=False, soft_wrap=True)
+    elif token:
+        console.print("admin token: the one in LOOM_ADMIN_TOKEN", highlight=False)
+    else:
+        console.print("an admin token exists already; make another with: "
+                      "loom token create --role admin --name NAME", highlight=False)
 
 
 @app.command()
@@ -116,14 +167,14 @@ def serve(
     as_json: JsonOption = False,
 ) -> None:
     """Serve the REST API and the web UI (at /; API docs at /docs) on the store; logs are JSON lines."""
-    from controller.logs import setup_logging
-
     if log_level.lower() not in ("debug", "info", "warning", "error") or log_format not in ("json", "text"):
         die(f"--log-level {log_level} --log-format {log_format}: expected debug|info|warning|error and json|text",
             as_json=as_json)
-    import uvicorn
+    # the server and its app (uvicorn, FastAPI, the workflow engine, the gRPC drivers: about 1.7 s)
+    import uvicorn  # lazy: the server, for `loom serve` only
 
-    from api.app import create_app
+    from api.app import create_app  # lazy: as above
+    from controller.workflow.agents import make_driver  # lazy: as above, part of the app's import
 
     settings = _settings(as_json, db_url=db, host=host, port=port, agents=agents)
     # from here on every record (and every Python warning, of the migrations say) is a log line with its
@@ -132,59 +183,19 @@ def serve(
     database = _open_store(settings, as_json)
     url = f"http://{host}:{port}"
     info: dict[str, Any] = {"url": url, "docs": f"{url}/docs", "store": database.display_url}
-    from controller.model.errors import SingleReplicaStore
-    from controller.workflow.cluster import Cluster
-
-    cluster = Cluster(settings, database)  # the leader lease; on SQLite, also the one-process lock
-    if cluster.lock is not None:
-        try:
-            cluster.lock.acquire(database.display_url)
-        except SingleReplicaStore as exc:
-            die(str(exc), as_json=as_json)
+    cluster = _lock(settings, database, as_json)
     info["replica"] = cluster.replica
     if lab:
         settings = _attach_lab(settings, lab, info, as_json)
     driver = None
     if settings.agents:
-        from controller.workflow.agents import make_driver
-
         try:
             driver = make_driver(settings)
         except Exception as exc:  # noqa: BLE001 - a bad agents file is told, not traced
             die(f"agents: {exc}", as_json=as_json)
         info["agents"] = len(driver.devices) if driver is not None else 0
-    with database.session() as session:
-        if example:
-            loaded = service.load_example(session=session, ctx=_cli_ctx("loom serve --example: example fabric dc1"))
-            info["example"] = f"loaded as revision {loaded.revision.id}" if loaded else "store not empty: kept"
-        if settings.admin_token is not None:
-            info["admin_token"] = "from LOOM_ADMIN_TOKEN"
-        else:
-            made = service.bootstrap_admin(session=session, ctx=_cli_ctx())
-            if made:
-                info["admin_token"] = made[1]
-    if as_json:
-        emit_json(info)
-    else:
-        console.print(f"Loom API on [bold]{info['url']}[/]  (docs: {info['docs']}; store: {info['store']})",
-                      highlight=False)
-        if "agents" in info:
-            console.print(f"device agents: {info['agents']}"
-                          + (f" (started {len(info['agents_started'])})" if info.get("agents_started") else ""),
-                          highlight=False)
-        if "example" in info:
-            console.print(f"example fabric: {info['example']}", highlight=False)
-        token = info.get("admin_token")
-        if token and token.startswith("loom_"):
-            console.print("admin token (shown once, stored hashed):", highlight=False)
-            console.print(f"  {token}", highlight=False, markup=False, soft_wrap=True)
-            console.print(f'  curl -H "Authorization: Bearer {token}" {info["url"]}/v1/intent',
-                          highlight=False, markup=False, soft_wrap=True)
-        elif token:
-            console.print("admin token: the one in LOOM_ADMIN_TOKEN", highlight=False)
-        else:
-            console.print("an admin token exists already; make another with: "
-                          "loom token create --role admin --name NAME", highlight=False)
+    _seed(database, settings, example, info)
+    _banner(info, as_json)
     # access lines come from api.metrics, with the request id
     uvicorn.run(create_app(settings, database=database, driver=driver, cluster=cluster), host=host, port=port,
                 log_level=log_level.lower(), log_config=None, access_log=False)

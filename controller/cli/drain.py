@@ -12,19 +12,14 @@ refused as bad input (exit 2) before any change is made.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from controller.cli.changes import (
-    DEFAULT_SERVER,
-    Client,
-    JsonOption,
-    ServerOption,
-    commit_and_follow,
-    print_review,
-)
+from controller.cli.changes import commit_and_follow, print_review
 from controller.cli.common import app, console, die, emit_json
+from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, remote
+from controller.client import Client, DrainUnchanged, NoIntent
 
 __all__ = ["drain", "undrain"]
 
@@ -35,41 +30,21 @@ MessageOption = Annotated[str, typer.Option("--message", "-m", help="what the ch
 TargetArg = Annotated[str, typer.Argument(metavar="TARGET", help="a device, or a link end DEVICE:PORT")]
 
 
-def _base(client: Client) -> tuple[int, dict[str, Any]]:
-    """The revision a drain change is made against, and its intent document."""
-    st = client.call("GET", "/v1/status")
-    base = st["active_revision"] or st["head_revision"]
-    if base is None:
-        die("the controller has no intent yet: apply one first", as_json=client.as_json)
-    return int(base), client.call("GET", f"/v1/revisions/{base}/intent")
-
-
-def _drain_index(doc: dict[str, Any], target: str) -> int | None:
-    for i, pol in enumerate(doc.get("policies") or []):
-        if pol.get("kind") == "drain" and pol.get("target") == target:
-            return i
-    return None
-
-
-def _run(client: Client, base: int, patch: list[dict[str, Any]], message: str, *, commit: bool, force: bool,
-         reason: str | None) -> None:
-    as_json = client.as_json
-    ch = client.call("POST", "/v1/changes", json={"base_revision": base, "patch": patch, "message": message})
-    rv = client.call("POST", f"/v1/changes/{ch['id']}/review")
+def _run(client: Client, cid: int, *, commit: bool, force: bool, reason: str | None, as_json: bool) -> None:
+    rv = client.raw.review(cid)
     if not commit:
         if as_json:
-            emit_json({"change": ch["id"], **rv})
+            emit_json({"change": cid, **rv})
         else:
-            console.print(f"change {ch['id']} (reviewed; commit with: loom changes commit {ch['id']})",
-                          highlight=False)
+            console.print(f"change {cid} (reviewed; commit with: loom changes commit {cid})", highlight=False)
             print_review(rv)
         if rv["verdict"] != "safe":
             raise typer.Exit(1)
         return
     if not as_json:
-        console.print(f"change {ch['id']}", highlight=False)
+        console.print(f"change {cid}", highlight=False)
         print_review(rv)
-    commit_and_follow(client, ch["id"], force, reason, as_json)
+    commit_and_follow(client, cid, force, reason, as_json)
 
 
 def _command(undrain: bool) -> Callable[..., None]:
@@ -85,15 +60,15 @@ def _command(undrain: bool) -> Callable[..., None]:
         message: MessageOption = "",
         as_json: JsonOption = False,
     ) -> None:
-        client = Client(server, as_json)
-        base, doc = _base(client)
-        index = _drain_index(doc, target)
-        if (index is None) == undrain:
-            state = "not drained" if undrain else "already drained"
-            die(f"{target} is {state} in revision {base}", as_json=as_json, errors=[{"loc": "target", "msg": state}])
-        patch = ([{"op": "remove", "path": f"/policies/{index}"}] if undrain else
-                 [{"op": "add", "path": "/policies/-", "value": {"kind": "drain", "target": target}}])
-        _run(client, base, patch, message or f"loom {verb} {target}", commit=commit, force=force, reason=reason)
+        with remote(server, as_json) as client:
+            make = client.undrain if undrain else client.drain
+            try:
+                cid = make(target, message=message or f"loom {verb} {target}").id
+            except NoIntent as exc:
+                die(str(exc), as_json=as_json)
+            except DrainUnchanged as exc:
+                die(str(exc), as_json=as_json, errors=[{"loc": "target", "msg": exc.state}])
+            _run(client, cid, commit=commit, force=force, reason=reason, as_json=as_json)
 
     command.__doc__ = (f"{verb.capitalize()} TARGET: a change that {'removes' if undrain else 'adds'} its drain "
                        "policy, reviewed, and with --commit committed.")

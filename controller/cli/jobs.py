@@ -15,8 +15,8 @@ from typing import Annotated
 
 import typer
 
-from controller.cli.changes import DEFAULT_SERVER, Client, JsonOption, ServerOption, _print_failing
 from controller.cli.common import EXIT_FAIL, EXIT_INPUT, app, console, die, emit_json
+from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, print_failing, remote
 from controller.model.errors import InvalidIntent
 from controller.model.intent import parse_intent_text
 
@@ -40,7 +40,8 @@ def what_if(
     except InvalidIntent as exc:
         die(f"{job_path}: not a job document", code=EXIT_INPUT, as_json=as_json,
             errors=[{"loc": e.loc, "msg": e.msg} for e in exc.errors])
-    answer = Client(server, as_json).call("POST", "/v1/jobs/what-if", json=job)
+    with remote(server, as_json) as client:
+        answer = client.raw.what_if(job)
     if as_json:
         emit_json(answer)
     else:
@@ -49,6 +50,6 @@ def what_if(
                       f"planned max utilization {answer['max_utilization']:.4f}, "
                       f"{len(answer['failing'])} failing", highlight=False)
         if answer["failing"]:
-            _print_failing(answer["failing"])
+            print_failing(answer["failing"])
     if answer["verdict"] != "safe":
         raise typer.Exit(EXIT_FAIL)

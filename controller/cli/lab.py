@@ -15,7 +15,9 @@ a bad matrix, not root, no FRR) exits 2.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,9 +30,11 @@ from rich.table import Table
 from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, err_console, read_intent
 from controller.model.errors import InvalidIntent, LoomError
 from controller.model.intent import load_intent
+from labs import runner
 from labs.clab import InvalidLab, Topology, load_topology, topology_path
+from labs.gen import generate_lab
 from labs.runner import LabError, LabPrerequisiteError, Observation, ProgressFn
-from labs.traffic import MAX_FLOWS
+from labs.traffic import MAX_FLOWS, InvalidMatrix, TrafficOptions, lab_hosts, load_matrix, send
 
 __all__ = ["expected_prefixes", "lab_app"]
 
@@ -45,7 +49,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 def expected_prefixes(lab_dir: Path) -> dict[str, set[str]] | None:
     """Per node, the prefixes the solver routes there, from the lab's
     ``intent.yaml`` (``None`` when the lab has no intent)."""
-    from solver.core.routing import next_hops
+    from solver.core.routing import next_hops  # lazy: the solver package (numpy, scipy: ~0.4 s), for `lab up`
 
     path = lab_dir / "intent.yaml"
     if not path.exists():
@@ -103,8 +107,6 @@ def gen(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a containerlab lab for INTENT: topology.clab.yml, FRR configs, daemons, intent.yaml (and hosts)."""
-    from labs.gen import generate_lab
-
     intent = read_intent(intent_path, as_json=as_json)
     try:
         path = generate_lab(intent, out, name=name, hosts=hosts)
@@ -129,8 +131,6 @@ def up(
     as_json: JsonOpt = False,
 ) -> None:
     """Bring a lab up in network namespaces, wait until BGP has converged, start the device agents."""
-    from labs import runner
-
     topo = _topology(lab, as_json)
     lab_dir = topology_path(lab).parent
     try:
@@ -185,8 +185,6 @@ def up(
 @lab_app.command("down")
 def down(lab: LabArg, as_json: JsonOpt = False) -> None:
     """Stop every daemon of a lab, delete its namespaces and files (safe to repeat)."""
-    from labs import runner
-
     topo = _topology(lab, as_json)
     try:
         runner.check_prerequisites()
@@ -203,8 +201,6 @@ def down(lab: LabArg, as_json: JsonOpt = False) -> None:
 
 
 def _observe(lab: Path, as_json: bool) -> tuple[Topology, Observation]:
-    from labs import runner
-
     topo = _topology(lab, as_json)
     try:
         runner.check_prerequisites()
@@ -219,8 +215,6 @@ def _observe(lab: Path, as_json: bool) -> tuple[Topology, Observation]:
 @lab_app.command("status")
 def status(lab: LabArg, as_json: JsonOpt = False) -> None:
     """Nodes, BGP sessions and route counts of a running lab."""
-    from labs import runner
-
     topo, obs = _observe(lab, as_json)
     if as_json:
         emit_json({"lab": topo.name, "nodes": {
@@ -261,8 +255,6 @@ def routes(lab: LabArg, as_json: JsonOpt = False) -> None:
 @lab_app.command("hosts")
 def hosts(lab: LabArg, as_json: JsonOpt = False) -> None:
     """The lab's hosts: namespace, ToR, address and prefix (from the topology file)."""
-    from labs.traffic import lab_hosts
-
     found = lab_hosts(_topology(lab, as_json))
     if as_json:
         emit_json({name: h.to_document() for name, h in found.items()})
@@ -288,12 +280,6 @@ def traffic(
 ) -> None:
     """Send a demand matrix as UDP from the lab's hosts for --duration seconds; report what each demand sent.
     SIGINT or SIGTERM stops the senders at once (the report then says stopped_early)."""
-    import signal
-    import threading
-
-    from labs import runner
-    from labs.traffic import InvalidMatrix, TrafficOptions, lab_hosts, load_matrix, send
-
     topo = _topology(lab, as_json)
     options = TrafficOptions(packet_bytes=packet_bytes, flows=flows)
     try:

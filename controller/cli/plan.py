@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from controller.cli.common import EXIT_INPUT, app, console, die, emit_json, err_console, read_intent
+from controller.gen import clos_document
 from controller.model.errors import Infeasible
 
 __all__ = ["gen_app"]
@@ -57,8 +58,9 @@ def plan_cmd(
 
     Exit status 2 for an invalid intent or a demand that cannot be routed.
     """
+    # lazy: the solver stack (numpy, scipy, the LP backends: about 0.4 s), for `loom plan` only
     from controller.planning import CompileOptions, compile_plan
-    from solver import BACKENDS
+    from solver import BACKENDS  # lazy: as above
 
     if backend not in BACKENDS:
         die(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}", as_json=as_json)
@@ -126,8 +128,6 @@ def gen_clos(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of YAML")] = False,
 ) -> None:
     """Write a 3-tier Clos intent (RFC 7938 ASNs, failure domains, a demand matrix)."""
-    from controller.gen import clos_document
-
     if demand not in ("uniform", "gravity", "hotspot"):
         die(f"--demand: expected uniform, gravity or hotspot, got {demand!r}", as_json=as_json)
     try:

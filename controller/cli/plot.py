@@ -93,10 +93,10 @@ def _svg(series: Sequence[Series], title: str, step: float) -> str:
 
 
 def _png(path: Path, series: Sequence[Series], title: str, step: float) -> None:
-    import matplotlib
+    import matplotlib  # lazy: matplotlib (about 0.4 s), for a .png only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: as above, after the backend is chosen
 
     counts = _binned(series, step)
     n = len(counts[0])

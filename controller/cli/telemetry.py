@@ -18,8 +18,10 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.table import Table
 
-from controller.cli.changes import DEFAULT_SERVER, Client, JsonOption, ServerOption, print_review
+from controller.cli.changes import print_review
 from controller.cli.common import app, console, emit_json
+from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, remote
+from controller.client import Client
 
 __all__ = ["capture", "demand_app"]
 
@@ -39,11 +41,9 @@ def capture(
     as_json: JsonOption = False,
 ) -> None:
     """Replace the intent's demands with the measured matrix, in one revision."""
-    client = Client(server, as_json)
-    headers = {"If-Match": f'"{base}"'} if base is not None else {}
-    out = client.call("POST", "/v1/demands/from-telemetry", ok=(200,), headers=headers,
-                      json={"window_s": window_s, "stat": stat, "headroom": headroom})
-    rv = _review(client, out["revision"]) if review else None
+    with remote(server, as_json) as client:
+        out = client.raw.capture_demand(window_s=window_s, stat=stat, headroom=headroom, if_match=base)
+        rv = _review(client, out["revision"]) if review else None
     if as_json:
         emit_json({**out, "review": rv} if review else out)
         if rv is not None and rv["verdict"] != "safe":
@@ -69,8 +69,7 @@ def capture(
 def _review(client: Client, revision: int) -> dict[str, Any]:
     """A change from the active revision (the captured one's own base when none is active) to the
     captured intent, reviewed: how the plan moves under the measured demand."""
-    active = client.call("GET", "/v1/status")["active_revision"] or revision
-    doc = client.call("GET", f"/v1/revisions/{revision}/intent")
-    ch = client.call("POST", "/v1/changes", json={"base_revision": active, "intent": doc,
-                                                   "message": f"measured demand (revision {revision})"})
-    return {"change": ch["id"], **client.call("POST", f"/v1/changes/{ch['id']}/review")}
+    active = client.status().active_revision or revision
+    doc = client.raw.intent(revision)
+    cid = client.create_change(active, intent=doc, message=f"measured demand (revision {revision})").id
+    return {"change": cid, **client.raw.review(cid)}

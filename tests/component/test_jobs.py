@@ -314,14 +314,13 @@ def test_loom_jobs_what_if(api: Api, tmp_path: Any, monkeypatch: pytest.MonkeyPa
     from typer.testing import CliRunner
 
     from controller.cli import _register, app
-    from controller.cli import changes as cli_changes
 
     def client(base_url: str, headers: dict[str, str], timeout: float) -> httpx.Client:
         api.client.headers.update(headers)
         return api.client  # type: ignore[no-any-return]
 
     _register()
-    monkeypatch.setattr(cli_changes.httpx, "Client", client)
+    monkeypatch.setattr(httpx, "Client", client)
     monkeypatch.setenv("LOOM_TOKEN", api.tokens["operator"])
     job = tmp_path / "job.yaml"
     job.write_text("name: t\ntors: [tor-0-0, tor-1-1]\ncollective: ring_allreduce\nbytes_per_iter: 1e8\niter_s: 1\n")

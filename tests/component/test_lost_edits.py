@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from controller.client import Client
 from tests.serving import LOOM, LoomServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +37,12 @@ def server(tmp_path: Path) -> Iterator[LoomServer]:
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture
+def api(server: LoomServer) -> Iterator[Client]:
+    with server.client() as client:
+        yield client
 
 
 def loom(server: LoomServer, *args: str) -> subprocess.CompletedProcess[str]:
@@ -84,13 +91,13 @@ def commit(server: LoomServer, change: int) -> dict[str, Any]:
     raise AssertionError(f"change {change} still committing")
 
 
-def test_a_dry_run_never_moves_the_head(server: LoomServer, tmp_path: Path) -> None:
+def test_a_dry_run_never_moves_the_head(server: LoomServer, api: Client, tmp_path: Path) -> None:
     first, doc = head(server)
     edited = edit_capacity(server, first, 40)
     out = loom(server, "apply", str(write(tmp_path, with_demand(doc, 33))), "--dry-run", "--json")
     assert out.returncode == 0, out.stdout + out.stderr
     review = json.loads(out.stdout)
-    assert server("GET", "/v1/status").json()["head_revision"] == edited
+    assert api.status().head_revision == edited
     now, current = head(server)
     assert now == edited and capacity(current) == 40 and current["demands"][0]["gbps"] == doc["demands"][0]["gbps"]
     proposed = server("GET", f"/v1/revisions/{review['proposed_revision']}")
@@ -99,18 +106,19 @@ def test_a_dry_run_never_moves_the_head(server: LoomServer, tmp_path: Path) -> N
     assert planned.status_code == 200
 
 
-def test_a_drain_on_the_active_revision_keeps_the_heads_edits(server: LoomServer, tmp_path: Path) -> None:
+def test_a_drain_on_the_active_revision_keeps_the_heads_edits(server: LoomServer, api: Client,
+                                                              tmp_path: Path) -> None:
     first, doc = head(server)
     done = loom(server, "apply", str(write(tmp_path, doc)), "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["state"] == "committed", done.stdout + done.stderr
-    assert server("GET", "/v1/status").json()["active_revision"] == first
+    assert api.status().active_revision == first
     edit_capacity(server, first, 40)
     drained = loom(server, "drain", "spine-0-0", "--commit", "--json")
     assert drained.returncode == 0, drained.stdout + drained.stderr
-    status = server("GET", "/v1/status").json()
+    status = api.status()
     _, now = head(server)
     assert capacity(now) == 40 and {"kind": "drain", "target": "spine-0-0"} in now["policies"]
-    active = server("GET", f"/v1/revisions/{status['active_revision']}/intent").json()
+    active = api.raw.intent(status.active_revision)
     assert capacity(active) == 100 and {"kind": "drain", "target": "spine-0-0"} in active["policies"]
     undrained = loom(server, "undrain", "spine-0-0", "--commit", "--json")
     assert undrained.returncode == 0, undrained.stdout + undrained.stderr
@@ -118,23 +126,23 @@ def test_a_drain_on_the_active_revision_keeps_the_heads_edits(server: LoomServer
     assert capacity(now) == 40 and all(p["kind"] != "drain" for p in now["policies"])
 
 
-def test_a_change_on_a_stale_base_keeps_the_heads_edits_or_is_refused(server: LoomServer) -> None:
+def test_a_change_on_a_stale_base_keeps_the_heads_edits_or_is_refused(server: LoomServer, api: Client) -> None:
     first, doc = head(server)
     edited = edit_capacity(server, first, 40)
     # another object: created, committed, and the head has both
-    other = server("POST", "/v1/changes", json={"base_revision": first, "intent": with_demand(doc, 33)}).json()
-    assert server("GET", "/v1/status").json()["head_revision"] == edited  # creating it moved nothing
-    assert commit(server, other["id"])["state"] == "committed"
+    other = api.create_change(first, intent=with_demand(doc, 33))
+    assert api.status().head_revision == edited  # creating it moved nothing
+    assert commit(server, other.id)["state"] == "committed"
     _, now = head(server)
     assert capacity(now) == 40 and now["demands"][0]["gbps"] == 33
     # the same object, differently: the commit is refused, located, and the head keeps its edit
     before, _ = head(server)
     patch = [{"op": "replace", "path": "/links/8/capacity_gbps", "value": 50}]
-    clash = server("POST", "/v1/changes", json={"base_revision": first, "patch": patch}).json()
-    assert server("POST", f"/v1/changes/{clash['id']}/review").status_code == 200
-    r = server("POST", f"/v1/changes/{clash['id']}/commit", json={})
+    clash = api.create_change(first, patch=patch).id
+    assert server("POST", f"/v1/changes/{clash}/review").status_code == 200
+    r = server("POST", f"/v1/changes/{clash}/commit", json={})
     assert r.status_code == 409 and r.json()["type"].endswith("merge-conflict"), r.text
     assert [e["loc"] for e in r.json()["errors"]] == [f"links[{LINK}]"]
-    assert server("GET", f"/v1/changes/{clash['id']}").json()["state"] == "reviewed"
+    assert api.change(clash).state == "reviewed"
     after, now = head(server)
     assert after == before and capacity(now) == 40

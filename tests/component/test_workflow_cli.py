@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from controller.client import Client
 from controller.store.db import Database
 from tests.component.test_workflow_api import DOC, workflow_server
 from tests.serving import LOOM, LoomServer
@@ -35,6 +36,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoomServer]:
         s.stop()
 
 
+@pytest.fixture(scope="module")
+def api(server: LoomServer) -> Iterator[Client]:
+    with server.client() as client:
+        yield client
+
+
 def loom(server: LoomServer, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("LOOM_TOKEN", "LOOM_SERVER")}
     if token is not None:
@@ -49,7 +56,7 @@ def write(tmp: Path, name: str, doc: dict) -> Path:  # type: ignore[type-arg]
     return path
 
 
-def test_apply_dry_run_then_commit_then_rollback(server: LoomServer, tmp_path: Path) -> None:
+def test_apply_dry_run_then_commit_then_rollback(server: LoomServer, api: Client, tmp_path: Path) -> None:
     intent = write(tmp_path, "intent.yaml", DOC)
     dry = loom(server, "apply", str(intent), "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
@@ -77,8 +84,7 @@ def test_apply_dry_run_then_commit_then_rollback(server: LoomServer, tmp_path: P
     assert "spine-0-0" in as_json["schedule"]["stages"][0]["devices"] and as_json["schedule"]["safe"]
     back = loom(server, "rollback", "1", "--json")
     assert back.returncode == 0 and json.loads(back.stdout)["kind"] == "rollback"
-    status = server("GET", "/v1/status").json()
-    assert status["active_revision"] == 1
+    assert api.status().active_revision == 1
     drift = loom(server, "drift", "--json")
     assert drift.returncode == 0 and json.loads(drift.stdout)["note"] == "no devices attached"
 
@@ -109,23 +115,21 @@ def test_bad_input_and_missing_token(server: LoomServer, tmp_path: Path) -> None
     assert nowhere.returncode == 1 and "cannot reach" in nowhere.stderr
 
 
-def test_drain_and_undrain_are_reviewed_changes(server: LoomServer, tmp_path: Path) -> None:
+def test_drain_and_undrain_are_reviewed_changes(server: LoomServer, api: Client, tmp_path: Path) -> None:
     assert loom(server, "apply", str(write(tmp_path, "intent.yaml", DOC)), "--json").returncode == 0
     reviewed = loom(server, "drain", "spine-1-1", "--json")
     assert reviewed.returncode == 0, reviewed.stdout + reviewed.stderr
     doc = json.loads(reviewed.stdout)
     assert doc["verdict"] == "safe" and any(x["after"] == 0 for x in doc["links"])
-    assert server("GET", f"/v1/changes/{doc['change']}").json()["state"] == "reviewed"  # not committed
+    assert api.change(doc["change"]).state == "reviewed"  # not committed
     done = loom(server, "drain", "spine-1-1", "--commit", "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["state"] == "committed", done.stdout + done.stderr
-    active = server("GET", "/v1/status").json()["active_revision"]
-    policies = server("GET", f"/v1/revisions/{active}/intent").json()["policies"]
+    policies = api.raw.intent(api.status().active_revision)["policies"]
     assert {"kind": "drain", "target": "spine-1-1"} in policies
     again = loom(server, "drain", "spine-1-1", "--json")
     assert again.returncode == 2 and json.loads(again.stdout)["errors"][0]["msg"] == "already drained"
     undone = loom(server, "undrain", "spine-1-1", "--commit")
     assert undone.returncode == 0 and "committed" in undone.stdout, undone.stdout + undone.stderr
-    active = server("GET", "/v1/status").json()["active_revision"]
-    policies = server("GET", f"/v1/revisions/{active}/intent").json()["policies"]
+    policies = api.raw.intent(api.status().active_revision)["policies"]
     assert not any(p.get("kind") == "drain" for p in policies)
     assert loom(server, "undrain", "spine-1-1").returncode == 2
