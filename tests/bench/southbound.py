@@ -82,7 +82,8 @@ def lab_rows(case: str = "clos3-small") -> list[list[str]]:
     from solver import solve
     from southbound.driver import AgentDriver
     from southbound.transaction import commit_plan
-    from tests.lab.test_agent_lab import LabAgents, lab_up, shifted_demand, wcmp_intent_doc, with_wcmp
+    from tests.lab.test_agent_lab import shifted_demand, wcmp_intent_doc, with_wcmp
+    from tests.labkit import LabAgents, lab_up
 
     if os.geteuid() != 0 or not (runner.FRR_BIN / "zebra").exists():
         return [[f"{case} intent change", "-", "-", "-", "-", "-", "-", "-", "skipped: needs root and FRR"]]

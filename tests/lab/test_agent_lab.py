@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from controller.model import Intent
 from controller.model.intent import load_intent, validate_intent
 from controller.model.plan import Plan
 from labs import runner
-from labs.clab import Topology, load_topology
+from labs.clab import Topology
 from solver import solve
 from southbound.device.frr_apply import FrrReload
 from southbound.device.frr_delta import parse_config
@@ -39,7 +38,7 @@ from southbound.driver import AgentDriver
 from southbound.state import StepResult
 from southbound.transaction import commit_plan
 from southbound.wcmp import expected_weights
-from tests.serving import LOOM, stop_processes
+from tests.labkit import LabAgents, lab_up
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = "sbwcmp"
@@ -75,75 +74,11 @@ def with_wcmp(doc: dict, **policy: object) -> Intent:
     return validate_intent(d)
 
 
-class LabAgents:
-    """One ``loom agent`` per lab node, inside the node's namespace, on ``RUN/NODE/agent.sock``."""
-
-    def __init__(self, lab: str, nodes: list[str]):
-        self.lab = lab
-        self.nodes = nodes
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def dir(self, node: str) -> Path:
-        return runner.run_dir(self.lab) / node
-
-    def endpoints(self) -> dict[str, str]:
-        return {n: f"unix:{self.dir(n) / 'agent.sock'}" for n in self.nodes}
-
-    def launch(self, node: str) -> None:
-        d = self.dir(node)
-        (d / "agent.sock").unlink(missing_ok=True)
-        log = open(d / "agent.log", "ab")  # noqa: SIM115 - the child holds it
-        self.procs[node] = subprocess.Popen(
-            ["ip", "netns", "exec", runner.namespace(self.lab, node), *runner.lab_agent_command(node, d)],
-            stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-
-    def wait(self, node: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while not (self.dir(node) / "agent.sock").exists():
-            if self.procs[node].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"agent {node} did not start: {(self.dir(node) / 'agent.log').read_text()[-2000:]}")
-            time.sleep(0.05)
-
-    def start_all(self) -> None:
-        for n in self.nodes:
-            self.launch(n)
-        for n in self.nodes:
-            self.wait(n)
-
-    def kill(self, node: str) -> None:
-        p = self.procs[node]
-        if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-            p.wait(10)
-
-    def journal(self, node: str) -> dict | None:
-        try:
-            return json.loads((self.dir(node) / "agent" / "journal.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-
-    def stop_all(self) -> None:
-        stop_processes(list(self.procs.values()), 15)
-
-
 @dataclass
 class WcmpLab:
     topo: Topology
     doc: dict
     agents: LabAgents
-
-
-def lab_up(base: Path, name: str, doc: dict, *, timeout: float = 90) -> Topology:
-    """The lab ``loom lab gen`` makes of intent ``doc`` (in ``base/name``), up and converged."""
-    (base / "intent.yaml").write_text(yaml.safe_dump(doc))
-    gen = subprocess.run([*LOOM, "lab", "gen", str(base / "intent.yaml"), "--out", str(base / name)],
-                         capture_output=True, text=True, timeout=max(120, timeout))
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    topo = load_topology(base / name)
-    report = runner.up(topo, timeout=timeout)
-    assert report.converged, report.problems
-    return topo
 
 
 def bring_up(base: Path, name: str = LAB) -> tuple[Topology, dict]:

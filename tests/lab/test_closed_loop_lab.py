@@ -12,8 +12,8 @@ pattern view names), and an unsafe candidate is refused and audited.
 
 from __future__ import annotations
 
+import copy
 import json
-import os
 import subprocess
 import threading
 import time
@@ -22,16 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from controller.model.intent import load_intent
-from labs import runner
-from labs.clab import load_topology
-from labs.gen import generate_lab
 from labs.traffic import TrafficOptions, lab_hosts, send, validate_matrix
-from tests.serving import LOOM, LoomServer
+from tests.labkit import REPO, ServedLab, served_lab
 
-REPO = Path(__file__).resolve().parents[2]
 LAB = "cl-t"
 TOKEN = "clt-" + "Qm4Zx8Nv2Lw6Rt0Yb3Hk7Jp1Fs5Dc9Ga"
 HALF = {("tor-0-0", "eth2"), ("tor-0-1", "eth1")}
@@ -71,38 +66,37 @@ class Traffic:
             self._stop = self._thread = None
 
 
-class Lab:
+class Lab(ServedLab):
+    """clos3-hosts under its own name with two hosts per ToR; the controller's intent halves two ToR uplinks
+    (the lab's links stay as generated) and runs auto-TE."""
+
     def __init__(self, base: Path):
-        intent = load_intent(REPO / "labs" / "clos3-hosts" / "intent.yaml")
-        self.doc = intent.to_document()
-        self.doc["name"] = LAB
-        for lk in self.doc["links"]:
+        lab_doc = load_intent(REPO / "labs" / "clos3-hosts" / "intent.yaml").to_document()
+        lab_doc["name"] = LAB
+        doc = copy.deepcopy(lab_doc)
+        for lk in doc["links"]:
             if (lk["a"], lk["a_port"]) in HALF:
                 lk["capacity_gbps"] = 0.025
-        self.doc["policies"] = [POLICY]
-        self.path = generate_lab(intent, base / LAB, name=LAB, hosts=2)
-        self.topo = load_topology(self.path)
-        self.base = base
-        self.server = LoomServer(base, ["--db", str(base / "loom.db"), "--lab", str(self.topo.directory)], TOKEN,
-                                 cwd=REPO, env={"LOOM_DRIFT_INTERVAL": "0", "LOOM_TELEMETRY_INTERVAL_S": "1",
-                                                "LOOM_AUTO_TE_CONFIRM": "2"})
-        self.traffic = Traffic(self.topo)
+        doc["policies"] = [POLICY]
+        super().__init__(base, LAB, doc, TOKEN, hosts=2, lab_doc=lab_doc,
+                         env={"LOOM_TELEMETRY_INTERVAL_S": "1", "LOOM_AUTO_TE_CONFIRM": "2"})
+        self._traffic: Traffic | None = None
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "LOOM_TOKEN": TOKEN, "LOOM_SERVER": self.server.url}
-        out = subprocess.run([*LOOM, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
-        assert out.returncode == 0, out.stdout + out.stderr
-        return out
+    @property
+    def traffic(self) -> Traffic:
+        if self._traffic is None:
+            assert self.topo is not None, "the lab is not up"
+            self._traffic = Traffic(self.topo)
+        return self._traffic
 
-    def apply(self, doc: dict[str, Any]) -> dict[str, Any]:
-        path = self.base / "intent.yaml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        return dict(json.loads(self.cli("apply", str(path), "--json").stdout))
+    def down(self) -> None:
+        if self._traffic is not None:
+            self._traffic.stop()
+        super().down()
 
-    def get(self, path: str) -> Any:
-        r = self.server("GET", path)
-        assert r.status_code == 200, r.text
-        return r.json()
+    def cli(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """The CLI, which must succeed here unless told otherwise."""
+        return super().cli(*args, timeout=timeout, check=check)
 
     def auto_changes(self) -> list[dict[str, Any]]:
         return [c for c in self.get("/v1/changes?limit=100")["items"] if c["author"] == "auto-te"]
@@ -128,18 +122,10 @@ def wait_for(cond: Any, timeout: float, what: str) -> Any:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    lab = Lab(tmp_path_factory.mktemp("cl"))
-    try:
-        report = runner.up(lab.topo, timeout=90)
-        assert report.converged, report.problems
-        lab.server.start()
-        assert lab.server("POST", "/v1/auto-te/pause", json={"reason": "set-up"}).status_code == 200
+    with served_lab(Lab(tmp_path_factory.mktemp("cl"))) as lab:
+        assert lab("POST", "/v1/auto-te/pause", json={"reason": "set-up"}).status_code == 200
         assert lab.apply(lab.doc)["state"] == "committed"
         yield lab
-    finally:
-        lab.traffic.stop()
-        lab.server.stop()
-        runner.down(LAB, [n.name for n in lab.topo.nodes])
 
 
 def committed_after(lab: Lab, known: set[int]) -> dict[str, Any]:

@@ -15,8 +15,6 @@ roll back to the first revision. Everything is torn down in finalizers.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +25,7 @@ import yaml
 
 from controller.model.intent import validate_intent
 from labs import runner
-from tests.serving import LOOM, LoomServer, settled_change
+from tests.labkit import ServedLab, served_lab
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = "wfe2e"
@@ -44,20 +42,12 @@ def lab_intent() -> dict[str, Any]:
     return doc
 
 
-class Controller(LoomServer):
+class Controller(ServedLab):
     """``loom serve --lab`` on the e2e lab, with a client for changes and the CLI."""
 
-    def __init__(self, base: Path, lab_dir: Path):
-        super().__init__(base, ["--db", str(base / "loom.db"), "--lab", str(lab_dir)], TOKEN, cwd=REPO,
-                         env={"LOOM_DRIFT_INTERVAL": "0", "LOOM_CONFIRM_WITHIN": "90", "LOOM_VERIFY_TIMEOUT": "45"})
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "LOOM_TOKEN": TOKEN, "LOOM_SERVER": self.url}
-        return subprocess.run([*LOOM, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
-
-    def wait(self, cid: int, timeout: float = 180) -> dict[str, Any]:
-        return settled_change(lambda path: self("GET", path).json(), cid, timeout=timeout, interval=0.3,
-                              must_settle=True)
+    def __init__(self, base: Path):
+        super().__init__(base, LAB, lab_intent(), TOKEN,
+                         env={"LOOM_CONFIRM_WITHIN": "90", "LOOM_VERIFY_TIMEOUT": "45"})
 
     def change(self, patch: list[Any]) -> dict[str, Any]:
         base = self("GET", "/v1/status").json()["active_revision"]
@@ -73,24 +63,8 @@ class Controller(LoomServer):
 
 @pytest.fixture(scope="module")
 def ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
-    base = tmp_path_factory.mktemp("wfe2e")
-    (base / "intent.yaml").write_text(yaml.safe_dump(lab_intent(), sort_keys=False))
-    lab_dir = base / LAB
-    c = Controller(base, lab_dir)
-    nodes = [d["name"] for d in lab_intent()["devices"]]
-    try:
-        gen = subprocess.run([*LOOM, "lab", "gen", str(base / "intent.yaml"), "--out", str(lab_dir)],
-                             capture_output=True, text=True, timeout=120, cwd=REPO)
-        assert gen.returncode == 0, gen.stdout + gen.stderr
-        from labs.clab import load_topology
-
-        report = runner.up(load_topology(lab_dir), timeout=90)
-        assert report.converged, report.problems
-        c.start()
+    with served_lab(Controller(tmp_path_factory.mktemp("wfe2e"))) as c:
         yield c
-    finally:
-        c.stop()
-        runner.down(LAB, nodes)  # stops the agents too (their command lines name the lab's run directory)
 
 
 def kernel(node: str) -> dict[str, dict[str, int]]:

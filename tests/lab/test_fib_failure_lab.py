@@ -49,7 +49,7 @@ from solver import solve
 from southbound.driver import AgentDriver
 from southbound.transaction import commit_plan
 from tests.apps import Api, running_api
-from tests.lab.test_agent_lab import LabAgents, lab_up
+from tests.labkit import LabAgents, lab_up
 
 pytestmark = pytest.mark.anyio
 LAB = "fibfail"

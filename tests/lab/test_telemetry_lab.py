@@ -15,7 +15,6 @@ stay within 5 points of utilization of what the links carry.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,11 +26,9 @@ import yaml
 
 from controller.model.intent import load_intent
 from labs import runner
-from labs.clab import load_topology
-from labs.gen import generate_lab
-from tests.serving import LOOM, LoomServer
+from tests.labkit import REPO, ServedLab, served_lab
+from tests.serving import LOOM
 
-REPO = Path(__file__).resolve().parents[2]
 LAB = "tel-t"
 TOKEN = "tel-" + "Vb7Nq2Lx9Rk4Tz1Hc8Mw5Jd3Pf6Gs0Ye"
 MATRIX = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 0.02},
@@ -40,44 +37,28 @@ MATRIX = [{"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 0.02},
 WINDOW_S = 6
 
 
-class Lab:
+class Lab(ServedLab):
+    """clos3-hosts under its own name with two hosts per ToR, the server subscribing every second."""
+
     def __init__(self, base: Path):
-        intent = load_intent(REPO / "labs" / "clos3-hosts" / "intent.yaml")
-        self.doc = intent.to_document()
-        self.doc["name"] = LAB
-        self.path = generate_lab(intent, base / LAB, name=LAB, hosts=2)
-        self.topo = load_topology(self.path)
-        (base / "intent.yaml").write_text(yaml.safe_dump(self.doc, sort_keys=False))
-        self.intent_file = base / "intent.yaml"
-        self.server = LoomServer(base, ["--db", str(base / "loom.db"), "--lab", str(self.topo.directory)], TOKEN,
-                                 cwd=REPO, env={"LOOM_DRIFT_INTERVAL": "0", "LOOM_TELEMETRY_INTERVAL_S": "1"})
+        doc = load_intent(REPO / "labs" / "clos3-hosts" / "intent.yaml").to_document()
+        doc["name"] = LAB
+        super().__init__(base, LAB, doc, TOKEN, hosts=2, env={"LOOM_TELEMETRY_INTERVAL_S": "1"})
 
     def traffic(self, tmp: Path, *, duration: float, flows: int) -> subprocess.Popen[str]:
         """``loom lab traffic`` of :data:`MATRIX` in the background (its JSON summary on stdout)."""
         matrix = tmp / "matrix.yaml"
         matrix.write_text(yaml.safe_dump(MATRIX))
-        return subprocess.Popen([*LOOM, "lab", "traffic", str(self.topo.directory), "--matrix", str(matrix),
+        return subprocess.Popen([*LOOM, "lab", "traffic", str(self.path), "--matrix", str(matrix),
                                  "--duration", str(duration), "--flows", str(flows), "--json"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "LOOM_TOKEN": TOKEN, "LOOM_SERVER": self.server.url}
-        return subprocess.run([*LOOM, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    lab = Lab(tmp_path_factory.mktemp("tel"))
-    try:
-        report = runner.up(lab.topo, timeout=90)
-        assert report.converged, report.problems
-        lab.server.start()
-        applied = lab.cli("apply", str(lab.intent_file), "--json")
-        assert applied.returncode == 0 and json.loads(applied.stdout)["state"] == "committed", applied.stdout
+    with served_lab(Lab(tmp_path_factory.mktemp("tel"))) as lab:
+        assert lab.apply(lab.doc)["state"] == "committed"
         yield lab
-    finally:
-        lab.server.stop()
-        runner.down(LAB, [n.name for n in lab.topo.nodes])
 
 
 def tx_bytes(node: str, ports: list[str]) -> dict[str, int]:
