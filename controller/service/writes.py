@@ -108,7 +108,7 @@ __all__ = [
     "update_token",
 ]
 
-EXAMPLE_INTENT = Path(__file__).parent / "examples" / "dc1.yaml"
+EXAMPLE_INTENT = Path(__file__).parent.parent / "examples" / "dc1.yaml"
 _RANK = {r: i for i, r in enumerate(ROLES)}
 Doc = dict[str, Any]
 T = TypeVar("T")
