@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import metrics
-from api.core import guard, problems
+from api.core import guard, openapi, problems
 from api.core.deps import TokenCache
 from api.core.fastpath import FastReads
 from api.core.refusals import RefusalAudit
@@ -193,6 +193,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         app.state.cluster.metrics = app.state.metrics
     app.add_middleware(RequestIdMiddleware)
     problems.install(app)
+    openapi.install(app)
     app.include_router(health.router)
     app.include_router(intent.router)
     for module in (devices, links, failure_domains, prefixes, policies, demands):
