@@ -14,31 +14,40 @@ import logging
 import math
 import re
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import metrics
-from api.core import guard, problems
+from api.core import guard, openapi, problems
 from api.core.deps import TokenCache
 from api.core.fastpath import FastReads
 from api.core.refusals import RefusalAudit
 from api.routers import (
     audit,
+    auto_te,
+    changes,
     demands,
+    device_state,
     devices,
+    drift,
     failure_domains,
     health,
     intent,
+    jobs,
     links,
+    plans,
     policies,
     prefixes,
     revisions,
+    state,
     tokens,
     ui,
 )
+from api.routers import cluster as cluster_view
+from api.routers import telemetry as telemetry_views
 from controller.logs import bind_request_id
 from controller.model import Intent
 from controller.model.errors import NotFound
@@ -51,6 +60,7 @@ from controller.telemetry import Telemetry
 from controller.telemetry.stream import StreamOptions, TelemetryStream
 from controller.workflow.agents import client_tls, make_driver
 from controller.workflow.cluster import Cluster
+from controller.workflow.engine import Workflow
 from controller.workflow.telemetry import active_context
 from southbound.driver import DeviceDriver
 
@@ -135,13 +145,69 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     # a replica paused inside a write transaction loses it well after its lease, never keeps its locks for good
     db.write_idle_timeout_s = max(10.0, 5 * settings.lease_ttl)
     driver = driver if driver is not None else make_driver(settings)
+    app = FastAPI(
+        title=settings.title,
+        version="1.0.0",
+        description=(
+            "Loom's REST API: the fabric intent (devices, links, failure domains, prefixes, policies, demands), "
+            "its revisions and their diffs, tokens and the audit log. Authenticate with "
+            "`Authorization: Bearer <token>`; writes honour `If-Match` with the revision's ETag. "
+            "Errors are RFC 9457 problem details."
+        ),
+        lifespan=_lifespan(settings, db, driver, owned=owned),
+        separate_input_output_schemas=False,
+        docs_url=None,  # served offline by api.routers.ui
+        redoc_url=None,
+    )
+    _set_state(app, settings, db, driver, telemetry)
+    app.add_middleware(FastReads, api=app)  # innermost: cached reads answered before the routes, still measured
+    metrics.install(app)  # app.state.metrics, /metrics; inside the request id middleware
+    app.state.cluster = cluster if cluster is not None else Cluster(settings, db, metrics=app.state.metrics)
+    if app.state.cluster.metrics is None:
+        app.state.cluster.metrics = app.state.metrics
+    app.add_middleware(RequestIdMiddleware)
+    problems.install(app)
+    openapi.install(app)
+    for router in _ROUTERS:
+        app.include_router(router)
+    ui.install(app)  # the web UI at /, /v1/whoami, offline /docs
+    guard.install(app)  # every route authorizes and bounds its body before FastAPI reads it
+    return app
+
+
+#: The routers, in the order the app includes them (the OpenAPI document lists their paths so).
+_ROUTERS = [m.router for m in (health, intent, devices, links, failure_domains, prefixes, policies, demands,
+                               revisions, tokens, audit, changes, plans, jobs, device_state, drift,
+                               telemetry_views, auto_te, cluster_view, state)]
+
+
+def _set_state(app: FastAPI, settings: Settings, db: Database, driver: DeviceDriver | None,
+               telemetry: Telemetry | None) -> None:
+    """What the routes find on ``app.state``: the settings, the store, the refusal audit, the token
+    cache, the driver and the telemetry collector."""
+    app.state.settings = settings
+    app.state.stopping = False
+    app.state.database = db
+    app.state.refusals = RefusalAudit(lambda: app.state.database, RefusalOptions(
+        burst=settings.audit_refusal_burst, refill_s=settings.audit_refusal_refill_s))
+    app.state.token_cache = TokenCache(settings.token_cache_s)
+    app.state.driver = driver
+    # fed by the gNMI subscription; its stale threshold counts in the subscription's sample intervals
+    interval = settings.telemetry_interval_s or 10.0
+    app.state.telemetry = telemetry if telemetry is not None else Telemetry(TelemetryOptions(
+        interval_s=interval, max_rates=max(2, math.ceil(settings.telemetry_keep_s / interval - 1e-9))))
+
+
+def _lifespan(settings: Settings, db: Database, driver: DeviceDriver | None, *,
+              owned: bool) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's startup and shutdown: migrate the store, start the lease, the workflow, the telemetry
+    stream and the refusal summaries; at shutdown answer 503, flush, stop them in reverse order, and
+    dispose of the store when the app made it (``owned``)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.stopping = False
         db.migrate()
-        from controller.workflow.engine import Workflow
-
         await app.state.cluster.start()
         app.state.workflow = Workflow(settings, db, driver=driver, metrics=getattr(app.state, "metrics", None),
                                       telemetry=app.state.telemetry, cluster=app.state.cluster)
@@ -161,52 +227,4 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         if owned:
             db.dispose()
 
-    app = FastAPI(
-        title=settings.title,
-        version="1.0.0",
-        description=(
-            "Loom's REST API: the fabric intent (devices, links, failure domains, prefixes, policies, demands), "
-            "its revisions and their diffs, tokens and the audit log. Authenticate with "
-            "`Authorization: Bearer <token>`; writes honour `If-Match` with the revision's ETag. "
-            "Errors are RFC 9457 problem details."
-        ),
-        lifespan=lifespan,
-        separate_input_output_schemas=False,
-        docs_url=None,  # served offline by api.routers.ui
-        redoc_url=None,
-    )
-    app.state.settings = settings
-    app.state.stopping = False
-    app.state.database = db
-    app.state.refusals = RefusalAudit(lambda: app.state.database, RefusalOptions(
-        burst=settings.audit_refusal_burst, refill_s=settings.audit_refusal_refill_s))
-    app.state.token_cache = TokenCache(settings.token_cache_s)
-    app.state.driver = driver
-    # fed by the gNMI subscription; its stale threshold counts in the subscription's sample intervals
-    interval = settings.telemetry_interval_s or 10.0
-    app.state.telemetry = telemetry if telemetry is not None else Telemetry(TelemetryOptions(
-        interval_s=interval, max_rates=max(2, math.ceil(settings.telemetry_keep_s / interval - 1e-9))))
-    app.add_middleware(FastReads, api=app)  # innermost: cached reads answered before the routes, still measured
-    metrics.install(app)  # app.state.metrics, /metrics; inside the request id middleware
-    app.state.cluster = cluster if cluster is not None else Cluster(settings, db, metrics=app.state.metrics)
-    if app.state.cluster.metrics is None:
-        app.state.cluster.metrics = app.state.metrics
-    app.add_middleware(RequestIdMiddleware)
-    problems.install(app)
-    app.include_router(health.router)
-    app.include_router(intent.router)
-    for module in (devices, links, failure_domains, prefixes, policies, demands):
-        app.include_router(module.router)
-    app.include_router(revisions.router)
-    app.include_router(tokens.router)
-    app.include_router(audit.router)
-    from api.routers import auto_te, changes, device_state, drift, jobs, plans, state
-    from api.routers import cluster as cluster_view
-    from api.routers import telemetry as telemetry_views
-
-    for module in (changes, plans, jobs, device_state, drift, telemetry_views, auto_te, cluster_view, state):
-        app.include_router(module.router)
-    ui.install(app)  # the web UI at /, /v1/whoami, offline /docs
-    guard.install(app)  # every route authorizes and bounds its body before FastAPI reads it
-    return app
-
+    return lifespan

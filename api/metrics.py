@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controller.metrics import CONTENT_TYPE_LATEST, Metrics
 from controller.model.errors import LoomError
+from controller.workflow.telemetry import active_intent
 
 __all__ = ["LinkGauges", "MetricsMiddleware", "install", "route_template"]
 
@@ -103,8 +104,6 @@ class LinkGauges:
 
     def refresh(self, app: FastAPI) -> None:
         """Set the gauges from ``app.state.telemetry`` and the active revision (none before a commit)."""
-        from controller.workflow.telemetry import active_intent
-
         tel = getattr(app.state, "telemetry", None)
         if tel is None or not tel.counts()["counters"]:
             return  # nothing streamed: no gauges, and no store read on this scrape

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from fastapi import FastAPI
@@ -38,11 +38,11 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.core.deps import authorize, required_role
 from api.core.problems import ProblemException, request_problem
+from api.core.routes import allowed_methods, api_routes
 from controller.model.errors import InvalidIntent
 from controller.model.text import TextLimits, load_json
 
@@ -227,27 +227,6 @@ def _declares_body(scope: Scope) -> bool:
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
             return True
     return False
-
-
-def api_routes(app: FastAPI) -> Iterator[BaseRoute]:
-    """Every route of ``app``, through the routers it includes (FastAPI >= 0.120 keeps them whole)."""
-    def walk(routes: list[BaseRoute]) -> Iterator[BaseRoute]:
-        for r in routes:
-            included = getattr(r, "original_router", None)
-            if included is not None:
-                yield from walk(included.routes)
-            else:
-                yield r
-    yield from walk(app.routes)
-
-
-def allowed_methods(app: FastAPI, path: str) -> list[str]:
-    """Every method some route of ``app`` answers on ``path`` (for a 405's ``Allow``)."""
-    methods: set[str] = set()
-    for route in api_routes(app):
-        if isinstance(route, Route) and route.methods and route.path_regex.match(path):
-            methods |= route.methods
-    return sorted(methods)
 
 
 def install(app: FastAPI) -> None:

@@ -21,11 +21,8 @@ Unexpected exceptions are 500 problems that name the request id, never a
 traceback. Every 5xx answer is logged with its problem type and the request id.
 The controller records a rejected write's status in the audit log with the
 :func:`status_for` the API hands it (``WriteContext.reject_status``). The
-OpenAPI document is rewritten so every error response is described as a
-``Problem`` under ``application/problem+json``, every route documents its
-503 with ``Retry-After``, and each operation lists the statuses every route of
-its kind can answer (401 and 403 behind a token, 413 on writes, 400 and 422 with
-a body) beside its own.
+OpenAPI document describes every error response as a ``Problem``
+(:mod:`api.core.openapi`, from :func:`error_responses` and :data:`STATUS_TEXT`).
 """
 
 from __future__ import annotations
@@ -35,10 +32,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.core.routes import allowed_methods
 from api.core.schemas import Problem, ProblemError
 from controller.logs import bind_request_id
 from controller.model.documents import FailureDocument
@@ -59,14 +56,10 @@ from controller.model.errors import (
 )
 from controller.model.text import format_loc
 
-__all__ = ["PROBLEM", "STATUS", "ProblemException", "error_responses", "install", "problem_response", "shutting_down",
-           "status_for", "unexpected", "unsafe_change"]
+__all__ = ["PROBLEM", "STATUS", "STATUS_TEXT", "ProblemException", "error_responses", "install", "problem_response",
+           "shutting_down", "status_for", "unexpected", "unsafe_change"]
 
 PROBLEM = "application/problem+json"
-#: every route's 503: what an outage answers, anywhere
-OUTAGE = ("The store does not answer or stayed too busy, or the controller is shutting down: "
-          "retry after the Retry-After header's seconds")
-RETRY_AFTER = {"description": "seconds after which the request may succeed", "schema": {"type": "integer"}}
 _TYPE = "urn:loom:problem:"
 log = logging.getLogger("loom.api")
 
@@ -194,10 +187,9 @@ def _request_loc(loc: tuple[Any, ...] | list[Any]) -> str:
 
 
 def install(app: FastAPI) -> None:
-    """Register the exception handlers and the OpenAPI rewrite on ``app``."""
+    """Register the exception handlers on ``app`` (:mod:`api.core.openapi` describes them in its OpenAPI)."""
     _install_domain_handlers(app)
     _install_http_handlers(app)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
 
 def _install_domain_handlers(app: FastAPI) -> None:
@@ -295,8 +287,6 @@ def _install_http_handlers(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else None
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:  # the router names the methods of one route; the path may have more
-            from api.core.guard import allowed_methods
-
             headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope["path"]))
             detail = f"{request.method} is not a method of {request.scope['path']}; it has {headers['Allow']}"
         return problem_response(request, exc.status_code, title, detail, headers=headers or None)
@@ -317,32 +307,8 @@ async def _audit_refusal(request: Request, status: int, why: str | list[dict[str
         await audit.record(request, status, why)
 
 
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """The app's OpenAPI document, with every 4xx/5xx answer as an RFC 9457 problem document."""
-    if app.openapi_schema:
-        return app.openapi_schema
-    schema = get_openapi(title=app.title, version=app.version, description=app.description,
-                         routes=app.routes, separate_input_output_schemas=False)
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
-    components.setdefault("Problem", Problem.model_json_schema(ref_template="#/components/schemas/{model}"))
-    for defn in Problem.model_json_schema(ref_template="#/components/schemas/{model}").get("$defs", {}).items():
-        components.setdefault(*defn)
-    components["Problem"].pop("$defs", None)
-    _add_common_statuses(app, schema)
-    for ops in schema.get("paths", {}).values():
-        for op in ops.values():
-            outage = op.setdefault("responses", {}).setdefault("503", {"description": OUTAGE})
-            outage.setdefault("headers", {"Retry-After": RETRY_AFTER})
-            for code, resp in op.get("responses", {}).items():
-                if code.isdigit() and int(code) >= 400:
-                    resp["content"] = {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}
-    for name in ("HTTPValidationError", "ValidationError"):
-        components.pop(name, None)
-    app.openapi_schema = schema
-    return schema
-
-
-_STATUS_TEXT = {
+#: The description of each problem status in the OpenAPI document.
+STATUS_TEXT = {
     400: "Bad request: a body that is not UTF-8 or cannot be read, or (planning) a demand that cannot be routed",
     401: "Missing, invalid, expired or revoked bearer token",
     403: "The token's role may not do this", 404: "No such object or revision",
@@ -351,38 +317,8 @@ _STATUS_TEXT = {
     422: "Invalid request or invalid resulting intent",
     502: "A device refused or failed the call", 503: "Not ready",
 }
-_WRITES = ("post", "put", "patch")
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the problem statuses a route can answer."""
-    return {c: {"description": _STATUS_TEXT.get(c, "Error"), "model": Problem} for c in codes}
-
-
-def _add_common_statuses(app: FastAPI, schema: dict[str, Any]) -> None:
-    """Statuses every route of a kind can answer, beside those its decorator lists: 401 and 403 behind a
-    token, 413 on a write (a declared or read body over the limit), 400 and 422 with a request body."""
-    from fastapi.routing import APIRoute
-
-    from api.core.deps import required_role
-    from api.core.guard import api_routes
-
-    for route in api_routes(app):
-        if not isinstance(route, APIRoute):
-            continue
-        ops = schema.get("paths", {}).get(route.path_format, {})
-        for method in route.methods or ():
-            op = ops.get(method.lower())
-            if op is None:
-                continue
-            codes = set()
-            if required_role(route.dependant) is not None:
-                codes |= {401, 403}
-            if method.lower() in _WRITES:
-                codes.add(413)
-            if "requestBody" in op:
-                codes |= {400, 422}
-            responses = op.setdefault("responses", {})
-            for code in sorted(codes):
-                responses.setdefault(str(code), {"description": _STATUS_TEXT[code]})
-            op["responses"] = dict(sorted(responses.items()))
+    return {c: {"description": STATUS_TEXT.get(c, "Error"), "model": Problem} for c in codes}

@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
@@ -93,6 +94,4 @@ class RefusalAudit:
 
 
 def _iso(t: float) -> str:
-    from datetime import UTC, datetime
-
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 
 from api.core.deps import OperatorWrite, PagingDep, SessionDep, Viewer, page_body
 from api.core.guard import GuardedRoute, document_body
-from api.core.problems import PROBLEM, ProblemException, error_responses, unsafe_change
+from api.core.problems import PROBLEM, error_responses, unsafe_change
 from api.core.schemas_changes import (
     ChangeCreate,
     ChangeDocument,
@@ -26,8 +26,8 @@ from api.core.schemas_changes import (
     Status,
 )
 from controller.model.errors import SafetyViolation
-from controller.service import IdempotentWrite, Page, WriteContext
-from controller.workflow import changes, idempotency
+from controller.service import IdempotentWrite, Page, WriteContext, idempotency
+from controller.workflow import changes
 from controller.workflow.engine import Workflow
 
 router = APIRouter(tags=["changes"], route_class=GuardedRoute)
@@ -55,30 +55,27 @@ def _db(request: Request, fn: Callable[[Any], Any]) -> Awaitable[Any]:
 
 
 async def keyed(request: Request, ctx: WriteContext, key: str | None) -> WriteContext:
-    """``ctx`` carrying ``key``, bound to this request's path and body: the work's own transaction stores the
-    key with its answer (a request replayed while the first was still running finds it there)."""
+    """``ctx`` carrying ``key``, bound to this request's path and body (:mod:`controller.service.idempotency`):
+    the work's own transaction keeps the key with its answer where the workflow makes one (a change made,
+    rolled back or committed), so a request replayed while the first was still running finds it there."""
     if not key:
         return ctx
     fingerprint = idempotency.request_hash(request.url.path, await request.body())
     return replace(ctx, idempotency=IdempotentWrite(key, fingerprint))
 
 
-async def idempotent(request: Request, ctx: WriteContext, key: str | None,
-                     handler: Callable[[], Awaitable[tuple[int, Any]]]) -> JSONResponse:
-    """Run ``handler`` once per ``Idempotency-Key``; a retry gets the stored answer."""
-    body = await request.body()
-    path = request.url.path
-    if key:
-        try:
-            found = await _db(request, lambda s: idempotency.lookup(ctx.actor.name, key, path, body, session=s))
-        except idempotency.IdempotencyMismatch as exc:
-            raise ProblemException(422, "Idempotency-Key reused", str(exc), kind="idempotency-key-reused") from None
+async def idempotent(request: Request, ctx: WriteContext, handler: Callable[[], Awaitable[tuple[int, Any]]]
+                     ) -> JSONResponse:
+    """Run ``handler`` once per ``ctx``'s ``Idempotency-Key`` (:func:`keyed`): a retry gets the stored answer
+    (a key on another request is :class:`IdempotencyMismatch`, 422); an answer the work's transaction did
+    not keep (a review's, a refused commit's) is kept after it."""
+    if ctx.idempotency is not None:
+        found = await _db(request, lambda s: idempotency.replay(ctx, session=s))
         if found is not None:
             return JSONResponse(found[1], status_code=found[0], headers={"Idempotent-Replayed": "true"})
     status, answer = await handler()
-    if key:
-        await _db(request, lambda s: idempotency.remember(ctx.actor.name, key, path, body, status, answer,
-                                                           session=s))
+    if ctx.idempotency is not None:
+        await _db(request, lambda s: idempotency.remember(ctx, status, answer, session=s))
     return JSONResponse(answer, status_code=status)
 
 
@@ -94,7 +91,7 @@ async def create_change(request: Request, body: ChangeCreate, ctx: OperatorWrite
             session=s, ctx=ctx, base_revision=body.base_revision, patch=body.patch, intent=body.intent,
             message=body.message))
         return 201, changes.change_document(ch)
-    return await idempotent(request, ctx, key, run)
+    return await idempotent(request, ctx, run)
 
 
 @router.get("/v1/changes", response_model=ChangePage, response_model_exclude_unset=True,
@@ -119,9 +116,11 @@ def get_change(session: SessionDep, _actor: Viewer, change_id: ChangeId) -> Any:
              responses=error_responses(400, 401, 403, 404, 409, 422))
 async def review_change(request: Request, ctx: OperatorWrite, change_id: ChangeId,
                         key: IdemKey = None) -> JSONResponse:
+    ctx = await keyed(request, ctx, key)
+
     async def run() -> tuple[int, Any]:
         return 200, await workflow(request).review(change_id, ctx)
-    return await idempotent(request, ctx, key, run)
+    return await idempotent(request, ctx, run)
 
 
 @router.post("/v1/changes/{change_id}/commit", status_code=202, response_model=ChangeDocument,
@@ -139,7 +138,7 @@ async def commit_change(request: Request, ctx: OperatorWrite, change_id: ChangeI
             return unsafe_change(request, exc)
         return 202, changes.change_document(ch)
 
-    resp = await idempotent(request, ctx, key, run)
+    resp = await idempotent(request, ctx, run)
     if resp.status_code >= 400:
         resp.headers["content-type"] = PROBLEM
     return resp
@@ -156,7 +155,7 @@ async def rollback(request: Request, ctx: OperatorWrite, revision: RevisionId, b
     async def run() -> tuple[int, Any]:
         ch = await _db(request, lambda s: changes.create_rollback(revision, session=s, ctx=ctx, message=message))
         return 201, changes.change_document(ch)
-    return await idempotent(request, ctx, key, run)
+    return await idempotent(request, ctx, run)
 
 
 @router.get("/v1/status", response_model=Status, summary="Head and active revisions, the committing change",

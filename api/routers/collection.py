@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from api.core import fastread
 from api.core.deps import (
     IntentWrite,
+    Paging,
     PagingDep,
     SessionDep,
     Viewer,
@@ -58,36 +59,11 @@ def collection_router(name: str, filters: Callable[..., Awaitable[Filters]], *, 
 
     item = "/{object_id:path}" if coll.key in ("prefixes", "demands") else "/{object_id}"
 
-    def canonical(doc: Any) -> bytes:  # the body an Idempotency-Key is bound to, as the route read it
-        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-
-    def location(request: Request, ident: str) -> str:
-        return str(request.url_for(f"get_{coll.kind}", object_id=quote(ident, safe=":,")))
-
     @router.get("", response_model=Page[schemas.public],  # type: ignore[name-defined]
                 name=f"list_{name.replace('-', '_')}", summary=f"List {name}",
                 responses=error_responses(401, 403, 422))
     async def list_objects(request: Request, _actor: Viewer, paging: PagingDep, where: FiltersDep) -> Response:
-        head = await fastread.head(request, required=False)
-        if head is None:
-            page = service.Listing([], 0, paging.limit, paging.offset, None)
-        elif any(v is not None for v in where.values()):  # a scan of the section: not on the event loop
-            page = await run_in_threadpool(service.page_of, name, head, filters=where, limit=paging.limit,
-                                           offset=paging.offset)
-        else:
-            page = service.page_of(name, head, filters=where, limit=paging.limit, offset=paging.offset)
-        headers = {"X-Total-Count": str(page.total)}
-        if page.revision is not None:
-            headers["ETag"] = tag = fastread.etag(page.revision)
-            if fastread.unchanged(request.headers.get("if-none-match"), tag):
-                return fastread.not_modified(tag)
-        nxt = None
-        if page.offset + page.limit < page.total:
-            nxt = str(request.url.include_query_params(offset=page.offset + page.limit, limit=page.limit))
-            headers["Link"] = f'<{nxt}>; rel="next"'
-        body = fastread.page_bytes(name, page.items, total=page.total, limit=page.limit, offset=page.offset,
-                                   next_url=nxt)
-        return Response(body, media_type=fastread.JSON, headers=headers)
+        return await _listing(request, name, paging, where)
 
     @router.post("", status_code=201, response_model=schemas.public,
                  name=f"create_{coll.kind}", summary=f"Create a {what}",
@@ -96,9 +72,9 @@ def collection_router(name: str, filters: Callable[..., Awaitable[Filters]], *, 
                       body: CreateBody) -> Any:
         element = body.model_dump(mode="json", by_alias=True, exclude_none=True)
         obj, result = service.create_object(name, element, session=session,
-                                            ctx=with_status(fingerprinted(ctx, canonical(element)), 201))
+                                            ctx=with_status(fingerprinted(ctx, _canonical(element)), 201))
         set_etag(response, result.revision)
-        response.headers["Location"] = location(request, obj["id"])
+        response.headers["Location"] = _location(request, coll.kind, obj["id"])
         response.headers.update(replay_headers(result))
         return obj
 
@@ -120,7 +96,7 @@ def collection_router(name: str, filters: Callable[..., Awaitable[Filters]], *, 
                       body: UpdateBody) -> Any:
         patch = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
         obj, result = service.update_object(name, object_id, patch, session=session,
-                                            ctx=fingerprinted(ctx, canonical(patch)))
+                                            ctx=fingerprinted(ctx, _canonical(patch)))
         set_etag(response, result.revision)
         response.headers.update(replay_headers(result))
         return obj
@@ -133,3 +109,38 @@ def collection_router(name: str, filters: Callable[..., Awaitable[Filters]], *, 
         return Response(status_code=204, headers={"ETag": f'"{result.revision.id}"', **replay_headers(result)})
 
     return router
+
+
+def _canonical(doc: Any) -> bytes:
+    """The body an ``Idempotency-Key`` is bound to, as the route read it."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _location(request: Request, kind: str, ident: str) -> str:
+    """The URL of object ``ident`` of ``kind`` (a new object's ``Location``)."""
+    return str(request.url_for(f"get_{kind}", object_id=quote(ident, safe=":,")))
+
+
+async def _listing(request: Request, name: str, paging: Paging, where: Filters) -> Response:
+    """A page of collection ``name`` in the head, filtered by ``where``: the bytes made once per object, the
+    head's ``ETag`` (304 to an ``If-None-Match`` naming it), ``X-Total-Count`` and a ``Link`` to the next page."""
+    head = await fastread.head(request, required=False)
+    if head is None:
+        page = service.Listing([], 0, paging.limit, paging.offset, None)
+    elif any(v is not None for v in where.values()):  # a scan of the section: not on the event loop
+        page = await run_in_threadpool(service.page_of, name, head, filters=where, limit=paging.limit,
+                                       offset=paging.offset)
+    else:
+        page = service.page_of(name, head, filters=where, limit=paging.limit, offset=paging.offset)
+    headers = {"X-Total-Count": str(page.total)}
+    if page.revision is not None:
+        headers["ETag"] = tag = fastread.etag(page.revision)
+        if fastread.unchanged(request.headers.get("if-none-match"), tag):
+            return fastread.not_modified(tag)
+    nxt = None
+    if page.offset + page.limit < page.total:
+        nxt = str(request.url.include_query_params(offset=page.offset + page.limit, limit=page.limit))
+        headers["Link"] = f'<{nxt}>; rel="next"'
+    body = fastread.page_bytes(name, page.items, total=page.total, limit=page.limit, offset=page.offset,
+                               next_url=nxt)
+    return Response(body, media_type=fastread.JSON, headers=headers)

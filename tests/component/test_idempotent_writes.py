@@ -192,7 +192,8 @@ def test_a_change_made_by_a_request_whose_answer_was_lost_is_answered_once(api: 
     """The changes' POSTs store the key in the transaction that makes the change: a replica that made the
     change and died before answering (here: the workflow called directly, as that replica did) leaves the
     key with it, and the retry is answered with that change instead of making a second one."""
-    from controller.workflow import changes, idempotency
+    from controller.service import idempotency
+    from controller.workflow import changes
 
     body = json.dumps({"base_revision": 1, "patch": [{"op": "replace", "path": "/links/0/metric", "value": 42}]})
     path = "/v1/changes"

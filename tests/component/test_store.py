@@ -266,7 +266,7 @@ def test_an_expired_token_is_refused(database: Database) -> None:
     past = datetime.now(UTC) - timedelta(minutes=1)
     with database.session() as s, s.begin():
         repo.add_token(session=s, token_id="0123456789ab", name="old", role="admin",
-                       secret_hash=service._hash_secret(secret), created_by="test", now=past - timedelta(days=1),
+                       secret_hash=service.tokens._hash_secret(secret), created_by="test", now=past - timedelta(days=1),
                        expires_at=past)
     with database.session() as s:
         assert service.authenticate(secret, session=s) is None
