@@ -2,7 +2,7 @@
 
 A request is sent again only when repeating it is safe: a ``GET`` (or ``HEAD``), a
 write that carries an ``Idempotency-Key`` (Loom answers its repeat with the first
-answer and does the work once: :mod:`controller.workflow.idempotency`), or a dry run
+answer and does the work once: :mod:`controller.service.idempotency`), or a dry run
 the caller marks ``repeatable`` (a review, a what-if). It is sent again when it did
 not get through or the connection broke before the answer (refused, reset, closed),
 and when the answer is 429, 502, 503 or 504, after the answer's ``Retry-After`` or
