@@ -5,7 +5,7 @@
 #               TIER='unit or component' works too); without TIER every tier runs (unit and component
 #               on JOBS=N xdist workers, 3 by default; then lab, browser and lease-timing tests alone)
 #   make bench  the benchmark tables (not part of the tests)
-#   make lint   ruff, mypy and the import-layer contracts (CI runs it beside the tests)
+#   make lint   ruff, mypy, the import-layer contracts and tools/arch.py (CI runs it beside the tests)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -55,7 +55,7 @@ TIER ?=
 JOBS ?= 3
 XDIST := $(if $(filter-out 0,$(JOBS)),-n $(JOBS) --dist loadscope)
 # pytest's exit status 5 is "no test selected" (PYTEST_ARGS naming modules of one kind only)
-PYTEST := $(BIN)/python -m pytest -q -rs
+PYTEST := $(BIN)/python -m pytest -q -rs --durations=15
 test: system-deps install
 ifeq ($(TIER),)
 	$(PYTEST) $(XDIST) -m "not lab and not browser and not alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
@@ -67,11 +67,13 @@ endif
 bench: system-deps install
 	$(BIN)/python -m tests.bench $(BENCH_ARGS)
 
-# ruff, mypy, and the import layers of DESIGN.md's Layout as import-linter contracts (pyproject.toml)
+# ruff, mypy, the import layers of DESIGN.md's Layout as import-linter contracts (pyproject.toml), and
+# tools/arch.py: no file-level import cycle, a reason on every deferred import, short functions and modules
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy controller api solver safety southbound labs
+	$(BIN)/mypy controller api solver safety southbound labs tools
 	$(BIN)/lint-imports
+	$(BIN)/python tools/arch.py --stats
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

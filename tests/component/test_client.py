@@ -254,7 +254,7 @@ def test_review_commit_and_events(server: LoomServer) -> None:
 def readme_script() -> str:
     """The README's client example: the Python block after the line that names this test."""
     text = (REPO / "README.md").read_text()
-    found = re.search(r"<!-- tests/test_client\.py runs exactly these five lines[^\n]*-->\n```python\n(.*?)```",
+    found = re.search(r"<!-- tests/component/test_client\.py runs exactly these five lines[^\n]*-->\n```python\n(.*?)```",
                       text, re.S)
     assert found, "the README's client example is missing"
     return found.group(1)
