@@ -16,7 +16,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import httpx
 
 from controller.client import Client, ClientError
 
-__all__ = ["LOOM", "LoomServer", "free_port", "stop_processes", "wait_ready"]
+__all__ = ["LOOM", "LoomServer", "example_server", "free_port", "running", "stop_processes", "wait_ready"]
 
 #: the ``loom`` command of this interpreter's environment (works without the console script)
 LOOM = [sys.executable, "-c", "from controller.cli import main; main()"]
@@ -104,11 +105,42 @@ class LoomServer:
         kw.setdefault("timeout", self.request_timeout)
         return Client(self.url, token=self.token, **kw)
 
+    def change(self, patch: list[Any], base: int | None = None) -> dict[str, Any]:
+        """A new change of ``patch`` against ``base`` (default: the active revision): its document."""
+        if base is None:
+            base = self("GET", "/v1/status").json()["active_revision"]
+        r = self("POST", "/v1/changes", json={"base_revision": base, "patch": patch})
+        assert r.status_code == 201, r.text
+        return dict(r.json())
+
+    def review(self, cid: int) -> dict[str, Any]:
+        """Change ``cid``'s review document (which must be answered)."""
+        r = self("POST", f"/v1/changes/{cid}/review")
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
     def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """A raw API call with the admin token (beside the ``headers`` given): sent once, any answer."""
         headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
         kw.setdefault("timeout", self.request_timeout)
         return httpx.request(method, self.url + path, headers=headers, **kw)
+
+
+@contextmanager
+def running(server: LoomServer) -> Iterator[LoomServer]:
+    """``server`` started for the ``with`` block and stopped after it, whatever happened (a fixture's body)."""
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def example_server(base: Path, token: str, **env: str) -> LoomServer:
+    """``loom serve --example`` on a SQLite file of ``base``, drift checks off (``env``: more settings)."""
+    return LoomServer(base, ["--db", f"sqlite:///{base / 'loom.db'}", "--example"], token,
+                      cwd=Path(__file__).resolve().parent.parent, ready_timeout=60, request_timeout=60,
+                      env={"LOOM_DRIFT_INTERVAL": "0", **env})
 
 
 def settled_change(fetch: Callable[[str], Any], cid: int, *, timeout: float, interval: float = 0.1,

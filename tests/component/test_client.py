@@ -38,7 +38,7 @@ from controller.client import (
 )
 from controller.model import Intent
 from controller.model.documents import ChangeState, PlanDocument, ReviewDocument
-from tests.serving import LoomServer, free_port
+from tests.serving import LoomServer, example_server, free_port, running
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "controller" / "examples" / "dc1.yaml"
@@ -48,14 +48,8 @@ FAST = RetryPolicy(retries=3, backoff=0.01)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoomServer]:
-    base = tmp_path_factory.mktemp("client")
-    s = LoomServer(base, ["--db", f"sqlite:///{base / 'loom.db'}", "--example"], TOKEN, cwd=REPO,
-                   ready_timeout=60, request_timeout=60, env={"LOOM_DRIFT_INTERVAL": "0"})
-    try:
-        s.start()
+    with running(example_server(tmp_path_factory.mktemp("client"), TOKEN)) as s:
         yield s
-    finally:
-        s.stop()
 
 
 class FlakyProxy:
@@ -254,8 +248,8 @@ def test_review_commit_and_events(server: LoomServer) -> None:
 def readme_script() -> str:
     """The README's client example: the Python block after the line that names this test."""
     text = (REPO / "README.md").read_text()
-    found = re.search(r"<!-- tests/component/test_client\.py runs exactly these five lines[^\n]*-->\n```python\n(.*?)```",
-                      text, re.S)
+    marker = r"<!-- tests/component/test_client\.py runs exactly these five lines[^\n]*-->\n"
+    found = re.search(marker + r"```python\n(.*?)```", text, re.S)
     assert found, "the README's client example is missing"
     return found.group(1)
 

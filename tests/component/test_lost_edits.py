@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from controller.client import Client
-from tests.serving import LOOM, LoomServer
+from tests.serving import LOOM, LoomServer, example_server, running
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "lost-" + "Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0Lz9Xc"
@@ -30,13 +30,8 @@ LINK = "leaf-0-0:eth3"
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LoomServer]:
-    s = LoomServer(tmp_path, ["--db", f"sqlite:///{tmp_path / 'loom.db'}", "--example"], TOKEN, cwd=REPO,
-                   ready_timeout=60, request_timeout=60, env={"LOOM_DRIFT_INTERVAL": "0"})
-    try:
-        s.start()
+    with running(example_server(tmp_path, TOKEN)) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture

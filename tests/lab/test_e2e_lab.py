@@ -50,15 +50,10 @@ class Controller(ServedLab):
                          env={"LOOM_CONFIRM_WITHIN": "90", "LOOM_VERIFY_TIMEOUT": "45"})
 
     def change(self, patch: list[Any]) -> dict[str, Any]:
-        base = self("GET", "/v1/status").json()["active_revision"]
-        r = self("POST", "/v1/changes", json={"base_revision": base, "patch": patch})
-        assert r.status_code == 201, r.text
-        return dict(r.json())
+        return self.server.change(patch)
 
     def review(self, cid: int) -> dict[str, Any]:
-        r = self("POST", f"/v1/changes/{cid}/review")
-        assert r.status_code == 200, r.text
-        return dict(r.json())
+        return self.server.review(cid)
 
 
 @pytest.fixture(scope="module")
