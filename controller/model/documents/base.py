@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
-__all__ = ["FINAL_STATES", "REVIEWABLE_STATES", "ChangeState", "Closed"]
+__all__ = ["ChangeState", "Closed", "FINAL_STATES", "JsonObject", "REVIEWABLE_STATES"]
+
+#: A JSON object, as a document is serialized (``model_dump(mode="json")``) for the wire or the store.
+JsonObject = dict[str, JsonValue]
 
 
 class ChangeState(StrEnum):

@@ -8,14 +8,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from controller.model.documents.autote import AutoTeTrigger
-from controller.model.documents.base import ChangeState, Closed
+from controller.model.documents.base import ChangeState, Closed, JsonObject
 from controller.model.documents.plan import OverlayDocument
 from controller.model.documents.review import ReviewBrief, ReviewDocument
 from controller.model.documents.state import ReactionTrigger
 
 __all__ = [
     "ChangeDocument", "DeviceProgress", "DrainCheckDocument", "DrainTargetCheck", "ProgressDocument",
-    "SettleDocument", "StageProgressDocument", "TransitionDocument",
+    "REVIEW_ANSWER_ORDER", "SettleDocument", "StageProgressDocument", "TransitionDocument", "answer_json",
 ]
 
 
@@ -26,7 +26,7 @@ class DeviceProgress(Closed):
     status: Literal["pending", "ok", "failed"]
     changed: bool
     error: str | None
-    steps: dict[str, str] | None = Field(None, description="every finished step's status")
+    steps: dict[str, str] | None = Field(default=None, description="every finished step's status")
 
 
 class DrainTargetCheck(Closed):
@@ -54,10 +54,10 @@ class StageProgressDocument(Closed):
     devices: list[str]
     status: Literal["pending", "commit", "verify", "done", "failed"] = Field(
         description="committing, its kernels being read back, done, or where the transaction stopped")
-    worst_utilization: float | None = Field(None, description="the schedule's worst utilization in this stage")
-    plan: int | None = Field(None, description="a commit through intermediate plans: the plan this stage moves "
-                                               "its devices to (J: the schedule's J-th intermediate plan, "
-                                               "0: the proposed plan)")
+    worst_utilization: float | None = Field(default=None, description="the schedule's worst utilization in this stage")
+    plan: int | None = Field(default=None, description="a commit through intermediate plans: the plan this stage moves "
+                                                       "its devices to (J: the schedule's J-th intermediate plan, "
+                                                       "0: the proposed plan)")
 
 
 class ProgressDocument(Closed):
@@ -67,10 +67,10 @@ class ProgressDocument(Closed):
     step: str
     devices: dict[str, DeviceProgress]
     stages: list[StageProgressDocument] | None = None
-    stage: int | None = Field(None, description="the stage running (or the last one run)")
-    note: str | None = Field(None, description="why there is nothing to follow (no devices attached)")
+    stage: int | None = Field(default=None, description="the stage running (or the last one run)")
+    note: str | None = Field(default=None, description="why there is nothing to follow (no devices attached)")
     drain_check: DrainCheckDocument | None = Field(
-        None, description="after a committed drain: what the counters say the drained targets still carry")
+        default=None, description="after a committed drain: what the counters say the drained targets still carry")
 
 
 class TransitionDocument(Closed):
@@ -118,11 +118,38 @@ class ChangeDocument(Closed):
     error: str | None
     transaction: str | None = None
     trigger: AutoTeTrigger | ReactionTrigger | None = Field(
-        None, union_mode="left_to_right",
+        default=None, union_mode="left_to_right",
         description="for a change by auto-te: the measured figures that triggered it; for a failure reaction: the "
                     "failure (or recovery) and the verdict")
-    overlay: OverlayDocument | None = Field(None, description="the failed parts its plan leaves out (a failure "
-                                                              "reaction's, or the one in force when it committed)")
-    settled: bool | None = Field(None, description="null until the commit ends; false while some device is not "
-                                                   "yet on the revision the final state names")
+    overlay: OverlayDocument | None = Field(
+        default=None, description="the failed parts its plan leaves out (a failure reaction's, or the one in force "
+                                  "when it committed)")
+    settled: bool | None = Field(default=None, description="null until the commit ends; false while some device is not "
+                                                           "yet on the revision the final state names")
     settle: SettleDocument | None = None
+
+
+#: The key order of a review as ``POST /v1/changes/{id}/review`` has always answered it (and a change's
+#: ``review`` in the other POST answers); ``GET /v1/changes/{id}`` serves the model's field order.
+REVIEW_ANSWER_ORDER = ("verdict", "proposed_revision", "active_revision", "summary", "plan_diff", "links",
+                       "config_diff", "safety", "bgp_sessions_reset", "schedule", "unsettled", "unsettled_note",
+                       "devices_attached", "config_diff_note")
+
+
+def _in_order(doc: JsonObject, keys: tuple[str, ...]) -> JsonObject:
+    return {**{k: doc[k] for k in keys if k in doc}, **{k: v for k, v in doc.items() if k not in keys}}
+
+
+def answer_json(doc: ChangeDocument | ReviewDocument) -> JsonObject:
+    """``doc`` as JSON, the way the POST routes of the change workflow answer it and an ``Idempotency-Key``
+    keeps it for a replay: the fields its producer set, by alias, in the key order these answers have always
+    had (a review's in :data:`REVIEW_ANSWER_ORDER`, a change's ``overlay`` last)."""
+    body = doc.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    if isinstance(doc, ReviewDocument):
+        return _in_order(body, REVIEW_ANSWER_ORDER)
+    review = body.get("review")
+    if isinstance(doc.review, ReviewDocument) and isinstance(review, dict):
+        body["review"] = _in_order(review, REVIEW_ANSWER_ORDER)
+    if "overlay" in body:
+        body["overlay"] = body.pop("overlay")
+    return body

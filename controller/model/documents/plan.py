@@ -68,5 +68,5 @@ class PlanDocument(Closed):
     summary: PlanSummaryDocument
     devices: dict[str, DevicePlanDocument]
     links: list[LinkLoadDocument]
-    overlay: OverlayDocument | None = Field(None, description="``/v1/plans/active`` only: the failed parts the "
-                                                              "plan in force leaves out")
+    overlay: OverlayDocument | None = Field(default=None, description="``/v1/plans/active`` only: the failed parts the "
+                                                                      "plan in force leaves out")

@@ -80,7 +80,7 @@ class ScheduleCheck(Closed):
 
     method: Literal["exact", "bound"]
     states: int
-    plan: int = Field(0, description="the plan the stage moves to: 0 the proposed one, k intermediate plan k")
+    plan: int = Field(default=0, description="the plan the stage moves to: 0 the proposed one, k intermediate plan k")
 
 
 class ScheduleFailure(Closed):
@@ -111,11 +111,20 @@ class ScheduleDocument(Closed):
     intermediate: list[PlanDocument] = Field(
         default_factory=list, description="the intermediate plans, in order (stages with plan k push plan k)")
     intermediate_intent: Literal["active", "proposed"] = Field(
-        "proposed", description="the revision whose intent the intermediate plans are rendered with")
-    reset_sessions: int = Field(0, description="links whose BGP session the change resets: in the states, a "
-                                               "reset session is down while its ends run different configs and "
-                                               "may be down (re-establishing) in the stage that moves its ends")
-    note: str | None = Field(None, description="why the search stopped early, when it did")
+        default="proposed", description="the revision whose intent the intermediate plans are rendered with")
+    reset_sessions: int = Field(default=0, description="links whose BGP session the change resets: in the states, a "
+                                                       "reset session is down while its ends run different configs and "
+                                                       "may be down (re-establishing) in the stage that moves its ends")
+    note: str | None = Field(default=None, description="why the search stopped early, when it did")
+
+
+class UnsettledDocument(Closed):
+    """A final change that some devices have not caught up with yet."""
+
+    change: int
+    state: ChangeState
+    target_revision: int | None
+    devices: dict[str, str] = Field(description="device -> what it runs instead (or why it is not reached)")
 
 
 class ReviewDocument(Closed):
@@ -133,24 +142,15 @@ class ReviewDocument(Closed):
     config_diff: dict[str, str] = Field(description="device -> unified diff of its FRR config")
     safety: SafetyReportDocument
     schedule: ScheduleDocument | None = Field(
-        None, description="the staged transition (one stage of every device when no revision is active)")
+        default=None, description="the staged transition (one stage of every device when no revision is active)")
     devices_attached: bool | None = None
     config_diff_note: str | None = None
     unsettled: list[UnsettledDocument] | None = Field(
-        None, description="earlier changes whose devices are not yet on their final revision: the config diff "
-                          "of those devices is against what they really run (their agents' Prepare)")
+        default=None, description="earlier changes whose devices are not yet on their final revision: the config diff "
+                                  "of those devices is against what they really run (their agents' Prepare)")
     unsettled_note: str | None = None
     bgp_sessions_reset: SessionResetsDocument | None = Field(
-        None, description="the BGP sessions the change tears down (from the active revision's configs)")
-
-
-class UnsettledDocument(Closed):
-    """A final change that some devices have not caught up with yet."""
-
-    change: int
-    state: ChangeState
-    target_revision: int | None
-    devices: dict[str, str] = Field(description="device -> what it runs instead (or why it is not reached)")
+        default=None, description="the BGP sessions the change tears down (from the active revision's configs)")
 
 
 class SafetyBrief(Closed):

@@ -11,7 +11,7 @@ from controller.model.documents.base import Closed
 
 __all__ = [
     "DeviceStateDocument", "DeviceStateSummary", "DeviceStatesDocument", "InstalledNextHop", "LinkStateDocument",
-    "LinkStatesDocument", "ReactionTableDocument", "ReactionTrigger", "SessionDocument",
+    "LinkStatesDocument", "OperationalStateDocument", "ReactionTableDocument", "ReactionTrigger", "SessionDocument",
 ]
 
 
@@ -51,6 +51,14 @@ class DeviceStatesDocument(Closed):
     devices: list[DeviceStateSummary]
 
 
+class OperationalStateDocument(Closed):
+    """Both, as the leader stores them for the followers (``at``: when it wrote them)."""
+
+    links: list[LinkStateDocument]
+    devices: list[DeviceStateSummary]
+    at: str | None = None
+
+
 class ReactionTrigger(Closed):
     """What made the leader commit a failure reaction (author ``failover``): the parts seen failed (or
     healthy again), when, and how the reaction plan compared with leaving the plan in force."""
@@ -58,15 +66,15 @@ class ReactionTrigger(Closed):
     event: Literal["failure", "recovery"] = Field(description="parts failed, or came back after their hold-down")
     links: list[str] = Field(description="link ids (device:port of the lower end) the event names")
     devices: list[str]
-    detected_at: str | None = Field(None, description="when the first of them was seen down (or up again)")
+    detected_at: str | None = Field(default=None, description="when the first of them was seen down (or up again)")
     verdict: str = Field(description="safe: the reaction plan passes the replay on the degraded fabric; no_worse: "
                                      "it fails some invariant, but less than the plan in force under the failure")
     current: dict[str, float] = Field(default_factory=dict, description="the plan in force under the failure: "
                                                                         "dropped_gbps, loops, max_utilization")
     reaction: dict[str, float] = Field(default_factory=dict, description="the reaction plan, likewise")
     plan: Literal["precomputed", "solved"] | None = Field(
-        None, description="the reaction plan was looked up in the reaction table, or solved on the failure")
-    plan_seconds: float | None = Field(None, description="time to plan and replay the reaction")
+        default=None, description="the reaction plan was looked up in the reaction table, or solved on the failure")
+    plan_seconds: float | None = Field(default=None, description="time to plan and replay the reaction")
 
 
 class ReactionTableDocument(Closed):
@@ -76,10 +84,10 @@ class ReactionTableDocument(Closed):
         description="partial: the planning budget ran out (the rest are solved when they fail); stopped: the "
                     "replica stopped leading, or a newer revision became active")
     revision: int | None = None
-    scenarios: int = Field(0, description="scenarios of the failure-tolerance scope (baseline excluded)")
-    ready: int = Field(0, description="reaction plans precomputed and judged")
-    failed: int = Field(0, description="scenarios no plan could route around")
-    seconds: float = Field(0.0, description="planning time so far")
+    scenarios: int = Field(default=0, description="scenarios of the failure-tolerance scope (baseline excluded)")
+    ready: int = Field(default=0, description="reaction plans precomputed and judged")
+    failed: int = Field(default=0, description="scenarios no plan could route around")
+    seconds: float = Field(default=0.0, description="planning time so far")
 
 
 class InstalledNextHop(Closed):
@@ -109,4 +117,4 @@ class DeviceStateDocument(Closed):
     routes: dict[str, list[InstalledNextHop]] = Field(description="prefix -> next hops, as loom lab routes")
     sessions: list[SessionDocument]
     pending_change: str = Field(description="a change committed but not yet confirmed, or empty")
-    endpoint: str | None = Field(None, description="where the controller reaches the device's agent")
+    endpoint: str | None = Field(default=None, description="where the controller reaches the device's agent")
