@@ -21,7 +21,7 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -70,9 +70,13 @@ class LinkView:
                 "age_s": _r(self.age_s, 3), "stale": self.stale}
 
 
+#: how a demand matrix was measured: the AFT counters, or estimated from link loads by tomogravity
+Method = Literal["aft", "tomogravity"]
+
+
 @dataclass(frozen=True, slots=True)
 class DemandView:
-    method: str  # "aft" | "tomogravity"
+    method: Method
     demands: dict[tuple[str, str], float]
     residual: float | None = None  # tomogravity: ||A x - y||_1 in gbps
 
@@ -97,7 +101,7 @@ class Fidelity:
     links: tuple[FidelityLink, ...]
     worst: float | None
     p95: float | None
-    method: str
+    method: Method
 
     def to_document(self) -> dict[str, object]:
         return {"links": [{"a": x.a, "a_port": x.a_port, "b": x.b, "b_port": x.b_port,
@@ -284,7 +288,7 @@ class Telemetry:
         return [(d, m.group(1)) for (d, _p), m in zip(keys, prefixes, strict=True) if m is not None], out.T, step
 
     def patterns(self, intent: Intent, plan: Plan | None, now: float, window_s: float,
-                 options: PatternOptions | None = None) -> tuple[str, list[Group]]:
+                 options: PatternOptions | None = None) -> tuple[Method, list[Group]]:
         """The method (``aft`` or ``tomogravity``) and the communication groups of the measured traffic
         (:func:`controller.telemetry.patterns.classify`): on the per-interval AFT matrices, or on
         tomogravity's single mean matrix."""
