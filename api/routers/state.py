@@ -22,7 +22,12 @@ from api.core.deps import Viewer
 from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.routers.changes import workflow
-from controller.model.documents import DeviceStatesDocument, LinkStatesDocument, ReactionTableDocument
+from controller.model.documents import (
+    DeviceStatesDocument,
+    LinkStatesDocument,
+    OperationalStateDocument,
+    ReactionTableDocument,
+)
 from controller.operations.service import state_document
 from controller.operations.table import TABLE
 from controller.store import events_repo, repo
@@ -34,10 +39,10 @@ POLL_S = 0.2
 KEEPALIVE_S = 15.0
 
 
-async def _state(request: Request) -> dict[str, Any]:
+async def _state(request: Request) -> OperationalStateDocument:
     wf = workflow(request)
 
-    def read() -> dict[str, Any]:
+    def read() -> OperationalStateDocument:
         with request.app.state.database.session() as s:
             return state_document(wf, s)
     return await asyncio.to_thread(read)
@@ -46,14 +51,14 @@ async def _state(request: Request) -> dict[str, Any]:
 @router.get("/v1/state/links", response_model=LinkStatesDocument, summary="Every link as its ends report it",
             responses=error_responses(401, 403, 422))
 async def links(request: Request, _actor: Viewer) -> Any:
-    return {"links": (await _state(request))["links"]}
+    return LinkStatesDocument(links=(await _state(request)).links)
 
 
 @router.get("/v1/state/devices", response_model=DeviceStatesDocument,
             summary="Every device's agent and BGP sessions, as the leader follows them",
             responses=error_responses(401, 403, 422))
 async def devices(request: Request, _actor: Viewer) -> Any:
-    return {"devices": (await _state(request))["devices"]}
+    return DeviceStatesDocument(devices=(await _state(request)).devices)
 
 
 @router.get("/v1/state/reactions", response_model=ReactionTableDocument,
