@@ -28,7 +28,7 @@ from controller.model.documents import (
 )
 from controller.model.errors import IntentError, InvalidRequest
 from controller.telemetry import Telemetry
-from controller.workflow.telemetry import active_context, active_intent, capture_demands
+from controller.workflow.telemetry import active_context, active_intent, capture_demands, capture_document
 
 router = APIRouter(tags=["telemetry"], route_class=GuardedRoute)
 
@@ -51,7 +51,8 @@ def telemetry(request: Request, window_s: float | None = None, loc: str = "query
 def links(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0) -> Any:
     tel = telemetry(request, window_s)
     intent = active_intent(tel, session=session)
-    return {"window_s": window_s, "links": [v.to_document() for v in tel.links(intent, time.time(), window_s)]}
+    views = tel.links(intent, time.time(), window_s)
+    return TelemetryLinksDocument(window_s=window_s, links=[v.to_model() for v in views])
 
 
 @router.get("/v1/telemetry/demand", response_model=MeasuredDemandsDocument, response_model_by_alias=True,
@@ -61,7 +62,7 @@ def demand(request: Request, session: SessionDep, _actor: Viewer, window_s: Wind
            stat: StatQ = "mean") -> Any:
     tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
-    return tel.demand(intent, plan, time.time(), window_s, stat).to_document(window_s, stat)
+    return tel.demand(intent, plan, time.time(), window_s, stat).to_model(window_s, stat)
 
 
 @router.get("/v1/telemetry/fidelity", response_model=FidelityDocument,
@@ -71,7 +72,7 @@ def fidelity(request: Request, session: SessionDep, _actor: Viewer, window_s: Wi
              stat: StatQ = "mean") -> Any:
     tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
-    return {"window_s": window_s, "stat": stat, **tel.fidelity(intent, plan, time.time(), window_s, stat).to_document()}
+    return tel.fidelity(intent, plan, time.time(), window_s, stat).to_model(window_s, stat)
 
 
 @router.get("/v1/telemetry/patterns", response_model=PatternsDocument,
@@ -81,7 +82,7 @@ def patterns(request: Request, session: SessionDep, _actor: Viewer, window_s: Wi
     tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
     method, groups = tel.patterns(intent, plan, time.time(), window_s)
-    return {"window_s": window_s, "method": method, "groups": [g.to_document() for g in groups]}
+    return PatternsDocument(window_s=window_s, method=method, groups=[g.to_model() for g in groups])
 
 
 class DemandCapture(BaseModel):
@@ -101,7 +102,7 @@ async def from_telemetry(request: Request, response: Response, body: DemandCaptu
     database = request.app.state.database
     ctx = fingerprinted(ctx, body.model_dump_json().encode())
 
-    def write() -> dict[str, Any]:
+    def write() -> DemandCaptureDocument:
         with database.session() as session:
             _rev, intent, plan = active_context(tel, session=session)
             view = tel.demand(intent, plan, time.time(), body.window_s, body.stat)
@@ -109,8 +110,7 @@ async def from_telemetry(request: Request, response: Response, body: DemandCaptu
                                      method=view.method, session=session, ctx=ctx)
         response.headers["ETag"] = f'"{result.revision.id}"'
         response.headers.update(replay_headers(result))
-        return {"revision": result.revision.id, "changed": result.changed, "window_s": body.window_s,
-                "stat": body.stat, "headroom": body.headroom, "method": view.method,
-                "demands": result.document.get("demands", [])}
+        return capture_document(result, window_s=body.window_s, stat=body.stat, headroom=body.headroom,
+                                method=view.method)
 
     return await run_in_threadpool(write)
