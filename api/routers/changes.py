@@ -102,7 +102,8 @@ async def create_change(request: Request, body: ChangeCreate, ctx: OperatorWrite
             summary="List changes, newest first (each review brief: verdict, revisions, summary)",
             responses=error_responses(401, 403, 422))
 def list_changes(request: Request, response: Response, session: SessionDep, _actor: Viewer, paging: PagingDep,
-                 state: Annotated[str | None, Query(description="only changes in this state")] = None) -> Any:
+                 state: Annotated[str | None, Query(description="only changes in this state")] = None
+                 ) -> dict[str, object]:
     items, total = changes.list_changes(session=session, limit=paging.limit, offset=paging.offset, state=state)
     page = Page(items, total, paging.limit, paging.offset)
     return page_body(request, response, page, [changes.change_model(c, full=False) for c in items])
@@ -111,7 +112,7 @@ def list_changes(request: Request, response: Response, session: SessionDep, _act
 @router.get("/v1/changes/{change_id}", response_model=ChangeDocument, response_model_exclude_unset=True,
             summary="One change, with progress",
             responses=error_responses(401, 403, 404, 422))
-def get_change(session: SessionDep, _actor: Viewer, change_id: ChangeId) -> Any:
+def get_change(session: SessionDep, _actor: Viewer, change_id: ChangeId) -> ChangeDocument:
     return changes.change_model(changes.get_change(change_id, session=session))
 
 
@@ -162,7 +163,7 @@ async def rollback(request: Request, ctx: OperatorWrite, revision: RevisionId, b
 
 @router.get("/v1/status", response_model=Status, summary="Head and active revisions, the committing change",
             responses=error_responses(401, 403))
-def get_status(request: Request, session: SessionDep, _actor: Viewer) -> Any:
+def get_status(request: Request, session: SessionDep, _actor: Viewer) -> Status:
     st = changes.status(session=session)
     return Status(head_revision=st.head_revision, active_revision=st.active_revision,
                   committing_change=st.committing_change, devices=list(workflow(request).devices))

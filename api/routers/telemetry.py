@@ -10,7 +10,7 @@ process's gNMI subscription) against the active revision's intent and plan;
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,7 +48,7 @@ def telemetry(request: Request, window_s: float | None = None, loc: str = "query
 
 @router.get("/v1/telemetry/links", response_model=TelemetryLinksDocument, summary="Observed link loads",
             responses=error_responses(401, 403, 404, 422))
-def links(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0) -> Any:
+def links(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0) -> TelemetryLinksDocument:
     tel = telemetry(request, window_s)
     intent = active_intent(tel, session=session)
     views = tel.links(intent, time.time(), window_s)
@@ -59,7 +59,7 @@ def links(request: Request, session: SessionDep, _actor: Viewer, window_s: Windo
             summary="The measured demand matrix (ingress device to prefix)",
             responses=error_responses(401, 403, 404, 422))
 def demand(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0,
-           stat: StatQ = "mean") -> Any:
+           stat: StatQ = "mean") -> MeasuredDemandsDocument:
     tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
     return tel.demand(intent, plan, time.time(), window_s, stat).to_model(window_s, stat)
@@ -69,7 +69,7 @@ def demand(request: Request, session: SessionDep, _actor: Viewer, window_s: Wind
             summary="The active plan's predicted link utilization under the measured demand, beside the observed",
             responses=error_responses(401, 403, 404, 422))
 def fidelity(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0,
-             stat: StatQ = "mean") -> Any:
+             stat: StatQ = "mean") -> FidelityDocument:
     tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
     return tel.fidelity(intent, plan, time.time(), window_s, stat).to_model(window_s, stat)
@@ -78,7 +78,7 @@ def fidelity(request: Request, session: SessionDep, _actor: Viewer, window_s: Wi
 @router.get("/v1/telemetry/patterns", response_model=PatternsDocument,
             summary="Communication groups of the measured traffic and their pattern (ring, all-to-all, ...)",
             responses=error_responses(401, 403, 404, 422))
-def patterns(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 300.0) -> Any:
+def patterns(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 300.0) -> PatternsDocument:
     tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
     method, groups = tel.patterns(intent, plan, time.time(), window_s)
@@ -97,7 +97,8 @@ class DemandCapture(BaseModel):
 @router.post("/v1/demands/from-telemetry", response_model=DemandCaptureDocument, response_model_by_alias=True,
              tags=["demands"], summary="Replace the intent's demands with the measured matrix (one revision)",
              responses=error_responses(401, 403, 404, 409, 422))
-async def from_telemetry(request: Request, response: Response, body: DemandCapture, ctx: IntentWrite) -> Any:
+async def from_telemetry(request: Request, response: Response, body: DemandCapture,
+                         ctx: IntentWrite) -> DemandCaptureDocument:
     tel = telemetry(request, body.window_s, "body.window_s")
     database = request.app.state.database
     ctx = fingerprinted(ctx, body.model_dump_json().encode())
