@@ -3,6 +3,7 @@ checks now); ``POST /v1/drift/repair`` pushes the active revision again."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -25,8 +26,6 @@ async def get_drift(request: Request, _actor: Viewer,
     wf: Workflow = workflow(request)
     if refresh:
         return await wf.check_drift(repair=False)
-    import asyncio
-
     def read() -> Any:
         with request.app.state.database.session() as s:
             return workflow_repo.latest_drift(session=s)

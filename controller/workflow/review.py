@@ -65,9 +65,11 @@ def _gbps(intent: Intent | None, plan: Plan | None) -> dict[str, dict[str, float
     return out
 
 
-def _diff_and_links(inp: ReviewInputs, report: SafetyReport) -> tuple[list[DeviceDiffDocument],
-                                                                     list[tuple[str, float | None, float | None,
-                                                                                float | None]]]:
+#: one link of a review: its id, utilization before and after, and the change
+LinkRow = tuple[str, float | None, float | None, float | None]
+
+
+def _diff_and_links(inp: ReviewInputs, report: SafetyReport) -> tuple[list[DeviceDiffDocument], list[LinkRow]]:
     """The per-device plan diff, and each link's (id, before, after, delta)."""
     if inp.active_intent is not None and inp.active_plan is not None:
         rv = review_plans(inp.active_intent, inp.active_plan, inp.intent, inp.plan, report=report)
