@@ -9,7 +9,6 @@ off switch. Both calls are idempotent and audited.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,6 +18,7 @@ from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.routers.changes import workflow
 from controller.model.documents import AutoTeStatusDocument
+from controller.service import WriteContext
 from controller.workflow.autote import set_paused
 from controller.workflow.engine import Workflow
 
@@ -34,19 +34,19 @@ class PauseBody(BaseModel):
 
 @router.get("", response_model=AutoTeStatusDocument, summary="Automatic re-tuning: state and recent decisions",
             responses=error_responses(401, 403))
-async def status(request: Request, _actor: Viewer) -> Any:
+async def status(request: Request, _actor: Viewer) -> AutoTeStatusDocument:
     wf: Workflow = workflow(request)
 
-    def read() -> Any:
+    def read() -> AutoTeStatusDocument:
         with request.app.state.database.session() as s:
             return wf.auto_te.status(s)
     return await asyncio.to_thread(read)
 
 
-async def _switch(request: Request, ctx: Any, paused: bool, body: PauseBody | None) -> Any:
+async def _switch(request: Request, ctx: WriteContext, paused: bool, body: PauseBody | None) -> AutoTeStatusDocument:
     wf: Workflow = workflow(request)
 
-    def write() -> Any:
+    def write() -> AutoTeStatusDocument:
         with request.app.state.database.session() as s:
             set_paused(paused, session=s, ctx=ctx, reason=body.reason if body else "")
             return wf.auto_te.status(s)
@@ -55,11 +55,11 @@ async def _switch(request: Request, ctx: Any, paused: bool, body: PauseBody | No
 
 @router.post("/pause", response_model=AutoTeStatusDocument, summary="Stop automatic re-tuning (kill switch)",
              responses=error_responses(401, 403, 422))
-async def pause(request: Request, ctx: OperatorWrite, body: PauseBody | None = None) -> Any:
+async def pause(request: Request, ctx: OperatorWrite, body: PauseBody | None = None) -> AutoTeStatusDocument:
     return await _switch(request, ctx, True, body)
 
 
 @router.post("/resume", response_model=AutoTeStatusDocument, summary="Let automatic re-tuning run again",
              responses=error_responses(401, 403, 422))
-async def resume(request: Request, ctx: OperatorWrite, body: PauseBody | None = None) -> Any:
+async def resume(request: Request, ctx: OperatorWrite, body: PauseBody | None = None) -> AutoTeStatusDocument:
     return await _switch(request, ctx, False, body)

@@ -25,6 +25,7 @@ from api.core.schemas_changes import (
     RollbackRequest,
     Status,
 )
+from controller.model.documents import answer_json
 from controller.model.errors import SafetyViolation
 from controller.service import IdempotentWrite, Page, WriteContext, idempotency
 from controller.workflow import changes
@@ -90,7 +91,7 @@ async def create_change(request: Request, body: ChangeCreate, ctx: OperatorWrite
         ch = await _db(request, lambda s: changes.create_change(
             session=s, ctx=ctx, base_revision=body.base_revision, patch=body.patch, intent=body.intent,
             message=body.message))
-        return 201, changes.change_document(ch)
+        return 201, answer_json(changes.change_model(ch))
     return await idempotent(request, ctx, run)
 
 
@@ -98,17 +99,18 @@ async def create_change(request: Request, body: ChangeCreate, ctx: OperatorWrite
             summary="List changes, newest first (each review brief: verdict, revisions, summary)",
             responses=error_responses(401, 403, 422))
 def list_changes(request: Request, response: Response, session: SessionDep, _actor: Viewer, paging: PagingDep,
-                 state: Annotated[str | None, Query(description="only changes in this state")] = None) -> Any:
+                 state: Annotated[str | None, Query(description="only changes in this state")] = None
+                 ) -> dict[str, object]:
     items, total = changes.list_changes(session=session, limit=paging.limit, offset=paging.offset, state=state)
     page = Page(items, total, paging.limit, paging.offset)
-    return page_body(request, response, page, [changes.change_document(c, full=False) for c in items])
+    return page_body(request, response, page, [changes.change_model(c, full=False) for c in items])
 
 
 @router.get("/v1/changes/{change_id}", response_model=ChangeDocument, response_model_exclude_unset=True,
             summary="One change, with progress",
             responses=error_responses(401, 403, 404, 422))
-def get_change(session: SessionDep, _actor: Viewer, change_id: ChangeId) -> Any:
-    return changes.change_document(changes.get_change(change_id, session=session))
+def get_change(session: SessionDep, _actor: Viewer, change_id: ChangeId) -> ChangeDocument:
+    return changes.change_model(changes.get_change(change_id, session=session))
 
 
 @router.post("/v1/changes/{change_id}/review", response_model=ReviewDocument,
@@ -119,7 +121,7 @@ async def review_change(request: Request, ctx: OperatorWrite, change_id: ChangeI
     ctx = await keyed(request, ctx, key)
 
     async def run() -> tuple[int, Any]:
-        return 200, await workflow(request).review(change_id, ctx)
+        return 200, answer_json(await workflow(request).review(change_id, ctx))
     return await idempotent(request, ctx, run)
 
 
@@ -136,7 +138,7 @@ async def commit_change(request: Request, ctx: OperatorWrite, change_id: ChangeI
             ch = await workflow(request).commit(change_id, ctx, force=body.force, reason=body.reason)
         except SafetyViolation as exc:  # answered here, not by the handler, so a retry replays the refusal
             return unsafe_change(request, exc)
-        return 202, changes.change_document(ch)
+        return 202, answer_json(changes.change_model(ch))
 
     resp = await idempotent(request, ctx, run)
     if resp.status_code >= 400:
@@ -154,11 +156,13 @@ async def rollback(request: Request, ctx: OperatorWrite, revision: RevisionId, b
 
     async def run() -> tuple[int, Any]:
         ch = await _db(request, lambda s: changes.create_rollback(revision, session=s, ctx=ctx, message=message))
-        return 201, changes.change_document(ch)
+        return 201, answer_json(changes.change_model(ch))
     return await idempotent(request, ctx, run)
 
 
 @router.get("/v1/status", response_model=Status, summary="Head and active revisions, the committing change",
             responses=error_responses(401, 403))
-def get_status(request: Request, session: SessionDep, _actor: Viewer) -> Any:
-    return {**changes.status(session=session), "devices": list(workflow(request).devices)}
+def get_status(request: Request, session: SessionDep, _actor: Viewer) -> Status:
+    st = changes.status(session=session)
+    return Status(head_revision=st.head_revision, active_revision=st.active_revision,
+                  committing_change=st.committing_change, devices=list(workflow(request).devices))

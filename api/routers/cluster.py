@@ -3,8 +3,6 @@ the lease's epoch and the replicas heard from lately. Any replica answers from t
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 
 from api.core.deps import Viewer
@@ -17,5 +15,5 @@ router = APIRouter(prefix="/v1/cluster", tags=["cluster"], route_class=GuardedRo
 
 @router.get("", response_model=ClusterDocument, summary="Replicas, the leader and its epoch",
             responses=error_responses(401, 403))
-async def cluster(request: Request, _actor: Viewer) -> Any:
+async def cluster(request: Request, _actor: Viewer) -> ClusterDocument:
     return await request.app.state.cluster.document()

@@ -4,8 +4,6 @@ sessions, running config hash, a pending change); 503 when the agent does not an
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 
 from api.core.deps import Viewer
@@ -20,6 +18,6 @@ router = APIRouter(prefix="/v1/devices", tags=["device state"], route_class=Guar
 
 @router.get("/{name}/state", response_model=DeviceStateDocument, response_model_exclude_unset=True,
             summary="What the switch really installed", responses=error_responses(401, 403, 404, 503))
-async def device_state(request: Request, name: str, _actor: Viewer) -> Any:
+async def device_state(request: Request, name: str, _actor: Viewer) -> DeviceStateDocument:
     wf: Workflow = workflow(request)
     return await wf.device_state(name)  # Unreachable: 503 (api.core.problems)

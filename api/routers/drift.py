@@ -38,4 +38,4 @@ async def get_drift(request: Request, _actor: Viewer,
              responses=error_responses(401, 403, 404, 409))
 async def repair(request: Request, ctx: OperatorWrite, _session: SessionDep) -> Any:
     wf: Workflow = workflow(request)
-    return await wf.repair(None, ctx)
+    return (await wf.repair(None, ctx)).to_json()

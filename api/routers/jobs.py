@@ -44,7 +44,7 @@ _CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}
              summary="Plan and check the active intent with one more job (nothing stored)",
              responses=error_responses(401, 403, 404, 422),
              openapi_extra={"requestBody": {"required": True, "content": _CONTENT}})
-async def what_if(request: Request, response: Response, _actor: Operator) -> Any:
+async def what_if(request: Request, response: Response, _actor: Operator) -> JobWhatIfDocument:
     raw = await request.body()  # bounded by the route guard
     fmt = body_format(request)
     database = request.app.state.database

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path
 
 from api.core.deps import SessionDep, Viewer
 from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
-from controller.model.documents import PlanDocument
+from controller.model.documents import JsonObject, PlanDocument
 from controller.workflow import changes
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"], route_class=GuardedRoute)
@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1/plans", tags=["plans"], route_class=GuardedRoute)
 
 @router.get("/active", response_model=PlanDocument, response_model_exclude_unset=True,
             summary="The active revision's plan", responses=error_responses(401, 403, 404))
-def active_plan(session: SessionDep, _actor: Viewer) -> Any:
+def active_plan(session: SessionDep, _actor: Viewer) -> JsonObject:
     return changes.plan_document("active", session=session)
 
 
@@ -26,5 +26,5 @@ def active_plan(session: SessionDep, _actor: Viewer) -> Any:
             summary="A revision's plan (compiled on first request)",
             responses=error_responses(401, 403, 404, 422))
 def get_plan(session: SessionDep, _actor: Viewer,
-             revision: Annotated[int, Path(ge=1, le=2**31 - 1, description="revision id")]) -> Any:
+             revision: Annotated[int, Path(ge=1, le=2**31 - 1, description="revision id")]) -> JsonObject:
     return changes.plan_document(revision, session=session)

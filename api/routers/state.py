@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import StreamingResponse
@@ -22,7 +22,12 @@ from api.core.deps import Viewer
 from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.routers.changes import workflow
-from controller.model.documents import DeviceStatesDocument, LinkStatesDocument, ReactionTableDocument
+from controller.model.documents import (
+    DeviceStatesDocument,
+    LinkStatesDocument,
+    OperationalStateDocument,
+    ReactionTableDocument,
+)
 from controller.operations.service import state_document
 from controller.operations.table import TABLE
 from controller.store import events_repo, repo
@@ -34,10 +39,10 @@ POLL_S = 0.2
 KEEPALIVE_S = 15.0
 
 
-async def _state(request: Request) -> dict[str, Any]:
+async def _state(request: Request) -> OperationalStateDocument:
     wf = workflow(request)
 
-    def read() -> dict[str, Any]:
+    def read() -> OperationalStateDocument:
         with request.app.state.database.session() as s:
             return state_document(wf, s)
     return await asyncio.to_thread(read)
@@ -45,21 +50,21 @@ async def _state(request: Request) -> dict[str, Any]:
 
 @router.get("/v1/state/links", response_model=LinkStatesDocument, summary="Every link as its ends report it",
             responses=error_responses(401, 403, 422))
-async def links(request: Request, _actor: Viewer) -> Any:
-    return {"links": (await _state(request))["links"]}
+async def links(request: Request, _actor: Viewer) -> LinkStatesDocument:
+    return LinkStatesDocument(links=(await _state(request)).links)
 
 
 @router.get("/v1/state/devices", response_model=DeviceStatesDocument,
             summary="Every device's agent and BGP sessions, as the leader follows them",
             responses=error_responses(401, 403, 422))
-async def devices(request: Request, _actor: Viewer) -> Any:
-    return {"devices": (await _state(request))["devices"]}
+async def devices(request: Request, _actor: Viewer) -> DeviceStatesDocument:
+    return DeviceStatesDocument(devices=(await _state(request)).devices)
 
 
 @router.get("/v1/state/reactions", response_model=ReactionTableDocument,
             summary="The reaction table: failures whose reaction plan is ready before they happen",
             responses=error_responses(401, 403, 422))
-async def reactions(request: Request, _actor: Viewer) -> Any:
+async def reactions(request: Request, _actor: Viewer) -> ReactionTableDocument:
     def read() -> tuple[str | None, int | None]:
         with request.app.state.database.session() as s:
             active = wrepo.active_revision(session=s)

@@ -10,7 +10,7 @@ process's gNMI subscription) against the active revision's intent and plan;
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,7 +28,7 @@ from controller.model.documents import (
 )
 from controller.model.errors import IntentError, InvalidRequest
 from controller.telemetry import Telemetry
-from controller.workflow.telemetry import active_context, active_intent, capture_demands
+from controller.workflow.telemetry import active_context, active_intent, capture_demands, capture_document
 
 router = APIRouter(tags=["telemetry"], route_class=GuardedRoute)
 
@@ -48,40 +48,41 @@ def telemetry(request: Request, window_s: float | None = None, loc: str = "query
 
 @router.get("/v1/telemetry/links", response_model=TelemetryLinksDocument, summary="Observed link loads",
             responses=error_responses(401, 403, 404, 422))
-def links(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0) -> Any:
+def links(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0) -> TelemetryLinksDocument:
     tel = telemetry(request, window_s)
     intent = active_intent(tel, session=session)
-    return {"window_s": window_s, "links": [v.to_document() for v in tel.links(intent, time.time(), window_s)]}
+    views = tel.links(intent, time.time(), window_s)
+    return TelemetryLinksDocument(window_s=window_s, links=[v.to_model() for v in views])
 
 
 @router.get("/v1/telemetry/demand", response_model=MeasuredDemandsDocument, response_model_by_alias=True,
             summary="The measured demand matrix (ingress device to prefix)",
             responses=error_responses(401, 403, 404, 422))
 def demand(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0,
-           stat: StatQ = "mean") -> Any:
+           stat: StatQ = "mean") -> MeasuredDemandsDocument:
     tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
-    return tel.demand(intent, plan, time.time(), window_s, stat).to_document(window_s, stat)
+    return tel.demand(intent, plan, time.time(), window_s, stat).to_model(window_s, stat)
 
 
 @router.get("/v1/telemetry/fidelity", response_model=FidelityDocument,
             summary="The active plan's predicted link utilization under the measured demand, beside the observed",
             responses=error_responses(401, 403, 404, 422))
 def fidelity(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0,
-             stat: StatQ = "mean") -> Any:
+             stat: StatQ = "mean") -> FidelityDocument:
     tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
-    return {"window_s": window_s, "stat": stat, **tel.fidelity(intent, plan, time.time(), window_s, stat).to_document()}
+    return tel.fidelity(intent, plan, time.time(), window_s, stat).to_model(window_s, stat)
 
 
 @router.get("/v1/telemetry/patterns", response_model=PatternsDocument,
             summary="Communication groups of the measured traffic and their pattern (ring, all-to-all, ...)",
             responses=error_responses(401, 403, 404, 422))
-def patterns(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 300.0) -> Any:
+def patterns(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 300.0) -> PatternsDocument:
     tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, session=session)
     method, groups = tel.patterns(intent, plan, time.time(), window_s)
-    return {"window_s": window_s, "method": method, "groups": [g.to_document() for g in groups]}
+    return PatternsDocument(window_s=window_s, method=method, groups=[g.to_model() for g in groups])
 
 
 class DemandCapture(BaseModel):
@@ -96,12 +97,13 @@ class DemandCapture(BaseModel):
 @router.post("/v1/demands/from-telemetry", response_model=DemandCaptureDocument, response_model_by_alias=True,
              tags=["demands"], summary="Replace the intent's demands with the measured matrix (one revision)",
              responses=error_responses(401, 403, 404, 409, 422))
-async def from_telemetry(request: Request, response: Response, body: DemandCapture, ctx: IntentWrite) -> Any:
+async def from_telemetry(request: Request, response: Response, body: DemandCapture,
+                         ctx: IntentWrite) -> DemandCaptureDocument:
     tel = telemetry(request, body.window_s, "body.window_s")
     database = request.app.state.database
     ctx = fingerprinted(ctx, body.model_dump_json().encode())
 
-    def write() -> dict[str, Any]:
+    def write() -> DemandCaptureDocument:
         with database.session() as session:
             _rev, intent, plan = active_context(tel, session=session)
             view = tel.demand(intent, plan, time.time(), body.window_s, body.stat)
@@ -109,8 +111,7 @@ async def from_telemetry(request: Request, response: Response, body: DemandCaptu
                                      method=view.method, session=session, ctx=ctx)
         response.headers["ETag"] = f'"{result.revision.id}"'
         response.headers.update(replay_headers(result))
-        return {"revision": result.revision.id, "changed": result.changed, "window_s": body.window_s,
-                "stat": body.stat, "headroom": body.headroom, "method": view.method,
-                "demands": result.document.get("demands", [])}
+        return capture_document(result, window_s=body.window_s, stat=body.stat, headroom=body.headroom,
+                                method=view.method)
 
     return await run_in_threadpool(write)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from controller.model import DrainPolicy, Intent
+from controller.model.documents import JsonObject, OverlayDocument
 from controller.model.errors import IntentError, InvalidIntent
 
 __all__ = ["Overlay", "intent_ends", "normal", "overlay_intent"]
@@ -40,16 +40,23 @@ class Overlay:
     def __bool__(self) -> bool:
         return bool(self.links or self.devices)
 
-    def to_document(self) -> dict[str, list[str]]:
-        return {"links": sorted(self.links), "devices": sorted(self.devices)}
+    def to_document(self) -> JsonObject:
+        return self.to_model().model_dump(mode="json")
+
+    def to_model(self) -> OverlayDocument:
+        return OverlayDocument(links=sorted(self.links), devices=sorted(self.devices))
 
     def key(self) -> str:
         return json.dumps(self.to_document(), separators=(",", ":"))
 
     @classmethod
-    def of(cls, doc: dict[str, Any] | None) -> Overlay:
-        doc = doc or {}
-        return cls(frozenset(doc.get("links") or ()), frozenset(doc.get("devices") or ()))
+    def of(cls, doc: JsonObject | OverlayDocument | None) -> Overlay:
+        """The overlay a stored JSON document (or its model) names; none for None or an empty one."""
+        if not doc:
+            return cls()
+        if not isinstance(doc, OverlayDocument):
+            doc = OverlayDocument.model_validate({"links": doc.get("links") or [], "devices": doc.get("devices") or []})
+        return cls(frozenset(doc.links), frozenset(doc.devices))
 
     def __or__(self, other: Overlay) -> Overlay:
         return Overlay(self.links | other.links, self.devices | other.devices)

@@ -33,9 +33,10 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from controller.model import FailureReactionPolicy, Intent
+from controller.model.documents import JsonObject
 from controller.model.plan import Plan
 from controller.operations.overlay import Overlay, normal
 from controller.operations.view import OperationalView
@@ -43,7 +44,7 @@ from safety.replay import Replayer
 from safety.report import StageResult
 from safety.scenarios import Scenario
 
-__all__ = ["DEFAULT_POLICY", "Damping", "FailureReaction", "Judgement", "Reactor", "judge"]
+__all__ = ["DEFAULT_POLICY", "Damping", "FailureReaction", "Judgement", "Reactor", "Seen", "judge"]
 
 log = logging.getLogger("loom.operations.reaction")
 DEFAULT_POLICY = FailureReactionPolicy.model_validate({"kind": "failure_reaction"})
@@ -164,9 +165,25 @@ class Reactor(Protocol):
 
     view: OperationalView
 
-    async def record_decision(self, kind: str, data: dict[str, Any]) -> None: ...
+    async def record_decision(self, kind: str, data: JsonObject) -> None: ...
 
-    async def react(self, desired: Overlay, trigger: dict[str, Any]) -> bool: ...
+    async def react(self, desired: Overlay, seen: Seen) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the reactor saw: parts failed (or healthy again after their hold-down), and when the first of
+    them was seen so: the start of a reaction's trigger (:class:`~controller.model.documents.ReactionTrigger`)."""
+
+    event: Literal["failure", "recovery"]
+    links: list[str]
+    devices: list[str]
+    detected_at: str | None
+
+    def to_json(self) -> JsonObject:
+        """As a refusal's event names it (beside its reason and overlay)."""
+        return {"event": self.event, "links": list(self.links), "devices": list(self.devices),
+                "detected_at": self.detected_at}
 
 
 def _iso(t: float) -> str:
@@ -218,12 +235,12 @@ class FailureReaction:
             return
         since = [failed[p] for p in desired - current if p in failed] or [
             self.damping.healthy_since.get(p, now) for p in current - desired]
-        event = "failure" if desired - current else "recovery"
+        event: Literal["failure", "recovery"] = "failure" if desired - current else "recovery"
         changed = (desired - current) | (current - desired)
-        trigger = {"event": event, "links": sorted(p for p in changed if not p.startswith("device:")),
-                   "devices": sorted(p.removeprefix("device:") for p in changed if p.startswith("device:")),
-                   "detected_at": _iso(min(since)) if since else None}
-        done = await self.ops.react(overlay_of(desired), trigger)
+        seen = Seen(event, sorted(p for p in changed if not p.startswith("device:")),
+                    sorted(p.removeprefix("device:") for p in changed if p.startswith("device:")),
+                    _iso(min(since)) if since else None)
+        done = await self.ops.react(overlay_of(desired), seen)
         if done:
             self.recent.append(now)
             self._refused = None

@@ -26,12 +26,12 @@ import contextlib
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from sqlalchemy.orm import Session
 
 from controller.model import FailureReactionPolicy, Intent
-from controller.model.documents import ChangeState
+from controller.model.documents import ChangeState, JsonObject, OperationalStateDocument, ReactionTrigger
 from controller.model.errors import LoomError
 from controller.operations.overlay import Overlay
 from controller.operations.precompute import Precompute
@@ -40,6 +40,7 @@ from controller.operations.reaction import (
     DEFAULT_POLICY,
     FailureReaction,
     Judgement,
+    Seen,
     plan_seconds,
     run_judge,
 )
@@ -58,6 +59,8 @@ from controller.workflow.runtime import Commit, Runtime
 __all__ = ["Operations", "OperationsOptions", "state_document", "stored_view"]
 
 log = logging.getLogger("loom.operations")
+#: where a reaction's plan came from: the reaction table, or solved when the failure happened
+PlanFrom = Literal["precomputed", "solved"]
 CTX = WriteContext(actor=Actor(AUTHOR, "operator"), method="SYSTEM", path="failure-reaction")
 OPS_CTX = WriteContext(actor=Actor("loom-controller (operational state)", "admin"), method="SYSTEM",
                        path="operational-state")
@@ -193,7 +196,7 @@ class Operations:
                 for e in events:
                     events_repo.add_event(e.kind, e.data, session=s, now=now)
                     _audit(s, e.kind, e.data, now)
-                events_repo.save_opstate(doc, session=s, now=now)
+                events_repo.save_opstate(doc.model_dump(mode="json"), session=s, now=now)
         try:
             await self.runtime.in_session(save)
         except Exception:
@@ -211,12 +214,12 @@ class Operations:
             return
         for e in events:
             metrics.state_transitions.labels(event=e.kind).inc()
-        docs = self.view.links_document(self.clock())["links"]
+        docs = self.view.links_document(self.clock()).links
         for oper in ("up", "down", "unknown"):
-            metrics.links_by_state.labels(oper=oper).set(sum(1 for x in docs if x["oper"] == oper))
+            metrics.links_by_state.labels(oper=oper).set(sum(1 for x in docs if x.oper == oper))
         metrics.devices_unreachable.set(sum(1 for d in self.view.devices.values() if not d.reachable))
 
-    async def record_decision(self, kind: str, data: dict[str, Any]) -> None:
+    async def record_decision(self, kind: str, data: JsonObject) -> None:
         """A reaction's decision that commits nothing (refused, worse): an event and an audit entry."""
         self.reaction.last = {"event": kind, **data}
 
@@ -228,7 +231,7 @@ class Operations:
         await self.runtime.in_session(save)
         log.warning("%s: %s", kind, data.get("reason"))
 
-    def drift(self, overlay: dict[str, Any] | None, sessions: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+    def drift(self, overlay: JsonObject | None, sessions: dict[str, dict[str, str]]) -> dict[str, list[str]]:
         """What the fabric runs that the plan in force does not expect, per device: a link down that no
         overlay leaves out, a BGP session not established over a link that is up and in use (``sessions``:
         device -> the neighbor key of each session -> its port). Empty unless this replica's view is live."""
@@ -252,7 +255,7 @@ class Operations:
         return out
 
     # -- reacting --------------------------------------------------------------------------
-    async def react(self, desired: Overlay, trigger: dict[str, Any]) -> bool:
+    async def react(self, desired: Overlay, seen: Seen) -> bool:
         """Plan the active revision without ``desired``'s parts (looked up in the reaction table when it
         was precomputed), judge it against the plan in force under the same failure, and commit it when
         it is no worse; True when a reaction change was committed (started)."""
@@ -262,28 +265,30 @@ class Operations:
             got = await self._plan_reaction(desired)
         except (LoomError, ValueError) as exc:
             await self.record_decision("reaction.refused", {"reason": f"cannot plan around the failure: {exc}"[:500],
-                                                            "overlay": desired.to_document(), **trigger})
+                                                            "overlay": desired.to_document(), **seen.to_json()})
             return False
         finally:
             self.reacting = False
         if got is None:
             return False
         active, judgement, source = got
-        trigger = {**trigger, "verdict": judgement.verdict, "current": judgement.current,
-                   "reaction": judgement.reaction, "plan": source, "plan_seconds": plan_seconds(t0)}
+        trigger = ReactionTrigger(event=seen.event, links=seen.links, devices=seen.devices,
+                                  detected_at=seen.detected_at, verdict=judgement.verdict, current=judgement.current,
+                                  reaction=judgement.reaction, plan=source, plan_seconds=plan_seconds(t0))
+        data = trigger.model_dump(mode="json")
         if not judgement.commit:
             await self.record_decision("reaction.refused", {
                 "reason": "the reaction plan is worse than the plan in force under the same failure",
-                "overlay": desired.to_document(), **trigger})
+                "overlay": desired.to_document(), **data})
             return False
         change = await self.runtime.in_session(lambda s: _create_reaction(active, desired, trigger, session=s))
-        self.reaction.last = {"event": "reaction.committing", "change": change, **trigger}
+        self.reaction.last = {"event": "reaction.committing", "change": change, **data}
         log.warning("failure reaction: change %s leaves out %s (%s, %s plan)", change, desired.to_document(),
                     judgement.verdict, source)
         await self._commit(change, CTX, skip_gate=True)
         return True
 
-    async def _plan_reaction(self, desired: Overlay) -> tuple[int, Judgement, str] | None:
+    async def _plan_reaction(self, desired: Overlay) -> tuple[int, Judgement, PlanFrom] | None:
         """The active revision, the judgement of its plan around ``desired`` and where that plan came from
         (``precomputed``, or ``solved`` now, outside any store session); None when nothing is active."""
         def read(s: Session) -> tuple[int, str, PlanSource, Overlay] | None:
@@ -333,28 +338,28 @@ def _topology(s: Session) -> tuple[int | None, Intent | None]:
     return rev, validated(repo.revision_document(rev, session=s))
 
 
-def _create_reaction(active: int, overlay: Overlay, trigger: dict[str, Any], *, session: Session) -> int:
+def _create_reaction(active: int, overlay: Overlay, trigger: ReactionTrigger, *, session: Session) -> int:
     with write_transaction(session):
         what = ", ".join([*sorted(overlay.links), *sorted(overlay.devices)]) or "nothing"
         message = (f"failure reaction: plan revision {active} without {what}" if overlay
                    else f"failure reaction: the full plan of revision {active} returns")
         ch = wrepo.add_change(session=session, kind="reaction", base_revision=active, proposed_revision=active,
-                              message=message, author=AUTHOR, now=_now(), trigger=trigger,
+                              message=message, author=AUTHOR, now=_now(), trigger=trigger.model_dump(mode="json"),
                               overlay=overlay.to_document())
-        review = {"verdict": "safe" if trigger.get("verdict") == "safe" else "unsafe", "active_revision": active,
-                  "reaction": trigger}
+        review = {"verdict": "safe" if trigger.verdict == "safe" else "unsafe", "active_revision": active,
+                  "reaction": trigger.model_dump(mode="json")}
         wrepo.update_change(ch.id, session=session, state=ChangeState.REVIEWED, review=review,
                             reviewed_active=active, verdict=review["verdict"])
         wrepo.add_transition(ch.id, ChangeState.REVIEWED, session=session, actor=AUTHOR, now=_now(),
-                             reason=f"reaction {trigger.get('verdict')}: {trigger.get('current')} in force under the "
-                                    f"failure, {trigger.get('reaction')} with the reaction")
+                             reason=f"reaction {trigger.verdict}: {trigger.current} in force under the "
+                                    f"failure, {trigger.reaction} with the reaction")
     return ch.id
 
 
-def stored_view(session: Session) -> dict[str, Any] | None:
+def stored_view(session: Session) -> OperationalStateDocument | None:
     """What the leader stored last (its ``links`` and ``devices`` documents), or None."""
     got = events_repo.load_opstate(session=session)
-    return got[1] if got is not None else None
+    return OperationalStateDocument.model_validate(got[1]) if got is not None else None
 
 
 class _Engine(Protocol):
@@ -362,7 +367,7 @@ class _Engine(Protocol):
     def operations(self) -> Operations: ...
 
 
-def state_document(wf: _Engine, session: Session) -> dict[str, Any]:
+def state_document(wf: _Engine, session: Session) -> OperationalStateDocument:
     """The links and devices as the fabric reports them: this replica's live view when it leads, else what
     the leader stored, else every link and device of the intent unknown (nothing reported yet)."""
     ops = wf.operations

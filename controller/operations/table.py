@@ -24,14 +24,30 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 from controller.model import Intent
+from controller.model.documents import ReactionTableDocument
 from controller.model.plan import Plan
 from controller.operations.overlay import Overlay
 from controller.operations.reaction import Judgement
 
 __all__ = ["TABLE", "Reaction", "ReactionTable"]
+
+TableState = Literal["idle", "building", "ready", "partial", "stopped"]
+
+
+@dataclass
+class _Status:
+    """One revision's precomputation, as it goes (``t0``: when it began, monotonic)."""
+
+    state: TableState
+    revision: int
+    scenarios: int
+    t0: float
+    ready: int = 0
+    failed: int = 0
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -53,7 +69,7 @@ class ReactionTable:
     def __init__(self, extra: int = 64, revisions: int = 4):
         self._lock = threading.Lock()
         self._fixed: OrderedDict[str, dict[str, Reaction]] = OrderedDict()  # identity -> overlay key -> entry
-        self._status: dict[str, dict[str, Any]] = {}
+        self._status: dict[str, _Status] = {}
         self._run: dict[str, int] = {}  # identity -> the precomputation allowed to write its entries
         self._runs = 0
         self._revisions = revisions
@@ -82,8 +98,8 @@ class ReactionTable:
                 fixed = self._fixed[identity]
                 fixed[overlay.key()] = reaction
                 st = self._status[identity]
-                st["ready"] = len(fixed)
-                st["seconds"] = round(time.monotonic() - st["_t0"], 3)
+                st.ready = len(fixed)
+                st.seconds = round(time.monotonic() - st.t0, 3)
 
     def begin(self, identity: str, revision: int, scenarios: int) -> int:
         """A precomputation of the scope's ``scenarios`` starts for ``revision``; its run number."""
@@ -92,8 +108,7 @@ class ReactionTable:
             self._run[identity] = self._runs
             self._fixed[identity] = {}
             self._fixed.move_to_end(identity)
-            self._status[identity] = {"state": "building", "revision": revision, "scenarios": scenarios,
-                                      "ready": 0, "failed": 0, "seconds": 0.0, "_t0": time.monotonic()}
+            self._status[identity] = _Status("building", revision, scenarios, time.monotonic())
             while len(self._fixed) > self._revisions:
                 old, _ = self._fixed.popitem(last=False)
                 self._status.pop(old, None)
@@ -104,14 +119,14 @@ class ReactionTable:
         """One scenario could not be planned around (its reaction is solved, and refused, when it happens)."""
         with self._lock:
             if self._run.get(identity) == run:
-                self._status[identity]["failed"] += 1
+                self._status[identity].failed += 1
 
-    def finish(self, identity: str, run: int, state: str = "ready") -> None:
+    def finish(self, identity: str, run: int, state: TableState = "ready") -> None:
         with self._lock:
             if self._run.get(identity) == run:
                 st = self._status[identity]
-                st["state"] = state
-                st["seconds"] = round(time.monotonic() - st["_t0"], 3)
+                st.state = state
+                st.seconds = round(time.monotonic() - st.t0, 3)
 
     def forget(self, identity: str) -> None:
         """No table for this revision (its failure reaction is off)."""
@@ -120,15 +135,14 @@ class ReactionTable:
             self._status.pop(identity, None)
             self._run.pop(identity, None)
 
-    def status(self, identity: str | None, revision: int | None = None) -> dict[str, Any]:
-        """``{"state": "idle" | "building" | "ready" | "partial" | "stopped", "revision", "scenarios", "ready",
-        "failed", "seconds"}`` of the revision ``identity`` names (idle when none was precomputed:
-        :class:`controller.model.documents.ReactionTableDocument`)."""
+    def status(self, identity: str | None, revision: int | None = None) -> ReactionTableDocument:
+        """The precomputation of the revision ``identity`` names (idle when none was precomputed)."""
         with self._lock:
             st = self._status.get(identity or "")
             if st is None:
-                return {"state": "idle", "revision": revision}
-            return {k: v for k, v in st.items() if not k.startswith("_")}
+                return ReactionTableDocument(state="idle", revision=revision)
+            return ReactionTableDocument(state=st.state, revision=st.revision, scenarios=st.scenarios,
+                                         ready=st.ready, failed=st.failed, seconds=st.seconds)
 
 
 #: this process's table

@@ -27,9 +27,16 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from controller.model import Intent
+from controller.model.documents import (
+    DeviceStatesDocument,
+    DeviceStateSummary,
+    LinkStateDocument,
+    LinkStatesDocument,
+    OperationalStateDocument,
+)
 
 __all__ = ["LINK_DOWN", "LINK_UP", "OperationalView", "ViewEvent"]
 
@@ -232,17 +239,24 @@ class OperationalView:
         return len(link.downs)
 
     # -- documents -----------------------------------------------------------------------------
-    def links_document(self, now: float) -> dict[str, Any]:
-        return {"links": [{"id": ln.id, "a": ln.a, "a_port": ln.a_port, "b": ln.b, "b_port": ln.b_port,
-                           "oper": ln.oper, "since": _iso(ln.since), "flaps_1h": self.flaps_1h(ln.id, now)}
-                          for ln in sorted(self.links.values(), key=lambda x: x.id)]}
+    def links_document(self, now: float) -> LinkStatesDocument:
+        return LinkStatesDocument(links=[
+            LinkStateDocument(id=ln.id, a=ln.a, a_port=ln.a_port, b=ln.b, b_port=ln.b_port, oper=_oper(ln.oper),
+                              since=_iso(ln.since), flaps_1h=self.flaps_1h(ln.id, now))
+            for ln in sorted(self.links.values(), key=lambda x: x.id)])
 
-    def devices_document(self) -> dict[str, Any]:
-        return {"devices": [{"name": d.name, "agent": "reachable" if d.reachable else "unreachable",
-                             "sessions_up": sum(1 for s in d.sessions.values() if s == "ESTABLISHED"),
-                             "sessions": len(d.sessions), "last_seen": _iso(d.last_seen)}
-                            for d in sorted(self.devices.values(), key=lambda x: x.name) if d.name in self.names]}
+    def devices_document(self) -> DeviceStatesDocument:
+        return DeviceStatesDocument(devices=[
+            DeviceStateSummary(name=d.name, agent="reachable" if d.reachable else "unreachable",
+                               sessions_up=sum(1 for s in d.sessions.values() if s == "ESTABLISHED"),
+                               sessions=len(d.sessions), last_seen=_iso(d.last_seen))
+            for d in sorted(self.devices.values(), key=lambda x: x.name) if d.name in self.names])
 
-    def to_document(self, now: float) -> dict[str, Any]:
+    def to_document(self, now: float) -> OperationalStateDocument:
         """Both documents, as the leader stores them for the followers."""
-        return {**self.links_document(now), **self.devices_document(), "at": _iso(now)}
+        return OperationalStateDocument(links=self.links_document(now).links, devices=self.devices_document().devices,
+                                        at=_iso(now))
+
+
+def _oper(oper: str) -> Literal["up", "down", "unknown"]:
+    return "up" if oper == UP else "down" if oper == DOWN else "unknown"

@@ -21,18 +21,26 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from controller.model import Intent
+from controller.model.documents import (
+    FidelityDocument,
+    FidelityLinkDocument,
+    MeasuredDemandDocument,
+    MeasuredDemandsDocument,
+    TelemetryLinkDocument,
+)
 from controller.model.plan import Plan
 from controller.telemetry.counters import STATS, CounterStore, Options, Sample, WindowStats
 from controller.telemetry.patterns import Group, classify, matrix_series, tor_series
 from controller.telemetry.patterns import Options as PatternOptions
 from safety.estimate import RoutingMatrix, edge_devices, link_loads, routing_matrix, tomogravity
 
-__all__ = ["DemandView", "Fidelity", "FidelityLink", "LinkView", "Telemetry", "aft_path", "interface_path"]
+__all__ = ["DemandView", "Fidelity", "FidelityLink", "LinkView", "Method", "Stat", "Telemetry", "aft_path",
+           "interface_path", "measured_demand"]
 
 _IFACE = re.compile(r"^/interfaces/interface\[name=([^\]]+)\]/state/counters/([a-z-]+)$")
 _AFT = re.compile(r"^/network-instances/network-instance\[name=default\]/afts/ipv4-unicast/"
@@ -64,21 +72,27 @@ class LinkView:
     stale: bool
     fresh: bool = False  # both directions read from counters that are not stale
 
-    def to_document(self) -> dict[str, object]:
-        return {"a": self.a, "a_port": self.a_port, "b": self.b, "b_port": self.b_port,
-                "gbps_ab": _r(self.gbps_ab), "gbps_ba": _r(self.gbps_ba), "utilization": _r(self.utilization),
-                "age_s": _r(self.age_s, 3), "stale": self.stale}
+    def to_model(self) -> TelemetryLinkDocument:
+        return TelemetryLinkDocument(a=self.a, a_port=self.a_port, b=self.b, b_port=self.b_port,
+                                     gbps_ab=_r(self.gbps_ab), gbps_ba=_r(self.gbps_ba),
+                                     utilization=_r(self.utilization), age_s=_r(self.age_s, 3), stale=self.stale)
+
+
+#: how a demand matrix was measured: the AFT counters, or estimated from link loads by tomogravity
+Method = Literal["aft", "tomogravity"]
+#: the statistic of the per-interval rates over a window
+Stat = Literal["mean", "p95", "max"]
 
 
 @dataclass(frozen=True, slots=True)
 class DemandView:
-    method: str  # "aft" | "tomogravity"
+    method: Method
     demands: dict[tuple[str, str], float]
     residual: float | None = None  # tomogravity: ||A x - y||_1 in gbps
 
-    def to_document(self, window_s: float, stat: str) -> dict[str, object]:
-        return {"window_s": window_s, "stat": stat, "method": self.method,
-                "demands": [{"from": f, "to": p, "gbps": round(g, 6)} for (f, p), g in sorted(self.demands.items())]}
+    def to_model(self, window_s: float, stat: Stat) -> MeasuredDemandsDocument:
+        return MeasuredDemandsDocument(window_s=window_s, stat=stat, method=self.method, demands=[
+            measured_demand(f, p, round(g, 6)) for (f, p), g in sorted(self.demands.items())])
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +111,20 @@ class Fidelity:
     links: tuple[FidelityLink, ...]
     worst: float | None
     p95: float | None
-    method: str
+    method: Method
 
-    def to_document(self) -> dict[str, object]:
-        return {"links": [{"a": x.a, "a_port": x.a_port, "b": x.b, "b_port": x.b_port,
-                           "predicted": round(x.predicted, 6), "observed": _r(x.observed), "error": _r(x.error)}
-                          for x in self.links],
-                "worst": _r(self.worst), "p95": _r(self.p95), "method": self.method}
+    def to_model(self, window_s: float, stat: Stat) -> FidelityDocument:
+        return FidelityDocument(
+            window_s=window_s, stat=stat, method=self.method,
+            links=[FidelityLinkDocument(a=x.a, a_port=x.a_port, b=x.b, b_port=x.b_port,
+                                        predicted=round(x.predicted, 6), observed=_r(x.observed), error=_r(x.error))
+                   for x in self.links],
+            worst=_r(self.worst), p95=_r(self.p95))
+
+
+def measured_demand(src: str, prefix: str, gbps: float) -> MeasuredDemandDocument:
+    """One entry of a measured matrix (``from`` is a keyword: the model is made from its JSON form)."""
+    return MeasuredDemandDocument.model_validate({"from": src, "to": prefix, "gbps": gbps})
 
 
 def _r(x: float | None, nd: int = 6) -> float | None:
@@ -284,7 +305,7 @@ class Telemetry:
         return [(d, m.group(1)) for (d, _p), m in zip(keys, prefixes, strict=True) if m is not None], out.T, step
 
     def patterns(self, intent: Intent, plan: Plan | None, now: float, window_s: float,
-                 options: PatternOptions | None = None) -> tuple[str, list[Group]]:
+                 options: PatternOptions | None = None) -> tuple[Method, list[Group]]:
         """The method (``aft`` or ``tomogravity``) and the communication groups of the measured traffic
         (:func:`controller.telemetry.patterns.classify`): on the per-interval AFT matrices, or on
         tomogravity's single mean matrix."""

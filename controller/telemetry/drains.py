@@ -13,12 +13,17 @@ the collector, the intent, ``now`` and the window come in, a verdict goes out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from controller.model import Intent
+from controller.model.documents import DrainCheckDocument, DrainTargetCheck
 from controller.model.domain import parse_link_end
 from controller.telemetry.collector import LinkView, Telemetry
 
 __all__ = ["NOISE_PPS", "DrainCheck", "DrainVerdict", "check_drains", "noise_floor_gbps"]
+
+Kind = Literal["device", "link"]
+Status = Literal["verified", "carrying", "unknown"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,8 +31,8 @@ class DrainVerdict:
     """One target: ``transit_gbps`` it still carries (``None`` unknown) against ``tolerance_gbps``."""
 
     target: str
-    kind: str  # device | link
-    status: str  # verified | carrying | unknown
+    kind: Kind
+    status: Status
     transit_gbps: float | None
     tolerance_gbps: float
 
@@ -38,16 +43,17 @@ class DrainCheck:
     targets: tuple[DrainVerdict, ...]
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         """``carrying`` when any target carries traffic, ``verified`` when all are verified, else ``unknown``."""
         found = {t.status for t in self.targets}
         return "carrying" if "carrying" in found else "verified" if found == {"verified"} else "unknown"
 
-    def to_document(self, checked_at: str) -> dict[str, object]:
-        return {"status": self.status, "checked_at": checked_at, "window_s": self.window_s,
-                "targets": [{"target": t.target, "kind": t.kind, "status": t.status,
-                             "transit_gbps": None if t.transit_gbps is None else round(t.transit_gbps, 6),
-                             "tolerance_gbps": round(t.tolerance_gbps, 6)} for t in self.targets]}
+    def to_model(self, checked_at: str) -> DrainCheckDocument:
+        return DrainCheckDocument(
+            status=self.status, checked_at=checked_at, window_s=self.window_s,
+            targets=[DrainTargetCheck(target=t.target, kind=t.kind, status=t.status,
+                                      transit_gbps=None if t.transit_gbps is None else round(t.transit_gbps, 6),
+                                      tolerance_gbps=round(t.tolerance_gbps, 6)) for t in self.targets])
 
 
 #: what a drained link still carries, per direction, in packets a second: BGP keepalives and updates, IS-IS
@@ -81,8 +87,8 @@ def check_drains(telemetry: Telemetry, intent: Intent, targets: list[str], now: 
     return DrainCheck(window_s, tuple(out))
 
 
-def _verdict(target: str, kind: str, transit: float | None, tolerance_gbps: float) -> DrainVerdict:
-    status = "unknown" if transit is None else "verified" if transit <= tolerance_gbps else "carrying"
+def _verdict(target: str, kind: Kind, transit: float | None, tolerance_gbps: float) -> DrainVerdict:
+    status: Status = "unknown" if transit is None else "verified" if transit <= tolerance_gbps else "carrying"
     return DrainVerdict(target, kind, status, transit, tolerance_gbps)
 
 

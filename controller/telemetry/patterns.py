@@ -38,16 +38,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, cast
 
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from controller.model import Intent
+from controller.model.documents import PatternGroupDocument
 
 __all__ = ["PATTERNS", "Group", "Options", "Series", "classify", "matrix_series", "periodicity", "tor_series"]
 
 PATTERNS = ("ring_allreduce", "all_to_all", "pipeline", "incast", "background")
+PatternName = Literal["ring_allreduce", "all_to_all", "pipeline", "incast", "background"]
 _COLLECTIVES = ("ring_allreduce", "all_to_all", "pipeline")
 
 
@@ -107,13 +110,13 @@ class Group:
     period_s: float | None
     scores: dict[str, float] = field(default_factory=dict)  # every pattern's score
 
-    def to_document(self) -> dict[str, object]:
-        return {"members": list(self.members), "pattern": self.pattern, "confidence": round(self.confidence, 4),
-                "gbps": round(self.gbps, 6), "score": round(self.score, 4), "fit": round(self.fit, 4),
-                "uniformity": round(self.uniformity, 4), "internal": round(self.internal, 4),
-                "periodicity": round(self.periodicity, 4),
-                "period_s": None if self.period_s is None else round(self.period_s, 3),
-                "scores": {k: round(v, 4) for k, v in self.scores.items()}}
+    def to_model(self) -> PatternGroupDocument:
+        return PatternGroupDocument(
+            members=list(self.members), pattern=cast(PatternName, self.pattern), confidence=round(self.confidence, 4),
+            gbps=round(self.gbps, 6), score=round(self.score, 4), fit=round(self.fit, 4),
+            uniformity=round(self.uniformity, 4), internal=round(self.internal, 4),
+            periodicity=round(self.periodicity, 4), period_s=None if self.period_s is None else round(self.period_s, 3),
+            scores={k: round(v, 4) for k, v in self.scores.items()})
 
 
 # -- from the measured matrix to ToR-to-ToR series ---------------------------------------------

@@ -51,14 +51,20 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from controller.model import AutoTePolicy, Intent
-from controller.model.documents import ChangeState
+from controller.model.documents import (
+    AutoTeDecisionDocument,
+    AutoTeStatusDocument,
+    AutoTeTrigger,
+    ChangeState,
+    ReviewDocument,
+)
 from controller.model.errors import Conflict, InvalidIntent, LoomError, SafetyViolation
 from controller.model.jobs import job_demands, originated_prefixes
 from controller.model.plan import Plan
@@ -196,7 +202,7 @@ class Engine(Protocol):
     @property
     def reviews_in_flight(self) -> int: ...
 
-    async def review(self, change_id: int, ctx: WriteContext) -> Doc: ...
+    async def review(self, change_id: int, ctx: WriteContext) -> ReviewDocument: ...
 
     async def commit(self, change_id: int, ctx: WriteContext) -> wrepo.Change: ...
 
@@ -230,19 +236,22 @@ class _State:
     committing: int | None
 
 
+DecisionKind = Literal["skipped", "committed", "refused", "failed"]
+
+
 @dataclass
 class Decision:
     at: float
-    decision: str  # skipped | committed | refused | failed
+    decision: DecisionKind
     reason: str
     detail: str
     change: int | None = None
-    trigger: Doc | None = None
+    trigger: AutoTeTrigger | None = None
     revision: int | None = None
 
-    def to_document(self) -> Doc:
-        return {"at": _iso(self.at), "decision": self.decision, "reason": self.reason, "detail": self.detail,
-                "change": self.change, "trigger": self.trigger}
+    def document(self) -> AutoTeDecisionDocument:
+        return AutoTeDecisionDocument(at=datetime.fromtimestamp(self.at, UTC).isoformat(), decision=self.decision,
+                                      reason=self.reason, detail=self.detail, change=self.change, trigger=self.trigger)
 
 
 _OUTCOME = {"skipped": "skipped", "committed": "accepted", "refused": "rejected", "failed": "failed"}
@@ -376,12 +385,11 @@ class AutoTe:
             return interval
         observed = [v.utilization for v in tel.links(st.intent, now, policy.window_s, policy.stat)
                     if v.fresh and v.utilization is not None]
-        trigger = {"window_s": policy.window_s, "stat": policy.stat, "headroom": policy.headroom,
-                   "method": view.method, "demands": len(view.demands),
-                   "measured_gbps": round(sum(view.demands.values()), 6), "active_revision": st.active,
-                   "active_predicted": round(ev.active_predicted, 6),
-                   "candidate_predicted": round(ev.candidate_predicted, 6), "gain": round(ev.gain, 6),
-                   "min_gain": policy.min_gain, "observed": round(max(observed), 6) if observed else None}
+        trigger = AutoTeTrigger(
+            window_s=policy.window_s, stat=policy.stat, headroom=policy.headroom, method=view.method,
+            demands=len(view.demands), measured_gbps=round(sum(view.demands.values()), 6), active_revision=st.active,
+            active_predicted=round(ev.active_predicted, 6), candidate_predicted=round(ev.candidate_predicted, 6),
+            gain=round(ev.gain, 6), min_gain=policy.min_gain, observed=round(max(observed), 6) if observed else None)
         if rt.metrics is not None:
             rt.metrics.auto_te_gain.set(ev.gain)
             rt.metrics.auto_te_predicted.labels(plan="active").set(ev.active_predicted)
@@ -413,7 +421,8 @@ class AutoTe:
             return "busy", busy
         return self.rails.blocked(now, interval)
 
-    async def _propose(self, st: _State, ev: Evaluation, trigger: Doc, figures: str, interval: float) -> None:
+    async def _propose(self, st: _State, ev: Evaluation, trigger: AutoTeTrigger, figures: str,
+                       interval: float) -> None:
         rt, engine = self.runtime, self.engine
         now = self.clock()
         again = await self._state()
@@ -442,10 +451,9 @@ class AutoTe:
             await self._decide(Decision(now, "refused", "conflict", f"change {ch.id}: the review failed: {exc}",
                                         ch.id, trigger, ch.proposed_revision))
             return
-        if review["verdict"] != "safe":
-            failing = review.get("safety", {}).get("failing", [])
-            shown = "; ".join(str(f.get("scenario", f)) + ": " + ", ".join(
-                str(i.get("name", i)) for i in f.get("invariants", [])) for f in failing[:3])
+        if review.verdict != "safe":
+            failing = review.safety.failing
+            shown = "; ".join(f"{f.scenario}: " for f in failing[:3])  # a failure names no invariants list
             self.rails.failed(now, interval)
             await self._decide(Decision(now, "refused", "unsafe",
                                         f"change {ch.id} is unsafe ({len(failing)} failing scenario(s): {shown}); "
@@ -487,7 +495,7 @@ class AutoTe:
                                request_id=None, method=ctx.method, path=ctx.path, action=f"auto_te.{d.decision}",
                                outcome=_OUTCOME[d.decision], status=NO_STATUS, revision=d.revision,
                                detail=f"{d.reason}: {d.detail}"[:4000])
-                events_repo.add_event("auto_te.decision", d.to_document(), session=s,
+                events_repo.add_event("auto_te.decision", d.document().model_dump(mode="json"), session=s,
                                       now=datetime.fromtimestamp(d.at, UTC))
 
         try:
@@ -496,8 +504,8 @@ class AutoTe:
             log.exception("auto-te: could not audit a decision")
 
     # -- the API's view ---------------------------------------------------------------
-    def status(self, session: Session) -> Doc:
-        """``GET /v1/auto-te`` (``AutoTeStatusDocument``)."""
+    def status(self, session: Session) -> AutoTeStatusDocument:
+        """``GET /v1/auto-te``."""
         policy = None
         active = changes.active_revision(session=session)
         if active is not None and self.runtime.telemetry is not None:
@@ -507,18 +515,18 @@ class AutoTe:
         paused = wrepo.auto_te_paused(session=session)
         on = paused is not None and paused.paused
         r = self.rails
-        return {"policy": policy, "enabled": bool(policy and policy["enabled"]), "paused": on,
-                "paused_by": paused.actor if on and paused is not None else None,
-                "paused_at": paused.at.isoformat() if on and paused is not None else None,
-                "pause_reason": paused.reason if on and paused is not None else None,
-                "leader": self.runtime.is_leader(), "running": self.running, "streak": r.streak,
-                "confirm": r.confirm, "failures": r.failures,
-                "backoff_until": _iso(r.backoff_until) if r.backoff_until > float("-inf") else None,
-                "last_commit_at": _iso(r.last_commit) if r.last_commit > float("-inf") else None,
-                "next_run_at": _iso(self.next_run), "decisions": [d.to_document() for d in self.decisions]}
+        return AutoTeStatusDocument(
+            policy=policy, enabled=bool(policy and policy["enabled"]), paused=on,
+            paused_by=paused.actor if on and paused is not None else None,
+            paused_at=paused.at.isoformat() if on and paused is not None else None,
+            pause_reason=paused.reason if on and paused is not None else None,
+            leader=self.runtime.is_leader(), running=self.running, streak=r.streak, confirm=r.confirm,
+            backoff_until=_iso(r.backoff_until) if r.backoff_until > float("-inf") else None,
+            failures=r.failures, last_commit_at=_iso(r.last_commit) if r.last_commit > float("-inf") else None,
+            next_run_at=_iso(self.next_run), decisions=[d.document() for d in self.decisions])
 
 
-def set_paused(paused: bool, *, session: Session, ctx: WriteContext, reason: str) -> Doc:
+def set_paused(paused: bool, *, session: Session, ctx: WriteContext, reason: str) -> None:
     """The kill switch: pause or resume (audited as ``auto_te.pause`` / ``auto_te.resume``)."""
     now = datetime.now(UTC)
     with write_transaction(session):
@@ -527,4 +535,3 @@ def set_paused(paused: bool, *, session: Session, ctx: WriteContext, reason: str
         repo.add_audit(session=session, now=now, actor=ctx.actor.name, token_id=ctx.actor.token_id,
                        request_id=ctx.request_id, method=ctx.method, path=ctx.path, action=action,
                        outcome="accepted", status=ctx.status, detail=reason[:4000])
-    return {"paused": paused, "by": ctx.actor.name, "at": now.isoformat(), "reason": reason}

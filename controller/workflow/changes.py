@@ -28,7 +28,24 @@ from sqlalchemy.orm import Session
 
 from controller import service
 from controller.model import Intent
-from controller.model.documents import FINAL_STATES, REVIEWABLE_STATES, ChangeState
+from controller.model.documents import (
+    FINAL_STATES,
+    REVIEWABLE_STATES,
+    AutoTeTrigger,
+    ChangeDocument,
+    ChangeState,
+    DrainCheckDocument,
+    JsonObject,
+    OverlayDocument,
+    ProgressDocument,
+    ReviewBrief,
+    ReviewDocument,
+    SafetyBrief,
+    SettleDocument,
+    TransitionDocument,
+    UnsettledDocument,
+    answer_json,
+)
 from controller.model.errors import (
     Conflict,
     Deposed,
@@ -60,7 +77,8 @@ from controller.workflow.plans import (
 from controller.workflow.proposals import fold_into_head, store_proposed, validated
 
 __all__ = [
-    "FINAL", "STATES", "ReviewInputs", "ReviewSources", "begin_commit", "change_document", "create_change",
+    "FINAL", "STATES", "ReviewInputs", "ReviewSources", "RevisionStatus", "begin_commit", "change_document",
+    "change_model", "create_change",
     "create_rollback", "finish_commit", "get_change", "list_changes", "overlay_plan", "plan_document", "plan_for",
     "record_review", "record_settle", "review_inputs", "review_sources", "settle_document", "status", "take_up",
     "unsettled", "validated",
@@ -83,26 +101,37 @@ def _audit(session: Session, ctx: WriteContext, action: str, *, outcome: str = "
                    outcome=outcome, status=status, revision=revision, detail=detail[:4000])
 
 
-def _brief(review: Doc | None) -> Doc | None:
+def _brief(review: Doc | None) -> ReviewBrief | None:
     """A review without its bulk (per-scenario results, diffs): what a list of changes shows."""
     if review is None:
         return None
     safety = review.get("safety") or {}
-    return {"verdict": review.get("verdict"), "proposed_revision": review.get("proposed_revision"),
-            "active_revision": review.get("active_revision"), "summary": review.get("summary"),
-            "safety": {"verdict": safety.get("verdict"), "counts": safety.get("counts")}, "brief": True}
+    return ReviewBrief.model_validate({
+        "verdict": review.get("verdict"), "proposed_revision": review.get("proposed_revision"),
+        "active_revision": review.get("active_revision"), "summary": review.get("summary"),
+        "safety": SafetyBrief(verdict=safety.get("verdict"), counts=safety.get("counts")), "brief": True})
 
 
-def change_document(ch: Change, *, full: bool = True) -> Doc:
-    """The API's ``Change``; ``full=False`` (lists) keeps only the review's verdict and summary."""
-    return {"id": ch.id, "kind": ch.kind, "state": ch.state, "base_revision": ch.base_revision,
-            "proposed_revision": ch.proposed_revision, "message": ch.message, "author": ch.author,
-            "created_at": ch.created_at.isoformat(),
-            "transitions": [t.to_document() for t in ch.transitions],
-            "review": ch.review if full else _brief(ch.review), "progress": ch.progress,
-            "force_reason": ch.force_reason, "error": ch.error, "transaction": ch.transaction,
-            "trigger": ch.trigger, "settled": ch.settled, "settle": ch.settle,
-            **({"overlay": Overlay.of(ch.overlay).to_document()} if ch.overlay else {})}
+def change_model(ch: Change, *, full: bool = True) -> ChangeDocument:
+    """The API's ``Change``, its review, progress, trigger and settling read from what the store keeps;
+    ``full=False`` (lists) keeps only the review's verdict and summary."""
+    fields: dict[str, object] = {
+        "id": ch.id, "kind": ch.kind, "state": ch.state, "base_revision": ch.base_revision,
+        "proposed_revision": ch.proposed_revision, "message": ch.message, "author": ch.author,
+        "created_at": ch.created_at.isoformat(),
+        "transitions": [TransitionDocument(state=t.state, at=t.at.isoformat(), actor=t.actor, reason=t.reason)
+                        for t in ch.transitions],
+        "review": ch.review if full else _brief(ch.review), "progress": ch.progress,
+        "force_reason": ch.force_reason, "error": ch.error, "transaction": ch.transaction,
+        "trigger": ch.trigger, "settled": ch.settled, "settle": ch.settle}
+    if ch.overlay:
+        fields["overlay"] = Overlay.of(ch.overlay).to_model()
+    return ChangeDocument.model_validate(fields)
+
+
+def change_document(ch: Change, *, full: bool = True) -> JsonObject:
+    """:func:`change_model` as JSON, the way the POST routes answer it (what an ``Idempotency-Key`` keeps)."""
+    return answer_json(change_model(ch, full=full))
 
 
 # -- reading --------------------------------------------------------------------
@@ -115,16 +144,25 @@ def list_changes(*, session: Session, limit: int, offset: int, state: ChangeStat
     return wrepo.list_changes(session=session, limit=limit, offset=offset, state=state)
 
 
-def status(*, session: Session) -> Doc:
+@dataclass(frozen=True)
+class RevisionStatus:
+    """The head and active revisions, and the change committing now (``GET /v1/status``)."""
+
+    head_revision: int | None
+    active_revision: int | None
+    committing_change: int | None
+
+
+def status(*, session: Session) -> RevisionStatus:
     head = repo.head_revision(session=session)
     busy = wrepo.committing_change(session=session)
-    return {"head_revision": head.id if head else None, "active_revision": wrepo.active_revision(session=session),
-            "committing_change": busy.id if busy else None}
+    return RevisionStatus(head.id if head else None, wrepo.active_revision(session=session),
+                          busy.id if busy else None)
 
 
-def active_overlay(*, session: Session) -> Doc:
-    """The overlay in force (``{"links": [...], "devices": [...]}``, empty lists when none)."""
-    return Overlay.of(wrepo.active_overlay(session=session)).to_document()
+def active_overlay(*, session: Session) -> OverlayDocument:
+    """The overlay in force (empty lists when none)."""
+    return Overlay.of(wrepo.active_overlay(session=session)).to_model()
 
 
 # -- creating -------------------------------------------------------------------
@@ -145,7 +183,7 @@ def _keep_key(change_id: int, status: int, *, session: Session, ctx: WriteContex
 
 def create_change(*, session: Session, ctx: WriteContext, base_revision: int, patch: list[Any] | None,
                   intent: Any | None, message: str = "", kind: str = "change",
-                  trigger: Doc | None = None) -> Change:
+                  trigger: AutoTeTrigger | None = None) -> Change:
     """A draft change: the base's document with ``patch`` applied, or ``intent`` whole.
 
     Raises :class:`InvalidIntent` (422, nothing stored) when the result is not a valid intent
@@ -165,7 +203,8 @@ def create_change(*, session: Session, ctx: WriteContext, base_revision: int, pa
             proposed = validated(document)
             rev = store_proposed(proposed, base, session=session, ctx=ctx)
             ch = wrepo.add_change(session=session, kind=kind, base_revision=base.id, proposed_revision=rev,
-                                  message=message, author=ctx.actor.name, now=_now(), trigger=trigger)
+                                  message=message, author=ctx.actor.name, now=_now(),
+                                  trigger=trigger.model_dump(mode="json") if trigger is not None else None)
             _audit(session, ctx, f"{kind}.create", status=201, revision=rev,
                    detail=f"change {ch.id}: base {base.id} -> proposed {rev}" + (f": {message}" if message else ""))
             _keep_key(ch.id, 201, session=session, ctx=ctx)
@@ -245,15 +284,23 @@ def review_inputs(change_id: int, *, session: Session,
                         active.intent if active is not None else None, active.plan if active is not None else None)
 
 
-def record_review(change_id: int, review: Doc, *, session: Session, ctx: WriteContext) -> Change:
+def record_review(change_id: int, review: ReviewDocument | JsonObject, *, session: Session,
+                  ctx: WriteContext) -> Change:
+    """Keep ``review`` on the change (as ``POST .../review`` answered it), now ``reviewed``. A review
+    recorded by other means (a test) is its JSON, kept as given: its ``verdict`` and ``active_revision``."""
+    verdict: str
+    if isinstance(review, ReviewDocument):
+        stored, verdict, active = answer_json(review), review.verdict, review.active_revision
+    else:
+        got = review.get("active_revision")
+        stored, verdict, active = review, str(review["verdict"]), got if isinstance(got, int) else None
     with write_transaction(session):
         ch = wrepo.get_change(change_id, session=session)
         if ch.state not in REVIEWABLE:
             raise Conflict(f"change {ch.id} is {ch.state}: it cannot be reviewed now")
-        wrepo.update_change(change_id, session=session, state=ChangeState.REVIEWED, review=review,
-                            reviewed_active=review["active_revision"], verdict=review["verdict"], error=None,
-                            progress=None)
-        reason = f"verdict {review['verdict']} against active revision {review['active_revision']}"
+        wrepo.update_change(change_id, session=session, state=ChangeState.REVIEWED, review=stored,
+                            reviewed_active=active, verdict=verdict, error=None, progress=None)
+        reason = f"verdict {verdict} against active revision {active}"
         wrepo.add_transition(change_id, ChangeState.REVIEWED, session=session, actor=ctx.actor.name, now=_now(),
                              reason=reason)
         _audit(session, ctx, "change.review", revision=ch.proposed_revision, detail=f"change {change_id}: {reason}")
@@ -325,8 +372,8 @@ def take_up(change_id: int, epoch: int, *, session: Session, previous: int | Non
 
 
 def finish_commit(change_id: int, outcome: ChangeState, *, session: Session, ctx: WriteContext, reason: str,
-                  error: str | None = None, progress: Doc | None = None, action: str | None = None,
-                  runner: int | None = None, settle: Doc | None = None) -> Change:
+                  error: str | None = None, progress: ProgressDocument | None = None, action: str | None = None,
+                  runner: int | None = None, settle: SettleDocument | None = None) -> Change:
     """Record how a commit ended (``committed``, ``failed``, ``rolled_back``) and free the commit slot.
 
     ``runner`` is the epoch of the leader that ran the commit: when the change is no longer committing
@@ -343,9 +390,9 @@ def finish_commit(change_id: int, outcome: ChangeState, *, session: Session, ctx
         ch = wrepo.get_change(change_id, session=session)
         fields: dict[str, Any] = {"state": outcome, "error": error}
         if progress is not None:
-            fields["progress"] = progress
+            fields["progress"] = _stored(progress)
         if settle is not None:
-            fields["settle"], fields["settled"] = settle, bool(settle["settled"])
+            fields["settle"], fields["settled"] = _stored(settle), settle.settled
         wrepo.update_change(change_id, session=session, **fields)
         wrepo.release_commit(change_id, session=session)
         if outcome == ChangeState.COMMITTED:
@@ -367,53 +414,60 @@ def finish_commit(change_id: int, outcome: ChangeState, *, session: Session, ctx
 
 
 def settle_document(*, target_revision: int | None, transaction: str, undo: bool, pending: dict[str, str],
-                    attempts: int = 0, note: str | None = None) -> Doc:
+                    attempts: int = 0, note: str | None = None) -> SettleDocument:
     """What is left to settle of a final change: ``pending`` (device -> why it is not yet on
     ``target_revision``; ``undo``: the change's transaction must be undone there)."""
-    return {"settled": not pending, "target_revision": target_revision, "transaction": transaction, "undo": undo,
-            "pending": dict(sorted(pending.items())), "attempts": attempts, "checked_at": _now().isoformat(),
-            "note": note}
+    return SettleDocument(settled=not pending, target_revision=target_revision, transaction=transaction, undo=undo,
+                          pending=dict(sorted(pending.items())), attempts=attempts, checked_at=_now().isoformat(),
+                          note=note)
 
 
-def record_settle(change_id: int, settle: Doc, *, session: Session, ctx: WriteContext | None = None) -> Change | None:
+def _stored(doc: ProgressDocument | SettleDocument) -> JsonObject:
+    """A document as the change's row keeps it (JSON, the fields its producer set)."""
+    return doc.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def record_settle(change_id: int, settle: SettleDocument, *, session: Session,
+                  ctx: WriteContext | None = None) -> Change | None:
     """Store a settling step of ``change_id`` (only while it is unsettled); when it settles, say so in
     the audit log. None when the change was settled meanwhile (superseded)."""
     with write_transaction(session):
         ch = wrepo.get_change(change_id, session=session)
         if ch.settled is not False:
             return None
-        wrepo.update_change(change_id, session=session, settle=settle, settled=bool(settle["settled"]))
-        if settle["settled"] and ctx is not None:
-            _audit(session, ctx, "change.settled", revision=settle.get("target_revision"),
+        wrepo.update_change(change_id, session=session, settle=_stored(settle), settled=settle.settled)
+        if settle.settled and ctx is not None:
+            _audit(session, ctx, "change.settled", revision=settle.target_revision,
                    detail=f"change {change_id} ({ch.state}): every device runs revision "
-                          f"{settle.get('target_revision')} after {settle.get('attempts')} attempt(s)")
+                          f"{settle.target_revision} after {settle.attempts} attempt(s)")
     return wrepo.get_change(change_id, session=session)
 
 
-def unsettled(*, session: Session) -> list[Doc]:
+def unsettled(*, session: Session) -> list[UnsettledDocument]:
     """The final changes whose devices are not all on their final revision yet (what a review warns of)."""
-    return [{"change": ch.id, "state": ch.state.value, "target_revision": (ch.settle or {}).get("target_revision"),
-             "devices": dict((ch.settle or {}).get("pending", {}))} for ch in wrepo.unsettled_changes(session=session)]
+    return [UnsettledDocument(change=ch.id, state=ch.state, target_revision=(ch.settle or {}).get("target_revision"),
+                              devices=dict((ch.settle or {}).get("pending", {})))
+            for ch in wrepo.unsettled_changes(session=session)]
 
 
-def save_progress(change_id: int, progress: Doc, *, session: Session, runner: int | None = None) -> None:
+def save_progress(change_id: int, progress: ProgressDocument, *, session: Session, runner: int | None = None) -> None:
     """Store a commit's progress (skipped when ``runner``'s leader no longer runs it)."""
     with write_transaction(session):
         if runner is None or wrepo.runs(change_id, runner, session=session):
-            wrepo.update_change(change_id, session=session, progress=progress)
+            wrepo.update_change(change_id, session=session, progress=_stored(progress))
 
 
-def record_drain_check(change_id: int, check: Doc, *, session: Session, ctx: WriteContext) -> None:
+def record_drain_check(change_id: int, check: DrainCheckDocument, *, session: Session, ctx: WriteContext) -> None:
     """Keep what the counters said of a committed change's drains on its progress, and audit it
     (outcome ``flagged`` when a drained target still carries traffic)."""
     with write_transaction(session):
         ch = wrepo.get_change(change_id, session=session)
-        wrepo.update_change(change_id, session=session, progress={**(ch.progress or {}), "drain_check": check})
-        detail = "; ".join(f"{t['target']}: {t['status']}"
-                           + (f" ({t['transit_gbps']} Gb/s)" if t["transit_gbps"] is not None else "")
-                           for t in check["targets"])
-        _audit(session, ctx, "change.drain_check", outcome="flagged" if check["status"] == "carrying" else "accepted",
-               revision=ch.proposed_revision, detail=f"change {change_id}: drains {check['status']}: {detail}")
+        wrepo.update_change(change_id, session=session, progress={
+            **(ch.progress or {}), "drain_check": check.model_dump(mode="json", exclude_unset=True)})
+        detail = "; ".join(f"{t.target}: {t.status}" + (f" ({t.transit_gbps} Gb/s)" if t.transit_gbps is not None
+                                                       else "") for t in check.targets)
+        _audit(session, ctx, "change.drain_check", outcome="flagged" if check.status == "carrying" else "accepted",
+               revision=ch.proposed_revision, detail=f"change {change_id}: drains {check.status}: {detail}")
 
 
 def drains_added(change: Change, intent: Intent, *, session: Session) -> list[str]:

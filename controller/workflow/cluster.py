@@ -40,10 +40,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.engine import make_url
 
+from controller.model.documents import ClusterDocument, LeaseDocument, ReplicaDocument
 from controller.model.errors import SingleReplicaStore
 from controller.settings import Settings
 from controller.store import lease_repo
@@ -52,7 +53,6 @@ from controller.store.db import Database, write_transaction
 __all__ = ["Cluster", "SingleReplicaLock", "sqlite_lock_path"]
 
 log = logging.getLogger("loom.cluster")
-Doc = dict[str, Any]
 
 
 def sqlite_lock_path(db: Database) -> Path | None:
@@ -143,7 +143,7 @@ class Cluster:
         return self.clock() < self._valid_until
 
     @property
-    def role(self) -> str:
+    def role(self) -> Literal["leader", "follower"]:
         return "leader" if self.is_leader() else "follower"
 
     # -- life cycle -------------------------------------------------------------------
@@ -233,7 +233,7 @@ class Cluster:
             self.metrics.lease_epoch.set(self.epoch)
 
     # -- reading ----------------------------------------------------------------------
-    async def document(self) -> Doc:
+    async def document(self) -> ClusterDocument:
         """``GET /v1/cluster``: this replica, its role, the leader and epoch in the store, the replicas."""
         def read() -> tuple[lease_repo.LeaseView, list[dict[str, Any]]]:
             with self.db.session() as s:
@@ -241,10 +241,10 @@ class Cluster:
                         lease_repo.replicas(session=s, within=3 * self.ttl))
         lease, seen = await asyncio.to_thread(read)
         leader = lease.holder if lease.live else None
-        return {
-            "replica": self.replica, "role": self.role, "leader": leader, "epoch": lease.epoch,
-            "replicas": [{"id": r["id"], "url": r["url"], "role": "leader" if r["id"] == leader else "follower",
-                          "seen_s_ago": round(max(0.0, lease.now - float(r["seen_at"])), 3)} for r in seen],
-            "lease": {"ttl_s": self.ttl, "renew_s": self.renew_every,
-                      "expires_in_s": round(lease.expires_at - lease.now, 3) if lease.live else None},
-        }
+        return ClusterDocument(
+            replica=self.replica, role=self.role, leader=leader, epoch=lease.epoch,
+            replicas=[ReplicaDocument(id=r["id"], url=r["url"], role="leader" if r["id"] == leader else "follower",
+                                      seen_s_ago=round(max(0.0, lease.now - float(r["seen_at"])), 3))
+                      for r in seen],
+            lease=LeaseDocument(ttl_s=self.ttl, renew_s=self.renew_every,
+                                expires_in_s=round(lease.expires_at - lease.now, 3) if lease.live else None))

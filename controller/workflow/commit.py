@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller.model import Intent
-from controller.model.documents import ChangeState
+from controller.model.documents import ChangeState, ProgressDocument
 from controller.model.errors import Deposed
 from controller.service import Actor, WriteContext
 from controller.store import workflow_repo as wrepo
@@ -42,7 +42,6 @@ from southbound.transaction import TransactionResult, new_change_id
 __all__ = ["Commits"]
 
 log = logging.getLogger("loom.workflow")
-Doc = dict[str, Any]
 DRAIN_CTX = WriteContext(actor=Actor("loom-controller (drain check)", "admin"), method="SYSTEM", path="drain-check")
 
 
@@ -176,7 +175,7 @@ class Commits:
                  len(names), len(stages), f" through {len(legs) - 1} intermediate plan(s)" if len(legs) > 1 else "",
                  epoch, extra={"change": ch.id, "revision": rev, "transaction": ch.transaction, "epoch": epoch})
         result = await transact(rt, ch, intent, plan, names, tracker, epoch, legs)
-        tracker.doc["step"] = "done" if result.ok else result.stage
+        tracker.doc.step = "done" if result.ok else result.stage
         state, reason = _leg_outcome(result, names, legs)
         log.info("change %s: %s (%s)", ch.id, state, reason, extra={"change": ch.id, "outcome": state})
         settle = settle_doc(ch, state, await left_off(ch, state, result, rt.plan, lambda: rt.states(
@@ -194,7 +193,7 @@ class Commits:
         rev = ch.proposed_revision
         log.info("change %s: no devices attached, recording revision r%s as active", ch.id, rev,
                  extra={"change": ch.id, "revision": rev})
-        recorded: Doc = {"step": "done", "devices": {}, "note": "no devices attached: the revision is only recorded"}
+        recorded = ProgressDocument(step="done", devices={}, note="no devices attached: the revision is only recorded")
         self._count_outcome(rev, ChangeState.COMMITTED)
         await self.rt.in_session(lambda s: changes.finish_commit(
             ch.id, ChangeState.COMMITTED, session=s, ctx=ctx, progress=recorded,
@@ -214,7 +213,7 @@ class Commits:
         window = max(3 * rt.settings.telemetry_interval_s, 3.0)
         await asyncio.sleep(window + rt.settings.telemetry_interval_s)
         check = check_drains(rt.telemetry, intent, targets, time.time(), window)
-        doc = check.to_document(datetime.now(UTC).isoformat())
+        doc = check.to_model(datetime.now(UTC).isoformat())
         log.info("change %s: drains %s", ch.id, check.status, extra={"change": ch.id, "drain_check": check.status})
         await rt.in_session(lambda s: changes.record_drain_check(ch.id, doc, session=s, ctx=DRAIN_CTX))
 

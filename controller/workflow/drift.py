@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
+from controller.model.documents import DeviceStateDocument, InstalledNextHop, JsonObject, SessionDocument
 from controller.model.errors import NotFound, Unreachable
 from controller.model.plan import Plan
 from controller.service import Actor, WriteContext
@@ -36,13 +38,13 @@ from southbound.render import device_configs
 from southbound.state import DeviceState
 from southbound.wcmp import compare
 
-__all__ = ["Drift"]
+__all__ = ["Drift", "Repair"]
 
 log = logging.getLogger("loom.workflow")
 Doc = dict[str, Any]
 #: what the operational view says the fabric runs that the plan in force does not expect, per device
 #: (:meth:`controller.operations.service.Operations.drift`: the overlay in force, each device's sessions)
-Operational = Callable[[dict[str, Any] | None, dict[str, dict[str, str]]], dict[str, list[str]]]
+Operational = Callable[[JsonObject | None, dict[str, dict[str, str]]], dict[str, list[str]]]
 REPAIR_CTX = WriteContext(actor=Actor("loom-controller (drift repair)", "admin"), method="SYSTEM", path="drift")
 
 
@@ -65,6 +67,18 @@ def _device_drift(st: DeviceState, want: str, intent: Intent, plan: Plan, d: str
     return details
 
 
+@dataclass(frozen=True)
+class Repair:
+    """A repair change started: it re-pushes ``revision``, the active one."""
+
+    change: int
+    revision: int
+
+    def to_json(self) -> JsonObject:
+        """As a drift report's ``repair`` (and ``POST /v1/drift/repair``) names it."""
+        return {"change": self.change, "revision": self.revision}
+
+
 class Drift:
     """The drift use case of one controller process (see the module docstring)."""
 
@@ -74,7 +88,8 @@ class Drift:
         self._commit = commit
         self._lock = asyncio.Lock()
 
-    async def device_state(self, name: str) -> Doc:
+    async def device_state(self, name: str) -> DeviceStateDocument:
+        """What device ``name``'s agent reports it runs now, and where it is reached."""
         driver = self.rt.driver
         if driver is None or name not in driver.devices:
             raise NotFound(f"device {name!r} has no agent attached to this controller")
@@ -82,9 +97,13 @@ class Drift:
             st = await driver.state(name)
         except Exception as exc:
             raise Unreachable(name, error_text(exc)) from exc
-        doc: Doc = st.to_document()
-        doc["endpoint"] = driver.endpoint(name)
-        return doc
+        return DeviceStateDocument(
+            hostname=st.hostname, running_hash=st.running_hash, observed=st.observed,
+            routes={p: [InstalledNextHop(port=nh.port, via=nh.via, weight=nh.weight) for nh in r.nexthops]
+                    for p, r in sorted(st.routes.items())},
+            sessions=[SessionDocument(neighbor=x.neighbor, state=x.state, remote_asn=x.remote_asn,
+                                      prefixes_received=x.prefixes_received) for x in st.sessions],
+            pending_change=st.pending_change, endpoint=driver.endpoint(name))
 
     async def loop(self) -> None:
         while True:
@@ -117,9 +136,9 @@ class Drift:
         if repair and drifted:
             left = await rt.in_session(lambda s: changes.unsettled(session=s))
             if left:  # settling drives those devices first; a repair now would find them busy
-                doc["repair_note"] = f"not repaired: change(s) {', '.join(str(u['change']) for u in left)} settle"
+                doc["repair_note"] = f"not repaired: change(s) {', '.join(str(u.change) for u in left)} settle"
             else:
-                doc["repair"] = await self.repair(drifted)
+                doc["repair"] = (await self.repair(drifted)).to_json()
         return doc
 
     async def _hold(self, active: int) -> dict[str, Doc]:
@@ -154,7 +173,7 @@ class Drift:
         if self.rt.metrics is not None:
             self.rt.metrics.drift_devices.set(sum(1 for r in doc["devices"].values() if r["status"] != "ok"))
 
-    async def repair(self, devices: list[str] | None = None, ctx: WriteContext | None = None) -> Doc:
+    async def repair(self, devices: list[str] | None = None, ctx: WriteContext | None = None) -> Repair:
         """Push the active revision again, as a ``repair`` change (same gate-free commit path)."""
         ctx = ctx or REPAIR_CTX
         active = await self.rt.in_session(lambda s: changes.active_revision(session=s))
@@ -169,4 +188,4 @@ class Drift:
             return ch.id
         change_id = await self.rt.in_session(make)
         ch = await self._commit(change_id, ctx, skip_gate=True)
-        return {"change": ch.id, "revision": active}
+        return Repair(ch.id, active)

@@ -41,7 +41,7 @@ import contextlib
 import logging
 from typing import Any
 
-from controller.model.documents import ChangeState
+from controller.model.documents import ChangeState, DeviceStateDocument, ReviewDocument, SettleDocument
 from controller.operations.service import Operations
 from controller.service import Actor, WriteContext
 from controller.settings import Settings
@@ -52,8 +52,8 @@ from controller.workflow import changes
 from controller.workflow.autote import AutoTe
 from controller.workflow.cluster import Cluster
 from controller.workflow.commit import Commits
-from controller.workflow.drift import Drift
-from controller.workflow.recovery import Recovery
+from controller.workflow.drift import Drift, Repair
+from controller.workflow.recovery import Recovered, Recovery
 from controller.workflow.reviewer import Reviewer
 from controller.workflow.runtime import Runtime
 from controller.workflow.settle import Settler
@@ -134,7 +134,7 @@ class Workflow:
         return self.reviewer.in_flight
 
     @property
-    def recovered(self) -> Doc | None:
+    def recovered(self) -> Recovered | None:
         """The last recovery's document (change, outcome, what was done to each device)."""
         return self.recovery.recovered
 
@@ -179,7 +179,7 @@ class Workflow:
             self.runtime.spawn(self.drift.check_drift(repair=False))
 
     # -- the use cases, as the API and the CLI call them ---------------------------------
-    async def review(self, change_id: int, ctx: WriteContext) -> Doc:
+    async def review(self, change_id: int, ctx: WriteContext) -> ReviewDocument:
         return await self.reviewer.review(change_id, ctx)
 
     async def commit(self, change_id: int, ctx: WriteContext, *, force: bool = False, reason: str | None = None,
@@ -194,7 +194,7 @@ class Workflow:
         """As the leader: start (or recover) the change committing in the store; returns it, if any."""
         return await self.commits.take_up()
 
-    async def recover(self) -> Doc | None:
+    async def recover(self) -> Recovered | None:
         """Finish or undo a change a previous controller process (or leader) left ``committing``
         (as :meth:`take_up` does, waiting for the outcome)."""
         if await self.take_up() is None:
@@ -202,14 +202,14 @@ class Workflow:
         await self.wait_idle()
         return self.recovered
 
-    async def settle(self) -> list[Doc]:
+    async def settle(self) -> list[SettleDocument]:
         return await self.settler.settle()
 
-    async def device_state(self, name: str) -> Doc:
+    async def device_state(self, name: str) -> DeviceStateDocument:
         return await self.drift.device_state(name)
 
     async def check_drift(self, *, repair: bool = False) -> Doc:
         return await self.drift.check_drift(repair=repair)
 
-    async def repair(self, devices: list[str] | None = None, ctx: WriteContext | None = None) -> Doc:
+    async def repair(self, devices: list[str] | None = None, ctx: WriteContext | None = None) -> Repair:
         return await self.drift.repair(devices, ctx)

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
+from controller.model.documents import FailureDocument, JobWhatIfDocument
 from controller.model.errors import NotFound
 from controller.model.intent import validate_intent, validate_job, with_job
 from controller.planning import compile_plan
@@ -28,11 +29,10 @@ from safety.replay import replay
 
 __all__ = ["base_revision", "what_if", "what_if_stored"]
 
-Doc = dict[str, Any]
 
-
-def what_if(intent: Intent, job: Any) -> Doc:
-    """``{"max_utilization", "verdict", "failing"}`` of ``intent`` with ``job`` added.
+def what_if(intent: Intent, job: Any) -> JobWhatIfDocument:
+    """The planned maximum utilization, the safety verdict and the failing invariants of ``intent``
+    with ``job`` added.
 
     Raises :class:`~controller.model.errors.InvalidIntent` (errors located under ``job``) when the
     job is malformed or names devices the intent lacks, and
@@ -41,8 +41,10 @@ def what_if(intent: Intent, job: Any) -> Doc:
     candidate = with_job(intent, validate_job(job, intent))
     plan = compile_plan(candidate)
     report = replay(candidate, plan)
-    doc = report.to_document()
-    return {"max_utilization": plan.summary.max_utilization, "verdict": doc["verdict"], "failing": doc["failing"]}
+    return JobWhatIfDocument(
+        max_utilization=plan.summary.max_utilization, verdict="safe" if report.verdict == "safe" else "unsafe",
+        failing=[FailureDocument(scenario=f.scenario, stage=f.stage, invariant=f.invariant, detail=f.detail)
+                 for f in report.failing])
 
 
 def base_revision(*, session: Session) -> repo.Revision:
@@ -57,7 +59,7 @@ def base_revision(*, session: Session) -> repo.Revision:
     return head
 
 
-def what_if_stored(job: Any, *, session: Session) -> tuple[repo.Revision, Doc]:
+def what_if_stored(job: Any, *, session: Session) -> tuple[repo.Revision, JobWhatIfDocument]:
     """:func:`what_if` against :func:`base_revision`'s intent; returns that revision and the answer."""
     rev = base_revision(session=session)
     intent = validate_intent(repo.revision_document(rev.id, session=session))

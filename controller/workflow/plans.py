@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from controller.model import Intent
 from controller.model.addressing import Allocation, carry
+from controller.model.documents import JsonObject
 from controller.model.errors import NotFound
 from controller.model.plan import Plan
 from controller.operations.overlay import Overlay, overlay_intent
@@ -67,7 +68,7 @@ class Solved:
     fresh: bool = False
 
 
-def plan_source(revision: int, *, session: Session, overlay: Doc | None = None) -> PlanSource:
+def plan_source(revision: int, *, session: Session, overlay: JsonObject | None = None) -> PlanSource:
     """Read what :func:`solve` needs of ``revision`` (around ``overlay``'s failed parts, when it names any)."""
     over = Overlay.of(overlay)
     document = repo.revision_document(revision, session=session)
@@ -100,7 +101,7 @@ def keep(revision: int, plan: Plan, *, session: Session) -> None:
 
 
 def plan_for(revision: int, *, session: Session, observe: Callable[[float], None] | None = None,
-             overlay: Doc | None = None) -> tuple[Intent, Plan]:
+             overlay: JsonObject | None = None) -> tuple[Intent, Plan]:
     """The intent of ``revision`` and its plan (compiled once, then read back from the store), in the
     caller's ``session``. The intent carries the revision's address allocation pins, so that every config
     built from it numbers links and devices as the revision does (:mod:`controller.model.addressing`). With
@@ -126,8 +127,11 @@ def overlay_plan(identity: str, intent: Intent, overlay: Overlay) -> tuple[Inten
     return got.intent, got.plan
 
 
-def plan_document(revision: int | str, *, session: Session) -> Doc:
-    """The plan document of ``revision`` (``active``: the active revision's)."""
+def plan_document(revision: int | str, *, session: Session) -> JsonObject:
+    """The plan document of ``revision`` (``active``: the active revision's), as the store keeps it: JSON
+    (DESIGN.md contract 2) made by :meth:`Plan.to_document` when it was compiled. It is served as JSON
+    and checked once, by the API's response model (a plan of 1 MB takes 0.2 s to validate: reading it
+    into a :class:`~controller.model.documents.PlanDocument` here would double that)."""
     if revision == "active":
         rev = wrepo.active_revision(session=session)
         if rev is None:

@@ -15,9 +15,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from controller.model import Intent
+from controller.model.documents import JsonObject, ProgressDocument
 from controller.model.plan import DevicePlan, NextHop, Plan
 from controller.store import workflow_repo as wrepo
 from controller.workflow import changes
@@ -33,7 +33,6 @@ from southbound.wcmp import compare
 __all__ = ["nudge", "run_legs", "transact"]
 
 log = logging.getLogger("loom.workflow")
-Doc = dict[str, Any]
 
 
 async def transact(rt: Runtime, ch: wrepo.Change, intent: Intent, plan: Plan, names: list[str],
@@ -43,7 +42,7 @@ async def transact(rt: Runtime, ch: wrepo.Change, intent: Intent, plan: Plan, na
     background as results arrive."""
     assert ch.transaction is not None
 
-    async def save(doc: Doc) -> None:
+    async def save(doc: ProgressDocument) -> None:
         await rt.in_session(lambda s: changes.save_progress(ch.id, doc, session=s, runner=epoch))
 
     flusher = asyncio.get_running_loop().create_task(tracker.flush(save))
@@ -67,7 +66,7 @@ async def transact(rt: Runtime, ch: wrepo.Change, intent: Intent, plan: Plan, na
 Push = Callable[[Intent, Plan, str, list[list[str]], int | None], Awaitable[TransactionResult]]
 
 
-def _pusher(rt: Runtime, agents: DeviceDriver, tracker: PushProgress, review: Doc | None) -> Push:
+def _pusher(rt: Runtime, agents: DeviceDriver, tracker: PushProgress, review: JsonObject | None) -> Push:
     """One leg's transaction: to ``plan`` as ``txn`` in ``stages``, reporting its stages from ``offset`` on
     (None: an undo, whose stages the progress document does not list)."""
     sessions = reset_ports(review)

@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from controller.model.documents import ChangeState
 from controller.model.errors import Deposed
@@ -29,16 +28,24 @@ from controller.workflow.review import commit_legs, expected_hashes, leg_transac
 from controller.workflow.runtime import Runtime
 from controller.workflow.settle import off_target, settle_doc
 from southbound.driver import DeviceDriver
-from southbound.state import StepResult
+from southbound.state import DeviceState, StepResult
 
-__all__ = ["Recovery"]
+__all__ = ["Recovered", "Recovery"]
 
 log = logging.getLogger("loom.workflow")
-Doc = dict[str, Any]
 CTX = WriteContext(actor=Actor("loom-controller (recovery)", "admin"), method="SYSTEM", path="recovery")
 _REASONS = {ChangeState.COMMITTED: "every device runs the target; confirmed",
             ChangeState.ROLLED_BACK: "the devices were rolled back",
             ChangeState.FAILED: "the change never reached the devices"}
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """A recovery's outcome: the change, the state it ended in, what was done to each device."""
+
+    change: int
+    outcome: ChangeState
+    devices: dict[str, str]
 
 
 @dataclass
@@ -49,8 +56,14 @@ class _Seen:
     agents: DeviceDriver
     txn: str
     names: list[str]
-    states: dict[str, Any]
+    states: dict[str, DeviceState | BaseException]
     report: dict[str, str] = field(default_factory=dict)
+
+    def reached(self, d: str) -> DeviceState:
+        """The state device ``d`` reported (one that :attr:`unreachable` does not list)."""
+        st = self.states[d]
+        assert isinstance(st, DeviceState), st
+        return st
 
     @property
     def unreachable(self) -> list[str]:
@@ -62,9 +75,9 @@ class Recovery:
 
     def __init__(self, rt: Runtime):
         self.rt = rt
-        self.recovered: Doc | None = None
+        self.recovered: Recovered | None = None
 
-    async def recover_change(self, ch: wrepo.Change, epoch: int) -> Doc | None:
+    async def recover_change(self, ch: wrepo.Change, epoch: int) -> Recovered | None:
         """Finish or undo ``ch``, which the leader of an older epoch (or this process before a restart)
         left committing; every agent call carries ``epoch``, so the old leader can no longer touch them."""
         try:
@@ -77,7 +90,7 @@ class Recovery:
             log.exception("recovery of change %s failed; it stays committing (retried by the leader)", ch.id)
             return None
 
-    async def _recover(self, ch: wrepo.Change, epoch: int) -> Doc | None:
+    async def _recover(self, ch: wrepo.Change, epoch: int) -> Recovered | None:
         rt = self.rt
         log.warning("change %s was committing when its controller stopped (epoch %s): recovering with epoch %d",
                     ch.id, ch.runner_epoch, epoch)
@@ -91,7 +104,7 @@ class Recovery:
         # the read carries the new epoch: from here the old leader is fenced
         seen = _Seen(agents, ch.transaction or "", names, await rt.states(names, agents))
         state = ChangeState.ROLLED_BACK
-        if not seen.unreachable and all(seen.states[d].running_hash == want[d] for d in names):
+        if not seen.unreachable and all(seen.reached(d).running_hash == want[d] for d in names):
             state = await self._confirm(seen)
         # a commit through intermediate plans: the legs' own transactions, the first last (an undo's are not
         # rolled back: that would redo a leg)
@@ -101,17 +114,17 @@ class Recovery:
             state = await self._undo(seen, leg_txns)
         return await self._record(ch, epoch, state, seen, bool(leg_txns))
 
-    async def _record_without_devices(self, ch: wrepo.Change, epoch: int) -> Doc:
+    async def _record_without_devices(self, ch: wrepo.Change, epoch: int) -> Recovered:
         done = await self.rt.in_session(lambda s: changes.finish_commit(
             ch.id, ChangeState.COMMITTED, session=s, ctx=CTX, action="change.recover", runner=epoch,
             reason="recovered after a controller restart: no devices attached, the revision is recorded"))
-        self.recovered = {"change": ch.id, "outcome": done.state, "devices": {}}
+        self.recovered = Recovered(ch.id, done.state, {})
         return self.recovered
 
     async def _confirm(self, seen: _Seen) -> ChangeState:
         """Every device runs the target: Confirm where the transaction is pending."""
         confirms = await asyncio.gather(*(seen.agents.confirm(d, seen.txn) for d in seen.names
-                                          if seen.states[d].pending_change == seen.txn))
+                                          if seen.reached(d).pending_change == seen.txn))
         for r in confirms:
             seen.report[r.device] = "confirm failed: " + r.error if r.failed else "confirmed"
         for d in seen.names:
@@ -126,7 +139,7 @@ class Recovery:
             return await agents.rollback(d, txn), await agents.abort(d, txn)
         # whatever leg is pending first, then each leg's change where the device still runs it: every
         # rollback returns to the config before that leg, so the device ends on the active revision's
-        st = seen.states[d]
+        st = seen.reached(d)
         first = [await agents.rollback(d, st.pending_change)] if st.pending_change else []
         rbs = [*first, *[await agents.rollback(d, t) for t in (txn, *leg_txns)]]
         bad = [r for r in rbs if r.failed]
@@ -150,10 +163,11 @@ class Recovery:
             seen.report[d] = ("rolled back" if rb.changed else "unchanged") + (
                 f" (rollback error: {rb.error})" if rb.failed else "") + (" (prepared change aborted)"
                                                                            if ab.changed else "")
-        pending = [d for d in reachable if seen.states[d].pending_change == seen.txn]
+        pending = [d for d in reachable if seen.reached(d).pending_change == seen.txn]
         return ChangeState.FAILED if not touched and not pending else ChangeState.ROLLED_BACK
 
-    async def _record(self, ch: wrepo.Change, epoch: int, state: ChangeState, seen: _Seen, legs: bool) -> Doc:
+    async def _record(self, ch: wrepo.Change, epoch: int, state: ChangeState, seen: _Seen,
+                      legs: bool) -> Recovered:
         """Store the outcome, with what is left to settle (``legs``: a leg's rollback may have left a device
         on an intermediate plan: every device is compared with the revision active before)."""
         rt, report = self.rt, seen.report
@@ -170,7 +184,7 @@ class Recovery:
             ch.id, state, session=s, ctx=CTX, action="change.recover", reason=f"{reason}: {detail}"[:3900],
             error=None if state == ChangeState.COMMITTED else "controller restarted during the commit",
             runner=epoch, settle=settle))
-        self.recovered = {"change": ch.id, "outcome": done.state, "devices": report}
+        self.recovered = Recovered(ch.id, done.state, dict(report))
         log.warning("recovered change %s: %s", ch.id, done.state)
         if rt.metrics is not None:
             rt.metrics.commits.labels(outcome=state.value).inc()

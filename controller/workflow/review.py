@@ -1,15 +1,17 @@
 """The review document of a change: the dry run an operator reads before committing.
 
-Pure functions over values. :func:`build_review` runs the safety replay of the
+Pure functions over values. :func:`review_document` runs the safety replay of the
 proposed plan and :func:`safety.review.review` against the active intent and
 plan (with no active revision yet, every route counts as added and every link
-has no "before"), and assembles the API's ``Review``: verdict, proposed and
+has no "before"), and builds the API's ``Review``
+(:class:`~controller.model.documents.ReviewDocument`): verdict, proposed and
 active revisions, the plan summary, the per-device plan diff, per-link
 utilization before and after, the per-device FRR config diff and the whole
 safety report, the BGP sessions the change resets (both revisions' device
 configs compared, :func:`southbound.config.bgp_session_resets`), and the update
 schedule (:func:`safety.transition.schedule`: stages whose every intermediate
-state is safe; a change with no safe order is ``unsafe``).
+state is safe; a change with no safe order is ``unsafe``); :func:`build_review`
+is its JSON, as ``POST /v1/changes/{id}/review`` answers it.
 :func:`local_config_diff` renders both revisions' FRR configs
 (``southbound.render``) and diffs them, for a controller with no agents.
 """
@@ -20,74 +22,99 @@ import difflib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 from controller.model import Intent
+from controller.model.documents import (
+    DeviceDiffDocument,
+    JsonObject,
+    LinkDeltaDocument,
+    PlanSummaryDocument,
+    ReviewDocument,
+    ScheduleCheck,
+    ScheduleDocument,
+    ScheduleStage,
+    SessionResetDocument,
+    SessionResetsDocument,
+    answer_json,
+)
 from controller.model.plan import Plan, PlanSummary
 from controller.workflow.changes import ReviewInputs
 from safety.replay import limits, replay
+from safety.report import SafetyReport
 from safety.review import diff_plans
 from safety.review import review as review_plans
 from safety.transition import ownership, schedule
-from southbound.config import bgp_session_resets
+from southbound.config import SessionReset, bgp_session_resets
 from southbound.render import config_hash, device_configs, render_frr
 from southbound.transaction import commit_order
 
 __all__ = ["CommitLeg", "build_review", "commit_legs", "commit_stages", "expected_hashes", "leg_transaction",
-           "local_config_diff", "session_resets"]
+           "local_config_diff", "review_document", "session_resets", "transition_schedule"]
 
 Doc = dict[str, Any]
 
 
-def _gbps(intent: Intent | None, plan: Plan | None) -> dict[str, Doc]:
+def _gbps(intent: Intent | None, plan: Plan | None) -> dict[str, dict[str, float]]:
     if intent is None or plan is None:
         return {}
-    out: dict[str, Doc] = {}
+    out: dict[str, dict[str, float]] = {}
     for x in plan.links:
         ea, eb = f"{x.a}:{x.a_port}", f"{x.b}:{x.b_port}"
         out[min(ea, eb)] = {f"{x.a}->{x.b}": round(x.gbps_ab, 6), f"{x.b}->{x.a}": round(x.gbps_ba, 6)}
     return out
 
 
-def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
-                 observe_safety: Callable[[float, int], None] | None = None) -> Doc:
-    """The ``Review`` document of ``inp`` with ``config_diff`` (device -> unified diff)."""
+#: one link of a review: its id, utilization before and after, and the change
+LinkRow = tuple[str, float | None, float | None, float | None]
+
+
+def _diff_and_links(inp: ReviewInputs, report: SafetyReport) -> tuple[list[DeviceDiffDocument], list[LinkRow]]:
+    """The per-device plan diff, and each link's (id, before, after, delta)."""
+    if inp.active_intent is not None and inp.active_plan is not None:
+        rv = review_plans(inp.active_intent, inp.active_plan, inp.intent, inp.plan, report=report)
+        return ([DeviceDiffDocument.model_validate(d.to_document()) for d in rv.devices],
+                [(x.link, x.before, x.after, round(x.delta, 6)) for x in rv.links])
+    empty = Plan(inp.plan.fabric, PlanSummary(0, 0, 0, 0, 0, 0), {}, ())
+    return ([DeviceDiffDocument.model_validate(d.to_document()) for d in diff_plans(empty, inp.plan)],
+            [(x.link_key, None, round(x.utilization, 6), None) for x in _link_rows(inp.plan)])
+
+
+def review_document(inp: ReviewInputs, config_diff: dict[str, str], *,
+                    observe_safety: Callable[[float, int], None] | None = None) -> ReviewDocument:
+    """The review of ``inp`` with ``config_diff`` (device -> unified diff)."""
     t0 = time.perf_counter()
     report = replay(inp.intent, inp.plan)
     if observe_safety is not None:
         observe_safety(time.perf_counter() - t0, int(report.counts.get("scenarios", 0)))
-    if inp.active_intent is not None and inp.active_plan is not None:
-        rv = review_plans(inp.active_intent, inp.active_plan, inp.intent, inp.plan, report=report)
-        plan_diff = [d.to_document() for d in rv.devices]
-        links: list[Doc] = [{"id": x.link, "before": x.before, "after": x.after, "delta": round(x.delta, 6)}
-                 for x in rv.links]
-    else:
-        empty = Plan(inp.plan.fabric, PlanSummary(0, 0, 0, 0, 0, 0), {}, ())
-        plan_diff = [d.to_document() for d in diff_plans(empty, inp.plan)]
-        links = [{"id": x.link_key, "before": None, "after": round(x.utilization, 6), "delta": None}
-                 for x in _link_rows(inp.plan)]
+    plan_diff, rows = _diff_and_links(inp, report)
     resets = _resets(inp)
     sched = transition_schedule(inp, config_diff, resets)
-    verdict = "unsafe" if report.verdict == "unsafe" or not sched["safe"] else "safe"
     before, after = _gbps(inp.active_intent, inp.active_plan), _gbps(inp.intent, inp.plan)
-    for row in links:
-        row["gbps_before"] = before.get(str(row["id"]))
-        row["gbps_after"] = after.get(str(row["id"]))
-    return {
-        "verdict": verdict,
-        "proposed_revision": inp.change.proposed_revision,
-        "active_revision": inp.active,
-        "summary": inp.plan.summary.to_document(),
-        "plan_diff": plan_diff,
-        "links": links,
-        "config_diff": config_diff,
-        "safety": report.to_document(),
-        "bgp_sessions_reset": session_resets(inp, resets),
-        "schedule": sched,
-    }
+    links = [LinkDeltaDocument(id=key, before=b, after=a, delta=d, gbps_before=before.get(key),
+                               gbps_after=after.get(key)) for key, b, a, d in rows]
+    return ReviewDocument(
+        verdict="unsafe" if report.verdict == "unsafe" or not sched.safe else "safe",
+        proposed_revision=inp.change.proposed_revision,
+        active_revision=inp.active,
+        summary=PlanSummaryDocument.model_validate(inp.plan.summary.to_document()),
+        plan_diff=plan_diff,
+        links=links,
+        config_diff=config_diff,
+        safety=report.to_model(),
+        bgp_sessions_reset=session_resets(inp, resets),
+        schedule=sched,
+    )
 
 
-def _resets(inp: ReviewInputs) -> list[Any]:
+def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
+                 observe_safety: Callable[[float, int], None] | None = None) -> JsonObject:
+    """:func:`review_document` as JSON, the way ``POST /v1/changes/{id}/review`` answers it
+    (:func:`controller.model.documents.answer_json`)."""
+    return answer_json(review_document(inp, config_diff, observe_safety=observe_safety))
+
+
+def _resets(inp: ReviewInputs) -> list[SessionReset]:
     """The BGP session ends the change tears down (:func:`southbound.config.bgp_session_resets`; none
     without an active revision: nothing runs yet). Sessions do not depend on the plan, so configs are
     built without."""
@@ -96,25 +123,28 @@ def _resets(inp: ReviewInputs) -> list[Any]:
     return bgp_session_resets(device_configs(inp.active_intent), device_configs(inp.intent))
 
 
-def session_resets(inp: ReviewInputs, resets: list[Any] | None = None) -> Doc:
+def session_resets(inp: ReviewInputs, resets: list[SessionReset] | None = None) -> SessionResetsDocument:
     """``{"count": N, "sessions": [...]}``: the BGP session ends the change tears down."""
     resets = _resets(inp) if resets is None else resets
-    return {"count": len(resets), "sessions": [r.to_document() for r in resets]}
+    return SessionResetsDocument(count=len(resets),
+                                 sessions=[SessionResetDocument.model_validate(r.to_document()) for r in resets])
 
 
-def transition_schedule(inp: ReviewInputs, config_diff: dict[str, str], resets: list[Any] | None = None) -> Doc:
-    """The schedule document from the active plan to the proposed one; with no active
-    revision, one stage of every device (nothing runs yet to be mixed with)."""
+def transition_schedule(inp: ReviewInputs, config_diff: dict[str, str],
+                        resets: list[SessionReset] | None = None) -> ScheduleDocument:
+    """The schedule from the active plan to the proposed one; with no active revision, one stage of
+    every device (nothing runs yet to be mixed with)."""
     if inp.active_intent is None or inp.active_plan is None:
         devices = sorted(set(config_diff) | {d.name for d in inp.intent.devices})
-        return {"stages": [{"devices": devices, "worst_utilization": round(inp.plan.summary.max_utilization, 6)}],
-                "intermediate_plans": 0, "safe": True, "limit": limits(inp.intent)["baseline"],
-                "ownership": ownership(inp.intent),
-                "checks": [{"method": "exact", "states": 1, "plan": 0}], "failing": [], "intermediate": [],
-                "intermediate_intent": "proposed", "reset_sessions": 0, "note": None}
+        return ScheduleDocument(
+            stages=[ScheduleStage(devices=devices, worst_utilization=round(inp.plan.summary.max_utilization, 6))],
+            intermediate_plans=0, safe=True, limit=limits(inp.intent)["baseline"],
+            ownership=cast(Literal["advertised", "installed"], ownership(inp.intent)),
+            checks=[ScheduleCheck(method="exact", states=1, plan=0)], failing=[], intermediate=[],
+            intermediate_intent="proposed", reset_sessions=0, note=None)
     ends = [(r.device, r.port) for r in (_resets(inp) if resets is None else resets)]
-    return schedule(inp.active_intent, inp.active_plan, inp.intent, inp.plan, also=config_diff,
-                    resets=ends).to_document()
+    return ScheduleDocument.model_validate(schedule(inp.active_intent, inp.active_plan, inp.intent, inp.plan,
+                                                    also=config_diff, resets=ends).to_document())
 
 
 class _Row:

@@ -5,7 +5,7 @@
 session open (a plan compiled now is kept in a short write of its own), takes
 the per-device config diff from the agents' ``Prepare`` in preview (nothing
 stored on the devices) or, with no agents or while a change commits, renders it
-locally, builds the review document (:func:`controller.workflow.review.build_review`,
+locally, builds the review (:func:`controller.workflow.review.review_document`,
 safety replay and transition schedule, in a worker thread) and records it. A
 review records the active revision it was made against: a commit refuses a
 review whose active revision has moved on since ("review again").
@@ -14,20 +14,18 @@ review whose active revision has moved on since ("review again").
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
+from controller.model.documents import ReviewDocument
 from controller.service import WriteContext
 from controller.store import workflow_repo as wrepo
 from controller.workflow import changes
-from controller.workflow.review import build_review, local_config_diff
+from controller.workflow.review import local_config_diff, review_document
 from controller.workflow.runtime import Runtime
 from controller.workflow.settle import unsettled_note
 from southbound.render import device_configs
 from southbound.transaction import new_change_id
 
 __all__ = ["Reviewer"]
-
-Doc = dict[str, Any]
 
 
 class Reviewer:
@@ -38,7 +36,7 @@ class Reviewer:
         self.rt = rt
         self.in_flight = 0
 
-    async def review(self, change_id: int, ctx: WriteContext) -> Doc:
+    async def review(self, change_id: int, ctx: WriteContext) -> ReviewDocument:
         self.in_flight += 1
         try:
             return await self._review(change_id, ctx)
@@ -55,7 +53,7 @@ class Reviewer:
         a_intent, a_plan = active if active is not None else (None, None)
         return changes.ReviewInputs(src.change, proposed[0], proposed[1], src.active, a_intent, a_plan)
 
-    async def _review(self, change_id: int, ctx: WriteContext) -> Doc:
+    async def _review(self, change_id: int, ctx: WriteContext) -> ReviewDocument:
         rt = self.rt
         inp = await self.inputs(change_id)
         busy = rt.southbound_busy or await rt.in_session(lambda s: wrepo.committing_change(session=s) is not None)
@@ -64,14 +62,16 @@ class Reviewer:
             config_diff = await self._agent_diff(inp)
         if config_diff is None:
             config_diff = await asyncio.to_thread(local_config_diff, inp)
-        doc = await asyncio.to_thread(build_review, inp, config_diff, observe_safety=rt.observe_safety)
+        doc = await asyncio.to_thread(review_document, inp, config_diff, observe_safety=rt.observe_safety)
         left = await rt.in_session(lambda s: changes.unsettled(session=s))
+        notes: dict[str, object] = {}
         if left:
-            doc["unsettled"], doc["unsettled_note"] = left, unsettled_note(left, rt.driver is not None and not busy)
+            notes.update(unsettled=left, unsettled_note=unsettled_note(left, rt.driver is not None and not busy))
         if rt.driver is None:
-            doc["devices_attached"] = False
+            notes["devices_attached"] = False
         elif busy:
-            doc["config_diff_note"] = "a change is committing: the config diff was rendered locally, not by Prepare"
+            notes["config_diff_note"] = "a change is committing: the config diff was rendered locally, not by Prepare"
+        doc = doc.model_copy(update=notes)
         await rt.in_session(lambda s: changes.record_review(change_id, doc, session=s, ctx=ctx))
         return doc
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
+from controller.model.documents import JsonObject
 from controller.model.errors import NotFound
 from controller.model.plan import Plan
 from controller.service import WriteContext
@@ -29,6 +30,7 @@ from controller.telemetry import Telemetry
 from controller.workflow.cluster import Cluster
 from controller.workflow.plans import PlanSource, keep, plan_source, solve
 from southbound.driver import DeviceDriver
+from southbound.state import DeviceState
 
 __all__ = ["Commit", "Runtime"]
 
@@ -75,7 +77,7 @@ class Runtime:
             await self.in_session(lambda s: keep(src.revision, got.plan, session=s))
         return got.intent, got.plan
 
-    async def plan(self, revision: int, overlay: dict[str, Any] | None = None, *,
+    async def plan(self, revision: int, overlay: JsonObject | None = None, *,
                    observe: bool = False) -> tuple[Intent, Plan]:
         """``revision``'s intent and plan (around ``overlay``'s failed parts): read, then :meth:`solve`."""
         src = await self.in_session(lambda s: plan_source(revision, session=s, overlay=overlay))
@@ -114,7 +116,8 @@ class Runtime:
             return self.agents
         return self.agents.fenced(epoch, self.cluster.replica if self.cluster is not None else "")
 
-    async def states(self, names: list[str], agents: DeviceDriver | None = None) -> dict[str, Any]:
+    async def states(self, names: list[str], agents: DeviceDriver | None = None
+                     ) -> dict[str, DeviceState | BaseException]:
         """Each device's state (or the exception its read raised), read at once."""
         agents = agents or self.agents
         got = await asyncio.gather(*(agents.state(d) for d in names), return_exceptions=True)

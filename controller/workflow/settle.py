@@ -10,7 +10,8 @@ revision its outcome names; :func:`settle_device` moves one such device one
 step towards it (Confirm or Rollback what it holds pending, undo the change's
 transaction, or push the target revision's config to it as a one-device
 transaction) and says why it is not there yet, if it is not.
-:func:`settle_doc` is what a commit or a recovery records as left to settle;
+:func:`settle_doc` is what a commit or a recovery records as left to settle (a
+:class:`~controller.model.documents.SettleDocument`);
 :class:`Settler` is the leader's loop: it runs :func:`settle_change` on every
 unsettled change while no transaction holds the devices, stores what is left on
 the change (``settled``, ``settle``) and keeps at it every ``settle_interval``
@@ -21,13 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
-from controller.model.documents import ChangeState
+from controller.model.documents import ChangeState, SettleDocument, UnsettledDocument
 from controller.model.plan import Plan
 from controller.service import Actor, WriteContext
 from controller.store import workflow_repo as wrepo
@@ -37,19 +37,21 @@ from controller.workflow.runtime import Runtime
 from southbound.config import DeviceConfig
 from southbound.driver import DeviceDriver, error_text
 from southbound.render import config_hash, device_configs
-from southbound.transaction import commit
+from southbound.state import DeviceState
+from southbound.transaction import TransactionResult, commit
 
 __all__ = ["Settler", "left_off", "off_target", "pending_after", "settle_change", "settle_device", "settle_doc",
            "unsettled_note"]
 
 log = logging.getLogger("loom.workflow")
-Doc = dict[str, Any]
 #: how a revision's intent and plan are got (:meth:`controller.workflow.runtime.Runtime.plan`)
 PlanOf = Callable[[int], Awaitable[tuple[Intent, Plan]]]
+#: each device's state, or the exception its read raised (:meth:`controller.workflow.runtime.Runtime.states`)
+States = Mapping[str, DeviceState | BaseException]
 SETTLE_CTX = WriteContext(actor=Actor("loom-controller (settle)", "admin"), method="SYSTEM", path="settle")
 
 
-def pending_after(result: Any) -> dict[str, str]:
+def pending_after(result: TransactionResult) -> dict[str, str]:
     """Device -> why, for the devices a transaction's end (a :class:`~southbound.transaction.TransactionResult`)
     did not bring onto the revision its outcome names: a confirmed change reached every device; a
     rolled-back one did not reach those whose Rollback failed (unreachable, say); a change that failed at
@@ -60,8 +62,8 @@ def pending_after(result: Any) -> dict[str, str]:
             if r.failed}
 
 
-async def left_off(ch: wrepo.Change, outcome: ChangeState, result: Any, plan_of: PlanOf,
-                   states: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, str]:
+async def left_off(ch: wrepo.Change, outcome: ChangeState, result: TransactionResult, plan_of: PlanOf,
+                   states: Callable[[], Awaitable[States]]) -> dict[str, str]:
     """The devices a transaction's end left off the revision ``outcome`` names: those it could not roll
     back (:func:`pending_after`) and, after a rollback, any whose state (``states()``, read now) is not the
     revision active before (a repair's rollback returns its devices to the nudge it pushed first; a device
@@ -79,7 +81,7 @@ async def left_off(ch: wrepo.Change, outcome: ChangeState, result: Any, plan_of:
         return left
 
 
-def off_target(states: dict[str, Any], want: dict[str, str]) -> dict[str, str]:
+def off_target(states: States, want: dict[str, str]) -> dict[str, str]:
     """Device -> why, for the devices whose state (a :class:`~southbound.state.DeviceState`, or the exception
     its read raised) is not the config hash ``want`` names with nothing pending."""
     out: dict[str, str] = {}
@@ -93,12 +95,12 @@ def off_target(states: dict[str, Any], want: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def unsettled_note(left: list[dict[str, Any]], from_agents: bool) -> str:
+def unsettled_note(left: list[UnsettledDocument], from_agents: bool) -> str:
     """What a review says of the changes ``left`` unsettled (:func:`~controller.workflow.changes.unsettled`);
     ``from_agents``: its config diff came from the agents' Prepare (against what they run)."""
-    devices = sorted({d for u in left for d in u["devices"]})
+    devices = sorted({d for u in left for d in u.devices})
     return (f"not every device runs the revision of the last change yet: {', '.join(devices)} (change(s) "
-            f"{', '.join(str(u['change']) for u in left)}, being settled); " + (
+            f"{', '.join(str(u.change) for u in left)}, being settled); " + (
                 "their config diff is against what they really run (their agents' Prepare)" if from_agents
                 else "their config diff was rendered against the active revision, not what they run"))
 
@@ -140,7 +142,7 @@ async def settle_device(driver: DeviceDriver, device: str, *, transaction: str, 
 
 
 async def settle_change(agents: DeviceDriver, ch: wrepo.Change, plan_of: PlanOf, *, confirm_within: float,
-                        verify_timeout: float) -> dict[str, Any]:
+                        verify_timeout: float) -> SettleDocument:
     """One step of every device ``ch`` left to settle, all at once, through ``agents`` (fenced by the
     leader's epoch); ``plan_of(revision)`` gets a revision's intent and plan. Returns the new settle
     document (:func:`~controller.workflow.changes.settle_document`), not yet stored."""
@@ -167,7 +169,7 @@ async def settle_change(agents: DeviceDriver, ch: wrepo.Change, plan_of: PlanOf,
                                    attempts=attempt)
 
 
-def settle_doc(ch: wrepo.Change, outcome: ChangeState, pending: dict[str, str]) -> Doc:
+def settle_doc(ch: wrepo.Change, outcome: ChangeState, pending: dict[str, str]) -> SettleDocument:
     """What a final change leaves to settle: ``pending`` devices onto the revision ``outcome`` names."""
     committed = outcome == ChangeState.COMMITTED
     doc = changes.settle_document(target_revision=ch.proposed_revision if committed else ch.previous_active,
@@ -195,7 +197,7 @@ class Settler:
             except Exception:
                 log.exception("settling failed")
 
-    async def settle(self) -> list[Doc]:
+    async def settle(self) -> list[SettleDocument]:
         """As the leader, while no change commits: one step of every device that a final change left off the
         revision its state names; returns the settle documents recorded."""
         rt = self.rt
@@ -204,7 +206,7 @@ class Settler:
 
         def read(s: Session) -> list[wrepo.Change]:
             return [] if wrepo.committing_change(session=s) is not None else wrepo.unsettled_changes(session=s)
-        out: list[Doc] = []
+        out: list[SettleDocument] = []
         for ch in await rt.in_session(read):
             if rt.southbound_busy:
                 break  # a commit was taken up meanwhile: it goes first
@@ -214,7 +216,7 @@ class Settler:
                 out.append(doc)
         return out
 
-    async def _settle_change(self, ch: wrepo.Change, epoch: int) -> Doc | None:
+    async def _settle_change(self, ch: wrepo.Change, epoch: int) -> SettleDocument | None:
         rt = self.rt
         doc = await settle_change(rt.fenced(epoch), ch, rt.plan, confirm_within=rt.settings.confirm_within,
                                   verify_timeout=rt.settings.verify_timeout)

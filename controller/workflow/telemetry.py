@@ -7,7 +7,7 @@ every request; :func:`cached_context` is that cache); :func:`active_intent` read
 or stored: what ``/metrics`` and the link view need); :func:`capture_demands` replaces the intent's demands with the
 measured matrix times a headroom factor in one revision, through the service's
 single write path (If-Match, whole-document validation, audit entry recording
-the window, statistic and headroom).
+the window, statistic and headroom), and :func:`capture_document` says what it wrote.
 """
 
 from __future__ import annotations
@@ -21,14 +21,16 @@ from sqlalchemy.orm import Session
 
 from controller import service
 from controller.model import Intent
+from controller.model.documents import DemandCaptureDocument, MeasuredDemandDocument
 from controller.model.errors import Conflict, NotFound
 from controller.model.intent import validate_intent
 from controller.model.plan import Plan
 from controller.service import WriteContext, WriteResult
 from controller.telemetry import Telemetry
+from controller.telemetry.collector import Method, Stat
 from controller.workflow import changes
 
-__all__ = ["active_context", "active_intent", "cached_context", "capture_demands"]
+__all__ = ["active_context", "active_intent", "cached_context", "capture_demands", "capture_document"]
 
 
 def cached_context(telemetry: Telemetry, rev: int) -> tuple[int, Intent, Plan] | None:
@@ -63,8 +65,8 @@ def active_intent(telemetry: Telemetry, *, session: Session) -> Intent:
     return validate_intent(doc)
 
 
-def capture_demands(demands: Mapping[tuple[str, str], float], *, headroom: float, window_s: float, stat: str,
-                    method: str, session: Session, ctx: WriteContext) -> WriteResult:
+def capture_demands(demands: Mapping[tuple[str, str], float], *, headroom: float, window_s: float, stat: Stat,
+                    method: Method, session: Session, ctx: WriteContext) -> WriteResult:
     """Replace the head intent's demands with ``demands`` x ``headroom`` in one revision.
 
     Raises :class:`Conflict` for an empty matrix (nothing measured yet: the
@@ -85,3 +87,13 @@ def capture_demands(demands: Mapping[tuple[str, str], float], *, headroom: float
                f"({len(rows)} demands)")
     ctx = replace(ctx, message=ctx.message or message)
     return service.apply_edit(edit, session=session, ctx=ctx, action="demands.from_telemetry")
+
+
+def capture_document(result: WriteResult, *, window_s: float, stat: Stat, headroom: float,
+                     method: Method) -> DemandCaptureDocument:
+    """``POST /v1/demands/from-telemetry``'s answer: the revision :func:`capture_demands` wrote (or found
+    written) and the demands it holds."""
+    rows = result.document.get("demands", [])
+    return DemandCaptureDocument(revision=result.revision.id, changed=result.changed, window_s=window_s, stat=stat,
+                                 headroom=headroom, method=method,
+                                 demands=[MeasuredDemandDocument.model_validate(r) for r in rows])

@@ -61,7 +61,7 @@ def _whatif_rows() -> list[list[str]]:
         lazy_s = time.perf_counter() - t0
         rows.append([label, f"{total:.2f}", f"{compile_s:.2f}", f"{lazy_s:.2f}",
                      f"{plan.summary.max_utilization:.4f}", f"{lazy.summary.max_utilization:.4f}",
-                     f"{plan.summary.lp_bound:.4f}", ans["verdict"]])
+                     f"{plan.summary.lp_bound:.4f}", ans.verdict])
     return rows
 
 

@@ -71,8 +71,8 @@ async def test_one_leader_and_a_lapsed_lease_passes_on_with_a_higher_epoch(pg_db
         seen = await sample_leaders([a, b], 1.5)  # a renews past its TTL; b keeps trying
         assert all(s == {"a"} for s in seen)
         doc = await b.document()
-        assert doc["leader"] == "a" and doc["epoch"] == 1 and doc["role"] == "follower"
-        assert {r["id"] for r in doc["replicas"]} == {"a", "b"}
+        assert doc.leader == "a" and doc.epoch == 1 and doc.role == "follower"
+        assert {r.id for r in doc.replicas} == {"a", "b"}
         assert a._task is not None
         a._task.cancel()  # a freezes: no more renewals
         seen = await sample_leaders([a, b], 2.0)
@@ -149,7 +149,7 @@ async def test_stop_gives_the_lease_up_and_the_next_replica_takes_it_at_once(tmp
     await b.start()  # on SQLite the one process takes over at once anyway; the lease says so
     try:
         assert b.is_leader() and b.epoch == 2
-        assert (await b.document())["leader"] == "b"
+        assert (await b.document()).leader == "b"
     finally:
         await b.stop()
         db.dispose()

@@ -89,11 +89,12 @@ def test_a_review_solves_with_no_session_open_and_keeps_the_plan(store: tuple[Da
     db, watch, wf = store
     change = _draft(db)
     review = asyncio.run(wf.review(change, CTX))
-    assert review["verdict"] in ("safe", "unsafe")
+    assert review.verdict in ("safe", "unsafe")
     assert watch.at_solve, "the review compiled no plan: nothing was checked"
     assert watch.at_solve == [0] * len(watch.at_solve)
     assert watch.open == 0
-    assert _stored_plan(db, review["proposed_revision"])  # kept in a short write after the solve
+    assert review.proposed_revision is not None
+    assert _stored_plan(db, review.proposed_revision)  # kept in a short write after the solve
 
 
 def test_a_commit_solves_with_no_session_open(store: tuple[Database, Watch, Workflow]) -> None:

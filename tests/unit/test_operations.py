@@ -39,15 +39,15 @@ def view_up() -> OperationalView:
 
 
 def oper(v: OperationalView, link: str) -> str:
-    return next(x["oper"] for x in v.links_document(0.0)["links"] if x["id"] == link)
+    return next(x.oper for x in v.links_document(0.0).links if x.id == link)
 
 
 def test_a_link_is_down_when_either_end_says_so_and_unknown_while_an_agent_is_away() -> None:
     v = OperationalView()
     v.set_topology(INTENT, 0.0)
-    assert {x["oper"] for x in v.links_document(0.0)["links"]} == {"unknown"}  # nothing reported yet
+    assert {x.oper for x in v.links_document(0.0).links} == {"unknown"}  # nothing reported yet
     v = view_up()
-    assert {x["oper"] for x in v.links_document(0.0)["links"]} == {"up"}
+    assert {x.oper for x in v.links_document(0.0).links} == {"up"}
     events = v.report_port("spine-0-0", "eth1", "LOWER_LAYER_DOWN", 5.0)
     assert [(e.kind, e.data["link"]) for e in events] == [("link.down", LINK)]
     assert "spine-0-0:eth1 reports LOWER_LAYER_DOWN" in events[0].data["reason"]
@@ -70,8 +70,8 @@ def test_a_device_fails_when_its_agent_is_gone_and_its_neighbors_see_its_links_d
     v.report_port("leaf-0-0", "eth3", "DOWN", 4.0)
     v.report_port("leaf-1-0", "eth3", "DOWN", 4.5)
     assert v.failed_devices(10.0, for_s=1.0) == {"spine-0-0": 4.5}
-    devices = {d["name"]: d for d in v.devices_document()["devices"]}
-    assert devices["spine-0-0"]["agent"] == "unreachable" and devices["leaf-0-0"]["agent"] == "reachable"
+    devices = {d.name: d for d in v.devices_document().devices}
+    assert devices["spine-0-0"].agent == "unreachable" and devices["leaf-0-0"].agent == "reachable"
 
 
 def test_damping_holds_a_flapping_part_down_longer_each_time() -> None:
@@ -131,10 +131,10 @@ def test_what_a_device_said_before_the_intent_was_known_counts() -> None:
     for ln in INTENT.links:
         v.report_port(ln.a, ln.a_port, "UP", 0.0)
         v.report_port(ln.b, ln.b_port, "UP", 0.0)
-    assert v.links_document(0.0)["links"] == [] and v.devices_document()["devices"] == []
+    assert v.links_document(0.0).links == [] and v.devices_document().devices == []
     assert v.set_topology(INTENT, 1.0) == []  # no link.up event for a link seen up from the start
-    assert {x["oper"] for x in v.links_document(1.0)["links"]} == {"up"}
-    assert {d["agent"] for d in v.devices_document()["devices"]} == {"reachable"}
+    assert {x.oper for x in v.links_document(1.0).links} == {"up"}
+    assert {d.agent for d in v.devices_document().devices} == {"reachable"}
 
 
 def test_an_agent_drops_its_dead_next_hops_and_keeps_the_rest_of_the_weights() -> None:
@@ -246,11 +246,13 @@ def test_the_reaction_table_holds_one_revision_s_precomputed_plans_by_identity_a
     t.put("rev-a", over, got, run=run)
     assert t.get("rev-a", over) is got and t.get("rev-b", over) is None
     assert t.get("rev-a", Overlay(frozenset({"tor-0-0:eth1"}))) is None
-    assert t.status("rev-a") == {"state": "building", "revision": 1, "scenarios": 3, "ready": 1, "failed": 0,
-                                 "seconds": t.status("rev-a")["seconds"]}
-    assert t.status("rev-b", 7) == {"state": "idle", "revision": 7}  # another store's revision: its own status
+    assert t.status("rev-a").model_dump(exclude_unset=True) == {
+        "state": "building", "revision": 1, "scenarios": 3, "ready": 1, "failed": 0,
+        "seconds": t.status("rev-a").seconds}
+    # another store's revision: its own status
+    assert t.status("rev-b", 7).model_dump(exclude_unset=True) == {"state": "idle", "revision": 7}
     again = t.begin("rev-a", 1, 3)  # the revision precomputed again (a new leader, say)
     t.put("rev-a", over, got, run=run)  # the older run, still going, writes nothing
-    assert t.get("rev-a", over) is None and t.status("rev-a")["ready"] == 0
+    assert t.get("rev-a", over) is None and t.status("rev-a").ready == 0
     t.finish("rev-a", again)
-    assert t.status("rev-a")["state"] == "ready"
+    assert t.status("rev-a").state == "ready"

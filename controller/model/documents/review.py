@@ -1,0 +1,169 @@
+"""The review of a change (DESIGN.md contract 4): the plan diff, the links before and after, the BGP
+sessions reset, the update schedule, the changes still unsettled; and its brief form in lists."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from controller.model.documents.base import ChangeState, Closed
+from controller.model.documents.plan import NextHopDocument, PlanDocument, PlanSummaryDocument
+from controller.model.documents.safety import SafetyReportDocument
+
+__all__ = [
+    "DeviceDiffDocument", "LinkDeltaDocument", "PlanDiffEntry", "ReviewBrief", "ReviewDocument", "SafetyBrief",
+    "ScheduleCheck", "ScheduleDocument", "ScheduleFailure", "ScheduleStage", "SessionResetDocument",
+    "SessionResetsDocument", "UnsettledDocument",
+]
+
+
+class PlanDiffEntry(Closed):
+    """One route that changes on a device (a sample of them)."""
+
+    prefix: str
+    kind: Literal["added", "removed", "reweighted"]
+    before: list[NextHopDocument]
+    after: list[NextHopDocument]
+
+
+class DeviceDiffDocument(Closed):
+    """Route changes on one device: counts, and the first few."""
+
+    device: str
+    added: int
+    removed: int
+    reweighted: int
+    changes: list[PlanDiffEntry]
+
+
+class LinkDeltaDocument(Closed):
+    """One link's baseline utilization (the busier direction) before and after the change,
+    and the load of each direction (``{"A->B": gbps, "B->A": gbps}``)."""
+
+    id: str = Field(description="the link's lower end by name, DEVICE:PORT")
+    before: float | None = Field(description="null when no revision is active")
+    after: float | None
+    delta: float | None
+    gbps_before: dict[str, float] | None = None
+    gbps_after: dict[str, float] | None = None
+
+
+class SessionResetDocument(Closed):
+    """One end of a BGP session the change tears down."""
+
+    device: str
+    neighbor: str = Field(description="FRR's name of the neighbor: the peer's address (or the port, unnumbered)")
+    peer: str = Field(description="the device at the far end")
+    port: str
+    reason: Literal["removed", "address", "remote-as", "local-as", "router-id"]
+
+
+class SessionResetsDocument(Closed):
+    """The BGP sessions a change resets (each end once: removing one link resets two)."""
+
+    count: int
+    sessions: list[SessionResetDocument]
+
+
+class ScheduleStage(Closed):
+    """One stage of a transition: devices that update together, in any order, and the worst
+    utilization any state inside the stage reaches (exact, or the proved bound)."""
+
+    devices: list[str]
+    worst_utilization: float | None = Field(description="null when no bound holds (a stage that failed its check)")
+
+
+class ScheduleCheck(Closed):
+    """How a stage was judged: ``exact`` (every state replayed) or ``bound`` (one propagation
+    bounding every state), and how many states that covers."""
+
+    method: Literal["exact", "bound"]
+    states: int
+    plan: int = Field(default=0, description="the plan the stage moves to: 0 the proposed one, k intermediate plan k")
+
+
+class ScheduleFailure(Closed):
+    """A state with no safe way on: the devices on the new config, the one moving, and why."""
+
+    state: list[str]
+    moving: str
+    ok: bool
+    worst_utilization: float | None
+    worst_link: str | None
+    over_limit: list[str]
+    dropped: list[str]
+    loops: list[str]
+
+
+class ScheduleDocument(Closed):
+    """The update schedule of a change (DESIGN.md, Transitions): ``stages`` in commit order
+    and ``intermediate_plans``; beside them whether every state is safe, the limit, the
+    ownership model, how each stage was checked and the states that fail."""
+
+    stages: list[ScheduleStage]
+    intermediate_plans: int
+    safe: bool
+    limit: float
+    ownership: Literal["advertised", "installed"]
+    checks: list[ScheduleCheck]
+    failing: list[ScheduleFailure]
+    intermediate: list[PlanDocument] = Field(
+        default_factory=list, description="the intermediate plans, in order (stages with plan k push plan k)")
+    intermediate_intent: Literal["active", "proposed"] = Field(
+        default="proposed", description="the revision whose intent the intermediate plans are rendered with")
+    reset_sessions: int = Field(default=0, description="links whose BGP session the change resets: in the states, a "
+                                                       "reset session is down while its ends run different configs and "
+                                                       "may be down (re-establishing) in the stage that moves its ends")
+    note: str | None = Field(default=None, description="why the search stopped early, when it did")
+
+
+class UnsettledDocument(Closed):
+    """A final change that some devices have not caught up with yet."""
+
+    change: int
+    state: ChangeState
+    target_revision: int | None
+    devices: dict[str, str] = Field(description="device -> what it runs instead (or why it is not reached)")
+
+
+class ReviewDocument(Closed):
+    """``POST /v1/changes/{id}/review``: the dry run of a change. The top-level fields up to
+    ``safety`` are a contract (DESIGN.md section 4); ``devices_attached`` is present (false)
+    when the controller has no agents, ``config_diff_note`` when the config diff was rendered
+    locally because a change was committing."""
+
+    verdict: Literal["safe", "unsafe"]
+    proposed_revision: int | None
+    active_revision: int | None
+    summary: PlanSummaryDocument
+    plan_diff: list[DeviceDiffDocument]
+    links: list[LinkDeltaDocument]
+    config_diff: dict[str, str] = Field(description="device -> unified diff of its FRR config")
+    safety: SafetyReportDocument
+    schedule: ScheduleDocument | None = Field(
+        default=None, description="the staged transition (one stage of every device when no revision is active)")
+    devices_attached: bool | None = None
+    config_diff_note: str | None = None
+    unsettled: list[UnsettledDocument] | None = Field(
+        default=None, description="earlier changes whose devices are not yet on their final revision: the config diff "
+                                  "of those devices is against what they really run (their agents' Prepare)")
+    unsettled_note: str | None = None
+    bgp_sessions_reset: SessionResetsDocument | None = Field(
+        default=None, description="the BGP sessions the change tears down (from the active revision's configs)")
+
+
+class SafetyBrief(Closed):
+    verdict: Literal["safe", "unsafe"] | None
+    counts: dict[str, int] | None
+
+
+class ReviewBrief(Closed):
+    """A review without its bulk, as a list of changes shows it (``brief`` is true)."""
+
+    verdict: Literal["safe", "unsafe"] | None
+    proposed_revision: int | None
+    active_revision: int | None
+    summary: PlanSummaryDocument | None
+    safety: SafetyBrief
+    brief: Literal[True]
