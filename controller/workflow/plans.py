@@ -127,11 +127,39 @@ def overlay_plan(identity: str, intent: Intent, overlay: Overlay) -> tuple[Inten
     return got.intent, got.plan
 
 
-def plan_document(revision: int | str, *, session: Session) -> JsonObject:
+def plan_document(revision: int | str, *, session: Session | None = None,
+                  sessions: Callable[[], Session] | None = None) -> JsonObject:
     """The plan document of ``revision`` (``active``: the active revision's), as the store keeps it: JSON
     (DESIGN.md contract 2) made by :meth:`Plan.to_document` when it was compiled. It is served as JSON
     and checked once, by the API's response model (a plan of 1 MB takes 0.2 s to validate: reading it
-    into a :class:`~controller.model.documents.PlanDocument` here would double that)."""
+    into a :class:`~controller.model.documents.PlanDocument` here would double that).
+
+    With ``sessions`` (a session factory, as the API has) a plan not compiled yet is read in one session,
+    solved with none open and kept in a second one; with ``session`` all three run in the caller's."""
+    if sessions is None:
+        assert session is not None, "plan_document needs a session or a session factory"
+        rev, overlay, doc, src = _plan_read(revision, session=session)
+        if src is not None:
+            doc = _plan_compiled(src, session=session)
+    else:
+        with sessions() as s:
+            rev, overlay, doc, src = _plan_read(revision, session=s)
+        if src is not None:
+            got = solve(src)  # no session open: a Clos XL solve takes tens of seconds
+            if got.fresh:
+                with sessions() as s:
+                    keep(rev, got.plan, session=s)
+            doc = got.plan.to_document()
+    assert doc is not None
+    if revision == "active":  # the failed parts its plan leaves out (empty lists when none)
+        doc = {**doc, "overlay": Overlay.of(overlay).to_document()}
+    return doc
+
+
+def _plan_read(revision: int | str, *, session: Session
+               ) -> tuple[int, Doc | None, JsonObject | None, PlanSource | None]:
+    """``revision``'s id, the active overlay (``active`` only), its stored plan document, and when there is
+    none what :func:`solve` needs to compile it."""
     if revision == "active":
         rev = wrepo.active_revision(session=session)
         if rev is None:
@@ -141,9 +169,12 @@ def plan_document(revision: int | str, *, session: Session) -> JsonObject:
         repo.get_revision(rev, session=session)
     overlay = wrepo.active_overlay(session=session) if revision == "active" else None
     doc = wrepo.get_plan(rev, session=session) if not overlay else None
-    if doc is None:
-        _, plan = plan_for(rev, session=session, overlay=overlay)
-        doc = plan.to_document()
-    if revision == "active":  # the failed parts its plan leaves out (empty lists when none)
-        doc = {**doc, "overlay": Overlay.of(overlay).to_document()}
-    return doc
+    src = plan_source(rev, session=session, overlay=overlay) if doc is None else None
+    return rev, overlay, doc, src
+
+
+def _plan_compiled(src: PlanSource, *, session: Session) -> JsonObject:
+    got = solve(src)
+    if got.fresh:
+        keep(src.revision, got.plan, session=session)
+    return got.plan.to_document()

@@ -126,3 +126,17 @@ def test_a_plan_around_failed_parts_solves_with_no_session_open(store: tuple[Dat
     assert link in reduced.drained_links and plan.devices
     assert len(watch.at_solve) == before + 1  # around the failed link: solved now, kept in the table
     assert watch.at_solve == [0] * len(watch.at_solve)
+
+
+def test_the_plan_route_solves_with_no_session_open(store: tuple[Database, Watch, Workflow]) -> None:
+    """``GET /v1/plans/{revision}`` compiles a plan on its first request: between two sessions, as the
+    engine does (the route reads through the store's session factory, which the watch counts)."""
+    db, watch, _ = store
+    change = _draft(db)
+    with db.session() as s:
+        proposed = wrepo.get_change(change, session=s).proposed_revision
+    assert proposed is not None and not _stored_plan(db, proposed)
+    doc = plans.plan_document(proposed, sessions=db.session)
+    assert doc["devices"] and watch.at_solve == [0]
+    assert _stored_plan(db, proposed)
+    assert plans.plan_document(proposed, sessions=db.session) == doc and watch.at_solve == [0]  # read back
