@@ -52,8 +52,7 @@ async def what_if(request: Request, response: Response, _actor: Operator) -> Job
 
     def run() -> Any:
         job = parse_intent_text(raw, fmt, allow_aliases=False, limits=limits, what="the body")
-        with database.session() as session:
-            return jobs.what_if_stored(job, session=session)
+        return jobs.what_if_stored(job, sessions=database.session)  # the plan and replay run with no session
 
     rev, answer = await run_in_threadpool(run)
     set_etag(response, rev)

@@ -14,6 +14,7 @@ Closed loop).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -59,8 +60,11 @@ def base_revision(*, session: Session) -> repo.Revision:
     return head
 
 
-def what_if_stored(job: Any, *, session: Session) -> tuple[repo.Revision, JobWhatIfDocument]:
-    """:func:`what_if` against :func:`base_revision`'s intent; returns that revision and the answer."""
-    rev = base_revision(session=session)
-    intent = validate_intent(repo.revision_document(rev.id, session=session))
-    return rev, what_if(intent, job)
+def what_if_stored(job: Any, *, sessions: Callable[[], Session]) -> tuple[repo.Revision, JobWhatIfDocument]:
+    """:func:`what_if` against :func:`base_revision`'s intent; returns that revision and the answer. The
+    revision is read in a session of ``sessions`` (a session factory) closed before the plan and the
+    replay run."""
+    with sessions() as session:
+        rev = base_revision(session=session)
+        document = repo.revision_document(rev.id, session=session)
+    return rev, what_if(validate_intent(document), job)
