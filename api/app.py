@@ -119,11 +119,10 @@ def _telemetry_stream(settings: Settings, db: Database, driver: DeviceDriver | N
 
     async def active() -> tuple[int, Intent, Plan] | None:
         def read() -> tuple[int, Intent, Plan] | None:
-            with db.session() as session:
-                try:
-                    return active_context(telemetry, session=session)
-                except NotFound:
-                    return None
+            try:
+                return active_context(telemetry, sessions=db.session)
+            except NotFound:
+                return None
         return await asyncio.to_thread(read)
 
     return TelemetryStream(telemetry, {d: driver.endpoint(d) for d in driver.devices}, active,

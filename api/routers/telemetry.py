@@ -58,29 +58,29 @@ def links(request: Request, session: SessionDep, _actor: Viewer, window_s: Windo
 @router.get("/v1/telemetry/demand", response_model=MeasuredDemandsDocument, response_model_by_alias=True,
             summary="The measured demand matrix (ingress device to prefix)",
             responses=error_responses(401, 403, 404, 422))
-def demand(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0,
+def demand(request: Request, _actor: Viewer, window_s: WindowS = 60.0,
            stat: StatQ = "mean") -> MeasuredDemandsDocument:
     tel = telemetry(request, window_s)
-    _rev, intent, plan = active_context(tel, session=session)
+    _rev, intent, plan = active_context(tel, sessions=request.app.state.database.session)
     return tel.demand(intent, plan, time.time(), window_s, stat).to_model(window_s, stat)
 
 
 @router.get("/v1/telemetry/fidelity", response_model=FidelityDocument,
             summary="The active plan's predicted link utilization under the measured demand, beside the observed",
             responses=error_responses(401, 403, 404, 422))
-def fidelity(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 60.0,
+def fidelity(request: Request, _actor: Viewer, window_s: WindowS = 60.0,
              stat: StatQ = "mean") -> FidelityDocument:
     tel = telemetry(request, window_s)
-    _rev, intent, plan = active_context(tel, session=session)
+    _rev, intent, plan = active_context(tel, sessions=request.app.state.database.session)
     return tel.fidelity(intent, plan, time.time(), window_s, stat).to_model(window_s, stat)
 
 
 @router.get("/v1/telemetry/patterns", response_model=PatternsDocument,
             summary="Communication groups of the measured traffic and their pattern (ring, all-to-all, ...)",
             responses=error_responses(401, 403, 404, 422))
-def patterns(request: Request, session: SessionDep, _actor: Viewer, window_s: WindowS = 300.0) -> PatternsDocument:
+def patterns(request: Request, _actor: Viewer, window_s: WindowS = 300.0) -> PatternsDocument:
     tel = telemetry(request, window_s)
-    _rev, intent, plan = active_context(tel, session=session)
+    _rev, intent, plan = active_context(tel, sessions=request.app.state.database.session)
     method, groups = tel.patterns(intent, plan, time.time(), window_s)
     return PatternsDocument(window_s=window_s, method=method, groups=[g.to_model() for g in groups])
 
@@ -104,9 +104,9 @@ async def from_telemetry(request: Request, response: Response, body: DemandCaptu
     ctx = fingerprinted(ctx, body.model_dump_json().encode())
 
     def write() -> DemandCaptureDocument:
+        _rev, intent, plan = active_context(tel, sessions=database.session)
+        view = tel.demand(intent, plan, time.time(), body.window_s, body.stat)
         with database.session() as session:
-            _rev, intent, plan = active_context(tel, session=session)
-            view = tel.demand(intent, plan, time.time(), body.window_s, body.stat)
             result = capture_demands(view.demands, headroom=body.headroom, window_s=body.window_s, stat=body.stat,
                                      method=view.method, session=session, ctx=ctx)
         response.headers["ETag"] = f'"{result.revision.id}"'

@@ -76,7 +76,7 @@ from controller.store.db import write_transaction
 from controller.workflow import changes
 from controller.workflow.plans import PlanSource, plan_source
 from controller.workflow.runtime import Runtime
-from controller.workflow.telemetry import active_context, cached_context
+from controller.workflow.telemetry import active_intent, cached_context
 from safety.estimate import link_loads
 
 __all__ = ["AUTHOR", "AutoTe", "Evaluation", "Rails", "evaluate", "max_utilization"]
@@ -509,8 +509,7 @@ class AutoTe:
         policy = None
         active = changes.active_revision(session=session)
         if active is not None and self.runtime.telemetry is not None:
-            _rev, intent, _plan = active_context(self.runtime.telemetry, session=session)
-            p = intent.policy("auto_te")
+            p = active_intent(self.runtime.telemetry, session=session).policy("auto_te")
             policy = p.model_dump(mode="json") if p is not None else None
         paused = wrepo.auto_te_paused(session=session)
         on = paused is not None and paused.paused

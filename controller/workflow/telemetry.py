@@ -13,7 +13,7 @@ the window, statistic and headroom), and :func:`capture_document` says what it w
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +28,7 @@ from controller.model.plan import Plan
 from controller.service import WriteContext, WriteResult
 from controller.telemetry import Telemetry
 from controller.telemetry.collector import Method, Stat
-from controller.workflow import changes
+from controller.workflow import changes, plans
 
 __all__ = ["active_context", "active_intent", "cached_context", "capture_demands", "capture_document"]
 
@@ -39,17 +39,23 @@ def cached_context(telemetry: Telemetry, rev: int) -> tuple[int, Intent, Plan] |
     return cached if cached is not None and cached[0] == rev else None
 
 
-def active_context(telemetry: Telemetry, *, session: Session) -> tuple[int, Intent, Plan]:
-    """The active revision, its intent and its plan (:class:`NotFound` before the first commit), in the
-    caller's session (the API's reads; the engine's loops solve after their session closed)."""
-    rev = changes.active_revision(session=session)
-    if rev is None:
-        raise NotFound("no revision is active yet: commit a change first")
-    cached = cached_context(telemetry, rev)
-    if cached is not None:
-        return cached
-    intent, plan = changes.plan_for(rev, session=session)
-    telemetry.context = (rev, intent, plan)
+def active_context(telemetry: Telemetry, *, sessions: Callable[[], Session]) -> tuple[int, Intent, Plan]:
+    """The active revision, its intent and its plan (:class:`NotFound` before the first commit), cached per
+    revision; read in a session of ``sessions`` (a session factory) that is closed before a plan not kept
+    yet is compiled, and kept in a second one (:mod:`controller.workflow.plans`)."""
+    with sessions() as session:
+        rev = changes.active_revision(session=session)
+        if rev is None:
+            raise NotFound("no revision is active yet: commit a change first")
+        cached = cached_context(telemetry, rev)
+        if cached is not None:
+            return cached
+        src = plans.plan_source(rev, session=session)
+    got = plans.solve(src)
+    if got.fresh:
+        with sessions() as session:
+            plans.keep(rev, got.plan, session=session)
+    telemetry.context = (rev, got.intent, got.plan)
     return telemetry.context
 
 
