@@ -71,7 +71,7 @@ import numpy as np
 from controller.model import Intent, Role, Routing, WcmpRealization
 from controller.model.plan import Plan
 from safety import kernels
-from safety.forwarding import Flow, Table, Topology, build_topology, plan_table, propagate, ranges
+from safety.forwarding import Flow, Table, Topology, build_topology, plan_table, propagate, ranges, table_from_routes
 from safety.report import (
     DroppedDemand,
     Failure,
@@ -82,6 +82,7 @@ from safety.report import (
     StageResult,
 )
 from safety.scenarios import Scenario, scenario_scope, scenarios
+from solver.core.routing import next_hops  # the routing semantics of the solver, by design
 
 __all__ = ["Peaks", "Replayer", "assemble", "failures", "limits", "peaks", "replay", "reconvergence_model"]
 
@@ -287,9 +288,6 @@ class Replayer:
                         values=values)
 
     def _rerouted(self, sc: Scenario, *, static: bool = False) -> _Outcome:
-        from safety.forwarding import table_from_routes
-        from solver.core.routing import next_hops  # the routing semantics of the solver, by design
-
         routes = next_hops(self.intent, failed_devices=sc.devices, failed_links=sc.links)
         if static:
             routes = self._static_routes(sc, routes)
