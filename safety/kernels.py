@@ -9,18 +9,22 @@ where the process may write, see :mod:`solver.core.jit`).
 :class:`safety.replay.Replayer` owns the semantics; the docstrings below only say
 what each kernel computes on its arrays.
 
-Scratch arrays (``acc``, ``mark``, ``flag``, ``cur``, ``nxt``, the scratch bits of
-``flags``) come from the caller and are left as they came: zero, false, or unspecified
-(``cur``/``nxt``/``scale``).
+The arrays travel in two named tuples: :class:`FlowArrays`, the compiled flow a
+scenario reads, and :class:`Scratch`, the arrays it writes into. Scratch arrays come
+from the caller and are left as they came: zero, false, or unspecified (``cur``,
+``nxt``, ``scale``, ``etouch``, and the scratch bits of ``flags``).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 from solver.core.jit import compiled
 
-__all__ = ["SINK", "csr", "hop_shift", "hottest", "merge", "push", "stages", "withdraw"]
+__all__ = ["SINK", "FlowArrays", "Pushed", "Scratch", "acyclic", "csr", "hop_shift", "hottest", "merge", "push",
+           "stages", "withdraw"]
 
 DEAD_ROW = 1e-9  # a row whose surviving fraction is at most this has no next hop left
 _ZERO = 5e-324  # stands for an exact zero in a touched slot of a sum (its zero means untouched)
@@ -30,54 +34,179 @@ _FIXED = 4  # a row renormalized by this push (its surviving fractions times ``s
 _SEEN = 8  # collected once
 
 
+class FlowArrays(NamedTuple):
+    """A compiled flow, as every scenario reads it (never writes it).
+
+    Per state: ``x`` its arrival (gbps), ``state_class``, ``one`` the packed hop of its only
+    transition when that carries all of its traffic and the transitions have no cycle, else
+    -1 (see :func:`push`). Per transition, by source state (CSR ``t_indptr``): ``frac``, ``hop``
+    (the next state above ``shift`` bits, the edge below, one read for both), ``t_src``,
+    ``t_class``. Per class its states (CSR ``class_indptr``/``class_states``); per state its
+    in-transitions (CSR ``in_indptr``/``in_trans``). The baseline: edge loads ``base`` and
+    black holes ``base_sinks``. ``levels``: the hops after which traffic still moving loops.
+    """
+
+    x: np.ndarray
+    frac: np.ndarray
+    hop: np.ndarray
+    t_indptr: np.ndarray
+    t_src: np.ndarray
+    class_indptr: np.ndarray
+    class_states: np.ndarray
+    t_class: np.ndarray
+    state_class: np.ndarray
+    in_indptr: np.ndarray
+    in_trans: np.ndarray
+    base: np.ndarray
+    base_sinks: np.ndarray
+    shift: int
+    levels: int
+    one: np.ndarray
+
+
+class Scratch(NamedTuple):
+    """The arrays a scenario writes into, one set per thread. Per state: ``acc`` (zero),
+    ``flags`` (:data:`SINK` is the caller's, the other bits scratch), ``scale``, ``cur``,
+    ``nxt`` (unspecified), ``rem`` (ones), ``mark`` (false), ``failed`` (the caller marks the
+    failed devices' states). Per transition ``tflag`` (false); per edge ``delta`` (zero),
+    ``etouch`` (unspecified), ``loads`` (the baseline's loads), ``emark`` (false); per class
+    ``cmark`` (false)."""
+
+    acc: np.ndarray
+    flags: np.ndarray
+    scale: np.ndarray
+    tflag: np.ndarray
+    cur: np.ndarray
+    nxt: np.ndarray
+    delta: np.ndarray
+    etouch: np.ndarray
+    rem: np.ndarray
+    mark: np.ndarray
+    failed: np.ndarray
+    loads: np.ndarray
+    emark: np.ndarray
+    cmark: np.ndarray
+
+
+class Pushed(NamedTuple):
+    """What :func:`push` returns."""
+
+    edges: np.ndarray  # the edges whose load changes
+    change: np.ndarray  # and by how much
+    sinks: np.ndarray  # the states left without a next hop (new black holes)
+    arr_s: np.ndarray  # the arrivals at black holes old and new: states
+    arr_a: np.ndarray  # and gbps
+    loops: np.ndarray  # the states still carrying traffic after ``levels`` hops (a loop; empty if none)
+
+
 def hop_shift(n_edges: int) -> int:
-    """Bits of an edge index in :func:`push`'s ``hop`` (destination state above them)."""
+    """Bits of an edge index in :class:`FlowArrays`' ``hop`` (destination state above them)."""
     return max(1, int(n_edges).bit_length())
 
 
+# -- small steps shared by the kernels -------------------------------------------------------------
+# Each touches its arrays on every path: a compiled helper that writes an array on one branch only
+# keeps counting references to it at every call (numba), which costs more than the step itself.
 @compiled(nogil=True)
-def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, one: np.ndarray, shift: int, t_indptr: np.ndarray,
-         t_src: np.ndarray,
-         class_indptr: np.ndarray, class_states: np.ndarray, dead_t: np.ndarray, gone: np.ndarray, levels: int,
-         acc: np.ndarray, flags: np.ndarray, scale: np.ndarray, tflag: np.ndarray, cur: np.ndarray,
-         nxt: np.ndarray, delta: np.ndarray, etouch: np.ndarray
-         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _add(sums: np.ndarray, i: int, v: float) -> bool:
+    """Add ``v`` to ``sums[i]``; whether it was untouched before (zero: a sum that cancels to
+    zero is stored as :data:`_ZERO`)."""
+    old = sums[i]
+    new = old + v
+    sums[i] = new if new != 0.0 else _ZERO
+    return old == 0.0
+
+
+@compiled(nogil=True)
+def _first(mark: np.ndarray, i: int) -> bool:
+    """Mark ``i``; whether it was unmarked."""
+    was = mark[i]
+    mark[i] = True
+    return not was
+
+
+@compiled(nogil=True)
+def _grown(arr: np.ndarray) -> np.ndarray:
+    """``arr`` followed by as many unspecified entries (called where it is full: an array
+    reassigned on every pass of a loop would count a reference every time)."""
+    return np.concatenate((arr, np.empty_like(arr)))
+
+
+@compiled(nogil=True)
+def _put(arr: np.ndarray, at: np.ndarray, value: float) -> None:
+    """``arr[at] = value``."""
+    for i in range(len(at)):
+        arr[at[i]] = value
+
+
+@compiled(nogil=True)
+def _set_bits(flags: np.ndarray, at: np.ndarray, bits: int) -> None:
+    """``flags[at] |= bits``."""
+    for i in range(len(at)):
+        flags[at[i]] |= bits
+
+
+@compiled(nogil=True)
+def _clear_bits(flags: np.ndarray, at: np.ndarray, bits: int) -> None:
+    """``flags[at] &= ~bits``."""
+    for i in range(len(at)):
+        flags[at[i]] &= ~bits
+
+
+# -- the difference push ------------------------------------------------------------------------------
+@compiled(nogil=True)
+def push(fa: FlowArrays, sc: Scratch, dead_t: np.ndarray, gone: np.ndarray) -> Pushed:
     """The difference flow of killing transitions ``dead_t`` and removing classes ``gone``.
 
-    A transition ``t`` leads to state ``hop[t] >> shift`` over edge ``hop[t] & (2**shift - 1)``
-    (one array read for both); ``one[s]``: the packed hop of state ``s``'s only transition
-    when that carries all of its traffic and the transitions have no cycle (else -1): a push
-    steps through such a state, unless this push renormalized its row, and adds at the state
-    after it (see :meth:`safety.replay.Replayer._one_way`). ``class_indptr``/``class_states``:
-    per class, its states (CSR).
-    ``flags`` per state: :data:`SINK` marks the baseline's black holes (the others are scratch
-    bits). Returns the edges whose load changes and by how much (``delta``, zeros, and
-    ``etouch`` are the scratch of that sum), the states left without a next hop (new black
-    holes), the arrivals (states, gbps) at black holes old and new, and the states still
-    carrying traffic after ``levels`` hops (a loop; empty if none).
+    A push steps through a state whose ``one`` is set, unless this push renormalized its row,
+    and adds at the state after it (see :meth:`safety.replay.Replayer._one_way`). Returns the
+    edges whose load changes and by how much (``delta``, zeros, and ``etouch`` are the scratch
+    of that sum), the states left without a next hop (new black holes), the arrivals (states,
+    gbps) at black holes old and new, and the states still carrying traffic after ``levels``
+    hops (a loop; empty if none).
 
-    The memory a hop waits for is what this costs on a large fabric, so a visit reads the
-    transition's fraction and hop, the arrival sum of its state (whose zero means "not yet in
-    the frontier": a sum that cancels to zero is stored as :data:`_ZERO`) and the edge's sum.
-    That add-and-list step is written out at each of its seven places: as a shared helper
-    (numba, ``inline="always"``) the kernel ran three times slower on Clos L and M.
+    Helpers below take the arrays they use rather than the tuples, except :func:`_hops` and
+    :func:`_leave`, one call each: a compiled call counts a reference to every array of a tuple
+    it receives, too dear per hop.
     """
-    emask = (1 << shift) - 1
+    n_e = _leave(fa, sc, gone)
+    ch, dead_share = _dead_rows(dead_t, fa.t_src, fa.frac, sc.flags, sc.acc, sc.tflag, sc.cur)
+    sinks = _renormalize(ch, dead_share, sc.flags, sc.scale)
+    _set_bits(sc.flags, sinks, _NEW_SINK)  # already: the first hop reads only _FIXED
+    arr_s, arr_a, n_e, n_next, loop_n = _hops(fa, sc, ch, n_e)
+    loops = sc.nxt[:loop_n].copy()
+    _put(sc.acc, sc.nxt[:n_next], 0.0)  # leave the scratch clean (only after a loop is anything left)
+    _clear_bits(sc.flags, sinks, _NEW_SINK)
+    _clear_bits(sc.flags, ch, _FIXED)
+    _put(sc.tflag, dead_t, False)
+    edges, change = _collect(sc.delta, sc.etouch, n_e)
+    return Pushed(edges, change, sinks.copy(), arr_s, arr_a, loops)
+
+
+@compiled(nogil=True)
+def _leave(fa: FlowArrays, sc: Scratch, gone: np.ndarray) -> int:
+    """The classes that are gone: all their traffic leaves its edges (``delta``, listed in
+    ``etouch``). The count of touched edges."""
+    x, frac, hop, t_indptr = fa.x, fa.frac, fa.hop, fa.t_indptr
+    delta, etouch = sc.delta, sc.etouch
+    emask = (1 << fa.shift) - 1
     n_e = 0
-    # the classes that are gone: all their traffic leaves
     for i in range(len(gone)):
         c = gone[i]
-        for j in range(class_indptr[c], class_indptr[c + 1]):
-            s = class_states[j]
+        for j in range(fa.class_indptr[c], fa.class_indptr[c + 1]):
+            s = fa.class_states[j]
             for t in range(t_indptr[s], t_indptr[s + 1]):
                 e = hop[t] & emask
-                if delta[e] == 0.0:
+                if _add(delta, e, -(x[s] * frac[t])):
                     etouch[n_e] = e
                     n_e += 1
-                delta[e] -= x[s] * frac[t]
-                if delta[e] == 0.0:
-                    delta[e] = _ZERO
-    # rows that lost a next hop: the dead share, per source state
+    return n_e
+
+
+@compiled(nogil=True)
+def _dead_rows(dead_t: np.ndarray, t_src: np.ndarray, frac: np.ndarray, flags: np.ndarray, acc: np.ndarray,
+               tflag: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows that lost a next hop (marking ``dead_t`` in ``tflag``) and the share lost, per row."""
     nch = 0
     for i in range(len(dead_t)):
         t = dead_t[i]
@@ -95,13 +224,17 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, one: np.ndarray, shif
         dead_share[i] = acc[s]
         acc[s] = 0.0
         flags[s] &= ~_SEEN
-    # renormalize them (a surviving fraction times ``scale``, zero for a dead row, applied
-    # where the row is read: most rows carry no traffic of their own and are never reached)
-    # and push the difference of those that carry traffic one hop
-    sinks = np.empty(nch, dtype=np.int64)
+    return ch, dead_share
+
+
+@compiled(nogil=True)
+def _renormalize(ch: np.ndarray, dead_share: np.ndarray, flags: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Mark the rows ``ch`` renormalized: a surviving fraction times ``scale``, zero for a dead
+    row, applied where the row is read (most rows carry no traffic of their own and are never
+    reached). Returns the dead rows (new black holes)."""
+    sinks = np.empty(len(ch), dtype=np.int64)
     n_sinks = 0
-    n_next = 0
-    for i in range(nch):
+    for i in range(len(ch)):
         s = ch[i]
         alive = 1.0 - dead_share[i]
         dead_row = alive <= DEAD_ROW
@@ -110,203 +243,311 @@ def push(x: np.ndarray, frac: np.ndarray, hop: np.ndarray, one: np.ndarray, shif
             n_sinks += 1
         flags[s] |= _FIXED
         scale[s] = 0.0 if dead_row else 1.0 / alive
-    for i in range(nch):  # every renormalized row is marked before any push steps through a state
-        s = ch[i]
-        xs = x[s]
-        if xs == 0.0:
-            continue
-        sc = scale[s]
-        for t in range(t_indptr[s], t_indptr[s + 1]):
-            old = frac[t]
-            new = 0.0 if tflag[t] else old * sc
-            diff = xs * (new - old)
-            h = hop[t]
-            e = h & emask
-            if delta[e] == 0.0:
-                etouch[n_e] = e
-                n_e += 1
-            delta[e] += diff
-            if delta[e] == 0.0:
-                delta[e] = _ZERO
-            d = h >> shift
-            h = one[d]
-            if h >= 0 and not flags[d] & _FIXED:  # through a state with one way on
-                e = h & emask
-                if delta[e] == 0.0:
-                    etouch[n_e] = e
-                    n_e += 1
-                delta[e] += diff
-                if delta[e] == 0.0:
-                    delta[e] = _ZERO
-                d = h >> shift
-            if acc[d] == 0.0:
-                nxt[n_next] = d
-                n_next += 1
-            acc[d] += diff
-            if acc[d] == 0.0:
-                acc[d] = _ZERO
-    for i in range(n_sinks):
-        flags[sinks[i]] |= _NEW_SINK
+    return sinks[:n_sinks]
+
+
+@compiled(nogil=True)
+def _hops(fa: FlowArrays, sc: Scratch, ch: np.ndarray, n_e: int) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+    """Push the difference of the renormalized rows ``ch`` that carry traffic of their own one
+    hop, then the frontier hop by hop, for at most ``levels`` hops more. Returns the arrivals
+    at black holes (states, gbps), the counts of touched edges and of the last frontier listed
+    in ``nxt``, and how many of those still carry traffic after the last hop (a loop).
+
+    A visit reads the transition's fraction and hop, the arrival sum of the state reached
+    (``acc``, whose zero means "not yet in the frontier") and the edge's sum (``delta``): the
+    memory a hop waits for is what this costs on a large fabric.
+    """
+    frac, hop, t_indptr, one, shift = fa.frac, fa.hop, fa.t_indptr, fa.one, fa.shift
+    flags, scale, tflag, delta, etouch, acc, nxt = sc.flags, sc.scale, sc.tflag, sc.delta, sc.etouch, sc.acc, sc.nxt
+    emask = (1 << shift) - 1
     arr_s = np.empty(16, dtype=np.int64)
     arr_a = np.empty(16)
-    n_arr = 0
-    loop_n = 0
-    for _level in range(levels + 1):
-        # the frontier: states that received a nonzero difference, and how much
-        amounts = np.empty(n_next)
-        n_cur = 0
-        for i in range(n_next):
-            s = nxt[i]
-            a = acc[s]
-            acc[s] = 0.0
-            if a != _ZERO:
-                cur[n_cur] = s
-                amounts[n_cur] = a
-                n_cur += 1
-        n_next = 0
-        if n_cur == 0:
-            break
-        for i in range(n_cur):
-            s = cur[i]
+    n_arr = n_next = loop_n = 0
+    rows, amounts = ch, fa.x[ch]
+    for level in range(fa.levels + 2):  # level 0: the rows' own traffic, moving by the change of their fractions
+        if level:
+            amounts, n_cur = _take_frontier(nxt, acc, sc.cur, n_next)
+            n_next = 0
+            if n_cur == 0:
+                break
+            rows = sc.cur[:n_cur]
+            arr_s, arr_a, n_arr = _arrivals(flags, rows, amounts, arr_s, arr_a, n_arr)
+        for i in range(len(rows)):
+            s = rows[i]
             a = amounts[i]
-            fl = flags[s]
-            if fl & (SINK | _NEW_SINK):
-                if n_arr == len(arr_s):
-                    arr_s = np.concatenate((arr_s, np.empty(n_arr, dtype=np.int64)))
-                    arr_a = np.concatenate((arr_a, np.empty(n_arr)))
-                arr_s[n_arr] = s
-                arr_a[n_arr] = a
-                n_arr += 1
-            lo = t_indptr[s]
-            is_fixed = (fl & _FIXED) != 0
-            sc = scale[s] if is_fixed else 1.0
-            for t in range(lo, t_indptr[s + 1]):
+            if a == 0.0:  # a renormalized row without traffic of its own (a frontier has none)
+                continue
+            fixed = (flags[s] & _FIXED) != 0  # every row of level 0 is
+            sc_s = scale[s] if fixed else 1.0
+            for t in range(t_indptr[s], t_indptr[s + 1]):
                 f = frac[t]
-                if is_fixed:
-                    f = 0.0 if tflag[t] else f * sc
-                contrib = a * f
+                if fixed:
+                    new = 0.0 if tflag[t] else f * sc_s
+                    f = new if level else new - f
+                v = a * f
                 h = hop[t]
-                e = h & emask
-                if delta[e] == 0.0:
-                    etouch[n_e] = e
+                if _add(delta, h & emask, v):
+                    etouch[n_e] = h & emask
                     n_e += 1
-                delta[e] += contrib
-                if delta[e] == 0.0:
-                    delta[e] = _ZERO
                 d = h >> shift
                 h = one[d]
                 if h >= 0 and not flags[d] & _FIXED:  # through a state with one way on
-                    e = h & emask
-                    if delta[e] == 0.0:
-                        etouch[n_e] = e
+                    if _add(delta, h & emask, v):
+                        etouch[n_e] = h & emask
                         n_e += 1
-                    delta[e] += contrib
-                    if delta[e] == 0.0:
-                        delta[e] = _ZERO
                     d = h >> shift
-                if acc[d] == 0.0:
+                if _add(acc, d, v):
                     nxt[n_next] = d
                     n_next += 1
-                acc[d] += contrib
-                if acc[d] == 0.0:
-                    acc[d] = _ZERO
-        if n_next == 0:
+        if level and n_next == 0:
             break
     else:
         loop_n = n_next
-    loop_states = nxt[:loop_n].copy()
-    for i in range(n_next):  # leave the scratch clean (only after a loop is anything left)
-        acc[nxt[i]] = 0.0
-    for i in range(n_sinks):
-        flags[sinks[i]] &= ~_NEW_SINK
-    for i in range(nch):
-        flags[ch[i]] &= ~_FIXED
-    for i in range(len(dead_t)):
-        tflag[dead_t[i]] = False
+    return arr_s[:n_arr].copy(), arr_a[:n_arr].copy(), n_e, n_next, loop_n
+
+
+@compiled(nogil=True)
+def _take_frontier(nxt: np.ndarray, acc: np.ndarray, cur: np.ndarray, n_next: int) -> tuple[np.ndarray, int]:
+    """Move the states listed in ``nxt`` that received a nonzero difference to ``cur``, with
+    how much (``acc`` back to zero); their count."""
+    amounts = np.empty(n_next)
+    n_cur = 0
+    for i in range(n_next):
+        s = nxt[i]
+        a = acc[s]
+        acc[s] = 0.0
+        if a != _ZERO:
+            cur[n_cur] = s
+            amounts[n_cur] = a
+            n_cur += 1
+    return amounts, n_cur
+
+
+@compiled(nogil=True)
+def _arrivals(flags: np.ndarray, rows: np.ndarray, amounts: np.ndarray, arr_s: np.ndarray, arr_a: np.ndarray,
+              n_arr: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Append the states of ``rows`` that are black holes, old or new, with their ``amounts``."""
+    for i in range(len(rows)):
+        if flags[rows[i]] & (SINK | _NEW_SINK):
+            if n_arr == len(arr_s):
+                arr_s, arr_a = _grown(arr_s), _grown(arr_a)
+            arr_s[n_arr] = rows[i]
+            arr_a[n_arr] = amounts[i]
+            n_arr += 1
+    return arr_s, arr_a, n_arr
+
+
+@compiled(nogil=True)
+def _collect(delta: np.ndarray, etouch: np.ndarray, n_e: int) -> tuple[np.ndarray, np.ndarray]:
+    """The touched edges and their sums (``delta`` back to zero)."""
     edges = etouch[:n_e].copy()
     change = np.empty(n_e)
     for i in range(n_e):
         e = edges[i]
         change[i] = 0.0 if delta[e] == _ZERO else delta[e]
         delta[e] = 0.0
-    return edges, change, sinks[:n_sinks].copy(), arr_s[:n_arr].copy(), arr_a[:n_arr].copy(), loop_states
+    return edges, change
 
 
+# -- BGP withdrawal -----------------------------------------------------------------------------------
 @compiled(nogil=True)
-def withdraw(frac: np.ndarray, t_src: np.ndarray, in_indptr: np.ndarray, in_trans: np.ndarray,
-             failed: np.ndarray, dead_t: np.ndarray, rem: np.ndarray, flag: np.ndarray, mark: np.ndarray,
-             cur: np.ndarray, nxt: np.ndarray) -> np.ndarray:
+def withdraw(fa: FlowArrays, sc: Scratch, dead_t: np.ndarray) -> np.ndarray:
     """The transitions that die when ``dead_t`` die and every state left with no next hop
     withdraws its route (its in-transitions die too), to a fixpoint, after ``dead_t``.
 
-    ``rem`` (ones), ``flag`` and ``mark`` (false) are scratch; a state in ``failed`` does
+    Scratch: ``rem``, ``tflag``, ``mark``, ``cur``, ``nxt``; a state marked ``failed`` does
     not withdraw at the first hop (it is down, not withdrawing).
     """
-    n_dead = len(dead_t)
-    out = np.empty(max(16, 2 * n_dead), dtype=np.int64)
-    out[:n_dead] = dead_t
-    n_out = n_dead
-    touched = np.empty(max(16, n_dead), dtype=np.int64)
-    n_touched = 0
+    t_src, frac, in_indptr, in_trans = fa.t_src, fa.frac, fa.in_indptr, fa.in_trans
+    tflag, rem, mark, cur, nxt = sc.tflag, sc.rem, sc.mark, sc.cur, sc.nxt
+    n_out = len(dead_t)
+    out = np.empty(max(16, 2 * n_out), dtype=np.int64)
+    out[:n_out] = dead_t
     n_cur = 0
-    for i in range(n_dead):
-        t = dead_t[i]
-        flag[t] = True
-        s = t_src[t]
-        rem[s] -= frac[t]
-        if not mark[s]:
-            mark[s] = True
-            cur[n_cur] = s
+    for i in range(n_out):
+        tflag[out[i]] = True
+        if _lose(out[i], t_src, frac, rem, mark):
+            cur[n_cur] = t_src[out[i]]
             n_cur += 1
-    # states that lost every next hop
-    n_w = 0
-    for i in range(n_cur):
-        s = cur[i]
-        mark[s] = False
-        if n_touched == len(touched):
-            touched = np.concatenate((touched, np.empty(n_touched, dtype=np.int64)))
-        touched[n_touched] = s
-        n_touched += 1
-        if rem[s] <= DEAD_ROW and not failed[s]:
-            cur[n_w] = s
-            n_w += 1
+    n_w = _dead_ends(cur, n_cur, rem, mark, sc.failed, True, cur)  # states that lost every next hop
     while n_w:
         n_next = 0
         for i in range(n_w):
             w = cur[i]
             for k in range(in_indptr[w], in_indptr[w + 1]):
                 tr = in_trans[k]
-                if flag[tr]:
-                    continue
-                flag[tr] = True
-                if n_out == len(out):
-                    out = np.concatenate((out, np.empty(n_out, dtype=np.int64)))
-                out[n_out] = tr
-                n_out += 1
-                s = t_src[tr]
-                rem[s] -= frac[tr]
-                if not mark[s]:
-                    mark[s] = True
-                    nxt[n_next] = s
-                    n_next += 1
-        n_w = 0
-        for i in range(n_next):
-            s = nxt[i]
-            mark[s] = False
-            if n_touched == len(touched):
-                touched = np.concatenate((touched, np.empty(n_touched, dtype=np.int64)))
-            touched[n_touched] = s
-            n_touched += 1
-            if rem[s] <= DEAD_ROW:
-                cur[n_w] = s
-                n_w += 1
-    for i in range(n_out):
-        flag[out[i]] = False
-    for i in range(n_touched):
-        rem[touched[i]] = 1.0
+                if not tflag[tr]:
+                    tflag[tr] = True
+                    if n_out == len(out):
+                        out = _grown(out)
+                    out[n_out] = tr
+                    n_out += 1
+                    if _lose(tr, t_src, frac, rem, mark):
+                        nxt[n_next] = t_src[tr]
+                        n_next += 1
+        n_w = _dead_ends(nxt, n_next, rem, mark, sc.failed, False, cur)
+    _put(tflag, out[:n_out], False)
+    _put(rem, t_src[out[:n_out]], 1.0)  # every state that lost a share is the source of one of them
     return out[:n_out].copy()
 
 
+@compiled(nogil=True)
+def _lose(t: int, t_src: np.ndarray, frac: np.ndarray, rem: np.ndarray, mark: np.ndarray) -> bool:
+    """Transition ``t`` dies: its source keeps less (``rem``); whether the source is newly marked."""
+    s = t_src[t]
+    rem[s] -= frac[t]
+    return _first(mark, s)
+
+
+@compiled(nogil=True)
+def _dead_ends(listed: np.ndarray, n: int, rem: np.ndarray, mark: np.ndarray, failed: np.ndarray, first: bool,
+               out: np.ndarray) -> int:
+    """Of the ``n`` states ``listed`` (their marks cleared), those left with no next hop, written
+    to ``out`` (in place when ``listed`` is ``out``); at the ``first`` hop a failed state does not
+    withdraw. Their count."""
+    n_w = 0
+    for i in range(n):
+        s = listed[i]
+        mark[s] = False
+        if rem[s] <= DEAD_ROW and not (first and failed[s]):
+            out[n_w] = s
+            n_w += 1
+    return n_w
+
+
+# -- one scenario: both stages ------------------------------------------------------------------------
+@compiled(nogil=True)
+def stages(fab: tuple, scratch: tuple, withdrawal: bool, dead_t: np.ndarray,  # type: ignore[type-arg]
+           gone: np.ndarray, fedges: np.ndarray, eps: float) -> tuple:  # type: ignore[type-arg]
+    """Both stages of one scenario: the transitions ``dead_t`` die (the failed edges'
+    ``fedges``, minus those of the ``gone`` classes, whose origins all failed).
+
+    ``fab`` and ``scratch``: a :class:`FlowArrays` and a :class:`Scratch` as plain tuples
+    (numba types a plain tuple argument in C and a named one in Python, some microseconds
+    a call); ``failed`` marks the failed devices' states. With ``withdrawal``, the reconverged
+    stage also kills every transition into a state that withdrew its route (see
+    :func:`withdraw`); only the classes that withdrew something differ between the stages,
+    so every other class is pushed once for both. Returns whether the stages are the same,
+    then per stage (immediate, reconverged): the changed edges and their loads, the black
+    holes (states, gbps above ``eps``; not at failed states, not of gone classes) and the
+    states of any loop.
+    """
+    fa, sc = FlowArrays(*fab), Scratch(*scratch)
+    dead_r = dead_t
+    if withdrawal and len(dead_t):
+        dead_r = withdraw(fa, sc, dead_t)
+    nd = len(dead_t)
+    if len(dead_r) == nd:
+        p = push(fa, sc, dead_t, gone)
+        none_i = np.empty(0, dtype=np.int64)
+        none_f = np.empty(0)
+        imm = _stage(fa, sc, p, Pushed(none_i, none_f, none_i, none_i, none_f, none_i), gone, fedges, eps)
+        return True, imm, imm
+    moved = fa.t_class[dead_r[nd:]]  # the classes that withdrew something
+    _put(sc.cmark, moved, True)
+    sh_t, mv_t = _split(dead_t, fa.t_class[dead_t], sc.cmark)
+    rec_t = _split(dead_r, fa.t_class[dead_r], sc.cmark)[1]
+    gone_sh, gone_mv = _split(gone, gone, sc.cmark)
+    _put(sc.cmark, moved, False)
+    s = push(fa, sc, sh_t, gone_sh)
+    m = push(fa, sc, mv_t, gone_mv)
+    r = push(fa, sc, rec_t, gone_mv)
+    return False, _stage(fa, sc, s, m, gone, fedges, eps), _stage(fa, sc, s, r, gone, fedges, eps)
+
+
+@compiled(nogil=True)
+def _split(items: np.ndarray, keys: np.ndarray, marked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``items`` whose ``marked[keys[i]]`` is false, then those where it is true, in order."""
+    n_m = 0
+    for i in range(len(items)):
+        if marked[keys[i]]:
+            n_m += 1
+    no = np.empty(len(items) - n_m, dtype=np.int64)
+    yes = np.empty(n_m, dtype=np.int64)
+    a = b = 0
+    for i in range(len(items)):
+        if marked[keys[i]]:
+            yes[b] = items[i]
+            b += 1
+        else:
+            no[a] = items[i]
+            a += 1
+    return no, yes
+
+
+@compiled(nogil=True)
+def _stage(fa: FlowArrays, sc: Scratch, p1: Pushed, p2: Pushed, gone: np.ndarray, fedges: np.ndarray, eps: float
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One stage from two class-disjoint pushes: (changed edges, their loads, black-hole
+    states, their gbps, loop states). Black holes: the baseline's and the pushes' new ones
+    whose arrival is above ``eps``, not at a failed state, not of a ``gone`` class."""
+    x, state_class, acc, failed, cmark = fa.x, fa.state_class, sc.acc, sc.failed, sc.cmark
+    changed, values = merge(fa.base, p1.edges, p1.change, p2.edges, p2.change, fedges, sc.loads, sc.emark)
+    _scatter_add(acc, p1.arr_s, p1.arr_a)
+    _scatter_add(acc, p2.arr_s, p2.arr_a)
+    _put(cmark, gone, True)
+    sinks = np.concatenate((fa.base_sinks, p1.sinks, p2.sinks))
+    drop_s = np.empty(len(sinks), dtype=np.int64)
+    drop_a = np.empty(len(sinks))
+    n = 0
+    for i in range(len(sinks)):
+        s = sinks[i]
+        a = x[s] + acc[s]
+        if a > eps and not failed[s] and not cmark[state_class[s]]:
+            drop_s[n] = s
+            drop_a[n] = a
+            n += 1
+    _put(cmark, gone, False)
+    _put(acc, p1.arr_s, 0.0)
+    _put(acc, p2.arr_s, 0.0)
+    return changed, values, drop_s[:n].copy(), drop_a[:n].copy(), np.concatenate((p1.loops, p2.loops))
+
+
+@compiled(nogil=True)
+def _scatter_add(arr: np.ndarray, at: np.ndarray, values: np.ndarray) -> None:
+    """``arr[at[i]] += values[i]`` in order (``at`` may repeat)."""
+    for i in range(len(at)):
+        arr[at[i]] += values[i]
+
+
+@compiled(nogil=True)
+def merge(base: np.ndarray, edges1: np.ndarray, change1: np.ndarray, edges2: np.ndarray, change2: np.ndarray,
+          zeroed: np.ndarray, view: np.ndarray, mark: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The loads of ``base`` changed by two class-disjoint pushes (each with distinct edges)
+    and with the edges ``zeroed`` at zero, as (distinct changed edges, their loads).
+    ``view`` (equal to ``base``) and ``mark`` (false) are scratch, left as they came."""
+    out = np.empty(len(edges1) + len(edges2) + len(zeroed), dtype=np.int64)
+    n = _add_listed(view, mark, out, 0, edges1, change1)
+    n = _add_listed(view, mark, out, n, edges2, change2)
+    for i in range(len(zeroed)):
+        e = zeroed[i]
+        view[e] = 0.0
+        if _first(mark, e):
+            out[n] = e
+            n += 1
+    values = np.empty(n)
+    for i in range(n):
+        e = out[i]
+        values[i] = view[e]
+        view[e] = base[e]
+        mark[e] = False
+    return out[:n].copy(), values
+
+
+@compiled(nogil=True)
+def _add_listed(view: np.ndarray, mark: np.ndarray, out: np.ndarray, n: int, edges: np.ndarray,
+                change: np.ndarray) -> int:
+    """``view[edges] += change``, each edge listed once in ``out`` from ``n``; the new count."""
+    for i in range(len(edges)):
+        e = edges[i]
+        view[e] += change[i]
+        if _first(mark, e):
+            out[n] = e
+            n += 1
+    return n
+
+
+# -- small kernels of the replay ------------------------------------------------------------------
 @compiled(nogil=True)
 def hottest(base: np.ndarray, cap: np.ndarray, changed: np.ndarray, values: np.ndarray, base_order: np.ndarray,
             k: int, mark: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -357,175 +598,6 @@ def _offer(best_e: np.ndarray, best_u: np.ndarray, best_l: np.ndarray, e: int, u
     best_e[j] = e
     best_u[j] = u
     best_l[j] = load
-
-
-@compiled(nogil=True)
-def merge(base: np.ndarray, edges1: np.ndarray, change1: np.ndarray, edges2: np.ndarray, change2: np.ndarray,
-          zeroed: np.ndarray, view: np.ndarray, mark: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The loads of ``base`` changed by two class-disjoint pushes (each with distinct edges)
-    and with the edges ``zeroed`` at zero, as (distinct changed edges, their loads).
-    ``view`` (equal to ``base``) and ``mark`` (false) are scratch, left as they came."""
-    out = np.empty(len(edges1) + len(edges2) + len(zeroed), dtype=np.int64)
-    n = 0
-    for i in range(len(edges1)):
-        e = edges1[i]
-        view[e] += change1[i]
-        if not mark[e]:
-            mark[e] = True
-            out[n] = e
-            n += 1
-    for i in range(len(edges2)):
-        e = edges2[i]
-        view[e] += change2[i]
-        if not mark[e]:
-            mark[e] = True
-            out[n] = e
-            n += 1
-    for i in range(len(zeroed)):
-        e = zeroed[i]
-        view[e] = 0.0
-        if not mark[e]:
-            mark[e] = True
-            out[n] = e
-            n += 1
-    values = np.empty(n)
-    for i in range(n):
-        e = out[i]
-        values[i] = view[e]
-        view[e] = base[e]
-        mark[e] = False
-    return out[:n].copy(), values
-
-
-@compiled(nogil=True)
-def stages(fab: tuple, scratch: tuple, shift: int, levels: int, withdrawal: bool, dead_t: np.ndarray,  # type: ignore[type-arg]
-           gone: np.ndarray, fedges: np.ndarray, eps: float) -> tuple:  # type: ignore[type-arg]
-    """Both stages of one scenario: the transitions ``dead_t`` die (the failed edges'
-    ``fedges``, minus those of the ``gone`` classes, whose origins all failed).
-
-    ``fab``: ``(x, frac, hop, t_indptr, t_src, class_indptr, class_states, t_class,
-    state_class, in_indptr, in_trans, base_load, base_sinks, one)``; ``scratch``: ``(acc, flags,
-    scale, tflag, cur, nxt, delta, etouch, rem, mark, failed, view, emark, cmark)``, with
-    ``failed`` marking the failed devices' states. With ``withdrawal``, the reconverged
-    stage also kills every transition into a state that withdrew its route (see
-    :func:`withdraw`); only the classes that withdrew something differ between the stages,
-    so every other class is pushed once for both. Returns whether the stages are the same,
-    then per stage (immediate, reconverged): the changed edges and their loads, the black
-    holes (states, gbps above ``eps``; not at failed states, not of gone classes) and the
-    states of any loop.
-    """
-    (x, frac, hop, t_indptr, t_src, class_indptr, class_states, t_class, state_class, in_indptr, in_trans,
-     base, base_sinks, one) = fab
-    (acc, flags, scale, tflag, cur, nxt, delta, etouch, rem, mark, failed, view, emark, cmark) = scratch
-    dead_r = dead_t
-    if withdrawal and len(dead_t):
-        dead_r = withdraw(frac, t_src, in_indptr, in_trans, failed, dead_t, rem, tflag, mark, cur, nxt)
-    nd = len(dead_t)
-    empty_i = np.empty(0, dtype=np.int64)
-    empty_f = np.empty(0)
-    if len(dead_r) == nd:
-        p = push(x, frac, hop, one, shift, t_indptr, t_src, class_indptr, class_states, dead_t, gone, levels,
-                 acc, flags, scale, tflag, cur, nxt, delta, etouch)
-        imm = _stage(p[0], p[1], p[2], p[3], p[4], p[5], empty_i, empty_f, empty_i, empty_i, empty_f, empty_i,
-                     x, state_class, gone, fedges, base, base_sinks, eps, acc, failed, view, emark, cmark)
-        return True, imm, imm
-    for i in range(nd, len(dead_r)):  # the classes that withdrew something
-        cmark[t_class[dead_r[i]]] = True
-    n_sh = 0
-    for i in range(nd):
-        n_sh += not cmark[t_class[dead_t[i]]]
-    sh_t = np.empty(n_sh, dtype=np.int64)
-    mv_t = np.empty(nd - n_sh, dtype=np.int64)
-    a = b = 0
-    for i in range(nd):
-        t = dead_t[i]
-        if cmark[t_class[t]]:
-            mv_t[b] = t
-            b += 1
-        else:
-            sh_t[a] = t
-            a += 1
-    n_rec = 0
-    for i in range(len(dead_r)):
-        n_rec += cmark[t_class[dead_r[i]]]
-    rec_t = np.empty(n_rec, dtype=np.int64)
-    a = 0
-    for i in range(len(dead_r)):
-        if cmark[t_class[dead_r[i]]]:
-            rec_t[a] = dead_r[i]
-            a += 1
-    n_gm = 0
-    for i in range(len(gone)):
-        n_gm += cmark[gone[i]]
-    gone_sh = np.empty(len(gone) - n_gm, dtype=np.int64)
-    gone_mv = np.empty(n_gm, dtype=np.int64)
-    a = b = 0
-    for i in range(len(gone)):
-        if cmark[gone[i]]:
-            gone_mv[b] = gone[i]
-            b += 1
-        else:
-            gone_sh[a] = gone[i]
-            a += 1
-    for i in range(nd, len(dead_r)):
-        cmark[t_class[dead_r[i]]] = False
-    s = push(x, frac, hop, one, shift, t_indptr, t_src, class_indptr, class_states, sh_t, gone_sh, levels,
-             acc, flags, scale, tflag, cur, nxt, delta, etouch)
-    m = push(x, frac, hop, one, shift, t_indptr, t_src, class_indptr, class_states, mv_t, gone_mv, levels,
-             acc, flags, scale, tflag, cur, nxt, delta, etouch)
-    r = push(x, frac, hop, one, shift, t_indptr, t_src, class_indptr, class_states, rec_t, gone_mv, levels,
-             acc, flags, scale, tflag, cur, nxt, delta, etouch)
-    imm = _stage(s[0], s[1], s[2], s[3], s[4], s[5], m[0], m[1], m[2], m[3], m[4], m[5],
-                 x, state_class, gone, fedges, base, base_sinks, eps, acc, failed, view, emark, cmark)
-    rec = _stage(s[0], s[1], s[2], s[3], s[4], s[5], r[0], r[1], r[2], r[3], r[4], r[5],
-                 x, state_class, gone, fedges, base, base_sinks, eps, acc, failed, view, emark, cmark)
-    return False, imm, rec
-
-
-@compiled(nogil=True)
-def _stage(e1: np.ndarray, c1: np.ndarray, sk1: np.ndarray, as1: np.ndarray, aa1: np.ndarray, lp1: np.ndarray,
-           e2: np.ndarray, c2: np.ndarray, sk2: np.ndarray, as2: np.ndarray, aa2: np.ndarray, lp2: np.ndarray,
-           x: np.ndarray, state_class: np.ndarray, gone: np.ndarray, fedges: np.ndarray, base: np.ndarray,
-           base_sinks: np.ndarray, eps: float, acc: np.ndarray, failed: np.ndarray, view: np.ndarray,
-           emark: np.ndarray, cmark: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One stage from two class-disjoint pushes: (changed edges, their loads, black-hole
-    states, their gbps, loop states)."""
-    changed, values = merge(base, e1, c1, e2, c2, fedges, view, emark)
-    for i in range(len(as1)):
-        acc[as1[i]] += aa1[i]
-    for i in range(len(as2)):
-        acc[as2[i]] += aa2[i]
-    for i in range(len(gone)):
-        cmark[gone[i]] = True
-    n_all = len(base_sinks) + len(sk1) + len(sk2)
-    drop_s = np.empty(n_all, dtype=np.int64)
-    drop_a = np.empty(n_all)
-    n = _drops(base_sinks, x, acc, failed, cmark, state_class, eps, drop_s, drop_a, 0)
-    n = _drops(sk1, x, acc, failed, cmark, state_class, eps, drop_s, drop_a, n)
-    n = _drops(sk2, x, acc, failed, cmark, state_class, eps, drop_s, drop_a, n)
-    for i in range(len(gone)):
-        cmark[gone[i]] = False
-    for i in range(len(as1)):
-        acc[as1[i]] = 0.0
-    for i in range(len(as2)):
-        acc[as2[i]] = 0.0
-    loops = np.concatenate((lp1, lp2))
-    return changed, values, drop_s[:n].copy(), drop_a[:n].copy(), loops
-
-
-@compiled(nogil=True)
-def _drops(sinks: np.ndarray, x: np.ndarray, acc: np.ndarray, failed: np.ndarray, cmark: np.ndarray,
-           state_class: np.ndarray, eps: float, drop_s: np.ndarray, drop_a: np.ndarray, n: int) -> int:
-    """Append the black holes among ``sinks`` (arrival above ``eps``, not failed, class not
-    marked gone) at ``n``; the new count."""
-    for i in range(len(sinks)):
-        s = sinks[i]
-        a = x[s] + acc[s]
-        if a > eps and not failed[s] and not cmark[state_class[s]]:
-            drop_s[n] = s
-            drop_a[n] = a
-            n += 1
-    return n
 
 
 @compiled(nogil=True)

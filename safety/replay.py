@@ -71,7 +71,7 @@ import numpy as np
 from controller.model import Intent, Role, Routing, WcmpRealization
 from controller.model.plan import Plan
 from safety import kernels
-from safety.forwarding import Flow, Table, Topology, build_topology, plan_table, propagate, ranges
+from safety.forwarding import Flow, Table, Topology, build_topology, plan_table, propagate, ranges, table_from_routes
 from safety.report import (
     DroppedDemand,
     Failure,
@@ -82,6 +82,7 @@ from safety.report import (
     StageResult,
 )
 from safety.scenarios import Scenario, scenario_scope, scenarios
+from solver.core.routing import next_hops  # the routing semantics of the solver, by design
 
 __all__ = ["Peaks", "Replayer", "assemble", "failures", "limits", "peaks", "replay", "reconvergence_model"]
 
@@ -167,8 +168,11 @@ class Replayer:
         self._base_util = f.load / cap
         self._base_order = np.argsort(-self._base_util, kind="stable")
         self._base = _Outcome(f.drops(), f.loops, load=f.load)
-        self._fab = (f.x, f.t_frac, self._hop, f.t_indptr, f.t_src, self._class_indptr, self._class_states,
-                     self._tcls, self._cls, f.in_indptr, f.in_trans, f.load, self._sinks, self._one_way(f))
+        self._fab = kernels.FlowArrays(
+            x=f.x, frac=f.t_frac, hop=self._hop, t_indptr=f.t_indptr, t_src=f.t_src, class_indptr=self._class_indptr,
+            class_states=self._class_states, t_class=self._tcls, state_class=self._cls, in_indptr=f.in_indptr,
+            in_trans=f.in_trans, base=f.load, base_sinks=self._sinks, shift=self._shift, levels=f.n,
+            one=self._one_way(f))
         # stage results of declared domains, by failed parts: a single device or link
         # that fails exactly what a domain does (a spine and its device domain) replays once
         self._known: dict[tuple[frozenset[str], frozenset[str]], tuple[StageResult, StageResult]] = {}
@@ -204,9 +208,10 @@ class Replayer:
         self._view = f.load.copy()  # the baseline's loads, where kernels.merge sums a stage's (and restores)
         self._etouch = np.empty(self.topo.n_edges, dtype=np.int64)
         self._emark = np.zeros(self.topo.n_edges, dtype=bool)
-        self._work = (self._acc, self._flags, self._scale, self._tflag, self._cur, self._nxt, self._delta,
-                      self._etouch, self._rem, self._mark, self._failed, self._view, self._emark,
-                      np.zeros(len(self.table.prefixes), dtype=bool))
+        self._work = kernels.Scratch(
+            acc=self._acc, flags=self._flags, scale=self._scale, tflag=self._tflag, cur=self._cur, nxt=self._nxt,
+            delta=self._delta, etouch=self._etouch, rem=self._rem, mark=self._mark, failed=self._failed,
+            loads=self._view, emark=self._emark, cmark=np.zeros(len(self.table.prefixes), dtype=bool))
 
     _SCRATCH = ("_tflag", "_rem", "_failed", "_acc", "_mark", "_flags", "_scale", "_cur", "_nxt", "_delta",
                 "_etouch", "_emark", "_view", "_work")
@@ -263,7 +268,7 @@ class Replayer:
         self._failed[fst] = True
         try:
             same, imm_raw, rec_raw = kernels.stages(
-                self._fab, self._work, self._shift, f.n, withdrawal, np.ascontiguousarray(dead_t, dtype=np.int64),
+                tuple(self._fab), tuple(self._work), withdrawal, np.ascontiguousarray(dead_t, dtype=np.int64),
                 np.asarray(gone, dtype=np.int64), np.ascontiguousarray(fedges, dtype=np.int64), EPS_GBPS)
         finally:
             self._failed[fst] = False
@@ -283,9 +288,6 @@ class Replayer:
                         values=values)
 
     def _rerouted(self, sc: Scenario, *, static: bool = False) -> _Outcome:
-        from safety.forwarding import table_from_routes
-        from solver.core.routing import next_hops  # the routing semantics of the solver, by design
-
         routes = next_hops(self.intent, failed_devices=sc.devices, failed_links=sc.links)
         if static:
             routes = self._static_routes(sc, routes)

@@ -17,6 +17,8 @@ from typing import Any
 
 from controller.model import Intent
 from controller.model.plan import NextHop, Plan
+from safety.forwarding import build_topology, plan_table, propagate
+from safety.replay import replay
 from safety.report import SafetyReport
 
 __all__ = ["DeviceDiff", "LinkChange", "Review", "diff_plans", "link_changes", "review"]
@@ -150,9 +152,6 @@ def review(old_intent: Intent, old_plan: Plan, new_intent: Intent, new_plan: Pla
     ``report`` is the proposed plan's safety report (replayed here when not given,
     with ``replay_args`` passed to :func:`safety.replay.replay`).
     """
-    from safety.forwarding import build_topology, plan_table, propagate
-    from safety.replay import replay
-
     if report is None:
         report = replay(new_intent, new_plan, **replay_args)
     loads = []

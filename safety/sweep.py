@@ -243,7 +243,7 @@ class RayExecutor:
         if self.address is None:
             loopback_ray()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        import ray
+        import ray  # lazy: Ray is optional and takes seconds to import; only this executor needs it
 
         if not ray.is_initialized():
             if self.address:
@@ -262,7 +262,7 @@ class RayExecutor:
 
     def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
             progress: Progress | None = None) -> list[Done]:
-        from ray.util import ActorPool
+        from ray.util import ActorPool  # lazy: Ray is optional; only this executor needs it
 
         pool = ActorPool(self._pool(rp, single))
         total, done, out = sum(len(w) for w in works), 0, []
@@ -274,7 +274,7 @@ class RayExecutor:
         return out
 
     def _kill(self) -> None:
-        import ray
+        import ray  # lazy: Ray is optional; only this executor needs it
 
         for a in self._actors:
             ray.kill(a)
@@ -284,7 +284,7 @@ class RayExecutor:
         """Stop the workers, and the Ray session when this executor opened it."""
         if "ray" not in sys.modules:
             return
-        import ray
+        import ray  # lazy: Ray is optional (and already imported here: see the check above)
 
         if ray.is_initialized():
             self._kill()

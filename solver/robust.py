@@ -53,6 +53,7 @@ import scipy.sparse as sp
 
 from controller.model import Intent
 from controller.model.errors import Infeasible
+from controller.model.intent import validate_intent
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan
 from solver.clos.robust import clos_robust
 from solver.core.canonical import as_written, canonical_order
@@ -131,8 +132,6 @@ def _loads(intent: Intent, plan: Plan) -> np.ndarray:
 
 def failed_topology_intent(intent: Intent, devices: frozenset[str], links: frozenset[str]) -> Intent:
     """``intent`` with the failed parts removed (and what only they originated or sent)."""
-    from controller.model.intent import validate_intent
-
     doc = intent.to_document()
     dead_links = set(links)
     for link in intent.links:

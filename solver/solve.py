@@ -27,7 +27,7 @@ from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSumma
 from solver.clos.plan import clos_plan
 from solver.core.canonical import as_written, canonical_order
 from solver.core.fabric import Fabric, build_fabric
-from solver.core.lp import DEFAULT_BACKEND
+from solver.core.lp import BACKENDS, DEFAULT_BACKEND
 from solver.core.options import ClosOptions
 from solver.core.routing import route_classes
 from solver.core.weights import device_budget, reduce_weights
@@ -204,8 +204,6 @@ def _collector_paused() -> Iterator[None]:
 def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: str, options: ClosOptions) -> Plan:
     t0 = time.perf_counter()
     say: Progress = progress or (lambda stage, frac: None)
-    from solver.core.lp import BACKENDS
-
     if backend not in BACKENDS:
         raise ValueError(f"unknown LP backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     say("routes", 0.0)

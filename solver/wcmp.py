@@ -24,6 +24,7 @@ Propagation (the solver's own, for loads after rounding and for ECMP) solves
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any
 
@@ -330,8 +331,6 @@ def make_loop_free(com: Commodities, sol: WcmpSolution) -> tuple[np.ndarray, dic
     hops. Returns the split ratios (NaN where no flow) and, for devices without
     flow, fallback next hops: the placed neighbors nearest the destination.
     """
-    import heapq
-
     fab = com.fab
     flow = sol.flow.copy()
     tol = 1e-9 * max(float(com.node_demand.max(initial=0.0)), 1e-12)

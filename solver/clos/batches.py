@@ -39,7 +39,7 @@ def water_fill(a: np.ndarray, slope: np.ndarray, w0: np.ndarray, can: np.ndarray
     member's arcs ``r`` ([rows, n, R]) at its weight ``w`` after it; ties go to the lower member;
     members where ``can`` is false take none (unless no member can: then the first takes them).
     Compiled (:func:`solver.core.kernels.water_fill_units`): a row costs ``left * (n + R)``."""
-    from solver.core.kernels import water_fill_units
+    from solver.core.kernels import water_fill_units  # lazy: numba loads at the first solve, not with the package
 
     return water_fill_units(np.ascontiguousarray(a, dtype=np.float64), np.ascontiguousarray(slope, dtype=np.float64),
                             np.ascontiguousarray(w0, dtype=np.int64), np.ascontiguousarray(can, dtype=np.bool_),

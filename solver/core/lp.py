@@ -84,8 +84,8 @@ class LpResult:
 
 def _ortools(backend: str, c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np.ndarray,
              col_lb: np.ndarray, col_ub: np.ndarray, tolerance: float = PDLP_TOLERANCE) -> LpResult:
-    from ortools.linear_solver.python import model_builder as mb
-    from ortools.linear_solver.python import model_builder_helper as mbh
+    from ortools.linear_solver.python import model_builder as mb  # lazy: OR-Tools loads at its first LP
+    from ortools.linear_solver.python import model_builder_helper as mbh  # lazy: OR-Tools loads at its first LP
 
     model = mb.Model()
     model.helper.fill_model_from_sparse_data(col_lb, col_ub, c, row_lb, row_ub, a)  # type: ignore[arg-type]
@@ -129,9 +129,9 @@ def solve_pdlp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.nda
     >>> round(r.objective, 4), r.y is not None
     (1.0, True)
     """
-    from google.protobuf import text_format
-    from ortools.pdlp import solve_log_pb2, solvers_pb2
-    from ortools.pdlp.python import pdlp
+    from google.protobuf import text_format  # lazy: only PDLP's parameters need it
+    from ortools.pdlp import solve_log_pb2, solvers_pb2  # lazy: OR-Tools loads at its first LP
+    from ortools.pdlp.python import pdlp  # lazy: OR-Tools loads at its first LP
 
     csc = sp.csc_matrix(a, dtype=np.float64)
     qp = pdlp.QuadraticProgram()
@@ -168,7 +168,7 @@ def _new_highs() -> Any:
     """A ``highspy.Highs``. HiGHS prints a copyright banner on stdout when the first one is
     built, before any option can silence it; stdout may be a plan document (``loom plan``
     writes JSON there), so the first construction runs with file descriptor 1 on /dev/null."""
-    import highspy
+    import highspy  # lazy: only the highs backend loads HiGHS
 
     global _highs_banner_shown
     with _HIGHS_BANNER_LOCK:
@@ -193,7 +193,7 @@ def _new_highs() -> Any:
 def _highs_model(c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np.ndarray,
                  col_lb: np.ndarray, col_ub: np.ndarray) -> Any:
     """A HiGHS instance holding the LP, set for its serial dual simplex, quiet."""
-    import highspy
+    import highspy  # lazy: only the highs backend loads HiGHS
 
     inf = highspy.kHighsInf
     lp = highspy.HighsLp()
@@ -218,7 +218,7 @@ def _highs_model(c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np
 
 
 def _highs_run(h: Any, stage: str) -> LpResult:
-    import highspy
+    import highspy  # lazy: only the highs backend loads HiGHS
 
     t0 = time.perf_counter()
     h.run()
@@ -234,7 +234,7 @@ def _highs_run(h: Any, stage: str) -> LpResult:
 
 def _scipy(c: np.ndarray, a: sp.csr_matrix, row_lb: np.ndarray, row_ub: np.ndarray,
            col_lb: np.ndarray, col_ub: np.ndarray) -> LpResult:
-    from scipy.optimize import linprog
+    from scipy.optimize import linprog  # lazy: scipy.optimize (1 s) serves only scipy-highs
 
     eq = row_lb == row_ub
     ub_rows = ~eq & np.isfinite(row_ub)
@@ -406,8 +406,8 @@ def solve_milp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.nda
     however busy: ``nodes`` bounds the search and ``lp_iterations`` (simplex iterations per LP
     solve, the root's included) is the safety net against a pathological model. A wall-clock
     limit here would make a loaded machine (CI) return a different plan for the same intent."""
-    from ortools.linear_solver.python import model_builder as mb
-    from ortools.linear_solver.python import model_builder_helper as mbh
+    from ortools.linear_solver.python import model_builder as mb  # lazy: OR-Tools loads at its first LP
+    from ortools.linear_solver.python import model_builder_helper as mbh  # lazy: OR-Tools loads at its first LP
 
     if nodes <= 0 or lp_iterations <= 0:
         return None

@@ -93,7 +93,7 @@ def _bgp_class(fab: Fabric, origins: tuple[int, ...], active: np.ndarray | None 
 def bgp_hops(fab: Fabric, origins: tuple[int, ...], active: np.ndarray | None = None, pv: PathVector | None = None
              ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_bgp_class` as arrays: ``(device, arc)`` per next hop, sorted by device, then arc."""
-    from solver.core.kernels import bgp_rounds
+    from solver.core.kernels import bgp_rounds  # lazy: numba loads at the first solve, not with the package
 
     if pv is None:
         pv = PathVector(fab)
