@@ -101,7 +101,7 @@ def _serve(base: Path, url: str) -> Any:
 
 
 def _bare(base: Path, bodies: dict[str, tuple[bytes, str]]) -> tuple[subprocess.Popen[bytes], int]:
-    from tests.serving import free_port, wait_ready
+    from tests.serving import free_port, stop_processes, wait_ready
 
     index = {}
     for i, (path, (body, ctype)) in enumerate(bodies.items()):
@@ -115,7 +115,11 @@ def _bare(base: Path, bodies: dict[str, tuple[bytes, str]]) -> tuple[subprocess.
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "tests.bench.bare_app", str(base), str(port)], stdout=out,
                                 stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
-    wait_ready(f"http://127.0.0.1:{port}", proc, log)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", proc, log)
+    except BaseException:  # never leave the app running when it did not come up as expected
+        stop_processes([proc])
+        raise
     return proc, port
 
 
