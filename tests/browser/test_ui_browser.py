@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from controller import service
+from controller.model.documents import AutoTeTrigger
 from controller.model.intent import load_intent
 from tests.serving import LOOM, LoomServer, settled_change, stop_processes
 
@@ -464,9 +465,10 @@ def test_auto_te_changes_show_their_trigger_and_operators_can_pause_it(ui: Page,
     done = loom.wait_change(cid)
     assert done["state"] == "committed"
     # a change as the loop writes one (author auto-te, its trigger), straight into the server's store
-    trigger = {"window_s": 10.0, "stat": "p95", "headroom": 1.1, "method": "aft", "demands": 6,
-               "measured_gbps": 42.0, "active_revision": done["proposed_revision"], "active_predicted": 0.9,
-               "candidate_predicted": 0.6, "gain": 0.3, "min_gain": 0.05, "observed": 0.81}
+    trigger = AutoTeTrigger.model_validate({
+        "window_s": 10.0, "stat": "p95", "headroom": 1.1, "method": "aft", "demands": 6, "measured_gbps": 42.0,
+        "active_revision": done["proposed_revision"], "active_predicted": 0.9, "candidate_predicted": 0.6,
+        "gain": 0.3, "min_gain": 0.05, "observed": 0.81})
     db = Database(f"sqlite:///{loom.base / 'loom.db'}")
     try:
         with db.session() as s:
