@@ -3,7 +3,8 @@
 Each call answers a model of the ground layer where one exists
 (:mod:`controller.model.documents`: the change, review, plan, state, telemetry,
 auto-TE documents; :class:`~controller.model.Intent`), else a small frozen
-dataclass (:mod:`controller.client.answers`). ``client.raw`` makes the same calls
+dataclass (:mod:`controller.client.answers`). Both read a newer server's answers: a field it
+added is dropped (``read_newer``), so this client keeps working. ``client.raw`` makes the same calls
 and answers the JSON documents unchanged (:mod:`controller.client.raw`). Retries,
 back-off and idempotency keys are in :mod:`controller.client.transport`; errors in
 :mod:`controller.client.errors`.
@@ -51,6 +52,7 @@ from controller.model.documents import (
     ReactionTableDocument,
     ReviewDocument,
     TelemetryLinksDocument,
+    read_newer,
 )
 from controller.model.intent import validate_intent
 
@@ -126,7 +128,7 @@ class Client:
         return Status.of(self.raw.status())
 
     def cluster(self) -> ClusterDocument:
-        return ClusterDocument.model_validate(self.raw.cluster())
+        return read_newer(ClusterDocument, self.raw.cluster())
 
     # -- the intent and its revisions -----------------------------------------------------------
     def intent(self, revision: int | None = None) -> Intent:
@@ -146,7 +148,7 @@ class Client:
         return Revision.of(self.raw.revision(revision))
 
     def plan(self, revision: int | Literal["active"] = "active") -> PlanDocument:
-        return PlanDocument.model_validate(self.raw.plan(revision))
+        return read_newer(PlanDocument, self.raw.plan(revision))
 
     # -- changes ----------------------------------------------------------------------------------
     def create_change(self, base_revision: int, *, intent: IntentLike | None = None,
@@ -154,7 +156,7 @@ class Client:
                       if_match: int | None = None, idempotency_key: str | None = None) -> ChangeDocument:
         """A draft change against ``base_revision``: a whole ``intent`` or a JSON ``patch``. Sent with an
         ``Idempotency-Key`` (a fresh one unless given), so a retry never makes a second change."""
-        return ChangeDocument.model_validate(self.raw.create_change(
+        return read_newer(ChangeDocument, self.raw.create_change(
             base_revision, intent=None if intent is None else _document(intent), patch=patch, message=message,
             if_match=if_match, idempotency_key=idempotency_key))
 
@@ -175,21 +177,22 @@ class Client:
 
     def changes(self, *, state: str | None = None, limit: int = 20, offset: int | None = None) -> Page[ChangeDocument]:
         """Changes, newest first (each review brief)."""
-        return Page.of(self.raw.changes(state=state, limit=limit, offset=offset), ChangeDocument.model_validate)
+        page = self.raw.changes(state=state, limit=limit, offset=offset)
+        return Page.of(page, lambda d: read_newer(ChangeDocument, d))
 
     def change(self, change_id: int) -> ChangeDocument:
-        return ChangeDocument.model_validate(self.raw.change(change_id))
+        return read_newer(ChangeDocument, self.raw.change(change_id))
 
     def review(self, change_id: int) -> ReviewDocument:
         """The dry run: verdict, plan diff, per-link utilization before and after, config diff, safety."""
-        return ReviewDocument.model_validate(self.raw.review(change_id))
+        return read_newer(ReviewDocument, self.raw.review(change_id))
 
     def commit(self, change_id: int, *, force: bool = False, reason: str | None = None, wait: bool = False,
                idempotency_key: str | None = None) -> ChangeDocument:
         """Commit a reviewed change (``force`` an unsafe one, with a ``reason``); with ``wait``, answer the
         change once final (:meth:`wait`). A refused commit is :class:`ApiError` 409 (``failing`` in its
         problem document)."""
-        ch = ChangeDocument.model_validate(self.raw.commit(change_id, force=force, reason=reason,
+        ch = read_newer(ChangeDocument, self.raw.commit(change_id, force=force, reason=reason,
                                                            idempotency_key=idempotency_key))
         return self.wait(ch.id) if wait else ch
 
@@ -207,7 +210,7 @@ class Client:
 
     def rollback(self, revision: int, *, idempotency_key: str | None = None) -> ChangeDocument:
         """A draft change back to ``revision``'s intent (review and commit it)."""
-        return ChangeDocument.model_validate(self.raw.rollback(revision, idempotency_key=idempotency_key))
+        return read_newer(ChangeDocument, self.raw.rollback(revision, idempotency_key=idempotency_key))
 
     def drain(self, target: str, *, message: str = "") -> ChangeDocument:
         """A draft change that drains ``target`` (a device or ``device:port``) in the active revision (else
@@ -252,16 +255,16 @@ class Client:
 
     # -- what the fabric runs ---------------------------------------------------------------------
     def device_state(self, name: str) -> DeviceStateDocument:
-        return DeviceStateDocument.model_validate(self.raw.device_state(name))
+        return read_newer(DeviceStateDocument, self.raw.device_state(name))
 
     def device_states(self) -> DeviceStatesDocument:
-        return DeviceStatesDocument.model_validate(self.raw.device_states())
+        return read_newer(DeviceStatesDocument, self.raw.device_states())
 
     def link_states(self) -> LinkStatesDocument:
-        return LinkStatesDocument.model_validate(self.raw.link_states())
+        return read_newer(LinkStatesDocument, self.raw.link_states())
 
     def reactions(self) -> ReactionTableDocument:
-        return ReactionTableDocument.model_validate(self.raw.reactions())
+        return read_newer(ReactionTableDocument, self.raw.reactions())
 
     def drift(self, *, refresh: bool = True) -> DriftReport:
         return DriftReport.of(self.raw.drift(refresh=refresh))
@@ -271,33 +274,33 @@ class Client:
 
     # -- telemetry ----------------------------------------------------------------------------------
     def telemetry_links(self, *, window_s: float | None = None) -> TelemetryLinksDocument:
-        return TelemetryLinksDocument.model_validate(self.raw.telemetry_links(window_s=window_s))
+        return read_newer(TelemetryLinksDocument, self.raw.telemetry_links(window_s=window_s))
 
     def measured_demand(self, *, window_s: float | None = None, stat: Stat | None = None) -> MeasuredDemandsDocument:
-        return MeasuredDemandsDocument.model_validate(self.raw.measured_demand(window_s=window_s, stat=stat))
+        return read_newer(MeasuredDemandsDocument, self.raw.measured_demand(window_s=window_s, stat=stat))
 
     def fidelity(self, *, window_s: float | None = None, stat: Stat | None = None) -> FidelityDocument:
-        return FidelityDocument.model_validate(self.raw.fidelity(window_s=window_s, stat=stat))
+        return read_newer(FidelityDocument, self.raw.fidelity(window_s=window_s, stat=stat))
 
     def patterns(self, *, window_s: float | None = None) -> PatternsDocument:
-        return PatternsDocument.model_validate(self.raw.patterns(window_s=window_s))
+        return read_newer(PatternsDocument, self.raw.patterns(window_s=window_s))
 
     def capture_demand(self, *, window_s: float = 300.0, stat: Stat = "p95", headroom: float = 1.0,
                        if_match: int | None = None, idempotency_key: str | None = None) -> DemandCaptureDocument:
         """The measured matrix times ``headroom`` becomes the intent's demands, in one revision."""
-        return DemandCaptureDocument.model_validate(self.raw.capture_demand(
+        return read_newer(DemandCaptureDocument, self.raw.capture_demand(
             window_s=window_s, stat=stat, headroom=headroom, if_match=if_match, idempotency_key=idempotency_key))
 
     # -- jobs and automatic re-tuning ---------------------------------------------------------------
     def what_if(self, job: Mapping[str, object]) -> JobWhatIfDocument:
-        return JobWhatIfDocument.model_validate(self.raw.what_if(job))
+        return read_newer(JobWhatIfDocument, self.raw.what_if(job))
 
     def auto_te(self) -> AutoTeStatusDocument:
-        return AutoTeStatusDocument.model_validate(self.raw.auto_te())
+        return read_newer(AutoTeStatusDocument, self.raw.auto_te())
 
     def pause_auto_te(self, reason: str = "") -> AutoTeStatusDocument:
-        return AutoTeStatusDocument.model_validate(self.raw.pause_auto_te(reason))
+        return read_newer(AutoTeStatusDocument, self.raw.pause_auto_te(reason))
 
     def resume_auto_te(self, reason: str = "") -> AutoTeStatusDocument:
-        return AutoTeStatusDocument.model_validate(self.raw.resume_auto_te(reason))
+        return read_newer(AutoTeStatusDocument, self.raw.resume_auto_te(reason))
 

@@ -35,6 +35,7 @@ from controller.model.documents.base import (
     REVIEWABLE_STATES,
     ChangeState,
     JsonObject,
+    read_newer,
 )
 from controller.model.documents.change import (
     REVIEW_ANSWER_ORDER,
@@ -126,4 +127,5 @@ __all__ = [
     "ScheduleStage", "SessionDocument", "SessionResetDocument", "SessionResetsDocument", "SettleDocument",
     "StageDocument", "StageProgressDocument", "TelemetryLinkDocument", "TelemetryLinksDocument",
     "TransitionDocument", "UnsettledDocument", "answer_json",
+    "read_newer",
 ]
