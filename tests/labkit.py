@@ -138,7 +138,9 @@ class ServedLab:
         self.server.start()
 
     def down(self) -> None:
-        self.server.stop()
+        # a controller stopping mid-commit waits up to 30 s for it (its verify, when FRR never converges);
+        # the lab goes next, so its flush does not matter here: 5 s, then SIGKILL
+        self.server.stop(grace=5)
         lab_down(self.name, self.lab_doc)  # stops the agents too (their command lines name the lab's run dir)
 
     def cli(self, *args: str, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess[str]:
