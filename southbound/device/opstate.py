@@ -50,8 +50,8 @@ from southbound.device.counters import config_ports
 from southbound.device.vty import vty_run
 
 __all__ = ["DOWN", "UP", "AdjKey", "AdjacencyMemory", "DryStatus", "KernelStatus", "LinkWatcher", "OperSnapshot",
-           "StatusSource", "isis_circuits", "parse_isis_hostnames", "parse_isis_neighbors", "read_bgp", "read_interfaces",
-           "read_isis"]
+           "StatusSource", "isis_circuits", "parse_isis_hostnames", "parse_isis_neighbors", "read_bgp",
+           "read_interfaces", "read_isis"]
 
 log = logging.getLogger("loom.agent.opstate")
 
