@@ -460,3 +460,25 @@ def test_isis_adjacencies_are_seen_through_the_api_going_down_with_a_link_and_ba
         _until(lambda: states() == dict.fromkeys(ends, "UP"), 60, "the adjacency over b-d did not come back",
                adjacencies)
         assert adjacencies() == {k: (v[0], v[1], v[2]) for k, v in up.items()}  # the same neighbors again
+        drift = api("GET", "/v1/drift?refresh=true", role="viewer").json()["devices"]
+        assert {d: r["status"] for d, r in drift.items()} == dict.fromkeys("abcd", "ok"), drift
+
+        # an adjacency down on a link whose ports are both up: b's eth2 takes no frame over 1400 bytes, and
+        # isisd pads its hellos to the port's MTU (1500 on d), so b hears no hello from d while every port
+        # stays up. Only the adjacency says so, and drift reports it (after its grace).
+        runner.node_exec(LAB, "b", ["ip", "link", "set", "eth2", "mtu", "1400"])
+        try:
+            _until(lambda: states()["b", "eth2"] != "UP", 30, "b's adjacency to d stays up", adjacencies)
+            links = {x["id"]: x["oper"] for x in api("GET", "/v1/state/links", role="viewer").json()["links"]}
+            assert links["b:eth2"] == "up", links
+
+            def drifted() -> list[str]:
+                report = api("GET", "/v1/drift?refresh=true", role="viewer").json()["devices"]
+                return [m for m in report["b"]["details"] if "IS-IS adjacency on eth2" in m]
+            why = _until(drifted, 40, "drift does not report b's adjacency to d",
+                         lambda: api("GET", "/v1/drift", role="viewer").json())
+            assert "while the link is up" in why[0], why  # type: ignore[index]
+        finally:
+            runner.node_exec(LAB, "b", ["ip", "link", "set", "eth2", "mtu", "1500"])
+        _until(lambda: states() == dict.fromkeys(ends, "UP"), 60, "the adjacency over b-d did not come back",
+               adjacencies)
