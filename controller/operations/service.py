@@ -277,10 +277,10 @@ class Operations:
             for port in sorted(circuits[name]):
                 link_id = self.view.port_link(name, port)
                 link = self.view.links.get(link_id) if link_id is not None else None
-                if link is None or (name, port) in quiet or not self.view.devices[name].reachable:
+                if link is None or (name, port) in quiet:
                     continue
-                adj = self.view.adjacency_at(name, port)
-                if adj is not None and adj[0] == "UP":
+                adj = self.view.adjacency_at(name, port)  # None too while its agent is unreachable
+                if adj is not None and adj[0] == "UP" or not self.view.reachable(name):
                     continue
                 if now - max(link.since, adj[1] if adj is not None else 0.0) < grace:
                     continue

@@ -224,7 +224,7 @@ class OperationalView:
             else:
                 self.down.discard(lid)
             link.why = "; ".join(down) if down else ", ".join(
-                f"{d} unreachable" for d, _, s in ends if s is None and not self._reachable(d))
+                f"{d} unreachable" for d, _, s in ends if s is None and not self.reachable(d))
             self.version += 1
             if oper == DOWN:
                 link.downs.append(now)
@@ -233,7 +233,8 @@ class OperationalView:
                 events.append(ViewEvent(LINK_UP, self._link_event(link)))
         return events
 
-    def _reachable(self, device: str) -> bool:
+    def reachable(self, device: str) -> bool:
+        """``device``'s agent answers now."""
         dev = self.devices.get(device)
         return dev is not None and dev.reachable
 

@@ -188,8 +188,9 @@ def parse_isis_neighbors(doc: object, hostnames: Mapping[str, str]) -> dict[AdjK
     return out
 
 
-def read_isis(vty_dir: Path) -> dict[AdjKey, dict[str, str]]:
-    """Every IS-IS adjacency isisd (under ``vty_dir``) has now; nothing when isisd does not run."""
+def read_isis(vty_dir: Path) -> dict[AdjKey, dict[str, str]] | None:
+    """Every IS-IS adjacency isisd (under ``vty_dir``) has now: none when isisd does not run, None when it
+    did not answer (busy: the last reading stands, rather than every adjacency seen down for a moment)."""
     sock = vty_dir / "isisd.vty"
     if not sock.is_socket():
         return {}
@@ -197,7 +198,7 @@ def read_isis(vty_dir: Path) -> dict[AdjKey, dict[str, str]]:
         (_, neighbors), (_, hostnames) = vty_run(sock, "show isis neighbor json", "show isis hostname", timeout=2.0)
         doc = json.loads(neighbors or "{}")
     except (FrrError, json.JSONDecodeError, ValueError):
-        return {}
+        return None
     return parse_isis_neighbors(doc, parse_isis_hostnames(hostnames))
 
 
@@ -266,7 +267,9 @@ class KernelStatus:
         if self.vty_dir is not None and now - self._bgp_at >= self.bgp_every_s:
             circuits = isis_circuits(self.frr_text()) if self.frr_text is not None else None
             self._bgp, self._bgp_at = read_bgp(self.vty_dir), now
-            self._isis = self._memory(read_isis(self.vty_dir), circuits)
+            isis = read_isis(self.vty_dir)
+            if isis is not None:
+                self._isis = self._memory(isis, circuits)
         return OperSnapshot(self.clock(), read_interfaces(), self._bgp, self._isis)
 
     def events(self) -> socket.socket | None:
