@@ -118,11 +118,12 @@ def path_from_pb(path: Any) -> Elems:
 # -- the client -----------------------------------------------------------------------------------------
 class Sample(NamedTuple):
     """One reading: ``path`` in xpath form (:func:`format_path`), ``timestamp_ns`` the target's; ``value`` a
-    counter (int) or an operational state (str: ``UP``, ``ESTABLISHED``...)."""
+    counter (int) or an operational state (str: ``UP``, ``ESTABLISHED``...), or None where the target deleted
+    the path (a gNMI ``delete``: an entity that is gone, such as an IS-IS adjacency whose port left IS-IS)."""
 
     device: str
     path: str
-    value: int | str
+    value: int | str | None
     timestamp_ns: int
 
 
@@ -184,6 +185,8 @@ def _samples(device: str, n: Any) -> list[Sample]:
         value = _value(u.val)
         if value is not None:
             out.append(Sample(device, prefix + _path_text(u.path) or "/", value, ts))
+    for d in n.delete:
+        out.append(Sample(device, prefix + _path_text(d) or "/", None, ts))
     return out
 
 

@@ -72,11 +72,13 @@ def _now() -> datetime:
 
 class OperationsOptions:
     """``tick_s``: how often the view is stored and the reactor looks; ``topology_s``: how often the active
-    revision (and so the links and devices followed) is read again."""
+    revision (and so the links and devices followed) is read again; ``adjacency_grace_s``: how long an IS-IS
+    adjacency may be other than up on a link that is up before drift reports it."""
 
-    def __init__(self, tick_s: float = 0.1, topology_s: float = 2.0):
+    def __init__(self, tick_s: float = 0.1, topology_s: float = 2.0, adjacency_grace_s: float = 10.0):
         self.tick_s = tick_s
         self.topology_s = topology_s
+        self.adjacency_grace_s = adjacency_grace_s
 
 
 class Operations:
@@ -172,12 +174,17 @@ class Operations:
             self.stream.devices = {d.name for d in intent.devices}
 
     # -- reports from the stream ------------------------------------------------------------
-    async def _report(self, device: str, what: str, key: str, value: str) -> None:
+    async def _report(self, device: str, what: str, key: tuple[str, ...], value: str | None) -> None:
         now = self.clock()
-        if what == "port":
-            self._pending += self.view.report_port(device, key, value, now)
+        if what == "isis":
+            port, level, system_id = key
+            self._pending += self.view.report_adjacency(device, (port, level, system_id), value, now)
+        elif value is None:
+            return  # an interface or a BGP neighbor the target deleted: its last state stands
+        elif what == "port":
+            self._pending += self.view.report_port(device, key[0], value, now)
         else:
-            self._pending += self.view.report_session(device, key, value, now)
+            self._pending += self.view.report_session(device, key[0], value, now)
 
     async def _reachable(self, device: str, ok: bool, why: str) -> None:
         self._pending += self.view.set_reachable(device, ok, self.clock(), why)
@@ -231,10 +238,14 @@ class Operations:
         await self.runtime.in_session(save)
         log.warning("%s: %s", kind, data.get("reason"))
 
-    def drift(self, overlay: JsonObject | None, sessions: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+    def drift(self, overlay: JsonObject | None, sessions: dict[str, dict[str, str]],
+              circuits: dict[str, frozenset[str]] | None = None) -> dict[str, list[str]]:
         """What the fabric runs that the plan in force does not expect, per device: a link down that no
         overlay leaves out, a BGP session not established over a link that is up and in use (``sessions``:
-        device -> the neighbor key of each session -> its port). Empty unless this replica's view is live."""
+        device -> the neighbor key of each session -> its port), an IS-IS adjacency not up on a link that is
+        up and in use (``circuits``: device -> the ports the plan runs IS-IS on, drained ones left out), for
+        ``adjacency_grace_s`` (an adjacency takes a few hellos to come up). Empty unless this replica's view is
+        live."""
         if not self.live:
             return {}
         out: dict[str, list[str]] = {}
@@ -252,6 +263,29 @@ class Operations:
             for peer, state in sorted((dev.sessions if dev is not None else {}).items()):
                 if state != "ESTABLISHED" and (name, ports.get(peer, "")) not in quiet:
                     out.setdefault(name, []).append(f"BGP session {peer} is {state}")
+        for name, why in self._adjacency_drift(circuits or {}, quiet):
+            out.setdefault(name, []).append(why)
+        return out
+
+    def _adjacency_drift(self, circuits: dict[str, frozenset[str]],
+                         quiet: set[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The IS-IS ports of ``circuits`` on links up and in use (not ``quiet``) whose adjacency has not been
+        up for ``adjacency_grace_s``: (device, why)."""
+        now, grace = self.clock(), self.options.adjacency_grace_s
+        out: list[tuple[str, str]] = []
+        for name in sorted(circuits):
+            for port in sorted(circuits[name]):
+                link_id = self.view.port_link(name, port)
+                link = self.view.links.get(link_id) if link_id is not None else None
+                if link is None or (name, port) in quiet:
+                    continue
+                adj = self.view.adjacency_at(name, port)  # None too while its agent is unreachable
+                if adj is not None and adj[0] == "UP" or not self.view.reachable(name):
+                    continue
+                if now - max(link.since, adj[1] if adj is not None else 0.0) < grace:
+                    continue
+                state = f"is {adj[0]}" if adj is not None else "is not reported"
+                out.append((name, f"IS-IS adjacency on {port} (link {link.id}) {state} while the link is up"))
         return out
 
     # -- reacting --------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 
 :class:`StateStream` keeps one ``STREAM`` subscription per device (through
 :class:`southbound.gnmi.GnmiClient`, written against OpenConfig paths only, so
-any switch that serves them works) to its interfaces' ``oper-status`` and its
-BGP neighbors' ``session-state``, and hands each change to ``report`` as soon as
-it arrives. A device is reachable once its stream has sent its first full set
+any switch that serves them works) to its interfaces' ``oper-status``, its
+BGP neighbors' ``session-state`` and its IS-IS adjacencies' ``adjacency-state``
+(whatever the IS-IS instance's name), and hands each change to ``report`` as
+soon as it arrives (an adjacency the target deletes, with the value None). A
+device is reachable once its stream has sent its first full set
 (``sync_response``); a stream that breaks, or cannot connect, makes it
 unreachable at once (``reachable(device, False)``), and reconnects with
 exponential back-off. It runs only while ``leading()`` says so: the leader
@@ -31,23 +33,33 @@ PATHS = (
     "/interfaces/interface[name=*]/state/oper-status",
     "/network-instances/network-instance[name=default]/protocols/protocol[identifier=BGP][name=BGP]/bgp/"
     "neighbors/neighbor[neighbor-address=*]/state/session-state",
+    "/network-instances/network-instance[name=default]/protocols/protocol[identifier=ISIS][name=*]/isis/"
+    "interfaces/interface[interface-id=*]/levels/level[level-number=*]/adjacencies/adjacency[system-id=*]/state/"
+    "adjacency-state",
 )
 _PORT = re.compile(r"^/interfaces/interface\[name=([^\]]+)\]/state/oper-status$")
 _BGP = re.compile(r"/bgp/neighbors/neighbor\[neighbor-address=([^\]]+)\]/state/session-state$")
+_ISIS = re.compile(r"/isis/interfaces/interface\[interface-id=([^\]]+)\]/levels/level\[level-number=([^\]]+)\]/"
+                   r"adjacencies/adjacency\[system-id=([^\]]+)\]/state/adjacency-state$")
 
 
-def parse_state(path: str) -> tuple[str, str] | None:
-    """``("port", PORT)`` or ``("bgp", NEIGHBOR)`` for a state path, None for anything else."""
+def parse_state(path: str) -> tuple[str, tuple[str, ...]] | None:
+    """``("port", (PORT,))``, ``("bgp", (NEIGHBOR,))`` or ``("isis", (PORT, LEVEL, SYSTEM_ID))`` for a state
+    path, None for anything else."""
     m = _PORT.match(path)
     if m:
-        return "port", m.group(1)
+        return "port", (m.group(1),)
     m = _BGP.search(path)
     if m:
-        return "bgp", m.group(1)
+        return "bgp", (m.group(1),)
+    m = _ISIS.search(path)
+    if m:
+        return "isis", (m.group(1), m.group(2), m.group(3))
     return None
 
 
-Report = Callable[[str, str, str, str], Awaitable[None]]  # device, "port" | "bgp", key, value
+#: device, "port" | "bgp" | "isis", the entity's keys, its state (None: the target deleted it)
+Report = Callable[[str, str, tuple[str, ...], str | None], Awaitable[None]]
 
 
 class StateStream:
@@ -106,5 +118,5 @@ class StateStream:
 
     async def _one(self, sample: Sample) -> None:
         what = parse_state(sample.path)
-        if what is not None and isinstance(sample.value, str):
+        if what is not None and (sample.value is None or isinstance(sample.value, str)):
             await self.report(sample.device, what[0], what[1], sample.value)

@@ -2,7 +2,8 @@
 
 The intent says what the fabric should be; this view says what it is. It takes
 plain reports (``device`` says its ``port`` is ``UP`` or ``DOWN``; a BGP
-neighbor's session state; an agent reachable or not, each with ``now``) and
+neighbor's session state; an IS-IS adjacency's state, or that it is gone; an
+agent reachable or not, each with ``now``) and
 answers DESIGN.md's documents:
 
 * a **link** is ``down`` when either end reports its port down, ``unknown``
@@ -11,7 +12,8 @@ answers DESIGN.md's documents:
   ``up``; ``since`` is when it last changed, ``flaps_1h`` how often it went down
   in the last hour;
 * a **device** has its agent ``reachable`` or ``unreachable``, its sessions up
-  and in total, when it was last heard from; a device whose agent is
+  and in total (BGP sessions and IS-IS adjacencies: a fabric runs one or the
+  other), its IS-IS adjacencies by port, when it was last heard from; a device whose agent is
   unreachable and all of whose links are reported down by their other ends has
   **failed** (a rack that lost power), which is what a failure reaction removes;
 * every change of a link's state or an agent's reachability is an event
@@ -31,6 +33,7 @@ from typing import Any, Literal
 
 from controller.model import Intent
 from controller.model.documents import (
+    AdjacencyStateDocument,
     DeviceStatesDocument,
     DeviceStateSummary,
     LinkStateDocument,
@@ -71,6 +74,8 @@ class _Device:
     since: float = 0.0
     last_seen: float | None = None
     sessions: dict[str, str] = field(default_factory=dict)  # neighbor -> OpenConfig session-state
+    #: (port, level, system id) -> (OpenConfig adjacency-state, since)
+    adjacencies: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
     known: bool = False  # its agent was ever heard from (or declared unreachable)
 
 
@@ -134,6 +139,38 @@ class OperationalView:
             self.version += 1
         return events
 
+    def report_adjacency(self, device: str, key: tuple[str, str, str], state: str | None,
+                         now: float) -> list[ViewEvent]:
+        """``device``'s IS-IS adjacency ``key`` (port, level, neighbor system id) is in OpenConfig
+        ``adjacency-state`` ``state`` (``UP``, ``DOWN``, ``INIT``, ``FAILED``), or gone (None)."""
+        events = self._heard(device, now)
+        dev = self.devices[device]
+        old = dev.adjacencies.get(key)
+        if state is None:
+            if old is not None:
+                del dev.adjacencies[key]
+                self.version += 1
+        elif old is None or old[0] != state:
+            dev.adjacencies[key] = (state, now)
+            self.version += 1
+        return events
+
+    def port_link(self, device: str, port: str) -> str | None:
+        """The id of the link on ``device``'s ``port``, if the intent has one."""
+        return self._by_port.get((device, port))
+
+    def adjacency_at(self, device: str, port: str) -> tuple[str, float] | None:
+        """The best state of ``device``'s adjacencies on ``port`` (``UP`` if any is) and since when; None when
+        its agent reports none there (or is unreachable)."""
+        dev = self.devices.get(device)
+        if dev is None or not dev.reachable:
+            return None
+        found = [v for k, v in dev.adjacencies.items() if k[0] == port]
+        if not found:
+            return None
+        up = [v for v in found if v[0] == "UP"]
+        return min(up, key=lambda v: v[1]) if up else max(found, key=lambda v: v[1])
+
     def set_reachable(self, device: str, reachable: bool, now: float, why: str = "") -> list[ViewEvent]:
         """``device``'s agent answers (its stream is up) or not (the stream broke, or cannot connect)."""
         dev = self.devices.setdefault(device, _Device(device, since=now))
@@ -149,6 +186,7 @@ class OperationalView:
             dev.last_seen = now
         else:
             dev.sessions.clear()
+            dev.adjacencies.clear()
         self.version += 1
         events = [] if (reachable and not was_known) or device not in self.names else [
             ViewEvent("device.reachable" if reachable else "device.unreachable",
@@ -186,7 +224,7 @@ class OperationalView:
             else:
                 self.down.discard(lid)
             link.why = "; ".join(down) if down else ", ".join(
-                f"{d} unreachable" for d, _, s in ends if s is None and not self._reachable(d))
+                f"{d} unreachable" for d, _, s in ends if s is None and not self.reachable(d))
             self.version += 1
             if oper == DOWN:
                 link.downs.append(now)
@@ -195,7 +233,8 @@ class OperationalView:
                 events.append(ViewEvent(LINK_UP, self._link_event(link)))
         return events
 
-    def _reachable(self, device: str) -> bool:
+    def reachable(self, device: str) -> bool:
+        """``device``'s agent answers now."""
         dev = self.devices.get(device)
         return dev is not None and dev.reachable
 
@@ -246,11 +285,19 @@ class OperationalView:
             for ln in sorted(self.links.values(), key=lambda x: x.id)])
 
     def devices_document(self) -> DeviceStatesDocument:
+        """Each device; its sessions are its BGP sessions and its IS-IS adjacencies (up: established, up)."""
         return DeviceStatesDocument(devices=[
             DeviceStateSummary(name=d.name, agent="reachable" if d.reachable else "unreachable",
-                               sessions_up=sum(1 for s in d.sessions.values() if s == "ESTABLISHED"),
-                               sessions=len(d.sessions), last_seen=_iso(d.last_seen))
+                               sessions_up=sum(1 for s in d.sessions.values() if s == "ESTABLISHED")
+                               + sum(1 for s, _ in d.adjacencies.values() if s == "UP"),
+                               sessions=len(d.sessions) + len(d.adjacencies), last_seen=_iso(d.last_seen),
+                               adjacencies=self._adjacencies(d))
             for d in sorted(self.devices.values(), key=lambda x: x.name) if d.name in self.names])
+
+    def _adjacencies(self, dev: _Device) -> list[AdjacencyStateDocument]:
+        return [AdjacencyStateDocument(port=port, level=int(level) if level.isdigit() else 0, neighbor=system_id,
+                                       state=state, link=self._by_port.get((dev.name, port)), since=_iso(since))
+                for (port, level, system_id), (state, since) in sorted(dev.adjacencies.items())]
 
     def to_document(self, now: float) -> OperationalStateDocument:
         """Both documents, as the leader stores them for the followers."""

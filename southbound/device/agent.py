@@ -506,14 +506,16 @@ def default_counters(core: AgentCore) -> Any:
 
 
 def default_status(core: AgentCore) -> Any:
-    """The operational state an agent watches and serves: its node's interfaces (netlink) and bgpd's
-    sessions beside real FRR; for a ``--dry-frr`` agent, its running config's ports, up unless listed in
-    its record directory's ``down`` file (:class:`southbound.device.opstate.DryStatus`)."""
+    """The operational state an agent watches and serves: its node's interfaces (netlink), bgpd's sessions and
+    isisd's adjacencies beside real FRR; for a ``--dry-frr`` agent, its running config's ports, up unless
+    listed in its record directory's ``down`` file, and their IS-IS adjacencies
+    (:class:`southbound.device.opstate.DryStatus`)."""
     backend: Any = core.backend
     if backend.dry:
         return DryStatus(lambda: core.running.frr_text if core.running is not None else "",
                          Path(backend.record_dir) / "down")
-    return KernelStatus(getattr(backend, "vty_dir", None))
+    return KernelStatus(getattr(backend, "vty_dir", None),
+                        frr_text=lambda: core.running.frr_text if core.running is not None else "")
 
 
 async def serve(core: AgentCore, listen: str, *, tls: Any = None, ready: Callable[[], None] | None = None,

@@ -7,7 +7,10 @@ by :func:`add_gnmi_servicer`): ``Capabilities``; ``Get``; ``Subscribe`` in
 ``ONCE`` and ``POLL``, with ``sync_response`` after the first complete set of
 updates. It serves the OpenConfig paths of DESIGN.md's Telemetry table, read
 from a :class:`~southbound.device.counters.CounterSource` (and operational
-state from a :class:`~southbound.device.opstate.StatusSource`). Values are
+state from a :class:`~southbound.device.opstate.StatusSource`: interfaces, BGP
+neighbors, IS-IS adjacencies, an entity of which has several keys: interface,
+level, system id). An ON_CHANGE subscription also says when an entity is gone
+(a Notification whose ``delete`` names its leaves). Values are
 ``uint_val`` leaves whatever the requested encoding (JSON, JSON_IETF or PROTO:
 the encoding governs structured values, and only leaves are sent); each
 Notification carries a prefix (the entity's ``.../state/counters`` container)
@@ -36,7 +39,7 @@ from southbound.device.counters import AFT_LEAVES, INTERFACE_LEAVES, CounterSnap
 from southbound.device.opstate import OperSnapshot, StatusSource
 from southbound.gnmi import ENCODINGS, GNMI_VERSION, Elems, PathError, format_path, path_from_pb, path_to_pb
 
-__all__ = ["STATUS_TREES", "GnmiOptions", "GnmiService", "Query", "add_gnmi_servicer", "compile_path", "select"]
+__all__ = ["STATUS_TREES", "GnmiOptions", "GnmiService", "Key", "Query", "add_gnmi_servicer", "compile_path", "select"]
 
 MODELS = (("openconfig-interfaces", "OpenConfig working group", "3.0.0"),
           ("openconfig-network-instance", "OpenConfig working group", "1.3.0"))
@@ -44,8 +47,11 @@ _ORIGINS = {"", "openconfig", "openconfig-interfaces", "openconfig-network-insta
 
 
 # -- the OpenConfig tree served ---------------------------------------------------------------------------
-# each tree: its elems from the root to the leaf's container, each with its key: "" (none), the entity's key
-# name, or "k=v,k=v" for fixed keys (the default network instance, the BGP protocol instance)
+# each tree: its elems from the root to the leaf's container, each with its key: "" (none), the name of a key
+# that tells entities apart, or "k=v,k=v" for fixed keys (the default network instance, a protocol instance).
+# An entity is named by the values of its tree's entity keys, in the tree's order: a string where the tree has
+# one (an interface's name, a prefix), a tuple where it has several (an IS-IS adjacency: interface, level,
+# system id).
 _DEFAULT_NI = ("network-instance", "name=default")
 _IF_TREE: tuple[tuple[str, str], ...] = (("interfaces", ""), ("interface", "name"), ("state", ""), ("counters", ""))
 _IF_STATUS_TREE: tuple[tuple[str, str], ...] = (("interfaces", ""), ("interface", "name"), ("state", ""))
@@ -55,39 +61,64 @@ _AFT_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), _DEFAULT_NI
 _BGP_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), _DEFAULT_NI, ("protocols", ""),
                                          ("protocol", "identifier=BGP,name=BGP"), ("bgp", ""), ("neighbors", ""),
                                          ("neighbor", "neighbor-address"), ("state", ""))
+_ISIS_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), _DEFAULT_NI, ("protocols", ""),
+                                          ("protocol", "identifier=ISIS,name=ISIS"), ("isis", ""), ("interfaces", ""),
+                                          ("interface", "interface-id"), ("levels", ""), ("level", "level-number"),
+                                          ("adjacencies", ""), ("adjacency", "system-id"), ("state", ""))
 IF_STATUS_LEAVES = ("oper-status", "admin-status")
 BGP_LEAVES = ("session-state",)
+ISIS_LEAVES = ("adjacency-state",)
 _TREES = {"interfaces": (_IF_TREE, tuple(INTERFACE_LEAVES)), "aft": (_AFT_TREE, AFT_LEAVES),
-          "if_status": (_IF_STATUS_TREE, IF_STATUS_LEAVES), "bgp": (_BGP_TREE, BGP_LEAVES)}
+          "if_status": (_IF_STATUS_TREE, IF_STATUS_LEAVES), "bgp": (_BGP_TREE, BGP_LEAVES),
+          "isis": (_ISIS_TREE, ISIS_LEAVES)}
 #: the trees whose values are operational state (strings, read from a StatusSource), not counters
-STATUS_TREES = frozenset({"if_status", "bgp"})
+STATUS_TREES = frozenset({"if_status", "bgp", "isis"})
 Value = int | str
+#: an entity of a tree: its one key's value, or the values of its several keys in the tree's order
+Key = str | tuple[str, ...]
+_ENTITY_KEYS = {t: tuple(k for _, k in spine if k and "=" not in k) for t, (spine, _) in _TREES.items()}
 
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """A compiled request path: which tree, which entity (``None``: all) and which leaves."""
+    """A compiled request path: which tree, which entities (``keys``: per entity key of the tree its value, or
+    None for any) and which leaves."""
 
     tree: str
-    entity: str | None
+    keys: tuple[str | None, ...]
     leaves: tuple[str, ...]
+
+    @property
+    def entity(self) -> Key | None:
+        """The one entity the path names (every key given), else None."""
+        if any(k is None for k in self.keys):
+            return None
+        return _key(self.tree, self.keys)  # type: ignore[arg-type]
 
     @property
     def concrete(self) -> bool:
         return self.entity is not None and len(self.leaves) == 1
+
+    def matches(self, key: Key) -> bool:
+        values = key if isinstance(key, tuple) else (key,)
+        return all(want is None or want == got for want, got in zip(self.keys, values, strict=True))
+
+
+def _key(tree: str, values: Sequence[str]) -> Key:
+    return values[0] if len(_ENTITY_KEYS[tree]) == 1 else tuple(values)
 
 
 def _match_tree(tree: str, elems: Elems) -> Query | str:
     """``elems`` against one tree: its query, or why they name something else (a :class:`PathError` for a
     value the tree refuses, such as a prefix that is not one)."""
     spine, leaves = _TREES[tree]
-    entity: str | None = None
-    for depth, (name, keys) in enumerate(elems):
+    keys: dict[str, str | None] = dict.fromkeys(_ENTITY_KEYS[tree])
+    for depth, (name, given_keys) in enumerate(elems):
         if depth < len(spine):
             want, key = spine[depth]
             if name != want:
                 return f"no {name!r} here (expected {want!r})"
-            given = dict(keys)
+            given = dict(given_keys)
             fixed = dict(kv.split("=", 1) for kv in key.split(",")) if "=" in key else {}
             allowed = set(fixed) if fixed else ({key} if key else set())
             if set(given) - allowed:
@@ -97,16 +128,16 @@ def _match_tree(tree: str, elems: Elems) -> Query | str:
                 return f"no {name} {wrong[0]}={given[wrong[0]]!r} (only {fixed[wrong[0]]!r})"
             value = given.get(key, "*") if key and not fixed else "*"
             if value != "*":
-                entity = _canonical_entity(key, value, elems)
+                keys[key] = _canonical_entity(key, value, elems)
         elif depth == len(spine):
-            if keys:
+            if given_keys:
                 return f"leaf {name} has no keys"
             if name not in leaves:
                 return f"no leaf {name!r} (known: {', '.join(leaves)})"
             leaves = (name,)
         else:
             return "path goes below a leaf"
-    return Query(tree, entity, tuple(leaves))
+    return Query(tree, tuple(keys.values()), tuple(leaves))
 
 
 def _canonical_entity(key: str, value: str, elems: Elems) -> str:
@@ -124,7 +155,7 @@ def compile_path(elems: Elems, origin: str = "") -> list[Query]:
     if origin not in _ORIGINS:
         raise PathError("not_found", f"origin {origin!r} is not served (OpenConfig paths only)")
     if not elems:
-        return [Query(t, None, leaves) for t, (_, leaves) in _TREES.items()]
+        return [Query(t, (None,) * len(_ENTITY_KEYS[t]), leaves) for t, (_, leaves) in _TREES.items()]
     found: list[Query] = []
     why = ""
     for tree in _TREES:
@@ -138,37 +169,49 @@ def compile_path(elems: Elems, origin: str = "") -> list[Query]:
     raise PathError("not_found", f"{format_path(elems)}: {why or 'not served (see DESIGN.md, Telemetry)'}")
 
 
-def _entity_elems(tree: str, entity: str) -> Elems:
+def _entity_elems(tree: str, entity: Key) -> Elems:
     """The elems of one entity's container (its leaves' prefix) in ``tree``."""
     spine, _ = _TREES[tree]
-    out = []
+    values = iter(entity if isinstance(entity, tuple) else (entity,))
+    out: list[tuple[str, tuple[tuple[str, str], ...]]] = []
     for name, key in spine:
         if "=" in key:
-            out.append((name, tuple(sorted(tuple(kv.split("=", 1)) for kv in key.split(",")))))
+            out.append((name, tuple(sorted((k, v) for k, v in (kv.split("=", 1) for kv in key.split(","))))))
         elif key:
-            out.append((name, ((key, entity),)))
+            out.append((name, ((key, next(values)),)))
         else:
             out.append((name, ()))
-    return tuple((n, tuple((k, v) for k, v in keys)) for n, keys in out)
+    return tuple(out)
 
 
-def _table(snapshot: CounterSnapshot, status: OperSnapshot | None, tree: str) -> Mapping[str, Mapping[str, Value]]:
+def _table(snapshot: CounterSnapshot, status: OperSnapshot | None, tree: str) -> Mapping[Any, Mapping[str, Value]]:
     if tree == "interfaces":
         return snapshot.interfaces
     if tree == "aft":
         return snapshot.prefixes
     if status is None:
         return {}
+    if tree == "isis":
+        return status.isis
     return status.interfaces if tree == "if_status" else status.bgp
 
 
-def select(snapshot: CounterSnapshot, queries: Iterable[Query], status: OperSnapshot | None = None
-           ) -> dict[tuple[str, str], dict[str, Value]]:
+Picked = dict[tuple[str, Key], dict[str, Value]]
+
+
+def select(snapshot: CounterSnapshot, queries: Iterable[Query], status: OperSnapshot | None = None) -> Picked:
     """``{(tree, entity): {leaf: value}}`` for every value the queries name in ``snapshot`` and ``status``."""
-    out: dict[tuple[str, str], dict[str, Value]] = {}
+    out: Picked = {}
     for q in queries:
         table = _table(snapshot, status, q.tree)
-        entities: Iterable[str] = table if q.entity is None else ([q.entity] if q.entity in table else [])
+        one = q.entity
+        entities: Iterable[Key]
+        if one is not None:
+            entities = [one] if one in table else []
+        elif all(k is None for k in q.keys):
+            entities = table
+        else:
+            entities = [e for e in table if q.matches(e)]
         for e in entities:
             values = table[e]
             got = out.setdefault((q.tree, e), {})
@@ -182,12 +225,19 @@ def _typed(v: Value) -> Any:
     return pb.TypedValue(string_val=v) if isinstance(v, str) else pb.TypedValue(uint_val=v)
 
 
-def _notifications(snapshot: CounterSnapshot, picked: Mapping[tuple[str, str], Mapping[str, Value]],
-                   target: str) -> list[Any]:
-    return [pb.Notification(timestamp=snapshot.timestamp_ns, prefix=path_to_pb(_entity_elems(tree, e), target=target),
-                            update=[pb.Update(path=pb.Path(elem=[pb.PathElem(name=leaf)]),
-                                              val=_typed(v)) for leaf, v in values.items()])
-            for (tree, e), values in picked.items()]
+def _notifications(snapshot: CounterSnapshot, picked: Mapping[tuple[str, Key], Mapping[str, Value]],
+                   target: str, deleted: Mapping[tuple[str, Key], Iterable[str]] | None = None) -> list[Any]:
+    """One Notification per entity: its prefix, and an update per leaf; ``deleted``: per entity that is gone
+    (gNMI 0.8.0 3.5.2.3: an ON_CHANGE subscription says so), a Notification that deletes its leaves."""
+    out = [pb.Notification(timestamp=snapshot.timestamp_ns, prefix=path_to_pb(_entity_elems(tree, e), target=target),
+                           update=[pb.Update(path=pb.Path(elem=[pb.PathElem(name=leaf)]),
+                                             val=_typed(v)) for leaf, v in values.items()])
+           for (tree, e), values in picked.items()]
+    for (tree, e), leaves in (deleted or {}).items():
+        out.append(pb.Notification(timestamp=snapshot.timestamp_ns,
+                                   prefix=path_to_pb(_entity_elems(tree, e), target=target),
+                                   delete=[pb.Path(elem=[pb.PathElem(name=leaf)]) for leaf in leaves]))
+    return out
 
 
 # -- the service ----------------------------------------------------------------------------------------
@@ -215,7 +265,7 @@ class _Sub:
     heartbeat_ns: int
     due: int = 0
     beat_due: int = 0
-    last: dict[tuple[str, str], dict[str, Value]] = field(default_factory=dict)
+    last: Picked = field(default_factory=dict)
 
 
 class GnmiService:
@@ -281,7 +331,7 @@ class GnmiService:
         except PathError as exc:
             await _abort(context, exc)
         snapshot, status = await self.values([q for qs in queries for q in qs], context)
-        picked: dict[tuple[str, str], dict[str, Value]] = {}
+        picked: Picked = {}
         for (elems, _), qs in zip(paths, queries, strict=True):
             got = select(snapshot, qs, status)
             if not got and all(q.entity is not None for q in qs):
@@ -384,24 +434,30 @@ class GnmiService:
                 beat = bool(s.heartbeat_ns) and now >= s.beat_due
                 if beat:
                     s.beat_due = now + s.heartbeat_ns
+                gone: dict[tuple[str, Key], list[str]] = {}
                 if s.mode == pb.SAMPLE and not s.suppress_redundant or beat:
                     send = current
                 else:
-                    send = _changed(s.last, current)
+                    send, gone = _changed(s.last, current)
                 s.last = current
-                for n in _notifications(snapshot, send, target):
+                for n in _notifications(snapshot, send, target, gone):
                     yield pb.SubscribeResponse(update=n)
 
 
-def _changed(before: Mapping[tuple[str, str], Mapping[str, Value]],
-             now: Mapping[tuple[str, str], Mapping[str, Value]]) -> dict[tuple[str, str], dict[str, Value]]:
-    out: dict[tuple[str, str], dict[str, Value]] = {}
+def _changed(before: Picked, now: Picked) -> tuple[Picked, dict[tuple[str, Key], list[str]]]:
+    """What changed from ``before`` to ``now``: the values new or different, and the leaves no longer there."""
+    out: Picked = {}
+    gone: dict[tuple[str, Key], list[str]] = {}
     for k, values in now.items():
         old = before.get(k, {})
         diff = {leaf: v for leaf, v in values.items() if old.get(leaf) != v}
         if diff:
             out[k] = diff
-    return out
+    for k, values in before.items():
+        left = [leaf for leaf in values if leaf not in now.get(k, {})]
+        if left:
+            gone[k] = left
+    return out, gone
 
 
 async def _next_request(it: Any) -> Any:

@@ -3,7 +3,10 @@
 This module owns the switch side of DESIGN.md's "Operational state": reading,
 in domain values, every interface's OpenConfig ``oper-status`` and
 ``admin-status`` (netlink: ``IFLA_OPERSTATE`` and the ``IFF_UP`` flag) and
-every BGP neighbor's ``session-state`` (bgpd over its vty socket), and the
+every BGP neighbor's ``session-state`` (bgpd over its vty socket) and every
+IS-IS adjacency's ``adjacency-state`` (isisd over its vty socket: ``show isis
+neighbor json``, with ``show isis hostname`` to turn the dynamic hostnames FRR
+shows back into system ids), and the
 agent's :class:`LinkWatcher`, which reads them when the kernel says a link
 changed (a netlink ``RTMGRP_LINK`` subscription: no polling of the interfaces
 while nothing happens) and every ``interval_s`` otherwise (bgpd's sessions, and
@@ -18,7 +21,14 @@ the interfaces again as a safety net), and
 
 :class:`DryStatus` is the state of a ``--dry-frr`` agent (a simulator with no
 kernel of its own): the ports its running config names, all up except those
-listed, one per line, in its record directory's ``down`` file.
+listed, one per line, in its record directory's ``down`` file; an IS-IS
+adjacency on each point-to-point IS-IS port of that config, up while the port is.
+
+isisd forgets an adjacency that goes down (``show isis neighbor`` no longer
+lists it); :class:`AdjacencyMemory` keeps it, ``DOWN``, while its port is still
+an IS-IS circuit of the running config and no other neighbor has taken its place,
+so that a subscriber sees the adjacency go down (as a BGP neighbor that lost its
+session stays listed, ``IDLE`` or ``ACTIVE``) rather than vanish.
 """
 
 from __future__ import annotations
@@ -27,9 +37,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -38,8 +49,9 @@ from controller.model.errors import FrrError
 from southbound.device.counters import config_ports
 from southbound.device.vty import vty_run
 
-__all__ = ["DOWN", "UP", "DryStatus", "KernelStatus", "LinkWatcher", "OperSnapshot", "StatusSource",
-           "read_bgp", "read_interfaces"]
+__all__ = ["DOWN", "UP", "AdjKey", "AdjacencyMemory", "DryStatus", "KernelStatus", "LinkWatcher", "OperSnapshot",
+           "StatusSource", "isis_circuits", "parse_isis_hostnames", "parse_isis_neighbors", "read_bgp",
+           "read_interfaces", "read_isis"]
 
 log = logging.getLogger("loom.agent.opstate")
 
@@ -50,16 +62,23 @@ _OPER = {"UP": UP, "DOWN": DOWN, "LOWERLAYERDOWN": "LOWER_LAYER_DOWN", "NOTPRESE
 #: FRR's BGP FSM state names as OpenConfig ``session-state`` values
 _BGP = {"idle": "IDLE", "connect": "CONNECT", "active": "ACTIVE", "opensent": "OPENSENT",
         "openconfirm": "OPENCONFIRM", "established": "ESTABLISHED"}
+#: FRR's IS-IS adjacency states as OpenConfig ``adjacency-state`` values (anything else: ``FAILED``)
+_ISIS = {"up": UP, "initializing": "INIT", "down": DOWN}
+_SYSTEM_ID = re.compile(r"^[0-9a-fA-F]{4}\.[0-9a-fA-F]{4}\.[0-9a-fA-F]{4}$")
 _IFF_UP = 1
+#: an IS-IS adjacency: its port (OpenConfig ``interface-id``), level (``level-number``) and neighbor (``system-id``)
+AdjKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True, slots=True)
 class OperSnapshot:
-    """``interfaces[PORT]`` has ``oper-status`` and ``admin-status``; ``bgp[NEIGHBOR]`` has ``session-state``."""
+    """``interfaces[PORT]`` has ``oper-status`` and ``admin-status``; ``bgp[NEIGHBOR]`` has ``session-state``;
+    ``isis[(PORT, LEVEL, SYSTEM_ID)]`` has ``adjacency-state``."""
 
     timestamp_ns: int = 0
     interfaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     bgp: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    isis: Mapping[AdjKey, Mapping[str, str]] = field(default_factory=dict)
 
     def down_ports(self) -> frozenset[str]:
         """The interfaces that do not forward now (any oper-status but ``UP``)."""
@@ -137,35 +156,131 @@ def read_bgp(vty_dir: Path) -> dict[str, dict[str, str]]:
             for name, p in peers.items() if isinstance(p, dict)}
 
 
+def parse_isis_hostnames(text: str) -> dict[str, str]:
+    """``show isis hostname`` (FRR 8.4's text: ``LEVEL SYSTEM-ID HOSTNAME`` rows, ``*`` for the router
+    itself) as hostname -> system id."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and _SYSTEM_ID.match(parts[1]):
+            out[parts[2]] = parts[1]
+    return out
+
+
+def parse_isis_neighbors(doc: object, hostnames: Mapping[str, str]) -> dict[AdjKey, dict[str, str]]:
+    """``show isis neighbor json`` (FRR 8.4: ``{"areas": [{"circuits": [{"adj", "interface", "level",
+    "state"}]}]}``; ``adj`` is the neighbor's dynamic hostname when isisd knows it, else its system id) as
+    adjacencies; a level-1-2 adjacency (``level`` 3) is one per level."""
+    out: dict[AdjKey, dict[str, str]] = {}
+    areas = doc.get("areas", []) if isinstance(doc, dict) else []
+    for area in areas if isinstance(areas, list) else []:
+        circuits = area.get("circuits", []) if isinstance(area, dict) else []
+        for c in circuits if isinstance(circuits, list) else []:
+            if not isinstance(c, dict) or not isinstance(c.get("interface"), str) or "adj" not in c:
+                continue  # a circuit without an adjacency: {"circuit": 0}
+            name = str(c["adj"])
+            system_id = name if _SYSTEM_ID.match(name) else hostnames.get(name, name)
+            state = _ISIS.get(str(c.get("state", "")).lower(), "FAILED")
+            level = int(c.get("level", 0) or 0)
+            for n in (1, 2):
+                if level & n:
+                    out[c["interface"], str(n), system_id] = {"adjacency-state": state}
+    return out
+
+
+def read_isis(vty_dir: Path) -> dict[AdjKey, dict[str, str]] | None:
+    """Every IS-IS adjacency isisd (under ``vty_dir``) has now: none when isisd does not run, None when it
+    did not answer (busy: the last reading stands, rather than every adjacency seen down for a moment)."""
+    sock = vty_dir / "isisd.vty"
+    if not sock.is_socket():
+        return {}
+    try:
+        (_, neighbors), (_, hostnames) = vty_run(sock, "show isis neighbor json", "show isis hostname", timeout=2.0)
+        doc = json.loads(neighbors or "{}")
+    except (FrrError, json.JSONDecodeError, ValueError):
+        return None
+    return parse_isis_neighbors(doc, parse_isis_hostnames(hostnames))
+
+
+_BLOCK = re.compile(r"^interface (\S+)\n(.*?)^exit", re.M | re.S)
+_PEER = re.compile(r"^ description to ([^:\s]+):", re.M)
+
+
+def isis_circuits(frr_text: str) -> dict[str, str]:
+    """The point-to-point IS-IS ports of a rendered configuration (``ip router isis``, not passive): port ->
+    the neighbor its description names (``to PEER:PORT``; empty when none)."""
+    out: dict[str, str] = {}
+    for port, body in _BLOCK.findall(frr_text):
+        if " ip router isis " in body and " isis passive" not in body:
+            peer = _PEER.search(body)
+            out[port] = peer.group(1) if peer else ""
+    return out
+
+
+class AdjacencyMemory:
+    """Adjacencies as isisd reports them, and those it forgot (see the module docstring) as ``DOWN``: one per
+    port and level, the last neighbor seen there, while that port is still a circuit."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], str] = {}  # (port, level) -> the system id last seen there
+
+    def __call__(self, now: Mapping[AdjKey, Mapping[str, str]],
+                 circuits: Iterable[str] | None = None) -> dict[AdjKey, dict[str, str]]:
+        """``now`` with the forgotten adjacencies added; ``circuits``: the IS-IS ports of the running config
+        (None: not known, nothing is dropped for it)."""
+        ports = None if circuits is None else set(circuits)
+        out = {k: dict(v) for k, v in now.items()}
+        for port, level, system_id in now:
+            self._last[port, level] = system_id
+        for (port, level), system_id in list(self._last.items()):
+            if ports is not None and port not in ports:
+                del self._last[port, level]
+            elif (port, level, system_id) not in out and not any(k[:2] == (port, level) for k in out):
+                out[port, level, system_id] = {"adjacency-state": DOWN}
+        return out
+
+
 class KernelStatus:
     """The node's own state: netlink for its interfaces (every read: a link's failure is what a reaction waits
-    for), bgpd (under ``vty_dir``) for its sessions, asked at most every ``bgp_every_s`` (a summary costs bgpd
-    a few milliseconds of CPU, and a session's state follows its link's anyway). :meth:`events` wakes the
-    watcher when a link changes, so reads between are only the once-a-second look at the sessions."""
+    for), bgpd and isisd (under ``vty_dir``) for its sessions and adjacencies, asked at most every
+    ``bgp_every_s`` (a summary costs a daemon a few milliseconds of CPU, and a session's state follows its
+    link's anyway). :meth:`events` wakes the watcher when a link changes, so reads between are only the
+    once-a-second look at the protocols. ``frr_text``: the running config, whose IS-IS circuits bound what
+    :class:`AdjacencyMemory` keeps."""
 
     blocking = True
     interval_s = 1.0
 
     def __init__(self, vty_dir: Path | None = None, clock: Callable[[], int] = time.time_ns, *,
-                 bgp_every_s: float = 1.0):
+                 bgp_every_s: float = 1.0, frr_text: Callable[[], str] | None = None):
         self.vty_dir = vty_dir
         self.clock = clock
         self.bgp_every_s = bgp_every_s
+        self.frr_text = frr_text
         self._bgp: dict[str, dict[str, str]] = {}
+        self._isis: dict[AdjKey, dict[str, str]] = {}
+        self._memory = AdjacencyMemory()
         self._bgp_at = float("-inf")
 
     def read(self) -> OperSnapshot:
         now = time.monotonic()
         if self.vty_dir is not None and now - self._bgp_at >= self.bgp_every_s:
+            circuits = isis_circuits(self.frr_text()) if self.frr_text is not None else None
             self._bgp, self._bgp_at = read_bgp(self.vty_dir), now
-        return OperSnapshot(self.clock(), read_interfaces(), self._bgp)
+            isis = read_isis(self.vty_dir)
+            if isis is not None:
+                self._isis = self._memory(isis, circuits)
+        return OperSnapshot(self.clock(), read_interfaces(), self._bgp, self._isis)
 
     def events(self) -> socket.socket | None:
         return link_events()
 
 
 class DryStatus:
-    """A dry agent's state: the ports of its running config (``frr_text()``), up unless listed in ``down_file``."""
+    """A dry agent's state: the ports of its running config (``frr_text()``), up unless listed in ``down_file``,
+    and an IS-IS adjacency (level 2, as rendered) on each of its point-to-point IS-IS ports, ``UP`` while the
+    port is, else ``DOWN``. A dry agent learns no system id: the neighbor is named by the hostname its port's
+    description gives (as FRR's ``show isis neighbor`` names it once it knows the dynamic hostname)."""
 
     blocking = False
     interval_s = 0.1  # a test fails a port by writing the file: nothing notifies
@@ -176,6 +291,7 @@ class DryStatus:
         self.clock = clock
         self._ports: set[str] = set()  # every port a config named: like a kernel's, they stay when unconfigured
         self._text: str | None = None  # the config last scanned for ports (a scan per read was most of the cost)
+        self._circuits: dict[str, str] = {}  # its IS-IS ports -> their neighbor
         self._down: tuple[float, set[str]] = (-1.0, set())  # the down file's mtime and content
 
     def _down_ports(self) -> set[str]:
@@ -192,10 +308,13 @@ class DryStatus:
         text = self.frr_text()
         if text != self._text:
             self._ports.update(config_ports(text))
+            self._circuits = isis_circuits(text)
             self._text = text
         ports = sorted(self._ports)
+        isis = {(p, "2", peer or p): {"adjacency-state": DOWN if p in down else UP}
+                for p, peer in self._circuits.items()}
         return OperSnapshot(self.clock(), {p: {"oper-status": DOWN if p in down else UP, "admin-status": UP}
-                                           for p in ports})
+                                           for p in ports}, isis=isis)
 
 
 class LinkWatcher:
@@ -222,7 +341,8 @@ class LinkWatcher:
     async def poll(self) -> OperSnapshot:
         """One reading (and the callback when the down ports changed)."""
         snap = await asyncio.to_thread(self.source.read) if self.source.blocking else self.source.read()
-        if snap.interfaces != self.latest.interfaces or snap.bgp != self.latest.bgp or not self.latest.timestamp_ns:
+        if (snap.interfaces != self.latest.interfaces or snap.bgp != self.latest.bgp or snap.isis != self.latest.isis
+                or not self.latest.timestamp_ns):
             self.latest = snap
         snap = self.latest
         down = snap.down_ports()

@@ -404,3 +404,81 @@ def test_an_agent_killed_is_not_a_failure_and_a_failed_device_is_planned_around(
         got = delivered(FLOWS, 62000)
         assert got >= 0.99 * FLOWS, f"with b back d got {got} of {FLOWS}"
         print(f"device b failed -> re-planned kernel weights: {reacted:.2f} s; b back -> full plan: {back:.2f} s")
+
+
+def test_isis_adjacencies_are_seen_through_the_api_going_down_with_a_link_and_back(square: LabAgents,
+                                                                                  tmp_path: Path) -> None:
+    """Issue 30, item 1: IS-IS adjacency state over gNMI. Each agent reads isisd's adjacencies and publishes
+    them ON_CHANGE under OpenConfig's multi-key path (interface, level, system id); ``/v1/state/devices``
+    counts them as the devices' sessions and lists them. ``b-d`` goes down: isisd forgets the adjacency, the
+    agents keep it ``DOWN`` (its port is still an IS-IS port), and the API shows it down at both ends while
+    the other adjacencies stay up; the link comes back and so does the adjacency, to the same neighbor.
+    (No failure reaction here: a reaction would drain the link, and a drained port runs no IS-IS.)"""
+    for node in "abcd":
+        for port in ("eth1", "eth2"):
+            subprocess.run(["ip", "netns", "exec", runner.namespace(LAB, node), "ip", "link", "set", port, "up"],
+                           capture_output=True)
+    doc = square_doc()
+    doc["policies"].append({"kind": "failure_reaction", "enabled": False})
+    settings = {"agents": json.dumps(square.endpoints()), "drift_interval": 0, "verify_timeout": 45,
+                "agent_commit_timeout": 120}
+
+    def devices() -> dict[str, dict]:
+        return {d["name"]: d for d in api("GET", "/v1/state/devices", role="viewer").json()["devices"]}
+
+    def adjacencies() -> dict[tuple[str, str], tuple[str, str, str | None]]:
+        """(device, port) -> (state, neighbor system id, link id), every adjacency the API lists."""
+        return {(name, a["port"]): (a["state"], a["neighbor"], a["link"])
+                for name, d in devices().items() for a in d["adjacencies"]}
+
+    def states() -> dict[tuple[str, str], str]:
+        return {k: v[0] for k, v in adjacencies().items()}
+
+    ends = {("a", "eth1"), ("a", "eth2"), ("b", "eth1"), ("b", "eth2"), ("c", "eth1"), ("c", "eth2"),
+            ("d", "eth1"), ("d", "eth2")}
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=doc, **settings) as api:
+        assert api.initial()["state"] == "committed"
+        _until(lambda: states() == dict.fromkeys(ends, "UP"), 60, "the adjacencies are not all seen up",
+               lambda: (adjacencies(), devices()))
+        up = adjacencies()
+        assert all(d["sessions"] == d["sessions_up"] == 2 for d in devices().values()), devices()
+        assert up["b", "eth2"][2] == up["d", "eth1"][2] == "b:eth2"  # both ends name the link they run over
+        assert up["d", "eth1"][1] == up["a", "eth1"][1] != up["b", "eth2"][1] == up["c", "eth2"][1]  # b's id, d's
+
+        runner.node_exec(LAB, "b", ["ip", "link", "set", "eth2", "down"])
+        down = {("b", "eth2"), ("d", "eth1")}
+        _until(lambda: states() == {k: "DOWN" if k in down else "UP" for k in ends}, 30,
+               "the adjacency over b-d is not seen down (and only it)", adjacencies)
+        gone = adjacencies()
+        assert gone["b", "eth2"][1] == up["b", "eth2"][1] and gone["d", "eth1"][1] == up["d", "eth1"][1]
+        seen = devices()
+        assert (seen["b"]["sessions_up"], seen["b"]["sessions"]) == (1, 2)
+        assert (seen["d"]["sessions_up"], seen["d"]["sessions"]) == (1, 2)
+        assert seen["a"]["sessions_up"] == 2
+
+        runner.node_exec(LAB, "b", ["ip", "link", "set", "eth2", "up"])
+        _until(lambda: states() == dict.fromkeys(ends, "UP"), 60, "the adjacency over b-d did not come back",
+               adjacencies)
+        assert adjacencies() == {k: (v[0], v[1], v[2]) for k, v in up.items()}  # the same neighbors again
+        drift = api("GET", "/v1/drift?refresh=true", role="viewer").json()["devices"]
+        assert {d: r["status"] for d, r in drift.items()} == dict.fromkeys("abcd", "ok"), drift
+
+        # an adjacency down on a link whose ports are both up: b's eth2 takes no frame over 1400 bytes, and
+        # isisd pads its hellos to the port's MTU (1500 on d), so b hears no hello from d while every port
+        # stays up. Only the adjacency says so, and drift reports it (after its grace).
+        runner.node_exec(LAB, "b", ["ip", "link", "set", "eth2", "mtu", "1400"])
+        try:
+            _until(lambda: states()["b", "eth2"] != "UP", 30, "b's adjacency to d stays up", adjacencies)
+            links = {x["id"]: x["oper"] for x in api("GET", "/v1/state/links", role="viewer").json()["links"]}
+            assert links["b:eth2"] == "up", links
+
+            def drifted() -> list[str]:
+                report = api("GET", "/v1/drift?refresh=true", role="viewer").json()["devices"]
+                return [m for m in report["b"]["details"] if "IS-IS adjacency on eth2" in m]
+            why = _until(drifted, 40, "drift does not report b's adjacency to d",
+                         lambda: api("GET", "/v1/drift", role="viewer").json())
+            assert "while the link is up" in why[0], why  # type: ignore[index]
+        finally:
+            runner.node_exec(LAB, "b", ["ip", "link", "set", "eth2", "mtu", "1500"])
+        _until(lambda: states() == dict.fromkeys(ends, "UP"), 60, "the adjacency over b-d did not come back",
+               adjacencies)

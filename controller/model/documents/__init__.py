@@ -89,6 +89,7 @@ from controller.model.documents.safety import (
     StageDocument,
 )
 from controller.model.documents.state import (
+    AdjacencyStateDocument,
     DeviceStateDocument,
     DeviceStatesDocument,
     DeviceStateSummary,
@@ -115,7 +116,8 @@ from controller.model.documents.telemetry import (
 __all__ = [
     "AutoTeDecisionDocument", "AutoTeStatusDocument", "AutoTeTrigger", "ChangeDocument", "ChangeState",
     "ClusterDocument", "DemandCaptureDocument", "DeviceDiffDocument", "DevicePlanDocument", "DeviceProgress",
-    "DeviceStateDocument", "DeviceStateSummary", "DeviceStatesDocument", "DrainCheckDocument", "DrainTargetCheck",
+    "AdjacencyStateDocument", "DeviceStateDocument", "DeviceStateSummary", "DeviceStatesDocument",
+    "DrainCheckDocument", "DrainTargetCheck",
     "DroppedDemandDocument", "FINAL_STATES", "FailedParts", "FailureDocument", "FidelityDocument",
     "FidelityLinkDocument", "InstalledNextHop", "InvariantDocument", "JobWhatIfDocument", "JsonObject",
     "LeaseDocument", "LinkDeltaDocument", "LinkLoadDocument", "LinkStateDocument", "LinkStatesDocument",

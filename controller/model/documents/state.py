@@ -10,7 +10,8 @@ from pydantic import Field
 from controller.model.documents.base import Closed
 
 __all__ = [
-    "DeviceStateDocument", "DeviceStateSummary", "DeviceStatesDocument", "InstalledNextHop", "LinkStateDocument",
+    "AdjacencyStateDocument", "DeviceStateDocument", "DeviceStateSummary", "DeviceStatesDocument",
+    "InstalledNextHop", "LinkStateDocument",
     "LinkStatesDocument", "OperationalStateDocument", "ReactionTableDocument", "ReactionTrigger", "SessionDocument",
 ]
 
@@ -35,14 +36,30 @@ class LinkStatesDocument(Closed):
     links: list[LinkStateDocument]
 
 
+class AdjacencyStateDocument(Closed):
+    """One IS-IS adjacency as its device reports it (OpenConfig ``adjacency-state``)."""
+
+    port: str = Field(description="the device's port the adjacency runs on (OpenConfig interface-id)")
+    level: int = Field(description="the IS-IS level (Loom's fabrics are level 2)")
+    neighbor: str = Field(description="the neighbor's system id (a dry agent names it by its hostname)")
+    state: str = Field(description="UP, DOWN, INIT or FAILED")
+    link: str | None = Field(default=None, description="the id of the intent's link on that port, if any")
+    since: str | None = Field(default=None, description="when it last changed state")
+
+
 class DeviceStateSummary(Closed):
-    """One device's agent and sessions, as the leader follows them."""
+    """One device's agent and sessions, as the leader follows them. ``sessions`` counts the device's routing
+    sessions: its BGP neighbors (``routing: bgp``) and its IS-IS adjacencies (``routing: isis``; one whose
+    neighbor went away stays, down, while its port is an IS-IS port); ``sessions_up`` those established
+    (BGP) or up (IS-IS)."""
 
     name: str
     agent: Literal["reachable", "unreachable"]
     sessions_up: int
     sessions: int
     last_seen: str | None
+    adjacencies: list[AdjacencyStateDocument] = Field(
+        default_factory=list, description="its IS-IS adjacencies, by port (empty under routing: bgp)")
 
 
 class DeviceStatesDocument(Closed):
