@@ -57,7 +57,7 @@ class ReactionOptions:
     ``push_s``: the push of a reaction (failure plan to kernels), measured by ``tests/bench/reaction.py``."""
 
     budget_s: float = 5.0
-    push_s: float = 1.0
+    push_s: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)

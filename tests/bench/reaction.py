@@ -182,6 +182,42 @@ def _until(what: Any, timeout: float, every: float = 0.02) -> Any:
     return got
 
 
+def _react_once(api: Any, fleet: Any) -> tuple[float, float, str, float]:
+    """Fail the link, wait for the reaction, heal it and wait for the full plan: (failure to seen down, seen
+    down to committed, where the plan came from, failure to committed), wall clock seconds."""
+    from tests.component.test_failure_reaction import ENDS, LINK, fail, link_state, reactions
+
+    seen = {c["id"] for c in reactions(api)}
+
+    def new(states: tuple[str, ...], but: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
+        return [c for c in reactions(api) if c["id"] not in seen | but and c["state"] in states]
+
+    t0 = time.time()
+    fail(fleet, ENDS)
+    _until(lambda: link_state(api, LINK) == "down", 10)
+    down = next(x for x in api("GET", "/v1/state/links", role="viewer").json()["links"] if x["id"] == LINK)
+    got = _until(lambda: new(("committed", "failed", "rolled_back")), 60)[0]
+    done = _committed_at(api, got["id"]) if got["state"] == "committed" else float("nan")
+    since = _stamp(down["since"])
+    fail(fleet, ENDS, down=False)
+    _until(lambda: link_state(api, LINK) == "up", 10)
+    _until(lambda: new(("committed",), frozenset({got["id"]})), 60)  # the full plan is back
+    return since - t0, done - since, str(got["trigger"].get("plan", "?")), done - t0
+
+
+def _planned_commit(api: Any, doc: dict[str, Any]) -> float:
+    """An operator's change (10% more demand) reviewed, then committed: commit request to committed (s)."""
+    import copy
+
+    more = copy.deepcopy(doc)
+    more["demands"][0]["gbps"] = float(more["demands"][0]["gbps"]) * 1.1
+    op = api.change(intent=more, base=1)
+    api.review(op["id"])
+    t0 = time.time()
+    api.commit(op["id"])
+    return _committed_at(api, op["id"]) - t0
+
+
 def delay_rows(repeats: int = 3) -> list[list[str]]:
     """A link failure's reaction on the twelve dry clos3-small agents, ``repeats`` times (each failure healed
     and the full plan back before the next), beside an operator's planned change on the same fleet."""
@@ -191,7 +227,7 @@ def delay_rows(repeats: int = 3) -> list[list[str]]:
     from pathlib import Path
 
     from tests.apps import running_api
-    from tests.component.test_failure_reaction import ENDS, LINK, fail, link_state, reactions
+    from tests.component.test_failure_reaction import LINK
     from tests.component.test_workflow_api import DOC, Fleet
 
     doc = copy.deepcopy(DOC)
@@ -206,35 +242,16 @@ def delay_rows(repeats: int = 3) -> list[list[str]]:
             settings = {"agents": json.dumps(fleet.endpoints()), "drift_interval": 0, "verify_timeout": 5}
             with running_api(f"sqlite:///{Path(tmp) / 'loom.db'}", intent=doc, **settings) as api:
                 api.initial()
-                _until(lambda: api("GET", "/v1/state/reactions", role="viewer").json()["state"] == "ready", 300)
+                ready = lambda: api("GET", "/v1/state/reactions", role="viewer").json()["state"] == "ready"  # noqa: E731
+                _until(ready, 300)
                 _until(lambda: all(x["oper"] == "up" for x in api("GET", "/v1/state/links", role="viewer")
                                    .json()["links"]), 30)
-                more = copy.deepcopy(doc)
-                more["demands"][0]["gbps"] = float(more["demands"][0]["gbps"]) * 1.1
-                op = api.change(intent=more, base=1)
-                api.review(op["id"])
-                t0 = time.time()
-                api.commit(op["id"])
-                planned = _committed_at(api, op["id"]) - t0
-                _until(lambda: api("GET", "/v1/state/reactions", role="viewer").json()["state"] == "ready", 300)
+                planned = _planned_commit(api, doc)
+                _until(ready, 300)  # the new revision's reaction table
                 for i in range(repeats):
-                    seen = {c["id"] for c in reactions(api)}
-                    t0 = time.time()
-                    fail(fleet, ENDS)
-                    _until(lambda: link_state(api, LINK) == "down", 10)
-                    down = next(x for x in api("GET", "/v1/state/links", role="viewer").json()["links"]
-                                if x["id"] == LINK)
-                    got = _until(lambda: [c for c in reactions(api) if c["id"] not in seen and c["state"] in
-                                          ("committed", "failed", "rolled_back")], 60)[0]
-                    done = _committed_at(api, got["id"]) if got["state"] == "committed" else float("nan")
-                    since = _stamp(down["since"])
-                    fail(fleet, ENDS, down=False)
-                    _until(lambda: link_state(api, LINK) == "up", 10)
-                    _until(lambda: [c for c in reactions(api) if c["id"] not in seen and c["id"] != got["id"]
-                                    and c["state"] == "committed"], 60)  # the full plan is back
-                    rows.append([f"clos3-small, 12 dry agents ({i + 1})", LINK, f"{since - t0:.2f}",
-                                 f"{DETECT_S:g}", got["trigger"].get("plan", "?"), f"{done - since - DETECT_S:.2f}",
-                                 f"{done - t0:.2f}", f"{planned:.2f}"])
+                    seen_s, react_s, plan, total = _react_once(api, fleet)
+                    rows.append([f"clos3-small, 12 dry agents ({i + 1})", LINK, f"{seen_s:.2f}", f"{DETECT_S:g}", plan,
+                                 f"{react_s - DETECT_S:.2f}", f"{total:.2f}", f"{planned:.2f}"])
         finally:
             fleet.stop()
     return rows
