@@ -101,7 +101,7 @@ def print_reaction(rc: dict[str, Any], rows: int = 15) -> None:
         return
     t = Table(title="until the reaction (worst first)", title_justify="left")
     for col in ("scenario", "black-holed gbps", "looped gbps", "window s", "lost Gbit", "reaction", "its max util"):
-        t.add_column(col, justify="left" if col in ("scenario", "reaction") else "right")
+        t.add_column(col, justify="left" if col in ("scenario", "reaction") else "right", overflow="fold")
     for r in shown:
         holed = max(r["immediate"]["black_holed_gbps"], r["reconverged"]["black_holed_gbps"])
         loops = [x for x in (r["immediate"]["looped_gbps"], r["reconverged"]["looped_gbps"]) if x is not None]
