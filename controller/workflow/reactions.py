@@ -102,43 +102,42 @@ def reaction_section(intent: Intent, plan: Plan, report: SafetyReport, *, identi
 
 def _reactions(intent: Intent, plan: Plan, failures: list[ScenarioResult], identity: str | None,
                in_force: Overlay, options: ReactionOptions) -> dict[str, _Got]:
-    """Each scenario's reaction: looked up, else planned within the budget (the worst losses first)."""
+    """Each scenario's reaction: looked up with its judgement, else planned (or, found in the table without
+    one, judged) within the budget, the worst losses first."""
     ends = intent_ends(intent)
     out: dict[str, _Got] = {}
-    todo: list[tuple[ScenarioResult, Overlay]] = []
+    todo: list[tuple[ScenarioResult, Overlay, Reaction | None]] = []
     for s in failures:
         failed = normal(Overlay(frozenset(s.failed_links), frozenset(s.failed_devices)), ends)
         entry = TABLE.get(identity, normal(failed | in_force, ends)) if identity is not None else None
-        if entry is not None:
-            out[s.name] = _looked_up(entry, intent, plan, failed, in_force)
+        if entry is not None and entry.judgement is not None and not in_force:  # judged against this plan
+            out[s.name] = _Got("precomputed", entry.judgement, round(entry.seconds, 4))
         else:
-            todo.append((s, failed))
+            todo.append((s, failed, entry))
     todo.sort(key=lambda t: (-exposure(t[0], None).lost_gbps, -t[0].max_utilization))
     spent = 0.0
-    for s, failed in todo:
+    for s, failed, entry in todo:
         if spent >= options.budget_s:
             out[s.name] = _Got("not_planned")
             continue
         t0 = time.perf_counter()
-        try:
-            made = reaction_of(intent, plan, failed)
-        except (LoomError, ValueError) as exc:
-            out[s.name] = _Got("failed", note=str(exc))
-        else:
-            out[s.name] = _Got("planned", made.judgement, round(made.seconds, 4))
-            if identity is not None and not in_force:  # judged against the full plan, as the table's are
-                TABLE.put(identity, failed, made)
+        out[s.name] = _make(intent, plan, failed, entry, identity if not in_force else None)
         spent += time.perf_counter() - t0
     return out
 
 
-def _looked_up(entry: Reaction, intent: Intent, plan: Plan, failed: Overlay, in_force: Overlay) -> _Got:
-    """A plan from the table, judged there unless it was solved on demand (or an overlay is in force: then
-    against the plan in force, as the reaction would)."""
-    judgement = entry.judgement
-    if judgement is None or in_force:
-        judgement = judge((intent, plan), failed, (entry.intent, entry.plan))
-    return _Got("precomputed", judgement, round(entry.seconds, 4))
+def _make(intent: Intent, plan: Plan, failed: Overlay, entry: Reaction | None, keep_as: str | None) -> _Got:
+    """The reaction around ``failed``: ``entry``'s plan judged against ``plan`` (the plan in force, as the
+    reaction would), or planned and judged now, and kept in the table under ``keep_as`` (None: not kept)."""
+    if entry is not None:
+        return _Got("precomputed", judge((intent, plan), failed, (entry.intent, entry.plan)), round(entry.seconds, 4))
+    try:
+        made = reaction_of(intent, plan, failed)
+    except (LoomError, ValueError) as exc:
+        return _Got("failed", note=str(exc))
+    if keep_as is not None:  # judged against the full plan, as the table's are
+        TABLE.put(keep_as, failed, made)
+    return _Got("planned", made.judgement, round(made.seconds, 4))
 
 
 def _stage(loss: StageLoss) -> StageLossDocument:

@@ -122,3 +122,28 @@ def test_the_worst_post_failure_utilization_with_and_without_robust_wcmp() -> No
     assert rb.failure_mlu == pytest.approx(max(s.max_utilization for s in report.scenarios if s.kind != "baseline"))
     plain = robustness_section(square(), compile_plan(square()), replay(square(), compile_plan(square())))
     assert not plain.robust and plain.failure_mlu_plain is None and plain.failure_mlu == pytest.approx(1.2)
+
+
+def test_with_an_overlay_in_force_the_table_is_asked_for_both_failures_and_judged_against_the_plan_in_force(
+        fabric: Any) -> None:
+    """The review of a change while ``a-b`` is overlaid: the plan in force sends all via ``c``; the reaction to
+    ``b-d`` failing as well is the table's entry for both parts, judged against the plan in force (nothing
+    more lost: safe); what the review plans around an overlay is not kept (the table's entries are judged
+    against the full plan); ``c-d`` failing as well leaves ``a`` no way to ``d``: no plan, and the review
+    says why."""
+    from controller.operations.overlay import overlay_intent
+
+    intent, plan, _ = fabric
+    identity = "test-review-reaction:in-force"
+    in_force = Overlay(frozenset({"a:eth1"}))
+    both = Overlay(frozenset({"a:eth1", "b:eth2"}))
+    TABLE.put(identity, both, reaction_of(intent, plan, both))
+    reduced = overlay_intent(intent, in_force)
+    current = compile_plan(reduced)
+    sec = reaction_section(reduced, current, replay(reduced, current), identity=identity, in_force=in_force,
+                           options=OPTIONS)
+    rows = {r.scenario: r for r in sec.scenarios}
+    assert rows["link:b:eth2"].plan == "precomputed" and rows["link:b:eth2"].verdict == "safe"
+    assert rows["link:c:eth2"].plan == "failed" and rows["link:c:eth2"].note  # a can no longer reach d at all
+    assert rows["device:b"].plan == "planned"  # b failed implies a-b: the key is b alone
+    assert TABLE.get(identity, Overlay(devices=frozenset({"b"}))) is None
