@@ -1,6 +1,6 @@
 """Failure reaction (issue 30): the operational view at scale, and the time to plan a reaction.
 
-Two tables, each with its reference measured in the same run:
+Four tables, each with its reference measured in the same run:
 
 * **view**: the leader's :class:`~controller.operations.view.OperationalView` of Clos XL (7,424 devices),
   fed port state changes at 1,000 a second (each a real ``report_port`` with its link recomputed and its
