@@ -59,6 +59,13 @@ class Settings(BaseSettings):
     reaction_precompute_s: float = Field(
         300.0, ge=0, le=86400, description="the leader's planning time, after each commit, for the reaction plans "
                                            "of the failure-tolerance scope's scenarios (s); 0: solved on failure")
+    review_reaction_s: float = Field(
+        5.0, ge=0, le=3600, description="a review's planning time for the reaction plans of its failure scenarios "
+                                        "that the reaction table does not hold (s); 0: table lookups only")
+    reaction_push_s: float = Field(
+        0.5, ge=0, le=600, description="what a reaction takes after detect_s, seeing the failure to the reaction "
+                                       "plan in the kernels (s), as a review assumes it: measured on dry agents by "
+                                       "tests/bench/reaction.py and on FRR by tests/lab/test_fib_failure_lab.py")
     drift_interval: float = Field(60.0, ge=0, description="seconds between drift checks (0: only after commits)")
     drift_repair: bool = Field(False, description="re-push the active revision when drift is found")
     settle_interval: float = Field(

@@ -26,7 +26,7 @@ from controller.model import Intent
 from controller.model.plan import Plan
 from safety.kernels import csr
 
-__all__ = ["Flow", "Table", "Topology", "build_topology", "plan_table", "propagate", "ranges"]
+__all__ = ["Flow", "Table", "Topology", "build_topology", "looped", "plan_table", "propagate", "ranges"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,3 +415,40 @@ def table_from_routes(intent: Intent, topo: Topology, base: Table,
     del n
     return Table(base.prefixes, base.origins, route, indptr, np.asarray(g_edges, dtype=np.int64), frac, weight,
                  base.demand_class, base.demand_device, base.demand_gbps, [])
+
+
+def looped(table: Table, topo: Topology, classes: set[int], *, max_steps: int = 200_000) -> dict[int, float] | None:
+    """Per class of ``classes``, the gbps of its demand that enters a forwarding loop, or None when the
+    walk would take more than ``max_steps`` steps.
+
+    A switch hashes a flow to one next hop, the same each time the flow comes by, so a flow that comes back
+    to a device it went through takes the same way again and loops until its TTL runs out: what loops is
+    the traffic whose path reaches a device a second time (:func:`propagate`'s hop-by-hop split instead
+    splits it again at each pass, which is right for its loads and not for what a loop keeps). Each demand
+    is walked along its paths, split by the group fractions, until it is delivered, black-holed or back
+    at a device it has seen.
+    """
+    out: dict[int, float] = {}
+    steps = 0
+    dst, g_indptr, g_edge, g_frac = topo.edge_dst, table.g_indptr, table.g_edge, table.g_frac
+    for c, v0, gbps in zip(table.demand_class.tolist(), table.demand_device.tolist(), table.demand_gbps.tolist(),
+                           strict=True):
+        if c not in classes or gbps <= 0:
+            continue
+        route, origins = table.route[c], table.origins[c]
+        stack: list[tuple[int, float, frozenset[int]]] = [(v0, gbps, frozenset({v0}))]
+        while stack:
+            steps += 1
+            if steps > max_steps:
+                return None
+            v, amount, seen = stack.pop()
+            g = int(route[v])
+            if v in origins or g < 0:
+                continue
+            for h in range(int(g_indptr[g]), int(g_indptr[g + 1])):
+                nxt, part = int(dst[g_edge[h]]), amount * float(g_frac[h])
+                if nxt in seen:
+                    out[c] = out.get(c, 0.0) + part
+                else:
+                    stack.append((nxt, part, seen | {nxt}))
+    return out

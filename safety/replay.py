@@ -71,7 +71,17 @@ import numpy as np
 from controller.model import Intent, Role, Routing, WcmpRealization
 from controller.model.plan import Plan
 from safety import kernels
-from safety.forwarding import Flow, Table, Topology, build_topology, plan_table, propagate, ranges, table_from_routes
+from safety.forwarding import (
+    Flow,
+    Table,
+    Topology,
+    build_topology,
+    looped,
+    plan_table,
+    propagate,
+    ranges,
+    table_from_routes,
+)
 from safety.report import (
     DroppedDemand,
     Failure,
@@ -117,13 +127,25 @@ class _Outcome:
     ``values`` over the baseline's ``base``, made dense only when asked for.
     """
 
-    __slots__ = ("_load", "base", "changed", "values", "drops", "loops")
+    __slots__ = ("_load", "base", "changed", "values", "drops", "loops", "loop_gbps")
 
     def __init__(self, drops: dict[tuple[int, int], float], loops: list[tuple[int, tuple[int, ...]]], *,
                  load: np.ndarray | None = None, base: np.ndarray | None = None,
-                 changed: np.ndarray | None = None, values: np.ndarray | None = None):
+                 changed: np.ndarray | None = None, values: np.ndarray | None = None,
+                 loop_gbps: dict[int, float] | None = None):
         self._load, self.base, self.changed, self.values = load, base, changed, values
         self.drops, self.loops = drops, loops
+        # gbps of each looping class that enters its loop (:func:`safety.forwarding.looped`); None where the
+        # loops were found by a difference push, which does not weigh them (only a plan whose baseline loops
+        # gives those: a failure only takes transitions away), or the walk was too long
+        self.loop_gbps = loop_gbps if loop_gbps is not None or not loops else None
+
+    @property
+    def looped_gbps(self) -> float | None:
+        """The gbps the loops keep, in all (0.0 without a loop; None when not weighed)."""
+        if not self.loops:
+            return 0.0
+        return None if self.loop_gbps is None else float(sum(self.loop_gbps.values()))
 
     @property
     def load(self) -> np.ndarray:
@@ -167,7 +189,8 @@ class Replayer:
         cap = self.topo.edge_cap
         self._base_util = f.load / cap
         self._base_order = np.argsort(-self._base_util, kind="stable")
-        self._base = _Outcome(f.drops(), f.loops, load=f.load)
+        self._base = _Outcome(f.drops(), f.loops, load=f.load,
+                              loop_gbps=looped(self.table, self.topo, {c for c, _ in f.loops}) if f.loops else None)
         self._fab = kernels.FlowArrays(
             x=f.x, frac=f.t_frac, hop=self._hop, t_indptr=f.t_indptr, t_src=f.t_src, class_indptr=self._class_indptr,
             class_states=self._class_states, t_class=self._tcls, state_class=self._cls, in_indptr=f.in_indptr,
@@ -300,7 +323,8 @@ class Replayer:
             tab.demand_class[keep], tab.demand_device[keep], tab.demand_gbps[keep])
         fl = propagate(tab, self.topo)
         drops = {k: v for k, v in fl.drops().items() if k[1] not in failed and v > EPS_GBPS}
-        return _Outcome(drops, fl.loops, load=fl.load)
+        weighed = looped(tab, self.topo, {c for c, _ in fl.loops}) if fl.loops else None
+        return _Outcome(drops, fl.loops, load=fl.load, loop_gbps=weighed)
 
     def _static_routes(self, sc: Scenario, routes: dict[str, dict[str, tuple[tuple[str, str], ...]]]
                        ) -> dict[str, dict[str, tuple[tuple[str, str], ...]]]:
@@ -365,7 +389,7 @@ class Replayer:
         if baseline:
             errs = self.table.budget_errors
             inv.append(InvariantResult("group_budget", not errs, "; ".join(errs[:5])))
-        return StageResult(stage, tuple(inv), mlu, limit, hottest, dropped, loops)
+        return StageResult(stage, tuple(inv), mlu, limit, hottest, dropped, loops, out.looped_gbps)
 
     def verdict(self, sc: Scenario) -> tuple[bool, bool]:
         """``(ok, transient)``: whether :meth:`run`'s result would be ok, and whether its
@@ -464,7 +488,8 @@ class Peaks:
     stage) over every scenario; ``violating``: scenario name -> its worst
     utilization, for scenarios over their limit; ``failing``: scenarios failing any
     other invariant (black holes, loops), which weights cannot fix;
-    ``baseline_mlu``: the plan's maximum utilization with nothing failed.
+    ``baseline_mlu``: the plan's maximum utilization with nothing failed; ``failure_mlu``: the worst
+    utilization of any failure scenario (either stage), what a review shows with and without robust WCMP.
     """
 
     link_peak: dict[str, float]
@@ -472,6 +497,7 @@ class Peaks:
     failing: tuple[str, ...]
     baseline_mlu: float
     limits: dict[str, float]
+    failure_mlu: float = 0.0
 
 
 def peaks(intent: Intent, plan: Plan, *, scope: str | None = None,
@@ -482,7 +508,7 @@ def peaks(intent: Intent, plan: Plan, *, scope: str | None = None,
     worst = np.zeros(rp.topo.n_edges)
     violating: dict[str, float] = {}
     failing: list[str] = []
-    baseline_mlu = 0.0
+    baseline_mlu = failure_mlu = 0.0
     for sc in (list(only) if only is not None else scenarios(intent, scope)):
         limit = rp.limits["baseline"] if sc.is_baseline else rp.limits["failure"]
         imm, rec = rp.outcomes(sc)
@@ -495,7 +521,9 @@ def peaks(intent: Intent, plan: Plan, *, scope: str | None = None,
                 failing.append(sc.name)
         if sc.is_baseline:
             baseline_mlu = top
+        else:
+            failure_mlu = max(failure_mlu, top)
         if top > limit + 1e-9:
             violating[sc.name] = top
     link_peak = {k: float(max(worst[2 * i], worst[2 * i + 1])) for i, k in enumerate(rp.topo.link_keys)}
-    return Peaks(link_peak, violating, tuple(dict.fromkeys(failing)), baseline_mlu, rp.limits)
+    return Peaks(link_peak, violating, tuple(dict.fromkeys(failing)), baseline_mlu, rp.limits, failure_mlu)

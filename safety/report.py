@@ -114,6 +114,9 @@ class StageResult(Shipped):
     hottest: tuple[LinkUse, ...] = ()
     dropped: tuple[DroppedDemand, ...] = ()
     loops: tuple[str, ...] = ()
+    #: the gbps the loops keep (still moving after as many hops as devices); None when not weighed. Not in
+    #: the stage's document (whose shape is fixed): the review's reaction section reports it
+    looped_gbps: float | None = 0.0
 
     @property
     def ok(self) -> bool:

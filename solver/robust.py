@@ -458,8 +458,14 @@ def _try_ffc(intent: Intent, evaluate: Evaluate, plain: Plan, ev: Evaluation, li
     return dags
 
 
+def _failure_mlu(ev: Evaluation) -> float | None:
+    """The worst utilization of any failure scenario, where the oracle says (:class:`safety.replay.Peaks`)."""
+    got = getattr(ev, "failure_mlu", None)
+    return None if got is None else round(float(got), 6)
+
+
 def _report(intent: Intent, plain: Plan, search: _Search, limit: float, backend: str, prove: int,
-            t0: float, options: RobustOptions) -> Plan:
+            t0: float, options: RobustOptions, plain_ev: Evaluation) -> Plan:
     """The best plan with ``summary.extra["robust"]`` (see :func:`solve_robust`)."""
     _, plan, ev = search.best
     impossible: dict[str, float] = {}
@@ -473,6 +479,8 @@ def _report(intent: Intent, plain: Plan, search: _Search, limit: float, backend:
         "limit": limit,
         "baseline_mlu_plain": round(float(plain.summary.max_utilization), 6),
         "baseline_mlu_robust": round(ev.baseline_mlu, 6),
+        "failure_mlu_plain": _failure_mlu(plain_ev),  # the worst post-failure utilization without robust WCMP
+        "failure_mlu_robust": _failure_mlu(ev),  # and with it
         "rounds": search.rounds,
         "method": _method(plan, plain, clos, search.blend),
         "ffc_bound": None if search.bound is None else round(search.bound, 6),
@@ -543,7 +551,7 @@ def solve_robust(intent: Intent, evaluate: Evaluate, *, backend: str = DEFAULT_B
     if dags is not None and search.best[2].violating and (method == "blend" or (method == "auto" and not search.clean)):
         search.blend, found = _blend_search(intent, plain, dags, evaluate, options.blend_steps)
         search.offer(*found)
-    plan = _report(intent, plain, search, limit, backend, prove, t0, options)
+    plan = _report(intent, plain, search, limit, backend, prove, t0, options, ev)
     say("robust", 1.0)
     return as_written(plan, written)
 

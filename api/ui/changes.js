@@ -269,6 +269,7 @@ async function build(main, id, ctx, rerender) {
       failing.length ? table(["scenario", "stage", "invariant", "detail"],
         failing.slice(0, 200).map((f) => [f.scenario, f.stage, f.invariant, f.detail || ""]), { class: "compact" })
         : h("p", { class: "muted" }, "none: every scenario delivers all demand, loop-free, under the limits")));
+    if (review.reaction) main.append(reactionSection(review.reaction, review.robustness));
     const grid = h("div", { class: "grid2" });
     grid.append(h("section", { class: "card", id: "hottest" }, h("h2", {}, "Hottest links, before and after"),
       (review.links || []).length ? table(["link", "before", "after", "change"], hottest(review.links), { class: "compact" })
@@ -291,4 +292,30 @@ async function build(main, id, ctx, rerender) {
     table(["state", "at", "by", "reason"], (change.transitions || []).map((t) => [badge(t.state), when(t.at), t.actor || "", t.reason || ""]),
       { class: "compact" })));
   return change;
+}
+
+// Each failure until the reaction (issue 30.5): what is black-holed or looped, for how long, and whether the
+// reaction plan is safe; the worst losses first, then the reactions that are not safe (the rest are counted).
+function reactionSection(rc, rb) {
+  const c = rc.counts || {};
+  const head = rc.enabled
+    ? `detect ${fmt(rc.detect_s)} s + push ${fmt(rc.push_s)} s; ${fmt(c.scenarios || 0)} failure(s), `
+      + `${fmt(c.unsafe_reactions || 0)} reaction plan(s) not safe, ${fmt(c.not_planned || 0)} not planned`
+    : rc.note;
+  const robust = rb ? `worst post-failure utilization ${pct(rb.failure_mlu)}`
+    + (rb.failure_mlu_plain !== null && rb.failure_mlu_plain !== undefined
+      ? ` (robust WCMP ${pct(rb.failure_mlu_robust)}, without it ${pct(rb.failure_mlu_plain)})` : "") : "";
+  const rows = (rc.scenarios || []).filter((r) => r.lost_gbps > 0 || r.safe === false)
+    .sort((a, b) => b.lost_gbps - a.lost_gbps || (a.safe === false ? -1 : 1)).slice(0, 50);
+  const verdict = (r) => r.verdict ? badge(r.verdict.replace("_", " "), r.safe ? "safe" : "unsafe")
+    : h("span", { class: "muted" }, r.plan.replace("_", " "));
+  return h("section", { class: "card", id: "reaction" }, h("h2", {}, "Failure reaction"),
+    h("p", { class: "muted" }, head), robust ? h("p", { class: "muted" }, robust) : "",
+    rows.length ? table(["scenario", "black-holed Gb/s", "looped Gb/s", "until reaction s", "lost Gbit", "reaction", "its max util"],
+      rows.map((r) => [r.scenario,
+        fmt(Math.max(r.immediate.black_holed_gbps, r.reconverged.black_holed_gbps)),
+        fmt(Math.max(r.immediate.looped_gbps ?? 0, r.reconverged.looped_gbps ?? 0)),
+        fmt(r.window_s), fmt(r.lost_gbit), verdict(r), r.max_utilization === null ? "–" : pct(r.max_utilization)]),
+      { class: "compact" })
+      : h("p", { class: "muted" }, "no failure loses traffic before the reaction, and every reaction plan is safe"));
 }

@@ -27,7 +27,7 @@ from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, prin
 from controller.client import Client
 from controller.model.documents import FINAL_STATES
 
-__all__ = ["apply", "changes_app", "commit_and_follow", "drift", "print_review"]
+__all__ = ["apply", "changes_app", "commit_and_follow", "drift", "print_reaction", "print_review", "print_robustness"]
 
 changes_app = typer.Typer(help="Changes on a running controller: list, show, review, commit, rollback.",
                           no_args_is_help=True)
@@ -64,8 +64,52 @@ def print_review(rv: dict[str, Any]) -> None:
                   highlight=False)
     if rv.get("schedule"):
         print_schedule(rv["schedule"])
+    if rv.get("robustness"):
+        print_robustness(rv["robustness"])
+    if rv.get("reaction"):
+        print_reaction(rv["reaction"])
     if safety.get("failing"):
         print_failing(safety["failing"])
+
+
+def _num(v: float | None, fmt: str = ".3f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def print_robustness(rb: dict[str, Any]) -> None:
+    """The worst post-failure utilization, with and without robust WCMP where both were measured."""
+    line = f"worst post-failure utilization {rb['failure_mlu']:.3f} (limit {rb['limit']:g})"
+    if rb.get("failure_mlu_plain") is not None:
+        line += (f"; robust WCMP: {_num(rb.get('failure_mlu_robust'))}, without it "
+                 f"{_num(rb.get('failure_mlu_plain'))}")
+    console.print(line, highlight=False)
+
+
+def print_reaction(rc: dict[str, Any], rows: int = 15) -> None:
+    """Each failure until the reaction: the worst losses first, then the reaction plans that are not safe."""
+    c = rc.get("counts", {})
+    if not rc.get("enabled"):
+        console.print(f"failure reaction: [yellow]off[/]: {rc.get('note', '')}", highlight=False)
+    else:
+        console.print(f"failure reaction: detect {rc['detect_s']:g} s + push {rc['push_s']:g} s; "
+                      f"{c.get('scenarios', 0)} failure(s), {c.get('unsafe_reactions', 0)} reaction plan(s) not safe, "
+                      f"{c.get('not_planned', 0)} not planned; worst loss {_num(rc.get('worst_lost_gbit'), '.3g')} "
+                      "Gbit" + (f" ({rc['note']})" if rc.get("note") else ""), highlight=False)
+    shown = sorted(rc.get("scenarios", []), key=lambda r: (-r["lost_gbps"], r["safe"] is not False, r["scenario"]))
+    shown = [r for r in shown if r["lost_gbps"] > 0 or r["safe"] is False][:rows]
+    if not shown:
+        return
+    t = Table(title="until the reaction (worst first)", title_justify="left")
+    for col in ("scenario", "black-holed gbps", "looped gbps", "window s", "lost Gbit", "reaction", "its max util"):
+        t.add_column(col, justify="left" if col in ("scenario", "reaction") else "right", overflow="fold")
+    for r in shown:
+        holed = max(r["immediate"]["black_holed_gbps"], r["reconverged"]["black_holed_gbps"])
+        loops = [x for x in (r["immediate"]["looped_gbps"], r["reconverged"]["looped_gbps"]) if x is not None]
+        colour = "green" if r["safe"] else "red" if r["verdict"] else "yellow"
+        verdict = r["verdict"] or r["plan"].replace("_", " ")
+        t.add_row(r["scenario"], f"{holed:.3g}", f"{max(loops):.3g}" if loops else "?", _num(r["window_s"], ".2f"),
+                  _num(r["lost_gbit"], ".3g"), f"[{colour}]{verdict}[/]", _num(r["max_utilization"]))
+    console.print(t)
 
 
 def print_schedule(sched: dict[str, Any]) -> None:

@@ -1,14 +1,17 @@
 """``loom check``: the safety report of an intent's plan, for people and scripts.
 
 ``loom check INTENT [--plan PLAN] [--against OLD_INTENT [--against-plan OLD_PLAN]]
-[--robust] [--scope SCOPE] [--executor local|ray|ray://HOST:PORT] [--json]`` compiles the intent (with robust WCMP
+[--robust] [--reaction [--reaction-budget S]] [--scope SCOPE] [--executor local|ray|ray://HOST:PORT] [--json]``
+compiles the intent (with robust WCMP
 under ``--robust``; or reads ``--plan``, a plan
 document), replays it under every failure scenario (:mod:`safety.replay`) and
 prints a verdict line, the failing scenarios (scenario, stage, invariant,
 detail) and then the hottest links; with ``--against`` it also reviews the
 change from the old intent (per-device route and weight differences, per-link
 utilization before and after). ``--json`` prints the report (or review)
-document. ``--plot FILE`` writes the baseline link utilization histogram (the
+document. ``--reaction`` adds each failure until the reaction (the review's
+section, :mod:`controller.workflow.reactions`; ``reaction`` in the JSON report).
+``--plot FILE`` writes the baseline link utilization histogram (the
 plan's, or before and after with ``--against``) as SVG or PNG
 (:mod:`controller.cli.plot`). ``--scope single_pairs`` adds every pair of single
 links and devices, and ``--executor`` sends the scenarios in chunks to a Ray
@@ -30,11 +33,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from controller.cli.changes import print_reaction
 from controller.cli.common import EXIT_FAIL, app, console, die, emit_json, err_console, read_intent
 from controller.cli.plot import FORMATS, write_histogram
 from controller.model import Intent
 from controller.model.errors import Infeasible
 from controller.model.plan import Plan
+from controller.workflow.reactions import ReactionOptions, reaction_section
 from safety.report import SafetyReport
 from safety.review import review
 from safety.scenarios import count_scenarios
@@ -170,6 +175,15 @@ def _print_report(rep: SafetyReport) -> None:
     console.print(t)
     if isinstance(rep.extra.get("robust"), dict):
         _print_robust(rep.extra["robust"], rep)
+    if isinstance(rep.extra.get("reaction"), dict):
+        print_reaction(rep.extra["reaction"])
+
+
+def _with_reaction(intent: Intent, plan: Plan, report: SafetyReport, budget_s: float) -> SafetyReport:
+    """``--reaction``: the report with its ``reaction`` section (the review's,
+    :func:`controller.workflow.reactions.reaction_section`, planned here: no reaction table offline)."""
+    section = reaction_section(intent, plan, report, identity=None, options=ReactionOptions(budget_s=budget_s))
+    return dataclasses.replace(report, extra={**report.extra, "reaction": section.model_dump(mode="json")})
 
 
 def _print_review(rv: Any) -> None:
@@ -224,6 +238,11 @@ def check(
                            "or ray://HOST:PORT (a running one)")] = None,
     robust: Annotated[bool, typer.Option(
         "--robust", help="compile with robust WCMP (needs a failure_tolerance policy)")] = False,
+    reaction: Annotated[bool, typer.Option(
+        "--reaction", help="also each failure until the reaction: what is lost or looped, for how long, and "
+                           "whether the reaction plan is safe (planned here, within --reaction-budget)")] = False,
+    reaction_budget: Annotated[float, typer.Option(
+        "--reaction-budget", min=0, help="seconds of planning for the reaction plans")] = 30.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the report document")] = False,
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="write the link utilization histogram (before/after with --against) to FILE.svg|.png")] = None,
@@ -243,6 +262,8 @@ def check(
     robust_info = plan.summary.extra.get("robust")
     if isinstance(robust_info, dict):
         report = dataclasses.replace(report, extra={**report.extra, "robust": robust_info})
+    if reaction:
+        report = _with_reaction(intent, plan, report, reaction_budget)
     if against is not None:
         old = read_intent(against, as_json=as_json)
         old_plan = (read_plan(against_plan, as_json=as_json) if against_plan is not None

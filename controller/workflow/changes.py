@@ -243,6 +243,9 @@ class ReviewInputs:
     active: int | None
     active_intent: Intent | None
     active_plan: Plan | None
+    #: the proposed revision's identity (the reaction table's key) and the overlay in force it is planned around
+    identity: str | None = None
+    overlay: Overlay = Overlay()
 
 
 @dataclass(frozen=True)
@@ -254,6 +257,7 @@ class ReviewSources:
     proposed: PlanSource
     active: int | None
     active_source: PlanSource | None
+    identity: str | None = None
 
 
 def review_sources(change_id: int, *, session: Session) -> ReviewSources:
@@ -265,7 +269,7 @@ def review_sources(change_id: int, *, session: Session) -> ReviewSources:
     proposed = plan_source(ch.proposed_revision, session=session, overlay=overlay)
     active = wrepo.active_revision(session=session)
     source = plan_source(active, session=session, overlay=overlay) if active is not None else None
-    return ReviewSources(ch, proposed, active, source)
+    return ReviewSources(ch, proposed, active, source, repo.revision_identity(ch.proposed_revision, session=session))
 
 
 def review_inputs(change_id: int, *, session: Session,
@@ -281,7 +285,8 @@ def review_inputs(change_id: int, *, session: Session,
     proposed = solved(src.proposed)
     active = solved(src.active_source) if src.active_source is not None else None
     return ReviewInputs(src.change, proposed.intent, proposed.plan, src.active,
-                        active.intent if active is not None else None, active.plan if active is not None else None)
+                        active.intent if active is not None else None, active.plan if active is not None else None,
+                        src.identity, src.proposed.overlay)
 
 
 def record_review(change_id: int, review: ReviewDocument | JsonObject, *, session: Session,

@@ -10,7 +10,11 @@ utilization before and after, the per-device FRR config diff and the whole
 safety report, the BGP sessions the change resets (both revisions' device
 configs compared, :func:`southbound.config.bgp_session_resets`), and the update
 schedule (:func:`safety.transition.schedule`: stages whose every intermediate
-state is safe; a change with no safe order is ``unsafe``); :func:`build_review`
+state is safe; a change with no safe order is ``unsafe``), each failure until its
+reaction with the reaction plan's verdict (:mod:`controller.workflow.reactions`,
+which does not change the verdict: the reaction comes after the failure the
+safety report already judges) and the worst post-failure utilization with and
+without robust WCMP; :func:`build_review`
 is its JSON, as ``POST /v1/changes/{id}/review`` answers it.
 :func:`local_config_diff` renders both revisions' FRR configs
 (``southbound.render``) and diffs them, for a controller with no agents.
@@ -40,6 +44,7 @@ from controller.model.documents import (
 )
 from controller.model.plan import Plan, PlanSummary
 from controller.workflow.changes import ReviewInputs
+from controller.workflow.reactions import ReactionOptions, reaction_section, robustness_section
 from safety.replay import limits, replay
 from safety.report import SafetyReport
 from safety.review import diff_plans
@@ -81,12 +86,16 @@ def _diff_and_links(inp: ReviewInputs, report: SafetyReport) -> tuple[list[Devic
 
 
 def review_document(inp: ReviewInputs, config_diff: dict[str, str], *,
-                    observe_safety: Callable[[float, int], None] | None = None) -> ReviewDocument:
-    """The review of ``inp`` with ``config_diff`` (device -> unified diff)."""
+                    observe_safety: Callable[[float, int], None] | None = None,
+                    reactions: ReactionOptions = ReactionOptions()) -> ReviewDocument:
+    """The review of ``inp`` with ``config_diff`` (device -> unified diff); ``reactions``: how the failure
+    reaction section is made (:func:`controller.workflow.reactions.reaction_section`)."""
     t0 = time.perf_counter()
     report = replay(inp.intent, inp.plan)
     if observe_safety is not None:
         observe_safety(time.perf_counter() - t0, int(report.counts.get("scenarios", 0)))
+    reaction = reaction_section(inp.intent, inp.plan, report, identity=inp.identity, in_force=inp.overlay,
+                                options=reactions)
     plan_diff, rows = _diff_and_links(inp, report)
     resets = _resets(inp)
     sched = transition_schedule(inp, config_diff, resets)
@@ -104,14 +113,17 @@ def review_document(inp: ReviewInputs, config_diff: dict[str, str], *,
         safety=report.to_model(),
         bgp_sessions_reset=session_resets(inp, resets),
         schedule=sched,
+        reaction=reaction,
+        robustness=robustness_section(inp.intent, inp.plan, report),
     )
 
 
 def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
-                 observe_safety: Callable[[float, int], None] | None = None) -> JsonObject:
+                 observe_safety: Callable[[float, int], None] | None = None,
+                 reactions: ReactionOptions = ReactionOptions()) -> JsonObject:
     """:func:`review_document` as JSON, the way ``POST /v1/changes/{id}/review`` answers it
     (:func:`controller.model.documents.answer_json`)."""
-    return answer_json(review_document(inp, config_diff, observe_safety=observe_safety))
+    return answer_json(review_document(inp, config_diff, observe_safety=observe_safety, reactions=reactions))
 
 
 def _resets(inp: ReviewInputs) -> list[SessionReset]:

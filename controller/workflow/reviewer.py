@@ -19,6 +19,7 @@ from controller.model.documents import ReviewDocument
 from controller.service import WriteContext
 from controller.store import workflow_repo as wrepo
 from controller.workflow import changes
+from controller.workflow.reactions import ReactionOptions
 from controller.workflow.review import local_config_diff, review_document
 from controller.workflow.runtime import Runtime
 from controller.workflow.settle import unsettled_note
@@ -51,7 +52,8 @@ class Reviewer:
         proposed = await rt.solve(src.proposed, observe=True)
         active = await rt.solve(src.active_source, observe=True) if src.active_source is not None else None
         a_intent, a_plan = active if active is not None else (None, None)
-        return changes.ReviewInputs(src.change, proposed[0], proposed[1], src.active, a_intent, a_plan)
+        return changes.ReviewInputs(src.change, proposed[0], proposed[1], src.active, a_intent, a_plan, src.identity,
+                                    src.proposed.overlay)
 
     async def _review(self, change_id: int, ctx: WriteContext) -> ReviewDocument:
         rt = self.rt
@@ -62,7 +64,9 @@ class Reviewer:
             config_diff = await self._agent_diff(inp)
         if config_diff is None:
             config_diff = await asyncio.to_thread(local_config_diff, inp)
-        doc = await asyncio.to_thread(review_document, inp, config_diff, observe_safety=rt.observe_safety)
+        options = ReactionOptions(budget_s=rt.settings.review_reaction_s, push_s=rt.settings.reaction_push_s)
+        doc = await asyncio.to_thread(review_document, inp, config_diff, observe_safety=rt.observe_safety,
+                                      reactions=options)
         left = await rt.in_session(lambda s: changes.unsettled(session=s))
         notes: dict[str, object] = {}
         if left:

@@ -1,6 +1,6 @@
 """Failure reaction (issue 30): the operational view at scale, and the time to plan a reaction.
 
-Two tables, each with its reference measured in the same run:
+Four tables, each with its reference measured in the same run:
 
 * **view**: the leader's :class:`~controller.operations.view.OperationalView` of Clos XL (7,424 devices),
   fed port state changes at 1,000 a second (each a real ``report_port`` with its link recomputed and its
@@ -13,6 +13,13 @@ Two tables, each with its reference measured in the same run:
 * **table**: the reaction table's precomputation under ``all_single`` (:mod:`controller.operations.precompute`:
   every scenario planned and judged in turn) within a budget, with the time all of them would take at
   that pace, and a lookup; the reference is the full plan's compile (a commit's own time is at least that).
+
+* **delay**: the reaction delay a review assumes (:mod:`controller.workflow.reactions`: ``detect_s`` plus
+  the push, ``reaction_push_s``), measured end to end on the twelve clos3-small agents (``--dry-frr``, in a
+  subprocess) behind a real API: a link's two ends report it down (the dry agents' ``down`` file), the leader
+  sees it over gNMI, waits ``detect_s``, looks the plan up in the reaction table (``all_single``, precomputed
+  after the commit) and commits it through the staged transaction; the reference is an operator's planned
+  change on the same fleet, reviewed, then committed (commit request to committed).
 
 The lab figure (link failure to re-planned kernel weights, clos3-small and the ``fib`` square) is printed
 by ``tests/lab/test_e2e_lab.py`` and ``tests/lab/test_fib_failure_lab.py``, which fail real links.
@@ -28,7 +35,7 @@ from rich.table import Table
 
 from tests.bench.solver import SIZES
 
-__all__ = ["plan_rows", "run", "table_rows", "view_row"]
+__all__ = ["delay_rows", "plan_rows", "run", "table_rows", "view_row"]
 
 RATE = 1000.0  # changes a second
 BUDGET_S = 1.0
@@ -151,6 +158,105 @@ def table_rows(sizes: list[str], budget_s: float) -> list[list[str]]:
     return rows
 
 
+DETECT_S = 0.3
+
+
+def _stamp(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text).timestamp()
+
+
+def _committed_at(api: Any, cid: int) -> float:
+    """When change ``cid`` moved to committed (its transition's time)."""
+    ch = api("GET", f"/v1/changes/{cid}", role="viewer").json()
+    return _stamp(next(t["at"] for t in ch["transitions"] if t["state"] == "committed"))
+
+
+def _until(what: Any, timeout: float, every: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (got := what()):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the fleet did not get there in time")
+        time.sleep(every)
+    return got
+
+
+def _react_once(api: Any, fleet: Any) -> tuple[float, float, str, float]:
+    """Fail the link, wait for the reaction, heal it and wait for the full plan: (failure to seen down, seen
+    down to committed, where the plan came from, failure to committed), wall clock seconds."""
+    from tests.component.test_failure_reaction import ENDS, LINK, fail, link_state, reactions
+
+    seen = {c["id"] for c in reactions(api)}
+
+    def new(states: tuple[str, ...], but: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
+        return [c for c in reactions(api) if c["id"] not in seen | but and c["state"] in states]
+
+    t0 = time.time()
+    fail(fleet, ENDS)
+    _until(lambda: link_state(api, LINK) == "down", 10)
+    down = next(x for x in api("GET", "/v1/state/links", role="viewer").json()["links"] if x["id"] == LINK)
+    got = _until(lambda: new(("committed", "failed", "rolled_back")), 60)[0]
+    done = _committed_at(api, got["id"]) if got["state"] == "committed" else float("nan")
+    since = _stamp(down["since"])
+    fail(fleet, ENDS, down=False)
+    _until(lambda: link_state(api, LINK) == "up", 10)
+    _until(lambda: new(("committed",), frozenset({got["id"]})), 60)  # the full plan is back
+    return since - t0, done - since, str(got["trigger"].get("plan", "?")), done - t0
+
+
+def _planned_commit(api: Any, doc: dict[str, Any]) -> float:
+    """An operator's change (10% more demand) reviewed, then committed: commit request to committed (s)."""
+    import copy
+
+    more = copy.deepcopy(doc)
+    more["demands"][0]["gbps"] = float(more["demands"][0]["gbps"]) * 1.1
+    op = api.change(intent=more, base=1)
+    api.review(op["id"])
+    t0 = time.time()
+    api.commit(op["id"])
+    return _committed_at(api, op["id"]) - t0
+
+
+def delay_rows(repeats: int = 3) -> list[list[str]]:
+    """A link failure's reaction on the twelve dry clos3-small agents, ``repeats`` times (each failure healed
+    and the full plan back before the next), beside an operator's planned change on the same fleet."""
+    import copy
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from tests.apps import running_api
+    from tests.component.test_failure_reaction import LINK
+    from tests.component.test_workflow_api import DOC, Fleet
+
+    doc = copy.deepcopy(DOC)
+    doc["policies"] = [*doc.get("policies", []), {"kind": "failure_reaction", "detect_s": DETECT_S, "hold_down_s": 1.0},
+                       {"kind": "failure_tolerance", "scope": "all_single", "max_utilization": 1.0}]
+    rows: list[list[str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        fleet = Fleet(Path(tmp) / "agents")
+        fleet.base.mkdir()
+        fleet.start()
+        try:
+            settings = {"agents": json.dumps(fleet.endpoints()), "drift_interval": 0, "verify_timeout": 5}
+            with running_api(f"sqlite:///{Path(tmp) / 'loom.db'}", intent=doc, **settings) as api:
+                api.initial()
+                ready = lambda: api("GET", "/v1/state/reactions", role="viewer").json()["state"] == "ready"  # noqa: E731
+                _until(ready, 300)
+                _until(lambda: all(x["oper"] == "up" for x in api("GET", "/v1/state/links", role="viewer")
+                                   .json()["links"]), 30)
+                planned = _planned_commit(api, doc)
+                _until(ready, 300)  # the new revision's reaction table
+                for i in range(repeats):
+                    seen_s, react_s, plan, total = _react_once(api, fleet)
+                    rows.append([f"clos3-small, 12 dry agents ({i + 1})", LINK, f"{seen_s:.2f}", f"{DETECT_S:g}", plan,
+                                 f"{react_s - DETECT_S:.2f}", f"{total:.2f}", f"{planned:.2f}"])
+        finally:
+            fleet.stop()
+    return rows
+
+
 def run(args: Any) -> list[Table]:
     view = Table(title=f"operational view: port state changes at {RATE:g}/s into Clos XL's view (one core)")
     for col in ("fabric", "set-up s", "changes", "wait p50 ms", "wait p99 ms", "wait max ms",
@@ -172,4 +278,15 @@ def run(args: Any) -> list[Table]:
         table.add_column(col, justify="left" if col == "fabric" else "right")
     for row in table_rows([s for s in sizes if s in ("S", "M", "L")], budget):
         table.add_row(*row)
-    return [view, plan, table]
+    return [view, plan, table, delay_table()]
+
+
+def delay_table() -> Table:
+    delay = Table(title="reaction delay a review assumes: link failure to reaction committed (dry agents; "
+                        "reaction_push_s is the 'reaction s' column)")
+    for col in ("fabric", "failed link", "seen down s", "detect_s", "plan", "reaction s (lookup + push)",
+                "failure to committed s", "reference: planned change's commit s"):
+        delay.add_column(col, justify="left" if col in ("fabric", "failed link", "plan") else "right")
+    for row in delay_rows():
+        delay.add_row(*row)
+    return delay

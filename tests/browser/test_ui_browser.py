@@ -416,6 +416,9 @@ def test_an_unsafe_change_is_forced_only_with_a_reason(ui: Page, loom: Loom) -> 
     p.wait_for_selector("#verdict.unsafe")
     assert p.inner_text("#verdict .big") == "UNSAFE"
     assert p.locator("#failing tbody tr").count() == min(200, len(review["safety"]["failing"]))
+    shown = [r for r in review["reaction"]["scenarios"] if r["lost_gbps"] > 0 or r["safe"] is False]
+    assert p.locator("#reaction").count() == 1  # each failure until the reaction (issue 30.5)
+    assert p.locator("#reaction tbody tr").count() == min(50, len(shown))
     assert p.locator("#commit").is_disabled()
     p.click("#force")
     expect(p.locator("#action-error")).to_contain_text("needs a reason")

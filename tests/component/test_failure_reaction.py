@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.apps import Api, running_api
 from tests.component.test_workflow_api import DOC, Fleet, fleet  # noqa: F401 - the fixture
 
@@ -142,6 +144,16 @@ def test_reaction_plans_are_precomputed_at_commit_and_looked_up_on_failure(
         assert table["revision"] == 1
         assert table["scenarios"] == len(doc["links"]) + len(doc["devices"])
         assert table["ready"] + table["failed"] == table["scenarios"] and table["ready"] >= len(doc["links"])
+        # issue 30.5: a review of the active revision's intent (the same revision) reads its reactions from the
+        # table: every scenario's reaction precomputed, the delay without planning time
+        same = api.review(api.change(intent=doc, base=1)["id"])
+        assert same["proposed_revision"] == 1
+        rc = same["reaction"]
+        assert rc["counts"]["scenarios"] == table["scenarios"]
+        assert rc["counts"].get("precomputed", 0) == table["ready"] and not rc["counts"].get("not_planned")
+        row = next(r for r in rc["scenarios"] if r["scenario"] == f"link:{LINK}")
+        assert row["plan"] == "precomputed" and row["verdict"] in ("safe", "no_worse")
+        assert row["window_s"] == pytest.approx(POLICY["detect_s"] + rc["push_s"], abs=1e-3)
         until(lambda: all(x["oper"] == "up" for x in api("GET", "/v1/state/links", role="viewer").json()["links"]))
 
         fail(fleet, ENDS)

@@ -205,3 +205,23 @@ def test_the_intent_asks_for_robust_wcmp_and_every_compile_honours_it(tmp_path: 
     assert res.exit_code == 0, res.output
     rep = json.loads(res.stdout)
     assert rep["verdict"] == "safe" and rep["robust"]["robust"] is True
+
+
+def test_reaction_adds_each_failure_until_the_reaction(tmp_path: Path) -> None:
+    """``--reaction``: the review's reaction section in the report (the fib square, worked out by hand in
+    ``tests/unit/test_review_reaction.py``); without it the report is as it was."""
+    from tests.lab.test_fib_failure_lab import square_doc
+
+    doc = square_doc()
+    doc["policies"].append({"kind": "failure_tolerance", "scope": "all_single"})
+    path = write(tmp_path, "square.yaml", doc)
+    plain = json.loads(run(str(path), "--json").stdout)
+    assert "reaction" not in plain
+    got = run(str(path), "--json", "--reaction")
+    assert got.exit_code == 1  # the report's verdict, unchanged
+    rc = json.loads(got.stdout)["reaction"]
+    rows = {r["scenario"]: r for r in rc["scenarios"]}
+    assert rows["link:b:eth2"]["verdict"] == "safe" and rows["link:b:eth2"]["reconverged"]["looped_gbps"] == 4.0
+    assert rows["link:c:eth2"]["verdict"] == "worse" and rows["link:c:eth2"]["window_s"] is None
+    text = run(str(path), "--reaction").stdout
+    assert "failure reaction: detect 1 s" in text and "until the reaction" in text

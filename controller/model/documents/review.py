@@ -12,7 +12,8 @@ from controller.model.documents.plan import NextHopDocument, PlanDocument, PlanS
 from controller.model.documents.safety import SafetyReportDocument
 
 __all__ = [
-    "DeviceDiffDocument", "LinkDeltaDocument", "PlanDiffEntry", "ReviewBrief", "ReviewDocument", "SafetyBrief",
+    "DeviceDiffDocument", "LinkDeltaDocument", "PlanDiffEntry", "ReactionReviewDocument", "ReviewBrief",
+    "ReviewDocument", "RobustnessDocument", "SafetyBrief", "ScenarioReactionDocument", "StageLossDocument",
     "ScheduleCheck", "ScheduleDocument", "ScheduleFailure", "ScheduleStage", "SessionResetDocument",
     "SessionResetsDocument", "UnsettledDocument",
 ]
@@ -127,6 +128,71 @@ class UnsettledDocument(Closed):
     devices: dict[str, str] = Field(description="device -> what it runs instead (or why it is not reached)")
 
 
+class StageLossDocument(Closed):
+    """Traffic one stage of a failure loses before the reaction (gbps)."""
+
+    black_holed_gbps: float
+    looped_gbps: float | None = Field(description="the gbps whose path comes back to a device it went through: it "
+                                                  "loops until its TTL runs out (null: not weighed)")
+
+
+class ScenarioReactionDocument(Closed):
+    """One failure scenario of the safety report, then the reaction: what is lost or looped before the
+    reaction, for how long, and whether the reaction plan (the proposed revision planned around the failure)
+    is safe."""
+
+    scenario: str
+    immediate: StageLossDocument = Field(description="kernel-local repair, before routing moves")
+    reconverged: StageLossDocument = Field(description="routing reconverged (the static routes' repair under fib)")
+    lost_gbps: float = Field(description="the worse stage's black-holed plus looped gbps")
+    window_s: float | None = Field(description="failure to reaction committed (s): the policy's detect_s, the plan's "
+                                               "time when not precomputed, the push; null when nothing reacts")
+    lost_gbit: float | None = Field(description="at most lost_gbps over window_s; null when nothing reacts (the loss "
+                                                "lasts until an operator acts)")
+    plan: Literal["precomputed", "planned", "not_planned", "failed", "disabled"] = Field(
+        description="where the reaction plan came from: the reaction table, planned for this review, left out past "
+                    "the review's budget, not plannable (the error in note), or no reaction (policy off)")
+    verdict: Literal["safe", "no_worse", "worse"] | None = Field(
+        description="the reaction plan replayed under the failure: safe, or against leaving the plan in place")
+    safe: bool | None
+    max_utilization: float | None = Field(description="the reaction plan's worst utilization under the failure")
+    dropped_gbps: float | None
+    loops: int | None
+    plan_seconds: float | None = Field(description="the time to plan and judge it (precomputed: when it was made)")
+    note: str | None = None
+
+
+class ReactionReviewDocument(Closed):
+    """The review's failure reaction (issue 30.5): each failure scenario of the safety report, what it loses
+    until the reaction, and the reaction plan's verdict. ``window_s`` of a scenario is ``detect_s +
+    plan_seconds (when not precomputed) + push_s``, ``push_s`` the push a reaction takes (measured by the
+    bench, ``tests/bench/reaction.py``)."""
+
+    enabled: bool = Field(description="the failure_reaction policy (on when absent)")
+    detect_s: float | None
+    push_s: float | None
+    budget_s: float = Field(description="the review's planning time for reaction plans the table does not hold")
+    counts: dict[str, int] = Field(description="scenarios, then per plan source, and unsafe reactions")
+    worst_lost_gbit: float | None
+    note: str | None = None
+    scenarios: list[ScenarioReactionDocument]
+
+
+class RobustnessDocument(Closed):
+    """The worst utilization of any failure scenario with robust WCMP and without (issue 30.4): ``robust`` is
+    the proposed plan's objective; ``failure_mlu`` is the proposed plan's (the safety report's worst), and
+    ``failure_mlu_plain`` / ``failure_mlu_robust`` what the robust solve measured of the plain plan and of the
+    robust one (null when the plan is not robust, or was compiled before these were kept)."""
+
+    robust: bool
+    limit: float
+    failure_mlu: float
+    failure_mlu_plain: float | None
+    failure_mlu_robust: float | None
+    baseline_mlu_plain: float | None
+    baseline_mlu_robust: float | None
+
+
 class ReviewDocument(Closed):
     """``POST /v1/changes/{id}/review``: the dry run of a change. The top-level fields up to
     ``safety`` are a contract (DESIGN.md section 4); ``devices_attached`` is present (false)
@@ -151,6 +217,10 @@ class ReviewDocument(Closed):
     unsettled_note: str | None = None
     bgp_sessions_reset: SessionResetsDocument | None = Field(
         default=None, description="the BGP sessions the change tears down (from the active revision's configs)")
+    reaction: ReactionReviewDocument | None = Field(
+        default=None, description="each failure until the reaction, and the reaction plan's verdict")
+    robustness: RobustnessDocument | None = Field(
+        default=None, description="the worst post-failure utilization with and without robust WCMP")
 
 
 class SafetyBrief(Closed):
