@@ -7,13 +7,13 @@ adds the requests, pages and the API-only answers around them."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from controller.model.documents import ChangeDocument, PlanDocument, ReviewDocument
 
-__all__ = ["ChangeCreate", "ChangeDocument", "ChangePage", "CommitRequest", "DeviceDrift", "DriftReport",
+__all__ = ["ChangeCreate", "ChangeDocument", "ChangePage", "CommitRequest",
            "PlanDocument", "ReviewDocument", "RollbackRequest", "Status"]
 
 
@@ -51,15 +51,3 @@ class Status(BaseModel):
     active_revision: int | None
     committing_change: int | None
     devices: list[str] = Field(default_factory=list, description="devices with an agent attached")
-
-
-class DeviceDrift(BaseModel):
-    status: Literal["ok", "drift", "unreachable"]
-    details: list[str]
-
-
-class DriftReport(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    checked_at: str | None
-    active_revision: int | None
-    devices: dict[str, DeviceDrift]

@@ -16,14 +16,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
-from controller.model.documents import DeviceStateDocument, InstalledNextHop, JsonObject, SessionDocument
+from controller.model.documents import (
+    DeviceDriftDocument,
+    DeviceStateDocument,
+    DriftReportDocument,
+    InstalledNextHop,
+    JsonObject,
+    RepairDocument,
+    SessionDocument,
+)
 from controller.model.errors import NotFound, Unreachable
 from controller.model.plan import Plan
 from controller.service import Actor, WriteContext
@@ -38,10 +44,9 @@ from southbound.render import device_configs
 from southbound.state import DeviceState
 from southbound.wcmp import compare
 
-__all__ = ["Drift", "Repair"]
+__all__ = ["Drift"]
 
 log = logging.getLogger("loom.workflow")
-Doc = dict[str, Any]
 #: what the operational view says the fabric runs that the plan in force does not expect, per device
 #: (:meth:`controller.operations.service.Operations.drift`: the overlay in force, each device's sessions and
 #: the ports it runs IS-IS on)
@@ -74,18 +79,6 @@ def isis_ports(config: DeviceConfig) -> frozenset[str]:
     if config.routing != "isis":
         return frozenset()
     return frozenset(i.name for i in config.interfaces if i.peer is not None and not i.host and not i.drained)
-
-
-@dataclass(frozen=True)
-class Repair:
-    """A repair change started: it re-pushes ``revision``, the active one."""
-
-    change: int
-    revision: int
-
-    def to_json(self) -> JsonObject:
-        """As a drift report's ``repair`` (and ``POST /v1/drift/repair``) names it."""
-        return {"change": self.change, "revision": self.revision}
 
 
 class Drift:
@@ -124,34 +117,36 @@ class Drift:
             except Exception:
                 log.exception("drift check failed")
 
-    async def check_drift(self, *, repair: bool = False) -> Doc:
+    async def check_drift(self, *, repair: bool = False) -> DriftReportDocument:
         """Hold every device against the active revision; store and return the report."""
         rt = self.rt
         async with self._lock:
             def read(s: Session) -> tuple[int | None, bool]:
                 return changes.active_revision(session=s), wrepo.committing_change(session=s) is not None
             active, busy = await rt.in_session(read)
-            doc: Doc = {"checked_at": _now().isoformat(), "active_revision": active, "devices": {}}
+            doc = DriftReportDocument(checked_at=_now().isoformat(), active_revision=active, devices={})
             if busy:
                 last = await rt.in_session(lambda s: wrepo.latest_drift(session=s))
-                return last or {**doc, "note": "a change is committing: not checked"}
+                if last is not None:
+                    return DriftReportDocument.model_validate(last)
+                return doc.model_copy(update={"note": "a change is committing: not checked"})
             if active is None or rt.driver is None:
-                doc["note"] = "no devices attached" if rt.driver is None else "no revision is active yet"
+                doc.note = "no devices attached" if rt.driver is None else "no revision is active yet"
                 await self._save(doc, active)
                 return doc
-            doc["devices"] = await self._hold(active)
+            doc.devices = await self._hold(active)
             await self._save(doc, active)
-            drifted = [d for d, r in doc["devices"].items() if r["status"] == "drift"]
+            drifted = [d for d, r in doc.devices.items() if r.status == "drift"]
         if repair and drifted:
             left = await rt.in_session(lambda s: changes.unsettled(session=s))
             if left:  # settling drives those devices first; a repair now would find them busy
-                doc["repair_note"] = f"not repaired: change(s) {', '.join(str(u.change) for u in left)} settle"
+                doc.repair_note = f"not repaired: change(s) {', '.join(str(u.change) for u in left)} settle"
             else:
-                doc["repair"] = (await self.repair(drifted)).to_json()
+                doc.repair = await self.repair(drifted)
         return doc
 
-    async def _hold(self, active: int) -> dict[str, Doc]:
-        """Every attached device of the active revision: ``{"status": ok | drift | unreachable, "details"}``."""
+    async def _hold(self, active: int) -> dict[str, DeviceDriftDocument]:
+        """Every attached device of the active revision: ok, drift or unreachable, with the details."""
         rt = self.rt
         assert rt.driver is not None
         overlay = await rt.in_session(lambda s: wrepo.active_overlay(session=s))
@@ -165,25 +160,25 @@ class Drift:
         fabric = sorted({p for dp in plan.devices.values() for p in dp.routes})
         # the leader's reads carry its epoch too (they raise the agents' fence); a follower's do not
         states = await rt.states(names, rt.fenced(rt.epoch) if rt.is_leader() else None)
-        out: dict[str, Doc] = {}
+        out: dict[str, DeviceDriftDocument] = {}
         for d in names:
             st = states[d]
             if isinstance(st, BaseException):
-                out[d] = {"status": "unreachable", "details": [error_text(st)]}
+                out[d] = DeviceDriftDocument(status="unreachable", details=[error_text(st)])
                 continue
             details = _device_drift(st, want[d], intent, plan, d, configs[d], fabric) + operational.get(d, [])
-            out[d] = {"status": "drift" if details else "ok", "details": details}
+            out[d] = DeviceDriftDocument(status="drift" if details else "ok", details=details)
         return out
 
-    async def _save(self, doc: Doc, active: int | None) -> None:
+    async def _save(self, doc: DriftReportDocument, active: int | None) -> None:
         def save(s: Session) -> None:
             with write_transaction(s):
-                wrepo.add_drift(doc, session=s, now=_now(), active=active)
+                wrepo.add_drift(doc.model_dump(mode="json"), session=s, now=_now(), active=active)
         await self.rt.in_session(save)
         if self.rt.metrics is not None:
-            self.rt.metrics.drift_devices.set(sum(1 for r in doc["devices"].values() if r["status"] != "ok"))
+            self.rt.metrics.drift_devices.set(sum(1 for r in doc.devices.values() if r.status != "ok"))
 
-    async def repair(self, devices: list[str] | None = None, ctx: WriteContext | None = None) -> Repair:
+    async def repair(self, devices: list[str] | None = None, ctx: WriteContext | None = None) -> RepairDocument:
         """Push the active revision again, as a ``repair`` change (same gate-free commit path)."""
         ctx = ctx or REPAIR_CTX
         active = await self.rt.in_session(lambda s: changes.active_revision(session=s))
@@ -198,4 +193,4 @@ class Drift:
             return ch.id
         change_id = await self.rt.in_session(make)
         ch = await self._commit(change_id, ctx, skip_gate=True)
-        return Repair(ch.id, active)
+        return RepairDocument(change=ch.id, revision=active)

@@ -41,7 +41,14 @@ import contextlib
 import logging
 from typing import Any
 
-from controller.model.documents import ChangeState, DeviceStateDocument, ReviewDocument, SettleDocument
+from controller.model.documents import (
+    ChangeState,
+    DeviceStateDocument,
+    DriftReportDocument,
+    RepairDocument,
+    ReviewDocument,
+    SettleDocument,
+)
 from controller.operations.service import Operations
 from controller.service import Actor, WriteContext
 from controller.settings import Settings
@@ -52,7 +59,7 @@ from controller.workflow import changes
 from controller.workflow.autote import AutoTe
 from controller.workflow.cluster import Cluster
 from controller.workflow.commit import Commits
-from controller.workflow.drift import Drift, Repair
+from controller.workflow.drift import Drift
 from controller.workflow.recovery import Recovered, Recovery
 from controller.workflow.reviewer import Reviewer
 from controller.workflow.runtime import Runtime
@@ -63,7 +70,6 @@ __all__ = ["SYSTEM", "Workflow"]
 
 log = logging.getLogger("loom.workflow")
 SYSTEM = WriteContext(actor=Actor("loom-controller", "admin"), method="SYSTEM", path="workflow")
-Doc = dict[str, Any]
 
 
 class Workflow:
@@ -208,8 +214,8 @@ class Workflow:
     async def device_state(self, name: str) -> DeviceStateDocument:
         return await self.drift.device_state(name)
 
-    async def check_drift(self, *, repair: bool = False) -> Doc:
+    async def check_drift(self, *, repair: bool = False) -> DriftReportDocument:
         return await self.drift.check_drift(repair=repair)
 
-    async def repair(self, devices: list[str] | None = None, ctx: WriteContext | None = None) -> Repair:
+    async def repair(self, devices: list[str] | None = None, ctx: WriteContext | None = None) -> RepairDocument:
         return await self.drift.repair(devices, ctx)

@@ -54,6 +54,7 @@ from controller.model.documents.cluster import (
     LeaseDocument,
     ReplicaDocument,
 )
+from controller.model.documents.drift import DeviceDriftDocument, DriftReportDocument, RepairDocument
 from controller.model.documents.plan import (
     DevicePlanDocument,
     LinkLoadDocument,
@@ -135,4 +136,5 @@ __all__ = [
     "StageLossDocument", "StageProgressDocument", "TelemetryLinkDocument", "TelemetryLinksDocument",
     "TransitionDocument", "UnsettledDocument", "answer_json",
     "read_newer",
+    "DeviceDriftDocument", "DriftReportDocument", "RepairDocument",
 ]
