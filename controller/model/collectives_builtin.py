@@ -10,8 +10,8 @@ With ``n`` members, ``B`` bytes per iteration:
   the parent, then B down to each child;
 * ``all_to_all``: B/n from each member to each other;
 * ``all_to_all_v``: B from each member, split over the others in proportion to row i of the
-  ``skew`` matrix (the diagonal is ignored; by default every fourth member is a hot expert that
-  receives four times as much);
+  ``skew`` matrix (the diagonal is ignored; by default ``1 + j % 3``: experts of three
+  popularities, which is also the shape the classifier compares a measured group with);
 * ``pipeline``: B from each stage to the next (no wrap);
 * ``hierarchical_allreduce``: members in groups of ``local`` consecutive ones (a server or a rail
   group): a reduce-scatter within the group, an all-reduce ring across the groups among the members
@@ -48,7 +48,7 @@ all_to_all:
     - {from: all, to: others, bytes: "B / n"}
 all_to_all_v:
   params:
-    skew: {kind: matrix, default: "1 + 3 * (j % 4 == 0)"}
+    skew: {kind: matrix, default: "1 + j % 3"}
   phases:
     - {from: all, to: others, bytes: "B * skew[i][j] / (sum(skew[i]) - skew[i][i])"}
 pipeline:

@@ -122,8 +122,8 @@ def test_all_to_all_v_follows_the_skew_rows() -> None:
     assert m[1, 0] == m[1, 2] == m[1, 3] == 4.0
     assert m[2, 0] == m[2, 1] == 6.0 and m[2, 3] == 0.0
     assert m[3, 0] == m[3, 1] == m[3, 2] == 4.0  # the diagonal is ignored
-    default = summed("all_to_all_v", 4, 12.0)  # member 0 is the hot expert: 4 to 1
-    assert default[1, 0] == 8.0 and default[1, 2] == 2.0 and default[0, 1] == 4.0
+    default = summed("all_to_all_v", 4, 12.0)  # skew 1 + j % 3: members 0..3 weigh 1, 2, 3, 1
+    assert default[1, 0] == 12.0 * 1 / 5 and default[1, 2] == 12.0 * 3 / 5 and default[0, 2] == 12.0 * 3 / 6
 
 
 def test_hierarchical_allreduce_within_then_across() -> None:
