@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,8 +222,12 @@ def check_params(template: Template, params: Mapping[str, Any] | None, n: int, B
 
 
 # -- the matrix ----------------------------------------------------------------------------------
-def _members(value: Value, n: int, what: str) -> Iterator[int]:
-    for x in value if isinstance(value, tuple) else (value,):
+def _members(value: Value, n: int, what: str) -> tuple[int, ...]:
+    items = value if isinstance(value, tuple) else (value,)
+    if items and all(type(x) is int for x in items) and 0 <= min(items) and max(items) < n:  # type: ignore[type-var]
+        return items  # type: ignore[return-value]
+    out = []
+    for x in items:
         if isinstance(x, tuple):
             raise ExprError(f"{what} must be members or a list of members, not a list of lists")
         if isinstance(x, float):
@@ -232,23 +236,30 @@ def _members(value: Value, n: int, what: str) -> Iterator[int]:
             x = int(x)
         if not 0 <= x < n:
             raise ExprError(f"{what} gave member {x}, outside 0..{n - 1}")
-        yield x
+        out.append(x)
+    return tuple(out)
 
 
 def _phase_pairs(phase: Phase, env: dict[str, Value], n: int) -> dict[tuple[int, int], float]:
     out: dict[tuple[int, int], float] = {}
     const = None if phase.size.names & {"i", "j"} else _bytes(phase.size, env, "bytes")
-    src_all = evaluate_at(phase.src, env, "from")
-    for i in _wrap(lambda: list(_members(src_all, n, "from")), "from"):
-        local = {**env, "i": i, "others": tuple(m for m in range(n) if m != i)}
+    wants_others = "others" in phase.dst.names
+    senders = _wrap(lambda: _members(evaluate_at(phase.src, env, "from"), n, "from"), "from")
+    fresh = len(set(senders)) == len(senders)  # each sender's pairs are new to the phase
+    for i in senders:
+        local = {**env, "i": i}
+        if wants_others:
+            local["others"] = (*range(i), *range(i + 1, n))
         receivers = evaluate_at(phase.dst, local, "to")
-        for j in _wrap(lambda: list(_members(receivers, n, "to")), "to"):  # noqa: B023
-            if j == i:
-                continue
-            size = const if const is not None else _bytes(phase.size, {**local, "j": j}, "bytes")
-            out[i, j] = out.get((i, j), 0.0) + size
-            if len(out) > MAX_PAIRS:
-                raise CollectiveError("", f"more than {MAX_PAIRS} member pairs")
+        to = [j for j in _wrap(lambda: _members(receivers, n, "to"), "to") if j != i]  # noqa: B023
+        if const is not None and fresh and len(set(to)) == len(to):
+            out.update(dict.fromkeys([(i, j) for j in to], const))
+        else:
+            for j in to:
+                size = const if const is not None else _bytes(phase.size, {**local, "j": j}, "bytes")
+                out[i, j] = out.get((i, j), 0.0) + size
+        if len(out) > MAX_PAIRS:
+            raise CollectiveError("", f"more than {MAX_PAIRS} member pairs")
     return out
 
 

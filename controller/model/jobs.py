@@ -75,8 +75,11 @@ def job_member_matrix(job: JobLike, registry: Registry = BUILTINS) -> dict[tuple
     """Bytes per iteration from member ``i`` to member ``j`` of ``job`` (its template's phases summed), in
     the order the template produces the pairs. Raises
     :class:`~controller.model.collectives.CollectiveError` (located in the template or at ``params``)."""
+    phases = traffic(registry.get(job.collective), len(job.tors), job.bytes_per_iter, job.params)
+    if len(phases) == 1:
+        return phases[0]
     out: dict[tuple[int, int], float] = {}
-    for phase in traffic(registry.get(job.collective), len(job.tors), job.bytes_per_iter, job.params):
+    for phase in phases:
         for key, size in phase.items():
             out[key] = out.get(key, 0.0) + size
     return out
