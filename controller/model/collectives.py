@@ -36,7 +36,7 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from controller.model.expr import MAX_LIST, Expr, ExprError, Value, evaluate, parse
 
@@ -224,8 +224,10 @@ def check_params(template: Template, params: Mapping[str, Any] | None, n: int, B
 # -- the matrix ----------------------------------------------------------------------------------
 def _members(value: Value, n: int, what: str) -> tuple[int, ...]:
     items = value if isinstance(value, tuple) else (value,)
-    if items and all(type(x) is int for x in items) and 0 <= min(items) and max(items) < n:  # type: ignore[type-var]
-        return items  # type: ignore[return-value]
+    if items and all(type(x) is int for x in items):
+        ints = cast(tuple[int, ...], items)
+        if 0 <= min(ints) and max(ints) < n:
+            return ints
     out = []
     for x in items:
         if isinstance(x, tuple):
