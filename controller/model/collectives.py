@@ -24,7 +24,9 @@ no network and is left out. A parameter's ``default`` is evaluated with ``n`` an
 Job parameter values are numbers, lists of ``n`` numbers, ``n x n`` matrices.
 
 :func:`traffic` is the matrix of one job: per phase, ``{(i, j): bytes}`` in the
-order the template produces the pairs. Pure; every error is a
+order the template produces the pairs. Pure; the parts of ``bytes``
+that do not read ``j`` are evaluated once per sender (:func:`controller.model.expr.bind`), one
+:class:`~controller.model.expr.Budget` bounds all the evaluations of one job, and every error is a
 :class:`CollectiveError` that carries its location inside the template or the
 job (``phases[2].to``, ``params.skew``), for :mod:`controller.model.intent` to
 prefix with ``collectives.NAME`` or ``jobs[K]``.
@@ -38,10 +40,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from controller.model.expr import MAX_LIST, Expr, ExprError, Value, evaluate, parse
+from controller.model.expr import Budget, Expr, ExprError, Value, bind, evaluate, parse
 
 __all__ = ["KINDS", "CollectiveError", "Param", "Phase", "Registry", "Template", "parse_template", "traffic",
-           "check_params", "template_names"]
+           "check_params"]
 
 KINDS = ("number", "list", "matrix")
 #: the most member pairs one job's matrix may hold (a 4,096-member all-to-all is 16.8 million)
@@ -178,22 +180,27 @@ def _given(p: Param, value: Any, n: int) -> Value:
     return tuple(_numbers(row, n, what) for row in value)
 
 
-def _default(p: Param, env: dict[str, Value], n: int) -> Value:
+def _default(p: Param, env: dict[str, Value], n: int, budget: Budget) -> Value:
     assert p.default is not None
     if p.kind == "number":
-        return evaluate(p.default, env)
+        return evaluate(p.default, env, budget)
     if p.kind == "list":
-        return tuple(evaluate(p.default, {**env, "i": i}) for i in range(n))
-    if n * n > MAX_LIST * 16:
-        raise ExprError(f"a {n} x {n} matrix is too large")
-    return tuple(tuple(evaluate(p.default, {**env, "i": i, "j": j}) for j in range(n)) for i in range(n))
+        return tuple(evaluate(p.default, {**env, "i": i}, budget) for i in range(n))
+    rows = []
+    for i in range(n):
+        row_env = {**env, "i": i}
+        row = bind(p.default, row_env, "j", budget)
+        rows.append(tuple(evaluate(row, {**row_env, "j": j}, budget) for j in range(n)))
+    return tuple(rows)
 
 
-def check_params(template: Template, params: Mapping[str, Any] | None, n: int, B: float) -> dict[str, Value]:
+def check_params(template: Template, params: Mapping[str, Any] | None, n: int, B: float,
+                 budget: Budget | None = None) -> dict[str, Value]:
     """The names a job's expressions read: ``n``, ``B``, ``all`` and every parameter (given, else its default).
     Raises :class:`CollectiveError` at ``params.NAME`` (an unknown, missing or malformed parameter) or at
     ``where[k]`` (a rule that does not hold)."""
     env: dict[str, Value] = {"n": n, "B": B, "all": tuple(range(n))}
+    budget = budget or Budget()
     params = params or {}
     for key in params:
         if template.param(key) is None:
@@ -206,14 +213,14 @@ def check_params(template: Template, params: Mapping[str, Any] | None, n: int, B
             elif p.default is None:
                 raise CollectiveError(f"params.{p.name}", f"required by collective '{template.name}' ({p.kind})")
             else:
-                env[p.name] = _default(p, env, n)
+                env[p.name] = _default(p, env, n, budget)
         except (ValueError, ExprError) as exc:
             if isinstance(exc, CollectiveError):
                 raise
             raise CollectiveError(f"params.{p.name}", str(exc)) from None
     for k, rule in enumerate(template.where):
         try:
-            ok = evaluate(rule, env)
+            ok = evaluate(rule, env, budget)
         except ExprError as exc:
             raise CollectiveError(f"where[{k}]", str(exc)) from None
         if not ok:
@@ -242,24 +249,28 @@ def _members(value: Value, n: int, what: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _phase_pairs(phase: Phase, env: dict[str, Value], n: int) -> dict[tuple[int, int], float]:
+def _phase_pairs(phase: Phase, env: dict[str, Value], n: int, budget: Budget) -> dict[tuple[int, int], float]:
     out: dict[tuple[int, int], float] = {}
-    const = None if phase.size.names & {"i", "j"} else _bytes(phase.size, env, "bytes")
+    const = None if phase.size.names & {"i", "j"} else _bytes(phase.size, env, "bytes", budget)
     wants_others = "others" in phase.dst.names
-    senders = _wrap(lambda: _members(evaluate_at(phase.src, env, "from"), n, "from"), "from")
+    senders = _wrap(lambda: _members(evaluate_at(phase.src, env, "from", budget), n, "from"), "from")
     fresh = len(set(senders)) == len(senders)  # each sender's pairs are new to the phase
     for i in senders:
         local = {**env, "i": i}
         if wants_others:
             local["others"] = (*range(i), *range(i + 1, n))
-        receivers = evaluate_at(phase.dst, local, "to")
+        receivers = evaluate_at(phase.dst, local, "to", budget)
         to = [j for j in _wrap(lambda: _members(receivers, n, "to"), "to") if j != i]  # noqa: B023
+        budget.spend(len(to))
         if const is not None and fresh and len(set(to)) == len(to):
             out.update(dict.fromkeys([(i, j) for j in to], const))
-        else:
+        elif const is not None:
             for j in to:
-                size = const if const is not None else _bytes(phase.size, {**local, "j": j}, "bytes")
-                out[i, j] = out.get((i, j), 0.0) + size
+                out[i, j] = out.get((i, j), 0.0) + const
+        else:
+            size = _wrap(lambda: bind(phase.size, local, "j", budget), "bytes")  # noqa: B023
+            for j in to:
+                out[i, j] = out.get((i, j), 0.0) + _bytes(size, {**local, "j": j}, "bytes", budget)
         if len(out) > MAX_PAIRS:
             raise CollectiveError("", f"more than {MAX_PAIRS} member pairs")
     return out
@@ -272,15 +283,15 @@ def _wrap(f: Any, where: str) -> Any:
         raise CollectiveError(where, str(exc)) from None
 
 
-def evaluate_at(e: Expr, env: Mapping[str, Value], where: str) -> Value:
+def evaluate_at(e: Expr, env: Mapping[str, Value], where: str, budget: Budget) -> Value:
     try:
-        return evaluate(e, env)
+        return evaluate(e, env, budget)
     except ExprError as exc:
         raise CollectiveError(where, str(exc)) from None
 
 
-def _bytes(e: Expr, env: Mapping[str, Value], where: str) -> float:
-    v = evaluate_at(e, env, where)
+def _bytes(e: Expr, env: Mapping[str, Value], where: str, budget: Budget) -> float:
+    v = evaluate_at(e, env, where, budget)
     if isinstance(v, tuple):
         raise CollectiveError(where, "must be a number of bytes, not a list")
     if v < 0:
@@ -297,11 +308,12 @@ def traffic(template: Template, n: int, B: float, params: Mapping[str, Any] | No
     >>> traffic(BUILTINS.get("pipeline"), 3, 100.0)
     [{(0, 1): 100.0, (1, 2): 100.0}]
     """
-    env = check_params(template, params, n, B)
+    budget = Budget()
+    env = check_params(template, params, n, B, budget)
     out = []
     for k, phase in enumerate(template.phases):
         try:
-            out.append(_phase_pairs(phase, env, n))
+            out.append(_phase_pairs(phase, env, n, budget))
         except CollectiveError as exc:
             raise CollectiveError(f"phases[{k}].{exc.loc}" if exc.loc else f"phases[{k}]", exc.message) from None
     return out
@@ -340,6 +352,3 @@ class Registry:
                 raise CollectiveError(f"{name}.{exc.loc}" if exc.loc else name, exc.message) from None
         return Registry({**self._templates, **extra})
 
-
-def template_names(registry: Registry) -> tuple[str, ...]:
-    return registry.names()

@@ -29,8 +29,11 @@ matrix ``skew[i][j]``).
 Bounds, so that hostile text is refused with a located error, never a crash or
 a hang: :data:`MAX_TEXT` characters, :data:`MAX_DEPTH` levels of nesting,
 numbers of magnitude at most :data:`MAX_MAGNITUDE` (literals and every
-intermediate result), lists of at most :data:`MAX_LIST` items. Division and
-modulo by zero, indexes out of range and type errors are :class:`ExprError`.
+intermediate result), lists of at most :data:`MAX_LIST` items, and a
+:class:`Budget` of :data:`MAX_STEPS` steps for all the evaluations of one job's
+traffic. Division and modulo by zero, indexes out of range and type errors are
+:class:`ExprError`. :func:`bind` evaluates once the parts of an expression that
+do not read a name (a sender's row sum, once per sender rather than per pair).
 """
 
 from __future__ import annotations
@@ -41,13 +44,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_LIST", "MAX_MAGNITUDE", "MAX_TEXT", "Expr", "ExprError", "Value", "evaluate", "parse",
-           "names_of"]
+__all__ = ["MAX_DEPTH", "MAX_LIST", "MAX_MAGNITUDE", "MAX_STEPS", "MAX_TEXT", "Budget", "Expr", "ExprError", "Value",
+           "bind", "evaluate", "parse", "names_of"]
 
 MAX_TEXT = 1000
 MAX_DEPTH = 40
 MAX_MAGNITUDE = 1e30
 MAX_LIST = 1 << 16
+#: the steps one job's traffic may take to evaluate (see :class:`Budget`)
+MAX_STEPS = 50_000_000
 
 Value = int | float | tuple["Value", ...]
 Node = tuple[Any, ...]
@@ -233,20 +238,21 @@ def _number(x: Value, what: str) -> int | float:
     return x
 
 
+_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": lambda p, q: p + q, "-": lambda p, q: p - q, "*": lambda p, q: p * q, "/": lambda p, q: p / q,
+    "//": lambda p, q: p // q, "%": lambda p, q: p % q, "==": lambda p, q: int(p == q),
+    "!=": lambda p, q: int(p != q), "<": lambda p, q: int(p < q), "<=": lambda p, q: int(p <= q),
+    ">": lambda p, q: int(p > q), ">=": lambda p, q: int(p >= q)}
+
+
 def _arith(op: str, a: Value, b: Value) -> Value:
-    x, y = _number(a, f"the left side of '{op}'"), _number(b, f"the right side of '{op}'")
-    if op in ("/", "//", "%") and y == 0:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        side = "left" if isinstance(a, tuple) else "right"
+        raise ExprError(f"the {side} side of '{op}' must be a number, not a list")
+    x, y = a, b
+    if y == 0 and op in ("/", "//", "%"):
         raise ExprError(f"division by zero ('{op}')")
-    ops: dict[str, Callable[[Any, Any], Any]] = {
-        "+": lambda p, q: p + q, "-": lambda p, q: p - q, "*": lambda p, q: p * q, "/": lambda p, q: p / q,
-        "//": lambda p, q: p // q, "%": lambda p, q: p % q, "==": lambda p, q: int(p == q),
-        "!=": lambda p, q: int(p != q), "<": lambda p, q: int(p < q), "<=": lambda p, q: int(p <= q),
-        ">": lambda p, q: int(p > q), ">=": lambda p, q: int(p >= q)}
-    out = ops[op](x, y)
-    if isinstance(out, float) and out.is_integer() and op in ("//", "%") and isinstance(x, int) \
-            and isinstance(y, int):
-        out = int(out)
-    return _bounded(out)  # type: ignore[no-any-return]
+    return _bounded(_OPS[op](x, y))  # type: ignore[no-any-return]
 
 
 def _seq(x: Value, what: str) -> tuple[Value, ...]:
@@ -264,36 +270,57 @@ def _int(x: Value, what: str) -> int:
     return v
 
 
-def _call(name: str, args: tuple[Node, ...], env: Mapping[str, Value]) -> Value:
+class Budget:
+    """How many steps an evaluation may still take (a node, or an item of a list a function reads): a
+    template over thousands of members must not become a hang."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, steps: int = MAX_STEPS):
+        self.left = steps
+
+    def spend(self, steps: int) -> None:
+        self.left -= steps
+        if self.left < 0:
+            raise ExprError(f"too costly to evaluate (more than {MAX_STEPS:,} steps)")
+
+
+def _call(name: str, args: tuple[Node, ...], env: Mapping[str, Value], budget: Budget) -> Value:
     if name == "if":
         if len(args) != 3:
             raise ExprError("if(c, a, b) takes 3 arguments")
-        return evaluate_node(args[1] if _number(evaluate_node(args[0], env), "if's condition") else args[2], env)
-    vals = [evaluate_node(a, env) for a in args]
+        taken = args[1] if _number(evaluate_node(args[0], env, budget), "if's condition") else args[2]
+        return evaluate_node(taken, env, budget)
+    vals = [evaluate_node(a, env, budget) for a in args]
     if name == "range":
         if len(vals) != 2:
             raise ExprError("range(a, b) takes 2 arguments")
         lo, hi = _int(vals[0], "range's start"), _int(vals[1], "range's end")
         if hi - lo > MAX_LIST:
             raise ExprError(f"range of more than {MAX_LIST} members")
+        budget.spend(max(hi - lo, 0))
         return tuple(range(lo, hi))
     if name in ("min", "max"):
         items = list(_seq(vals[0], name)) if len(vals) == 1 else vals
         if not items:
             raise ExprError(f"{name} of nothing")
+        budget.spend(len(items))
         nums = [_number(v, f"{name}'s argument") for v in items]
         return min(nums) if name == "min" else max(nums)
     if len(vals) != 1:
         raise ExprError(f"{name}(x) takes 1 argument")
     if name == "sum":
-        return _bounded(math.fsum(_number(v, "sum's item") for v in _seq(vals[0], "sum")))
+        row = _seq(vals[0], "sum")
+        budget.spend(len(row))
+        return _bounded(math.fsum(_number(v, "sum's item") for v in row))
     if name == "len":
         return len(_seq(vals[0], "len"))
     x = _number(vals[0], f"{name}'s argument")
     return abs(x) if name == "abs" else math.floor(x)
 
 
-def evaluate_node(node: Node, env: Mapping[str, Value]) -> Value:
+def evaluate_node(node: Node, env: Mapping[str, Value], budget: Budget) -> Value:
+    budget.spend(1)
     kind = node[0]
     if kind == "num":
         return node[1]  # type: ignore[no-any-return]
@@ -304,35 +331,88 @@ def evaluate_node(node: Node, env: Mapping[str, Value]) -> Value:
     if kind == "op":
         op = node[1]
         if op in ("and", "or"):
-            left = _number(evaluate_node(node[2], env), f"'{op}'")
+            left = _number(evaluate_node(node[2], env, budget), f"'{op}'")
             if (op == "and" and not left) or (op == "or" and left):
                 return int(bool(left))
-            return int(bool(_number(evaluate_node(node[3], env), f"'{op}'")))
-        return _arith(op, evaluate_node(node[2], env), evaluate_node(node[3], env))
+            return int(bool(_number(evaluate_node(node[3], env, budget), f"'{op}'")))
+        return _arith(op, evaluate_node(node[2], env, budget), evaluate_node(node[3], env, budget))
     if kind == "not":
-        return int(not _number(evaluate_node(node[1], env), "'not'"))
+        return int(not _number(evaluate_node(node[1], env, budget), "'not'"))
     if kind == "neg":
-        return -_number(evaluate_node(node[1], env), "'-'")
+        return -_number(evaluate_node(node[1], env, budget), "'-'")
     if kind == "index":
-        seq = _seq(evaluate_node(node[1], env), "indexing")
-        k = _int(evaluate_node(node[2], env), "an index")
+        seq = _seq(evaluate_node(node[1], env, budget), "indexing")
+        k = _int(evaluate_node(node[2], env, budget), "an index")
         if not 0 <= k < len(seq):
             raise ExprError(f"index {k} out of range 0..{len(seq) - 1}")
         return seq[k]
     if kind == "list":
         if len(node[1]) > MAX_LIST:
             raise ExprError(f"list of more than {MAX_LIST} items")
-        return tuple(evaluate_node(a, env) for a in node[1])
-    return _call(node[1], node[2], env)
+        return tuple(evaluate_node(a, env, budget) for a in node[1])
+    return _call(node[1], node[2], env, budget)
 
 
-def evaluate(expr: Expr, env: Mapping[str, Value]) -> Value:
+def _free(node: Node) -> frozenset[str]:
+    kind = node[0]
+    if kind == "num":
+        return frozenset()
+    if kind == "name":
+        return frozenset((node[1],))
+    if kind == "op":
+        return _free(node[2]) | _free(node[3])
+    if kind in ("not", "neg"):
+        return _free(node[1])
+    if kind == "index":
+        return _free(node[1]) | _free(node[2])
+    return frozenset().union(*(_free(a) for a in (node[1] if kind == "list" else node[2])))
+
+
+def bind(expr: Expr, env: Mapping[str, Value], free: str, budget: Budget) -> Expr:
+    """``expr`` with every part that does not read ``free`` evaluated once in ``env`` (a part whose
+    evaluation fails is kept, to fail only if it is reached): what a template evaluates once per sender
+    before it evaluates ``bytes`` for each receiver.
+
+    >>> e = bind(parse("B * w[j] / sum(w)"), {"B": 6, "w": (1, 2)}, "j", Budget())
+    >>> e.tree[1], e.tree[3]
+    ('/', ('num', 3))
+    """
+    return Expr(expr.text, _bind(expr.tree, env, free, budget), expr.names)
+
+
+def _bind(node: Node, env: Mapping[str, Value], free: str, budget: Budget) -> Node:
+    kind = node[0]
+    if kind == "num":
+        return node
+    if free not in _free(node):
+        if kind == "name" and isinstance(env.get(node[1]), (int, float)):
+            return ("num", env[node[1]])
+        try:
+            return ("num", evaluate_node(node, env, budget))
+        except ExprError:
+            if budget.left < 0:
+                raise
+            return node
+    if kind == "op":
+        return ("op", node[1], _bind(node[2], env, free, budget), _bind(node[3], env, free, budget))
+    if kind in ("not", "neg"):
+        return (kind, _bind(node[1], env, free, budget))
+    if kind == "index":
+        return ("index", _bind(node[1], env, free, budget), _bind(node[2], env, free, budget))
+    if kind == "list":
+        return ("list", tuple(_bind(a, env, free, budget) for a in node[1]))
+    if kind == "call":
+        return ("call", node[1], tuple(_bind(a, env, free, budget) for a in node[2]))
+    return node
+
+
+def evaluate(expr: Expr, env: Mapping[str, Value], budget: Budget | None = None) -> Value:
     """The value of ``expr`` with the names of ``env``.
 
     >>> evaluate(parse("if(i == n - 1, 0, i + 1)"), {"i": 3, "n": 4})
     0
     """
     try:
-        return evaluate_node(expr.tree, env)
+        return evaluate_node(expr.tree, env, Budget() if budget is None else budget)
     except (OverflowError, RecursionError) as exc:  # defensive: the bounds above should make these unreachable
         raise ExprError(f"cannot evaluate ({type(exc).__name__})") from None

@@ -252,6 +252,25 @@ def test_a_required_parameter_and_the_job_of_a_what_if() -> None:
     assert ok.params == {"w": [1, 2, 3, 4]}
 
 
+def test_costly_templates_are_refused_by_the_budget_not_a_hang() -> None:
+    started = time.monotonic()
+    cubic = parse_template("t", {"params": {"w": {"kind": "list", "default": 1}},
+                                 "phases": [{"from": "all", "to": "others", "bytes": "sum(range(0, 60000 + j))"}]})
+    with pytest.raises(CollectiveError, match="too costly"):
+        traffic(cubic, 2000, 1.0)
+    assert time.monotonic() - started < 60.0
+
+
+def test_what_does_not_read_j_is_evaluated_once_per_sender() -> None:
+    # a row sum of a 600 x 600 skew per pair would be 2e8 steps; bound per sender it is 36e4
+    started = time.monotonic()
+    m = traffic(BUILTINS.get("all_to_all_v"), 600, 1.0)[0]
+    assert len(m) == 600 * 599 and sum(v for (i, _), v in m.items() if i == 7) == pytest.approx(1.0)
+    assert time.monotonic() - started < 30.0
+    lazy = parse_template("t", {"phases": [{"from": "all", "to": "others", "bytes": "if(j == 99, 1 / 0, 1)"}]})
+    assert sum(traffic(lazy, 4, 1.0)[0].values()) == 12.0  # a failing part that is not reached does not fail
+
+
 def test_hostile_templates_fail_fast() -> None:
     started = time.monotonic()
     for text in ["(" * 200 + "1" + ")" * 200, "range(0, 100000000)", "1e999", "9" * 900]:
