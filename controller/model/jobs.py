@@ -93,8 +93,9 @@ def job_pairs(job: JobLike, registry: Registry = BUILTINS) -> list[tuple[str, st
     [('a', 'b', 8.0)]
     """
     members = list(job.tors)
-    scale = GBPS_PER_BYTE_PER_S / job.iter_s
-    return [(members[i], members[j], size * scale) for (i, j), size in job_member_matrix(job, registry).items()]
+    t = job.iter_s
+    return [(members[i], members[j], size / t * GBPS_PER_BYTE_PER_S)
+            for (i, j), size in job_member_matrix(job, registry).items()]
 
 
 def originated_prefixes(intent: IntentLike) -> dict[str, list[str]]:
