@@ -88,7 +88,6 @@ _POLICY_TYPES: dict[str, type] = {
 }
 _TOP_KEYS = ("name", "routing", "defaults", "devices", "links", "failure_domains", "prefixes",
              "policies", "demands", "jobs", "collectives")
-
 _REQUIRED = ("name", "devices", "links")
 _SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction")
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
