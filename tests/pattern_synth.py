@@ -1,17 +1,22 @@
 """Synthetic ToR-to-ToR traffic for the pattern classifier's tests and bench: jobs of each collective
 (periodic on/off rates, multiplicative noise) laid over gravity-like background traffic, as a
-:class:`controller.telemetry.patterns.Series` or as per-interval AFT demands of an intent."""
+:class:`controller.telemetry.patterns.Series` or as per-interval AFT demands of an intent. A job's
+pattern is one of the classifier's four shapes or the name of a collective template of a registry
+(the built-ins by default), filled with the job's ``params``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from controller.model.collectives import Registry, traffic
+from controller.model.collectives_builtin import BUILTINS
 from controller.telemetry.patterns import Series
 
-__all__ = ["Job", "background", "edges", "synth"]
+__all__ = ["Job", "background", "edges", "synth", "weighted_edges"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,7 @@ class Job:
     period: int = 4
     duty: float = 0.5
     phase: int = 0
+    params: Mapping[str, Any] | None = None
 
 
 def edges(pattern: str, members: Sequence[int]) -> list[tuple[int, int]]:
@@ -42,6 +48,22 @@ def edges(pattern: str, members: Sequence[int]) -> list[tuple[int, int]]:
     raise ValueError(pattern)
 
 
+_SHAPES = ("ring_allreduce", "all_to_all", "pipeline", "incast")
+
+
+def weighted_edges(job: Job, registry: Registry = BUILTINS) -> list[tuple[int, int, float]]:
+    """``(from, to, gbps while on)`` of ``job``: its shape's edges at ``job.gbps``, or its template's
+    matrix (phases summed) scaled so that its heaviest edge carries ``job.gbps``."""
+    if job.pattern in _SHAPES:
+        return [(a, b, job.gbps) for a, b in edges(job.pattern, job.members)]
+    total: dict[tuple[int, int], float] = {}
+    for phase in traffic(registry.get(job.pattern), len(job.members), 1.0, job.params):
+        for key, size in phase.items():
+            total[key] = total.get(key, 0.0) + size
+    top = max(total.values())
+    return [(job.members[i], job.members[j], job.gbps * size / top) for (i, j), size in total.items()]
+
+
 def background(rng: np.random.Generator, n: int, gbps: float, members: Sequence[int] | None = None,
                sigma: float = 1.0) -> np.ndarray:
     """A gravity matrix among ``members`` (all ToRs by default) with lognormal masses, ``gbps`` in total."""
@@ -54,7 +76,8 @@ def background(rng: np.random.Generator, n: int, gbps: float, members: Sequence[
 
 
 def synth(n: int, jobs: Sequence[Job], *, intervals: int = 30, noise: float = 0.15, bg: np.ndarray | None = None,
-          seed: int = 0, interval_s: float = 10.0, tors: Sequence[str] | None = None) -> Series:
+          seed: int = 0, interval_s: float = 10.0, tors: Sequence[str] | None = None,
+          registry: Registry = BUILTINS) -> Series:
     """The series of ``n`` ToRs carrying ``jobs`` plus ``bg`` (a mean matrix, per-interval noise too),
     every entry times ``1 + noise x N(0, 1)`` (clipped at zero) in each interval."""
     rng = np.random.default_rng(seed)
@@ -63,8 +86,8 @@ def synth(n: int, jobs: Sequence[Job], *, intervals: int = 30, noise: float = 0.
     for job in jobs:
         on = np.ones(intervals) if job.period <= 0 else \
             (((t + job.phase) % job.period) < max(1, round(job.duty * job.period))).astype(float)
-        for a, b in edges(job.pattern, job.members):
-            rates[:, a, b] += job.gbps * on
+        for a, b, gbps in weighted_edges(job, registry):
+            rates[:, a, b] += gbps * on
     if bg is not None:
         rates += bg[None, :, :]
     rates *= np.clip(1.0 + noise * rng.standard_normal(rates.shape), 0.0, None)

@@ -28,7 +28,7 @@ from controller.workflow import jobs
 
 async def filters(
     tor: Annotated[str | None, Query(description="jobs with this member")] = None,
-    collective: Annotated[str | None, Query(description="ring_allreduce, all_to_all or pipeline")] = None,
+    collective: Annotated[str | None, Query(description="a collective's name (a built-in or the intent's own)")] = None,
 ) -> dict[str, str | None]:
     return {"tor": tor, "collective": collective}
 

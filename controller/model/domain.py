@@ -26,6 +26,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from controller.model.collectives import Registry
+from controller.model.collectives_builtin import BUILTINS
 from controller.model.jobs import job_matrix
 
 __all__ = [
@@ -362,7 +364,8 @@ class Demand(_Frozen):
 
 
 class Collective(StrEnum):
-    """The communication pattern of an ML job (DESIGN.md, Closed loop)."""
+    """The three collectives jobs had before collectives became data (DESIGN.md, ML workloads); every
+    built-in now lives in :mod:`controller.model.collectives_builtin`, and an intent adds its own."""
 
     RING_ALLREDUCE = "ring_allreduce"
     ALL_TO_ALL = "all_to_all"
@@ -378,16 +381,26 @@ JOB_MAX_GBPS = MAX_GBPS
 JOB_MIN_GBPS = MIN_DEMAND_GBPS
 
 
+#: a collective's name (a built-in or a template of the intent's ``collectives:``)
+CollectiveName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+#: a job parameter's value: a number, a list of numbers (one per member) or a matrix (a list of rows)
+ParamValue = float | list[float] | list[list[float]]
+
+
 class Job(_Frozen):
-    """An ML training job placed on ``tors`` (in ring or stage order): every
-    iteration of ``iter_s`` seconds moves ``bytes_per_iter`` bytes in the pattern
-    of ``collective``. It compiles to demands (:mod:`controller.model.jobs`)."""
+    """An ML training job placed on ``tors`` (in ring or stage order, the template's members 0..n-1):
+    every iteration of ``iter_s`` seconds moves ``bytes_per_iter`` bytes in the pattern of
+    ``collective``, a template of the registry (built-ins and the intent's ``collectives:``) filled
+    with ``params``. ``priority`` weighs the job against others (1 when absent). It compiles to
+    demands (:mod:`controller.model.jobs`)."""
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     tors: tuple[DeviceRef, ...] = Field(min_length=2, max_length=4096)
-    collective: Collective
+    collective: CollectiveName
     bytes_per_iter: Annotated[float, Field(gt=0, le=JOB_MAX_BYTES_PER_ITER, allow_inf_nan=False), _Number]
     iter_s: Annotated[float, Field(ge=JOB_MIN_ITER_S, le=JOB_MAX_ITER_S, allow_inf_nan=False), _Number]
+    priority: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False), _Number] | None = None
+    params: dict[Annotated[str, Field(max_length=64)], ParamValue] | None = None
 
     @model_validator(mode="after")
     def _rate_bound(self) -> Job:
@@ -417,6 +430,9 @@ class Intent(_Frozen):
     policies: tuple[Policy, ...] = ()
     demands: tuple[Demand, ...] = ()
     jobs: tuple[Job, ...] = ()
+    #: the intent's own collective templates, by name, as written (checked by
+    #: :func:`controller.model.intent.validate_intent`; see :mod:`controller.model.collectives`)
+    collectives: dict[Annotated[str, Field(max_length=64)], dict[str, Any]] = Field(default_factory=dict)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Intent:
         """A copy with ``update`` applied, whose derived views below are computed again: pydantic copies
@@ -429,6 +445,11 @@ class Intent(_Frozen):
         return copy
 
     # -- derived views (cached; the object is immutable) -------------------
+    @cached_property
+    def registry(self) -> Registry:
+        """The collectives jobs may name: the built-ins and this intent's ``collectives:``."""
+        return BUILTINS.extended(self.collectives) if self.collectives else BUILTINS
+
     @cached_property
     def device_map(self) -> dict[str, Device]:
         return {d.name: d for d in self.devices}
@@ -514,12 +535,14 @@ class Intent(_Frozen):
 
     # -- serialization ------------------------------------------------------
     def to_document(self) -> dict[str, Any]:
-        """The canonical document: every field, defaults included, ``None`` left out; ``jobs`` only when
-        there are any, so that an intent without jobs reads, exports and hashes as it did before jobs
-        existed (stored revisions keep their content hashes)."""
+        """The canonical document: every field, defaults included, ``None`` left out; ``jobs`` and
+        ``collectives`` only when there are any, so that an intent without them reads, exports and hashes
+        as it did before they existed (stored revisions keep their content hashes)."""
         doc = self.model_dump(mode="json", by_alias=True, exclude_none=True)
         if not doc.get("jobs"):
             doc.pop("jobs", None)
+        if not doc.get("collectives"):
+            doc.pop("collectives", None)
         return doc
 
     @cached_property

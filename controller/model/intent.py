@@ -14,6 +14,13 @@ the document (``links[7].b: unknown device 'leaf-9-9'``):
    ASN, a pod's leaves one ASN, a plane's spines one ASN, groups distinct; a
    pod groups ToRs and leaves, a plane leaves and spines, so a role change that
    keeps the tiers adjacent, a ToR made a spine, is still refused).
+
+The optional ``collectives:`` mapping (DESIGN.md, ML workloads) holds the
+intent's own traffic templates, each checked by
+:func:`controller.model.collectives.parse_template` and located under its
+name (``collectives.NAME.phases[2].to: unknown name 'j' ...``); a job's
+``collective`` must name one of them or a built-in, and its ``params`` fill
+that template for its members (``jobs[0].params.skew: expected a 4 x 4 matrix ...``).
 """
 
 from __future__ import annotations
@@ -53,6 +60,9 @@ from controller.model import (
     parse_link_end,
 )
 from controller.model.addressing import DEVICE_SLOTS, LINK_POOL, LINK_SLOTS, LOOPBACK_POOL
+from controller.model.collectives import Registry
+from controller.model.collectives_builtin import BUILTINS
+from controller.model.collectives_check import check_collectives, check_job_collective
 from controller.model.errors import IntentError, InvalidIntent
 from controller.model.text import DEFAULT_LIMITS, TextLimits, decode_utf8, format_loc, load_json, load_yaml
 
@@ -77,7 +87,7 @@ _POLICY_TYPES: dict[str, type] = {
     "failure_reaction": FailureReactionPolicy,
 }
 _TOP_KEYS = ("name", "routing", "defaults", "devices", "links", "failure_domains", "prefixes",
-             "policies", "demands", "jobs")
+             "policies", "demands", "jobs", "collectives")
 _REQUIRED = ("name", "devices", "links")
 _SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction")
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
@@ -150,10 +160,12 @@ def validate_intent(doc: Any) -> Intent:
     if not isinstance(doc, dict):
         raise InvalidIntent([IntentError("", "an intent document must be a mapping of fields")])
     top, routing = _check_top(doc, errors)
+    collectives, registry, malformed = check_collectives(doc.get("collectives"), errors)
     items, partial, names_seen = _shape_sections(doc, errors)
     shape_errors = bool(errors)
     merged = {section: sorted(good + partial[section], key=lambda e: e[0]) for section, good in items.items()}
-    _check_meaning(routing, merged, names_seen, errors, structure=not shape_errors)
+    names_seen["collectives"] = malformed
+    _check_meaning(routing, merged, names_seen, errors, structure=not shape_errors, registry=registry)
     if errors:
         errors.sort(key=_doc_order)
         raise InvalidIntent(errors)
@@ -166,6 +178,7 @@ def validate_intent(doc: Any) -> Intent:
         policies=tuple(o for _, o in items["policies"]),
         demands=tuple(o for _, o in items["demands"]),
         jobs=tuple(o for _, o in items["jobs"]),
+        collectives=collectives,
     )
 
 
@@ -330,11 +343,13 @@ def _check_meaning(
     names_seen: dict[str, set[str]],
     errors: list[IntentError],
     structure: bool = True,
+    registry: Registry = BUILTINS,
 ) -> None:
     """Cross-object rules, over well-shaped elements and what malformed ones still declare
     (:class:`_Partial`: a rule needing a field it lacks skips it). ``structure`` is False when some
     element was malformed: rules that need the whole topology (uplinks) are skipped then, since
-    their verdict would only echo the shape error; the Clos rules see only whole devices and links."""
+    their verdict would only echo the shape error; the Clos rules see only whole devices and links.
+    ``registry`` holds the collectives jobs may name (the built-ins alone when the intent has none)."""
     refs = _Refs(names_seen)
     _check_devices(items["devices"], refs, errors)
     good_links = _check_links(items["links"], refs, errors)
@@ -342,7 +357,7 @@ def _check_meaning(
     prefix_index = _check_prefixes(items["prefixes"], refs, errors)
     _check_policies(items["policies"], routing, refs, errors)
     _check_demands(items["demands"], prefix_index, refs, errors)
-    _check_jobs(items["jobs"], items["prefixes"], refs, errors)
+    _check_jobs(items["jobs"], items["prefixes"], refs, errors, registry=registry)
     if routing == Routing.BGP:
         _check_clos(refs.devices, refs.device_index, good_links, errors, uplinks=structure)
     _check_pools(items["devices"], items["links"], errors)
@@ -536,11 +551,14 @@ def _check_demands(demands: list[tuple[int, Any]], prefix_index: dict[str, int],
 
 
 def _check_jobs(jobs: list[tuple[int, Any]], prefixes: list[tuple[int, Any]], refs: _Refs,
-                errors: list[IntentError]) -> None:
+                errors: list[IntentError], registry: Registry = BUILTINS) -> None:
     """Unique names; members are known devices that originate a prefix (the job's demand goes there),
-    each listed once."""
+    each listed once; the collective is one of ``registry``'s and the job's params fill it."""
     check_job_members(jobs, {o for _, p in prefixes for o in getattr(p, "origins", None) or ()}, refs.unknown,
                       errors)
+    skip = refs.names_seen.get("collectives", set())
+    for i, job in jobs:
+        check_job_collective(job, f"jobs[{i}]", registry, errors, skip)
 
 
 def check_job_members(jobs: list[tuple[int, Job]], originators: set[str], unknown: Any,
@@ -580,6 +598,7 @@ def validate_job(value: Any, intent: Intent) -> Job:
         originators = {o for p in intent.prefixes for o in p.origins}
         check_job_members([(0, job)], originators, lambda name: name not in intent.device_map, errors,
                           section="job")
+        check_job_collective(job, "job", intent.registry, errors)
     if errors or job is None:
         raise InvalidIntent(errors)
     return job

@@ -1,8 +1,13 @@
 """ML jobs as demand: what a training job's collective sends, and where.
 
 This module owns the compile of the intent's ``jobs`` into demand entries
-(DESIGN.md, Closed loop). With n members, B bytes per iteration and t seconds
-per iteration:
+(DESIGN.md, ML workloads). A job names a collective template of the registry
+(:mod:`controller.model.collectives`: the built-ins of
+:mod:`controller.model.collectives_builtin` and the intent's ``collectives:``);
+with its n members, B bytes per iteration and its ``params`` the template gives
+the bytes each member sends each other member per iteration (summed over the
+phases), and over t seconds per iteration that is a rate. For the three first
+collectives, with n members:
 
 * ``ring_allreduce``: 2(n-1)/n x B/t from each member to the next in the listed
   order, the last to the first (the bandwidth-optimal ring all-reduce: a
@@ -22,9 +27,13 @@ reads jobs and intents through the small protocols below, never the classes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-__all__ = ["job_demands", "job_matrix", "job_pairs", "originated_prefixes", "JobLike", "IntentLike"]
+from controller.model.collectives import Registry, traffic
+from controller.model.collectives_builtin import BUILTINS
+
+__all__ = ["job_demands", "job_matrix", "job_member_matrix", "job_pairs", "originated_prefixes", "JobLike",
+           "IntentLike"]
 
 GBPS_PER_BYTE_PER_S = 8 / 1e9
 
@@ -40,6 +49,8 @@ class JobLike(Protocol):
     def bytes_per_iter(self) -> float: ...
     @property
     def iter_s(self) -> float: ...
+    @property
+    def params(self) -> Mapping[str, Any] | None: ...
 
 
 class PrefixLike(Protocol):
@@ -56,25 +67,35 @@ class IntentLike(Protocol):
     def prefixes(self) -> Sequence[PrefixLike]: ...
     @property
     def jobs(self) -> Sequence[JobLike]: ...
+    @property
+    def registry(self) -> Registry: ...
 
 
-def job_pairs(job: JobLike) -> list[tuple[str, str, float]]:
-    """``(from member, to member, gbps)`` of ``job``'s collective, in member order.
+def job_member_matrix(job: JobLike, registry: Registry = BUILTINS) -> dict[tuple[int, int], float]:
+    """Bytes per iteration from member ``i`` to member ``j`` of ``job`` (its template's phases summed), in
+    the order the template produces the pairs. Raises
+    :class:`~controller.model.collectives.CollectiveError` (located in the template or at ``params``)."""
+    phases = traffic(registry.get(job.collective), len(job.tors), job.bytes_per_iter, job.params)
+    if len(phases) == 1:
+        return phases[0]
+    out: dict[tuple[int, int], float] = {}
+    for phase in phases:
+        for key, size in phase.items():
+            out[key] = out.get(key, 0.0) + size
+    return out
+
+
+def job_pairs(job: JobLike, registry: Registry = BUILTINS) -> list[tuple[str, str, float]]:
+    """``(from member, to member, gbps)`` of ``job``'s collective, in the template's order.
 
     >>> from controller.model import Job
     >>> job_pairs(Job(name="j", tors=("a", "b"), collective="pipeline", bytes_per_iter=1e9, iter_s=1))
     [('a', 'b', 8.0)]
     """
     members = list(job.tors)
-    n = len(members)
-    rate = job.bytes_per_iter / job.iter_s * GBPS_PER_BYTE_PER_S
-    if job.collective == "ring_allreduce":
-        share = 2 * (n - 1) / n * rate
-        return [(members[i], members[(i + 1) % n], share) for i in range(n)]
-    if job.collective == "all_to_all":
-        share = rate / n
-        return [(a, b, share) for a in members for b in members if a != b]
-    return [(members[i], members[i + 1], rate) for i in range(n - 1)]
+    t = job.iter_s
+    return [(members[i], members[j], size / t * GBPS_PER_BYTE_PER_S)
+            for (i, j), size in job_member_matrix(job, registry).items()]
 
 
 def originated_prefixes(intent: IntentLike) -> dict[str, list[str]]:
@@ -86,11 +107,12 @@ def originated_prefixes(intent: IntentLike) -> dict[str, list[str]]:
     return out
 
 
-def job_demands(job: JobLike, origins: Mapping[str, Sequence[str]]) -> dict[tuple[str, str], float]:
+def job_demands(job: JobLike, origins: Mapping[str, Sequence[str]],
+                registry: Registry = BUILTINS) -> dict[tuple[str, str], float]:
     """``{(from device, to prefix): gbps}`` of ``job``; ``origins`` maps a device to the prefixes it
     originates. A member that originates nothing receives nothing (validation refuses such jobs)."""
     out: dict[tuple[str, str], float] = {}
-    for src, dst, gbps in job_pairs(job):
+    for src, dst, gbps in job_pairs(job, registry):
         prefixes = origins.get(dst, ())
         for prefix in prefixes:
             key = (src, prefix)
@@ -105,7 +127,7 @@ def job_matrix(intent: IntentLike) -> tuple[dict[tuple[str, str], float], dict[t
     total: dict[tuple[str, str], float] = {}
     first: dict[tuple[str, str], int] = {}
     for j, job in enumerate(intent.jobs):
-        for key, gbps in job_demands(job, origins).items():
+        for key, gbps in job_demands(job, origins, intent.registry).items():
             total[key] = total.get(key, 0.0) + gbps
             first.setdefault(key, j)
     return total, first

@@ -64,7 +64,7 @@ REFERENCE_FIELDS: dict[str, tuple[str, ...]] = {
     "prefixes": ("prefix", "origins"),
     "policies": ("kind", "target", "mode", "realization"),
     "demands": ("from_", "to"),
-    "jobs": ("name", "tors"),
+    "jobs": ("name", "tors", "collective", "params", "bytes_per_iter"),
 }
 
 #: sections no other section refers to: their rules can be re-run alone
@@ -109,6 +109,7 @@ class Context:
         names_seen["prefixes"] = {p.prefix for p in intent.prefixes}
         self.refs = _Refs(names_seen)
         self.routing: Routing = intent.routing
+        self.registry = intent.registry
         errors: list[IntentError] = []
         _check_devices(list(enumerate(intent.devices)), self.refs, errors)
         _check_links(list(enumerate(intent.links)), self.refs, errors)
@@ -128,7 +129,7 @@ class Context:
         elif section == "demands":
             _check_demands(items, self.prefix_index, self.refs, errors)
         elif section == "jobs":
-            _check_jobs(items, self.prefix_items, self.refs, errors)
+            _check_jobs(items, self.prefix_items, self.refs, errors, registry=self.registry)
         else:
             raise ValueError(f"{section} is not a leaf section")
         return errors
@@ -162,7 +163,9 @@ def cross_object_valid(routing: Routing, sections: Mapping[str, Sequence[Any]]) 
     """True when objects that each passed :func:`shape` (``sections``: every section's, in document
     order) also pass every cross-object rule: the second pass of ``validate_intent`` run on objects
     already built, so unchanged objects are not built again. False when any rule fails (validate
-    the document whole then, for the located errors)."""
+    the document whole then, for the located errors). Jobs are checked against the built-in
+    collectives only: a job naming an intent's own template answers False, and the whole-document
+    pass, which reads the intent's ``collectives:``, decides."""
     names_seen: dict[str, set[str]] = defaultdict(set)
     names_seen["devices"] = {d.name for d in sections["devices"]}
     names_seen["ports"] = {end for link in sections["links"] for end in (link.end_a, link.end_b)}

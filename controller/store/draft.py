@@ -212,7 +212,7 @@ class Draft:
             if puts or w.removed:
                 deltas[s] = SectionDelta(puts, tuple(w.removed))
         f = base.frame
-        frame = canonical_frame(f["name"], f["routing"], f["defaults"], bool(sections["jobs"]))
+        frame = canonical_frame(f["name"], f["routing"], f["defaults"], bool(sections["jobs"]), f.get("collectives"))
         delta = Delta(deltas, frame != base.frame)
         return Snapshot(frame, sections, delta=delta, distance=_distance(base, deltas), hint=base), delta
 

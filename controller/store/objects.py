@@ -185,7 +185,7 @@ def diff_documents(old: Doc | None, new: Doc | None) -> dict[str, Any]:
     defaults) as ``{field: [old, new]}``, and the objects ``added``, ``removed``
     and ``changed`` (each ``{kind, name}``; changed ones with ``fields``)."""
     old, new = old or {}, new or {}
-    fields = {f: [old.get(f), new.get(f)] for f in _TOP_FIELDS if old.get(f) != new.get(f)}
+    fields = {f: [old.get(f), new.get(f)] for f in (*_TOP_FIELDS, "collectives") if old.get(f) != new.get(f)}
     added: list[dict[str, Any]] = []
     removed: list[dict[str, Any]] = []
     changed: list[dict[str, Any]] = []

@@ -222,12 +222,15 @@ class Delta:
         return sum(len(d.puts) + len(d.removed) for d in self.sections.values())
 
 
-def canonical_frame(name: Any, routing: Any, defaults: Any, has_jobs: bool) -> Doc:
-    """The frame of :meth:`Intent.to_document`: jobs only when there are any."""
+def canonical_frame(name: Any, routing: Any, defaults: Any, has_jobs: bool, collectives: Any = None) -> Doc:
+    """The frame of :meth:`Intent.to_document`: jobs only when there are any, and the intent's
+    ``collectives`` (a value of the frame, not a section) only when it has any."""
     frame: Doc = {"name": name, "routing": routing, "defaults": defaults}
     for s in SECTIONS:
         if s != "jobs" or has_jobs:
             frame[s] = None
+    if collectives:
+        frame["collectives"] = collectives
     return frame
 
 
@@ -332,7 +335,7 @@ class Snapshot:
             else:
                 fields: dict[str, Any] = {s: tuple(e.obj for e in self.sections[s].elements) for s in SECTIONS}
                 fields.update(name=f["name"], routing=Routing(f["routing"]),
-                              defaults=Defaults.model_validate(f["defaults"]))
+                              defaults=Defaults.model_validate(f["defaults"]), collectives=f.get("collectives") or {})
                 self._intent = Intent.model_construct(**fields)
         return self._intent
 
@@ -358,7 +361,8 @@ class Snapshot:
     def canonical_frame(self) -> bool:
         f = self.frame
         return (all(k in f for k in TOP_FIELDS)
-                and f == canonical_frame(f["name"], f["routing"], f["defaults"], bool(self.sections["jobs"])))
+                and f == canonical_frame(f["name"], f["routing"], f["defaults"], bool(self.sections["jobs"]),
+                                         f.get("collectives")))
 
     # -- building ---------------------------------------------------------------------
     @classmethod
@@ -507,7 +511,7 @@ def diff_snapshots(old: Snapshot | None, new: Snapshot | None) -> dict[str, Any]
     answers it, comparing stored JSON before looking into fields."""
     of = old.frame if old is not None else {}
     nf = new.frame if new is not None else {}
-    fields = {f: [of.get(f), nf.get(f)] for f in TOP_FIELDS if of.get(f) != nf.get(f)}
+    fields = {f: [of.get(f), nf.get(f)] for f in (*TOP_FIELDS, "collectives") if of.get(f) != nf.get(f)}
     added: list[dict[str, Any]] = []
     removed: list[dict[str, Any]] = []
     changed: list[dict[str, Any]] = []

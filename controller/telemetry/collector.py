@@ -311,9 +311,9 @@ class Telemetry:
         tomogravity's single mean matrix."""
         keys, rates, step = self.demand_series(intent, now, window_s)
         if keys:
-            return "aft", classify(tor_series(intent, keys, rates, step), options)
+            return "aft", classify(tor_series(intent, keys, rates, step), options, intent.registry)
         view = self.demand(intent, plan, now, window_s)
-        return view.method, classify(matrix_series(intent, view.demands, step), options)
+        return view.method, classify(matrix_series(intent, view.demands, step), options, intent.registry)
 
     def _routing_matrix(self, intent: Intent, plan: Plan) -> RoutingMatrix:
         key = (intent.content_hash, id(plan))

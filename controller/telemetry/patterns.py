@@ -10,6 +10,15 @@ near-equal rates), ``pipeline`` (a chain: a path, not a cycle), ``incast`` (many
 senders to one receiver) or ``background`` (none of those: gravity-like or
 random traffic). DESIGN.md, Telemetry: ``GET /v1/telemetry/patterns``.
 
+Each group is also matched against the collective templates of a registry
+(the built-ins and an intent's ``collectives:``, the templates the planner
+reads; :mod:`controller.telemetry.signatures`): ``collective`` names the
+nearest template, with the templates no counter can tell from it as
+``alternatives``. A group that none of the five labels fits but a template
+does (a tree all-reduce, a KV-cache transfer, a template of the intent) is
+reported as a group of its own, under the label of its template's family
+(:data:`FAMILY`) or ``background``, with ``collective`` saying which.
+
 Method. Groups are the connected components of the symmetric traffic graph
 ``W = M + M^T`` keeping an edge only when it is *mutually* strong: at least
 ``Options.edge_ratio`` of each end's heaviest edge (background noise towards a
@@ -45,13 +54,21 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from controller.model import Intent
+from controller.model.collectives import Registry
+from controller.model.collectives_builtin import BUILTINS
 from controller.model.documents import PatternGroupDocument
+from controller.telemetry.signatures import SignatureOptions, match
 
-__all__ = ["PATTERNS", "Group", "Options", "Series", "classify", "matrix_series", "periodicity", "tor_series"]
+__all__ = ["FAMILY", "PATTERNS", "Group", "Options", "Series", "classify", "matrix_series", "periodicity",
+           "tor_series"]
 
 PATTERNS = ("ring_allreduce", "all_to_all", "pipeline", "incast", "background")
 PatternName = Literal["ring_allreduce", "all_to_all", "pipeline", "incast", "background"]
 _COLLECTIVES = ("ring_allreduce", "all_to_all", "pipeline")
+#: the label of each built-in collective among the five (those without one are labelled by the five's fit)
+FAMILY: dict[str, PatternName] = {"ring_allreduce": "ring_allreduce", "reduce_scatter": "ring_allreduce",
+                                  "all_gather": "ring_allreduce", "all_to_all": "all_to_all",
+                                  "all_to_all_v": "all_to_all", "pipeline": "pipeline"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +83,11 @@ class Options:
     peak above which a period is reported. ``period_weight``: how much an absent
     period lowers a collective's confidence (when the series is long enough,
     ``min_intervals``). ``min_members``: smaller groups (a pair is any of the
-    patterns) are ``background``.
+    patterns) are ``background``. ``signature``: the template matching's knobs; a
+    template's confidence, lowered by an absent period as a collective's is (by
+    ``template_period_weight``: a template is an iteration's traffic, and dense
+    gravity background resembles a skewed all-to-all but for its period), must
+    reach ``min_score`` too.
     """
 
     edge_ratio: float = 0.25
@@ -77,6 +98,8 @@ class Options:
     period_weight: float = 0.4
     min_intervals: int = 8
     min_members: int = 3
+    signature: SignatureOptions = SignatureOptions()
+    template_period_weight: float = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +132,9 @@ class Group:
     periodicity: float  # autocorrelation peak of the group's total rate (0: none found)
     period_s: float | None
     scores: dict[str, float] = field(default_factory=dict)  # every pattern's score
+    collective: str | None = None  # the nearest template, when its confidence reaches min_score
+    collective_confidence: float = 0.0
+    alternatives: tuple[str, ...] = ()  # templates whose traffic matrix is the same shape
 
     def to_model(self) -> PatternGroupDocument:
         return PatternGroupDocument(
@@ -116,7 +142,9 @@ class Group:
             gbps=round(self.gbps, 6), score=round(self.score, 4), fit=round(self.fit, 4),
             uniformity=round(self.uniformity, 4), internal=round(self.internal, 4),
             periodicity=round(self.periodicity, 4), period_s=None if self.period_s is None else round(self.period_s, 3),
-            scores={k: round(v, 4) for k, v in self.scores.items()})
+            scores={k: round(v, 4) for k, v in self.scores.items()}, collective=self.collective,
+            collective_confidence=round(self.collective_confidence, 4) if self.collective else None,
+            alternatives=list(self.alternatives) if self.collective else None)
 
 
 # -- from the measured matrix to ToR-to-ToR series ---------------------------------------------
@@ -145,13 +173,15 @@ def matrix_series(intent: Intent, demands: Mapping[tuple[str, str], float], inte
 
 
 # -- the classifier ---------------------------------------------------------------------------------
-def classify(series: Series, options: Options | None = None) -> list[Group]:
+def classify(series: Series, options: Options | None = None, registry: Registry = BUILTINS) -> list[Group]:
     """The communication groups of ``series``, the busiest first.
 
     Parameters
     ----------
     series : the ToR-to-ToR traffic (:func:`tor_series`).
     options : thresholds (:class:`Options`).
+    registry : the collective templates groups are matched against (an intent's
+        :attr:`~controller.model.Intent.registry`; the built-ins by default).
 
     Returns
     -------
@@ -165,8 +195,8 @@ def classify(series: Series, options: Options | None = None) -> list[Group]:
     found: list[Group] = []
     rest: list[int] = []
     for members in groups:
-        g = _classify_group(series, m, members, total, o) if len(members) >= o.min_members else None
-        if g is None or g.pattern == "background":
+        g = _classify_group(series, m, members, total, o, registry) if len(members) >= o.min_members else None
+        if g is None or (g.pattern == "background" and g.collective is None):
             rest += members
         else:
             found.append(g)
@@ -192,7 +222,7 @@ def _components(m: np.ndarray, o: Options) -> list[list[int]]:
 
 
 def _classify_group(series: Series, m: np.ndarray, members: list[int], total: np.ndarray,
-                    o: Options) -> Group:
+                    o: Options, registry: Registry) -> Group:
     sub = m[np.ix_(members, members)]
     gbps = float(sub.sum())
     scores: dict[str, tuple[float, float, float]] = {}
@@ -206,17 +236,32 @@ def _classify_group(series: Series, m: np.ndarray, members: list[int], total: np
     pattern = best if confidence >= o.min_score else "background"
     if pattern == "background":
         confidence = _confidence(pattern, score, per, len(series.rates), o)
+    found = match(sub, registry, o.signature)
+    collective: str | None = None
+    c_conf, alternatives = 0.0, cast(tuple[str, ...], ())
+    if found is not None:
+        c_conf = _periodic(found.confidence, per if period is not None else 0.0, len(series.rates), o,
+                           o.template_period_weight)
+        if c_conf >= o.min_score:
+            collective, alternatives = found.name, found.alternatives
+            if pattern == "background" and collective in FAMILY:
+                pattern, confidence = FAMILY[collective], c_conf
     return Group(tuple(series.tors[i] for i in members), pattern, confidence, gbps,
                  score if pattern != "background" else 0.0, fit, uni, min(internal, 1.0), per, period,
-                 {k: v[0] for k, v in scores.items()})
+                 {k: v[0] for k, v in scores.items()}, collective, c_conf, alternatives)
 
 
 def _confidence(pattern: str, score: float, per: float, intervals: int, o: Options) -> float:
     if pattern == "background":
         return float(np.clip(1.0 - score / o.min_score * 0.5, 0.0, 1.0))
-    c = score
-    if pattern in _COLLECTIVES and intervals >= o.min_intervals:
-        c *= 1.0 - o.period_weight * (1.0 - per)
+    return _periodic(score, per, intervals, o) if pattern in _COLLECTIVES else float(np.clip(score, 0.0, 1.0))
+
+
+def _periodic(score: float, per: float, intervals: int, o: Options, weight: float | None = None) -> float:
+    """A collective's confidence: its score, lowered over a long enough series when no period shows
+    (by ``weight``, ``o.period_weight`` by default)."""
+    w = o.period_weight if weight is None else weight
+    c = score * (1.0 - w * (1.0 - per)) if intervals >= o.min_intervals else score
     return float(np.clip(c, 0.0, 1.0))
 
 

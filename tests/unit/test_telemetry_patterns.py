@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from controller.gen import clos_document
+from controller.model.collectives import Registry
+from controller.model.collectives_builtin import BUILTINS
 from controller.model.intent import validate_intent
 from controller.telemetry import Sample, Telemetry, aft_path
 from controller.telemetry.patterns import Series, classify, matrix_series, periodicity, tor_series
@@ -109,9 +111,10 @@ def test_tor_series_splits_an_anycast_prefix_over_its_origins() -> None:
     assert s.rates[1, 0].tolist() == [0, 0, 0] and s.rates[1, 1, 0] == 1.0
 
 
-def _feed(tel: Telemetry, jobs: list[Job], *, now: float, intervals: int = 30, seed: int = 0) -> None:
+def _feed(tel: Telemetry, jobs: list[Job], *, now: float, intervals: int = 30, seed: int = 0,
+          registry: Registry = BUILTINS) -> None:
     """AFT counters of every ToR for ``jobs`` (indices into :data:`TORS`), one sample per 10 s."""
-    series = synth(len(TORS), jobs, intervals=intervals, noise=0.1, seed=seed, tors=TORS)
+    series = synth(len(TORS), jobs, intervals=intervals, noise=0.1, seed=seed, tors=TORS, registry=registry)
     octets = {(s, PREFIX[d]): 0.0 for s in TORS for d in TORS if s != d}
     for t in range(intervals + 1):
         when = now - 10.0 * (intervals - t)
@@ -167,6 +170,39 @@ def test_patterns_endpoint_names_the_running_collectives(served: tuple[Api, Tele
         assert bad.status_code == 422 and bad.headers["content-type"].startswith("application/problem+json")
         assert "window_s" in bad.text
     assert api.client.get("/v1/telemetry/patterns").status_code == 401
+
+
+#: a collective only the intent below defines: workers push to member 0, which pushes back
+STAR = {"phases": [{"from": "range(1, n)", "to": 0, "bytes": "B"}, {"from": 0, "to": "range(1, n)", "bytes": "B"}]}
+
+
+@pytest.fixture
+def served_star(tmp_path: Path) -> Iterator[tuple[Api, Telemetry]]:
+    tel = Telemetry()
+    driver = DryDriver([d.name for d in INTENT.devices], tmp_path / "dry")
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent={**DOC, "collectives": {"star": STAR}},
+                     driver=driver, telemetry=tel, drift_interval=0, verify_timeout=5) as api:
+        yield api, tel
+
+
+def test_patterns_endpoint_recognizes_a_collective_only_the_intent_defines(
+        served_star: tuple[Api, Telemetry]) -> None:
+    api, tel = served_star
+    assert api.initial()["state"] == "committed"
+    members = (2, 5, 8, 11, 1)
+    _feed(tel, [Job("star", members, 10.0, period=4), Job("ring_allreduce", (0, 3, 6, 9), 10.0, period=4)],
+          now=time.time(), registry=BUILTINS.extended({"star": STAR}))
+    r = api("GET", "/v1/telemetry/patterns?window_s=300", role="viewer")
+    assert r.status_code == 200, r.text
+    got = {frozenset(g["members"]): g for g in r.json()["groups"]}
+    star = got[frozenset(TORS[i] for i in members)]
+    assert star["collective"] == "star" and star["collective_confidence"] >= 0.5
+    ring = got[frozenset(TORS[i] for i in (0, 3, 6, 9))]
+    assert ring["pattern"] == "ring_allreduce" and ring["collective"] == "ring_allreduce"
+    assert set(ring["alternatives"]) == {"reduce_scatter", "all_gather"}
+    # the same counters read against an intent without the template: no group is called 'star'
+    method, groups = tel.patterns(INTENT, None, time.time(), 300.0)
+    assert all(g.collective != "star" for g in groups)
 
 
 def test_nothing_measured_is_no_group() -> None:

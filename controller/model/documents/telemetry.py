@@ -101,6 +101,12 @@ class PatternGroupDocument(Closed):
     periodicity: float = Field(description="autocorrelation peak of the group's total rate over the intervals")
     period_s: float | None = Field(description="the period of that peak in seconds (null: none found)")
     scores: dict[str, float] = Field(description="every pattern's score for this group")
+    collective: str | None = Field(None, description=(
+        "the collective template (built-in or of the intent's collectives:) whose traffic matrix the group's "
+        "is nearest to, when confident (null: none)"))
+    collective_confidence: float | None = Field(None, ge=0, le=1, description="the confidence of that match")
+    alternatives: list[str] | None = Field(None, description=(
+        "templates whose traffic matrix has the same shape as the collective's: counters cannot tell them apart"))
 
 
 class PatternsDocument(Closed):
