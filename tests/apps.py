@@ -23,7 +23,7 @@ from api.app import create_app
 from controller import service
 from controller.settings import Settings
 from controller.store.db import Database
-from tests.serving import settled_change
+from tests.serving import ChangeCalls, settled_change
 
 with warnings.catch_warnings():  # starlette's note about httpx versions
     warnings.simplefilter("ignore")
@@ -53,7 +53,7 @@ def seeded_store(url: str, *, intent: dict[str, Any] | None = None,
 
 
 @dataclass
-class Api:
+class Api(ChangeCalls):
     """A client of the app with a token per role; ``doc`` is the intent the store was seeded with."""
 
     client: Any
@@ -74,14 +74,7 @@ class Api:
 
     def change(self, patch: list[Any] | None = None, base: int = 1, intent: Any = None, **kw: Any) -> dict[str, Any]:
         body = {"base_revision": base, "patch": patch, "intent": intent, "message": kw.pop("message", "")}
-        r = self("POST", "/v1/changes", json=body, **kw)
-        assert r.status_code == 201, r.text
-        return dict(r.json())
-
-    def review(self, cid: int) -> dict[str, Any]:
-        r = self("POST", f"/v1/changes/{cid}/review")
-        assert r.status_code == 200, r.text
-        return dict(r.json())
+        return self.post_change(body, **kw)
 
     def wait(self, cid: int, timeout: float = 60) -> dict[str, Any]:
         """The change once it is no longer committing (or after ``timeout`` seconds)."""

@@ -67,7 +67,27 @@ def stop_processes(procs: list[subprocess.Popen[Any]], grace: float = 10.0) -> N
             p.wait(5)
 
 
-class LoomServer:
+class ChangeCalls:
+    """``change`` and ``review`` over the class's ``__call__(method, path, **kw)``: the same calls whether the
+    API runs in this process (:class:`tests.apps.Api`) or in a ``loom serve`` (:class:`LoomServer`)."""
+
+    def __call__(self, method: str, path: str, **kw: Any) -> Any:
+        raise NotImplementedError
+
+    def post_change(self, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        """``POST /v1/changes`` of ``body``, which must create the change: its document."""
+        r = self("POST", "/v1/changes", json=body, **kw)
+        assert r.status_code == 201, r.text
+        return dict(r.json())
+
+    def review(self, cid: int) -> dict[str, Any]:
+        """Change ``cid``'s review document (which must be answered)."""
+        r = self("POST", f"/v1/changes/{cid}/review")
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+
+class LoomServer(ChangeCalls):
     """``loom serve ARGS --port P`` with ``LOOM_ADMIN_TOKEN`` = ``token``, logging to ``base/serve.log``."""
 
     def __init__(self, base: Path, args: list[str], token: str, *, env: dict[str, str] | None = None,
@@ -109,15 +129,7 @@ class LoomServer:
         """A new change of ``patch`` against ``base`` (default: the active revision): its document."""
         if base is None:
             base = self("GET", "/v1/status").json()["active_revision"]
-        r = self("POST", "/v1/changes", json={"base_revision": base, "patch": patch})
-        assert r.status_code == 201, r.text
-        return dict(r.json())
-
-    def review(self, cid: int) -> dict[str, Any]:
-        """Change ``cid``'s review document (which must be answered)."""
-        r = self("POST", f"/v1/changes/{cid}/review")
-        assert r.status_code == 200, r.text
-        return dict(r.json())
+        return self.post_change({"base_revision": base, "patch": patch})
 
     def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """A raw API call with the admin token (beside the ``headers`` given): sent once, any answer."""
