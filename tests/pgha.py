@@ -50,15 +50,16 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests import pg
 
-__all__ = ["MONITOR_SETTINGS", "Formation", "Node", "formation", "missing"]
+__all__ = ["MONITOR_SETTINGS", "Formation", "Node", "formation", "missing", "write_outage"]
 
 #: the monitor's health checks (milliseconds), see the module's docstring
 MONITOR_SETTINGS = {
@@ -106,6 +107,7 @@ class Node:
     pgdata: Path
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    killed_at: float = 0.0  # time.monotonic() of the last kill9
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -121,6 +123,7 @@ class Node:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        self.killed_at = time.monotonic()
         self.proc.wait(30)
         self._wait_port_free()
 
@@ -271,6 +274,13 @@ class Formation:
         victim = self.primary()
         victim.kill9()
         return victim
+
+
+def write_outage(writes: Iterable[Any], t_kill: float) -> float | None:
+    """Seconds from a kill at ``t_kill`` to the answer of the first acknowledged write sent after it
+    (``writes``: :class:`tests.ha_cluster.Outcome`), or None if none was."""
+    after = [o.ended for o in writes if o.started >= t_kill and 200 <= o.status < 300]
+    return min(after) - t_kill if after else None
 
 
 @contextlib.contextmanager
