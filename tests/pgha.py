@@ -142,6 +142,7 @@ class Formation:
 
     def __init__(self, root: Path, bindir: Path):
         self.root, self.bindir = root, bindir
+        self.created = time.monotonic()
         self.monitor = Node("monitor", root / "monitor", _free_port())
         self.nodes = [Node(f"node{i + 1}", root / f"node{i + 1}", _free_port()) for i in range(2)]
         pw = pwd.getpwnam("postgres")
