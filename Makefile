@@ -11,7 +11,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
-APT_PACKAGES := frr frr-pythontools postgresql iproute2 iputils-ping procps chromium nftables haproxy
+APT_PACKAGES := frr frr-pythontools postgresql iproute2 iputils-ping procps chromium nftables haproxy pg-auto-failover-cli postgresql-15-auto-failover
 
 .PHONY: run test bench lint venv install system-deps clean proto
 

@@ -64,6 +64,7 @@ __all__ = [
     "SingleReplicaStore",
     "StaleRevision",
     "StoreContention",
+    "StoreOutcomeUnknown",
     "StoreUnavailable",
     "Unreachable",
 ]
@@ -236,14 +237,22 @@ class SafetyViolation(LoomError):
 
 class StoreUnavailable(LoomError):
     """The store did not answer: the database refused the connection, the pool had none free in
-    time, the server is shutting down, or another operational failure. Nothing was written; the
-    same request may succeed ``retry_after`` seconds later."""
+    time, the server is shutting down, a failover of the store is under way (a read-only standby
+    answered), or another operational failure. Nothing was written (except for
+    :class:`StoreOutcomeUnknown`); the same request may succeed ``retry_after`` seconds later."""
 
     kind = "store-unavailable"
 
     def __init__(self, message: str, *, retry_after: int = 2):
         self.retry_after = retry_after
         super().__init__(message)
+
+
+class StoreOutcomeUnknown(StoreUnavailable):
+    """The connection was lost while the store committed a write transaction (its primary died, a
+    failover began): the write may or may not have been applied, so it is not acknowledged. The
+    answer is the same 503 with ``Retry-After``; a retry with the same ``Idempotency-Key`` is answered
+    from the store if the first attempt was applied (the key is kept in the write's transaction)."""
 
 
 class StoreContention(StoreUnavailable):

@@ -15,6 +15,18 @@ serialization failure or deadlock (SQLSTATE 40001, 40P01) is
 :class:`StoreContention`, which :func:`retrying` runs again after a jittered
 back-off. Writers that append to the revision chain queue on one lock
 (:func:`lock_revisions`), as SQLite's ``BEGIN IMMEDIATE`` makes every writer do.
+
+A replicated PostgreSQL (a failover manager such as pg_auto_failover in front of a
+primary and a synchronous standby, ``docs/store-ha.md``) is reached by a multi-host
+URL, ``postgresql+psycopg://u@/loom?host=a,b&port=5432,5433&target_session_attrs=read-write``:
+each new connection goes to whichever node takes writes. During a switch the errors
+of a failover (connection refused or lost, SQLSTATE class 08; the server shutting
+down, class 57P; a read-only transaction on a standby, 25006) are
+:class:`StoreUnavailable` (503 with ``Retry-After``) and invalidate the whole pool, so
+no pooled connection to the old primary is used again (``pool_pre_ping`` checks the
+others). A write whose COMMIT was sent when the connection died has an unknown outcome:
+:func:`write_transaction` raises :class:`StoreOutcomeUnknown` for it (the same 503), so it
+is never acknowledged; a retry with the same ``Idempotency-Key`` finds it if it was applied.
 """
 
 from __future__ import annotations
@@ -38,11 +50,11 @@ from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 
-from controller.model.errors import StoreContention, StoreUnavailable
+from controller.model.errors import StoreContention, StoreOutcomeUnknown, StoreUnavailable
 from controller.store.content import HeadCache, SnapshotCache, StoreOptions, install_cache_hooks
 
 __all__ = ["DEFAULT_URL", "Database", "RetryOptions", "lock_revisions", "normalize_url", "retrying", "store_error",
-           "write_transaction"]
+           "switching", "write_transaction"]
 
 DEFAULT_URL = "sqlite:///./loom.db"
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -52,6 +64,9 @@ _DATABASE = "loom_database"  # Session.info key: the Database the session belong
 REVISIONS_LOCK = 0x4C4F4F4D_0001
 #: SQLSTATEs of a transaction that lost to a concurrent one: serialization failure, deadlock
 _CONTENTION = frozenset({"40001", "40P01"})
+#: SQLSTATEs (and classes) of a store that is switching over: the connection is no longer to a primary
+_SWITCHING = frozenset({"25006"})  # read_only_sql_transaction: a standby (or a demoted primary) answered
+_SWITCHING_CLASSES = ("08", "57P")  # connection exception; operator intervention (shutdown, crash, starting)
 log = logging.getLogger("loom.store")
 T = TypeVar("T")
 
@@ -90,18 +105,32 @@ def store_error(orig: BaseException, dbapi: Any, *, disconnect: bool = False) ->
     first = (str(orig).strip().splitlines() or [""])[0][:200]
     if sqlstate in _CONTENTION:
         return StoreContention(f"the store refused a transaction that raced another ({sqlstate}): {first}")
+    if switching(orig):
+        return StoreUnavailable(f"the store is switching over ({sqlstate}): {first}")
     operational = getattr(dbapi, "OperationalError", ()), getattr(dbapi, "InterfaceError", ())
     if disconnect or isinstance(orig, operational):
         return StoreUnavailable(f"the store does not answer: {type(orig).__name__}: {first}")
     return None
 
 
+def switching(orig: BaseException) -> bool:
+    """Whether the driver error ``orig`` says the connection is not (or no longer) to a primary that
+    takes writes: a standby answered (25006), the server is shutting down or starting (57P), or the
+    connection failed (class 08). Such a connection is of no further use, nor are its pool's siblings."""
+    sqlstate = getattr(orig, "sqlstate", None) or ""
+    return sqlstate in _SWITCHING or sqlstate.startswith(_SWITCHING_CLASSES)
+
+
 def _translate_errors(engine: Engine) -> None:
     """Raise the store's errors in place of the driver's, for every statement and every connect.
-    Not during the pool's pre-ping: a dead pooled connection is replaced there, quietly."""
+    Not during the pool's pre-ping: a dead pooled connection is replaced there, quietly. An error of
+    a switch-over (:func:`switching`) counts as a disconnect: SQLAlchemy then discards the connection
+    and invalidates the rest of the pool (connections to the old primary)."""
 
     @event.listens_for(engine, "handle_error")
     def _on_error(ctx: ExceptionContext) -> None:
+        if switching(ctx.original_exception):
+            ctx.is_disconnect = True
         if ctx.is_pre_ping:
             return
         err = store_error(ctx.original_exception, ctx.dialect.loaded_dbapi, disconnect=ctx.is_disconnect)
@@ -257,13 +286,24 @@ def retrying(run: Callable[[], T], *, retry_on: tuple[type[BaseException], ...] 
 def write_transaction(session: Session) -> Iterator[Session]:
     """Begin a write transaction on ``session``: committed if the block succeeds,
     rolled back (leaving no trace) if it raises. On SQLite it is ``BEGIN
-    IMMEDIATE``, so concurrent writers wait their turn."""
+    IMMEDIATE``, so concurrent writers wait their turn. The store failing during
+    the COMMIT itself (the statements before it all done) is :class:`StoreOutcomeUnknown`:
+    the write may have been applied, and must not be answered as done, nor as not done."""
     if session.in_transaction():
         session.rollback()
-    with session.begin():
-        session.connection(execution_options={_WRITE: True})
-        db = session.info.get(_DATABASE)
-        if db is not None and not db.is_sqlite and db.write_idle_timeout_s > 0:
-            ms = int(db.write_idle_timeout_s * 1000)  # (SET LOCAL takes no bind parameter)
-            session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {ms}"))
-        yield session
+    committing = False
+    try:
+        with session.begin():
+            session.connection(execution_options={_WRITE: True})
+            db = session.info.get(_DATABASE)
+            if db is not None and not db.is_sqlite and db.write_idle_timeout_s > 0:
+                ms = int(db.write_idle_timeout_s * 1000)  # (SET LOCAL takes no bind parameter)
+                session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {ms}"))
+            yield session
+            session.flush()  # every statement before the COMMIT: a failure up to here wrote nothing
+            committing = True
+    except StoreUnavailable as exc:
+        if committing and not isinstance(exc, StoreContention):
+            raise StoreOutcomeUnknown(f"the store failed while committing, the write may or may not have been "
+                                      f"applied (retry it with the same Idempotency-Key): {exc}") from exc
+        raise
