@@ -26,6 +26,16 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _loom() -> None:
+    """Loom: intent-driven controller for data-center fabrics."""
+    # A callback keeps ``loom`` a group of commands when only one command's module is registered
+    # (controller.cli.main imports only the module of the command it runs): typer would otherwise make a
+    # lone command the program itself, and ``loom check X`` would read "check" as its argument.
+
+
 # soft_wrap: a line of text is never broken at the terminal's (or a pipe's 80-column) width,
 # so scripts and people read whole lines; tables still fit themselves to the width.
 # emoji off: Rich would print ``link:a:eth2`` as ``link🅰eth2`` (its ``:a:`` code), and names are data here

@@ -20,7 +20,7 @@ import yaml
 from typer.testing import CliRunner
 
 from controller import service
-from controller.cli import _register, app
+from controller.cli import COMMANDS, _register, app, modules_for
 from controller.cli.core import parse_duration
 from controller.model.intent import load_intent
 from tests.serving import free_port, wait_ready
@@ -33,6 +33,30 @@ LOOM = shutil.which("loom", path=str(Path(sys.executable).parent)) or ""
 
 def run(*args: str, env: dict[str, str] | None = None) -> Any:
     return runner.invoke(app, list(args), env=env)
+
+
+def test_the_command_table_names_the_module_that_registers_each_command() -> None:
+    registered = {c.name or c.callback.__name__: c.callback.__module__ for c in app.registered_commands
+                  if c.callback is not None}
+    for g in app.registered_groups:
+        first = g.typer_instance.registered_commands[0].callback if g.typer_instance else None
+        registered[str(g.name)] = first.__module__ if first else "?"
+    assert {k: f"controller.cli.{m}" for k, m in COMMANDS.items()} == registered
+    assert modules_for(["--help"]) == modules_for([]) == modules_for(["nope"]) and len(modules_for([])) > 1
+    assert modules_for(["changes", "list", "--json"]) == ("changes",)
+
+
+@pytest.mark.parametrize(("argv", "module", "absent"), [
+    (["changes", "list", "--help"], "controller.cli.changes", "safety.kernels"),
+    (["agent", "--help"], "controller.cli.agent", "controller.cli.check"),
+    (["check", "--help"], "controller.cli.check", "controller.cli.lab"),  # a lone command stays a subcommand
+])
+def test_a_command_line_imports_only_the_module_of_its_command(argv: list[str], module: str, absent: str) -> None:
+    code = ("import sys; from controller.cli import main\ntry:\n    main()\nexcept SystemExit as e:\n"
+            "    print(e.code, " + repr(module) + " in sys.modules, " + repr(absent) + " in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert out.stdout.splitlines()[-1] == "0 True False", out.stdout + out.stderr
+    assert f"Usage: -c {argv[0]}" in out.stdout  # (python -c names the program "-c")
 
 
 def test_validate_ok_and_json() -> None:
