@@ -27,7 +27,7 @@ from typing import Any
 
 from controller.model import Intent
 from controller.model.documents import ChangeState, ProgressDocument
-from controller.model.errors import Deposed
+from controller.model.errors import Deposed, StoreUnavailable
 from controller.service import Actor, WriteContext
 from controller.store import workflow_repo as wrepo
 from controller.telemetry.drains import check_drains
@@ -145,6 +145,12 @@ class Commits:
             await self._push(ch, ctx, epoch)
         except Deposed as exc:
             log.warning("change %s: %s", ch.id, exc)
+        except StoreUnavailable as exc:
+            # The store did not answer (a failover of its primary) while the push was read or recorded: what
+            # the devices run is not known here, so the change is not marked failed. It stays committing, and
+            # the leader's commit queue (this process, or the next leader) recovers it from the devices.
+            log.warning("change %s: the store did not answer during the commit (%s); it stays committing, and "
+                        "recovery settles it from what the devices run", ch.id, exc)
         except Exception as exc:  # the change must not stay committing in a live process
             log.exception("commit of change %s failed unexpectedly", ch.id)
             error = f"{type(exc).__name__}: {exc}"

@@ -24,6 +24,7 @@ from controller.model.documents import (
     ProgressDocument,
     StageProgressDocument,
 )
+from controller.model.errors import StoreUnavailable
 
 __all__ = ["PushProgress", "outcome", "reset_ports"]
 
@@ -118,9 +119,16 @@ class PushProgress:
         self._dirty.set()
 
     async def flush(self, save: Callable[[ProgressDocument], Awaitable[None]]) -> None:
-        """Save a snapshot whenever the document changed, until cancelled."""
+        """Save a snapshot whenever the document changed, until cancelled. A snapshot the store does not
+        take (a failover of the store, say) is tried again a moment later: the progress shown is a view of
+        the push, never a reason to stop it, and the commit's outcome is recorded after it anyway."""
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            await save(self.doc.model_copy(deep=True))
+            try:
+                await save(self.doc.model_copy(deep=True))
+            except StoreUnavailable as exc:
+                log.warning("change %s: the store did not take the progress (%s); trying again", self.change, exc)
+                self._dirty.set()
+                await asyncio.sleep(min(float(exc.retry_after), 1.0))
             await asyncio.sleep(0.2)
