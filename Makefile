@@ -3,7 +3,7 @@
 #   make test   install what the tests need (Debian's frr, frr-pythontools, postgresql, chromium, haproxy as root), run them
 #               TIER=unit|component|lab|browser runs one tier (pytest -m TIER; an expression such as
 #               TIER='unit or component' works too); without TIER every tier runs (unit and component
-#               on JOBS=N xdist workers, 3 by default; then lab, browser and lease-timing tests alone)
+#               on JOBS=N xdist workers, 3 by default; then lab and browser tests two at a time; then traffic labs and lease-timing tests alone)
 #   make bench  the benchmark tables (not part of the tests)
 #   make lint   ruff, mypy, the import-layer contracts and tools/arch.py (CI runs it beside the tests)
 
@@ -49,17 +49,21 @@ run: install
 
 TIER ?=
 # Without TIER: the unit and component tiers on JOBS pytest-xdist workers (each module on one worker, its
-# shared servers set up once: tests/conftest.py), then the lab and browser tiers and the lease-timing tests
-# (marker alone) in one process, alone on the
-# machine (real routers and a browser hold the timings their tests check). JOBS=0: no workers.
+# shared servers set up once: tests/conftest.py); then the lab and browser tiers on LAB_JOBS workers (two
+# labs at a time), except the labs that measure traffic (marker traffic: tests/conftest.py's TRAFFIC_LABS)
+# and the lease-timing tests (marker alone), which run last, one at a time, alone on the machine.
+# JOBS=0 and LAB_JOBS=0: no workers.
 JOBS ?= 3
+LAB_JOBS ?= 2
 XDIST := $(if $(filter-out 0,$(JOBS)),-n $(JOBS) --dist loadscope)
+LAB_XDIST := $(if $(filter-out 0,$(LAB_JOBS)),-n $(LAB_JOBS) --dist loadscope)
 # pytest's exit status 5 is "no test selected" (PYTEST_ARGS naming modules of one kind only)
 PYTEST := $(BIN)/python -m pytest -q -rs --durations=15
 test: system-deps install
 ifeq ($(TIER),)
 	$(PYTEST) $(XDIST) -m "not lab and not browser and not alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PYTEST) -m "lab or browser or alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PYTEST) $(LAB_XDIST) -m "(lab or browser) and not traffic and not alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PYTEST) -m "traffic or alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 else
 	$(PYTEST) $(if $(filter lab browser,$(TIER)),,$(XDIST)) -m "$(TIER)" $(PYTEST_ARGS)
 endif

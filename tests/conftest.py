@@ -74,6 +74,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             doubled.append(f"{item.nodeid}: {sorted(own)}")
         if item.path.name in ALONE:
             item.add_marker("alone")
+        if item.path.name in TRAFFIC_LABS:
+            item.add_marker("traffic")
     problems = []
     if untiered:
         problems.append(f"test modules outside the tier folders (tests/{{{','.join(TIER_NAMES)}}}/): "
@@ -88,24 +90,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: them with the labs, alone on the machine (marker ``alone``)
 ALONE = frozenset({"test_cluster.py"})
 
-#: tiers whose tests run one module after another on one worker under xdist (``make test`` runs ``-n``):
-#: real routers and a browser each take the machine's cores, and their timings are the ones the tests hold
-SERIAL_TIERS = ("lab", "browser")
+#: the lab modules whose assertions measure traffic (rates within 2%, counters against the kernels' within
+#: 5%, UDP flows lost): they get the marker ``traffic``, and ``make test`` runs them one after another,
+#: alone on the machine; the other lab and browser modules (faults, convergence, commits, the browser) run
+#: before them on two workers, two labs at a time (a sender beside another lab's load drifts past 5%)
+TRAFFIC_LABS = frozenset({"test_telemetry_lab.py", "test_closed_loop_lab.py", "test_fib_failure_lab.py",
+                          "test_lab_hosts.py"})
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under pytest-xdist (``make test`` runs ``-n``): each module's tests go to one worker, so its
-    module-scoped labs, fleets and servers are set up once as before, and every lab and browser module to
-    the same worker, one after another (the other workers run the unit and component modules beside
-    them). A scheduler of our own: xdist's ``loadgroup`` marks a group by rewriting node ids, which
-    pytest 9.2 no longer allows (every test would go its own way)."""
+    module-scoped labs, fleets and servers are set up once. ``make test`` runs the lab and browser tiers
+    in pytest runs of their own (no unit or component worker beside them). A
+    scheduler of our own: xdist's ``loadgroup`` marks a group by rewriting node ids, which pytest 9.2 no
+    longer allows (every test would go its own way)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByModule(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            folder = module.rsplit("/", 2)[-2] if module.count("/") else ""
-            return "serial" if folder in SERIAL_TIERS else module
+            return nodeid.split("::", 1)[0]
 
     return ByModule(config, log)
 
