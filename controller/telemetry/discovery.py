@@ -2,8 +2,10 @@
 
 The classifier (:mod:`controller.telemetry.patterns`) finds the communication
 groups of the measured traffic; a group is **discovered** when it matched a
-collective template (:mod:`controller.telemetry.signatures`) with a confidence
-of at least ``min_confidence`` and no declared job explains it (no job whose
+collective template (:mod:`controller.telemetry.signatures`), the classifier is
+confident of it (the higher of its label's confidence and its template's, as
+``GET /v1/telemetry/patterns`` reports them) to at least ``min_confidence``, and
+no declared job explains it (no job whose
 members overlap the group's by half or more: Jaccard ``>= 0.5``). Each is offered
 as a job document ready to adopt:
 
@@ -82,6 +84,12 @@ def member_order(measured: np.ndarray, template: np.ndarray) -> tuple[int, ...]:
     return min(candidates, key=lambda o: _error(measured, template, o))
 
 
+def _confidence(group: Group) -> float:
+    """The classifier's confidence in a group: its label's, or its template's when that is higher (a
+    template's confidence is lowered more by a period that falls between whole intervals)."""
+    return max(group.confidence if group.pattern != "background" else 0.0, group.collective_confidence)
+
+
 def _explained(group: Group, intent: Intent) -> bool:
     mine = set(group.members)
     return any(len(mine & set(j.tors)) / len(mine | set(j.tors)) >= 0.5 for j in intent.jobs)
@@ -119,7 +127,7 @@ def _offer(group: Group, series: Series, intent: Intent, taken: set[str]) -> Dis
              else [{"op": "add", "path": "/jobs", "value": [spec]}])
     return DiscoveredJobDocument(
         members=list(group.members), pattern=group.pattern, collective=group.collective,
-        confidence=round(group.collective_confidence, 4), gbps=round(group.gbps, 6),
+        confidence=round(_confidence(group), 4), gbps=round(group.gbps, 6),
         period_s=None if fit is None or fit.period_s is None else round(fit.period_s, 3),
         job=OfferedJobDocument.model_validate(spec), patch=patch)  # type: ignore[arg-type]
 
@@ -131,7 +139,7 @@ def discovered_jobs(intent: Intent, method: Method, series: Series, window_s: fl
     taken = {j.name for j in intent.jobs}
     found = []
     for g in classify(series, None, intent.registry):
-        if g.collective is None or g.collective_confidence < min_confidence or _explained(g, intent):
+        if g.collective is None or _confidence(g) < min_confidence or _explained(g, intent):
             continue
         offer = _offer(g, series, intent, taken)
         if offer is not None:
