@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -157,3 +158,51 @@ def test_an_undeclared_collective_is_offered_as_a_job_and_adopted_by_a_reviewed_
     assert perf["measured_gbps"] == pytest.approx(truth, rel=0.05)
     assert perf["expected_gbps"] == pytest.approx(truth, rel=0.05)  # offered at the rate it was measured at
     assert perf["period_s"] == pytest.approx(43.0, rel=0.05)
+
+
+def test_loom_jobs_performance_discovered_and_adopt(served: tuple[Api, Telemetry],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import httpx
+    from typer.testing import CliRunner
+
+    from controller.cli import _register
+    from controller.cli.common import app as cli
+
+    api, tel = served
+    assert api.initial()["state"] == "committed"
+    _register()
+
+    def through_app(*, base_url: str, headers: dict[str, str], timeout: float) -> Any:
+        api.client.headers.update(headers)  # the CLI's client is the in-process app's
+        return api.client
+
+    monkeypatch.setattr(httpx, "Client", through_app)
+    monkeypatch.setenv("LOOM_TOKEN", api.tokens["operator"])
+    runner = CliRunner()
+    server = ["--server", "http://app"]
+    before = runner.invoke(cli, ["jobs", "performance", "llm-7", *server])
+    assert before.exit_code == 0, before.output
+    assert "no telemetry" in before.output and "slowdown -" in before.output
+    feed(tel, time.time())
+    out = runner.invoke(cli, ["jobs", "performance", "llm-7", *server, "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["period_s"] == pytest.approx(37.0, rel=0.05)
+    text = runner.invoke(cli, ["jobs", "performance", "llm-7", *server])
+    assert text.exit_code == 0 and "bottlenecks" in text.output and "37 s declared" in text.output
+    unknown = runner.invoke(cli, ["jobs", "performance", "emb-2", *server])
+    assert unknown.exit_code != 0 and "emb-2" in unknown.output
+    listed = runner.invoke(cli, ["jobs", "discovered", *server, "--json"])
+    assert listed.exit_code == 0, listed.output
+    (offer,) = json.loads(listed.output)["jobs"]
+    name = offer["job"]["name"]
+    assert name in runner.invoke(cli, ["jobs", "discovered", *server], env={"COLUMNS": "200"}).output
+    missing = runner.invoke(cli, ["jobs", "adopt", "nope", *server])
+    assert missing.exit_code == 2 and name in missing.output
+    adopted = runner.invoke(cli, ["jobs", "adopt", name, *server, "--json"])
+    assert adopted.exit_code == 0, adopted.output
+    rv = json.loads(adopted.output)
+    assert rv["verdict"] == "safe"
+    change = api("GET", f"/v1/changes/{rv['change']}", role="viewer").json()
+    assert change["state"] == "reviewed"
