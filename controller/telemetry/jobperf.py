@@ -174,8 +174,8 @@ def job_performance(tel: Telemetry, intent: Intent, plan: Plan, job: Job, now: f
                     top: int = 3) -> JobPerformanceDocument:
     """``job``'s performance document over the window ending at ``now`` (see the module docstring)."""
     rm = tel.routing(intent, plan)
-    keys = set(job_demands(job, originated_prefixes(intent), intent.registry))
-    expected = sum(job_demands(job, originated_prefixes(intent), intent.registry).values())
+    demands = job_demands(job, originated_prefixes(intent), intent.registry)
+    keys, expected = set(demands), sum(demands.values())
     bits = phase_bits(job, intent, rm)
     cap = _capacity(intent)
     idle = comm_time(bits, cap)
