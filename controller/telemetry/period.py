@@ -109,8 +109,9 @@ def recover_period(rate: np.ndarray, interval_s: float, options: Options | None 
     if n < o.min_intervals:
         return PeriodFit(None, 0.0, f"{n} intervals of {interval_s:g} s with a rate: a period needs "
                                     f"at least {o.min_intervals}")
+    scale = max(1.0, float(np.abs(x).max()))
     x = x - x.mean()
-    if float(np.abs(x).max()) <= 1e-9 * max(1.0, float(np.abs(rate[known]).max())):
+    if float(np.abs(x).max()) <= 1e-9 * scale:
         return PeriodFit(None, 0.0, f"a steady rate: no period of {2 * interval_s:g} s or more; a shorter one "
                                     f"is averaged out by the {interval_s:g} s telemetry interval")
     span = float(t[-1] - t[0]) + interval_s
