@@ -75,7 +75,10 @@ class TrafficOptions:
     destination port: more flows spread more evenly over a multipath group, and leave room for fewer
     demands), destination ports from ``base_port`` (a block of ``flows`` per demand, within
     :data:`labs.runner.SINK_PORTS`), the start ``lead_s`` that lets every sender start, the
-    senders' pacing ``tick_s`` and the ``grace_s`` after the duration before a sender is killed."""
+    senders' pacing ``tick_s`` and the ``grace_s`` after the duration before a sender is killed. With
+    ``period_s`` (0: steady) the hosts send only ``duty`` of every period, from the common start, at
+    ``gbps / duty``: a demand's rate stays its mean over whole periods (an ML job's iterations: busy
+    communicating, then quiet computing)."""
 
     packet_bytes: int = 1300
     flows: int = 32
@@ -83,12 +86,16 @@ class TrafficOptions:
     lead_s: float = 1.0
     tick_s: float = 0.001
     grace_s: float = 10.0
+    period_s: float = 0.0
+    duty: float = 1.0
 
     def __post_init__(self) -> None:
         if not 64 <= self.packet_bytes <= 1500:
             raise ValueError(f"packet_bytes must be 64..1500, not {self.packet_bytes}")
         if not 1 <= self.flows <= MAX_FLOWS:
             raise ValueError(f"flows must be 1..{MAX_FLOWS}, not {self.flows}")
+        if self.period_s < 0 or not 0 < self.duty <= 1:
+            raise ValueError(f"period_s must be >= 0 and duty in (0, 1], not {self.period_s} and {self.duty}")
 
     @property
     def max_demands(self) -> int:
@@ -308,7 +315,8 @@ def send(topo: Topology, demands: tuple[Demand, ...], duration: float, *, option
         for host, plan in plans.items():
             spec = workdir / f"{host}.json"
             spec.write_text(json.dumps({"start_at": start_at, "duration": duration, "tick_s": options.tick_s,
-                                        "packet_bytes": options.packet_bytes, "streams": list(plan.streams)}))
+                                        "packet_bytes": options.packet_bytes, "streams": list(plan.streams),
+                                        "period_s": options.period_s, "duty": options.duty}))
             procs[host] = subprocess.Popen(["ip", "netns", "exec", plan.netns, sys.executable, str(SENDER), str(spec)],
                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _collect(procs, report, start_at + duration + options.grace_s, start_at, duration, note, stop)

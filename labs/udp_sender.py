@@ -7,7 +7,9 @@ wrote, waits for the common wall-clock start, and sends each stream's flows
 (destination address and port, round robin) so that, at every tick, the bytes
 sent equal the stream's rate times the time elapsed (a token bucket refilled
 continuously, so scheduling jitter is caught up at the next tick and the
-long-run rate is exact). Packet sizes count the IP packet (IP and UDP headers
+long-run rate is exact). With ``period_s`` > 0 the bucket fills only during the first ``duty`` of
+every period from the start, at the rate over ``duty``: on/off traffic whose mean over whole periods
+is the stream's rate. Packet sizes count the IP packet (IP and UDP headers
 and payload). It prints one JSON line of counts per stream when the duration
 is over. Its command line names the spec's path, inside the lab's run
 directory, so ``loom lab down`` finds and stops a sender that was left behind.
@@ -30,7 +32,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     payload = b"\x00" * (size - IP_UDP_HEADERS)
     duration = float(spec["duration"])
     tick = float(spec.get("tick_s", 0.001))
-    streams = [{"demand": s["demand"], "per_s": float(s["bps"]) / (8 * size),
+    period, duty = float(spec.get("period_s", 0.0)), float(spec.get("duty", 1.0))
+    streams = [{"demand": s["demand"], "per_s": float(s["bps"]) / (8 * size) / (duty if period > 0 else 1.0),
                 "flows": [(str(a), int(p)) for a, p in s["flows"]], "packets": 0, "errors": 0}
                for s in spec["streams"]]
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -42,8 +45,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.monotonic()
     while True:
         elapsed = min(time.monotonic() - t0, duration)
+        busy = elapsed
+        if period > 0:
+            whole, part = divmod(elapsed, period)
+            busy = whole * duty * period + min(part, duty * period)
         for s in streams:
-            due = int(s["per_s"] * elapsed) - s["packets"] - s["errors"]
+            due = int(s["per_s"] * busy) - s["packets"] - s["errors"]
             flows = s["flows"]
             for _ in range(max(0, due)):
                 n = s["packets"] + s["errors"]

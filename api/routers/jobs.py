@@ -1,6 +1,10 @@
 """``/v1/jobs``: ML jobs of the intent, by name (the collection routes; filter by a member ToR and
-by collective); and ``POST /v1/jobs/what-if``: the planned maximum utilization and the safety verdict of the active
-intent with one more ML job (DESIGN.md, Closed loop); nothing is written.
+by collective); ``POST /v1/jobs/what-if``: the planned maximum utilization and the safety verdict of the active
+intent with one more ML job (DESIGN.md, Closed loop); nothing is written. And the jobs seen from the network
+(DESIGN.md, ML workloads): ``GET /v1/jobs/{name}/performance`` (:func:`controller.telemetry.jobperf.job_performance`)
+and ``GET /v1/jobs/discovered`` (:func:`controller.telemetry.discovery.discovered_jobs`), read from the collector
+against the active revision like the telemetry views; ``discovered`` is declared before the collection's
+``/v1/jobs/{name}``, which would take it for a job's name.
 
 The body is one job as the intent document spells it (JSON or YAML); errors are located under
 ``job`` (``job.tors[0]: unknown device 'x'``, 422). It needs the ``operator`` role, like the other
@@ -11,19 +15,25 @@ names the revision the job was added to (the active one, else the head). The wor
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.core.deps import Operator, set_etag
+from api.core.deps import Operator, Viewer, set_etag
 from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.routers.collection import collection_router
 from api.routers.intent import body_format
-from controller.model.documents import JobWhatIfDocument
+from api.routers.telemetry import WindowS, telemetry
+from controller.model.documents import DiscoveredJobsDocument, JobPerformanceDocument, JobWhatIfDocument
+from controller.model.errors import NotFound
 from controller.model.intent import parse_intent_text
+from controller.telemetry.discovery import discovered_jobs
+from controller.telemetry.jobperf import job_performance
 from controller.workflow import jobs
+from controller.workflow.telemetry import active_context
 
 
 async def filters(
@@ -34,6 +44,34 @@ async def filters(
 
 
 router = APIRouter(tags=["jobs"], route_class=GuardedRoute)
+
+JobName = Annotated[str, Path(description="the job's name", min_length=1, max_length=300)]
+MinConfidence = Annotated[float, Query(ge=0, le=1, description="the least confidence of a group's template match")]
+
+
+@router.get("/v1/jobs/discovered", response_model=DiscoveredJobsDocument,
+            summary="Groups of the measured traffic that no declared job explains, offered as jobs",
+            responses=error_responses(401, 403, 404, 422))
+def discovered(request: Request, _actor: Viewer, window_s: WindowS = 300.0,
+               min_confidence: MinConfidence = 0.8) -> DiscoveredJobsDocument:
+    tel = telemetry(request, window_s)
+    _rev, intent, plan = active_context(tel, sessions=request.app.state.database.session)
+    method, series = tel.tor_series(intent, plan, time.time(), window_s)
+    return discovered_jobs(intent, method, series, window_s, min_confidence=min_confidence)
+
+
+@router.get("/v1/jobs/{name}/performance", response_model=JobPerformanceDocument,
+            summary="A job's measured traffic, iteration period and network slowdown, from counters alone",
+            responses=error_responses(401, 403, 404, 422))
+def performance(request: Request, _actor: Viewer, name: JobName, window_s: WindowS = 300.0) -> JobPerformanceDocument:
+    tel = telemetry(request, window_s)
+    _rev, intent, plan = active_context(tel, sessions=request.app.state.database.session)
+    job = next((j for j in intent.jobs if j.name == name), None)
+    if job is None:
+        raise NotFound(f"no job named '{name}' in the active revision")
+    return job_performance(tel, intent, plan, job, time.time(), window_s)
+
+
 router.include_router(collection_router("jobs", filters, id_help="the job's name"))
 
 _CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}},

@@ -1,4 +1,15 @@
-"""``loom jobs what-if JOB``: what one more ML job does to the fabric of a running controller.
+"""``loom jobs``: ML jobs on a running controller.
+
+``loom jobs performance NAME [--window-s W] [--json]``: a declared job seen from the network
+(``GET /v1/jobs/{name}/performance``): its measured rate beside its collective's, the iteration
+period recovered from its counters, its predicted communication time under the measured load
+against an idle fabric (the slowdown) and its bottleneck links; a figure that cannot be had is
+printed as ``-`` with the reason. ``loom jobs discovered``: the groups of measured traffic that no
+declared job explains, offered as jobs (``GET /v1/jobs/discovered``); ``loom jobs adopt NAME
+[--commit]`` makes the offered job NAME one reviewed change, as ``loom drain`` does (the offer's
+JSON patch against the active revision), committed with ``--commit``.
+
+``loom jobs what-if JOB``: what one more ML job does to the fabric of a running controller.
 
 The job file is one job as the intent document spells it (YAML or JSON:
 ``name``, ``tors``, ``collective``, ``bytes_per_iter``, ``iter_s``). The
@@ -11,19 +22,121 @@ the verdict and the failing scenarios; exit 1 when unsafe, 2 for bad input
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.table import Table
 
+from controller.cli.changes import commit_and_follow, print_review
 from controller.cli.common import EXIT_FAIL, EXIT_INPUT, app, console, die, emit_json
 from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, print_failing, remote
 from controller.model.errors import InvalidIntent
 from controller.model.intent import parse_intent_text
 
-__all__ = ["jobs_app", "what_if"]
+__all__ = ["adopt", "discovered", "jobs_app", "performance", "what_if"]
 
-jobs_app = typer.Typer(help="ML jobs on a running controller: what-if.", no_args_is_help=True)
+jobs_app = typer.Typer(help="ML jobs on a running controller: performance, discovered jobs, what-if.",
+                       no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
+
+WindowOption = Annotated[float, typer.Option("--window-s", min=0.001, help="the window in seconds")]
+
+
+def _fmt(value: Any, unit: str = "", digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+@jobs_app.command("performance")
+def performance(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="a job of the active intent")],
+    server: ServerOption = DEFAULT_SERVER,
+    window_s: WindowOption = 300.0,
+    as_json: JsonOption = False,
+) -> None:
+    """A job's measured rate, iteration period and network slowdown, from counters alone."""
+    with remote(server, as_json) as client:
+        perf = client.raw.job_performance(name, window_s=window_s)
+    if as_json:
+        emit_json(perf)
+        return
+    p = perf
+    lines = [f"job {p['job']} over {p['window_s']:g} s ({p['method'] or 'no telemetry'}):",
+             f"  rate     {_fmt(p['measured_gbps'], ' gbps')} measured, {_fmt(p['expected_gbps'], ' gbps')} expected",
+             f"  period   {_fmt(p['period_s'], ' s')} recovered (strength {_fmt(p['periodicity'], '', 2)}), "
+             f"{p['iter_s']:g} s declared",
+             f"  comm     {_fmt(p['comm_s'], ' s', 4)} per iteration, {_fmt(p['comm_s_idle'], ' s', 4)} idle: "
+             f"slowdown {_fmt(p['slowdown'], 'x', 3)}"]
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
+    if perf["bottlenecks"]:
+        t = Table(title="bottlenecks", title_justify="left")
+        for col in ("link", "utilization", "job share"):
+            t.add_column(col, justify="left" if col == "link" else "right")
+        for b in perf["bottlenecks"]:
+            t.add_row(b["link"], _fmt(b["utilization"]), _fmt(b["job_share"]))
+        console.print(t)
+    for field, why in perf["reasons"].items():
+        console.print(f"  {field}: {why}", highlight=False, markup=False)
+
+
+@jobs_app.command("discovered")
+def discovered(
+    server: ServerOption = DEFAULT_SERVER,
+    window_s: WindowOption = 300.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Groups of measured traffic that no declared job explains, offered as jobs (adopt with loom jobs adopt)."""
+    with remote(server, as_json) as client:
+        found = client.raw.discovered_jobs(window_s=window_s)
+    if as_json:
+        emit_json(found)
+        return
+    t = Table(title=f"discovered jobs ({found['method']}, {found['window_s']:g} s)", title_justify="left")
+    for col in ("name", "collective", "tors", "confidence", "gbps", "iter_s"):
+        t.add_column(col, justify="right" if col in ("confidence", "gbps", "iter_s") else "left")
+    for d in found["jobs"]:
+        j = d["job"]
+        t.add_row(j["name"], j["collective"], " ".join(j["tors"]), f"{d['confidence']:.2f}", f"{d['gbps']:.3f}",
+                  f"{j['iter_s']:g}")
+    console.print(t)
+
+
+@jobs_app.command("adopt")
+def adopt(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="a job of loom jobs discovered")],
+    server: ServerOption = DEFAULT_SERVER,
+    window_s: WindowOption = 300.0,
+    commit: Annotated[bool, typer.Option("--commit", help="commit the change after its review")] = False,
+    force: Annotated[bool, typer.Option("--force", help="commit even if unsafe (needs --reason)")] = False,
+    reason: Annotated[str | None, typer.Option("--reason", help="why an unsafe change is forced")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A change that adds the discovered job NAME to the intent, reviewed, and with --commit committed."""
+    with remote(server, as_json) as client:
+        offers = client.raw.discovered_jobs(window_s=window_s)["jobs"]
+        offer = next((d for d in offers if d["job"]["name"] == name), None)
+        if offer is None:
+            known = ", ".join(d["job"]["name"] for d in offers) or "none"
+            die(f"no discovered job named '{name}' (discovered: {known})", as_json=as_json,
+                errors=[{"loc": "name", "msg": "not discovered"}])
+        st = client.status()
+        base = st.active_revision or st.head_revision
+        assert base is not None  # discovery needs an active revision
+        cid = client.create_change(base, patch=offer["patch"], message=f"adopt discovered job {name}").id
+        rv = client.raw.review(cid)
+        if commit:
+            if not as_json:
+                console.print(f"change {cid}", highlight=False)
+                print_review(rv)
+            commit_and_follow(client, cid, force, reason, as_json)
+            return
+    if as_json:
+        emit_json({"change": cid, **rv})
+    else:
+        console.print(f"change {cid} (reviewed; commit with: loom changes commit {cid})", highlight=False)
+        print_review(rv)
+    if rv["verdict"] != "safe":
+        raise typer.Exit(EXIT_FAIL)
 
 
 @jobs_app.command("what-if")

@@ -276,12 +276,16 @@ def traffic(
     flows: Annotated[int, typer.Option("--flows", min=1, max=MAX_FLOWS, help="UDP flows per demand")] = 32,
     packet_bytes: Annotated[int, typer.Option("--packet-bytes", min=64, max=1500,
                                               help="IP packet size (headers included)")] = 1300,
+    period_s: Annotated[float, typer.Option("--period-s", min=0.0, max=3600.0, help=(
+        "send on/off: busy --duty of every period (0: steady); a demand's gbps is its mean"))] = 0.0,
+    duty: Annotated[float, typer.Option("--duty", min=0.01, max=1.0, help="the busy share of each period")] = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
     """Send a demand matrix as UDP from the lab's hosts for --duration seconds; report what each demand sent.
     SIGINT or SIGTERM stops the senders at once (the report then says stopped_early)."""
     topo = _topology(lab, as_json)
-    options = TrafficOptions(packet_bytes=packet_bytes, flows=flows)
+    options = TrafficOptions(packet_bytes=packet_bytes, flows=flows, period_s=period_s,
+                             duty=duty if period_s > 0 else 1.0)
     try:
         demands = load_matrix(matrix, lab_hosts(topo), options)
     except InvalidMatrix as exc:

@@ -164,6 +164,14 @@ class RawApi:
                            key=idempotency_key)
 
     # -- jobs and automatic re-tuning ---------------------------------------------------------------
+    def job_performance(self, name: str, *, window_s: float | None = None) -> Document:
+        """A job's measured rate, period and network slowdown (``GET /v1/jobs/{name}/performance``)."""
+        return self._get(f"/v1/jobs/{quote(name, safe='')}/performance", window_s=window_s)
+
+    def discovered_jobs(self, *, window_s: float | None = None, min_confidence: float | None = None) -> Document:
+        """The groups of measured traffic no declared job explains, offered as jobs."""
+        return self._get("/v1/jobs/discovered", window_s=window_s, min_confidence=min_confidence)
+
     def what_if(self, job: Mapping[str, object]) -> Document:
         """The active intent planned and checked with ``job`` added; nothing is stored."""
         return self._write("POST", "/v1/jobs/what-if", job, keyed=False, repeatable=True)

@@ -35,7 +35,7 @@ from controller.model.documents import (
 )
 from controller.model.plan import Plan
 from controller.telemetry.counters import STATS, CounterStore, Options, Sample, WindowStats
-from controller.telemetry.patterns import Group, classify, matrix_series, tor_series
+from controller.telemetry.patterns import Group, Series, classify, matrix_series, tor_series
 from controller.telemetry.patterns import Options as PatternOptions
 from safety.estimate import RoutingMatrix, edge_devices, link_loads, routing_matrix, tomogravity
 
@@ -304,16 +304,26 @@ class Telemetry:
         prefixes = [_AFT.match(p) for _d, p in keys]
         return [(d, m.group(1)) for (d, _p), m in zip(keys, prefixes, strict=True) if m is not None], out.T, step
 
-    def patterns(self, intent: Intent, plan: Plan | None, now: float, window_s: float,
-                 options: PatternOptions | None = None) -> tuple[Method, list[Group]]:
-        """The method (``aft`` or ``tomogravity``) and the communication groups of the measured traffic
-        (:func:`controller.telemetry.patterns.classify`): on the per-interval AFT matrices, or on
+    def tor_series(self, intent: Intent, plan: Plan | None, now: float, window_s: float) -> tuple[Method, Series]:
+        """The method and the ToR-to-ToR series of the measured traffic: the per-interval AFT matrices, or
         tomogravity's single mean matrix."""
         keys, rates, step = self.demand_series(intent, now, window_s)
         if keys:
-            return "aft", classify(tor_series(intent, keys, rates, step), options, intent.registry)
+            return "aft", tor_series(intent, keys, rates, step)
         view = self.demand(intent, plan, now, window_s)
-        return view.method, classify(matrix_series(intent, view.demands, step), options, intent.registry)
+        return view.method, matrix_series(intent, view.demands, step)
+
+    def patterns(self, intent: Intent, plan: Plan | None, now: float, window_s: float,
+                 options: PatternOptions | None = None) -> tuple[Method, list[Group]]:
+        """The method (``aft`` or ``tomogravity``) and the communication groups of the measured traffic
+        (:func:`controller.telemetry.patterns.classify` on :meth:`tor_series`)."""
+        method, series = self.tor_series(intent, plan, now, window_s)
+        return method, classify(series, options, intent.registry)
+
+    def routing(self, intent: Intent, plan: Plan) -> RoutingMatrix:
+        """The routing matrix of ``plan`` (directed edges x (ingress, prefix) pairs), kept for the last pair."""
+        with self._lock:
+            return self._routing_matrix(intent, plan)
 
     def _routing_matrix(self, intent: Intent, plan: Plan) -> RoutingMatrix:
         key = (intent.content_hash, id(plan))

@@ -103,3 +103,20 @@ def test_options_are_checked() -> None:
         TrafficOptions(flows=MAX_FLOWS + 1)
     with pytest.raises(ValueError, match="packet_bytes"):
         TrafficOptions(packet_bytes=9000)
+    with pytest.raises(ValueError, match="duty"):
+        TrafficOptions(period_s=2.0, duty=0.0)
+
+
+def test_an_on_off_sender_sends_only_its_busy_share_at_the_mean_rate_over_whole_periods() -> None:
+    """The sender on loopback (to a port nobody reads): over 0.25 s of a 0.2 s period half busy, it is busy
+    0.1 + 0.05 s at twice the stream's rate: 300 packets where a steady sender sends 250; over whole periods,
+    as many as a steady one."""
+    from labs.udp_sender import run
+
+    def spec(duration: float, period_s: float) -> dict[str, Any]:
+        return {"start_at": 0, "duration": duration, "tick_s": 0.001, "packet_bytes": 100, "period_s": period_s,
+                "duty": 0.5, "streams": [{"demand": 0, "bps": 800_000, "flows": [["127.0.0.1", 9]]}]}
+
+    assert run(spec(0.25, 0.0))["streams"][0]["packets"] == 250
+    assert run(spec(0.25, 0.2))["streams"][0]["packets"] == 300
+    assert run(spec(0.4, 0.2))["streams"][0]["packets"] == 400

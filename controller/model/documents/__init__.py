@@ -5,9 +5,9 @@ change (contract 4: ``verdict``, ``proposed_revision``, ``active_revision``,
 ``summary``, ``plan_diff``, ``links``, ``config_diff``, ``safety``), the
 progress of a commit and the change document itself, with the change states as
 :class:`ChangeState`; the operational state, telemetry, the automatic
-re-tuning and the cluster. One module per family (:mod:`.plan`, :mod:`.safety`,
+re-tuning, the cluster and the jobs seen from the network. One module per family (:mod:`.plan`, :mod:`.safety`,
 :mod:`.review`, :mod:`.change`, :mod:`.state`, :mod:`.telemetry`,
-:mod:`.autote`, :mod:`.cluster`), every model re-exported here.
+:mod:`.autote`, :mod:`.cluster`, :mod:`.jobs`), every model re-exported here.
 
 The code that computes a document builds its model (the workflow's review,
 progress and change, the operational state, the telemetry views, auto-TE's
@@ -55,6 +55,13 @@ from controller.model.documents.cluster import (
     ReplicaDocument,
 )
 from controller.model.documents.drift import DeviceDriftDocument, DriftReportDocument, RepairDocument
+from controller.model.documents.jobs import (
+    DiscoveredJobDocument,
+    DiscoveredJobsDocument,
+    JobBottleneckDocument,
+    JobPerformanceDocument,
+    OfferedJobDocument,
+)
 from controller.model.documents.plan import (
     DevicePlanDocument,
     LinkLoadDocument,
@@ -136,5 +143,7 @@ __all__ = [
     "StageLossDocument", "StageProgressDocument", "TelemetryLinkDocument", "TelemetryLinksDocument",
     "TransitionDocument", "UnsettledDocument", "answer_json",
     "read_newer",
+    "DiscoveredJobDocument", "DiscoveredJobsDocument", "JobBottleneckDocument", "JobPerformanceDocument",
+    "OfferedJobDocument",
     "DeviceDriftDocument", "DriftReportDocument", "RepairDocument",
 ]

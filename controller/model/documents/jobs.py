@@ -1,0 +1,83 @@
+"""ML jobs seen from the network (DESIGN.md, ML workloads): a job's performance from counters alone,
+and the groups of traffic no declared job explains, offered as jobs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from controller.model.documents.base import Closed, JsonObject
+
+__all__ = ["DiscoveredJobDocument", "DiscoveredJobsDocument", "JobBottleneckDocument", "JobPerformanceDocument",
+           "OfferedJobDocument"]
+
+
+class JobBottleneckDocument(Closed):
+    """A link the job's traffic crosses, among those that take it the longest per iteration."""
+
+    link: str = Field(description="the link's id, device:port of its lower end")
+    utilization: float | None = Field(description=(
+        "the busier direction the job crosses: its measured load over the capacity (the counters', else the "
+        "active plan's under the measured demand); null with no telemetry"))
+    job_share: float | None = Field(description="the job's share of that load (null when nothing is measured)")
+
+
+class JobPerformanceDocument(Closed):
+    """``GET /v1/jobs/{name}/performance``: the job's traffic from its members' prefix counters beside its
+    collective's expectation, the iteration period recovered from the counters, and the predicted
+    communication time per iteration under the measured load against an idle fabric. A figure that cannot be
+    had is null and ``reasons`` says why, under the field's name."""
+
+    job: str
+    window_s: float
+    interval_s: float = Field(description="the telemetry interval: periods under twice it are averaged out")
+    method: Literal["aft", "tomogravity"] | None = Field(description=(
+        "how the job's traffic was measured: its members' per-prefix (AFT) counters, or estimated from link loads "
+        "(tomogravity); null when nothing was measured"))
+    measured_gbps: float | None = Field(description="the job's mean rate over the window, summed over its pairs")
+    expected_gbps: float = Field(description="bytes_per_iter / iter_s through the job's collective template")
+    period_s: float | None = Field(description="the iteration period recovered from the job's rate series")
+    iter_s: float = Field(description="the job's declared iteration period, beside the recovered one")
+    periodicity: float | None = Field(description="the strength of the period's evidence (0..1)")
+    comm_s: float | None = Field(description=(
+        "predicted communication time per iteration: the template's phases routed by the active plan, each "
+        "phase as long as its slowest link over the capacity the measured load of other traffic leaves"))
+    comm_s_idle: float = Field(description="the same on an idle fabric (the full capacity of every link)")
+    slowdown: float | None = Field(description="comm_s / comm_s_idle")
+    bottlenecks: list[JobBottleneckDocument]
+    reasons: dict[str, str] = Field(description="why a figure is null or approximate, by field name")
+
+
+class OfferedJobDocument(Closed):
+    """A job as the intent document spells one, ready to adopt."""
+
+    name: str
+    tors: list[str] = Field(description="the members in the collective's order (ring or stage order)")
+    collective: str
+    bytes_per_iter: float
+    iter_s: float
+
+
+class DiscoveredJobDocument(Closed):
+    """A communication group found with high confidence that no declared job explains."""
+
+    members: list[str]
+    pattern: str = Field(description="the classifier's label (GET /v1/telemetry/patterns)")
+    collective: str = Field(description="the template the job is offered as")
+    confidence: float = Field(ge=0, le=1)
+    gbps: float = Field(description="the group's mean rate between its members")
+    period_s: float | None = Field(description="the period recovered from the group's rate (the offered iter_s)")
+    job: OfferedJobDocument
+    patch: list[JsonObject] = Field(description=(
+        "the JSON patch that adds the job to the intent: POST /v1/changes with it (loom jobs adopt NAME) "
+        "makes the reviewed change"))
+
+
+class DiscoveredJobsDocument(Closed):
+    """``GET /v1/jobs/discovered``."""
+
+    window_s: float
+    method: Literal["aft", "tomogravity"]
+    min_confidence: float
+    jobs: list[DiscoveredJobDocument]
