@@ -197,7 +197,10 @@ def test_loom_jobs_performance_discovered_and_adopt(served: tuple[Api, Telemetry
     assert listed.exit_code == 0, listed.output
     (offer,) = json.loads(listed.output)["jobs"]
     name = offer["job"]["name"]
-    assert name in runner.invoke(cli, ["jobs", "discovered", *server], env={"COLUMNS": "200"}).output
+    from controller.cli.common import console
+
+    monkeypatch.setattr(console, "_width", 200)  # whatever width an earlier test of this process left
+    assert name in runner.invoke(cli, ["jobs", "discovered", *server]).output
     missing = runner.invoke(cli, ["jobs", "adopt", "nope", *server])
     assert missing.exit_code == 2 and name in missing.output
     adopted = runner.invoke(cli, ["jobs", "adopt", name, *server, "--json"])
