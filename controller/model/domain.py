@@ -387,6 +387,10 @@ CollectiveName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A
 ParamValue = float | list[float] | list[list[float]]
 
 
+#: names a job cannot take: ``GET /v1/jobs/NAME`` answers these routes, not a job of that name
+RESERVED_JOB_NAMES = frozenset({"discovered"})
+
+
 class Job(_Frozen):
     """An ML training job placed on ``tors`` (in ring or stage order, the template's members 0..n-1):
     every iteration of ``iter_s`` seconds moves ``bytes_per_iter`` bytes in the pattern of
@@ -401,6 +405,13 @@ class Job(_Frozen):
     iter_s: Annotated[float, Field(ge=JOB_MIN_ITER_S, le=JOB_MAX_ITER_S, allow_inf_nan=False), _Number]
     priority: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False), _Number] | None = None
     params: dict[Annotated[str, Field(max_length=64)], ParamValue] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_route(cls, v: str) -> str:
+        if v in RESERVED_JOB_NAMES:
+            raise ValueError(f"'{v}' is the name of a route under /v1/jobs (GET /v1/jobs/{v}): choose another")
+        return v
 
     @model_validator(mode="after")
     def _rate_bound(self) -> Job:

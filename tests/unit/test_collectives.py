@@ -236,6 +236,9 @@ def test_job_errors_are_located() -> None:
     assert got[3] == "jobs[3].tors: collective 'hierarchical_allreduce' needs n % local == 0 (n = 4)"
     assert got[4] == "jobs[4].collective: 'all_to_all_v' at phases[0].bytes: division by zero ('/')"
     assert got[5] == "jobs[5].tors: collective 'kv_transfer' needs prefill < n (n = 4)"
+    # GET /v1/jobs/discovered is a route: no job may take its name
+    got = errors(fabric(jobs=[job(name="discovered")]))
+    assert len(got) == 1 and got[0].startswith("jobs[0].name: ") and "route under /v1/jobs" in got[0], got
     # a job naming a malformed template is not reported twice
     got = errors(fabric(collectives={"x": {"phases": "no"}}, jobs=[job(collective="x")]))
     assert got == ["collectives.x.phases: required: a list of one or more phases"]
