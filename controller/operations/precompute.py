@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import Protocol
@@ -37,13 +38,14 @@ __all__ = ["Owner", "Precompute", "reaction_of"]
 log = logging.getLogger("loom.operations.precompute")
 
 
-def reaction_of(intent: Intent, plan: Plan, overlay: Overlay) -> Reaction:
+def reaction_of(intent: Intent, plan: Plan, overlay: Overlay, *, key: str | None = None) -> Reaction:
     """The reaction plan of ``intent`` (the active revision's, with its pins) around ``overlay``, judged
-    against ``plan`` (the active plan) under the same failure."""
+    against ``plan`` (the active plan) under the same failure; ``key`` names that plan
+    (:func:`~controller.operations.reaction.replay_key`: its replayer is built once for every overlay)."""
     t0 = time.perf_counter()
     reduced = overlay_intent(intent, overlay)
     reacted = compile_plan(reduced)
-    verdict = judge((intent, plan), overlay, (reduced, reacted))
+    verdict = judge((intent, plan), overlay, (reduced, reacted), key=key)
     return Reaction(reduced, reacted, verdict, time.perf_counter() - t0)
 
 
@@ -115,7 +117,7 @@ class Precompute:
                 return
             t0 = time.perf_counter()
             try:
-                got = await asyncio.to_thread(reaction_of, intent, plan, overlay)
+                got = await asyncio.to_thread(functools.partial(reaction_of, intent, plan, overlay, key=identity))
             except (LoomError, ValueError) as exc:
                 TABLE.failed(identity, run)
                 log.info("reaction table: no plan around %s: %s", overlay.to_document(), exc)
