@@ -407,7 +407,11 @@ class _Groups:
         self.ids: dict[_Hops, str] = {}
 
     def __call__(self, members: list[tuple[int, int]]) -> str:
-        h = tuple(sorted(members, key=lambda aw: self.port[aw[0]]))
+        if len(members) == 1:  # a leaf's group down to a ToR of its pod, a spine's down to a pod: most groups
+            h: _Hops = (members[0],)
+        else:
+            port = self.port
+            h = tuple(sorted(members, key=lambda aw: port[aw[0]]))
         g = self.ids.get(h)
         if g is None:
             g = self.ids[h] = f"g{len(self.ids) + 1}"
