@@ -21,6 +21,7 @@ from controller.model import Intent
 from controller.model.plan import Plan
 from solver import solve
 from solver.core.lp import DEFAULT_BACKEND
+from solver.core.options import ClosOptions
 
 __all__ = ["CompileOptions", "compile_plan"]
 
@@ -28,10 +29,13 @@ __all__ = ["CompileOptions", "compile_plan"]
 @dataclass(frozen=True, slots=True)
 class CompileOptions:
     """How to compile: ``backend`` is one of :data:`solver.BACKENDS`; ``robust`` asks for weights that
-    hold the ``failure_tolerance`` limit in every scenario where possible."""
+    hold the ``failure_tolerance`` limit in every scenario where possible; ``warm_start`` starts a Clos
+    LP from the optimum this process found for the same fabric without drains (:mod:`solver.clos.warm`:
+    a failure reaction's plan, the active revision planned around failed parts)."""
 
     backend: str = DEFAULT_BACKEND
     robust: bool = False
+    warm_start: bool = False
 
 
 def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
@@ -69,4 +73,4 @@ def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
         from solver.robust import solve_robust  # lazy: with safety.replay above
 
         return solve_robust(intent, peaks, backend=options.backend, progress=progress)
-    return solve(intent, backend=options.backend, progress=progress)
+    return solve(intent, backend=options.backend, progress=progress, options=ClosOptions(warm_start=options.warm_start))

@@ -348,9 +348,8 @@ def propagate(table: Table, topo: Topology, *, device_major: bool = False) -> Fl
     t_edge = table.g_edge[hop]
     t_frac = table.g_frac[hop]
     nk = (keys[t_src] // n) * n + topo.edge_dst[t_edge]
-    pos = np.searchsorted(skeys, nk)
-    pos = np.minimum(pos, len(skeys) - 1) if len(skeys) else pos
-    found = skeys[pos] == nk if len(skeys) else np.zeros(0, dtype=bool)
+    pos = _positions(skeys, nk, n_cls * n)
+    found = pos >= 0
     t_src, t_edge, t_frac, t_dst = t_src[found], t_edge[found], t_frac[found], pos[found]
     if new_of is not None:
         t_dst = new_of[t_dst]
@@ -372,6 +371,15 @@ def propagate(table: Table, topo: Topology, *, device_major: bool = False) -> Fl
     del st_cls
     return Flow(n, keys, x, d, sink, t_src, t_dst, t_edge, t_frac, t_indptr, in_indptr, in_trans,
                 e_indptr, e_trans, dev_indptr, dev_states, load, loops)
+
+
+def _positions(skeys: np.ndarray, keys: np.ndarray, n_keys: int) -> np.ndarray:
+    """Where each of ``keys`` sits in the sorted ``skeys`` (-1: not there), every key below ``n_keys``: a
+    gather from a dense array of every key, where a binary search of Clos L's 7 million transitions among
+    its 750,000 states took 0.55 s (the dense array is no larger than the one :func:`propagate` sums into)."""
+    at = np.full(n_keys, -1, dtype=np.int32 if len(skeys) < 2**31 else np.int64)
+    at[skeys] = np.arange(len(skeys), dtype=at.dtype)
+    return at[keys].astype(np.int64)
 
 
 def table_from_routes(intent: Intent, topo: Topology, base: Table,

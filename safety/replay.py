@@ -164,9 +164,11 @@ class Replayer:
     >>> r = Replayer(intent, plan); r.run(Scenario("baseline", "baseline")).ok
     """
 
-    def __init__(self, intent: Intent, plan: Plan, *, model: str | None = None):
+    def __init__(self, intent: Intent, plan: Plan, *, model: str | None = None, topo: Topology | None = None):
+        """``topo``: the intent's topology when the caller has it (:func:`safety.forwarding.build_topology`,
+        which drains do not change: a plan around an overlay shares its revision's)."""
         self.intent = intent
-        self.topo: Topology = build_topology(intent)
+        self.topo: Topology = topo if topo is not None else build_topology(intent)
         self.table: Table = plan_table(intent, plan, self.topo)
         self.flow: Flow = propagate(self.table, self.topo, device_major=True)
         self.model = model or reconvergence_model(intent)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import Protocol
@@ -25,25 +26,28 @@ from controller.model.plan import Plan
 from controller.operations.overlay import Overlay, intent_ends, normal, overlay_intent
 from controller.operations.reaction import DEFAULT_POLICY, judge
 from controller.operations.table import TABLE, Reaction
-from controller.planning import compile_plan
+from controller.planning import CompileOptions, compile_plan
 from controller.store import repo
 from controller.store import workflow_repo as wrepo
 from controller.workflow.plans import plan_source
 from controller.workflow.runtime import Runtime
 from safety.scenarios import scenarios
 
-__all__ = ["Owner", "Precompute", "reaction_of"]
+__all__ = ["REACTION", "Owner", "Precompute", "reaction_of"]
 
 log = logging.getLogger("loom.operations.precompute")
+#: how a reaction plan is compiled: its LP started from the full plan's (the same optimum within PDLP's tolerance)
+REACTION = CompileOptions(warm_start=True)
 
 
-def reaction_of(intent: Intent, plan: Plan, overlay: Overlay) -> Reaction:
+def reaction_of(intent: Intent, plan: Plan, overlay: Overlay, *, key: str | None = None) -> Reaction:
     """The reaction plan of ``intent`` (the active revision's, with its pins) around ``overlay``, judged
-    against ``plan`` (the active plan) under the same failure."""
+    against ``plan`` (the active plan) under the same failure; ``key`` names that plan
+    (:func:`~controller.operations.reaction.replay_key`: its replayer is built once for every overlay)."""
     t0 = time.perf_counter()
     reduced = overlay_intent(intent, overlay)
-    reacted = compile_plan(reduced)
-    verdict = judge((intent, plan), overlay, (reduced, reacted))
+    reacted = compile_plan(reduced, REACTION)
+    verdict = judge((intent, plan), overlay, (reduced, reacted), key=key)
     return Reaction(reduced, reacted, verdict, time.perf_counter() - t0)
 
 
@@ -115,7 +119,7 @@ class Precompute:
                 return
             t0 = time.perf_counter()
             try:
-                got = await asyncio.to_thread(reaction_of, intent, plan, overlay)
+                got = await asyncio.to_thread(functools.partial(reaction_of, intent, plan, overlay, key=identity))
             except (LoomError, ValueError) as exc:
                 TABLE.failed(identity, run)
                 log.info("reaction table: no plan around %s: %s", overlay.to_document(), exc)

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,7 +45,8 @@ from safety.replay import Replayer
 from safety.report import StageResult
 from safety.scenarios import Scenario
 
-__all__ = ["DEFAULT_POLICY", "Damping", "FailureReaction", "Judgement", "Reactor", "Seen", "judge"]
+__all__ = ["DEFAULT_POLICY", "REPLAYERS", "Damping", "FailureReaction", "Judgement", "Reactor", "ReplayerCache", "Seen",
+           "judge", "plan_fingerprint", "replay_key"]
 
 log = logging.getLogger("loom.operations.reaction")
 DEFAULT_POLICY = FailureReactionPolicy.model_validate({"kind": "failure_reaction"})
@@ -134,19 +136,78 @@ def _figures(stage: StageResult) -> dict[str, float]:
             "max_utilization": round(stage.max_utilization, 6)}
 
 
-def judge(current: tuple[Intent, Plan], failed: Overlay, reaction: tuple[Intent, Plan]) -> Judgement:
+def plan_fingerprint(plan: Plan) -> tuple[object, ...]:
+    """What tells two plans of one revision apart, cheaply: its summary's figures and sizes (a key's second
+    half beside the revision's identity, so that a plan compiled again differently is never taken for the
+    one replayed before)."""
+    s = plan.summary
+    return (plan.fabric, s.max_utilization, s.lp_bound, s.ecmp_max_utilization, s.solve_seconds, s.groups, s.routes,
+            len(plan.devices), len(plan.links))
+
+
+def replay_key(identity: str, in_force: Overlay = Overlay()) -> str:
+    """The key of the plan revision ``identity`` runs with ``in_force``'s parts left out (none: its full plan)."""
+    return f"{identity}|{in_force.key()}" if in_force else identity
+
+
+class ReplayerCache:
+    """The plans in force compiled for replay (:class:`safety.replay.Replayer`), the newest few, keyed by
+    :func:`replay_key` and the plan's :func:`plan_fingerprint`: a reaction judges its plan against the plan
+    in force, which is the same plan for every failure of a revision (2 s of the 4 a judgement took on
+    Clos L was building it again). Thread-safe; each caller gets its own :meth:`Replayer.fork` (the
+    compiled fabric shared, scratch arrays its own). Two by default: the active plan and one other (a
+    review's proposed plan, or the plan in force around an overlay); an entry holds the plan's whole
+    flow (473 MB on Clos L: 754,000 states, 7.3 million transitions)."""
+
+    def __init__(self, size: int = 2):
+        self._lock = threading.Lock()
+        self._size = size
+        self._entries: OrderedDict[tuple[str, tuple[object, ...]], Replayer] = OrderedDict()
+        self.built = 0  # how many were built (the tests count them)
+
+    def get(self, key: str, intent: Intent, plan: Plan) -> Replayer:
+        """The replayer of ``plan`` (that of ``intent``, as ``key`` names them), built on the first ask."""
+        k = (key, plan_fingerprint(plan))
+        with self._lock:
+            hit = self._entries.get(k)
+            if hit is not None:
+                self._entries.move_to_end(k)
+                return hit.fork()
+        built = Replayer(intent, plan)  # outside the lock: seconds on a large fabric
+        with self._lock:
+            self.built += 1
+            self._entries[k] = built
+            self._entries.move_to_end(k)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return built.fork()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+#: this process's replayers of plans in force
+REPLAYERS = ReplayerCache()
+
+
+def judge(current: tuple[Intent, Plan], failed: Overlay, reaction: tuple[Intent, Plan], *,
+          key: str | None = None) -> Judgement:
     """The plan in force (``current``: its intent and plan) and the ``reaction`` (planned with the failed
     parts drained), both replayed with ``failed`` removed: ``safe`` when the reaction passes, ``no_worse``
     when it loses no more traffic, loops no more and runs no hotter than the plan in force would, else
     ``worse``. The reconverged stage is what each leaves the fabric with (the static kernel repair
-    under ``fib``)."""
+    under ``fib``). ``key`` (:func:`replay_key`) names the plan in force, whose replayer is then kept
+    (:data:`REPLAYERS`); the reaction's is built on the same topology (drains do not change it)."""
     intent = current[0]
     present = {d.name for d in intent.devices}
     links = {ln.key for ln in intent.links}
     sc = Scenario("failure", "reaction", devices=frozenset(failed.devices & present),
                   links=frozenset(failed.links & links))
-    keep = Replayer(*current).run(sc).reconverged
-    new = Replayer(*reaction).run(sc).reconverged
+    keeps = REPLAYERS.get(key, *current) if key is not None else Replayer(*current)
+    same = reaction[0].links is intent.links and reaction[0].devices is intent.devices  # an overlay's copy
+    keep = keeps.run(sc).reconverged
+    new = Replayer(*reaction, topo=keeps.topo if same else None).run(sc).reconverged
     cur, rea = _figures(keep), _figures(new)
     if new.ok:
         verdict = "safe"
@@ -255,5 +316,6 @@ def plan_seconds(t0: float) -> float:
     return round(time.perf_counter() - t0, 4)
 
 
-async def run_judge(current: tuple[Intent, Plan], failed: Overlay, reaction: tuple[Intent, Plan]) -> Judgement:
-    return await asyncio.to_thread(judge, current, failed, reaction)
+async def run_judge(current: tuple[Intent, Plan], failed: Overlay, reaction: tuple[Intent, Plan], *,
+                    key: str | None = None) -> Judgement:
+    return await asyncio.to_thread(lambda: judge(current, failed, reaction, key=key))

@@ -42,6 +42,7 @@ from controller.operations.reaction import (
     Judgement,
     Seen,
     plan_seconds,
+    replay_key,
     run_judge,
 )
 from controller.operations.stream import StateStream
@@ -341,7 +342,8 @@ class Operations:
             return active, entry.judgement, "precomputed"  # judged against the full plan: the one in force
         current = full if not in_force else await asyncio.to_thread(overlay_plan, identity, full[0], in_force)
         target = full if not desired else await asyncio.to_thread(overlay_plan, identity, full[0], desired)
-        return active, await run_judge(current, desired, target), "precomputed" if entry is not None else "solved"
+        judged = await run_judge(current, desired, target, key=replay_key(identity, in_force))
+        return active, judged, "precomputed" if entry is not None else "solved"
 
 
 def _audit(s: Session, kind: str, data: dict[str, Any], now: datetime) -> None:

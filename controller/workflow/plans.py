@@ -34,7 +34,7 @@ from controller.model.errors import NotFound
 from controller.model.plan import Plan
 from controller.operations.overlay import Overlay, overlay_intent
 from controller.operations.table import TABLE, Reaction
-from controller.planning import compile_plan
+from controller.planning import CompileOptions, compile_plan
 from controller.store import repo
 from controller.store import workflow_repo as wrepo
 from controller.store.db import write_transaction
@@ -122,7 +122,8 @@ def overlay_plan(identity: str, intent: Intent, overlay: Overlay) -> tuple[Inten
     if got is None:
         t0 = time.perf_counter()
         reduced = overlay_intent(intent, overlay)  # InvalidIntent names a part the revision does not have
-        got = Reaction(reduced, compile_plan(reduced), seconds=time.perf_counter() - t0)
+        plan = compile_plan(reduced, CompileOptions(warm_start=True))  # from the full plan's LP optimum
+        got = Reaction(reduced, plan, seconds=time.perf_counter() - t0)
         TABLE.put(identity, overlay, got)
     return got.intent, got.plan
 

@@ -39,7 +39,7 @@ from controller.model.errors import LoomError
 from controller.model.plan import Plan
 from controller.operations.overlay import Overlay, intent_ends, normal
 from controller.operations.precompute import reaction_of
-from controller.operations.reaction import DEFAULT_POLICY, Judgement, judge
+from controller.operations.reaction import DEFAULT_POLICY, Judgement, judge, replay_key
 from controller.operations.table import TABLE, Reaction
 from safety.reaction import Exposure, StageLoss, exposure
 from safety.report import SafetyReport, ScenarioResult
@@ -121,18 +121,22 @@ def _reactions(intent: Intent, plan: Plan, failures: list[ScenarioResult], ident
             out[s.name] = _Got("not_planned")
             continue
         t0 = time.perf_counter()
-        out[s.name] = _make(intent, plan, failed, entry, identity if not in_force else None)
+        out[s.name] = _make(intent, plan, failed, entry, identity if not in_force else None,
+                            replay_key(identity, in_force) if identity is not None else None)
         spent += time.perf_counter() - t0
     return out
 
 
-def _make(intent: Intent, plan: Plan, failed: Overlay, entry: Reaction | None, keep_as: str | None) -> _Got:
+def _make(intent: Intent, plan: Plan, failed: Overlay, entry: Reaction | None, keep_as: str | None,
+          key: str | None) -> _Got:
     """The reaction around ``failed``: ``entry``'s plan judged against ``plan`` (the plan in force, as the
-    reaction would), or planned and judged now, and kept in the table under ``keep_as`` (None: not kept)."""
+    reaction would; ``key``, :func:`~controller.operations.reaction.replay_key`, names it), or planned and
+    judged now, and kept in the table under ``keep_as`` (None: not kept)."""
     if entry is not None:
-        return _Got("precomputed", judge((intent, plan), failed, (entry.intent, entry.plan)), round(entry.seconds, 4))
+        judged = judge((intent, plan), failed, (entry.intent, entry.plan), key=key)
+        return _Got("precomputed", judged, round(entry.seconds, 4))
     try:
-        made = reaction_of(intent, plan, failed)
+        made = reaction_of(intent, plan, failed, key=key)
     except (LoomError, ValueError) as exc:
         return _Got("failed", note=str(exc))
     if keep_as is not None:  # judged against the full plan, as the table's are

@@ -38,6 +38,7 @@ from solver.clos.model import PodModel, build_pod_model, pod_budgets
 from solver.clos.relax import Relaxation, decompose, relaxation
 from solver.clos.repair import repair_weights
 from solver.clos.rounding import carry_round, integral_plane_split
+from solver.clos.warm import STARTS, signature
 from solver.core.fabric import Fabric, build_fabric
 from solver.core.lp import AUTO_PDLP_VARIABLES, LpResult, solve_lp, solve_pdlp
 from solver.core.options import ClosOptions
@@ -178,11 +179,10 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
     a Clos's splits bind), then every arc the solution overloads (and those near ``U``), until
     the solution keeps every arc under ``U`` (so it is optimal for the full LP) or, after
     ``options.lp_rounds``, with every row. Models PDLP would solve go through the spine-transport
-    relaxation (:mod:`solver.clos.relax`; when a ToR cut is near the pods' cut bound, the ToR
-    rows of the hottest ToR arcs from the first round; each round's PDLP starts from the last
-    one's answer) as long as its fitted routing meets
-    the relaxation's optimum; otherwise the full model. Returns the
-    variables ``[a, g, U]``, seconds, and what the plan's ``extra`` says about the solve."""
+    relaxation (:mod:`solver.clos.relax`; ToR rows of the hottest ToR arcs from the first round when a
+    ToR cut is near the pods' cut bound; each round's PDLP starts from the last one's answer, the first
+    from a kept optimum under ``options.warm_start``) as long as its fitted routing meets the
+    relaxation's optimum; otherwise the full model. Returns ``[a, g, U]``, seconds and the ``extra``."""
     cap = m.fab.arc_cap
     used = np.flatnonzero(np.diff(m.load_matrix.indptr) > 0)
     spine_layer = np.zeros(m.fab.n_arcs, dtype=bool)
@@ -207,13 +207,15 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
     k = 0
     warm: _Warm | None = None
     a_loads: sp.csr_matrix | None = None
+    sig = signature(m.fab.names, m.fab.arc_tail, m.fab.arc_head, cap, m.d_qp, share) if relax is not None else ""
     while True:
         k += 1
         full = k > options.lp_rounds or rows.all()
         arcs = used if full else used[rows]
         if relax is not None:
             lp = relax.lp(arcs)
-            res = solve_pdlp(*lp, tolerance=options.pdlp_tolerance, start=warm.start(arcs) if warm else None)
+            start = warm.start(arcs) if warm else _kept_start(relax, arcs, sig, options, info)
+            res = solve_pdlp(*lp, tolerance=options.pdlp_tolerance, start=start)
             warm = _Warm(arcs, res, lp[1].shape[0] - len(arcs))
             info["pdlp_iterations"] = info.get("pdlp_iterations", 0) + res.iterations
             seconds += res.seconds
@@ -226,6 +228,8 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
                 if _join_overloaded(rows, util, u, options):
                     info.update(backend=res.backend, lp_rounds=k)
                     continue
+            if not info.get("warm_start") and res.y is not None:  # a cold optimum: the start of nearby LPs
+                STARTS.put(sig, relax.layout(arcs), res.x, res.y)
             t0 = time.perf_counter()
             xv, fit, sweeps = decompose(relax, res.x, options)
             seconds += time.perf_counter() - t0
@@ -249,6 +253,17 @@ def _lp_lazy(m: PodModel, share: np.ndarray | None, backend: str, ecmp_loads: np
         info.update(backend=res.backend, lp_rounds=k)
         if full or not _join_overloaded(rows, util, u, options):
             return xv, seconds, info
+
+
+def _kept_start(relax: Relaxation, arcs: np.ndarray, sig: str, options: ClosOptions, info: dict[str, Any]
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The first PDLP's start under ``options.warm_start``: the kept cold optimum of the same LP less drains
+    (:mod:`solver.clos.warm`), if any; ``info["warm_start"]`` says whether there was one."""
+    if not options.warm_start:
+        return None
+    start = STARTS.start(sig, relax.layout(arcs))
+    info["warm_start"] = start is not None
+    return start
 
 
 def _join_overloaded(rows: np.ndarray, util: np.ndarray, u: float, options: ClosOptions) -> bool:
@@ -392,7 +407,11 @@ class _Groups:
         self.ids: dict[_Hops, str] = {}
 
     def __call__(self, members: list[tuple[int, int]]) -> str:
-        h = tuple(sorted(members, key=lambda aw: self.port[aw[0]]))
+        if len(members) == 1:  # a leaf's group down to a ToR of its pod, a spine's down to a pod: most groups
+            h: _Hops = (members[0],)
+        else:
+            port = self.port
+            h = tuple(sorted(members, key=lambda aw: port[aw[0]]))
         g = self.ids.get(h)
         if g is None:
             g = self.ids[h] = f"g{len(self.ids) + 1}"

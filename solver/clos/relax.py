@@ -42,6 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from solver.clos.model import PodModel
+from solver.clos.warm import Layout
 from solver.core.options import ClosOptions
 
 __all__ = ["Relaxation", "decompose", "relaxation"]
@@ -74,6 +75,23 @@ class Relaxation:
     phi: dict[tuple[int, int, int], float]  # least shares, as PodModel.least_shares gives them
     a_lb: np.ndarray  # and the least a per column
     least_loads: sp.csr_matrix | None = None  # the least shares' loads, a row per arc of the fabric, once built
+    flow_rows: np.ndarray | None = None  # the device rows :meth:`lp` keeps (of 3 per device), once built
+
+    def layout(self, arcs: np.ndarray) -> Layout:
+        """What each column and row of :meth:`lp` over ``arcs`` stands for (after :meth:`lp`), for warm
+        starts (:mod:`solver.clos.warm`)."""
+        m = self.m
+        assert self.flow_rows is not None, "layout() describes an LP built by lp()"
+        up_col, dn_col = m.aggregate_columns(self.phi, self.u_col + 1)
+        cols: list[tuple[object, ...]] = [("a", *k) for k in m.a_col]
+        cols += [("y", a) for a in self.up_arcs.tolist()] + [("z", a) for a in self.dn_arcs.tolist()] + [("U",)]
+        cols += [("up", *k) for k in up_col] + [("dn", *k) for k in dn_col]
+        rows: list[tuple[object, ...]] = [("d", *k) for k in m.d_qp]
+        rows += [("f", r) for r in self.flow_rows.tolist()]
+        if self.phi:
+            rows += [("ru", *k) for k in up_col] + [("rd", *k) for k in dn_col]
+        rows += [("c", a) for a in np.asarray(arcs).tolist()]
+        return Layout(cols, rows, m.scale)
 
     @property
     def u_col(self) -> int:
@@ -110,7 +128,8 @@ class Relaxation:
         cols = np.concatenate([carries, carries, y_cols, y_cols, z_cols, z_cols])
         vals = np.concatenate([-f[carries], -f[carries], np.ones(n_up), np.ones(n_up), np.ones(n_dn), -np.ones(n_dn)])
         flow = sp.csr_matrix((vals, (rows, cols)), shape=(3 * n_dev, width))
-        flow = flow[np.flatnonzero(np.diff(flow.indptr) > 0)]
+        self.flow_rows = np.flatnonzero(np.diff(flow.indptr) > 0)
+        flow = flow[self.flow_rows]
         blocks.append(flow)
         lbs.append(np.zeros(flow.shape[0]))
         ubs.append(np.zeros(flow.shape[0]))

@@ -31,7 +31,10 @@ class ClosOptions:
         ``fit_above``: the spine-transport relaxation's fitted routing is kept when its
         leaf-spine arcs end within this (relative) of the relaxation's optimum, else the full
         model is solved (PDLP's own tolerance leaves about 1e-4);
-        ``pdlp_tolerance``: PDLP's relative gap and residual on the Clos LPs.
+        ``pdlp_tolerance``: PDLP's relative gap and residual on the Clos LPs;
+        ``warm_start``: the first PDLP of the lazy loop starts from the cold optimum this process
+        last found for the same LP less drains (:mod:`solver.clos.warm`; a failure reaction's plan),
+        when it has one; cold optima are kept either way.
     Fit of the relaxation (:mod:`solver.clos.relax`)
         ``fit_tolerance``: IPF stops once no arc's fitted load is further than this from its
         margin (in utilization), or once ten sweeps shrink that by less than ``fit_progress``
@@ -63,6 +66,7 @@ class ClosOptions:
     hot_tor_rows: float = 0.9
     fit_above: float = 1e-3
     pdlp_tolerance: float = 1e-5
+    warm_start: bool = False
     fit_tolerance: float = 1e-7
     fit_progress: float = 0.01
     fit_sweeps: int = 400

@@ -256,3 +256,33 @@ def test_the_reaction_table_holds_one_revision_s_precomputed_plans_by_identity_a
     assert t.get("rev-a", over) is None and t.status("rev-a").ready == 0
     t.finish("rev-a", again)
     assert t.status("rev-a").state == "ready"
+
+
+def test_the_plan_in_force_is_compiled_for_replay_once_per_revision_and_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reaction judges its plan against the plan in force: the replayer of that plan is kept under the
+    revision's identity and the plan's fingerprint, gives the very judgement a fresh one gives, and is never
+    reused for another revision, another overlay in force or another plan of the same revision."""
+    import controller.operations.reaction as mod
+    from controller.operations.reaction import ReplayerCache, replay_key
+
+    plan = compile_plan(INTENT)
+    cache = ReplayerCache(size=8)
+    for parts in (Overlay(frozenset({LINK})), Overlay(devices=frozenset({"spine-0-0"}))):
+        reduced = overlay_intent(INTENT, parts)
+        reaction = (reduced, compile_plan(reduced))
+        fresh = judge((INTENT, plan), parts, reaction)
+        with monkeypatch.context() as m:
+            m.setattr(mod, "REPLAYERS", cache)
+            assert judge((INTENT, plan), parts, reaction, key=replay_key("rev-a")) == fresh
+    assert cache.built == 1  # two failures judged, the plan in force compiled once
+    first = cache.get("rev-a", INTENT, plan)
+    assert cache.built == 1 and first.topo is cache.get("rev-a", INTENT, plan).topo  # shared, scratch its own
+    assert first._acc is not cache.get("rev-a", INTENT, plan)._acc
+    cache.get("rev-b", INTENT, plan)  # another revision: its own
+    assert cache.built == 2
+    cache.get(replay_key("rev-a", Overlay(frozenset({LINK}))), INTENT, plan)  # another overlay in force
+    assert cache.built == 3
+    again = compile_plan(INTENT)  # the same revision compiled again: another plan, never taken for the first
+    cache.get("rev-a", INTENT, again)
+    assert cache.built == 4
+    assert replay_key("rev-a") != replay_key("rev-a", Overlay(frozenset({LINK})))
