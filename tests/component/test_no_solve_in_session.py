@@ -54,10 +54,10 @@ class Watch:
                 finally:
                     self._moved(-1)
 
-        def compile_plan(intent: Intent) -> Plan:
+        def compile_plan(intent: Intent, *args: Any, **kw: Any) -> Plan:
             with self._lock:
                 self.at_solve.append(self.open)
-            return real_compile(intent)
+            return real_compile(intent, *args, **kw)
 
         monkeypatch.setattr(db, "session", session)
         monkeypatch.setattr(plans, "compile_plan", compile_plan)
