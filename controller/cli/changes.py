@@ -27,7 +27,8 @@ from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, prin
 from controller.client import Client
 from controller.model.documents import FINAL_STATES
 
-__all__ = ["apply", "changes_app", "commit_and_follow", "drift", "print_reaction", "print_review", "print_robustness"]
+__all__ = ["apply", "changes_app", "commit_and_follow", "drift", "print_reaction", "print_review", "print_robustness",
+           "review_then_commit"]
 
 changes_app = typer.Typer(help="Changes on a running controller: list, show, review, commit, rollback.",
                           no_args_is_help=True)
@@ -192,6 +193,26 @@ def _final(ch: dict[str, Any], as_json: bool) -> None:
 def commit_and_follow(client: Client, cid: int, force: bool, reason: str | None, as_json: bool) -> None:
     client.raw.commit(cid, force=force, reason=reason)
     _final(follow(client, cid, as_json=as_json), as_json)
+
+
+def review_then_commit(client: Client, cid: int, *, commit: bool, force: bool, reason: str | None,
+                       as_json: bool) -> None:
+    """Review change ``cid`` and print it; with ``commit``, commit it and follow it to its end (loom drain,
+    loom jobs adopt). Exit 1 when a review only is not safe."""
+    rv = client.raw.review(cid)
+    if not commit:
+        if as_json:
+            emit_json({"change": cid, **rv})
+        else:
+            console.print(f"change {cid} (reviewed; commit with: loom changes commit {cid})", highlight=False)
+            print_review(rv)
+        if rv["verdict"] != "safe":
+            raise typer.Exit(EXIT_FAIL)
+        return
+    if not as_json:
+        console.print(f"change {cid}", highlight=False)
+        print_review(rv)
+    commit_and_follow(client, cid, force, reason, as_json)
 
 
 @app.command()

@@ -16,10 +16,10 @@ from typing import Annotated
 
 import typer
 
-from controller.cli.changes import commit_and_follow, print_review
-from controller.cli.common import app, console, die, emit_json
+from controller.cli.changes import review_then_commit
+from controller.cli.common import app, die
 from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, remote
-from controller.client import Client, DrainUnchanged, NoIntent
+from controller.client import DrainUnchanged, NoIntent
 
 __all__ = ["drain", "undrain"]
 
@@ -28,23 +28,6 @@ ForceOption = Annotated[bool, typer.Option("--force", help="commit even if unsaf
 ReasonOption = Annotated[str | None, typer.Option("--reason", help="why an unsafe change is forced")]
 MessageOption = Annotated[str, typer.Option("--message", "-m", help="what the change is for")]
 TargetArg = Annotated[str, typer.Argument(metavar="TARGET", help="a device, or a link end DEVICE:PORT")]
-
-
-def _run(client: Client, cid: int, *, commit: bool, force: bool, reason: str | None, as_json: bool) -> None:
-    rv = client.raw.review(cid)
-    if not commit:
-        if as_json:
-            emit_json({"change": cid, **rv})
-        else:
-            console.print(f"change {cid} (reviewed; commit with: loom changes commit {cid})", highlight=False)
-            print_review(rv)
-        if rv["verdict"] != "safe":
-            raise typer.Exit(1)
-        return
-    if not as_json:
-        console.print(f"change {cid}", highlight=False)
-        print_review(rv)
-    commit_and_follow(client, cid, force, reason, as_json)
 
 
 def _command(undrain: bool) -> Callable[..., None]:
@@ -68,7 +51,7 @@ def _command(undrain: bool) -> Callable[..., None]:
                 die(str(exc), as_json=as_json)
             except DrainUnchanged as exc:
                 die(str(exc), as_json=as_json, errors=[{"loc": "target", "msg": exc.state}])
-            _run(client, cid, commit=commit, force=force, reason=reason, as_json=as_json)
+            review_then_commit(client, cid, commit=commit, force=force, reason=reason, as_json=as_json)
 
     command.__doc__ = (f"{verb.capitalize()} TARGET: a change that {'removes' if undrain else 'adds'} its drain "
                        "policy, reviewed, and with --commit committed.")

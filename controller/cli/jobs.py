@@ -27,7 +27,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from controller.cli.changes import commit_and_follow, print_review
+from controller.cli.changes import review_then_commit
 from controller.cli.common import EXIT_FAIL, EXIT_INPUT, app, console, die, emit_json
 from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, print_failing, remote
 from controller.model.errors import InvalidIntent
@@ -123,20 +123,7 @@ def adopt(
         base = st.active_revision or st.head_revision
         assert base is not None  # discovery needs an active revision
         cid = client.create_change(base, patch=offer["patch"], message=f"adopt discovered job {name}").id
-        rv = client.raw.review(cid)
-        if commit:
-            if not as_json:
-                console.print(f"change {cid}", highlight=False)
-                print_review(rv)
-            commit_and_follow(client, cid, force, reason, as_json)
-            return
-    if as_json:
-        emit_json({"change": cid, **rv})
-    else:
-        console.print(f"change {cid} (reviewed; commit with: loom changes commit {cid})", highlight=False)
-        print_review(rv)
-    if rv["verdict"] != "safe":
-        raise typer.Exit(EXIT_FAIL)
+        review_then_commit(client, cid, commit=commit, force=force, reason=reason, as_json=as_json)
 
 
 @jobs_app.command("what-if")
