@@ -196,15 +196,17 @@ def commit_and_follow(client: Client, cid: int, force: bool, reason: str | None,
 
 
 def review_then_commit(client: Client, cid: int, *, commit: bool, force: bool, reason: str | None,
-                       as_json: bool) -> None:
-    """Review change ``cid`` and print it; with ``commit``, commit it and follow it to its end (loom drain,
-    loom jobs adopt). Exit 1 when a review only is not safe."""
+                       as_json: bool, only: str = "") -> None:
+    """Review change ``cid`` and print it; with ``commit``, commit it and follow it to its end (loom apply,
+    loom drain, loom jobs adopt). Exit 1 when a review only is not safe; ``only`` says what such a review is
+    in its heading (by default, how to commit it)."""
     rv = client.raw.review(cid)
     if not commit:
         if as_json:
             emit_json({"change": cid, **rv})
         else:
-            console.print(f"change {cid} (reviewed; commit with: loom changes commit {cid})", highlight=False)
+            console.print(f"change {cid} ({only or f'reviewed; commit with: loom changes commit {cid}'})",
+                          highlight=False)
             print_review(rv)
         if rv["verdict"] != "safe":
             raise typer.Exit(EXIT_FAIL)
@@ -233,20 +235,8 @@ def apply(
     intent = read_intent(intent_path, as_json=as_json)
     with remote(server, as_json) as client:
         cid = client.propose(intent, base_revision=base_revision, message=message or f"loom apply {intent_path}").id
-        rv = client.raw.review(cid)
-        if dry_run:
-            if as_json:
-                emit_json({"change": cid, **rv})
-            else:
-                console.print(f"change {cid} (dry run)", highlight=False)
-                print_review(rv)
-            if rv["verdict"] != "safe":
-                raise typer.Exit(EXIT_FAIL)
-            return
-        if not as_json:
-            console.print(f"change {cid}", highlight=False)
-            print_review(rv)
-        commit_and_follow(client, cid, force, reason, as_json)
+        review_then_commit(client, cid, commit=not dry_run, force=force, reason=reason, as_json=as_json,
+                           only="dry run")
 
 
 @changes_app.command("list")
