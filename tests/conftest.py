@@ -100,10 +100,9 @@ TRAFFIC_LABS = frozenset({"test_telemetry_lab.py", "test_closed_loop_lab.py", "t
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under pytest-xdist (``make test`` runs ``-n``): each module's tests go to one worker, so its
-    module-scoped labs, fleets and servers are set up once. ``make test`` runs the lab and browser tiers
-    in pytest runs of their own (no unit or component worker beside them). A
-    scheduler of our own: xdist's ``loadgroup`` marks a group by rewriting node ids, which pytest 9.2 no
-    longer allows (every test would go its own way)."""
+    module-scoped labs, fleets and servers are set up once (xdist's ``loadscope`` would split a module's
+    test classes across workers). ``make test`` runs the lab and browser tiers in pytest runs of their own,
+    with no unit or component worker beside them."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByModule(LoadScopeScheduling):
