@@ -53,6 +53,8 @@ TIER ?=
 # labs at a time), except the labs that measure traffic (marker traffic: tests/conftest.py's TRAFFIC_LABS)
 # and the lease-timing tests (marker alone), which run last, one at a time, alone on the machine.
 # JOBS=0 and LAB_JOBS=0: no workers.
+# Before them, tests/warm.py compiles the numba kernels once (in a fresh clone, each worker would otherwise
+# compile them all at once).
 JOBS ?= 3
 LAB_JOBS ?= 2
 XDIST := $(if $(filter-out 0,$(JOBS)),-n $(JOBS) --dist loadscope)
@@ -61,6 +63,7 @@ LAB_XDIST := $(if $(filter-out 0,$(LAB_JOBS)),-n $(LAB_JOBS) --dist loadscope)
 PYTEST := $(BIN)/python -m pytest -q -rs --durations=15
 test: system-deps install
 ifeq ($(TIER),)
+	$(BIN)/python -m tests.warm
 	$(PYTEST) $(XDIST) -m "not lab and not browser and not alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PYTEST) $(LAB_XDIST) -m "(lab or browser) and not traffic and not alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PYTEST) -m "traffic or alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]

@@ -1,0 +1,45 @@
+"""Compile the numba kernels once, before the suite's workers start.
+
+The kernels are compiled with ``cache=True`` (see :mod:`solver.core.jit`): the first process to call
+one compiles it and writes the package's ``__pycache__``; later processes load it in milliseconds. In a
+fresh clone no cache exists, and the suite's first phase starts three workers at once that all reach
+the replay kernels within seconds, so each compiles all of them, on two cores, beside the other tests:
+one test that replays every single failure took 51-208 s in CI against 4 s with the cache. Run serially
+first (``make test`` does), the compile happens once, on a quiet machine, in about 15 s; with the cache
+present this takes about 2 s.
+
+``python -m tests.warm``: a replay of a small Clos under every single failure and under the pairs of
+single failures (the two kernel paths the safety sweep takes), and the example fabric's plan (the
+solver's kernels).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+import controller.examples
+from controller.model.intent import validate_intent
+from safety.sweep import LocalExecutor, sweep
+from solver.solve import solve
+from tests.unit.test_safety_replay import routed_plan
+from tests.unit.test_safety_sweep import fabric
+
+
+def main() -> int:
+    t0 = time.perf_counter()
+    intent = fabric(0.45)
+    plan = routed_plan(intent, seed=3)
+    for scope in ("all_single", "single_pairs"):
+        sweep(intent, plan, scope=scope, executor=LocalExecutor(workers=1))
+    example = Path(controller.examples.__file__).with_name("dc1.yaml")
+    solve(validate_intent(yaml.safe_load(example.read_text())))
+    print(f"tests.warm: kernels compiled or loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
