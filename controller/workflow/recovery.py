@@ -92,8 +92,11 @@ class Recovery:
 
     async def _recover(self, ch: wrepo.Change, epoch: int) -> Recovered | None:
         rt = self.rt
-        log.warning("change %s was committing when its controller stopped (epoch %s): recovering with epoch %d",
-                    ch.id, ch.runner_epoch, epoch)
+        # the same epoch: this leader's own commit, whose end the store refused to record (a failover)
+        why = ("its end could not be recorded (the store failed)" if ch.runner_epoch == epoch
+               else "its controller stopped")
+        log.warning("change %s was committing when %s (epoch %s): recovering with epoch %d",
+                    ch.id, why, ch.runner_epoch, epoch)
         assert ch.proposed_revision is not None
         if rt.driver is None:
             return await self._record_without_devices(ch, epoch)
