@@ -6,8 +6,9 @@ links in 192.168.0.0/16 and router ids 10.0.0.x, none of it Loom's numbering, wi
 order, as an operator would: ``loom discover`` reads the lab through its namespaces and through
 its agents (the same intent, every pin as it runs); ``loom apply --dry-run`` of that intent
 reviews as a cosmetic adoption; ``loom apply`` commits it while a sampler reads every router's
-kernel routes every 50 ms: no sample and no router differs in next hops or their split, and no BGP
-session resets; then a drain works as on a Loom-built lab. The lab and the controller are torn
+kernel routes every 50 ms and host h1 pings h2 across the fabric every 20 ms: no sample and no
+router differs in next hops or their split, no ping is lost, and no BGP session resets; then a
+drain works as on a Loom-built lab. The lab and the controller are torn
 down in the module's finalizer.
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_bgp"
 LAB = "adopt-bgp"
 NODES = ("leaf1", "leaf2", "spine1", "spine2")
+HOSTS = ("h1", "h2")  # h1 behind leaf1 (172.16.1.10), h2 behind leaf2 (172.16.2.10)
 TOKEN = "adopt-" + "Qm4Zr8Tx2Lk6Wp0Vb3Ns7Hd1Fy5Jc9Ga"
 
 Routes = dict[str, tuple[str, tuple[tuple[str, str, float], ...]]]
@@ -43,12 +47,12 @@ class AdoptLab(ServedLab):
     """The hand-written lab (not generated from an intent) with ``loom serve --lab`` on it."""
 
     def __init__(self, base: Path):
-        super().__init__(base, LAB, {"name": LAB, "devices": [{"name": n} for n in NODES]}, TOKEN)
+        super().__init__(base, LAB, {"name": LAB, "devices": [{"name": n} for n in NODES + HOSTS]}, TOKEN)
         self.server = LoomServer(base, ["--db", str(base / "loom.db"), "--lab", str(FIXTURE)], TOKEN, cwd=REPO,
                                  env={"LOOM_DRIFT_INTERVAL": "0"})
 
     def up(self, timeout: float = 90) -> None:
-        runner.down(LAB, NODES)  # a lab left by an earlier run that was killed
+        runner.down(LAB, NODES + HOSTS)  # a lab left by an earlier run that was killed
         report = runner.up(load_topology(FIXTURE), timeout=timeout)
         assert report.converged, report.problems
         self.server.start()
@@ -141,14 +145,20 @@ def test_adoption_changes_no_forwarding_and_resets_no_session(lab: AdoptLab):
     assert set(review["config_diff"]) == set(NODES)  # there are differences, all cosmetic
     sampler = Sampler()
     sampler.start()
+    ping = subprocess.Popen(["ip", "netns", "exec", runner.namespace(LAB, "h1"), "ping", "-q", "-n", "-i", "0.02",
+                             "-c", "400", "172.16.2.10"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         change = json.loads(lab.cli("apply", str(path), "--json", check=True).stdout)
         done = lab.wait(change["id"])
         time.sleep(1.0)  # what BGP does after the commit is part of the adoption too
+        pinged, _ = ping.communicate(timeout=30)
     finally:
+        ping.kill()
         sampler.halt.set()
         sampler.join(10)
     assert done["state"] == "committed", done
+    sent, got = (int(x) for x in re.search(r"(\d+) packets transmitted, (\d+) received", pinged).groups())
+    assert sent == 400 and got == sent, pinged
     after = {n: routes(n) for n in NODES}
     assert after == before
     differing = [(round(t, 2), n) for t, s in sampler.samples for n in NODES if s[n] != before[n]]
@@ -160,7 +170,8 @@ def test_adoption_changes_no_forwarding_and_resets_no_session(lab: AdoptLab):
             old = weights_before[n][prefix]
             assert [w / math.gcd(*ws) for w in ws] == [w / math.gcd(*old) for w in old]
     print(f"adoption: {len(sampler.samples)} samples of {len(NODES)} routers' routes over "
-          f"{sampler.samples[-1][0] - sampler.samples[0][0]:.1f} s, none differing; sessions unchanged")
+          f"{sampler.samples[-1][0] - sampler.samples[0][0]:.1f} s, none differing; sessions unchanged; "
+          f"ping h1 -> h2: {got}/{sent} received")
 
 
 def test_drain_after_adoption(lab: AdoptLab):
