@@ -32,6 +32,7 @@ from controller.model.errors import InvalidIntent
 from controller.model.intent import validate_intent
 from southbound.discovery.frr_text import FrrRunning, parse_running
 from southbound.discovery.observed import ObservedDevice
+from southbound.render import isis_net
 
 __all__ = ["DEFAULT_GBPS", "Discovery", "Question", "discover"]
 
@@ -105,6 +106,8 @@ def discover(devices: Iterable[ObservedDevice], *, name: str, default_gbps: floa
         "prefixes": [{"prefix": p, "origins": sorted(o)} for p, o in sorted(prefixes.items(), key=_prefix_key)],
     }
     _group_by_asn(doc, routing)
+    _check_sessions(fab, routing)
+    _check_igp(fab, routing, {d["name"]: d.get("router_id") for d in doc["devices"]})
     defaulted = [f"{a.device}:{a.port}" for a, b in fab.links if _speeds(fab, a, b) == []]
     if defaulted:
         fab.ask("links", f"{len(defaulted)} links' interfaces report no physical speed (virtual interfaces): "
@@ -337,6 +340,35 @@ def _group_by_asn(doc: dict[str, Any], routing: str) -> None:
         for plane, asn in enumerate(sorted(spines)):
             for d in spines[asn]:
                 d["plane"] = plane
+
+
+def _check_sessions(fab: _Fabric, routing: str) -> None:
+    """BGP sessions that are not one per discovered link (Loom renders exactly those): they would go."""
+    if routing != "bgp":
+        return
+    across = {(a.device, str(b.address.ip)) for a, b in fab.links} | {(b.device, str(a.address.ip))
+                                                                       for a, b in fab.links}
+    for device, run in fab.running.items():
+        for peer in (run.bgp.neighbors if run.bgp is not None else {}):
+            if (device, peer) in across:
+                continue
+            how = "over an interface (unnumbered)" if not peer[0].isdigit() else "not across a discovered link"
+            fab.ask(f"device {device}", f"BGP neighbor {peer} is {how}: Loom renders one session per link to the "
+                    "peer's address on it, so adopting would remove this session")
+
+
+def _check_igp(fab: _Fabric, routing: str, router_ids: Mapping[str, Any]) -> None:
+    """What an IS-IS or OSPF router runs that Loom would render otherwise (its adjacencies would reset)."""
+    for device, run in fab.running.items():
+        rid = router_ids.get(device)
+        if routing == "isis" and run.isis is not None and rid and run.isis.net != isis_net(rid):
+            fab.ask(f"device {device}", f"IS-IS NET {run.isis.net}: Loom derives the NET from the router id "
+                    f"({isis_net(rid)}), so adopting would change the system id and reset its adjacencies")
+        if routing == "ospf" and run.ospf is not None:
+            areas = {a for _n, a in run.ospf.networks} | {i.ospf_area for i in run.interfaces.values() if i.ospf_area}
+            if areas - {"0", "0.0.0.0"}:
+                fab.ask(f"device {device}", f"OSPF areas {', '.join(sorted(areas))}: which area should each "
+                        "interface be in (Loom's fabric is one backbone area)?")
 
 
 def _note_unmodelled(fab: _Fabric) -> None:

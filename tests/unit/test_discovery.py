@@ -167,3 +167,58 @@ def test_adoption_diff_names_what_changes_forwarding(deleted, added, expected):
 
 def test_a_unified_diff_is_no_adoption():
     assert forwarding_impact("--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y\n") is None
+
+
+def _synthetic(asns: dict[str, int], links: list[tuple[str, str]], hosts: dict[str, str],
+               extra: dict[str, str] | None = None) -> list[ObservedDevice]:
+    """Routers with /31 links numbered in order, one ``network`` per host subnet: configs as FRR shows them."""
+    ports: dict[str, list[tuple[str, str, str, str]]] = {n: [] for n in asns}
+    for k, (a, b) in enumerate(links):
+        base = f"10.1.{k // 128}.{2 * (k % 128)}"
+        peer = f"10.1.{k // 128}.{2 * (k % 128) + 1}"
+        ports[a].append((f"eth{len(ports[a]) + 1}", f"{base}/31", peer, b))
+        ports[b].append((f"eth{len(ports[b]) + 1}", f"{peer}/31", base, a))
+    out = []
+    for n, asn in asns.items():
+        lines = [f"hostname {n}", "!"]
+        itfs = []
+        for port, addr, _peer, _far in ports[n]:
+            lines += [f"interface {port}", f" ip address {addr}", "exit", "!"]
+            itfs.append(ObservedInterface(port, (addr,), None, True, "veth"))
+        if n in hosts:
+            lines += ["interface host0", f" ip address {hosts[n]}", "exit", "!"]
+            itfs.append(ObservedInterface("host0", (hosts[n],), None, True, "veth"))
+        lines += [f"router bgp {asn}", f" bgp router-id 192.0.2.{len(out) + 1}"]
+        lines += [f" neighbor {peer} remote-as {asns[far]}" for _p, _a, peer, far in ports[n]]
+        lines += [line for line in (extra or {}).get(n, "").splitlines()]
+        lines += [" address-family ipv4 unicast"]
+        if n in hosts:
+            net = hosts[n].rsplit(".", 1)[0] + ".0/24"
+            lines.append(f"  network {net}")
+        lines += [" exit-address-family", "exit"]
+        out.append(ObservedDevice(n, "\n".join(lines) + "\n", tuple(itfs)))
+    return out
+
+
+def test_three_tier_clos_roles_pods_and_planes():
+    asns = {"t1": 65101, "t2": 65102, "l1": 65010, "l2": 65010, "s1": 65001, "s2": 65002}
+    links = [("t1", "l1"), ("t1", "l2"), ("t2", "l1"), ("t2", "l2"), ("l1", "s1"), ("l1", "s2"), ("l2", "s1"),
+             ("l2", "s2")]
+    found = discover(_synthetic(asns, links, {"t1": "172.20.1.1/24", "t2": "172.20.2.1/24"}), name="c3")
+    assert found.valid, found.questions
+    devices = {d["name"]: d for d in found.intent["devices"]}
+    assert {n: d["role"] for n, d in devices.items()} == {"t1": "tor", "t2": "tor", "l1": "leaf", "l2": "leaf",
+                                                           "s1": "spine", "s2": "spine"}
+    assert devices["l1"]["pod"] == devices["l2"]["pod"] == 0  # one ASN: one pod
+    assert (devices["s1"]["plane"], devices["s2"]["plane"]) == (0, 1)  # two spine ASNs: two planes
+    assert [q.where for q in found.questions] == ["links"]  # only: veth links have no physical speed
+
+
+def test_sessions_loom_would_not_render_are_questions():
+    asns = {"l1": 65101, "l2": 65102, "s1": 65000}
+    found = discover(_synthetic(asns, [("l1", "s1"), ("l2", "s1")], {"l1": "172.20.1.1/24", "l2": "172.20.2.1/24"},
+                                {"l1": " neighbor 192.0.2.99 remote-as 65101\n neighbor eth7 interface remote-as "
+                                       "external"}), name="x")
+    text = [f"{q.where}: {q.question}" for q in found.questions]
+    assert any(t.startswith("device l1: BGP neighbor 192.0.2.99 is not across a discovered link") for t in text)
+    assert any(t.startswith("device l1: BGP neighbor eth7 is over an interface (unnumbered)") for t in text)
