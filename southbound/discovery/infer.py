@@ -32,7 +32,7 @@ from controller.model.errors import InvalidIntent
 from controller.model.intent import validate_intent
 from southbound.discovery.frr_text import FrrRunning, parse_running
 from southbound.discovery.observed import ObservedDevice
-from southbound.render import isis_net
+from southbound.render import host_address, isis_net
 
 __all__ = ["DEFAULT_GBPS", "Discovery", "Question", "discover"]
 
@@ -107,6 +107,7 @@ def discover(devices: Iterable[ObservedDevice], *, name: str, default_gbps: floa
     }
     _group_by_asn(doc, routing)
     _check_sessions(fab, routing)
+    _check_ports(fab, doc)
     _check_igp(fab, routing, {d["name"]: d.get("router_id") for d in doc["devices"]})
     defaulted = [f"{a.device}:{a.port}" for a, b in fab.links if _speeds(fab, a, b) == []]
     if defaulted:
@@ -355,6 +356,34 @@ def _check_sessions(fab: _Fabric, routing: str) -> None:
             how = "over an interface (unnumbered)" if not peer[0].isdigit() else "not across a discovered link"
             fab.ask(f"device {device}", f"BGP neighbor {peer} is {how}: Loom renders one session per link to the "
                     "peer's address on it, so adopting would remove this session")
+
+
+def _check_ports(fab: _Fabric, doc: Mapping[str, Any]) -> None:
+    """Subnets Loom would render elsewhere: it puts a device's announced subnets on host ports ``host0``,
+    ``host1``, ... in prefix order, each holding the subnet's first address, the router id alone on the
+    loopback, and nothing else."""
+    rids = {d["name"]: d.get("router_id") for d in doc["devices"]}
+    mine: dict[str, list[str]] = defaultdict(list)
+    for p in doc["prefixes"]:
+        for o in p["origins"]:
+            if p["prefix"] != f"{rids.get(o)}/32":
+                mine[o].append(p["prefix"])
+    for device in fab.devices:
+        want = {net: (f"host{k}", host_address(net)) for k, net in enumerate(mine[device])}
+        for e in fab.stubs.get(device, []):
+            net = str(e.address.network)
+            if net not in want:
+                fab.ask(f"device {device}", f"{e.port} has {e.address}, on no link and not announced: Loom's "
+                        "rendering does not keep it; announce it (a prefix) or drop it?")
+            elif want[net] != (e.port, str(e.address)):
+                port, addr = want[net]
+                fab.ask(f"device {device}", f"{net} is on {e.port} as {e.address}; Loom renders it on {port} as "
+                        f"{addr}: renaming or renumbering that port changes forwarding")
+        lo = [a for a in _addresses(fab, device).get("lo", []) if not a.ip.is_loopback]
+        extra = [str(a) for a in lo if str(a.ip) != rids.get(device)]
+        if extra:
+            fab.ask(f"device {device}", f"loopback addresses {', '.join(extra)} besides the router id: Loom's "
+                    "rendering keeps only the router id on the loopback")
 
 
 def _check_igp(fab: _Fabric, routing: str, router_ids: Mapping[str, Any]) -> None:

@@ -8,8 +8,8 @@ its agents (the same intent, every pin as it runs); ``loom apply --dry-run`` of 
 reviews as a cosmetic adoption; ``loom apply`` commits it while a sampler reads every router's
 kernel routes every 50 ms and host h1 pings h2 across the fabric every 20 ms: no sample and no
 router differs in next hops or their split, no ping is lost, and no BGP session resets; then a
-drain works as on a Loom-built lab. The lab and the controller are torn
-down in the module's finalizer.
+re-weighting (uneven capacities and a demand) and a drain work as on a Loom-built lab. The lab
+and the controller are torn down in the module's finalizer.
 """
 
 from __future__ import annotations
@@ -174,15 +174,32 @@ def test_adoption_changes_no_forwarding_and_resets_no_session(lab: AdoptLab):
           f"ping h1 -> h2: {got}/{sent} received")
 
 
+def _until(node: str, prefix: str, want: Any, timeout: float = 20) -> Any:
+    """``node``'s route to ``prefix`` once ``want(route)`` holds, or the last one read at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = routes(node).get(prefix)
+        if (got is not None and want(got)) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
+def test_reweighting_after_adoption(lab: AdoptLab):
+    """Uneven capacities and a demand: the leaf's kernel splits 1:3, as the plan's WCMP weights say."""
+    doc = yaml.safe_load((lab.base / "intent.yaml").read_text())
+    for link in doc["links"]:
+        link["capacity_gbps"] = 10.0 if "spine1" in (link["a"], link["b"]) else 30.0
+    doc["demands"] = [{"from": "leaf1", "to": "172.16.2.0/24", "gbps": 20}]
+    done = lab.wait(lab.apply(doc)["id"])
+    assert done["state"] == "committed", done
+    got = _until("leaf1", "172.16.2.0/24", lambda r: {h[1]: h[2] for h in r[1]}.get("eth2") == 0.75)
+    assert got is not None and {h[1]: h[2] for h in got[1]} == {"eth1": 0.25, "eth2": 0.75}, got
+
+
 def test_drain_after_adoption(lab: AdoptLab):
     doc = yaml.safe_load((lab.base / "intent.yaml").read_text())
     doc["policies"] = [{"kind": "drain", "target": "spine1"}]
     done = lab.wait(lab.apply(doc)["id"])
     assert done["state"] == "committed", done
-    deadline = time.monotonic() + 20
-    while True:
-        got = routes("leaf1").get("172.16.2.0/24")
-        if got is not None and [h[1] for h in got[1]] == ["eth2"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    got = _until("leaf1", "172.16.2.0/24", lambda r: [h[1] for h in r[1]] == ["eth2"])
     assert got is not None and [h[1] for h in got[1]] == ["eth2"], got  # only through spine2

@@ -222,3 +222,18 @@ def test_sessions_loom_would_not_render_are_questions():
     text = [f"{q.where}: {q.question}" for q in found.questions]
     assert any(t.startswith("device l1: BGP neighbor 192.0.2.99 is not across a discovered link") for t in text)
     assert any(t.startswith("device l1: BGP neighbor eth7 is over an interface (unnumbered)") for t in text)
+
+
+def test_subnets_loom_would_render_elsewhere_are_questions():
+    devs = _observed("adopt_bgp")
+    leaf1 = devs[0]
+    moved = tuple(ObservedInterface(i.name, ("172.16.1.254/24",) if i.name == "host0" else
+                                    i.addresses + (("10.0.9.9/32",) if i.name == "lo" else ()), i.speed_mbps, i.up,
+                                    i.kind) for i in leaf1.interfaces)
+    moved += (ObservedInterface("eth7", ("10.77.0.1/24",)),)
+    found = discover([ObservedDevice("leaf1", leaf1.running_config, moved), *devs[1:]], name="x")
+    text = [f"{q.where}: {q.question}" for q in found.questions]
+    assert "device leaf1: 172.16.1.0/24 is on host0 as 172.16.1.254/24; Loom renders it on host0 as " \
+           "172.16.1.1/24: renaming or renumbering that port changes forwarding" in text, text
+    assert any(t.startswith("device leaf1: eth7 has 10.77.0.1/24, on no link and not announced") for t in text)
+    assert any(t.startswith("device leaf1: loopback addresses 10.0.9.9/32 besides the router id") for t in text)
