@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import difflib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -58,7 +58,8 @@ from southbound.render import config_hash, device_configs, render_frr
 from southbound.transaction import commit_order
 
 __all__ = ["CommitLeg", "adoption_section", "build_review", "commit_legs", "commit_stages", "expected_hashes",
-           "leg_transaction", "local_config_diff", "review_document", "session_resets", "transition_schedule"]
+           "leg_transaction", "local_config_diff", "review_document", "route_changes", "session_resets",
+           "transition_schedule"]
 
 Doc = dict[str, Any]
 
@@ -120,6 +121,29 @@ def review_document(inp: ReviewInputs, config_diff: dict[str, str], *,
         robustness=robustness_section(inp.intent, inp.plan, report),
         adoption=adoption_section(config_diff),
     )
+
+
+def route_changes(plan: Plan, kernel: Mapping[str, Mapping[str, frozenset[str]] | None]
+                  ) -> list[AdoptionWarningDocument]:
+    """Where ``plan`` would move a router's forwarding: per device of ``kernel`` (prefix -> the ports its kernel
+    forwards on now, as its routing protocol installed them; ``None``: not read), every prefix whose next-hop
+    ports the plan changes, gains or drops. WCMP weights are not compared (a plan re-weights on purpose)."""
+    out: list[AdoptionWarningDocument] = []
+    for device, now in sorted(kernel.items()):
+        if now is None:
+            out.append(AdoptionWarningDocument(device=device, action="removes", context="", line="its kernel routes",
+                                               effect="what it forwards (its agent did not answer GetState)"))
+            continue
+        dp = plan.devices.get(device)
+        planned = {p: frozenset(h.port for h in dp.groups[g]) for p, g in dp.routes.items()} if dp else {}
+        for prefix in sorted(set(planned) | set(now)):
+            before, after = now.get(prefix, frozenset()), planned.get(prefix, frozenset())
+            for action, ports in (("removes", before - after), ("adds", after - before)):
+                for port in sorted(ports):
+                    out.append(AdoptionWarningDocument(
+                        device=device, action=cast(Literal["removes", "adds"], action), context=f"route {prefix}",
+                        line=f"next hop {port}", effect="a next hop the router forwards on"))
+    return out
 
 
 def adoption_section(config_diff: dict[str, str]) -> AdoptionDocument | None:

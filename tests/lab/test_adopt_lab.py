@@ -143,6 +143,17 @@ def test_adoption_changes_no_forwarding_and_resets_no_session(lab: AdoptLab):
     review = dry.get("review", dry)
     assert review["adoption"] == {"devices": list(NODES), "cosmetic": True, "warnings": []}, review.get("adoption")
     assert set(review["config_diff"]) == set(NODES)  # there are differences, all cosmetic
+    # an intent that would not originate h2's subnet: the review says so, before anything is pushed
+    dropped = yaml.safe_load(path.read_text())
+    dropped["prefixes"] = [p for p in dropped["prefixes"] if p["prefix"] != "172.16.2.0/24"]
+    (lab.base / "dropped.yaml").write_text(yaml.safe_dump(dropped, sort_keys=False))
+    shown = lab.cli("apply", str(lab.base / "dropped.yaml"), "--dry-run")
+    assert "WARNING adoption of leaf1, leaf2, spine1, spine2" in shown.stdout, shown.stdout + shown.stderr
+    warned = json.loads(lab.cli("apply", str(lab.base / "dropped.yaml"), "--dry-run", "--json").stdout)
+    warnings = {(w["device"], w["action"], w["line"]) for w in warned.get("review", warned)["adoption"]["warnings"]}
+    assert ("leaf2", "removes", "network 172.16.2.0/24") in warnings, warnings
+    assert {("spine1", "removes", "next hop eth2"), ("leaf1", "removes", "next hop eth1")} <= warnings, warnings
+    assert before == {n: routes(n) for n in NODES}  # a review pushes nothing
     sampler = Sampler()
     sampler.start()
     ping = subprocess.Popen(["ip", "netns", "exec", runner.namespace(LAB, "h1"), "ping", "-q", "-n", "-i", "0.02",

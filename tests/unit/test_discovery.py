@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from controller.model.intent import validate_intent
+from controller.planning import compile_plan
+from controller.workflow.review import route_changes
 from southbound.discovery.frr_text import parse_running
 from southbound.discovery.impact import forwarding_impact
 from southbound.discovery.infer import discover
@@ -237,3 +239,17 @@ def test_subnets_loom_would_render_elsewhere_are_questions():
            "172.16.1.1/24: renaming or renumbering that port changes forwarding" in text, text
     assert any(t.startswith("device leaf1: eth7 has 10.77.0.1/24, on no link and not announced") for t in text)
     assert any(t.startswith("device leaf1: loopback addresses 10.0.9.9/32 besides the router id") for t in text)
+
+
+def test_route_changes_compare_planned_next_hops_with_the_kernels():
+    intent = validate_intent(discover(_observed("adopt_bgp"), name="x").intent)
+    plan = compile_plan(intent)
+    plan = plan[0] if isinstance(plan, tuple) else plan
+    kernel = {"leaf1": {"172.16.2.0/24": frozenset({"eth1", "eth2"}), "10.0.0.12/32": frozenset({"eth1", "eth2"}),
+                        "10.0.0.1/32": frozenset({"eth1"}), "10.0.0.2/32": frozenset({"eth2"})}}
+    assert route_changes(plan, kernel) == []
+    kernel["leaf1"] = {**kernel["leaf1"], "172.16.2.0/24": frozenset({"eth1"}), "198.51.100.0/24": frozenset({"eth2"})}
+    got = {(w.action, w.context, w.line) for w in route_changes(plan, kernel)}
+    assert got == {("adds", "route 172.16.2.0/24", "next hop eth2"), ("removes", "route 198.51.100.0/24",
+                                                                      "next hop eth2")}
+    assert [w.line for w in route_changes(plan, {"leaf2": None})] == ["its kernel routes"]
