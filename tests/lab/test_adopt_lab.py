@@ -8,8 +8,9 @@ its agents (the same intent, every pin as it runs); ``loom apply --dry-run`` of 
 reviews as a cosmetic adoption; ``loom apply`` commits it while a sampler reads every router's
 kernel routes every 50 ms and host h1 pings h2 across the fabric every 20 ms: no sample and no
 router differs in next hops or their split, no ping is lost, and no BGP session resets; then a
-re-weighting (uneven capacities and a demand) and a drain work as on a Loom-built lab. The lab
-and the controller are torn down in the module's finalizer.
+re-weighting (uneven capacities and a demand), a drain and a failure reaction (a link taken down
+in a namespace) work as on a Loom-built lab. The lab and the controller are torn down in the
+module's finalizer.
 """
 
 from __future__ import annotations
@@ -214,3 +215,36 @@ def test_drain_after_adoption(lab: AdoptLab):
     assert done["state"] == "committed", done
     got = _until("leaf1", "172.16.2.0/24", lambda r: [h[1] for h in r[1]] == ["eth2"])
     assert got is not None and [h[1] for h in got[1]] == ["eth2"], got  # only through spine2
+
+
+def _eventually(check: Any, timeout: float = 30, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(interval)
+
+
+def test_failure_reaction_after_adoption(lab: AdoptLab):
+    """A link of the adopted fabric goes down with nobody touching Loom: the leader sees it and commits
+    the plan without it, as on a Loom-built lab."""
+    doc = yaml.safe_load((lab.base / "intent.yaml").read_text())
+    doc["policies"] = [{"kind": "failure_reaction", "detect_s": 0.5, "hold_down_s": 3}]
+    done = lab.wait(lab.apply(doc)["id"])
+    assert done["state"] == "committed", done
+    assert _eventually(lambda: {x["oper"] for x in lab("GET", "/v1/state/links").json()["links"]} == {"up"})
+
+    def reactions() -> list[dict[str, Any]]:
+        items = lab("GET", "/v1/changes?limit=50").json()["items"]
+        return [c for c in items if c["kind"] == "reaction" and c["state"] == "committed"]
+
+    runner.node_exec(LAB, "leaf1", ["ip", "link", "set", "eth1", "down"])
+    try:
+        first = _eventually(reactions, timeout=30)
+        assert first and first[0]["author"] == "failover", first
+        assert first[0]["overlay"] == {"links": ["leaf1:eth1"], "devices": []}, first[0]
+        got = _until("leaf1", "172.16.2.0/24", lambda r: [h[1] for h in r[1]] == ["eth2"])
+        assert got is not None and [h[1] for h in got[1]] == ["eth2"], got
+    finally:
+        runner.node_exec(LAB, "leaf1", ["ip", "link", "set", "eth1", "up"])
