@@ -263,6 +263,8 @@ def _router_id(fab: _Fabric, device: str, routing: str) -> str | None:
     if rid is None:
         lo = _loopback(fab, device)
         rid = str(lo.ip) if lo is not None else None
+        if routing == "isis" and rid is not None:
+            return rid  # IS-IS has no router id: the loopback (the NET is checked against it)
         fab.ask(f"device {device}", f"no router id configured: FRR chose one; pinned to {rid} (its loopback)"
                 if rid else "no router id configured and no loopback: which router id does it have?")
     return rid

@@ -253,3 +253,17 @@ def test_route_changes_compare_planned_next_hops_with_the_kernels():
     assert got == {("adds", "route 172.16.2.0/24", "next hop eth2"), ("removes", "route 198.51.100.0/24",
                                                                       "next hop eth2")}
     assert [w.line for w in route_changes(plan, {"leaf2": None})] == ["its kernel routes"]
+
+
+def test_isis_discovery_keeps_metrics_and_asks_about_the_net():
+    found = discover(_observed("adopt_isis"), name="adopt-isis")
+    assert found.valid, found.questions
+    assert found.intent["routing"] == "isis"
+    metrics = {(lk["a"], lk["a_port"]): lk["metric"] for lk in found.intent["links"]}
+    assert metrics == {("leaf1", "eth1"): 15, ("leaf2", "eth1"): 15, ("leaf1", "eth2"): 10, ("leaf2", "eth2"): 10}
+    assert {d["name"]: d["router_id"] for d in found.intent["devices"]} == {
+        "leaf1": "10.0.0.11", "leaf2": "10.0.0.12", "spine1": "10.0.0.1", "spine2": "10.0.0.2"}
+    assert {p["prefix"] for p in found.intent["prefixes"]} >= {"172.16.1.0/24", "10.0.0.11/32"}
+    nets = [q for q in found.questions if "IS-IS NET" in q.question]
+    assert [q.where for q in nets] == ["device leaf1", "device leaf2", "device spine1", "device spine2"]
+    assert "49.0002.0000.0000.0011.00" in nets[0].question and "49.0001.0100.0000.0011.00" in nets[0].question
