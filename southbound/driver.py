@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
@@ -26,10 +27,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from controller.model.errors import DriverError, FatalDriverError, RetryableDriverError
 from southbound.config import DeviceConfig
+from southbound.discovery.observed import ObservedDevice
 from southbound.grpc_adapter import SERVICE_NAME, AgentClient
 from southbound.state import AgentInfo, DeviceState, Outcome, StepResult
 
 __all__ = ["SERVICE_CONFIG", "AgentDriver", "DeviceDriver", "DriverRegistry", "driver_error", "drivers", "error_text",
+           "observe_agents",
            "is_retryable", "service_config"]
 
 T = TypeVar("T")
@@ -232,6 +235,11 @@ class AgentDriver:
         """What the device runs; raises :class:`RetryableDriverError` or :class:`FatalDriverError`."""
         return await self._read(device, lambda c: c.state(prefixes, timeout=self.timeout))
 
+    async def running(self, device: str) -> ObservedDevice:
+        """What ``device`` runs, as discovery reads it (its agent's ``GetRunning``); raises
+        :class:`RetryableDriverError` or :class:`FatalDriverError`."""
+        return await self._read(device, lambda c: c.running(timeout=self.timeout))
+
     async def states(self, devices: Iterable[str]) -> dict[str, DeviceState | BaseException]:
         """Every device's state at once; a device that failed maps to its exception."""
         devs = list(devices)
@@ -251,3 +259,14 @@ class AgentDriver:
 
 drivers = DriverRegistry()
 drivers.register("grpc", AgentDriver)
+
+
+def observe_agents(endpoints: Mapping[str, str], *, tls: Any = None, timeout: float = 20.0) -> list[ObservedDevice]:
+    """Every device of ``endpoints`` (device -> endpoint, as ``loom serve --agents`` takes them), read
+    through its agent for discovery. Raises :class:`RetryableDriverError` or :class:`FatalDriverError`
+    naming the first device that did not answer."""
+    async def read() -> list[ObservedDevice]:
+        async with AgentDriver(endpoints, tls=tls, timeout=timeout) as driver:
+            got = await asyncio.gather(*(driver.running(d) for d in driver.devices))
+        return [dataclasses.replace(o, name=d) for d, o in zip(driver.devices, got, strict=True)]
+    return asyncio.run(read())

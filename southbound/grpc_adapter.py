@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from grpc.aio import ServicerContext as Context
 
 from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
+from southbound.discovery.observed import ObservedDevice, ObservedInterface
 from southbound.state import (
     CALLER,
     AgentError,
@@ -43,7 +44,8 @@ from loom.agent.v1 import agent_pb2 as pb  # noqa: E402
 from loom.agent.v1 import agent_pb2_grpc as pb_grpc  # noqa: E402
 
 __all__ = ["EPOCH_KEY", "SERVICE_NAME", "AgentClient", "AgentService", "add_agent_servicer", "config_from_proto",
-           "config_to_proto", "epoch_metadata", "prepare_request_document", "state_from_proto", "state_to_proto"]
+           "config_to_proto", "epoch_metadata", "prepare_request_document", "running_from_proto",
+           "running_to_proto", "state_from_proto", "state_to_proto"]
 
 SERVICE_NAME = "loom.agent.v1.Agent"
 #: the gRPC metadata key that carries the sending leader's epoch (DESIGN.md, High availability)
@@ -142,6 +144,21 @@ def _info_from_proto(m: pb.AgentInfo) -> AgentInfo:
                      m.prepared_change)
 
 
+# -- discovery -------------------------------------------------------------------
+def running_to_proto(d: ObservedDevice) -> pb.RunningConfig:
+    msg = pb.RunningConfig(hostname=d.name, running_config=d.running_config)
+    for i in d.interfaces:
+        m = msg.interfaces.add(name=i.name, addresses=list(i.addresses), up=i.up, kind=i.kind)
+        if i.speed_mbps is not None:
+            m.speed_mbps = i.speed_mbps
+    return msg
+
+
+def running_from_proto(m: pb.RunningConfig) -> ObservedDevice:
+    return ObservedDevice(m.hostname, m.running_config, tuple(
+        ObservedInterface(i.name, tuple(i.addresses), _opt(i, "speed_mbps"), i.up, i.kind) for i in m.interfaces))
+
+
 # -- server side -----------------------------------------------------------------
 class AgentService(Protocol):
     """The agent's logic, in domain types (implemented by :class:`southbound.device.agent.AgentCore`);
@@ -155,6 +172,7 @@ class AgentService(Protocol):
     async def abort(self, change: str, *, epoch: int | None = None) -> bool: ...
     async def rollback(self, change: str, to_hash: str, *, epoch: int | None = None) -> Outcome: ...
     async def state(self, prefixes: tuple[str, ...], *, epoch: int | None = None) -> DeviceState: ...
+    async def read_running(self, *, epoch: int | None = None) -> ObservedDevice: ...
 
 
 def epoch_metadata(epoch: int | None, replica: str = "") -> tuple[tuple[str, str], ...] | None:
@@ -225,6 +243,10 @@ class _Servicer(pb_grpc.AgentServicer):  # type: ignore[misc]
                                                                         epoch=await self._epoch(context))))
 
 
+    async def GetRunning(self, request: pb.GetRunningRequest, context: Context) -> pb.RunningConfig:  # noqa: N802
+        return running_to_proto(await self._call(context, self.core.read_running(epoch=await self._epoch(context))))
+
+
 def add_agent_servicer(server: grpc.aio.Server, core: AgentService) -> None:
     """Serve ``core`` as ``loom.agent.v1.Agent`` on ``server``."""
     pb_grpc.add_AgentServicer_to_server(_Servicer(core), server)
@@ -271,3 +293,7 @@ class AgentClient:
         request = pb.GetStateRequest(prefixes=list(prefixes))
         return state_from_proto(await self._stub.GetState(request, timeout=timeout, wait_for_ready=True,
                                                           metadata=self._md))
+
+    async def running(self, *, timeout: float) -> ObservedDevice:
+        return running_from_proto(await self._stub.GetRunning(pb.GetRunningRequest(), timeout=timeout,
+                                                              wait_for_ready=True, metadata=self._md))

@@ -7,8 +7,8 @@ whatever the order of the intent's lists (a /31 per link and a router id per
 device without a loopback from :mod:`controller.model.addressing`, which numbers
 each by its own stable id, so adding or removing one link or device renumbers no
 other; ports in port order; a host port per originated prefix, in prefix order,
-holding the prefix's first address; one eBGP session per link as RFC 7938
-prescribes), and, given a plan, the WCMP state it realizes; and
+holding the prefix's first address (but the router id's own /32, which the
+loopback holds); one eBGP session per link as RFC 7938 prescribes), and, given a plan, the WCMP state it realizes; and
 :func:`render_frr` turns one config into FRR's integrated configuration text
 (``frr.conf``). ``loom lab gen`` writes lab files with it and the device agent
 renders the changes it pushes with it, so lab and switch speak the same FRR.
@@ -102,11 +102,14 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
     lbw, fib = _wcmp_state(intent, plan, gateway)
     out: dict[str, DeviceConfig] = {}
     for d in intent.devices:
-        host = tuple(Interface(f"host{k}", host_address(p), host=True) for k, p in enumerate(originated[d.name]))
+        router_id = allocation.router_id(intent, d.name)
+        # a prefix that is the device's own /32 router id lives on its loopback, not on a host port
+        on_ports = [p for p in originated[d.name] if p != f"{router_id}/32"]
+        host = tuple(Interface(f"host{k}", host_address(p), host=True) for k, p in enumerate(on_ports))
         out[d.name] = DeviceConfig(
             hostname=d.name,
             asn=d.asn if intent.routing == Routing.BGP else None,
-            router_id=allocation.router_id(intent, d.name),
+            router_id=router_id,
             interfaces=tuple(ports[d.name]) + host,
             neighbors=tuple(neighbors[d.name]),
             originated=tuple(originated[d.name]),

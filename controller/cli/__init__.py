@@ -21,7 +21,7 @@ from controller.cli.common import app
 
 __all__ = ["COMMANDS", "app", "main"]
 
-_MODULES = ("core", "plan", "check", "lab", "agent", "changes", "drain", "telemetry", "jobs", "autote")
+_MODULES = ("core", "plan", "check", "lab", "agent", "changes", "drain", "telemetry", "jobs", "autote", "discover")
 
 #: every top-level command and command group, and the module of controller.cli that registers it
 #: (tests/unit/test_cli_core.py checks this against what the modules register)
@@ -36,6 +36,7 @@ COMMANDS = {
     "demand": "telemetry",
     "jobs": "jobs",
     "auto-te": "autote",
+    "discover": "discover",
 }
 
 

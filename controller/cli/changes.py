@@ -63,6 +63,8 @@ def print_review(rv: dict[str, Any]) -> None:
     console.print(f"config changes on {len(diffs)} device(s): {', '.join(sorted(diffs)) or 'none'}"
                   + ("" if rv.get("devices_attached", True) else " (rendered locally: no devices attached)"),
                   highlight=False)
+    if rv.get("adoption"):
+        print_adoption(rv["adoption"])
     if rv.get("schedule"):
         print_schedule(rv["schedule"])
     if rv.get("robustness"):
@@ -71,6 +73,20 @@ def print_review(rv: dict[str, Any]) -> None:
         print_reaction(rv["reaction"])
     if safety.get("failing"):
         print_failing(safety["failing"])
+
+
+def print_adoption(ad: dict[str, Any]) -> None:
+    """Routers being adopted: whether their differences are cosmetic, else every one that changes forwarding."""
+    devices = ", ".join(ad["devices"])
+    if ad["cosmetic"]:
+        console.print(f"adoption of {devices}: every difference is cosmetic (forwarding unchanged)", highlight=False)
+        return
+    console.print(f"[bold yellow]WARNING[/] adoption of {devices}: {len(ad['warnings'])} difference(s) change "
+                  "what the routers forward:", highlight=False)
+    for w in ad["warnings"]:
+        where = f" (in {w['context']})" if w["context"] else ""
+        console.print(f"  {w['device']}: {w['action']} {w['effect']}: '{w['line']}'{where}", highlight=False,
+                      markup=False)
 
 
 def _num(v: float | None, fmt: str = ".3f") -> str:

@@ -28,6 +28,11 @@ the whole allocation, so the store keeps only them with each revision (usually
 none). The CLI, with no store, allocates from nothing: the same numbers as a
 store whose history never saw a collision.
 
+**Pinned** values (DESIGN.md "Adoption": a link's ``a_address`` and
+``b_address``, a device's ``router_id``) are kept exactly and take no slot;
+a pinned address or router id that falls inside a pool reserves its slot, so
+nothing allocated collides with it.
+
 Pure: no I/O.
 """
 
@@ -88,14 +93,20 @@ class Allocation:
     devices: Mapping[str, int] = field(default_factory=dict)
 
     def link_addresses(self, link: Link) -> tuple[str, str]:
-        """The CIDR addresses of ``link``'s ``a`` and ``b`` ends (the lower address on the lower end)."""
+        """The CIDR addresses of ``link``'s ``a`` and ``b`` ends: its pinned ones, else its /31's (the
+        lower address on the lower end)."""
+        if link.a_address is not None and link.b_address is not None:
+            return str(link.a_address), str(link.b_address)
         base = LINK_POOL.network_address + 2 * self.links[link_id(link)]
         lo, hi = f"{base}/31", f"{base + 1}/31"
         return (lo, hi) if link.end_a < link.end_b else (hi, lo)
 
     def router_id(self, intent: Intent, name: str) -> str:
-        """``name``'s router id: its intent's loopback, else its slot in :data:`LOOPBACK_POOL`."""
+        """``name``'s router id: its pinned ``router_id``, else its intent's loopback, else its slot in
+        :data:`LOOPBACK_POOL`."""
         d = intent.device_map[name]
+        if d.router_id is not None:
+            return str(d.router_id)
         if d.loopback is not None:
             return str(d.loopback)
         return str(LOOPBACK_POOL.network_address + 1 + self.devices[name])
@@ -148,12 +159,22 @@ def _place(keys: Iterable[str], keep: Mapping[str, int], reserved: set[int], siz
     return out
 
 
+def _explicit(intent: Intent) -> list[ipaddress.IPv4Address]:
+    """Every address ``intent`` gives itself: loopbacks, pinned router ids, and pinned links' addresses
+    (a small subnet's every address, so no allocated /31 falls inside it)."""
+    out = [a for d in intent.devices for a in (d.loopback, d.router_id) if a is not None]
+    for lk in intent.links:
+        for e in (lk.a_address, lk.b_address):
+            if e is not None:
+                out += list(e.network) if e.network.num_addresses <= 1024 else [e.ip]
+    return out
+
+
 def _reserved(intent: Intent, pool: ipaddress.IPv4Network, offset: int, width: int, size: int) -> set[int]:
     """Slots of ``pool`` (slot ``s`` holds addresses ``offset + width * s`` onward) that hold an
-    explicit loopback of ``intent``."""
+    address ``intent`` gives explicitly (a loopback, a pinned router id or link address)."""
     base = int(pool.network_address)
-    slots = ((int(d.loopback) - base - offset) // width for d in intent.devices
-             if d.loopback is not None and d.loopback in pool)
+    slots = ((int(a) - base - offset) // width for a in _explicit(intent) if a in pool)
     return {s for s in slots if 0 <= s < size}
 
 
@@ -190,9 +211,9 @@ def allocate(intent: Intent, keep: Allocation | None = None) -> Allocation:
     True
     """
     keep = keep or Allocation()
-    links = _place((link_id(lk) for lk in intent.links), keep.links,
+    links = _place((link_id(lk) for lk in intent.links if not lk.pinned), keep.links,
                    _reserved(intent, LINK_POOL, 0, 2, _LINK_SLOTS), _LINK_SLOTS, "links")
-    devices = _place((d.name for d in intent.devices if d.loopback is None), keep.devices,
+    devices = _place((d.name for d in intent.devices if d.loopback is None and d.router_id is None), keep.devices,
                      _reserved(intent, LOOPBACK_POOL, 1, 1, _DEVICE_SLOTS), _DEVICE_SLOTS, "devices")
     return Allocation(links, devices)
 

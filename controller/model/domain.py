@@ -163,7 +163,10 @@ class Defaults(_Frozen):
 class Device(_Frozen):
     """A switch. ``pod`` groups ToRs and leaves, ``plane`` groups leaves and
     spines; ``asn`` is required for ``routing: bgp``; ``loopback`` is the router
-    id and the address the device's own services answer on."""
+    id and the address the device's own services answer on. ``router_id`` pins
+    the router id (BGP router-id, IS-IS system id) a running device has, which
+    then also holds the loopback address unless ``loopback`` names another one
+    (DESIGN.md "Adoption"); absent, it is the loopback or allocated."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     role: Role = Role.ROUTER
@@ -171,6 +174,7 @@ class Device(_Frozen):
     plane: Index | None = None
     asn: Annotated[int, _Number] | None = None
     loopback: ipaddress.IPv4Address | None = None
+    router_id: ipaddress.IPv4Address | None = None
     max_ecmp_entries: EcmpEntries | None = None
 
     @field_validator("asn")
@@ -185,7 +189,10 @@ class Device(_Frozen):
 
 class Link(_Frozen):
     """An undirected link between ``a:a_port`` and ``b:b_port``. ``capacity_gbps``
-    is per direction (default 100); ``metric`` is the IS-IS metric (default 10)."""
+    is per direction (default 100); ``metric`` is the IS-IS metric (default 10).
+    ``a_address`` and ``b_address`` pin the ends' interface addresses with their
+    length (``192.168.1.1/30``), both or neither, as a running fabric has them;
+    absent, Loom allocates a /31 (:mod:`controller.model.addressing`)."""
 
     a: DeviceRef
     a_port: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")
@@ -193,6 +200,13 @@ class Link(_Frozen):
     b_port: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")
     capacity_gbps: CapacityGbps = DEFAULT_CAPACITY_GBPS
     metric: Metric = DEFAULT_METRIC
+    a_address: ipaddress.IPv4Interface | None = None
+    b_address: ipaddress.IPv4Interface | None = None
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the link's addresses are pinned (both ends; validation refuses one alone)."""
+        return self.a_address is not None and self.b_address is not None
 
     @property
     def end_a(self) -> str:

@@ -64,6 +64,7 @@ from controller.model.collectives import Registry
 from controller.model.collectives_builtin import BUILTINS
 from controller.model.collectives_check import check_collectives, check_job_collective
 from controller.model.errors import IntentError, InvalidIntent
+from controller.model.pins import check_pins
 from controller.model.text import DEFAULT_LIMITS, TextLimits, decode_utf8, format_loc, load_json, load_yaml
 
 __all__ = ["dump_intent", "load_intent", "parse_intent_text", "validate_intent", "validate_job", "format_loc",
@@ -361,6 +362,8 @@ def _check_meaning(
     if routing == Routing.BGP:
         _check_clos(refs.devices, refs.device_index, good_links, errors, uplinks=structure)
     _check_pools(items["devices"], items["links"], errors)
+    check_pins([(i, d) for i, d in items["devices"] if not isinstance(d, _Partial)],
+               [(i, lk) for i, lk in items["links"] if not isinstance(lk, _Partial)], errors)
 
 
 def _check_pools(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], errors: list[IntentError]) -> None:
@@ -369,7 +372,8 @@ def _check_pools(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], e
     explicit = {int(lb) for _, d in devices if (lb := getattr(d, "loopback", None)) is not None
                 and lb in LOOPBACK_POOL}
     room = DEVICE_SLOTS - len(explicit)
-    unnumbered = [i for i, d in devices if getattr(d, "name", None) is not None and getattr(d, "loopback", 1) is None]
+    unnumbered = [i for i, d in devices if getattr(d, "name", None) is not None and getattr(d, "loopback", 1) is None
+                  and getattr(d, "router_id", None) is None]
     if len(unnumbered) > room:
         errors.append(IntentError(
             f"devices[{unnumbered[room]}].loopback",

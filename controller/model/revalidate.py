@@ -58,8 +58,8 @@ __all__ = ["LEAF_SECTIONS", "REFERENCE_FIELDS", "Change", "Context", "cross_obje
 
 #: per section, the attributes of an object that the cross-object rules read (policies: every field they have)
 REFERENCE_FIELDS: dict[str, tuple[str, ...]] = {
-    "devices": ("name", "role", "pod", "plane", "asn", "loopback"),
-    "links": ("a", "a_port", "b", "b_port"),
+    "devices": ("name", "role", "pod", "plane", "asn", "loopback", "router_id"),
+    "links": ("a", "a_port", "b", "b_port", "a_address", "b_address"),
     "failure_domains": ("name", "devices", "links"),
     "prefixes": ("prefix", "origins"),
     "policies": ("kind", "target", "mode", "realization"),

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import difflib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from controller.model import Intent
 from controller.model.documents import (
+    AdoptionDocument,
+    AdoptionWarningDocument,
     DeviceDiffDocument,
     JsonObject,
     LinkDeltaDocument,
@@ -51,11 +53,13 @@ from safety.review import diff_plans
 from safety.review import review as review_plans
 from safety.transition import ownership, schedule
 from southbound.config import SessionReset, bgp_session_resets
+from southbound.discovery.impact import forwarding_impact
 from southbound.render import config_hash, device_configs, render_frr
 from southbound.transaction import commit_order
 
-__all__ = ["CommitLeg", "build_review", "commit_legs", "commit_stages", "expected_hashes", "leg_transaction",
-           "local_config_diff", "review_document", "session_resets", "transition_schedule"]
+__all__ = ["CommitLeg", "adoption_section", "build_review", "commit_legs", "commit_stages", "expected_hashes",
+           "leg_transaction", "local_config_diff", "review_document", "route_changes", "session_resets",
+           "transition_schedule"]
 
 Doc = dict[str, Any]
 
@@ -115,7 +119,48 @@ def review_document(inp: ReviewInputs, config_diff: dict[str, str], *,
         schedule=sched,
         reaction=reaction,
         robustness=robustness_section(inp.intent, inp.plan, report),
+        adoption=adoption_section(config_diff),
     )
+
+
+def route_changes(plan: Plan, kernel: Mapping[str, Mapping[str, frozenset[str]] | None]
+                  ) -> list[AdoptionWarningDocument]:
+    """Where ``plan`` would move a router's forwarding: per device of ``kernel`` (prefix -> the ports its kernel
+    forwards on now, as its routing protocol installed them; ``None``: not read), every prefix whose next-hop
+    ports the plan changes, gains or drops. WCMP weights are not compared (a plan re-weights on purpose)."""
+    out: list[AdoptionWarningDocument] = []
+    for device, now in sorted(kernel.items()):
+        if now is None:
+            out.append(AdoptionWarningDocument(device=device, action="removes", context="", line="its kernel routes",
+                                               effect="what it forwards (its agent did not answer GetState)"))
+            continue
+        dp = plan.devices.get(device)
+        planned = {p: frozenset(h.port for h in dp.groups[g]) for p, g in dp.routes.items()} if dp else {}
+        for prefix in sorted(set(planned) | set(now)):
+            before, after = now.get(prefix, frozenset()), planned.get(prefix, frozenset())
+            for action, ports in (("removes", before - after), ("adds", after - before)):
+                for port in sorted(ports):
+                    out.append(AdoptionWarningDocument(
+                        device=device, action=cast(Literal["removes", "adds"], action), context=f"route {prefix}",
+                        line=f"next hop {port}", effect="a next hop the router forwards on"))
+    return out
+
+
+def adoption_section(config_diff: dict[str, str]) -> AdoptionDocument | None:
+    """The routers whose agents diffed against a configuration Loom did not write, with every difference
+    that changes forwarding (:func:`southbound.discovery.impact.forwarding_impact`); ``None`` when none."""
+    devices: list[str] = []
+    warnings: list[AdoptionWarningDocument] = []
+    for device, diff in sorted(config_diff.items()):
+        impacts = forwarding_impact(diff)
+        if impacts is None:
+            continue
+        devices.append(device)
+        warnings += [AdoptionWarningDocument(device=device, action=cast(Literal["removes", "adds"], i.action),
+                                             context=i.context, line=i.line, effect=i.effect) for i in impacts]
+    if not devices:
+        return None
+    return AdoptionDocument(devices=devices, cosmetic=not warnings, warnings=warnings)
 
 
 def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,

@@ -20,7 +20,7 @@ from controller.service import WriteContext
 from controller.store import workflow_repo as wrepo
 from controller.workflow import changes
 from controller.workflow.reactions import ReactionOptions
-from controller.workflow.review import local_config_diff, review_document
+from controller.workflow.review import local_config_diff, review_document, route_changes
 from controller.workflow.runtime import Runtime
 from controller.workflow.settle import unsettled_note
 from southbound.render import device_configs
@@ -76,8 +76,25 @@ class Reviewer:
         elif busy:
             notes["config_diff_note"] = "a change is committing: the config diff was rendered locally, not by Prepare"
         doc = doc.model_copy(update=notes)
+        if doc.adoption is not None and rt.driver is not None and not busy:
+            doc = await self._with_route_changes(inp, doc)
         await rt.in_session(lambda s: changes.record_review(change_id, doc, session=s, ctx=ctx))
         return doc
+
+    async def _with_route_changes(self, inp: changes.ReviewInputs, doc: ReviewDocument) -> ReviewDocument:
+        """An adoption's review, with every next hop the plan would move on the routers being adopted, from what
+        their kernels forward on now (their agents' GetState)."""
+        assert doc.adoption is not None
+        agents = self.rt.agents
+        got = await asyncio.gather(*(agents.state(d) for d in doc.adoption.devices), return_exceptions=True)
+        kernel = {d: (None if isinstance(s, BaseException) else
+                      {p: frozenset(r.weights()) for p, r in s.routes.items() if r.protocol != "loom"})
+                  for d, s in zip(doc.adoption.devices, got, strict=True)}
+        extra = route_changes(inp.plan, kernel)
+        if not extra:
+            return doc
+        adoption = doc.adoption.model_copy(update={"cosmetic": False, "warnings": doc.adoption.warnings + extra})
+        return doc.model_copy(update={"adoption": adoption})
 
     async def _agent_diff(self, inp: changes.ReviewInputs) -> dict[str, str]:
         """Every device's diff from its agent's Prepare in preview: the agent stores nothing, so a review

@@ -50,6 +50,7 @@ from southbound.device.counters import KernelCounters, SyntheticCounters, fabric
 from southbound.device.frr_apply import DryFrr, FrrBackend, FrrError, FrrReload, atomic_write_json, read_json, text_diff
 from southbound.device.gnmi_server import GnmiService, add_gnmi_servicer
 from southbound.device.opstate import DryStatus, KernelStatus, LinkWatcher
+from southbound.discovery.observed import ObservedDevice
 from southbound.gnmi import GNMI_SERVICE
 from southbound.grpc_adapter import SERVICE_NAME, add_agent_servicer
 from southbound.render import build_rendered
@@ -481,6 +482,11 @@ class AgentCore:
                 raise
             except Exception:  # noqa: BLE001 - FRR busy or half started: the next look tries again
                 log.exception("re-applying the config after a daemon restart failed")
+
+    async def read_running(self, *, epoch: int | None = None) -> ObservedDevice:
+        """What discovery reads of the switch (``GetRunning``): FRR's running configuration, the interfaces."""
+        self.fence("GetRunning", "", epoch)
+        return await asyncio.to_thread(self.backend.read_running, self.hostname)
 
     async def state(self, prefixes: tuple[str, ...], *, epoch: int | None = None) -> DeviceState:
         self.fence("GetState", "", epoch)

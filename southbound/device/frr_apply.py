@@ -43,6 +43,7 @@ from southbound.device.frr_delta import (
     tree_of_document,
 )
 from southbound.device.vty import VTY_OK, daemons, vty_run
+from southbound.discovery.observed import ObservedDevice, interfaces_from_ip_json
 from southbound.rendered import FibHop, Rendered
 from southbound.state import BgpSession, KernelNextHop, KernelRoute
 
@@ -147,6 +148,10 @@ class FrrBackend(Protocol):
         """The process id of each FRR daemon running now (a daemon that restarted has a new one)."""
         ...
 
+    def read_running(self, hostname: str) -> ObservedDevice:
+        """What discovery reads of the switch: FRR's running configuration and the kernel's interfaces."""
+        ...
+
 
 #: the daemons whose restart loses the configuration the agent applied (each starts from its own file)
 ROUTING_DAEMONS = ("zebra", "bgpd", "isisd", "ospfd", "staticd")
@@ -219,6 +224,9 @@ class DryFrr:
 
     def daemon_pids(self) -> dict[str, int]:
         return {}  # no daemons: nothing restarts
+
+    def read_running(self, hostname: str) -> ObservedDevice:
+        return ObservedDevice(hostname, self.snapshot(hostname).frr_text)
 
 
 def _run(argv: list[str], *, timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -412,6 +420,19 @@ class FrrReload:
             except (OSError, ValueError, IndexError):
                 continue
         return out
+
+    def read_running(self, hostname: str) -> ObservedDevice:
+        """``show running-config``, and the interfaces of ``ip -j -d addr`` with their ``/sys`` speeds (the agent
+        runs in the switch's network namespace, so these are the switch's)."""
+        speeds: dict[str, int | None] = {}
+        for path in Path("/sys/class/net").glob("*/speed"):
+            try:
+                value = int(path.read_text().strip())
+            except (OSError, ValueError):
+                value = 0
+            speeds[path.parent.name] = value if value > 0 else None
+        addr = _run(["ip", "-j", "-d", "addr"], timeout=10).stdout
+        return ObservedDevice(hostname, self.snapshot(hostname).frr_text, interfaces_from_ip_json(addr, speeds))
 
     def settle(self, timeout: float = 60.0) -> None:
         """Wait until no ``frr-reload.py`` of ours (one a crashed agent left behind) is still running."""

@@ -71,6 +71,8 @@ from controller.model.documents.plan import (
     PlanSummaryDocument,
 )
 from controller.model.documents.review import (
+    AdoptionDocument,
+    AdoptionWarningDocument,
     DeviceDiffDocument,
     LinkDeltaDocument,
     PlanDiffEntry,
@@ -127,6 +129,7 @@ from controller.model.documents.telemetry import (
 
 __all__ = [
     "AutoTeDecisionDocument", "AutoTeStatusDocument", "AutoTeTrigger", "ChangeDocument", "ChangeState",
+    "AdoptionDocument", "AdoptionWarningDocument",
     "ClusterDocument", "DemandCaptureDocument", "DeviceDiffDocument", "DevicePlanDocument", "DeviceProgress",
     "AdjacencyStateDocument", "DeviceStateDocument", "DeviceStateSummary", "DeviceStatesDocument",
     "DrainCheckDocument", "DrainTargetCheck",

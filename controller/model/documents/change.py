@@ -133,7 +133,7 @@ class ChangeDocument(Closed):
 #: ``review`` in the other POST answers); ``GET /v1/changes/{id}`` serves the model's field order.
 REVIEW_ANSWER_ORDER = ("verdict", "proposed_revision", "active_revision", "summary", "plan_diff", "links",
                        "config_diff", "safety", "bgp_sessions_reset", "schedule", "unsettled", "unsettled_note",
-                       "devices_attached", "config_diff_note", "reaction", "robustness")
+                       "devices_attached", "config_diff_note", "reaction", "robustness", "adoption")
 
 
 def _in_order(doc: JsonObject, keys: tuple[str, ...]) -> JsonObject:

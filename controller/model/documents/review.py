@@ -193,6 +193,26 @@ class RobustnessDocument(Closed):
     baseline_mlu_robust: float | None
 
 
+class AdoptionWarningDocument(Closed):
+    """One difference on a router being adopted that changes what it forwards: Loom's rendering
+    ``removes`` or ``adds`` ``line`` (under ``context``), which is ``effect``."""
+
+    device: str
+    action: Literal["removes", "adds"]
+    context: str
+    line: str
+    effect: str
+
+
+class AdoptionDocument(Closed):
+    """Routers that run a configuration Loom did not write (DESIGN.md "Adoption"): ``devices``; ``cosmetic``
+    is true when every difference on them is cosmetic, else each other difference is in ``warnings``."""
+
+    devices: list[str]
+    cosmetic: bool
+    warnings: list[AdoptionWarningDocument]
+
+
 class ReviewDocument(Closed):
     """``POST /v1/changes/{id}/review``: the dry run of a change. The top-level fields up to
     ``safety`` are a contract (DESIGN.md section 4); ``devices_attached`` is present (false)
@@ -221,6 +241,9 @@ class ReviewDocument(Closed):
         default=None, description="each failure until the reaction, and the reaction plan's verdict")
     robustness: RobustnessDocument | None = Field(
         default=None, description="the worst post-failure utilization with and without robust WCMP")
+    adoption: AdoptionDocument | None = Field(
+        default=None, description="routers running a configuration Loom did not write, and every difference that "
+                                  "would change what they forward (absent when no router is being adopted)")
 
 
 class SafetyBrief(Closed):

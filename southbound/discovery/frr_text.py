@@ -1,0 +1,219 @@
+"""FRR 8.4's running configuration, read into what discovery needs (no I/O).
+
+:func:`parse_running` reads ``show running-config`` text into a
+:class:`FrrRunning`: interface addresses and their OSPF cost and area or IS-IS
+metric, ``router bgp`` (ASN, router id, neighbors, ``network`` statements,
+``redistribute``), ``router ospf`` (router id, ``network ... area``, passive
+interfaces), ``router isis`` (NET), static routes, and every line it does not
+model (route maps, prefix lists, ...) so that adoption can say what Loom's
+rendering would drop. Lines that only describe (``description``, logging,
+``frr version``) are read and ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["BgpConf", "FrrRunning", "InterfaceConf", "IsisConf", "OspfConf", "parse_running"]
+
+#: lines that change nothing a router forwards (or that Loom's rendering writes itself)
+_COSMETIC = re.compile(
+    r"^(frr version|frr defaults|hostname|log |no log|service |no service|password|enable password|"
+    r"no ipv6 forwarding|ip forwarding|line vty|agentx|debug |end$|Building configuration|Current configuration)")
+_CONTEXT = re.compile(r"^(interface|router|route-map|key chain|vrf|line|segment-routing|bfd|mpls|"
+                      r"address-family|ip prefix-list|bgp as-path|ip community-list)\b")
+
+
+@dataclass
+class InterfaceConf:
+    """An ``interface`` block: IPv4 ``addresses`` (CIDR), OSPF ``ospf_cost``/``ospf_area``/``ospf_passive``,
+    IS-IS ``isis`` (enabled), ``isis_metric`` and ``isis_passive``."""
+
+    name: str
+    addresses: list[str] = field(default_factory=list)
+    description: str | None = None
+    ospf_cost: int | None = None
+    ospf_area: str | None = None
+    ospf_passive: bool = False
+    isis: bool = False
+    isis_metric: int | None = None
+    isis_passive: bool = False
+
+
+@dataclass
+class BgpConf:
+    """``router bgp ASN``: ``neighbors`` maps FRR's name for a neighbor (address or interface) to its
+    ``remote-as`` text (a number, ``external`` or ``internal``)."""
+
+    asn: int
+    router_id: str | None = None
+    neighbors: dict[str, str] = field(default_factory=dict)
+    networks: list[str] = field(default_factory=list)
+    redistribute: list[str] = field(default_factory=list)
+    maximum_paths: int | None = None
+    multipath_relax: bool = False
+
+
+@dataclass
+class OspfConf:
+    """``router ospf``: ``networks`` as ``(prefix, area)``, ``passive`` interfaces (``passive_default``:
+    ``passive-interface default``)."""
+
+    router_id: str | None = None
+    networks: list[tuple[str, str]] = field(default_factory=list)
+    passive: set[str] = field(default_factory=set)
+    passive_default: bool = False
+    redistribute: list[str] = field(default_factory=list)
+
+
+@dataclass
+class IsisConf:
+    tag: str
+    net: str | None = None
+    redistribute: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FrrRunning:
+    """What :func:`parse_running` read. ``other``: lines it does not model, as ``context: line``."""
+
+    hostname: str | None = None
+    interfaces: dict[str, InterfaceConf] = field(default_factory=dict)
+    bgp: BgpConf | None = None
+    ospf: OspfConf | None = None
+    isis: IsisConf | None = None
+    statics: list[str] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)
+
+    def interface(self, name: str) -> InterfaceConf:
+        return self.interfaces.setdefault(name, InterfaceConf(name))
+
+
+def _blocks(text: str) -> list[tuple[str, list[str]]]:
+    """Top-level lines with the indented lines under them (``exit``, ``!`` and the banner dropped)."""
+    out: list[tuple[str, list[str]]] = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        stripped = line.strip()
+        if not stripped or stripped.startswith("!") or stripped in ("exit", "exit-address-family", "end"):
+            continue
+        if line[0] != " " or not out:
+            out.append((stripped, []))
+        else:
+            out[-1][1].append(stripped)
+    return out
+
+
+def parse_running(text: str) -> FrrRunning:
+    """Parse FRR's ``show running-config`` (or an ``frr.conf``) into a :class:`FrrRunning`."""
+    run = FrrRunning()
+    for head, body in _blocks(text):
+        if head.startswith("hostname ") and run.hostname is None:
+            run.hostname = head.split()[1]
+        elif head.startswith("interface "):
+            _interface(run, head.split()[1], body)
+        elif head.startswith("router bgp "):
+            _bgp(run, head, body)
+        elif head.startswith("router ospf") and not head.startswith("router ospf6"):
+            _ospf(run, body)
+        elif head.startswith("router isis "):
+            _isis(run, head.split()[2], body)
+        elif head.startswith("ip route "):
+            run.statics.append(head)
+        elif _COSMETIC.match(head):
+            continue
+        else:
+            run.other += [head] + [f"{head}: {b}" for b in body] if _CONTEXT.match(head) else [head]
+    return run
+
+
+def _interface(run: FrrRunning, name: str, body: list[str]) -> None:
+    itf = run.interface(name)
+    for line in body:
+        w = line.split()
+        if line.startswith("ip address ") and "/" in w[2]:
+            itf.addresses.append(w[2])
+        elif w[0] == "description":
+            itf.description = line.partition(" ")[2]
+        elif line.startswith("ip ospf cost "):
+            itf.ospf_cost = int(w[3])
+        elif line.startswith("ip ospf area "):
+            itf.ospf_area = w[3]
+        elif line == "ip ospf passive":
+            itf.ospf_passive = True
+        elif line.startswith("ip router isis "):
+            itf.isis = True
+        elif line.startswith("isis metric "):
+            itf.isis_metric = int(w[-1])
+        elif line == "isis passive":
+            itf.isis_passive = True
+        elif not line.startswith(("ip ospf network", "isis network", "isis hello", "isis circuit-type",
+                                  "ip ospf hello", "ip ospf dead")):
+            run.other.append(f"interface {name}: {line}")
+
+
+def _bgp(run: FrrRunning, head: str, body: list[str]) -> None:
+    w = head.split()
+    if len(w) > 3:  # router bgp N vrf X: not the default instance
+        run.other.append(head)
+        return
+    bgp = run.bgp = BgpConf(int(w[2]))
+    for line in body:
+        w = line.split()
+        if line.startswith("bgp router-id "):
+            bgp.router_id = w[2]
+        elif w[0] == "neighbor" and len(w) >= 4 and w[2] == "remote-as":
+            bgp.neighbors[w[1]] = w[3]
+        elif w[0] == "neighbor" and len(w) >= 5 and w[2:4] == ["interface", "remote-as"]:
+            bgp.neighbors[w[1]] = w[4]
+        elif w[0] == "network":
+            bgp.networks.append(w[1])
+        elif w[0] == "redistribute":
+            bgp.redistribute.append(" ".join(w[1:]))
+        elif w[0] == "maximum-paths":
+            bgp.maximum_paths = int(w[1])
+        elif line == "bgp bestpath as-path multipath-relax":
+            bgp.multipath_relax = True
+        elif not _bgp_cosmetic(line, w):
+            run.other.append(f"router bgp {bgp.asn}: {line}")
+
+
+def _bgp_cosmetic(line: str, w: list[str]) -> bool:
+    """BGP lines that change no route: descriptions, timers, logging, activation, address families."""
+    if w[0] == "neighbor" and len(w) >= 3 and w[2] in ("description", "timers", "advertisement-interval", "activate"):
+        return True
+    return line.startswith(("address-family ipv4 unicast", "bgp log-neighbor-changes", "timers bgp",
+                            "no bgp ebgp-requires-policy", "no bgp default ipv4-unicast",
+                            "no bgp network import-check"))
+
+
+def _ospf(run: FrrRunning, body: list[str]) -> None:
+    ospf = run.ospf = OspfConf()
+    for line in body:
+        w = line.split()
+        if w[0] in ("ospf", "router-id") and "router-id" in w:
+            ospf.router_id = w[-1]
+        elif w[0] == "network" and len(w) == 4 and w[2] == "area":
+            ospf.networks.append((w[1], w[3]))
+        elif line == "passive-interface default":
+            ospf.passive_default = True
+        elif w[0] == "passive-interface":
+            ospf.passive.add(w[1])
+        elif w[0] == "redistribute":
+            ospf.redistribute.append(" ".join(w[1:]))
+        elif not line.startswith(("log-adjacency-changes", "timers throttle", "auto-cost")):
+            run.other.append(f"router ospf: {line}")
+
+
+def _isis(run: FrrRunning, tag: str, body: list[str]) -> None:
+    isis = run.isis = IsisConf(tag)
+    for line in body:
+        w = line.split()
+        if w[0] == "net":
+            isis.net = w[1]
+        elif w[0] == "redistribute":
+            isis.redistribute.append(" ".join(w[1:]))
+        elif not line.startswith(("is-type", "metric-style", "lsp-gen-interval", "spf-interval",
+                                  "log-adjacency-changes")):
+            run.other.append(f"router isis {tag}: {line}")

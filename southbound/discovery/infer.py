@@ -1,0 +1,413 @@
+"""From the routers of a running FRR fabric to an intent document, with what it could not decide.
+
+:func:`discover` works on what readers observed (:mod:`southbound.discovery.observed`) and
+FRR's configuration read by :mod:`southbound.discovery.frr_text`, with no I/O:
+
+- **links**: two interfaces of two routers whose addresses share a subnet (any length from /30
+  up, or /31), pinned as they run (``a_address``, ``b_address``); a subnet shared by three or
+  more routers is a question (Loom's links are point to point);
+- **routing**: ``bgp`` when routers run eBGP sessions, else ``ospf`` or ``isis``;
+- **prefixes**: what the protocol advertises of each router's own subnets (BGP ``network``
+  statements and ``redistribute connected``; the OSPF or IS-IS interfaces that are not links)
+  and its loopback when advertised; one prefix from several routers is anycast;
+- **roles** of an RFC 7938 Clos: the routers with host subnets are the bottom tier, the others
+  tiered by their distance from it (two tiers: leaf and spine; three: tor, leaf, spine; four:
+  and superspine); pods and planes group the routers that share an ASN (section 5.2.1);
+- **ASNs**, **router ids** (pinned), link **metrics** (IS-IS metric, OSPF cost) and
+  **capacities** (interface speed; virtual interfaces report none worth having, so
+  ``default_gbps``).
+
+The result is checked by Loom's own validator; every error it reports becomes a question too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.model.errors import InvalidIntent
+from controller.model.intent import validate_intent
+from southbound.discovery.frr_text import FrrRunning, parse_running
+from southbound.discovery.observed import ObservedDevice
+from southbound.render import host_address, isis_net
+
+__all__ = ["DEFAULT_GBPS", "Discovery", "Question", "discover"]
+
+#: capacity of a link whose interfaces report no usable speed (veth pairs report 10000 Mb/s or none)
+DEFAULT_GBPS = 10.0
+_ROLES = {1: ["leaf"], 2: ["leaf", "spine"], 3: ["tor", "leaf", "spine"], 4: ["tor", "leaf", "spine", "superspine"]}
+_FRR_OSPF_REFERENCE_MBPS = 100_000  # datacenter profile: auto-cost reference-bandwidth 100000
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """Something discovery could not decide: ``where`` in the intent (or the router), and the question."""
+
+    where: str
+    question: str
+
+    def to_document(self) -> dict[str, str]:
+        return {"where": self.where, "question": self.question}
+
+
+@dataclass
+class Discovery:
+    """The discovered ``intent`` document, whether it ``valid``ates, and the ``questions``."""
+
+    intent: dict[str, Any]
+    questions: list[Question] = field(default_factory=list)
+    valid: bool = False
+
+    def to_document(self) -> dict[str, Any]:
+        return {"intent": self.intent, "questions": [q.to_document() for q in self.questions]}
+
+
+@dataclass
+class _End:
+    device: str
+    port: str
+    address: ipaddress.IPv4Interface
+
+
+@dataclass
+class _Fabric:
+    """The working state of one discovery."""
+
+    devices: dict[str, ObservedDevice]
+    running: dict[str, FrrRunning]
+    questions: list[Question] = field(default_factory=list)
+    links: list[tuple[_End, _End]] = field(default_factory=list)
+    stubs: dict[str, list[_End]] = field(default_factory=lambda: defaultdict(list))
+
+    def ask(self, where: str, question: str) -> None:
+        self.questions.append(Question(where, question))
+
+
+def discover(devices: Iterable[ObservedDevice], *, name: str, default_gbps: float = DEFAULT_GBPS) -> Discovery:
+    """The intent of the fabric whose routers are ``devices``, named ``name``.
+
+    Every link's addresses and every router's id are pinned as they run, ASNs kept; capacities
+    default to ``default_gbps`` where the interfaces report no real speed.
+    """
+    devs = {d.name: d for d in sorted(devices, key=lambda d: d.name)}
+    fab = _Fabric(devs, {n: parse_running(d.running_config) for n, d in devs.items()})
+    _find_links(fab)
+    routing = _routing(fab)
+    prefixes = _prefixes(fab, routing)
+    roles = _roles(fab, prefixes)
+    doc: dict[str, Any] = {
+        "name": name,
+        "routing": routing,
+        "devices": [_device(fab, n, roles.get(n), routing) for n in devs],
+        "links": [_link(fab, a, b, routing, default_gbps) for a, b in fab.links],
+        "prefixes": [{"prefix": p, "origins": sorted(o)} for p, o in sorted(prefixes.items(), key=_prefix_key)],
+    }
+    _group_by_asn(doc, routing)
+    _check_sessions(fab, routing)
+    _check_ports(fab, doc)
+    _check_igp(fab, routing, {d["name"]: d.get("router_id") for d in doc["devices"]})
+    defaulted = [f"{a.device}:{a.port}" for a, b in fab.links if _speeds(fab, a, b) == []]
+    if defaulted:
+        fab.ask("links", f"{len(defaulted)} links' interfaces report no physical speed (virtual interfaces): "
+                f"capacity_gbps set to {default_gbps:g} (--default-gbps); what are their capacities?")
+    _note_unmodelled(fab)
+    out = Discovery(doc, fab.questions)
+    try:
+        validate_intent(doc)
+        out.valid = True
+    except InvalidIntent as exc:
+        out.questions += [Question(e.loc, f"Loom's validator refuses this: {e.msg}") for e in exc.errors]
+    return out
+
+
+def _prefix_key(item: tuple[str, Any]) -> tuple[int, int]:
+    net = ipaddress.IPv4Network(item[0])
+    return int(net.network_address), net.prefixlen
+
+
+def _addresses(fab: _Fabric, device: str) -> dict[str, list[ipaddress.IPv4Interface]]:
+    """Per port, its IPv4 addresses: the kernel's when observed, else the configuration's."""
+    out: dict[str, list[ipaddress.IPv4Interface]] = {}
+    for itf in fab.devices[device].interfaces:
+        out[itf.name] = [ipaddress.IPv4Interface(a) for a in itf.addresses]
+    for name, conf in fab.running[device].interfaces.items():
+        if not out.get(name):
+            out[name] = [ipaddress.IPv4Interface(a) for a in conf.addresses]
+    return out
+
+
+def _find_links(fab: _Fabric) -> None:
+    """Links (subnets two routers share) and each router's stub subnets (its alone)."""
+    by_subnet: dict[ipaddress.IPv4Network, list[_End]] = defaultdict(list)
+    for device in fab.devices:
+        for port, addrs in sorted(_addresses(fab, device).items()):
+            for a in addrs:
+                if port != "lo" and a.network.prefixlen < 32 and not a.ip.is_loopback:
+                    by_subnet[a.network].append(_End(device, port, a))
+    for net, ends in sorted(by_subnet.items()):
+        routers = {e.device for e in ends}
+        if len(ends) == 2 and len(routers) == 2:
+            fab.links.append((ends[0], ends[1]))
+        elif len(routers) == 1:
+            for e in ends:
+                fab.stubs[e.device].append(e)
+        else:
+            fab.ask(f"subnet {net}", f"{len(ends)} interfaces ({', '.join(f'{e.device}:{e.port}' for e in ends)}) "
+                    "share this subnet; Loom's links are point to point: which pairs are links?")
+
+
+def _routing(fab: _Fabric) -> str:
+    bgp = [n for n, r in fab.running.items() if r.bgp is not None and r.bgp.neighbors]
+    ospf = [n for n, r in fab.running.items() if r.ospf is not None]
+    isis = [n for n, r in fab.running.items() if r.isis is not None]
+    kinds = [k for k, v in (("bgp", bgp), ("ospf", ospf), ("isis", isis)) if v]
+    if len(kinds) > 1:
+        fab.ask("routing", f"routers run {' and '.join(kinds)}; Loom runs one protocol per fabric: "
+                f"{kinds[0]} assumed (the other's configuration would be removed)")
+    if not kinds:
+        fab.ask("routing", "no router runs BGP, OSPF or IS-IS: which routing should the fabric have?")
+        return "bgp"
+    return kinds[0]
+
+
+def _in_any(address: ipaddress.IPv4Interface, networks: Iterable[str]) -> bool:
+    return any(address.ip in ipaddress.IPv4Network(n, strict=False) for n in networks)
+
+
+def _loopback(fab: _Fabric, device: str) -> ipaddress.IPv4Interface | None:
+    return next((a for a in _addresses(fab, device).get("lo", []) if not a.ip.is_loopback), None)
+
+
+def _prefixes(fab: _Fabric, routing: str) -> dict[str, set[str]]:
+    """Prefix -> originating routers: what each router's protocol advertises of its own subnets."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for device, run in fab.running.items():
+        own = [(e.port, e.address) for e in fab.stubs.get(device, [])]
+        lo = _loopback(fab, device)
+        if lo is not None:
+            own.append(("lo", lo))
+        for port, addr in own:
+            if _advertised(fab, device, run, routing, port, addr):
+                out[str(addr.network)].add(device)
+        if routing == "bgp" and run.bgp is not None:
+            connected = {str(a.network) for _p, a in own}
+            for net in run.bgp.networks:
+                if net not in connected:
+                    fab.ask(f"router {device}", f"BGP announces {net}, which is no subnet of {device}'s "
+                            "interfaces: Loom originates only connected subnets; keep it (a static route?)")
+    return out
+
+
+def _advertised(fab: _Fabric, device: str, run: FrrRunning, routing: str, port: str,
+                addr: ipaddress.IPv4Interface) -> bool:
+    net = str(addr.network)
+    if routing == "bgp":
+        bgp = run.bgp
+        return bgp is not None and (net in bgp.networks or any(r.split()[0] == "connected" for r in bgp.redistribute))
+    if routing == "ospf":
+        ospf = run.ospf
+        conf = run.interfaces.get(port)
+        return ospf is not None and (_in_any(addr, [n for n, _a in ospf.networks])
+                                     or (conf is not None and conf.ospf_area is not None)
+                                     or any(r.split()[0] == "connected" for r in ospf.redistribute))
+    conf = run.interfaces.get(port)
+    isis = run.isis
+    return isis is not None and ((conf is not None and conf.isis)
+                                 or any(r.split()[1:2] == ["connected"] for r in isis.redistribute))
+
+
+def _roles(fab: _Fabric, prefixes: Mapping[str, set[str]]) -> dict[str, str]:
+    """Clos roles by distance from the routers that have host subnets (the bottom tier)."""
+    edge = {d for d, ends in fab.stubs.items()
+            if any(d in prefixes.get(str(e.address.network), ()) for e in ends)}
+    adj: dict[str, set[str]] = defaultdict(set)
+    for a, b in fab.links:
+        adj[a.device].add(b.device)
+        adj[b.device].add(a.device)
+    dist = {d: 0 for d in edge}
+    frontier = sorted(edge)
+    while frontier:
+        nxt = []
+        for d in frontier:
+            for m in sorted(adj[d]):
+                if m not in dist:
+                    dist[m] = dist[d] + 1
+                    nxt.append(m)
+        frontier = nxt
+    missing = sorted(set(fab.devices) - set(dist))
+    for d in missing:
+        fab.ask(f"device {d}", "not connected to any router with host subnets: which tier is it?")
+    tiers = max(dist.values(), default=-1) + 1
+    names = _ROLES.get(tiers)
+    if names is None:
+        fab.ask("devices", f"{tiers} tiers from the host-facing routers: not a Clos of 2 to 4 tiers; roles left "
+                "'router'")
+        return {}
+    for a, b in fab.links:
+        if a.device in dist and b.device in dist and abs(dist[a.device] - dist[b.device]) != 1:
+            fab.ask(f"link {a.device}:{a.port}", f"joins {a.device} and {b.device}, both in tier "
+                    f"{dist[a.device]}: a Clos links only adjacent tiers")
+    return {d: names[k] for d, k in dist.items()}
+
+
+def _router_id(fab: _Fabric, device: str, routing: str) -> str | None:
+    run = fab.running[device]
+    rid = None
+    if routing == "bgp" and run.bgp is not None:
+        rid = run.bgp.router_id
+    elif routing == "ospf" and run.ospf is not None:
+        rid = run.ospf.router_id
+    if rid is None:
+        lo = _loopback(fab, device)
+        rid = str(lo.ip) if lo is not None else None
+        if routing == "isis" and rid is not None:
+            return rid  # IS-IS has no router id: the loopback (the NET is checked against it)
+        fab.ask(f"device {device}", f"no router id configured: FRR chose one; pinned to {rid} (its loopback)"
+                if rid else "no router id configured and no loopback: which router id does it have?")
+    return rid
+
+
+def _device(fab: _Fabric, device: str, role: str | None, routing: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": device, "role": role or "router"}
+    run = fab.running[device]
+    if routing == "bgp":
+        if run.bgp is None:
+            fab.ask(f"device {device}", "runs no BGP in a BGP fabric: which ASN should it have?")
+        else:
+            out["asn"] = run.bgp.asn
+    rid = _router_id(fab, device, routing)
+    if rid is not None:
+        out["router_id"] = rid
+    return out
+
+
+def _cost(fab: _Fabric, end: _End, routing: str) -> int | None:
+    conf = fab.running[end.device].interfaces.get(end.port)
+    if routing == "isis":
+        return conf.isis_metric if conf is not None and conf.isis_metric is not None else 10
+    if routing == "ospf":
+        if conf is not None and conf.ospf_cost is not None:
+            return conf.ospf_cost
+        itf = fab.devices[end.device].interface(end.port)
+        speed = itf.speed_mbps if itf is not None and itf.speed_mbps else 10_000
+        return max(1, _FRR_OSPF_REFERENCE_MBPS // speed)
+    return None
+
+
+def _speeds(fab: _Fabric, a: _End, b: _End) -> list[int]:
+    """The physical speeds (Mb/s) the link's ends report: none for virtual (veth) interfaces."""
+    speeds = []
+    for e in (a, b):
+        itf = fab.devices[e.device].interface(e.port)
+        if itf is not None and itf.speed_mbps and itf.speed_mbps > 0 and itf.kind != "veth":
+            speeds.append(itf.speed_mbps)
+    return speeds
+
+
+def _capacity(fab: _Fabric, a: _End, b: _End, default_gbps: float) -> float:
+    speeds = _speeds(fab, a, b)
+    return min(speeds) / 1000 if speeds else default_gbps
+
+
+def _link(fab: _Fabric, a: _End, b: _End, routing: str, default_gbps: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"a": a.device, "a_port": a.port, "b": b.device, "b_port": b.port,
+                           "capacity_gbps": _capacity(fab, a, b, default_gbps)}
+    ca, cb = _cost(fab, a, routing), _cost(fab, b, routing)
+    if ca is not None and cb is not None:
+        if ca != cb:
+            fab.ask(f"link {a.device}:{a.port}", f"its ends have different costs ({ca} on {a.device}, {cb} on "
+                    f"{b.device}); Loom's links have one metric: {max(ca, cb)} assumed")
+        out["metric"] = max(ca, cb)
+    out["a_address"], out["b_address"] = str(a.address), str(b.address)
+    return out
+
+
+def _group_by_asn(doc: dict[str, Any], routing: str) -> None:
+    """Pods and planes for routers that share an ASN (RFC 7938 5.2.1): leaves of one ASN are a pod,
+    spines of one ASN a plane (when spines have several ASNs)."""
+    if routing != "bgp":
+        return
+    by_role: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for d in doc["devices"]:
+        if "asn" in d:
+            by_role[d["role"]][d["asn"]].append(d)
+    leaves = by_role.get("leaf", {})
+    for pod, (_asn, members) in enumerate(sorted((a, m) for a, m in leaves.items() if len(m) > 1)):
+        for d in members:
+            d["pod"] = pod
+    spines = by_role.get("spine", {})
+    if len(spines) > 1:
+        for plane, asn in enumerate(sorted(spines)):
+            for d in spines[asn]:
+                d["plane"] = plane
+
+
+def _check_sessions(fab: _Fabric, routing: str) -> None:
+    """BGP sessions that are not one per discovered link (Loom renders exactly those): they would go."""
+    if routing != "bgp":
+        return
+    across = {(a.device, str(b.address.ip)) for a, b in fab.links} | {(b.device, str(a.address.ip))
+                                                                       for a, b in fab.links}
+    for device, run in fab.running.items():
+        for peer in (run.bgp.neighbors if run.bgp is not None else {}):
+            if (device, peer) in across:
+                continue
+            how = "over an interface (unnumbered)" if not peer[0].isdigit() else "not across a discovered link"
+            fab.ask(f"device {device}", f"BGP neighbor {peer} is {how}: Loom renders one session per link to the "
+                    "peer's address on it, so adopting would remove this session")
+
+
+def _check_ports(fab: _Fabric, doc: Mapping[str, Any]) -> None:
+    """Subnets Loom would render elsewhere: it puts a device's announced subnets on host ports ``host0``,
+    ``host1``, ... in prefix order, each holding the subnet's first address, the router id alone on the
+    loopback, and nothing else."""
+    rids = {d["name"]: d.get("router_id") for d in doc["devices"]}
+    mine: dict[str, list[str]] = defaultdict(list)
+    for p in doc["prefixes"]:
+        for o in p["origins"]:
+            if p["prefix"] != f"{rids.get(o)}/32":
+                mine[o].append(p["prefix"])
+    for device in fab.devices:
+        want = {net: (f"host{k}", host_address(net)) for k, net in enumerate(mine[device])}
+        for e in fab.stubs.get(device, []):
+            net = str(e.address.network)
+            if net not in want:
+                fab.ask(f"device {device}", f"{e.port} has {e.address}, on no link and not announced: Loom's "
+                        "rendering does not keep it; announce it (a prefix) or drop it?")
+            elif want[net] != (e.port, str(e.address)):
+                port, addr = want[net]
+                fab.ask(f"device {device}", f"{net} is on {e.port} as {e.address}; Loom renders it on {port} as "
+                        f"{addr}: renaming or renumbering that port changes forwarding")
+        lo = [a for a in _addresses(fab, device).get("lo", []) if not a.ip.is_loopback]
+        extra = [str(a) for a in lo if str(a.ip) != rids.get(device)]
+        if extra:
+            fab.ask(f"device {device}", f"loopback addresses {', '.join(extra)} besides the router id: Loom's "
+                    "rendering keeps only the router id on the loopback")
+
+
+def _check_igp(fab: _Fabric, routing: str, router_ids: Mapping[str, Any]) -> None:
+    """What an IS-IS or OSPF router runs that Loom would render otherwise (its adjacencies would reset)."""
+    for device, run in fab.running.items():
+        rid = router_ids.get(device)
+        if routing == "isis" and run.isis is not None and rid and run.isis.net != isis_net(rid):
+            fab.ask(f"device {device}", f"IS-IS NET {run.isis.net}: Loom derives the NET from the router id "
+                    f"({isis_net(rid)}), so adopting would change the system id and reset its adjacencies")
+        if routing == "ospf" and run.ospf is not None:
+            areas = {a for _n, a in run.ospf.networks} | {i.ospf_area for i in run.interfaces.values() if i.ospf_area}
+            if areas - {"0", "0.0.0.0"}:
+                fab.ask(f"device {device}", f"OSPF areas {', '.join(sorted(areas))}: which area should each "
+                        "interface be in (Loom's fabric is one backbone area)?")
+
+
+def _note_unmodelled(fab: _Fabric) -> None:
+    """Configuration that Loom's rendering does not carry: static routes and unmodelled lines."""
+    for device, run in fab.running.items():
+        for line in run.statics:
+            fab.ask(f"device {device}", f"static route '{line}': Loom's rendering has no static routes; "
+                    "adopting would remove it")
+        if run.other:
+            shown = "; ".join(run.other[:5]) + (f"; ... ({len(run.other)} lines)" if len(run.other) > 5 else "")
+            fab.ask(f"device {device}", f"configuration Loom does not model: {shown}")
