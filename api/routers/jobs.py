@@ -41,6 +41,7 @@ from controller.model.documents import (
 )
 from controller.model.errors import NotFound
 from controller.model.intent import parse_intent_text
+from controller.model.placement import MAX_CANDIDATES, MAX_TOP
 from controller.telemetry.discovery import discovered_jobs
 from controller.telemetry.jobperf import job_performance
 from controller.workflow import jobs
@@ -113,9 +114,9 @@ _PLACEMENT = {"application/json": {"schema": {
     "properties": {
         "job": {"type": "object", "description": "a job as the intent spells one, with members: N (how many "
                                                  "ToRs) in place of tors"},
-        "candidates": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+        "candidates": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_CANDIDATES,
                        "description": "the ToRs with a free slot, each once (a ToR hosts one member)"},
-        "top": {"type": "integer", "minimum": 1, "maximum": 20, "default": 3},
+        "top": {"type": "integer", "minimum": 1, "maximum": MAX_TOP, "default": 3},
         "objective": {"type": "string", "enum": ["balanced", "job", "others"], "default": "balanced"}}}},
     "application/yaml": {"schema": {"type": "string"}}}
 

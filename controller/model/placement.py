@@ -31,14 +31,15 @@ from controller.model.domain import Intent, Job, Role
 from controller.model.errors import IntentError, InvalidIntent
 from controller.model.intent import validate_job
 
-__all__ = ["MAX_TOP", "OBJECTIVES", "Objective", "PlacementRequest", "validate_placement"]
+__all__ = ["MAX_CANDIDATES", "MAX_TOP", "OBJECTIVES", "Objective", "PlacementRequest", "validate_placement"]
 
 Objective = Literal["balanced", "job", "others"]
 #: ``balanced``: the new job's communication time stretched by the worst (priority-weighted) slowdown it causes
 #: the others; ``job``: its communication time first; ``others``: the others' worst slowdown first
 OBJECTIVES: tuple[Objective, ...] = ("balanced", "job", "others")
 MAX_TOP = 20
-MAX_CANDIDATES = 4096
+#: the search scores every ordered pair of candidates (C^2 unit routes)
+MAX_CANDIDATES = 512
 _FIELDS = ("job", "candidates", "top", "objective")
 
 

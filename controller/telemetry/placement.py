@@ -27,10 +27,15 @@ search:
   trees). The best placement under the model is then the true optimum.
 * **heuristic** otherwise: local search (best improvement: replace one
   member by an unused candidate, or, for ordered templates, swap two members;
-  until no move improves) from deterministic starts: per pod, the candidates of
-  that pod first (the most populous pods first), and a greedy chain that adds
-  the candidate with the cheapest loaded path to the last member. A local
-  optimum, not a proven global one.
+  until no move improves, or :attr:`PlacementOptions.max_scored` placements are
+  scored) from deterministic starts: per pod, the candidates of that pod first
+  (the most populous pods first), and a greedy chain that adds the candidate
+  with the cheapest loaded path to the last member. A local optimum, not a
+  proven global one.
+
+Either way the ranking is under the active plan: planned with the job, WCMP
+re-balances the fabric, which is why the answer's figures are computed again on
+that plan (:func:`on_plan`) and may reorder the best few.
 
 Ties are broken by the ToR names. A set of ToRs is answered once, in its best
 order (a ring's rotations and its other orders are not listed as alternatives). A pair of candidates the plan cannot
@@ -65,11 +70,13 @@ GIGABITS_PER_BYTE = 8 / 1e9
 @dataclass(frozen=True, slots=True)
 class PlacementOptions:
     """The search's knobs: placements enumerated exactly at most, local-search starts per kind and rounds per
-    start, placements per evaluated batch, and the cap on other traffic's utilization (as in :func:`comm_time`)."""
+    start, placements the local search scores at most (it stops there), placements per evaluated batch, and the
+    cap on other traffic's utilization (as in :func:`comm_time`)."""
 
     exhaustive_limit: int = 5000
     starts: int = 4
     max_rounds: int = 64
+    max_scored: int = 200_000
     batch: int = 512
     max_utilization: float = 0.99
 
@@ -336,10 +343,12 @@ def _neighbours(p: tuple[int, ...], c: int, ordered: bool) -> list[tuple[int, ..
     return out
 
 
-def _local_search(scorer: _Scorer, start: tuple[int, ...], ordered: bool, rounds: int) -> None:
+def _local_search(scorer: _Scorer, start: tuple[int, ...], ordered: bool, rounds: int, budget: int) -> None:
     cur = start if ordered else tuple(sorted(start))
     scorer.score([cur])
     for _ in range(rounds):
+        if len(scorer.seen) >= budget:
+            return
         moves = _neighbours(cur, len(scorer.ctx.names), ordered)
         scorer.score(moves)
         best = min(moves, key=scorer.key, default=cur)
@@ -369,7 +378,7 @@ def rank(intent: Intent, plan: Plan, job: Job, candidates: Sequence[str], *, obj
         search = "heuristic"
         pods = {d.name: d.pod for d in intent.devices if d.pod is not None}
         for start in _starts(ctx, dict(pods), n, opts.starts):
-            _local_search(scorer, start, ordered, opts.max_rounds)
+            _local_search(scorer, start, ordered, opts.max_rounds, opts.max_scored)
     out: list[Scored] = []
     sets: set[frozenset[str]] = set()
     for p in sorted(scorer.seen, key=scorer.key):
