@@ -29,9 +29,10 @@ search:
   member by an unused candidate, or, for ordered templates, swap two members;
   until no move improves, or :attr:`PlacementOptions.max_scored` placements are
   scored) from deterministic starts: per pod, the candidates of that pod first
-  (the most populous pods first), and a greedy chain that adds the candidate
-  with the cheapest loaded path to the last member. A local optimum, not a
-  proven global one.
+  (the most populous pods first), and greedy chains, from candidates of each
+  pod in turn, that add the candidate with the cheapest loaded path to and from
+  the last member. The moves include, for ordered templates, moving a member
+  to another position. A local optimum, not a proven global one.
 
 Either way the ranking is under the active plan: planned with the job, WCMP
 re-balances the fabric, which is why the answer's figures are computed again on
@@ -69,12 +70,13 @@ GIGABITS_PER_BYTE = 8 / 1e9
 
 @dataclass(frozen=True, slots=True)
 class PlacementOptions:
-    """The search's knobs: placements enumerated exactly at most, local-search starts per kind and rounds per
-    start, placements the local search scores at most (it stops there), placements per evaluated batch, and the
-    cap on other traffic's utilization (as in :func:`comm_time`)."""
+    """The search's knobs: placements enumerated exactly at most; local-search starts by pod and by greedy
+    chain, and rounds per start; placements the local search scores at most (it stops there); placements per
+    evaluated batch; and the cap on other traffic's utilization (as in :func:`comm_time`)."""
 
     exhaustive_limit: int = 5000
     starts: int = 4
+    chains: int = 16
     max_rounds: int = 64
     max_scored: int = 200_000
     batch: int = 512
@@ -302,9 +304,10 @@ class _Scorer:
                 self.seen[p] = (tuple(float(f"{x:.12g}") for x in objective_key(e, self.objective)), e)
 
 
-def _starts(ctx: _Context, pods: dict[str, object], n: int, count: int) -> list[tuple[int, ...]]:
-    """Deterministic starts: per pod (the most populous first), that pod's candidates then the next pods'; and
-    from each such pod's first ToR a greedy chain by the cheapest loaded path from the last member."""
+def _starts(ctx: _Context, pods: dict[str, object], n: int, count: int, chains: int) -> list[tuple[int, ...]]:
+    """Deterministic starts: for ``count`` pods (the most populous first), that pod's candidates then the next
+    pods'; and from ``chains`` candidates (taken from the pods in turn) a greedy chain that adds the candidate
+    with the cheapest loaded path to and from the last member."""
     groups: dict[object, list[int]] = {}
     for i, name in enumerate(ctx.names):
         groups.setdefault(pods.get(name, name), []).append(i)
@@ -318,8 +321,9 @@ def _starts(ctx: _Context, pods: dict[str, object], n: int, count: int) -> list[
     if ctx.units.shape[0]:  # the unit route's slowest edge under the existing load
         per = np.asarray(sp.csc_matrix(ctx.units.multiply(1.0 / ctx.avail[:, None])).max(axis=0).toarray()).ravel()
     cost = np.where(ctx.unroutable, np.inf, per).reshape(c, c)
-    for first in order[:count]:
-        chain = [first[0]]
+    heads = [g[k] for k in range(max(map(len, order), default=0)) for g in order if k < len(g)][:chains]
+    for head in heads:  # round robin over the pods
+        chain = [head]
         while len(chain) < n:
             free = [i for i in range(c) if i not in chain]
             chain.append(min(free, key=lambda i: (cost[chain[-1], i] + cost[i, chain[-1]], i)))
@@ -340,6 +344,11 @@ def _neighbours(p: tuple[int, ...], c: int, ordered: bool) -> list[tuple[int, ..
             s = list(p)
             s[i], s[j] = s[j], s[i]
             out.append(tuple(s))
+        for i, j in itertools.permutations(range(len(p)), 2):  # move member i to position j
+            if abs(i - j) > 1:  # next to each other it is a swap
+                s = [x for k, x in enumerate(p) if k != i]
+                s.insert(j, p[i])
+                out.append(tuple(s))
     return out
 
 
@@ -377,7 +386,7 @@ def rank(intent: Intent, plan: Plan, job: Job, candidates: Sequence[str], *, obj
     else:
         search = "heuristic"
         pods = {d.name: d.pod for d in intent.devices if d.pod is not None}
-        for start in _starts(ctx, dict(pods), n, opts.starts):
+        for start in _starts(ctx, dict(pods), n, opts.starts, opts.chains):
             _local_search(scorer, start, ordered, opts.max_rounds, opts.max_scored)
     out: list[Scored] = []
     sets: set[frozenset[str]] = set()
