@@ -51,6 +51,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -105,7 +106,7 @@ class Scored:
 class Ranking:
     """The distinct placements found, best first, how they were searched and how many were scored."""
 
-    search: str  # "exhaustive" | "heuristic"
+    search: Literal["exhaustive", "heuristic"]
     evaluated: int
     placements: list[Scored]
     base_s: dict[str, float]  # each other job's time per iteration without the new job, under the plan searched
@@ -379,12 +380,11 @@ def rank(intent: Intent, plan: Plan, job: Job, candidates: Sequence[str], *, obj
     ordered = not order_free(ctx, n)
     scorer = _Scorer(ctx, objective, opts.batch)
     count = math.perm(c, n) if ordered else math.comb(c, n)
-    if count <= opts.exhaustive_limit:
-        search = "exhaustive"
+    search: Literal["exhaustive", "heuristic"] = "exhaustive" if count <= opts.exhaustive_limit else "heuristic"
+    if search == "exhaustive":
         enum = itertools.permutations(range(c), n) if ordered else itertools.combinations(range(c), n)
         scorer.score(enum)
     else:
-        search = "heuristic"
         pods = {d.name: d.pod for d in intent.devices if d.pod is not None}
         for start in _starts(ctx, dict(pods), n, opts.starts, opts.chains):
             _local_search(scorer, start, ordered, opts.max_rounds, opts.max_scored)

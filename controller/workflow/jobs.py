@@ -138,7 +138,7 @@ def placement(intent: Intent, plan: Plan, request: PlacementRequest,
     answers.sort(key=lambda a: a[0])
     return JobPlacementsDocument(
         job=request.job.name, members=request.members, objective=request.objective,
-        search=ranking.search,  # type: ignore[arg-type]
+        search=ranking.search,
         candidates=len(request.candidates), evaluated=ranking.evaluated, search_s=round(search_s, 6),
         infeasible=infeasible, placements=[doc for _key, doc in answers])
 

@@ -128,17 +128,25 @@ def test_a_what_if_job_file_with_tors_is_placed_again(api: Api) -> None:
     assert [sorted(p["tors"]) for p in r.json()["placements"]] == [POD1]
 
 
+def test_a_declared_job_placed_again_is_not_its_own_other(api: Api) -> None:
+    r = api("POST", "/v1/jobs/placement", json=_body(job=_job(2, name="old", gbps=10), top=1))
+    assert r.status_code == 200, r.text
+    (best,) = r.json()["placements"]
+    assert best["max_slowdown_others"] is None and best["slowest_other"] is None
+
+
 def test_the_exhaustive_and_the_heuristic_search_agree() -> None:
     intent = validate_intent(_doc())
     plan = compile_plan(intent)
-    for job, objective in ((_job(), "balanced"), (_job(3, "all_to_all", 30), "others"),
-                           (_job(3, "pipeline", 40), "job")):
+    # an all-to-all is order-free: its sets of 3 of the 7 candidates; a ring and a pipeline: every ordered choice
+    for job, objective, scored in ((_job(), "balanced", 7 * 6 * 5 * 4), (_job(3, "all_to_all", 30), "others", 35),
+                                   (_job(3, "pipeline", 40), "job", 7 * 6 * 5)):
         request = validate_placement({"job": job, "candidates": CANDIDATES + ["tor-2-0"], "objective": objective},
                                      intent)
         exact = rank(intent, plan, request.job, request.candidates, objective=request.objective)
         local = rank(intent, plan, request.job, request.candidates, objective=request.objective,
                      options=PlacementOptions(exhaustive_limit=0))
-        assert (exact.search, local.search) == ("exhaustive", "heuristic")
+        assert (exact.search, local.search, exact.evaluated) == ("exhaustive", "heuristic", scored)
         assert local.evaluated < exact.evaluated
         assert local.placements[0].key == exact.placements[0].key, job["collective"]
         assert local.placements[0].tors == exact.placements[0].tors
