@@ -128,6 +128,14 @@ def test_a_what_if_job_file_with_tors_is_placed_again(api: Api) -> None:
     assert [sorted(p["tors"]) for p in r.json()["placements"]] == [POD1]
 
 
+def test_placement_accepts_yaml(api: Api) -> None:
+    text = (f"job: {{name: new, members: 2, collective: pipeline, bytes_per_iter: {GB}, iter_s: 1}}\n"
+            "candidates: [tor-0-0, tor-1-0, tor-1-1]\ntop: 1\n")
+    r = api("POST", "/v1/jobs/placement", content=text, headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 200, r.text
+    assert [sorted(p["tors"]) for p in r.json()["placements"]] == [["tor-1-0", "tor-1-1"]]
+
+
 def test_a_declared_job_placed_again_is_not_its_own_other(api: Api) -> None:
     r = api("POST", "/v1/jobs/placement", json=_body(job=_job(2, name="old", gbps=10), top=1))
     assert r.status_code == 200, r.text
