@@ -11,6 +11,12 @@ The body is one job as the intent document spells it (JSON or YAML); errors are 
 requests that plan and replay (a review), though it stores nothing and is not audited; the ETag
 names the revision the job was added to (the active one, else the head). The work is
 :func:`controller.workflow.jobs.what_if_stored`.
+
+``POST /v1/jobs/placement`` (DESIGN.md, ML workloads): ``{"job", "candidates": [TOR, ...], "top": K,
+"objective"}`` (:mod:`controller.model.placement`; the job spelt with ``members: N`` in place of ``tors``)
+answers the best placements of the job over the candidate ToRs, each planned and replayed like the
+what-if, with the same role, body formats, ETag and nothing stored; errors are located in the body
+(``candidates[2]``, ``job.members``). The work is :func:`controller.workflow.jobs.placement_stored`.
 """
 
 from __future__ import annotations
@@ -27,9 +33,15 @@ from api.core.problems import error_responses
 from api.routers.collection import collection_router
 from api.routers.intent import body_format
 from api.routers.telemetry import WindowS, telemetry
-from controller.model.documents import DiscoveredJobsDocument, JobPerformanceDocument, JobWhatIfDocument
+from controller.model.documents import (
+    DiscoveredJobsDocument,
+    JobPerformanceDocument,
+    JobPlacementsDocument,
+    JobWhatIfDocument,
+)
 from controller.model.errors import NotFound
 from controller.model.intent import parse_intent_text
+from controller.model.placement import MAX_CANDIDATES, MAX_TOP
 from controller.telemetry.discovery import discovered_jobs
 from controller.telemetry.jobperf import job_performance
 from controller.workflow import jobs
@@ -91,6 +103,38 @@ async def what_if(request: Request, response: Response, _actor: Operator) -> Job
     def run() -> Any:
         job = parse_intent_text(raw, fmt, allow_aliases=False, limits=limits, what="the body")
         return jobs.what_if_stored(job, sessions=database.session)  # the plan and replay run with no session
+
+    rev, answer = await run_in_threadpool(run)
+    set_etag(response, rev)
+    return answer
+
+
+_PLACEMENT = {"application/json": {"schema": {
+    "type": "object", "required": ["job", "candidates"], "additionalProperties": False,
+    "properties": {
+        "job": {"type": "object", "description": "a job as the intent spells one, with members: N (how many "
+                                                 "ToRs) in place of tors"},
+        "candidates": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_CANDIDATES,
+                       "description": "the ToRs with a free slot, each once (a ToR hosts one member)"},
+        "top": {"type": "integer", "minimum": 1, "maximum": MAX_TOP, "default": 3},
+        "objective": {"type": "string", "enum": ["balanced", "job", "others"], "default": "balanced"}}}},
+    "application/yaml": {"schema": {"type": "string"}}}
+
+
+@router.post("/v1/jobs/placement", response_model=JobPlacementsDocument,
+             summary="The best placements of a new job over candidate ToRs, each planned and checked (nothing "
+                     "stored)",
+             responses=error_responses(401, 403, 404, 422),
+             openapi_extra={"requestBody": {"required": True, "content": _PLACEMENT}})
+async def placement(request: Request, response: Response, _actor: Operator) -> JobPlacementsDocument:
+    raw = await request.body()  # bounded by the route guard
+    fmt = body_format(request)
+    database = request.app.state.database
+    limits = request.app.state.settings.text_limits()
+
+    def run() -> Any:
+        body = parse_intent_text(raw, fmt, allow_aliases=False, limits=limits, what="the body")
+        return jobs.placement_stored(body, sessions=database.session)  # the search, plans and replays: no session
 
     rev, answer = await run_in_threadpool(run)
     set_etag(response, rev)

@@ -17,6 +17,13 @@ controller adds it to its active intent, plans and replays it, and stores
 nothing (``POST /v1/jobs/what-if``). Prints the planned maximum utilization,
 the verdict and the failing scenarios; exit 1 when unsafe, 2 for bad input
 (located under ``job``). ``--server`` and ``$LOOM_TOKEN`` as for ``loom apply``.
+
+``loom jobs placement JOB --candidates TOR,TOR,... [--members N] [--top K] [--objective O]``: where to
+put JOB (``POST /v1/jobs/placement``). The job file is a job as for ``what-if``, with ``members: N``
+in place of ``tors`` (or ``tors``, whose count it takes; ``--members`` overrides both). Prints one
+row per placement, safe first: its ToRs in the collective's order, the predicted communication time
+per iteration (and idle), the others' worst slowdown, the planned maximum utilization and the
+verdict; exit 1 when none is safe, 2 for bad input (located in the request).
 """
 
 from __future__ import annotations
@@ -33,9 +40,9 @@ from controller.cli.remote import DEFAULT_SERVER, JsonOption, ServerOption, prin
 from controller.model.errors import InvalidIntent
 from controller.model.intent import parse_intent_text
 
-__all__ = ["adopt", "discovered", "jobs_app", "performance", "what_if"]
+__all__ = ["adopt", "discovered", "jobs_app", "performance", "placement", "what_if"]
 
-jobs_app = typer.Typer(help="ML jobs on a running controller: performance, discovered jobs, what-if.",
+jobs_app = typer.Typer(help="ML jobs on a running controller: performance, discovered jobs, what-if, placement.",
                        no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
 
@@ -126,6 +133,16 @@ def adopt(
         review_then_commit(client, cid, commit=commit, force=force, reason=reason, as_json=as_json)
 
 
+def _read_job(path: Path, as_json: bool) -> Any:
+    try:
+        return parse_intent_text(path.read_text(), "json" if path.suffix.lower() == ".json" else None)
+    except OSError as exc:
+        die(f"cannot read {path}: {exc.strerror}", code=EXIT_INPUT, as_json=as_json)
+    except InvalidIntent as exc:
+        die(f"{path}: not a job document", code=EXIT_INPUT, as_json=as_json,
+            errors=[{"loc": e.loc, "msg": e.msg} for e in exc.errors])
+
+
 @jobs_app.command("what-if")
 def what_if(
     job_path: Annotated[Path, typer.Argument(metavar="JOB", help="one job (YAML or JSON)")],
@@ -133,13 +150,7 @@ def what_if(
     as_json: JsonOption = False,
 ) -> None:
     """Plan and check the active intent with JOB added; nothing is stored."""
-    try:
-        job = parse_intent_text(job_path.read_text(), "json" if job_path.suffix.lower() == ".json" else None)
-    except OSError as exc:
-        die(f"cannot read {job_path}: {exc.strerror}", code=EXIT_INPUT, as_json=as_json)
-    except InvalidIntent as exc:
-        die(f"{job_path}: not a job document", code=EXIT_INPUT, as_json=as_json,
-            errors=[{"loc": e.loc, "msg": e.msg} for e in exc.errors])
+    job = _read_job(job_path, as_json)
     with remote(server, as_json) as client:
         answer = client.raw.what_if(job)
     if as_json:
@@ -152,4 +163,54 @@ def what_if(
         if answer["failing"]:
             print_failing(answer["failing"])
     if answer["verdict"] != "safe":
+        raise typer.Exit(EXIT_FAIL)
+
+
+def _placement_table(answer: dict[str, Any]) -> Table:
+    t = Table(title=f"placements of job '{answer['job']}' ({answer['members']} members, {answer['search']} search "
+                    f"over {answer['candidates']} candidates, {answer['evaluated']} scored, objective "
+                    f"{answer['objective']})", title_justify="left")
+    for col in ("#", "tors", "comm s", "idle s", "others' slowdown", "max util", "verdict"):
+        t.add_column(col, justify="left" if col in ("tors", "verdict") else "right")
+    for k, p in enumerate(answer["placements"], 1):
+        slow = "-" if p["max_slowdown_others"] is None else f"{p['max_slowdown_others']:.3f}x {p['slowest_other']}"
+        colour = "green" if p["verdict"] == "safe" else "red"
+        t.add_row(str(k), " ".join(p["tors"]), f"{p['comm_s']:.4f}", f"{p['comm_s_idle']:.4f}", slow,
+                  f"{p['max_utilization']:.4f}", f"[{colour}]{p['verdict']}[/]")
+    return t
+
+
+@jobs_app.command("placement")
+def placement(
+    job_path: Annotated[Path, typer.Argument(metavar="JOB", help="one job (YAML or JSON) with members: N")],
+    candidates: Annotated[str, typer.Option("--candidates", metavar="TOR,TOR,...",
+                                            help="the ToRs with a free slot, comma-separated")],
+    members: Annotated[int | None, typer.Option("--members", min=2, help="how many ToRs the job takes")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, max=20, help="how many placements to answer")] = 3,
+    objective: Annotated[str, typer.Option("--objective", help="balanced, job or others")] = "balanced",
+    server: ServerOption = DEFAULT_SERVER,
+    as_json: JsonOption = False,
+) -> None:
+    """Where to put JOB: the best placements over the candidate ToRs, each planned and checked; nothing stored."""
+    job = _read_job(job_path, as_json)
+    if not isinstance(job, dict):
+        die(f"{job_path}: not a job document (a mapping)", code=EXIT_INPUT, as_json=as_json,
+            errors=[{"loc": "job", "msg": "must be a mapping"}])
+    if members is not None:
+        job = {**{k: v for k, v in job.items() if k != "tors"}, "members": members}
+    tors = [t.strip() for t in candidates.split(",") if t.strip()]
+    with remote(server, as_json) as client:
+        answer = client.raw.placement(job, tors, top=top, objective=objective)
+    if as_json:
+        emit_json(answer)
+    else:
+        console.print(_placement_table(answer))
+        for p in answer["placements"]:
+            if p["failing"]:
+                console.print(f"{' '.join(p['tors'])}:", highlight=False, markup=False)
+                print_failing(p["failing"])
+        if answer["infeasible"]:
+            console.print(f"skipped (cannot be routed): {'; '.join(' '.join(x) for x in answer['infeasible'])}",
+                          highlight=False, markup=False)
+    if not any(p["verdict"] == "safe" for p in answer["placements"]):
         raise typer.Exit(EXIT_FAIL)

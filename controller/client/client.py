@@ -44,6 +44,7 @@ from controller.model.documents import (
     DeviceStateDocument,
     DeviceStatesDocument,
     FidelityDocument,
+    JobPlacementsDocument,
     JobWhatIfDocument,
     LinkStatesDocument,
     MeasuredDemandsDocument,
@@ -294,6 +295,10 @@ class Client:
     # -- jobs and automatic re-tuning ---------------------------------------------------------------
     def what_if(self, job: Mapping[str, object]) -> JobWhatIfDocument:
         return read_newer(JobWhatIfDocument, self.raw.what_if(job))
+
+    def placement(self, job: Mapping[str, object], candidates: Sequence[str], *, top: int | None = None,
+                  objective: str | None = None) -> JobPlacementsDocument:
+        return read_newer(JobPlacementsDocument, self.raw.placement(job, candidates, top=top, objective=objective))
 
     def auto_te(self) -> AutoTeStatusDocument:
         return read_newer(AutoTeStatusDocument, self.raw.auto_te())

@@ -176,6 +176,17 @@ class RawApi:
         """The active intent planned and checked with ``job`` added; nothing is stored."""
         return self._write("POST", "/v1/jobs/what-if", job, keyed=False, repeatable=True)
 
+    def placement(self, job: Mapping[str, object], candidates: Sequence[str], *, top: int | None = None,
+                  objective: str | None = None) -> Document:
+        """The best placements of ``job`` (with ``members: N``) over ``candidates``, each planned and checked;
+        nothing is stored (``POST /v1/jobs/placement``)."""
+        body: dict[str, object] = {"job": dict(job), "candidates": list(candidates)}
+        if top is not None:
+            body["top"] = top
+        if objective is not None:
+            body["objective"] = objective
+        return self._write("POST", "/v1/jobs/placement", body, keyed=False, repeatable=True)
+
     def auto_te(self) -> Document:
         return self._get("/v1/auto-te")
 

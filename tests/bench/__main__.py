@@ -3,7 +3,7 @@
 Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend auto]
 [--repetita all|none|NAME,...] [--repetita-dir DIR ...] [--budgets 128,64] [--pairs-sample N]``.
 Sections: solver, safety, transition, labs, southbound, telemetry, patterns, closed_loop, api, reaction, settle,
-ha, store_ha (those whose module exists).
+ha, store_ha, placement (those whose module exists).
 Timings are wall clock on the machine at hand; print them beside the machine's core count.
 """
 
@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 SECTIONS = ("solver", "safety", "transition", "labs", "southbound", "telemetry", "patterns", "closed_loop", "api",
-            "reaction", "settle", "ha", "store_ha")
+            "reaction", "settle", "ha", "store_ha", "placement")
 
 
 def _print(console: Console, name: str, result: Any) -> None:

@@ -60,7 +60,10 @@ from controller.model.documents.jobs import (
     DiscoveredJobsDocument,
     JobBottleneckDocument,
     JobPerformanceDocument,
+    JobPlacementDocument,
+    JobPlacementsDocument,
     OfferedJobDocument,
+    PlacementSearchFigures,
 )
 from controller.model.documents.plan import (
     DevicePlanDocument,
@@ -147,6 +150,6 @@ __all__ = [
     "TransitionDocument", "UnsettledDocument", "answer_json",
     "read_newer",
     "DiscoveredJobDocument", "DiscoveredJobsDocument", "JobBottleneckDocument", "JobPerformanceDocument",
-    "OfferedJobDocument",
+    "JobPlacementDocument", "JobPlacementsDocument", "OfferedJobDocument", "PlacementSearchFigures",
     "DeviceDriftDocument", "DriftReportDocument", "RepairDocument",
 ]

@@ -1,5 +1,5 @@
 """ML jobs seen from the network (DESIGN.md, ML workloads): a job's performance from counters alone,
-and the groups of traffic no declared job explains, offered as jobs."""
+the groups of traffic no declared job explains, offered as jobs, and where to put a new job."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Literal
 from pydantic import Field
 
 from controller.model.documents.base import Closed, JsonObject
+from controller.model.documents.safety import FailureDocument
 
 __all__ = ["DiscoveredJobDocument", "DiscoveredJobsDocument", "JobBottleneckDocument", "JobPerformanceDocument",
-           "OfferedJobDocument"]
+           "JobPlacementDocument", "JobPlacementsDocument", "OfferedJobDocument", "PlacementSearchFigures"]
 
 
 class JobBottleneckDocument(Closed):
@@ -81,3 +82,50 @@ class DiscoveredJobsDocument(Closed):
     method: Literal["aft", "tomogravity"]
     min_confidence: float
     jobs: list[DiscoveredJobDocument]
+
+
+class PlacementSearchFigures(Closed):
+    """A placement's figures under the active plan, as the search ranked it (before the job is planned)."""
+
+    comm_s: float = Field(description="the job's predicted communication time per iteration beside the active "
+                                      "plan's predicted load")
+    max_slowdown_others: float | None = Field(description="the others' worst slowdown from the job's traffic "
+                                                          "(null: no other job)")
+
+
+class JobPlacementDocument(Closed):
+    """One placement of the job, planned with it and checked like ``POST /v1/jobs/what-if``."""
+
+    tors: list[str] = Field(description="the members in the collective's order (ring or stage order)")
+    comm_s: float = Field(description=(
+        "predicted communication time per iteration on the plan compiled with the job: its template's phases "
+        "routed by that plan, each as long as its slowest link over the capacity the plan's predicted load of "
+        "the other traffic leaves"))
+    comm_s_idle: float = Field(description="the same on an idle fabric")
+    max_slowdown_others: float | None = Field(description=(
+        "the declared jobs' worst slowdown: a job's predicted time per iteration on the new plan with this job "
+        "over its time on the active plan without it (null: no other job)"))
+    slowest_other: str | None = Field(description="the job that slowdown is of")
+    max_utilization: float = Field(description="the planned maximum link utilization with the job")
+    verdict: Literal["safe", "unsafe"] = Field(description="the safety replay's verdict (the review's scope)")
+    failing: list[FailureDocument] = Field(description="the safety report's failing entries")
+    search: PlacementSearchFigures
+
+
+class JobPlacementsDocument(Closed):
+    """``POST /v1/jobs/placement``: the best placements of a new job over the candidate ToRs, each planned and
+    replayed; safe ones first, then by the objective. Nothing is stored."""
+
+    job: str
+    members: int
+    objective: Literal["balanced", "job", "others"] = Field(description=(
+        "balanced: the job's comm_s times the others' worst priority-weighted slowdown (at least 1); job: its "
+        "comm_s first; others: their slowdown first"))
+    search: Literal["exhaustive", "heuristic"] = Field(description=(
+        "exhaustive: every placement was scored under the active plan (the best is optimal under the model); "
+        "heuristic: local search from per-pod and greedy starts (a local optimum)"))
+    candidates: int
+    evaluated: int = Field(description="placements scored under the active plan")
+    search_s: float = Field(description="seconds the search took (the plans and replays not counted)")
+    infeasible: list[list[str]] = Field(description="placements the planner could not route, skipped")
+    placements: list[JobPlacementDocument]
