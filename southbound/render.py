@@ -46,6 +46,8 @@ __all__ = [
 
 ISIS_AREA = "49.0001"
 ISIS_TAG = "loom"
+#: the OSPF area every interface is in: Loom's OSPF fabrics are one backbone area
+OSPF_AREA = "0.0.0.0"
 _DENY = "LOOM-DENY"
 _LOCAL = "LOOM-LOCAL"
 
@@ -236,11 +238,17 @@ def render_frr(config: DeviceConfig) -> str:
     what it originates (outbound route maps matching an empty AS path); a
     drained link neither sends nor accepts routes. IS-IS: a level-2
     point-to-point adjacency per link with the link's metric; a drained device
-    sets the overload bit, a drained link has no adjacency.
+    sets the overload bit, a drained link has no adjacency. OSPF (RFC 2328): one
+    backbone area, a point-to-point adjacency per link whose interface cost is
+    the link's metric, host subnets passive; a drained device is a stub router
+    (RFC 6987: ``max-metric router-lsa administrative``), a drained link has no
+    adjacency.
     """
     lines = _global_lines(config) + _interface_lines(config)
     if config.routing == Routing.ISIS.value:
         lines += _isis_lines(config)
+    elif config.routing == Routing.OSPF.value:
+        lines += _ospf_lines(config)
     else:
         lines += _bgp_lines(config)
     return "\n".join(lines) + "\n"
@@ -282,7 +290,6 @@ def _global_lines(config: DeviceConfig) -> list[str]:
 
 
 def _interface_lines(config: DeviceConfig) -> list[str]:
-    isis = config.routing == Routing.ISIS.value
     lines: list[str] = []
     for itf in config.interfaces:
         lines.append(f"interface {itf.name}")
@@ -292,16 +299,33 @@ def _interface_lines(config: DeviceConfig) -> list[str]:
             lines.append(" description host subnet")
         if itf.address is not None:
             lines.append(f" ip address {itf.address}")
-        if isis and not itf.drained:
-            lines.append(f" ip router isis {ISIS_TAG}")
-            if itf.host:
-                lines.append(" isis passive")
-            else:
-                keepalive, hold = config.timers
-                lines += [" isis network point-to-point", f" isis metric {itf.metric}",
-                          f" isis hello-interval {keepalive}", f" isis hello-multiplier {max(2, hold // keepalive)}"]
+        if not itf.drained:
+            if config.routing == Routing.ISIS.value:
+                lines += _isis_interface(config, itf)
+            elif config.routing == Routing.OSPF.value:
+                lines += _ospf_interface(config, itf)
         lines += ["exit", "!"]
     return lines
+
+
+def _isis_interface(config: DeviceConfig, itf: Interface) -> list[str]:
+    if itf.host:
+        return [f" ip router isis {ISIS_TAG}", " isis passive"]
+    keepalive, hold = config.timers
+    return [f" ip router isis {ISIS_TAG}", " isis network point-to-point", f" isis metric {itf.metric}",
+            f" isis hello-interval {keepalive}", f" isis hello-multiplier {max(2, hold // keepalive)}"]
+
+
+def _ospf_interface(config: DeviceConfig, itf: Interface) -> list[str]:
+    """An interface's OSPF lines in the order ospfd shows them (so the running config reads back as
+    rendered): network type, cost, hello and dead intervals (the BGP timers, as IS-IS's hellos), area,
+    passive."""
+    if itf.host:
+        return [f" ip ospf area {OSPF_AREA}", " ip ospf passive"]
+    keepalive, hold = config.timers
+    return [" ip ospf network point-to-point", f" ip ospf cost {itf.metric}",
+            f" ip ospf hello-interval {keepalive}", f" ip ospf dead-interval {keepalive * max(2, hold // keepalive)}",
+            f" ip ospf area {OSPF_AREA}"]
 
 
 def _isis_lines(config: DeviceConfig) -> list[str]:
@@ -309,6 +333,14 @@ def _isis_lines(config: DeviceConfig) -> list[str]:
              " is-type level-2-only", " metric-style wide", " lsp-gen-interval 1", " spf-interval 1"]
     if config.drained:
         lines.append(" set-overload-bit")
+    return lines + ["exit", "!"]
+
+
+def _ospf_lines(config: DeviceConfig) -> list[str]:
+    """``router ospf``: the router id and SPF throttling of a fabric (as IS-IS's ``spf-interval``)."""
+    lines = ["router ospf", f" ospf router-id {config.router_id}", " timers throttle spf 0 50 1000"]
+    if config.drained:
+        lines.append(" max-metric router-lsa administrative")
     return lines + ["exit", "!"]
 
 

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.model.domain import Intent, Link, Routing
+from controller.model.domain import MAX_OSPF_COST, Intent, Link, Routing
 from controller.model.errors import IntentError
 from controller.model.intent import (
     _SECTIONS,
@@ -147,6 +147,8 @@ def proven_valid(changes: Iterable[Change], sections: Mapping[str, Sequence[Any]
     """
     structural: set[str] = set()
     for c in changes:
+        if c.section == "links" and c.new is not None and getattr(c.new, "metric", 0) > MAX_OSPF_COST:
+            return False  # a cost OSPF cannot carry: the whole pass decides, knowing the routing
         if c.old is None or c.new is None or projection(c.section, c.old) != projection(c.section, c.new):
             structural.add(c.section)
     if not structural:
