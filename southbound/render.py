@@ -325,7 +325,7 @@ def _ospf_interface(config: DeviceConfig, itf: Interface) -> list[str]:
     keepalive, hold = config.timers
     return [" ip ospf network point-to-point", f" ip ospf cost {itf.metric}",
             f" ip ospf hello-interval {keepalive}", f" ip ospf dead-interval {keepalive * max(2, hold // keepalive)}",
-            f" ip ospf area {OSPF_AREA}"]
+            f" ip ospf retransmit-interval {keepalive}", f" ip ospf area {OSPF_AREA}"]
 
 
 def _isis_lines(config: DeviceConfig) -> list[str]:
@@ -337,8 +337,11 @@ def _isis_lines(config: DeviceConfig) -> list[str]:
 
 
 def _ospf_lines(config: DeviceConfig) -> list[str]:
-    """``router ospf``: the router id and SPF throttling of a fabric (as IS-IS's ``spf-interval``)."""
-    lines = ["router ospf", f" ospf router-id {config.router_id}", " timers throttle spf 0 50 1000"]
+    """``router ospf``: the router id, and the SPF and LSA throttling of a fabric (as IS-IS's ``spf-interval``
+    and ``lsp-gen-interval``; OSPF's defaults, 5 s between two instances of a router's LSA, hold a fabric's
+    convergence for seconds while its adjacencies come up one by one)."""
+    lines = ["router ospf", f" ospf router-id {config.router_id}", " timers throttle spf 0 50 1000",
+             " timers throttle lsa all 100", " timers lsa min-arrival 50"]
     if config.drained:
         lines.append(" max-metric router-lsa administrative")
     return lines + ["exit", "!"]
