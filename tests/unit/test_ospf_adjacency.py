@@ -1,4 +1,5 @@
-"""OSPF adjacency state (issue 33, item 2), beside IS-IS's (``test_adjacency``): ospfd's neighbors parsed
+"""OSPF state (issue 33, item 2), beside IS-IS's (``test_adjacency``): the kernel routes ospfd installs read
+as routes, and the adjacencies: ospfd's neighbors parsed
 into OpenConfig's OSPFv2 neighbors (area, interface, router id), those it forgets kept down, the dry agent's
 model, the path in the agent's gNMI tree and the view's stream, and the view's sessions, documents and drift.
 
@@ -20,6 +21,7 @@ from controller.operations.stream import PATHS, parse_state
 from controller.operations.view import OperationalView
 from southbound.device import opstate
 from southbound.device.counters import CounterSnapshot
+from southbound.device.frr_apply import kernel_route_from_ip_json
 from southbound.device.gnmi_server import _changed, _entity_elems, _notifications, compile_path, select
 from southbound.device.opstate import (
     DOWN,
@@ -43,6 +45,17 @@ OSPF_INTENT = validate_intent({**INTENT.to_document(), "routing": "ospf"})
 
 def neighbors(name: str) -> Any:
     return json.loads((GOLDEN / "ospf" / name).read_text())
+
+
+def test_the_routes_ospfd_installs_are_read_back() -> None:
+    """``ip -j route``'s OSPF routes (protocol ``ospf``, 188) are routes of the device's state, as BGP's and
+    IS-IS's: a fabric without ``fib`` routes is verified against them."""
+    hops = [{"gateway": "100.64.0.1", "dev": "eth1", "weight": 1},
+            {"gateway": "100.64.0.3", "dev": "eth2", "weight": 1}]
+    for proto in ("ospf", 188):
+        route = kernel_route_from_ip_json({"dst": "10.9.1.0/24", "protocol": proto, "metric": 20, "nexthops": hops})
+        assert route is not None and route.protocol == "ospf" and [h.port for h in route.nexthops] == ["eth1", "eth2"]
+    assert kernel_route_from_ip_json({"dst": "10.9.1.0/24", "protocol": "kernel", "dev": "eth1"}) is None
 
 
 def test_ospfd_s_neighbors_are_read_by_port_area_and_router_id() -> None:
