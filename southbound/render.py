@@ -20,7 +20,7 @@ import ipaddress
 import re
 from collections import defaultdict
 
-from controller.model import Intent, Routing, WcmpRealization
+from controller.model import DEFAULT_METRIC, Intent, Routing, WcmpRealization
 from controller.model.addressing import LINK_POOL, LOOPBACK_POOL, Allocation, allocate, carried
 from controller.model.plan import Plan
 from southbound.config import (
@@ -318,10 +318,11 @@ def _isis_interface(config: DeviceConfig, itf: Interface) -> list[str]:
 
 def _ospf_interface(config: DeviceConfig, itf: Interface) -> list[str]:
     """An interface's OSPF lines in the order ospfd shows them (so the running config reads back as
-    rendered): network type, cost, hello and dead intervals (the BGP timers, as IS-IS's hellos), area,
-    passive."""
+    rendered): network type, cost, hello, dead and retransmit intervals (the BGP timers, as IS-IS's hellos),
+    area, passive. A host port's cost is IS-IS's default metric, whatever the port's speed (OSPF's own cost of
+    a port follows its bandwidth), so that every origin of an anycast prefix adds the same."""
     if itf.host:
-        return [f" ip ospf area {OSPF_AREA}", " ip ospf passive"]
+        return [f" ip ospf cost {DEFAULT_METRIC}", f" ip ospf area {OSPF_AREA}", " ip ospf passive"]
     keepalive, hold = config.timers
     return [" ip ospf network point-to-point", f" ip ospf cost {itf.metric}",
             f" ip ospf hello-interval {keepalive}", f" ip ospf dead-interval {keepalive * max(2, hold // keepalive)}",

@@ -78,12 +78,14 @@ def _variant_isis(doc: dict) -> dict:
 
 def _variant_ospf(doc: dict) -> dict:
     """The IS-IS ring under OSPF, with r5 drained (a stub router: r4 reaches r1 the long way round) and a
-    router r6 behind it, whose prefix is reachable only through r5 (OSPF still carries that transit)."""
+    router r6 behind it, whose prefix is reachable only through r5 (OSPF still carries that transit); and an
+    anycast prefix of r2 and r4 (each origin's host port costs the same)."""
     doc = _variant_isis(doc)
     doc["routing"] = "ospf"
     doc["devices"].append({"name": "r6"})
     doc["links"].append({"a": "r5", "a_port": "eth3", "b": "r6", "b_port": "eth1", "metric": 5})
-    doc["prefixes"].insert(1, {"prefix": "10.9.6.0/24", "origins": ["r6"]})
+    doc["prefixes"][1:1] = [{"prefix": "10.9.6.0/24", "origins": ["r6"]},
+                            {"prefix": "10.9.7.0/24", "origins": ["r2", "r4"]}]
     doc["policies"] = [{"kind": "drain", "target": "r5"}]
     return doc
 
@@ -342,3 +344,4 @@ def test_the_ospf_variant_exercises_the_stub_router() -> None:
     """The drained r5 of the OSPF ring: r4 reaches r1 the long way (via r3), yet r1 reaches r6 through r5."""
     ports = expected_ports(validate_intent(_variant_ospf({})))
     assert ports["r4"]["10.9.1.0/24"] == {"eth2"} and ports["r1"]["10.9.6.0/24"] == {"eth2"}
+    assert ports["r3"]["10.9.7.0/24"] == {"eth1", "eth2"}  # r2 and r4, 10 away each
