@@ -33,20 +33,22 @@ from labs.clab import (
 )
 from southbound.render import device_configs, host_address, render_frr
 
-__all__ = ["clos2_document", "clos3_document", "daemons_text", "generate_lab"]
+__all__ = ["ROUTING_DAEMON", "clos2_document", "clos3_document", "daemons_text", "generate_lab"]
 
 _DAEMONS = ("bgpd", "ospfd", "ospf6d", "ripd", "ripngd", "isisd", "pimd", "ldpd", "nhrpd", "eigrpd",
             "babeld", "sharpd", "pbrd", "bfdd", "fabricd", "vrrpd", "pathd")
+#: the FRR daemon that runs each routing
+ROUTING_DAEMON: dict[Routing, str] = {Routing.BGP: "bgpd", Routing.ISIS: "isisd", Routing.OSPF: "ospfd"}
 
 
 def daemons_text(node: str, routing: Routing) -> str:
     """FRR's ``/etc/frr/daemons`` for a node: zebra and staticd always, plus
-    bgpd for ``routing: bgp`` or isisd for ``routing: isis``."""
-    wanted = {"bgpd"} if routing == Routing.BGP else {"isisd"}
+    the daemon of its routing (:data:`ROUTING_DAEMON`: bgpd, isisd or ospfd)."""
+    wanted = {ROUTING_DAEMON[routing]}
     lines = [f"# FRR daemons of {node} (Loom lab); zebra and staticd always run"]
     lines += [f"{d}={'yes' if d in wanted else 'no'}" for d in _DAEMONS]
     lines += ["vtysh_enable=yes", 'zebra_options="  -A 127.0.0.1 -s 90000000"',
-              'bgpd_options="   -A 127.0.0.1"', 'isisd_options="  -A 127.0.0.1"',
+              'bgpd_options="   -A 127.0.0.1"', 'ospfd_options="  -A 127.0.0.1"', 'isisd_options="  -A 127.0.0.1"',
               'staticd_options="-A 127.0.0.1"']
     return "\n".join(lines) + "\n"
 

@@ -5,7 +5,7 @@ each node a namespace ``loom-<lab>-<node>``, a veth pair per link (made
 straight into the two namespaces under temporary names, renamed there to the
 containerlab interface names), a veth pair kept inside the node per host
 subnet port, forwarding and L4 multipath hashing on, and FRR's daemons (zebra,
-staticd, and bgpd or isisd as the node's ``daemons`` file says) under their own
+staticd, and bgpd, isisd or ospfd as the node's ``daemons`` file says) under their own
 UTS namespace with the node's hostname and a run directory owned by ``frr``;
 the node's ``frr.conf`` is loaded with ``vtysh -b``. It then polls until every
 BGP session is established and every expected prefix is in every kernel, with

@@ -16,7 +16,7 @@ scenario is replayed in two stages, both reported:
   so a failure can only remove equal-length paths, never make a longer one
   best: this is what BGP converges to (the tests hold it against
   ``solver.core.routing.next_hops`` on failed topologies). Model ``routing`` (every
-  other fabric, e.g. ``routing: isis`` where a failure can create new shortest
+  other fabric, e.g. ``routing: isis`` or ``ospf`` where a failure can create new shortest
   paths): the solver's ``routing.next_hops`` on the failed topology gives each
   device's next hops; those the plan has keep its weight, new ones get the
   mean weight of the group's survivors (1 if none), renormalized. Model

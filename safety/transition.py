@@ -13,7 +13,7 @@ every (destination, device) entry is taken from the side of the device that
   side (either end's session policy drops it). BGP's own withdrawals follow:
   a device left with no next hop (and not originating P) withdraws P, so its
   upstream neighbors drop it as a next hop, to a fixpoint.
-* ``installed`` (``fib`` realization, ``routing: isis``): N's own config
+* ``installed`` (``fib`` realization, ``routing: isis`` or ``ospf``): N's own config
   installs N's next hops and weights (static routes nothing withdraws).
 
 A device originates P on its own side. A state is judged as any scenario:

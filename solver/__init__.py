@@ -1,6 +1,6 @@
 """Loom's solver: a library that turns a validated fabric into a forwarding plan.
 
-It owns routing (RFC 7938 BGP and IS-IS next-hop sets, :mod:`solver.core.routing`),
+It owns routing (RFC 7938 BGP, IS-IS and OSPF next-hop sets, :mod:`solver.core.routing`),
 the WCMP linear program (:mod:`solver.wcmp`, backends in :mod:`solver.core.lp`),
 integer weight reduction (:mod:`solver.core.weights`) and the plan assembly
 (:mod:`solver.solve`, tuned by :mod:`solver.core.options`; the plan type it returns is the ground layer's

@@ -35,7 +35,7 @@ class Interface:
     """A port: ``name`` as in the intent (``eth1``), ``address`` in CIDR form
     (``100.64.0.0/31``) or ``None``. ``peer`` names the device at the far end of
     a fabric link; ``host`` marks a host subnet port (where a prefix lives).
-    ``metric`` is the IS-IS metric of the link; ``drained``: the link is drained."""
+    ``metric`` is the IS-IS metric or OSPF cost of the link; ``drained``: the link is drained."""
 
     name: str
     address: str | None = None
@@ -117,7 +117,7 @@ class FibRoute:
 class DeviceConfig:
     """Everything one device should be (see the module docstring).
 
-    ``routing`` is ``bgp`` or ``isis``; ``drained``: the device carries no
+    ``routing`` is ``bgp``, ``isis`` or ``ospf``; ``drained``: the device carries no
     transit (it advertises only the prefixes it originates); ``originated``:
     its prefixes, each living on a host port; ``maximum_paths`` and
     ``multipath_relax``: ECMP over equal-length AS paths of different ASNs

@@ -20,7 +20,7 @@ import ipaddress
 import re
 from collections import defaultdict
 
-from controller.model import Intent, Routing, WcmpRealization
+from controller.model import DEFAULT_METRIC, Intent, Routing, WcmpRealization
 from controller.model.addressing import LINK_POOL, LOOPBACK_POOL, Allocation, allocate, carried
 from controller.model.plan import Plan
 from southbound.config import (
@@ -46,6 +46,8 @@ __all__ = [
 
 ISIS_AREA = "49.0001"
 ISIS_TAG = "loom"
+#: the OSPF area every interface is in: Loom's OSPF fabrics are one backbone area
+OSPF_AREA = "0.0.0.0"
 _DENY = "LOOM-DENY"
 _LOCAL = "LOOM-LOCAL"
 
@@ -239,11 +241,17 @@ def render_frr(config: DeviceConfig) -> str:
     what it originates (outbound route maps matching an empty AS path); a
     drained link neither sends nor accepts routes. IS-IS: a level-2
     point-to-point adjacency per link with the link's metric; a drained device
-    sets the overload bit, a drained link has no adjacency.
+    sets the overload bit, a drained link has no adjacency. OSPF (RFC 2328): one
+    backbone area, a point-to-point adjacency per link whose interface cost is
+    the link's metric, host subnets passive; a drained device is a stub router
+    (RFC 6987: ``max-metric router-lsa administrative``), a drained link has no
+    adjacency.
     """
     lines = _global_lines(config) + _interface_lines(config)
     if config.routing == Routing.ISIS.value:
         lines += _isis_lines(config)
+    elif config.routing == Routing.OSPF.value:
+        lines += _ospf_lines(config)
     else:
         lines += _bgp_lines(config)
     return "\n".join(lines) + "\n"
@@ -285,7 +293,6 @@ def _global_lines(config: DeviceConfig) -> list[str]:
 
 
 def _interface_lines(config: DeviceConfig) -> list[str]:
-    isis = config.routing == Routing.ISIS.value
     lines: list[str] = []
     for itf in config.interfaces:
         lines.append(f"interface {itf.name}")
@@ -295,16 +302,34 @@ def _interface_lines(config: DeviceConfig) -> list[str]:
             lines.append(" description host subnet")
         if itf.address is not None:
             lines.append(f" ip address {itf.address}")
-        if isis and not itf.drained:
-            lines.append(f" ip router isis {ISIS_TAG}")
-            if itf.host:
-                lines.append(" isis passive")
-            else:
-                keepalive, hold = config.timers
-                lines += [" isis network point-to-point", f" isis metric {itf.metric}",
-                          f" isis hello-interval {keepalive}", f" isis hello-multiplier {max(2, hold // keepalive)}"]
+        if not itf.drained:
+            if config.routing == Routing.ISIS.value:
+                lines += _isis_interface(config, itf)
+            elif config.routing == Routing.OSPF.value:
+                lines += _ospf_interface(config, itf)
         lines += ["exit", "!"]
     return lines
+
+
+def _isis_interface(config: DeviceConfig, itf: Interface) -> list[str]:
+    if itf.host:
+        return [f" ip router isis {ISIS_TAG}", " isis passive"]
+    keepalive, hold = config.timers
+    return [f" ip router isis {ISIS_TAG}", " isis network point-to-point", f" isis metric {itf.metric}",
+            f" isis hello-interval {keepalive}", f" isis hello-multiplier {max(2, hold // keepalive)}"]
+
+
+def _ospf_interface(config: DeviceConfig, itf: Interface) -> list[str]:
+    """An interface's OSPF lines in the order ospfd shows them (so the running config reads back as
+    rendered): network type, cost, hello, dead and retransmit intervals (the BGP timers, as IS-IS's hellos),
+    area, passive. A host port's cost is IS-IS's default metric, whatever the port's speed (OSPF's own cost of
+    a port follows its bandwidth), so that every origin of an anycast prefix adds the same."""
+    if itf.host:
+        return [f" ip ospf cost {DEFAULT_METRIC}", f" ip ospf area {OSPF_AREA}", " ip ospf passive"]
+    keepalive, hold = config.timers
+    return [" ip ospf network point-to-point", f" ip ospf cost {itf.metric}",
+            f" ip ospf hello-interval {keepalive}", f" ip ospf dead-interval {keepalive * max(2, hold // keepalive)}",
+            f" ip ospf retransmit-interval {keepalive}", f" ip ospf area {OSPF_AREA}"]
 
 
 def _isis_lines(config: DeviceConfig) -> list[str]:
@@ -312,6 +337,17 @@ def _isis_lines(config: DeviceConfig) -> list[str]:
              " is-type level-2-only", " metric-style wide", " lsp-gen-interval 1", " spf-interval 1"]
     if config.drained:
         lines.append(" set-overload-bit")
+    return lines + ["exit", "!"]
+
+
+def _ospf_lines(config: DeviceConfig) -> list[str]:
+    """``router ospf``: the router id, and the SPF and LSA throttling of a fabric (as IS-IS's ``spf-interval``
+    and ``lsp-gen-interval``; OSPF's defaults, 5 s between two instances of a router's LSA, hold a fabric's
+    convergence for seconds while its adjacencies come up one by one)."""
+    lines = ["router ospf", f" ospf router-id {config.router_id}", " timers throttle spf 0 50 1000",
+             " timers throttle lsa all 100", " timers lsa min-arrival 50"]
+    if config.drained:
+        lines.append(" max-metric router-lsa administrative")
     return lines + ["exit", "!"]
 
 

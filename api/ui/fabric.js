@@ -108,7 +108,7 @@ function groupIndex(plan) {
 /** Where each device goes: rows by tier, leaves and ToRs in pod bands; a circle when there are no tiers. */
 export function layout(devices, routing) {
   const pos = new Map();
-  const tiered = routing !== "isis" && devices.some((d) => d.role !== "router");
+  const tiered = (routing || "bgp") === "bgp" && devices.some((d) => d.role !== "router");
   if (!tiered) {
     const n = devices.length;
     const R = Math.max(200, n * 22);

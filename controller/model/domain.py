@@ -35,7 +35,9 @@ __all__ = [
     "ASN_MAX",
     "MAX_GBPS",
     "MAX_INDEX",
+    "LINK_STATE",
     "MAX_METRIC",
+    "MAX_OSPF_COST",
     "MAX_UTILIZATION",
     "MIN_CAPACITY_GBPS",
     "MIN_DEMAND_GBPS",
@@ -124,7 +126,7 @@ class _Frozen(BaseModel):
 
 
 class Role(StrEnum):
-    """A device's tier. ``router`` is for non-Clos (``routing: isis``) fabrics."""
+    """A device's tier. ``router`` is for non-Clos (``routing: isis`` or ``ospf``) fabrics."""
 
     TOR = "tor"
     LEAF = "leaf"
@@ -140,6 +142,15 @@ TIER: dict[Role, int] = {Role.TOR: 0, Role.LEAF: 1, Role.SPINE: 2, Role.SUPERSPI
 class Routing(StrEnum):
     BGP = "bgp"
     ISIS = "isis"
+    OSPF = "ospf"
+
+
+#: The link-state routings: shortest paths by link metric (the IS-IS metric, the OSPF interface cost),
+#: every equal-cost next hop; what ``routing: bgp`` is not.
+LINK_STATE: frozenset[Routing] = frozenset({Routing.ISIS, Routing.OSPF})
+#: The largest OSPF interface cost (16 bits, RFC 2328 appendix A.4.2); a stub router (RFC 6987) gives its
+#: transit links this cost, which is how a drained device is rendered for OSPF.
+MAX_OSPF_COST = 65_535
 
 
 class WcmpRealization(StrEnum):
@@ -189,7 +200,7 @@ class Device(_Frozen):
 
 class Link(_Frozen):
     """An undirected link between ``a:a_port`` and ``b:b_port``. ``capacity_gbps``
-    is per direction (default 100); ``metric`` is the IS-IS metric (default 10).
+    is per direction (default 100); ``metric`` is the IS-IS metric or OSPF interface cost (default 10).
     ``a_address`` and ``b_address`` pin the ends' interface addresses with their
     length (``192.168.1.1/30``), both or neither, as a running fabric has them;
     absent, Loom allocates a /31 (:mod:`controller.model.addressing`)."""
@@ -309,7 +320,7 @@ class FailureTolerancePolicy(_Frozen):
 
 class WcmpPolicy(_Frozen):
     """WCMP on (default) or plain ECMP. ``realization`` defaults to
-    ``link-bandwidth`` for ``routing: bgp`` and ``fib`` for ``routing: isis``."""
+    ``link-bandwidth`` for ``routing: bgp`` and ``fib`` for the link-state routings (``isis``, ``ospf``)."""
 
     kind: Literal["wcmp"]
     enabled: bool = True
@@ -320,7 +331,7 @@ class WcmpPolicy(_Frozen):
 
 
 class PathsPolicy(_Frozen):
-    """``shortest`` (default) or ``loop_free`` (isis only: TE may leave shortest paths)."""
+    """``shortest`` (default) or ``loop_free`` (isis and ospf only: TE may leave shortest paths)."""
 
     kind: Literal["paths"]
     mode: Literal["shortest", "loop_free"] = "shortest"
@@ -545,7 +556,7 @@ class Intent(_Frozen):
         if p is not None and p.realization is not None:
             return WcmpRealization(p.realization)
         paths = self.policy("paths")
-        if self.routing == Routing.ISIS or (paths is not None and paths.mode == "loop_free"):
+        if self.routing in LINK_STATE or (paths is not None and paths.mode == "loop_free"):
             return WcmpRealization.FIB
         return WcmpRealization.LINK_BANDWIDTH
 

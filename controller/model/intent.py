@@ -37,6 +37,8 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from controller.model import (
+    LINK_STATE,
+    MAX_OSPF_COST,
     POLICY_KINDS,
     TIER,
     AutoTePolicy,
@@ -204,7 +206,7 @@ def _check_top(doc: dict[Any, Any], errors: list[IntentError]) -> tuple[dict[str
         try:
             routing = Routing(doc["routing"])
         except (ValueError, TypeError):
-            errors.append(IntentError("routing", f"unknown routing {doc['routing']!r} (expected bgp or isis)"))
+            errors.append(IntentError("routing", f"unknown routing {doc['routing']!r} (expected bgp, isis or ospf)"))
     top["routing"] = routing
     if "defaults" in doc:
         d = _shape(Defaults, doc["defaults"], ("defaults",), errors)
@@ -361,6 +363,9 @@ def _check_meaning(
     _check_jobs(items["jobs"], items["prefixes"], refs, errors, registry=registry)
     if routing == Routing.BGP:
         _check_clos(refs.devices, refs.device_index, good_links, errors, uplinks=structure)
+    elif routing == Routing.OSPF:  # a link's metric is its interface cost, which OSPF carries in 16 bits
+        errors += [IntentError(f"links[{i}].metric", f"{lk.metric} is over {MAX_OSPF_COST}, the largest OSPF "
+                               "interface cost (routing: ospf)") for i, lk in good_links if lk.metric > MAX_OSPF_COST]
     _check_pools(items["devices"], items["links"], errors)
     check_pins([(i, d) for i, d in items["devices"] if not isinstance(d, _Partial)],
                [(i, lk) for i, lk in items["links"] if not isinstance(lk, _Partial)], errors)
@@ -514,12 +519,13 @@ def _check_policies(policies: list[tuple[int, Any]], routing: Routing, refs: _Re
             _check_drain(i, pol, refs, drains, errors)
         if _is(pol, PathsPolicy) and getattr(pol, "mode", None) == "loop_free" and routing == Routing.BGP:
             errors.append(IntentError(f"policies[{i}].mode",
-                                      "paths: loop_free needs routing: isis (BGP installs only its own best paths)"))
+                                      "paths: loop_free needs routing: isis or ospf "
+                                      "(BGP installs only its own best paths)"))
         if _is(pol, WcmpPolicy) and getattr(pol, "realization", None) == "link-bandwidth" \
-                and routing == Routing.ISIS:
+                and routing in LINK_STATE:
             errors.append(IntentError(f"policies[{i}].realization",
                                       "link-bandwidth is a BGP extended community; "
-                                      "routing: isis needs realization: fib"))
+                                      f"routing: {routing.value} needs realization: fib"))
 
 
 def _check_drain(i: int, pol: Any, refs: _Refs, drains: dict[str, int], errors: list[IntentError]) -> None:
@@ -651,7 +657,7 @@ def _check_clos(
         i = device_index[name]
         if d.role == Role.ROUTER:
             errors.append(IntentError(f"devices[{i}].role",
-                                      "role 'router' is not a tier of an RFC 7938 Clos (use routing: isis)"))
+                                      "role 'router' is not a tier of an RFC 7938 Clos (use routing: isis or ospf)"))
         if d.asn is None:
             errors.append(IntentError(f"devices[{i}].asn", "required for routing: bgp"))
         _check_grouping(i, d, errors)

@@ -26,7 +26,8 @@ and the caller runs every cross-object rule on the whole result
 ones are built again), and when that finds anything, validates the document
 whole, which is where every located error comes from. This module never reports errors of its own, so the messages
 a client sees are exactly those of the whole-document pass. A test holds
-:data:`REFERENCE_FIELDS` against what the rules really read.
+:data:`REFERENCE_FIELDS` (and :data:`BOUNDED_FIELDS`, a link's metric, which
+only OSPF's 16-bit cost bounds) against what the rules really read.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.model.domain import Intent, Link, Routing
+from controller.model.domain import MAX_OSPF_COST, Intent, Link, Routing
 from controller.model.errors import IntentError
 from controller.model.intent import (
     _SECTIONS,
@@ -53,9 +54,13 @@ from controller.model.intent import (
     _shape_policy,
 )
 
-__all__ = ["LEAF_SECTIONS", "REFERENCE_FIELDS", "Change", "Context", "cross_object_valid", "projection",
-           "proven_valid", "shape"]
+__all__ = ["BOUNDED_FIELDS", "LEAF_SECTIONS", "REFERENCE_FIELDS", "Change", "Context", "cross_object_valid",
+           "projection", "proven_valid", "shape"]
 
+#: per section, the attributes a cross-object rule reads only against a bound that depends on the routing
+#: (OSPF's 16-bit costs): :func:`proven_valid` never proves an edit that takes one past the tightest bound,
+#: and proves every other as if the rules did not read it
+BOUNDED_FIELDS: dict[str, tuple[str, ...]] = {"links": ("metric",)}
 #: per section, the attributes of an object that the cross-object rules read (policies: every field they have)
 REFERENCE_FIELDS: dict[str, tuple[str, ...]] = {
     "devices": ("name", "role", "pod", "plane", "asn", "loopback", "router_id"),
@@ -147,6 +152,8 @@ def proven_valid(changes: Iterable[Change], sections: Mapping[str, Sequence[Any]
     """
     structural: set[str] = set()
     for c in changes:
+        if c.section == "links" and c.new is not None and getattr(c.new, "metric", 0) > MAX_OSPF_COST:
+            return False  # a cost OSPF cannot carry (BOUNDED_FIELDS): the whole pass decides, knowing the routing
         if c.old is None or c.new is None or projection(c.section, c.old) != projection(c.section, c.new):
             structural.add(c.section)
     if not structural:

@@ -9,7 +9,7 @@ the intent does not drain already). A drained link carries nothing and a
 drained device no transit (DESIGN.md, Semantics), so the plan routes around
 them exactly as if they were gone, while every device keeps its interfaces,
 addresses and sessions: the switches only stop using the parts (a drained BGP
-session neither sends nor accepts routes, a drained IS-IS link has no
+session neither sends nor accepts routes, a drained IS-IS or OSPF link has no
 adjacency), which FRR applies in place, and when the full plan returns the same
 parts are simply undrained. A part that flaps is thereby held out of service
 until its hold-down ends, even when it comes back before.

@@ -47,7 +47,7 @@ from controller.operations.reaction import (
 )
 from controller.operations.stream import StateStream
 from controller.operations.table import TABLE
-from controller.operations.view import OperationalView, ViewEvent
+from controller.operations.view import ADJACENCY_UP, OperationalView, ViewEvent
 from controller.service import Actor, WriteContext
 from controller.store import events_repo, repo
 from controller.store import workflow_repo as wrepo
@@ -74,7 +74,7 @@ def _now() -> datetime:
 class OperationsOptions:
     """``tick_s``: how often the view is stored and the reactor looks; ``topology_s``: how often the active
     revision (and so the links and devices followed) is read again; ``adjacency_grace_s``: how long an IS-IS
-    adjacency may be other than up on a link that is up before drift reports it."""
+    or OSPF adjacency may be other than up on a link that is up before drift reports it."""
 
     def __init__(self, tick_s: float = 0.1, topology_s: float = 2.0, adjacency_grace_s: float = 10.0):
         self.tick_s = tick_s
@@ -177,9 +177,10 @@ class Operations:
     # -- reports from the stream ------------------------------------------------------------
     async def _report(self, device: str, what: str, key: tuple[str, ...], value: str | None) -> None:
         now = self.clock()
-        if what == "isis":
-            port, level, system_id = key
-            self._pending += self.view.report_adjacency(device, (port, level, system_id), value, now)
+        if what in ("isis", "ospf"):
+            port, instance, neighbor = key
+            self._pending += self.view.report_adjacency(device, (port, instance, neighbor), value, now,
+                                                        protocol=what)
         elif value is None:
             return  # an interface or a BGP neighbor the target deleted: its last state stands
         elif what == "port":
@@ -243,8 +244,9 @@ class Operations:
               circuits: dict[str, frozenset[str]] | None = None) -> dict[str, list[str]]:
         """What the fabric runs that the plan in force does not expect, per device: a link down that no
         overlay leaves out, a BGP session not established over a link that is up and in use (``sessions``:
-        device -> the neighbor key of each session -> its port), an IS-IS adjacency not up on a link that is
-        up and in use (``circuits``: device -> the ports the plan runs IS-IS on, drained ones left out), for
+        device -> the neighbor key of each session -> its port), an IS-IS or OSPF adjacency not up on a link
+        that is up and in use (``circuits``: device -> the ports the plan runs IS-IS or OSPF on, drained ones
+        left out), for
         ``adjacency_grace_s`` (an adjacency takes a few hellos to come up). Empty unless this replica's view is
         live."""
         if not self.live:
@@ -270,8 +272,8 @@ class Operations:
 
     def _adjacency_drift(self, circuits: dict[str, frozenset[str]],
                          quiet: set[tuple[str, str]]) -> list[tuple[str, str]]:
-        """The IS-IS ports of ``circuits`` on links up and in use (not ``quiet``) whose adjacency has not been
-        up for ``adjacency_grace_s``: (device, why)."""
+        """The IS-IS or OSPF ports of ``circuits`` on links up and in use (not ``quiet``) whose adjacency has
+        not been up for ``adjacency_grace_s``: (device, why)."""
         now, grace = self.clock(), self.options.adjacency_grace_s
         out: list[tuple[str, str]] = []
         for name in sorted(circuits):
@@ -281,12 +283,13 @@ class Operations:
                 if link is None or (name, port) in quiet:
                     continue
                 adj = self.view.adjacency_at(name, port)  # None too while its agent is unreachable
-                if adj is not None and adj[0] == "UP" or not self.view.reachable(name):
+                if adj is not None and adj[0] in ADJACENCY_UP or not self.view.reachable(name):
                     continue
                 if now - max(link.since, adj[1] if adj is not None else 0.0) < grace:
                     continue
                 state = f"is {adj[0]}" if adj is not None else "is not reported"
-                out.append((name, f"IS-IS adjacency on {port} (link {link.id}) {state} while the link is up"))
+                out.append((name, f"{self.view.protocol} adjacency on {port} (link {link.id}) {state} "
+                                  "while the link is up"))
         return out
 
     # -- reacting --------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 :class:`StateStream` keeps one ``STREAM`` subscription per device (through
 :class:`southbound.gnmi.GnmiClient`, written against OpenConfig paths only, so
 any switch that serves them works) to its interfaces' ``oper-status``, its
-BGP neighbors' ``session-state`` and its IS-IS adjacencies' ``adjacency-state``
-(whatever the IS-IS instance's name), and hands each change to ``report`` as
+BGP neighbors' ``session-state``, its IS-IS adjacencies' ``adjacency-state``
+(whatever the IS-IS instance's name) and its OSPF adjacencies' (OSPFv2 neighbors,
+whatever the instance's name and area), and hands each change to ``report`` as
 soon as it arrives (an adjacency the target deletes, with the value None). A
 device is reachable once its stream has sent its first full set
 (``sync_response``); a stream that breaks, or cannot connect, makes it
@@ -36,16 +37,20 @@ PATHS = (
     "/network-instances/network-instance[name=default]/protocols/protocol[identifier=ISIS][name=*]/isis/"
     "interfaces/interface[interface-id=*]/levels/level[level-number=*]/adjacencies/adjacency[system-id=*]/state/"
     "adjacency-state",
+    "/network-instances/network-instance[name=default]/protocols/protocol[identifier=OSPF][name=*]/ospfv2/"
+    "areas/area[identifier=*]/interfaces/interface[id=*]/neighbors/neighbor[router-id=*]/state/adjacency-state",
 )
 _PORT = re.compile(r"^/interfaces/interface\[name=([^\]]+)\]/state/oper-status$")
 _BGP = re.compile(r"/bgp/neighbors/neighbor\[neighbor-address=([^\]]+)\]/state/session-state$")
 _ISIS = re.compile(r"/isis/interfaces/interface\[interface-id=([^\]]+)\]/levels/level\[level-number=([^\]]+)\]/"
                    r"adjacencies/adjacency\[system-id=([^\]]+)\]/state/adjacency-state$")
+_OSPF = re.compile(r"/ospfv2/areas/area\[identifier=([^\]]+)\]/interfaces/interface\[id=([^\]]+)\]/"
+                   r"neighbors/neighbor\[router-id=([^\]]+)\]/state/adjacency-state$")
 
 
 def parse_state(path: str) -> tuple[str, tuple[str, ...]] | None:
-    """``("port", (PORT,))``, ``("bgp", (NEIGHBOR,))`` or ``("isis", (PORT, LEVEL, SYSTEM_ID))`` for a state
-    path, None for anything else."""
+    """``("port", (PORT,))``, ``("bgp", (NEIGHBOR,))``, ``("isis", (PORT, LEVEL, SYSTEM_ID))`` or ``("ospf",
+    (PORT, AREA, ROUTER_ID))`` (the port first, as IS-IS's) for a state path, None for anything else."""
     m = _PORT.match(path)
     if m:
         return "port", (m.group(1),)
@@ -55,10 +60,13 @@ def parse_state(path: str) -> tuple[str, tuple[str, ...]] | None:
     m = _ISIS.search(path)
     if m:
         return "isis", (m.group(1), m.group(2), m.group(3))
+    m = _OSPF.search(path)
+    if m:
+        return "ospf", (m.group(2), m.group(1), m.group(3))
     return None
 
 
-#: device, "port" | "bgp" | "isis", the entity's keys, its state (None: the target deleted it)
+#: device, "port" | "bgp" | "isis" | "ospf", the entity's keys, its state (None: the target deleted it)
 Report = Callable[[str, str, tuple[str, ...], str | None], Awaitable[None]]
 
 

@@ -2,7 +2,7 @@
 
 The intent says what the fabric should be; this view says what it is. It takes
 plain reports (``device`` says its ``port`` is ``UP`` or ``DOWN``; a BGP
-neighbor's session state; an IS-IS adjacency's state, or that it is gone; an
+neighbor's session state; an IS-IS or OSPF adjacency's state, or that it is gone; an
 agent reachable or not, each with ``now``) and
 answers DESIGN.md's documents:
 
@@ -12,8 +12,8 @@ answers DESIGN.md's documents:
   ``up``; ``since`` is when it last changed, ``flaps_1h`` how often it went down
   in the last hour;
 * a **device** has its agent ``reachable`` or ``unreachable``, its sessions up
-  and in total (BGP sessions and IS-IS adjacencies: a fabric runs one or the
-  other), its IS-IS adjacencies by port, when it was last heard from; a device whose agent is
+  and in total (BGP sessions, IS-IS or OSPF adjacencies: a fabric runs one of
+  them), its IS-IS and OSPF adjacencies by port, when it was last heard from; a device whose agent is
   unreachable and all of whose links are reported down by their other ends has
   **failed** (a rack that lost power), which is what a failure reaction removes;
 * every change of a link's state or an agent's reachability is an event
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from controller.model import Intent
+from controller.model import Intent, Routing
 from controller.model.documents import (
     AdjacencyStateDocument,
     DeviceStatesDocument,
@@ -39,13 +39,16 @@ from controller.model.documents import (
     LinkStateDocument,
     LinkStatesDocument,
     OperationalStateDocument,
+    OspfAdjacencyStateDocument,
 )
 
-__all__ = ["LINK_DOWN", "LINK_UP", "OperationalView", "ViewEvent"]
+__all__ = ["ADJACENCY_UP", "LINK_DOWN", "LINK_UP", "OperationalView", "ViewEvent"]
 
 UP, DOWN, UNKNOWN = "up", "down", "unknown"
 LINK_DOWN, LINK_UP = "link.down", "link.up"
 HOUR_S = 3600.0
+#: the OpenConfig adjacency states of an adjacency that carries routes: IS-IS ``UP``, OSPF ``FULL``
+ADJACENCY_UP = frozenset({"UP", "FULL"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,8 @@ class _Device:
     sessions: dict[str, str] = field(default_factory=dict)  # neighbor -> OpenConfig session-state
     #: (port, level, system id) -> (OpenConfig adjacency-state, since)
     adjacencies: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
+    #: (port, area, neighbor router id) -> (OpenConfig adjacency-state, since)
+    ospf: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
     known: bool = False  # its agent was ever heard from (or declared unreachable)
 
 
@@ -90,6 +95,7 @@ class OperationalView:
         self.links: dict[str, _Link] = {}
         self.devices: dict[str, _Device] = {}
         self.names: frozenset[str] = frozenset()  # the devices of the intent followed
+        self.protocol = "IS-IS"  # the link-state routing of that intent, as its drift messages name it
         self.ports: dict[tuple[str, str], str] = {}  # (device, port) -> OpenConfig oper-status
         self._by_port: dict[tuple[str, str], str] = {}  # (device, port) -> link id
         self._by_device: dict[str, list[str]] = {}  # device -> its link ids
@@ -108,6 +114,7 @@ class OperationalView:
         self.links = links
         self.down = {lid for lid in self.down if lid in links}
         self.names = frozenset(d.name for d in intent.devices)
+        self.protocol = "OSPF" if intent.routing == Routing.OSPF else "IS-IS"
         for name in self.names:  # a device heard before its intent was known keeps what it said
             self.devices.setdefault(name, _Device(name, since=now))
         self._by_port = {}
@@ -140,18 +147,20 @@ class OperationalView:
         return events
 
     def report_adjacency(self, device: str, key: tuple[str, str, str], state: str | None,
-                         now: float) -> list[ViewEvent]:
+                         now: float, *, protocol: str = "isis") -> list[ViewEvent]:
         """``device``'s IS-IS adjacency ``key`` (port, level, neighbor system id) is in OpenConfig
-        ``adjacency-state`` ``state`` (``UP``, ``DOWN``, ``INIT``, ``FAILED``), or gone (None)."""
+        ``adjacency-state`` ``state`` (``UP``, ``DOWN``, ``INIT``, ``FAILED``), or gone (None); with
+        ``protocol="ospf"``, its OSPF adjacency (port, area, neighbor router id: ``FULL``, ``INIT``, ...)."""
         events = self._heard(device, now)
         dev = self.devices[device]
-        old = dev.adjacencies.get(key)
+        table = dev.ospf if protocol == "ospf" else dev.adjacencies
+        old = table.get(key)
         if state is None:
             if old is not None:
-                del dev.adjacencies[key]
+                del table[key]
                 self.version += 1
         elif old is None or old[0] != state:
-            dev.adjacencies[key] = (state, now)
+            table[key] = (state, now)
             self.version += 1
         return events
 
@@ -160,15 +169,15 @@ class OperationalView:
         return self._by_port.get((device, port))
 
     def adjacency_at(self, device: str, port: str) -> tuple[str, float] | None:
-        """The best state of ``device``'s adjacencies on ``port`` (``UP`` if any is) and since when; None when
-        its agent reports none there (or is unreachable)."""
+        """The best state of ``device``'s adjacencies (IS-IS or OSPF) on ``port`` (one up if any is: ``UP``,
+        ``FULL``) and since when; None when its agent reports none there (or is unreachable)."""
         dev = self.devices.get(device)
         if dev is None or not dev.reachable:
             return None
-        found = [v for k, v in dev.adjacencies.items() if k[0] == port]
+        found = [v for table in (dev.adjacencies, dev.ospf) for k, v in table.items() if k[0] == port]
         if not found:
             return None
-        up = [v for v in found if v[0] == "UP"]
+        up = [v for v in found if v[0] in ADJACENCY_UP]
         return min(up, key=lambda v: v[1]) if up else max(found, key=lambda v: v[1])
 
     def set_reachable(self, device: str, reachable: bool, now: float, why: str = "") -> list[ViewEvent]:
@@ -187,6 +196,7 @@ class OperationalView:
         else:
             dev.sessions.clear()
             dev.adjacencies.clear()
+            dev.ospf.clear()
         self.version += 1
         events = [] if (reachable and not was_known) or device not in self.names else [
             ViewEvent("device.reachable" if reachable else "device.unreachable",
@@ -285,19 +295,26 @@ class OperationalView:
             for ln in sorted(self.links.values(), key=lambda x: x.id)])
 
     def devices_document(self) -> DeviceStatesDocument:
-        """Each device; its sessions are its BGP sessions and its IS-IS adjacencies (up: established, up)."""
+        """Each device; its sessions are its BGP sessions and its IS-IS and OSPF adjacencies (up: established,
+        up, full)."""
         return DeviceStatesDocument(devices=[
             DeviceStateSummary(name=d.name, agent="reachable" if d.reachable else "unreachable",
                                sessions_up=sum(1 for s in d.sessions.values() if s == "ESTABLISHED")
-                               + sum(1 for s, _ in d.adjacencies.values() if s == "UP"),
-                               sessions=len(d.sessions) + len(d.adjacencies), last_seen=_iso(d.last_seen),
-                               adjacencies=self._adjacencies(d))
+                               + sum(1 for t in (d.adjacencies, d.ospf) for s, _ in t.values() if s in ADJACENCY_UP),
+                               sessions=len(d.sessions) + len(d.adjacencies) + len(d.ospf),
+                               last_seen=_iso(d.last_seen), adjacencies=self._adjacencies(d),
+                               ospf_adjacencies=self._ospf_adjacencies(d))
             for d in sorted(self.devices.values(), key=lambda x: x.name) if d.name in self.names])
 
     def _adjacencies(self, dev: _Device) -> list[AdjacencyStateDocument]:
         return [AdjacencyStateDocument(port=port, level=int(level) if level.isdigit() else 0, neighbor=system_id,
                                        state=state, link=self._by_port.get((dev.name, port)), since=_iso(since))
                 for (port, level, system_id), (state, since) in sorted(dev.adjacencies.items())]
+
+    def _ospf_adjacencies(self, dev: _Device) -> list[OspfAdjacencyStateDocument]:
+        return [OspfAdjacencyStateDocument(port=port, area=area, neighbor=router_id, state=state,
+                                           link=self._by_port.get((dev.name, port)), since=_iso(since))
+                for (port, area, router_id), (state, since) in sorted(dev.ospf.items())]
 
     def to_document(self, now: float) -> OperationalStateDocument:
         """Both documents, as the leader stores them for the followers."""

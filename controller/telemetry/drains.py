@@ -56,7 +56,7 @@ class DrainCheck:
                                       tolerance_gbps=round(t.tolerance_gbps, 6)) for t in self.targets])
 
 
-#: what a drained link still carries, per direction, in packets a second: BGP keepalives and updates, IS-IS
+#: what a drained link still carries, per direction, in packets a second: BGP keepalives and updates, IS-IS or OSPF
 #: hellos, BFD, the last packets of a flow; counted at the largest packet a fabric port sends
 NOISE_PPS = 50.0
 NOISE_PACKET_BYTES = 1500

@@ -5,10 +5,11 @@ Every ``drift_interval`` seconds (on the leader) and after each commit,
 the active revision: its config hash, a change awaiting confirmation, its kernel
 routes against the plan where the agent observes them, and what the operational
 view reports that the plan does not expect (a link down that no overlay leaves
-out, a BGP session down, an IS-IS adjacency down on a link that is up). The report is stored; with ``drift_repair`` (or
-``POST /v1/drift/repair``) the active revision is pushed again as a ``repair``
-change through the one commit path (:meth:`Drift.repair`), unless settling is
-still driving devices. :meth:`Drift.device_state` answers one device's state.
+out, a BGP session down, an IS-IS or OSPF adjacency down on a link that is up).
+The report is stored; with ``drift_repair`` (or ``POST /v1/drift/repair``) the
+active revision is pushed again as a ``repair`` change through the one commit
+path (:meth:`Drift.repair`), unless settling is still driving devices.
+:meth:`Drift.device_state` answers one device's state.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from controller.model import Intent
+from controller.model import LINK_STATE, Intent
 from controller.model.documents import (
     DeviceDriftDocument,
     DeviceStateDocument,
@@ -49,7 +50,7 @@ __all__ = ["Drift"]
 log = logging.getLogger("loom.workflow")
 #: what the operational view says the fabric runs that the plan in force does not expect, per device
 #: (:meth:`controller.operations.service.Operations.drift`: the overlay in force, each device's sessions and
-#: the ports it runs IS-IS on)
+#: the ports it runs IS-IS or OSPF on)
 Operational = Callable[[JsonObject | None, dict[str, dict[str, str]], dict[str, frozenset[str]]],
                        dict[str, list[str]]]
 REPAIR_CTX = WriteContext(actor=Actor("loom-controller (drift repair)", "admin"), method="SYSTEM", path="drift")
@@ -74,9 +75,10 @@ def _device_drift(st: DeviceState, want: str, intent: Intent, plan: Plan, d: str
     return details
 
 
-def isis_ports(config: DeviceConfig) -> frozenset[str]:
-    """The ports ``config`` runs IS-IS adjacencies on: its fabric links, drained ones left out (as rendered)."""
-    if config.routing != "isis":
+def link_state_ports(config: DeviceConfig) -> frozenset[str]:
+    """The ports ``config`` runs IS-IS or OSPF adjacencies on: its fabric links, drained ones left out (as
+    rendered)."""
+    if config.routing not in LINK_STATE:
         return frozenset()
     return frozenset(i.name for i in config.interfaces if i.peer is not None and not i.host and not i.drained)
 
@@ -155,7 +157,7 @@ class Drift:
         configs = device_configs(intent, plan)
         operational = self._operational(  # links, sessions, adjacencies down that the plan expects up
             overlay, {d: {n.key: n.port for n in c.neighbors} for d, c in configs.items()},
-            {d: isis_ports(c) for d, c in configs.items()})
+            {d: link_state_ports(c) for d, c in configs.items()})
         names = sorted(set(want) & set(rt.driver.devices))
         fabric = sorted({p for dp in plan.devices.values() for p in dp.routes})
         # the leader's reads carry its epoch too (they raise the agents' fence); a follower's do not

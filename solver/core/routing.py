@@ -1,4 +1,4 @@
-"""Routes: the equal-cost next-hop sets that BGP (RFC 7938) or IS-IS would install.
+"""Routes: the equal-cost next-hop sets that BGP (RFC 7938), IS-IS or OSPF would install.
 
 This module owns the routing layer of the solver. ``routing: bgp`` simulates
 the eBGP path-vector outcome of an RFC 7938 Clos as FRR computes it (each link
@@ -7,9 +7,13 @@ ASN, RFC 4271 section 9.1.2; best = shortest AS path; multipath over every
 neighbor offering an equal-length path, as with ``bestpath as-path
 multipath-relax``; a device advertises its best path with its ASN prepended).
 Drained devices originate their own prefixes but re-advertise nothing; drained
-and failed links carry no session. ``routing: isis`` computes shortest paths by
-link metric with every equal-cost next hop (a drained device is set overloaded:
-no transit). ``paths: loop_free`` lets the traffic engineering use every
+and failed links carry no session. The link-state routings (``routing: isis``,
+``ospf``) compute shortest paths by link metric (IS-IS metric, OSPF interface
+cost) with every equal-cost next hop. A drained IS-IS device is set overloaded:
+no transit. A drained OSPF device is a stub router (RFC 6987, as FRR's ``max-metric
+router-lsa administrative`` does): every link out of it costs 65535, so it
+carries transit only where no other way is left, and its own next hops are
+those of least cost past that first hop. ``paths: loop_free`` lets the traffic engineering use every
 usable link in either direction; :func:`solver.wcmp.make_loop_free` then
 orders the devices so the chosen next hops form a DAG per destination.
 
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.model import Intent, Routing
+from controller.model import LINK_STATE, MAX_OSPF_COST, Intent, Routing
 from solver.core.fabric import Fabric, build_fabric
 
 __all__ = ["RouteClass", "next_hops", "route_classes"]
@@ -103,8 +107,16 @@ def bgp_hops(fab: Fabric, origins: tuple[int, ...], active: np.ndarray | None = 
     return dev[order], arc[order]
 
 
-def _isis_distances(fab: Fabric, origins: tuple[int, ...]) -> dict[int, int]:
-    """Metric distance to the nearest origin; drained devices are not transit."""
+def _cost(fab: Fabric, arc: int, tail: int, stub: bool) -> int:
+    """What ``arc`` (out of ``tail``) costs: its metric, or with ``stub`` (OSPF) 65535 out of a drained
+    device."""
+    return MAX_OSPF_COST if stub and fab.drained[tail] else int(fab.arc_metric[arc])
+
+
+def _isis_distances(fab: Fabric, origins: tuple[int, ...], stub: bool = False) -> dict[int, int]:
+    """Metric distance to the nearest origin. Drained devices are not transit, or with ``stub`` (OSPF)
+    their links cost 65535 (links are symmetric: ``w``'s arc to ``u`` costs what ``u``'s to ``w`` does,
+    but a drained ``w``'s)."""
     dist: dict[int, int] = {o: 0 for o in origins}
     heap = [(0, o) for o in origins]
     origin_set = set(origins)
@@ -114,10 +126,10 @@ def _isis_distances(fab: Fabric, origins: tuple[int, ...]) -> dict[int, int]:
         if u in done:
             continue
         done.add(u)
-        if u not in origin_set and fab.drained[u]:
+        if u not in origin_set and fab.drained[u] and not stub:
             continue
         for arc, w, _port in fab.adj[u]:
-            nd = d + int(fab.arc_metric[arc])
+            nd = d + _cost(fab, arc, w, stub)
             if nd < dist.get(w, 1 << 62):
                 dist[w] = nd
                 heapq.heappush(heap, (nd, w))
@@ -128,7 +140,9 @@ _Arcs = dict[int, tuple[int, ...]]
 
 
 def _isis_class(fab: Fabric, origins: tuple[int, ...], loop_free: bool,
-                dist: dict[int, int]) -> tuple[_Arcs, _Arcs]:
+                dist: dict[int, int], stub: bool = False) -> tuple[_Arcs, _Arcs]:
+    """Each device's equal-cost next hops and (``loop_free``) every arc TE may use: never into a drained
+    device, but for a stub router's (OSPF) last-resort shortest path."""
     origin_set = set(origins)
     nh: dict[int, tuple[int, ...]] = {}
     dag: dict[int, tuple[int, ...]] = {}
@@ -139,15 +153,16 @@ def _isis_class(fab: Fabric, origins: tuple[int, ...], loop_free: bool,
         wide: list[int] = []
         for arc, w, _port in fab.adj[v]:
             dw = dist.get(w)
-            if dw is None or (w not in origin_set and fab.drained[w]):
+            transit = w in origin_set or not fab.drained[w]
+            if dw is None or not (transit or stub):
                 continue
-            if dw + int(fab.arc_metric[arc]) == dv:
+            if dw + _cost(fab, arc, v, stub) == dv:
                 best.append(arc)
-            if loop_free:
+            if loop_free and transit:
                 wide.append(arc)
         if best:
             nh[v] = tuple(sorted(best))
-            dag[v] = tuple(sorted(wide)) if loop_free else nh[v]
+            dag[v] = tuple(sorted(set(wide) | set(best))) if loop_free else nh[v]
     return nh, dag
 
 
@@ -164,7 +179,8 @@ def route_classes(fab: Fabric) -> list[RouteClass]:
         if rc is None:
             rc = by_origins[origins] = RouteClass(origins=origins)
         rc.prefixes.append(p.prefix)
-    loop_free = intent.routing == Routing.ISIS and intent.paths_mode == "loop_free"
+    loop_free = intent.routing in LINK_STATE and intent.paths_mode == "loop_free"
+    stub = intent.routing == Routing.OSPF
     pv = PathVector(fab) if intent.routing == Routing.BGP else None
     for origins, rc in by_origins.items():
         if not origins:
@@ -173,8 +189,8 @@ def route_classes(fab: Fabric) -> list[RouteClass]:
             rc.nexthops = _bgp_class(fab, origins, pv=pv)
             rc.dag = rc.nexthops
         else:
-            rc.dist = _isis_distances(fab, origins)
-            rc.nexthops, rc.dag = _isis_class(fab, origins, loop_free, rc.dist)
+            rc.dist = _isis_distances(fab, origins, stub)
+            rc.nexthops, rc.dag = _isis_class(fab, origins, loop_free, rc.dist, stub)
     return list(by_origins.values())
 
 
@@ -188,7 +204,7 @@ def next_hops(
 
     Parameters
     ----------
-    intent : a validated intent (``routing: bgp`` or ``isis``); drains are honoured.
+    intent : a validated intent (``routing: bgp``, ``isis`` or ``ospf``); drains are honoured.
     failed_devices : names of devices that are down (no routes, no sessions).
     failed_links : :attr:`Link.key` strings of links that are down.
 

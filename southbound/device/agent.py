@@ -513,8 +513,8 @@ def default_counters(core: AgentCore) -> Any:
 
 def default_status(core: AgentCore) -> Any:
     """The operational state an agent watches and serves: its node's interfaces (netlink), bgpd's sessions and
-    isisd's adjacencies beside real FRR; for a ``--dry-frr`` agent, its running config's ports, up unless
-    listed in its record directory's ``down`` file, and their IS-IS adjacencies
+    isisd's and ospfd's adjacencies beside real FRR; for a ``--dry-frr`` agent, its running config's ports, up
+    unless listed in its record directory's ``down`` file, and their IS-IS or OSPF adjacencies
     (:class:`southbound.device.opstate.DryStatus`)."""
     backend: Any = core.backend
     if backend.dry:

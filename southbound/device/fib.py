@@ -5,7 +5,7 @@ pyroute2: for every ``fib`` route of the running config, a multipath route
 in the main table whose next hops carry the plan's weights (``rtnh_hops`` =
 weight - 1, what ``ip route ... nexthop via G dev P weight W`` sets), with
 Loom's own route protocol number and a metric below zebra's, so the kernel
-prefers it over BGP's or IS-IS's route for the same prefix while theirs stays
+prefers it over BGP's, IS-IS's or OSPF's route for the same prefix while theirs stays
 underneath as the fallback: when Loom removes its route, FRR's is used again.
 (pyroute2 0.9 has no ``RTM_NEWNEXTHOP`` messages, so the groups are the
 routes' own multipath next hops rather than shared nexthop objects.)

@@ -512,11 +512,12 @@ class FrrReload:
                                 int(p.get("pfxRcd", 0) or 0)) for name, p in sorted(peers.items()))
 
 
-_PROTO_NAMES = {"bgp": "bgp", "186": "bgp", "isis": "isis", "187": "isis", str(LOOM_RT_PROTO): "loom", "loom": "loom"}
+_PROTO_NAMES = {"bgp": "bgp", "186": "bgp", "isis": "isis", "187": "isis", "ospf": "ospf", "188": "ospf",
+                str(LOOM_RT_PROTO): "loom", "loom": "loom"}
 
 
 def kernel_route_from_ip_json(r: Mapping[str, Any]) -> KernelRoute | None:
-    """One ``ip -j route`` entry as a :class:`KernelRoute`, or ``None`` if neither BGP, IS-IS nor Loom made it."""
+    """One ``ip -j route`` entry as a :class:`KernelRoute`, or ``None`` if neither BGP, IS-IS, OSPF nor Loom made it."""
     proto = _PROTO_NAMES.get(str(r.get("protocol", "")))
     if proto is None:
         return None

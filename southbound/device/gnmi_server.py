@@ -9,8 +9,9 @@ updates. It serves the OpenConfig paths of DESIGN.md's Telemetry table, read
 from a :class:`~southbound.device.counters.CounterSource` (and operational
 state from a :class:`~southbound.device.opstate.StatusSource`: interfaces, BGP
 neighbors, IS-IS adjacencies, an entity of which has several keys: interface,
-level, system id). An ON_CHANGE subscription also says when an entity is gone
-(a Notification whose ``delete`` names its leaves). Values are
+level, system id; OSPF adjacencies: area, interface, router id). An ON_CHANGE
+subscription also says when an entity is gone (a Notification whose ``delete``
+names its leaves). Values are
 ``uint_val`` leaves whatever the requested encoding (JSON, JSON_IETF or PROTO:
 the encoding governs structured values, and only leaves are sent); each
 Notification carries a prefix (the entity's ``.../state/counters`` container)
@@ -65,14 +66,18 @@ _ISIS_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), _DEFAULT_N
                                           ("protocol", "identifier=ISIS,name=ISIS"), ("isis", ""), ("interfaces", ""),
                                           ("interface", "interface-id"), ("levels", ""), ("level", "level-number"),
                                           ("adjacencies", ""), ("adjacency", "system-id"), ("state", ""))
+_OSPF_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), _DEFAULT_NI, ("protocols", ""),
+                                          ("protocol", "identifier=OSPF,name=OSPF"), ("ospfv2", ""), ("areas", ""),
+                                          ("area", "identifier"), ("interfaces", ""), ("interface", "id"),
+                                          ("neighbors", ""), ("neighbor", "router-id"), ("state", ""))
 IF_STATUS_LEAVES = ("oper-status", "admin-status")
 BGP_LEAVES = ("session-state",)
 ISIS_LEAVES = ("adjacency-state",)
 _TREES = {"interfaces": (_IF_TREE, tuple(INTERFACE_LEAVES)), "aft": (_AFT_TREE, AFT_LEAVES),
           "if_status": (_IF_STATUS_TREE, IF_STATUS_LEAVES), "bgp": (_BGP_TREE, BGP_LEAVES),
-          "isis": (_ISIS_TREE, ISIS_LEAVES)}
+          "isis": (_ISIS_TREE, ISIS_LEAVES), "ospf": (_OSPF_TREE, ISIS_LEAVES)}
 #: the trees whose values are operational state (strings, read from a StatusSource), not counters
-STATUS_TREES = frozenset({"if_status", "bgp", "isis"})
+STATUS_TREES = frozenset({"if_status", "bgp", "isis", "ospf"})
 Value = int | str
 #: an entity of a tree: its one key's value, or the values of its several keys in the tree's order
 Key = str | tuple[str, ...]
@@ -193,6 +198,8 @@ def _table(snapshot: CounterSnapshot, status: OperSnapshot | None, tree: str) ->
         return {}
     if tree == "isis":
         return status.isis
+    if tree == "ospf":
+        return status.ospf
     return status.interfaces if tree == "if_status" else status.bgp
 
 

@@ -6,7 +6,9 @@ in domain values, every interface's OpenConfig ``oper-status`` and
 every BGP neighbor's ``session-state`` (bgpd over its vty socket) and every
 IS-IS adjacency's ``adjacency-state`` (isisd over its vty socket: ``show isis
 neighbor json``, with ``show isis hostname`` to turn the dynamic hostnames FRR
-shows back into system ids), and the
+shows back into system ids) and every OSPF neighbor's ``adjacency-state`` (ospfd
+over its vty socket: ``show ip ospf neighbor json``, with the area each port runs
+in from the running config), and the
 agent's :class:`LinkWatcher`, which reads them when the kernel says a link
 changed (a netlink ``RTMGRP_LINK`` subscription: no polling of the interfaces
 while nothing happens) and every ``interval_s`` otherwise (bgpd's sessions, and
@@ -21,12 +23,13 @@ the interfaces again as a safety net), and
 
 :class:`DryStatus` is the state of a ``--dry-frr`` agent (a simulator with no
 kernel of its own): the ports its running config names, all up except those
-listed, one per line, in its record directory's ``down`` file; an IS-IS
-adjacency on each point-to-point IS-IS port of that config, up while the port is.
+listed, one per line, in its record directory's ``down`` file; an IS-IS (or
+OSPF) adjacency on each point-to-point IS-IS (or OSPF) port of that config, up
+while the port is.
 
-isisd forgets an adjacency that goes down (``show isis neighbor`` no longer
-lists it); :class:`AdjacencyMemory` keeps it, ``DOWN``, while its port is still
-an IS-IS circuit of the running config and no other neighbor has taken its place,
+isisd and ospfd forget an adjacency that goes down (``show isis neighbor`` no
+longer lists it); :class:`AdjacencyMemory` keeps it, ``DOWN``, while its port is
+still a circuit of the running config and no other neighbor has taken its place,
 so that a subscriber sees the adjacency go down (as a BGP neighbor that lost its
 session stays listed, ``IDLE`` or ``ACTIVE``) rather than vanish.
 """
@@ -50,8 +53,8 @@ from southbound.device.counters import config_ports
 from southbound.device.vty import vty_run
 
 __all__ = ["DOWN", "UP", "AdjKey", "AdjacencyMemory", "DryStatus", "KernelStatus", "LinkWatcher", "OperSnapshot",
-           "StatusSource", "isis_circuits", "parse_isis_hostnames", "parse_isis_neighbors", "read_bgp",
-           "read_interfaces", "read_isis"]
+           "OspfKey", "StatusSource", "isis_circuits", "ospf_circuits", "parse_isis_hostnames", "parse_isis_neighbors",
+           "parse_ospf_neighbors", "read_bgp", "read_interfaces", "read_isis", "read_ospf"]
 
 log = logging.getLogger("loom.agent.opstate")
 
@@ -66,19 +69,25 @@ _BGP = {"idle": "IDLE", "connect": "CONNECT", "active": "ACTIVE", "opensent": "O
 _ISIS = {"up": UP, "initializing": "INIT", "down": DOWN}
 _SYSTEM_ID = re.compile(r"^[0-9a-fA-F]{4}\.[0-9a-fA-F]{4}\.[0-9a-fA-F]{4}$")
 _IFF_UP = 1
+#: FRR's OSPF neighbor states (RFC 2328 section 10.1) as OpenConfig ``OSPF_NEIGHBOR_STATE`` values
+_OSPF = {"down": DOWN, "attempt": "ATTEMPT", "init": "INIT", "2-way": "TWO_WAY", "exstart": "EXSTART",
+         "exchange": "EXCHANGE", "loading": "LOADING", "full": "FULL"}
 #: an IS-IS adjacency: its port (OpenConfig ``interface-id``), level (``level-number``) and neighbor (``system-id``)
 AdjKey = tuple[str, str, str]
+#: an OSPF adjacency, in OpenConfig's order: its area (``identifier``), port (``id``) and neighbor (``router-id``)
+OspfKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True, slots=True)
 class OperSnapshot:
     """``interfaces[PORT]`` has ``oper-status`` and ``admin-status``; ``bgp[NEIGHBOR]`` has ``session-state``;
-    ``isis[(PORT, LEVEL, SYSTEM_ID)]`` has ``adjacency-state``."""
+    ``isis[(PORT, LEVEL, SYSTEM_ID)]`` and ``ospf[(AREA, PORT, ROUTER_ID)]`` have ``adjacency-state``."""
 
     timestamp_ns: int = 0
     interfaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     bgp: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     isis: Mapping[AdjKey, Mapping[str, str]] = field(default_factory=dict)
+    ospf: Mapping[OspfKey, Mapping[str, str]] = field(default_factory=dict)
 
     def down_ports(self) -> frozenset[str]:
         """The interfaces that do not forward now (any oper-status but ``UP``)."""
@@ -202,8 +211,39 @@ def read_isis(vty_dir: Path) -> dict[AdjKey, dict[str, str]] | None:
     return parse_isis_neighbors(doc, parse_isis_hostnames(hostnames))
 
 
+def parse_ospf_neighbors(doc: object, areas: Mapping[str, str]) -> dict[OspfKey, dict[str, str]]:
+    """``show ip ospf neighbor json`` (FRR 8.4: ``{"neighbors": {ROUTER_ID: [{"converged": "Full",
+    "nbrState": "Full/-", "ifaceName": "eth1:100.64.0.0", ...}]}}``) as adjacencies, each in the area its
+    port runs in (``areas``: port -> area; ``0.0.0.0`` for a port it does not name)."""
+    out: dict[OspfKey, dict[str, str]] = {}
+    neighbors = doc.get("neighbors", {}) if isinstance(doc, dict) else {}
+    for router_id, entries in neighbors.items() if isinstance(neighbors, dict) else ():
+        for n in entries if isinstance(entries, list) else []:
+            if not isinstance(n, dict) or not isinstance(n.get("ifaceName"), str):
+                continue
+            port = n["ifaceName"].split(":", 1)[0]
+            state = str(n.get("converged") or str(n.get("nbrState", "")).split("/", 1)[0])
+            out[areas.get(port, "0.0.0.0"), port, str(router_id)] = {
+                "adjacency-state": _OSPF.get(state.lower(), DOWN)}
+    return out
+
+
+def read_ospf(vty_dir: Path, areas: Mapping[str, str]) -> dict[OspfKey, dict[str, str]] | None:
+    """Every OSPF adjacency ospfd (under ``vty_dir``) has now, as :func:`read_isis` for isisd."""
+    sock = vty_dir / "ospfd.vty"
+    if not sock.is_socket():
+        return {}
+    try:
+        [(_, text)] = vty_run(sock, "show ip ospf neighbor json", timeout=2.0)
+        doc = json.loads(text or "{}")
+    except (FrrError, json.JSONDecodeError, ValueError):
+        return None
+    return parse_ospf_neighbors(doc, areas)
+
+
 _BLOCK = re.compile(r"^interface (\S+)\n(.*?)^exit", re.M | re.S)
 _PEER = re.compile(r"^ description to ([^:\s]+):", re.M)
+_OSPF_AREA = re.compile(r"^ ip ospf area (\S+)$", re.M)
 
 
 def isis_circuits(frr_text: str) -> dict[str, str]:
@@ -214,6 +254,18 @@ def isis_circuits(frr_text: str) -> dict[str, str]:
         if " ip router isis " in body and " isis passive" not in body:
             peer = _PEER.search(body)
             out[port] = peer.group(1) if peer else ""
+    return out
+
+
+def ospf_circuits(frr_text: str) -> dict[str, tuple[str, str]]:
+    """The point-to-point OSPF ports of a rendered configuration (``ip ospf area``, not passive): port ->
+    (the neighbor its description names, or empty; its area)."""
+    out: dict[str, tuple[str, str]] = {}
+    for port, body in _BLOCK.findall(frr_text):
+        area = _OSPF_AREA.search(body)
+        if area and " ip ospf passive" not in body:
+            peer = _PEER.search(body)
+            out[port] = (peer.group(1) if peer else "", area.group(1))
     return out
 
 
@@ -242,11 +294,11 @@ class AdjacencyMemory:
 
 class KernelStatus:
     """The node's own state: netlink for its interfaces (every read: a link's failure is what a reaction waits
-    for), bgpd and isisd (under ``vty_dir``) for its sessions and adjacencies, asked at most every
+    for), bgpd, isisd and ospfd (under ``vty_dir``) for its sessions and adjacencies, asked at most every
     ``bgp_every_s`` (a summary costs a daemon a few milliseconds of CPU, and a session's state follows its
     link's anyway). :meth:`events` wakes the watcher when a link changes, so reads between are only the
-    once-a-second look at the protocols. ``frr_text``: the running config, whose IS-IS circuits bound what
-    :class:`AdjacencyMemory` keeps."""
+    once-a-second look at the protocols. ``frr_text``: the running config, whose IS-IS and OSPF circuits
+    bound what :class:`AdjacencyMemory` keeps (and name each OSPF port's area)."""
 
     blocking = True
     interval_s = 1.0
@@ -259,18 +311,28 @@ class KernelStatus:
         self.frr_text = frr_text
         self._bgp: dict[str, dict[str, str]] = {}
         self._isis: dict[AdjKey, dict[str, str]] = {}
+        self._ospf: dict[OspfKey, dict[str, str]] = {}
         self._memory = AdjacencyMemory()
+        self._ospf_memory = AdjacencyMemory()
         self._bgp_at = float("-inf")
 
     def read(self) -> OperSnapshot:
         now = time.monotonic()
         if self.vty_dir is not None and now - self._bgp_at >= self.bgp_every_s:
-            circuits = isis_circuits(self.frr_text()) if self.frr_text is not None else None
+            text = self.frr_text() if self.frr_text is not None else None
             self._bgp, self._bgp_at = read_bgp(self.vty_dir), now
             isis = read_isis(self.vty_dir)
             if isis is not None:
-                self._isis = self._memory(isis, circuits)
-        return OperSnapshot(self.clock(), read_interfaces(), self._bgp, self._isis)
+                self._isis = self._memory(isis, isis_circuits(text) if text is not None else None)
+            self._read_ospf(self.vty_dir, ospf_circuits(text) if text is not None else None)
+        return OperSnapshot(self.clock(), read_interfaces(), self._bgp, self._isis, self._ospf)
+
+    def _read_ospf(self, vty_dir: Path, circuits: Mapping[str, tuple[str, str]] | None) -> None:
+        """ospfd's adjacencies, those it forgot kept ``DOWN`` (the memory keys them by port first)."""
+        ospf = read_ospf(vty_dir, {p: area for p, (_, area) in (circuits or {}).items()})
+        if ospf is not None:
+            kept = self._ospf_memory({(p, a, r): v for (a, p, r), v in ospf.items()}, circuits)
+            self._ospf = {(a, p, r): v for (p, a, r), v in kept.items()}
 
     def events(self) -> socket.socket | None:
         return link_events()
@@ -279,8 +341,9 @@ class KernelStatus:
 class DryStatus:
     """A dry agent's state: the ports of its running config (``frr_text()``), up unless listed in ``down_file``,
     and an IS-IS adjacency (level 2, as rendered) on each of its point-to-point IS-IS ports, ``UP`` while the
-    port is, else ``DOWN``. A dry agent learns no system id: the neighbor is named by the hostname its port's
-    description gives (as FRR's ``show isis neighbor`` names it once it knows the dynamic hostname)."""
+    port is, else ``DOWN`` (an OSPF one on each OSPF port, ``FULL`` or ``DOWN``). A dry agent learns no system
+    or router id: the neighbor is named by the hostname its port's description gives (as FRR's ``show isis
+    neighbor`` names it once it knows the dynamic hostname)."""
 
     blocking = False
     interval_s = 0.1  # a test fails a port by writing the file: nothing notifies
@@ -292,6 +355,7 @@ class DryStatus:
         self._ports: set[str] = set()  # every port a config named: like a kernel's, they stay when unconfigured
         self._text: str | None = None  # the config last scanned for ports (a scan per read was most of the cost)
         self._circuits: dict[str, str] = {}  # its IS-IS ports -> their neighbor
+        self._ospf: dict[str, tuple[str, str]] = {}  # its OSPF ports -> their neighbor and area
         self._down: tuple[float, set[str]] = (-1.0, set())  # the down file's mtime and content
 
     def _down_ports(self) -> set[str]:
@@ -309,12 +373,15 @@ class DryStatus:
         if text != self._text:
             self._ports.update(config_ports(text))
             self._circuits = isis_circuits(text)
+            self._ospf = ospf_circuits(text)
             self._text = text
         ports = sorted(self._ports)
         isis = {(p, "2", peer or p): {"adjacency-state": DOWN if p in down else UP}
                 for p, peer in self._circuits.items()}
+        ospf = {(area, p, peer or p): {"adjacency-state": DOWN if p in down else "FULL"}
+                for p, (peer, area) in self._ospf.items()}
         return OperSnapshot(self.clock(), {p: {"oper-status": DOWN if p in down else UP, "admin-status": UP}
-                                           for p in ports}, isis=isis)
+                                           for p in ports}, isis=isis, ospf=ospf)
 
 
 class LinkWatcher:
@@ -342,7 +409,7 @@ class LinkWatcher:
         """One reading (and the callback when the down ports changed)."""
         snap = await asyncio.to_thread(self.source.read) if self.source.blocking else self.source.read()
         if (snap.interfaces != self.latest.interfaces or snap.bgp != self.latest.bgp or snap.isis != self.latest.isis
-                or not self.latest.timestamp_ns):
+                or snap.ospf != self.latest.ospf or not self.latest.timestamp_ns):
             self.latest = snap
         snap = self.latest
         down = snap.down_ports()

@@ -208,13 +208,16 @@ def test_drift_sees_an_edit_behind_loom_and_a_link_down_the_plan_expects_up(
         assert report["tor-0-0"]["status"] == "ok"
 
 
-def test_dry_agents_model_isis_adjacencies_seen_through_the_api(tmp_path: Path,
-                                                                fleet: Fleet) -> None:  # noqa: F811 - the fixture
-    """The same twelve dry agents under ``routing: isis``: each serves an IS-IS adjacency per fabric port over
-    gNMI (up while its port is), the view counts them as the devices' sessions and lists them, and a failed
-    link takes the adjacency at both its ends down and back (no reaction here: it would drain the link)."""
+@pytest.mark.parametrize("routing", ["isis", "ospf"])
+def test_dry_agents_model_link_state_adjacencies_seen_through_the_api(
+        tmp_path: Path, fleet: Fleet, routing: str) -> None:  # noqa: F811 - the fixture
+    """The same twelve dry agents under ``routing: isis`` (``ospf``): each serves an IS-IS (OSPF) adjacency per
+    fabric port over gNMI (up while its port is: ``UP``, ``FULL``), the view counts them as the devices' sessions
+    and lists them (``adjacencies``, ``ospf_adjacencies``), and a failed link takes the adjacency at both its
+    ends down and back (no reaction here: it would drain the link)."""
+    field, up = ("adjacencies", "UP") if routing == "isis" else ("ospf_adjacencies", "FULL")
     doc = copy.deepcopy(DOC)
-    doc["routing"] = "isis"
+    doc["routing"] = routing
     doc["policies"] = [p for p in doc.get("policies", []) if p.get("kind") != "wcmp"] + [
         {"kind": "wcmp", "enabled": True, "realization": "fib"}, {"kind": "failure_reaction", "enabled": False}]
     ports: dict[str, set[str]] = {}
@@ -225,12 +228,12 @@ def test_dry_agents_model_isis_adjacencies_seen_through_the_api(tmp_path: Path,
 
     def adjacencies() -> dict[tuple[str, str], tuple[str, str]]:
         devices = api("GET", "/v1/state/devices", role="viewer").json()["devices"]
-        return {(d["name"], a["port"]): (a["state"], a["neighbor"]) for d in devices for a in d["adjacencies"]}
+        return {(d["name"], a["port"]): (a["state"], a["neighbor"]) for d in devices for a in d[field]}
 
     with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=doc, **settings) as api:
         api.initial()
         every = {(d, p) for d, ps in ports.items() for p in ps}
-        until(lambda: {k: s for k, (s, _) in adjacencies().items()} == dict.fromkeys(every, "UP"))
+        until(lambda: {k: s for k, (s, _) in adjacencies().items()} == dict.fromkeys(every, up))
         peers = {(ln["a"], ln["a_port"]): ln["b"] for ln in doc["links"]} | {
             (ln["b"], ln["b_port"]): ln["a"] for ln in doc["links"]}
         assert {k: n for k, (_, n) in adjacencies().items()} == peers  # a dry agent names its neighbor by hostname
@@ -238,9 +241,9 @@ def test_dry_agents_model_isis_adjacencies_seen_through_the_api(tmp_path: Path,
         assert all(d["sessions"] == d["sessions_up"] == len(ports[n]) for n, d in devices.items()), devices
 
         fail(fleet, ENDS)
-        until(lambda: {k for k, (s, _) in adjacencies().items() if s != "UP"} == set(ENDS), timeout=5)
+        until(lambda: {k for k, (s, _) in adjacencies().items() if s != up} == set(ENDS), timeout=5)
         leaf = next(d for d in api("GET", "/v1/state/devices", role="viewer").json()["devices"]
                     if d["name"] == "leaf-0-0")
         assert (leaf["sessions_up"], leaf["sessions"]) == (len(ports["leaf-0-0"]) - 1, len(ports["leaf-0-0"]))
         fail(fleet, ENDS, down=False)
-        until(lambda: {s for s, _ in adjacencies().values()} == {"UP"}, timeout=5)
+        until(lambda: {s for s, _ in adjacencies().values()} == {up}, timeout=5)

@@ -7,7 +7,7 @@ node and prefix, the next-hop ports FRR installed in the kernel
 (``loom lab routes --json``) must equal the solver's (``solver.core.routing.next_hops``)
 and the plan ``loom plan`` writes with WCMP disabled, including where
 valley-free rules and drains withdraw a route. An IS-IS ring is held to the
-same standard.
+same standard, and an OSPF ring with a drained (stub) router.
 Then a few thousand UDP flows from one ToR's host subnet to another's show, by
 interface counters, the split the routes promise at the source and at the
 next hop.
@@ -76,8 +76,22 @@ def _variant_isis(doc: dict) -> dict:
                          {"prefix": "10.9.3.0/24", "origins": ["r3"]}]}
 
 
+def _variant_ospf(doc: dict) -> dict:
+    """The IS-IS ring under OSPF, with r5 drained (a stub router: r4 reaches r1 the long way round) and a
+    router r6 behind it, whose prefix is reachable only through r5 (OSPF still carries that transit); and an
+    anycast prefix of r2 and r4 (each origin's host port costs the same)."""
+    doc = _variant_isis(doc)
+    doc["routing"] = "ospf"
+    doc["devices"].append({"name": "r6"})
+    doc["links"].append({"a": "r5", "a_port": "eth3", "b": "r6", "b_port": "eth1", "metric": 5})
+    doc["prefixes"][1:1] = [{"prefix": "10.9.6.0/24", "origins": ["r6"]},
+                            {"prefix": "10.9.7.0/24", "origins": ["r2", "r4"]}]
+    doc["policies"] = [{"kind": "drain", "target": "r5"}]
+    return doc
+
+
 VARIANTS = {"clos-2x2": None, "clos3-small": None, "c3-drained": _variant_drained, "c3-cut": _variant_cut,
-            "isis-ring": _variant_isis}
+            "isis-ring": _variant_isis, "ospf-ring": _variant_ospf}
 
 
 @dataclass
@@ -251,7 +265,7 @@ def test_status_shows_nodes_sessions_and_hostnames(lab: Lab) -> None:
     nodes = json.loads(proc.stdout)["nodes"]
     assert set(nodes) == {d.name for d in lab.intent.devices}
     for name, n in nodes.items():
-        assert n["daemons_running"] == n["daemons"] == 3  # zebra, staticd, bgpd or isisd
+        assert n["daemons_running"] == n["daemons"] == 3  # zebra, staticd, bgpd, isisd or ospfd
         assert n["namespace"] == f"loom-{lab.name}-{name}"
         assert set(n["sessions"].values()) == ({"Established"} if lab.intent.routing.value == "bgp" else set())
     if lab.intent.routing.value != "bgp":
@@ -324,3 +338,10 @@ def test_intent_variants_are_valid() -> None:
     base = yaml.safe_load((REPO / "labs" / "clos3-small" / "intent.yaml").read_text())
     for variant in (_variant_drained, _variant_cut):
         validate_intent(variant(json.loads(json.dumps(base))))
+
+
+def test_the_ospf_variant_exercises_the_stub_router() -> None:
+    """The drained r5 of the OSPF ring: r4 reaches r1 the long way (via r3), yet r1 reaches r6 through r5."""
+    ports = expected_ports(validate_intent(_variant_ospf({})))
+    assert ports["r4"]["10.9.1.0/24"] == {"eth2"} and ports["r1"]["10.9.6.0/24"] == {"eth2"}
+    assert ports["r3"]["10.9.7.0/24"] == {"eth1", "eth2"}  # r2 and r4, 10 away each

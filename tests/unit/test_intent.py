@@ -395,7 +395,7 @@ def test_only_one_policy_of_a_singleton_kind() -> None:
 def test_loop_free_paths_need_isis() -> None:
     doc = clos_doc()
     doc["policies"].append({"kind": "paths", "mode": "loop_free"})
-    assert_error(doc, "policies[4].mode: paths: loop_free needs routing: isis "
+    assert_error(doc, "policies[4].mode: paths: loop_free needs routing: isis or ospf "
                       "(BGP installs only its own best paths)")
 
 
@@ -417,7 +417,7 @@ def test_leaf_without_uplinks() -> None:
 def test_router_role_is_not_a_clos_tier() -> None:
     doc = clos_doc()
     doc["devices"].append({"name": "r1", "role": "router", "asn": 65500})
-    assert_error(doc, "devices[9].role: role 'router' is not a tier of an RFC 7938 Clos (use routing: isis)")
+    assert_error(doc, "devices[9].role: role 'router' is not a tier of an RFC 7938 Clos (use routing: isis or ospf)")
 
 
 def test_bgp_needs_an_asn() -> None:
@@ -494,11 +494,45 @@ def test_isis_fabric_needs_no_clos() -> None:
     assert intent.wcmp_realization == "fib"
 
 
-def test_link_bandwidth_is_bgp_only() -> None:
-    doc = {"name": "x", "routing": "isis", "devices": [{"name": "r1"}], "links": [],
+@pytest.mark.parametrize("routing", ["isis", "ospf"])
+def test_link_bandwidth_is_bgp_only(routing: str) -> None:
+    doc = {"name": "x", "routing": routing, "devices": [{"name": "r1"}], "links": [],
            "policies": [{"kind": "wcmp", "realization": "link-bandwidth"}]}
     assert_error(doc, "policies[0].realization: link-bandwidth is a BGP extended community; "
-                      "routing: isis needs realization: fib")
+                      f"routing: {routing} needs realization: fib")
+
+
+def _ospf_ring() -> dict:
+    return {"name": "ring", "routing": "ospf", "devices": [{"name": f"r{i}"} for i in range(3)],
+            "links": [{"a": f"r{i}", "a_port": "e1" if i else "e2", "b": f"r{(i + 1) % 3}",
+                       "b_port": "e2" if i < 2 else "e1", "metric": 5} for i in range(3)],
+            "prefixes": [{"prefix": "192.0.2.0/24", "origins": ["r0"]}],
+            "demands": [{"from": "r1", "to": "192.0.2.0/24", "gbps": 1}]}
+
+
+def test_ospf_is_link_state_routing_with_fib_and_loop_free() -> None:
+    """``routing: ospf`` is what ``isis`` is to validation: no Clos rules, routers, ``fib`` by default and
+    ``paths: loop_free`` allowed."""
+    doc = _ospf_ring()
+    doc["policies"] = [{"kind": "paths", "mode": "loop_free"}]
+    intent = validate_intent(doc)
+    assert intent.routing == "ospf" and intent.wcmp_realization == "fib" and intent.paths_mode == "loop_free"
+
+
+def test_ospf_cost_is_sixteen_bits() -> None:
+    doc = _ospf_ring()
+    doc["links"][1]["metric"] = 65536
+    assert_error(doc, "links[1].metric: 65536 is over 65535, the largest OSPF interface cost (routing: ospf)")
+    doc["links"][1]["metric"] = 65535
+    validate_intent(doc)
+    doc["routing"], doc["links"][1]["metric"] = "isis", 65536  # IS-IS's wide metrics go further
+    validate_intent(doc)
+
+
+def test_unknown_routing_names_the_choices() -> None:
+    doc = _ospf_ring()
+    doc["routing"] = "rip"
+    assert_error(doc, "routing: unknown routing 'rip' (expected bgp, isis or ospf)")
 
 
 def test_json_and_yaml_inputs_agree() -> None:

@@ -61,6 +61,14 @@ CASES = {
                   {"a": "r3", "a_port": "eth2", "b": "r1", "b_port": "eth2"}],
         "prefixes": [{"prefix": "10.9.0.0/24", "origins": ["r1"]}],
         "policies": [{"kind": "drain", "target": "r1:eth2"}]}))["r1"]),
+    "ospf-r1.conf": lambda: render_frr(device_configs(validate_intent({
+        "name": "ring", "routing": "ospf",
+        "devices": [{"name": "r1", "loopback": "10.255.0.1"}, {"name": "r2"}, {"name": "r3"}],
+        "links": [{"a": "r1", "a_port": "eth1", "b": "r2", "b_port": "eth1", "metric": 20},
+                  {"a": "r2", "a_port": "eth2", "b": "r3", "b_port": "eth1"},
+                  {"a": "r3", "a_port": "eth2", "b": "r1", "b_port": "eth2"}],
+        "prefixes": [{"prefix": "10.9.0.0/24", "origins": ["r1"]}],
+        "policies": [{"kind": "drain", "target": "r1:eth2"}, {"kind": "drain", "target": "r1"}]}))["r1"]),
 }
 
 

@@ -259,13 +259,14 @@ def test_a_push_steps_through_one_way_states_only_without_cycles(fabric: Intent)
     assert not res.reconverged.invariant("loop").ok  # type: ignore[union-attr]
 
 
-def test_isis_reconvergence_follows_new_shortest_paths() -> None:
-    """routing: isis: losing r1-r2 makes r1 route over r4 and r3, a path it did not use (plain
-    ECMP: IS-IS's own routes; under ``fib`` they would be static, see test_transition.py)."""
+@pytest.mark.parametrize("routing", ["isis", "ospf"])
+def test_link_state_reconvergence_follows_new_shortest_paths(routing: str) -> None:
+    """routing: isis (and ospf, the same): losing r1-r2 makes r1 route over r4 and r3, a path it did not use
+    (plain ECMP: the protocol's own routes; under ``fib`` they would be static, see test_transition.py)."""
     from checker import check_plan
 
     ring = [("r1", "r2", 10), ("r2", "r3", 10), ("r3", "r4", 10), ("r4", "r1", 10), ("r1", "r3", 30)]
-    doc = {"name": "ring", "routing": "isis",
+    doc = {"name": "ring", "routing": routing,
            "devices": [{"name": f"r{i}"} for i in range(1, 5)],
            "links": [{"a": a, "a_port": f"to-{b}", "b": b, "b_port": f"to-{a}", "metric": m, "capacity_gbps": 100}
                      for a, b, m in ring],

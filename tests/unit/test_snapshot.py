@@ -26,7 +26,7 @@ from controller.model import Intent
 from controller.model import intent as intent_module
 from controller.model.errors import Conflict, InvalidIntent, LoomError, NotFound
 from controller.model.intent import load_intent, validate_intent
-from controller.model.revalidate import DERIVED_FIELDS, LEAF_SECTIONS, REFERENCE_FIELDS
+from controller.model.revalidate import BOUNDED_FIELDS, DERIVED_FIELDS, LEAF_SECTIONS, REFERENCE_FIELDS
 from controller.service import EXAMPLE_INTENT
 from controller.store import objects
 from controller.store.draft import Draft
@@ -61,7 +61,11 @@ def isis() -> Doc:
     return validate_intent(doc).to_document()
 
 
-FABRICS: dict[str, Callable[[], Doc]] = {"example": example, "clos": clos, "isis": isis}
+def ospf() -> Doc:
+    return validate_intent({**isis(), "routing": "ospf"}).to_document()
+
+
+FABRICS: dict[str, Callable[[], Doc]] = {"example": example, "clos": clos, "isis": isis, "ospf": ospf}
 
 
 @pytest.mark.parametrize("name", FABRICS)
@@ -169,7 +173,7 @@ def _draft(base: Snapshot, op: str, section: str, ident: str | None, value: Doc 
 
 
 @pytest.mark.parametrize(("name", "seed", "chunk"), [("example", 1, 256), ("clos", 2, 256), ("clos", 3, 3),
-                                                    ("isis", 4, 2)])
+                                                    ("isis", 4, 2), ("ospf", 5, 2)])
 def test_drafts_agree_with_whole_document_validation_over_random_edits(name: str, seed: int, chunk: int,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("controller.store.snapshot.CHUNK", chunk)  # small pieces: the hash reuses most of them
@@ -324,15 +328,30 @@ def test_cross_object_rules_read_only_the_reference_fields() -> None:
         merged = {s: sorted(good + partial[s], key=lambda e: e[0]) for s, good in items.items()}
         wrapped = {s: [(i, _Recorder(o, seen[s])) for i, o in objs] for s, objs in merged.items()}
         intent_module._check_meaning(routing, wrapped, names_seen, [], structure=True)
-    allowed = {s: set(REFERENCE_FIELDS[s]) for s in SECTIONS}
+    allowed = {s: set(REFERENCE_FIELDS[s]) | set(BOUNDED_FIELDS.get(s, ())) for s in SECTIONS}
     for s in SECTIONS:
         reads = set()
         for name in seen[s]:
             reads |= set(DERIVED_FIELDS.get(name, (name,)))
         assert reads <= allowed[s], f"{s}: the rules read {sorted(reads - allowed[s])}, not in REFERENCE_FIELDS"
     assert seen["devices"] and seen["links"] and seen["policies"]  # the recorder saw the rules at work
+    assert "metric" in seen["links"]  # the OSPF fabric's cost rule too (the bound proven_valid guards)
     # nothing refers to the leaf sections: their objects are read only by their own rules
     assert LEAF_SECTIONS.isdisjoint({"devices", "links", "prefixes"})
+
+
+def test_an_edit_to_a_cost_ospf_cannot_carry_is_refused_where_isis_takes_it() -> None:
+    """A link's metric is no reference field (an edit of it alone is proven valid), but OSPF's costs stop at
+    65535: an edit past that is checked whole, and refused, located, under ``routing: ospf`` alone."""
+    for routing, verdict in (("ospf", "invalid"), ("isis", "ok")):
+        base = Snapshot.from_intent(validate_intent({**isis(), "routing": routing}))
+        link = base.document()["links"][2]
+        ident = objects.identity(objects.COLLECTIONS["links"], link)
+        got = _draft(base, "update", "links", ident, {"metric": 70000})
+        assert got[0] == verdict, got
+        if verdict == "invalid":
+            assert [e["loc"] for e in got[1]] == ["links[2].metric"], got
+        assert _draft(base, "update", "links", ident, {"metric": 65535})[0] == "ok"
 
 
 def test_intent_model_construct_matches_validation() -> None:

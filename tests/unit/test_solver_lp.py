@@ -98,14 +98,15 @@ def isis_square(extra_edge: bool = False) -> dict[str, Any]:
             "demands": [{"from": "a", "to": "10.0.0.0/24", "gbps": 12}]}
 
 
+@pytest.mark.parametrize("routing", ["isis", "ospf"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_isis_shortest_vs_loop_free(backend: str) -> None:
-    """Shortest paths force all 12 G over a-b-d (1.2); loop_free may split 6/6 (0.6)."""
-    it = validate_intent(isis_square())
+def test_link_state_shortest_vs_loop_free(backend: str, routing: str) -> None:
+    """Shortest paths force all 12 G over a-b-d (1.2); loop_free may split 6/6 (0.6). OSPF as IS-IS."""
+    it = validate_intent({**isis_square(), "routing": routing})
     plan = solve(it, backend=backend)
     assert plan.summary.lp_bound == pytest.approx(1.2, abs=1e-5)
     assert check(it, plan) == pytest.approx(1.2, abs=1e-5)
-    doc = isis_square()
+    doc = {**isis_square(), "routing": routing}
     doc["policies"] = [{"kind": "paths", "mode": "loop_free"}]
     it = validate_intent(doc)
     plan = solve(it, backend=backend)

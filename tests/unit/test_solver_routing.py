@@ -160,6 +160,45 @@ def test_isis_drained_router_is_not_transit() -> None:
     assert neighbors(nh["b"]) == {"d"}
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_ospf_routes_are_isis_routes(seed: int) -> None:
+    """The same fabric under ``routing: ospf`` and ``isis``: the same route classes, next hops and DAGs,
+    shortest and ``loop_free`` (no drain: the two differ only in how a drained router is kept out)."""
+    import random
+
+    from solver.core.fabric import build_fabric
+    from solver.core.routing import route_classes
+
+    rng = random.Random(seed)
+    g = nx.gnm_random_graph(12, 24, seed=seed)
+    doc = isis_doc([(f"r{a}", f"r{b}", rng.choice([1, 2, 5])) for a, b in g.edges], "r0")
+    for mode in ("shortest", "loop_free"):
+        doc["policies"] = [{"kind": "paths", "mode": mode}]
+        isis = route_classes(build_fabric(validate_intent(doc)))
+        ospf = route_classes(build_fabric(validate_intent({**doc, "routing": "ospf"})))
+        assert [(c.origins, c.prefixes, c.nexthops, c.dag, c.dist) for c in ospf] == \
+            [(c.origins, c.prefixes, c.nexthops, c.dag, c.dist) for c in isis]
+        assert any(c.nexthops for c in ospf)
+
+
+def test_ospf_drained_router_is_a_stub_router() -> None:
+    """RFC 6987, as FRR's ``max-metric router-lsa administrative``: a drained OSPF router's links cost 65535.
+    Where another way exists it carries no transit (as IS-IS's overload bit); its own next hops are the
+    least costly past that first hop; where it is the only way, it still carries transit (IS-IS withdraws)."""
+    doc = isis_doc([("a", "b", 1), ("b", "d", 1), ("a", "c", 5), ("c", "d", 5), ("b", "e", 1)], "d")
+    doc["routing"] = "ospf"
+    doc["policies"] = [{"kind": "drain", "target": "b"}]
+    doc["prefixes"].append({"prefix": "10.0.1.0/24", "origins": ["e"]})
+    nh = next_hops(validate_intent(doc))
+    assert neighbors(nh["10.0.0.0/24"]["a"]) == {"c"}
+    assert neighbors(nh["10.0.0.0/24"]["b"]) == {"d"}
+    assert neighbors(nh["10.0.0.0/24"]["e"]) == {"b"}  # e's only way out is through b
+    assert neighbors(nh["10.0.1.0/24"]["a"]) == {"b"}
+    doc["routing"] = "isis"
+    nh = next_hops(validate_intent(doc))
+    assert "e" not in nh["10.0.0.0/24"] and "a" not in nh["10.0.1.0/24"]
+
+
 def reference_bgp(names: list[str], asn: dict[str, int], edges: list[tuple[str, str]], origins: set[str],
                   drained: set[str], left_out: set[str] = frozenset()) -> dict[str, set[str]]:
     """RFC 7938 path-vector rounds with explicit AS paths (the rules of the routing module's

@@ -11,7 +11,7 @@ from controller.model.documents.base import Closed
 
 __all__ = [
     "AdjacencyStateDocument", "DeviceStateDocument", "DeviceStateSummary", "DeviceStatesDocument",
-    "InstalledNextHop", "LinkStateDocument",
+    "InstalledNextHop", "LinkStateDocument", "OspfAdjacencyStateDocument",
     "LinkStatesDocument", "OperationalStateDocument", "ReactionTableDocument", "ReactionTrigger", "SessionDocument",
 ]
 
@@ -47,11 +47,22 @@ class AdjacencyStateDocument(Closed):
     since: str | None = Field(default=None, description="when it last changed state")
 
 
+class OspfAdjacencyStateDocument(Closed):
+    """One OSPF adjacency (an OSPFv2 neighbor) as its device reports it (OpenConfig ``adjacency-state``)."""
+
+    port: str = Field(description="the device's port the adjacency runs on (OpenConfig interface id)")
+    area: str = Field(description="the OSPF area of that port (Loom's fabrics are one backbone area, 0.0.0.0)")
+    neighbor: str = Field(description="the neighbor's router id (a dry agent names it by its hostname)")
+    state: str = Field(description="FULL, DOWN, INIT, TWO_WAY, EXSTART, EXCHANGE, LOADING or ATTEMPT")
+    link: str | None = Field(default=None, description="the id of the intent's link on that port, if any")
+    since: str | None = Field(default=None, description="when it last changed state")
+
+
 class DeviceStateSummary(Closed):
     """One device's agent and sessions, as the leader follows them. ``sessions`` counts the device's routing
-    sessions: its BGP neighbors (``routing: bgp``) and its IS-IS adjacencies (``routing: isis``; one whose
-    neighbor went away stays, down, while its port is an IS-IS port); ``sessions_up`` those established
-    (BGP) or up (IS-IS)."""
+    sessions: its BGP neighbors (``routing: bgp``), its IS-IS adjacencies (``routing: isis``; one whose
+    neighbor went away stays, down, while its port is an IS-IS port) or its OSPF adjacencies (``routing:
+    ospf``, likewise); ``sessions_up`` those established (BGP), up (IS-IS) or full (OSPF)."""
 
     name: str
     agent: Literal["reachable", "unreachable"]
@@ -60,6 +71,8 @@ class DeviceStateSummary(Closed):
     last_seen: str | None
     adjacencies: list[AdjacencyStateDocument] = Field(
         default_factory=list, description="its IS-IS adjacencies, by port (empty under routing: bgp)")
+    ospf_adjacencies: list[OspfAdjacencyStateDocument] = Field(
+        default_factory=list, description="its OSPF adjacencies, by port (empty unless routing: ospf)")
 
 
 class DeviceStatesDocument(Closed):
