@@ -121,13 +121,8 @@ def test_ospf_discovery_keeps_costs_and_asks_about_routing():
     assert {d["name"]: d["router_id"] for d in found.intent["devices"]}["spine2"] == "10.0.0.2"
     prefixes = {p["prefix"] for p in found.intent["prefixes"]}
     assert {"172.16.1.0/24", "172.16.2.0/24", "10.0.0.11/32"} <= prefixes
-    try:
-        validate_intent(found.intent)
-    except Exception:  # noqa: BLE001 - on a branch without routing: ospf the validator refuses it, located
-        assert not found.valid
-        assert any(q.where == "routing" and "ospf" in q.question for q in found.questions)
-    else:
-        assert found.valid
+    validate_intent(found.intent)
+    assert found.valid
 
 
 def test_statics_shared_subnets_and_foreign_policy_are_questions():
