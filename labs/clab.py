@@ -108,6 +108,7 @@ class ClabNode:
     env: dict[str, str] = field(default_factory=dict)
     sysctls: dict[str, str] = field(default_factory=dict)
     group: str | None = None
+    exec_locs: tuple[str, ...] = ()  #: where each ``exec`` command was given (``topology.groups.g.exec[0]``)
 
     @property
     def loom_host(self) -> bool:
@@ -334,7 +335,7 @@ def _parse_node(nname: object, spec: object, topo: dict[str, Any], base: Path, e
     else:
         network = _read_host_exec(commands) if node.is_host else None
     return ClabNode(nname, str(r.kind), r.image, {} if node.loom_host else binds, labels, network,
-                    tuple(commands), r.env, r.sysctls, r.group)
+                    tuple(commands), r.env, r.sysctls, r.group, tuple(at for at, _cmd in r.exec))
 
 
 def _binds(nname: str, raw: list[tuple[str, str]], base: Path, errors: list[IntentError]) -> dict[str, Path]:

@@ -102,16 +102,16 @@ def _levels(name: str, spec: dict[str, Any], topo: dict[str, Any]) -> tuple[str 
     defaults) and its definitions from least to most specific, each with its location."""
     defaults = _mapping(topo.get("defaults"))
     kinds, groups = _mapping(topo.get("kinds")), _mapping(topo.get("groups"))
-    first_group = spec.get("group") or defaults.get("group")
-    kind = spec.get("kind") or _mapping(groups.get(first_group)).get("kind") or defaults.get("kind")
-    group = spec.get("group") or _mapping(kinds.get(kind)).get("group") or defaults.get("group")
+    first_group = str(spec.get("group") or defaults.get("group") or "")
+    kind = str(spec.get("kind") or _mapping(groups.get(first_group)).get("kind") or defaults.get("kind") or "")
+    group = str(spec.get("group") or _mapping(kinds.get(kind)).get("group") or defaults.get("group") or "")
     levels = [("topology.defaults", defaults)]
-    if kind is not None and isinstance(kinds.get(kind), dict):
+    if kind and isinstance(kinds.get(kind), dict):
         levels.append((f"topology.kinds.{kind}", kinds[kind]))
-    if group is not None and isinstance(groups.get(group), dict):
+    if group and isinstance(groups.get(group), dict):
         levels.append((f"topology.groups.{group}", groups[group]))
     levels.append((f"topology.nodes.{name}", spec))
-    return (None if kind is None else str(kind)), (None if group is None else str(group)), levels
+    return kind or None, group or None, levels
 
 
 def resolve_node(name: str, spec: dict[str, Any], topo: dict[str, Any], errors: list[IntentError]) -> ResolvedNode:
@@ -126,7 +126,7 @@ def resolve_node(name: str, spec: dict[str, Any], topo: dict[str, Any], errors: 
         for key, value in level.items():
             _take(node, key, value, loc, where, errors)
     groups, defaults = _mapping(topo.get("groups")), _mapping(topo.get("defaults"))
-    first_group = spec.get("group") or defaults.get("group")
+    first_group = str(spec.get("group") or defaults.get("group") or "")
     node.sources["kind"] = (f"{where}.kind" if spec.get("kind") else
                             f"topology.groups.{first_group}.kind" if _mapping(groups.get(first_group)).get("kind")
                             else "topology.defaults.kind")

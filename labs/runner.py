@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from controller.model.errors import LoomError
-from labs.clab import Topology
+from labs.clab import ClabNode, Topology
+from labs.frr_daemons import cannot_run, plan_daemons
 
 __all__ = [
     "FRR_BIN",
@@ -124,14 +125,20 @@ def node_exec(lab: str, node: str, args: list[str], *, check: bool = True, timeo
     return _run(["ip", "netns", "exec", namespace(lab, node), *args], check=check, timeout=timeout)
 
 
-def _daemons(node_daemons_file: Path) -> list[str]:
-    """zebra, staticd and the routing daemons the node's ``daemons`` file enables."""
-    wanted = ["zebra", "staticd"]
-    for line in node_daemons_file.read_text().splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and value.strip() == "yes" and key in ("bgpd", "isisd", "ospfd", "bfdd") and key not in wanted:
-            wanted.append(key)
-    return wanted
+def plan_routers(topo: Topology) -> tuple[dict[str, list[str]], list[str]]:
+    """Each router's daemons (:mod:`labs.frr_daemons`) and the notes of those skipped; raises
+    :class:`LabError`, with each node's location, when a configuration needs a daemon that will not run."""
+    daemons: dict[str, list[str]] = {}
+    notes: list[str] = []
+    errors: list[str] = []
+    for node in topo.routers:
+        plan = plan_daemons(node.frr_conf, node.daemons_file, lambda d: cannot_run(d, FRR_BIN))
+        daemons[node.name] = plan.start
+        notes += [f"{node.name}: {s}" for s in plan.skipped]
+        errors += [f"topology.nodes.{node.name}.binds: {e}" for e in plan.errors]
+    if errors:
+        raise LabError("routers that cannot run here: " + "; ".join(errors))
+    return daemons, notes
 
 
 # -- state -------------------------------------------------------------------
@@ -353,13 +360,14 @@ class UpReport:
     observation: Observation | None = None
     problems: list[str] = field(default_factory=list)
     hosts: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def to_document(self) -> dict[str, Any]:
         return {"lab": self.lab, "nodes": self.nodes, "hosts": self.hosts, "links": self.links,
                 "converged": self.converged,
                 "seconds": round(self.seconds, 2), "sessions_established": self.sessions[0],
                 "sessions": self.sessions[1], "routes": self.routes, "expected_routes": self.expected_routes,
-                "problems": self.problems}
+                "problems": self.problems, "notes": self.notes}
 
 
 ProgressFn = Callable[[str, int, int], None]
@@ -367,10 +375,7 @@ ProgressFn = Callable[[str, int, int], None]
 
 def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str],
                  directory: Path, daemons: list[str]) -> str:
-    lines = ["set -e", "ip link set lo up"]
-    for port, _peer, _pp in topo.ports(node):
-        tmp = temp_names[node, port]
-        lines += [f"ip link set {tmp} name {port}", f"ip link set {port} up"]
+    lines = ["set -e", "ip link set lo up", *_link_lines(topo, node, temp_names)]
     ends = {port for port, _peer, _pp in topo.ports(node)}
     bridges = topo.node_map[node].host_bridges
     for port in topo.node_map[node].host_ports:
@@ -383,6 +388,7 @@ def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[
         peer = f"{port}p"[:15]
         lines += [f"ip link add {port} type veth peer name {peer}", f"ip link set {port} up", f"ip link set {peer} up"]
     lines.append("sysctl -q -w " + " ".join(SYSCTLS) + " >/dev/null")
+    lines += _sysctl_lines(topo.node_map[node])
     # a per-node hash seed (kernel 6.11+) keeps nodes from hashing alike: no polarization
     seed = zlib.crc32(node.encode()) or 1
     lines.append(f"if [ -e {HASH_SEED} ]; then echo {seed} > {HASH_SEED}; fi")
@@ -407,11 +413,79 @@ def _host_script(topo: Topology, node: str, temp_names: Mapping[tuple[str, str],
     sink = (f"nft add table ip loom-host && nft add chain ip loom-host input "
             f"'{{ type filter hook input priority 0; policy accept; }}' && "
             f"nft add rule ip loom-host input udp dport {low}-{high} counter drop")
-    lines = ["set -e", "ip link set lo up", f"ip link set {temp_names[node, port]} name {port}",
-             f"ip link set {port} up", f"ip addr add {spec.address} dev {spec.interface}",
+    lines = ["set -e", "ip link set lo up", *_link_lines(topo, node, temp_names),
+             f"ip addr add {spec.address} dev {spec.interface}",
              f"ip route replace default via {spec.gateway}",
              f"if command -v nft >/dev/null; then {sink}; fi"]
     return "\n".join(lines) + "\n"
+
+
+def _link_lines(topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str]) -> list[str]:
+    """The node's link ends renamed from their temporary names and up, with their MTU and MAC if given."""
+    lines = []
+    for link in topo.links:
+        for end, port, mac in ((link.a, link.a_port, link.a_mac), (link.b, link.b_port, link.b_mac)):
+            if end != node:
+                continue
+            lines.append(f"ip link set {temp_names[node, port]} name {port}")
+            if link.mtu is not None:
+                lines.append(f"ip link set {port} mtu {link.mtu}")
+            if mac is not None:
+                lines.append(f"ip link set {port} address {mac}")
+            lines.append(f"ip link set {port} up")
+    return lines
+
+
+def _sysctl_lines(node: ClabNode) -> list[str]:
+    return [f"sysctl -q -w {shlex.quote(f'{k}={v}')} >/dev/null" for k, v in node.sysctls.items()]
+
+
+def _bare_host_script(topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str]) -> str:
+    """A host of a containerlab file: its links renamed and up, its sysctls; its ``exec`` commands run
+    afterwards (:func:`run_execs`)."""
+    lines = ["set -e", "ip link set lo up", *_link_lines(topo, node, temp_names),
+             *_sysctl_lines(topo.node_map[node])]
+    return "\n".join(lines) + "\n"
+
+
+def _exec_argv(node: ClabNode, command: str, node_dir: Path | None) -> list[str]:
+    """An ``exec`` command as containerlab runs it (split as a shell would, no shell); ``vtysh`` is
+    pointed at the node's own FRR."""
+    argv = shlex.split(command)
+    if argv and Path(argv[0]).name == "vtysh" and node_dir is not None:
+        argv[1:1] = ["--vty_socket", str(node_dir), "--config_dir", str(node_dir)]
+    return argv
+
+
+def run_execs(topo: Topology) -> int:
+    """Every node's ``exec`` commands, in order inside its namespace with its ``env`` (nodes in parallel);
+    raises :class:`LabError` naming the first command that failed on each node. Returns how many ran."""
+    lab = topo.name
+
+    def run(node: ClabNode) -> tuple[int, str | None]:
+        node_dir = run_dir(lab) / node.name if node.is_router else None
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+               "HOSTNAME": node.name, **node.env}
+        for j, command in enumerate(node.exec):
+            where = node.exec_locs[j] if j < len(node.exec_locs) else f"topology.nodes.{node.name}.exec[{j}]"
+            try:
+                argv = _exec_argv(node, command, node_dir)
+                proc = subprocess.run(["ip", "netns", "exec", namespace(lab, node.name), *argv], env=env,
+                                      capture_output=True, text=True, timeout=60)
+            except (ValueError, OSError, subprocess.TimeoutExpired) as exc:
+                return j, f"{where} (node {node.name}): '{command}' could not run: {exc}"
+            if proc.returncode != 0:
+                why = (proc.stderr.strip() or proc.stdout.strip())[:300]
+                return j, f"{where} (node {node.name}): '{command}' failed ({proc.returncode}): {why}"
+        return len(node.exec), None
+
+    nodes = [n for n in topo.nodes if n.runs_exec and n.exec]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(run, nodes))
+    errors = [e for _n, e in results if e]
+    if errors:
+        raise LabError("exec commands failed: " + "; ".join(errors[:10]))
+    return sum(n for n, _e in results)
 
 
 def _wait_files(paths: list[Path], timeout: float) -> list[Path]:
@@ -435,6 +509,7 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
     ``converged=False`` and the problems found (and left up for inspection).
     """
     check_prerequisites()
+    daemons, notes = plan_routers(topo)  # before anything is made: a router that cannot run is refused
     note = progress or (lambda phase, done, total: None)
     lab = topo.name
     node_names = [n.name for n in topo.nodes]  # hosts too: every node has a namespace
@@ -448,13 +523,17 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
     _run(["ip", "-batch", "-"], input="".join(f"netns add {namespace(lab, n)}\n" for n in node_names))
     temp_names = _create_links(topo)
     note("links", len(topo.links), len(topo.links))
-    _start_daemons(topo, temp_names, state)
+    _start_daemons(topo, temp_names, state, daemons)
     note("daemons", len(node_names), len(node_names))
     routers = [n.name for n in topo.routers]
     _load_configs(lab, routers)
     note("config", len(routers), len(routers))
+    ran = run_execs(topo)
+    if ran:
+        note("exec", ran, ran)
     report = wait_converged(topo, expected=expected, timeout=timeout, progress=note, poll=poll)
     report.seconds = time.monotonic() - t0
+    report.notes = [*topo.notes, *notes]
     return report
 
 
@@ -476,15 +555,19 @@ def _create_links(topo: Topology) -> dict[tuple[str, str], str]:
     return temp_names
 
 
-def _start_daemons(topo: Topology, temp_names: Mapping[tuple[str, str], str], state: dict[str, Any]) -> None:
-    """Each node's files and FRR daemons, all nodes at once; their pids go into ``state`` (saved)."""
+def _start_daemons(topo: Topology, temp_names: Mapping[tuple[str, str], str], state: dict[str, Any],
+                   daemons: Mapping[str, list[str]]) -> None:
+    """Each node's files and FRR ``daemons`` (node -> names), all nodes at once; their pids go into
+    ``state`` (saved)."""
     lab, directory = topo.name, run_dir(topo.name)
     procs: list[tuple[str, subprocess.Popen[str]]] = []
     node_daemons: dict[str, list[str]] = {}
     for node in topo.hosts:
         state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "role": "host", "pids": {}}
+        script = _host_script(topo, node.name, temp_names) if node.loom_host else \
+            _bare_host_script(topo, node.name, temp_names)
         procs.append((node.name, subprocess.Popen(
-            ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", _host_script(topo, node.name, temp_names)],
+            ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", script],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
     for node in topo.routers:
         ndir = directory / node.name
@@ -493,7 +576,7 @@ def _start_daemons(topo: Topology, temp_names: Mapping[tuple[str, str], str], st
         (ndir / "vtysh.conf").write_text("service integrated-vtysh-config\n")
         for p in (ndir, ndir / "frr.conf", ndir / "vtysh.conf"):
             shutil.chown(p, user="frr", group="frr")
-        node_daemons[node.name] = _daemons(node.daemons_file)
+        node_daemons[node.name] = daemons[node.name]
         state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "dir": str(ndir), "pids": {}}
         script = _node_script(lab, topo, node.name, temp_names, ndir, node_daemons[node.name])
         procs.append((node.name, subprocess.Popen(
@@ -526,7 +609,8 @@ def _load_configs(lab: str, node_names: list[str]) -> None:
         nd = directory / name
         proc = subprocess.run(["vtysh", "--vty_socket", str(nd), "--config_dir", str(nd), "-b"],
                               capture_output=True, text=True, timeout=60)
-        return None if proc.returncode == 0 else f"{name}: {proc.stdout.strip()} {proc.stderr.strip()}"
+        return None if proc.returncode == 0 else \
+            f"topology.nodes.{name}.binds (its frr.conf): {proc.stdout.strip()} {proc.stderr.strip()}"
 
     with ThreadPoolExecutor(max_workers=6) as pool:
         errors = [e for e in pool.map(load, node_names) if e]
