@@ -504,7 +504,8 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
 
     ``expected``: node -> the prefixes its kernel should hold (from the solver);
     without it, converged means every session established and the routes
-    unchanged between two polls. Raises :class:`LabPrerequisiteError` or
+    unchanged between two polls (for :data:`LINK_STATE_SETTLE` seconds when a
+    link-state daemon runs). Raises :class:`LabPrerequisiteError` or
     :class:`LabError`; a lab that does not converge in time is returned with
     ``converged=False`` and the problems found (and left up for inspection).
     """
@@ -715,6 +716,18 @@ def _problems(obs: Observation, expected: Mapping[str, set[str]] | None) -> list
     return out
 
 
+#: without expected routes, how long a lab running a link-state protocol must stay unchanged to count as
+#: converged, once every router has learnt a route (its adjacencies come up over hellos, with no session
+#: state to wait for)
+LINK_STATE_SETTLE = 3.0
+
+
+def _settle_seconds(lab: str) -> float:
+    state = _load_state(lab) or {}
+    daemons = {d for node in state.get("nodes", {}).values() for d in node.get("pids", {})}
+    return LINK_STATE_SETTLE if daemons & {"ospfd", "ospf6d", "isisd", "ripd", "fabricd"} else 0.0
+
+
 def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None,
                    timeout: float = 60.0, progress: ProgressFn | None = None, poll: float = 0.5) -> UpReport:
     """Poll until converged (see :func:`up`) or ``timeout`` seconds have passed."""
@@ -723,7 +736,8 @@ def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | No
     names = [n.name for n in topo.routers]
     want_routes = sum(len(v) for v in want.values()) if want is not None else None
     t0 = time.monotonic()
-    previous = ""
+    previous, since = "", t0
+    settle = _settle_seconds(topo.name) if want is None else 0.0
     obs = observe(topo.name, names)
     while True:
         problems = _problems(obs, want)
@@ -732,7 +746,11 @@ def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | No
             len(set(n.routes) & want.get(k, set())) for k, n in obs.nodes.items())
         note("converging", established + routes, total + (want_routes or routes))
         sig = obs.signature()
-        if not problems and (want is not None or sig == previous):
+        if sig != previous:
+            since = time.monotonic()
+        learning = settle and len(names) > 1 and not all(n.routes for n in obs.nodes.values())
+        if not problems and (want is not None or (sig == previous and not learning
+                                                  and time.monotonic() - since >= settle)):
             converged = True
             break
         previous = sig

@@ -42,7 +42,8 @@ lab_app = typer.Typer(help="Labs of FRR routers from containerlab topologies, ru
                       no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
 
-LabArg = Annotated[Path, typer.Argument(help="the lab directory (labs/<name>) or its topology.clab.yml")]
+LabArg = Annotated[Path, typer.Argument(help=(
+    "a lab directory (its topology.clab.yml, or its one *.clab.yml) or a containerlab topology file"))]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
@@ -171,6 +172,8 @@ def up(
                       highlight=False, soft_wrap=True)
         console.print(f"memory: {doc['memory_mb_per_node']} MB per node (RSS of its FRR daemons)",
                       highlight=False, soft_wrap=True)
+        for note in report.notes:
+            console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
         if doc["agents"]:
             console.print(f"device agents: {doc['agents']} (unix:{runner.agent_socket(topo.name, '<node>')})",
                           highlight=False, markup=False, soft_wrap=True)
