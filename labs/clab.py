@@ -1,20 +1,28 @@
 """Containerlab topology files: reading, validating and writing.
 
-This module owns the lab file format, a subset of containerlab's
-``topology.clab.yml``: a ``name``; ``topology.nodes``, each of kind ``linux``
-with an FRR ``image`` and ``binds`` of its ``frr.conf`` and ``daemons`` (paths
-relative to the file); ``topology.links`` as ``endpoints`` pairs of
-``node:interface``. Loom's own hints ride in node ``labels`` (``loom.host-ports``:
-the host subnet ports a node needs, which containerlab creates with the node's
-``exec`` commands). A file is accepted whole or rejected with every error
-located (``topology.links[3].endpoints[1]: unknown node 'leaf-9'``).
+This module owns the lab file format: containerlab's ``*.clab.yml`` as people
+write it, for nodes of kind ``linux``. A lab path is a directory (its
+``topology.clab.yml``, or its one ``*.clab.yml``/``*.clab.yaml``) or a file of
+any name (:func:`topology_path`, as ``containerlab -t``); the lab is named by
+the file's ``name``. A node's values come from ``topology.defaults``,
+``topology.kinds``, ``topology.groups`` and the node with containerlab's
+precedence, and what each field becomes here (honoured, accepted and ignored
+with one note, or refused) is :mod:`labs.clab_spec`'s. ``binds`` map files or
+directories (``config/r1:/etc/frr``) relative to the file into the node; a
+node whose binds provide ``/etc/frr/frr.conf`` is a router (FRR, its
+``daemons`` file, a device agent); any other node is a host, set up by its
+``exec`` commands (run for real by :mod:`labs.runner`, with ``env``). Links come
+in both syntaxes, with ``mtu``. A file is accepted whole or rejected with every
+error located (``topology.links[3].endpoints[1]: unknown node 'leaf-9'``).
 
-Hosts are nodes too: ``kind: linux`` with the label ``loom.role: host``, a
-plain image and no FRR binds, one link to their ToR, and the ``exec``
-commands a containerlab user would give them, which are also what Loom reads:
+Loom's own labs (:mod:`labs.gen`) are such files, with Loom's hints in node
+``labels`` (``loom.host-ports``: the host subnet ports a router needs, which
+containerlab creates with the node's ``exec`` commands and the runner makes its
+own way). Loom's hosts carry the label ``loom.role: host``: a plain image, one
+link to their ToR, and ``exec`` commands that Loom reads rather than runs:
 ``ip addr add ADDRESS/LEN dev IF`` and ``ip route replace default via
 GATEWAY`` (``add`` works too; ``ip link set IF up`` is accepted and implied).
-Any other command on a host is refused with its location. A ToR's host port
+Any other command on such a host is refused with its location. A ToR's host port
 (``host0``, holding the prefix's first address) is then the veth to its host;
 with several hosts on one port it is a bridge over the host links' ends,
 declared as ``loom.host-bridges: host0=host0h0,host0h1`` (``;`` between

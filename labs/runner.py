@@ -5,18 +5,22 @@ each node a namespace ``loom-<lab>-<node>``, a veth pair per link (made
 straight into the two namespaces under temporary names, renamed there to the
 containerlab interface names), a veth pair kept inside the node per host
 subnet port, forwarding and L4 multipath hashing on, and FRR's daemons (zebra,
-staticd, and bgpd or isisd as the node's ``daemons`` file says) under their own
-UTS namespace with the node's hostname and a run directory owned by ``frr``;
-the node's ``frr.conf`` is loaded with ``vtysh -b``. It then polls until every
+staticd, and the routing daemons the node's ``daemons`` file or, without one,
+its configuration asks for: :mod:`labs.frr_daemons`) under their own UTS
+namespace with the node's hostname and a run directory owned by ``frr``; the
+node's ``frr.conf`` is loaded with ``vtysh -b``, then the ``exec`` commands of
+nodes that are not Loom's own run in their namespaces (:func:`run_execs`). It then polls until every
 BGP session is established and every expected prefix is in every kernel, with
 a bound. What was created is recorded in a state file first, so ``down`` (and
 ``up`` of a half-built lab) can stop every daemon by pid and delete every
-namespace after a crash. Nothing here knows FRR's configuration syntax: the
-files come from :mod:`labs.gen`.
+namespace after a crash. Nothing here knows FRR's configuration syntax beyond
+which daemon a section needs.
 
-Host nodes (:mod:`labs.clab`) get a namespace, their link, their address and
+Loom's host nodes (:mod:`labs.clab`) get a namespace, their link, their address and
 default route, and an nftables rule that drops the lab's test traffic
-(:data:`SINK_PORTS`) so that nothing answers it; no FRR and no agent. A ToR's
+(:data:`SINK_PORTS`) so that nothing answers it; no FRR and no agent. Other
+hosts get a namespace, their links (with their MTU), their sysctls, and their
+``exec`` commands. A ToR's
 host port that is a link end is that veth; one declared a bridge is made a
 bridge over its members; otherwise it stays a veth kept inside the node.
 """
