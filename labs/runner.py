@@ -722,8 +722,8 @@ def _problems(obs: Observation, expected: Mapping[str, set[str]] | None) -> list
 
 #: without expected routes, how long a lab running a link-state protocol must stay unchanged to count as
 #: converged, once every router has learnt a route (its adjacencies come up over hellos, with no session
-#: state to wait for)
-LINK_STATE_SETTLE = 3.0
+#: state to wait for); FRR's SPF throttle holds a recomputation up to 5 s by default
+LINK_STATE_SETTLE = 5.0
 
 
 def _settle_seconds(lab: str) -> float:
