@@ -503,13 +503,14 @@ def _wait_files(paths: list[Path], timeout: float) -> list[Path]:
 
 
 def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, timeout: float = 60.0,
-       progress: ProgressFn | None = None, poll: float = 0.5) -> UpReport:
+       progress: ProgressFn | None = None, poll: float = 0.5, settle: bool = False) -> UpReport:
     """Bring ``topo`` up and wait (at most ``timeout`` seconds) until it has converged.
 
     ``expected``: node -> the prefixes its kernel should hold (from the solver);
     without it, converged means every session established and the routes
-    unchanged between two polls (for :data:`LINK_STATE_SETTLE` seconds when a
-    link-state daemon runs). Raises :class:`LabPrerequisiteError` or
+    unchanged between two polls (with ``settle``, when a link-state daemon
+    runs: every router has routes and they stayed unchanged for
+    :data:`LINK_STATE_SETTLE` seconds). Raises :class:`LabPrerequisiteError` or
     :class:`LabError`; a lab that does not converge in time is returned with
     ``converged=False`` and the problems found (and left up for inspection).
     """
@@ -536,7 +537,7 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
     ran = run_execs(topo)
     if ran:
         note("exec", ran, ran)
-    report = wait_converged(topo, expected=expected, timeout=timeout, progress=note, poll=poll)
+    report = wait_converged(topo, expected=expected, timeout=timeout, progress=note, poll=poll, settle=settle)
     report.seconds = time.monotonic() - t0
     report.notes = [*topo.notes, *notes]
     return report
@@ -733,7 +734,8 @@ def _settle_seconds(lab: str) -> float:
 
 
 def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None,
-                   timeout: float = 60.0, progress: ProgressFn | None = None, poll: float = 0.5) -> UpReport:
+                   timeout: float = 60.0, progress: ProgressFn | None = None, poll: float = 0.5,
+                   settle: bool = False) -> UpReport:
     """Poll until converged (see :func:`up`) or ``timeout`` seconds have passed."""
     note = progress or (lambda phase, done, total: None)
     want = {k: set(v) for k, v in expected.items()} if expected is not None else None
@@ -741,7 +743,7 @@ def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | No
     want_routes = sum(len(v) for v in want.values()) if want is not None else None
     t0 = time.monotonic()
     previous, since = "", t0
-    settle = _settle_seconds(topo.name) if want is None else 0.0
+    settle_s = _settle_seconds(topo.name) if want is None and settle else 0.0
     obs = observe(topo.name, names)
     while True:
         problems = _problems(obs, want)
@@ -752,9 +754,9 @@ def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | No
         sig = obs.signature()
         if sig != previous:
             since = time.monotonic()
-        learning = settle and len(names) > 1 and not all(n.routes for n in obs.nodes.values())
+        learning = settle_s and len(names) > 1 and not all(n.routes for n in obs.nodes.values())
         if not problems and (want is not None or (sig == previous and not learning
-                                                  and time.monotonic() - since >= settle)):
+                                                  and time.monotonic() - since >= settle_s)):
             converged = True
             break
         previous = sig

@@ -144,7 +144,7 @@ def up(
                       f"namespaces loom-{topo.name}-*", highlight=False, soft_wrap=True)
     try:
         with _progress(as_json) as show:
-            report = runner.up(topo, expected=expected, timeout=timeout, progress=show)
+            report = runner.up(topo, expected=expected, timeout=timeout, progress=show, settle=expected is None)
     except LabPrerequisiteError as exc:
         die(str(exc), as_json=as_json)
     except LabError as exc:
