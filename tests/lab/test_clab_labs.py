@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ import pytest
 
 from labs import runner
 from labs.clab import Topology, load_topology
+from tests.serving import LoomServer, running
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -135,11 +137,19 @@ def test_ebgp_leafspine_hosts_reach_each_other_with_mtu_and_env(leafspine: Lab) 
     assert leftovers(topo) == []
 
 
-def test_isis_pair_with_a_router_exec_bridge_and_a_skipped_ldpd(isis: Lab) -> None:
+def test_isis_pair_with_a_router_exec_bridge_and_a_skipped_ldpd_and_loom_serve_on_it(isis: Lab,
+                                                                                      tmp_path: Path) -> None:
     topo = isis.topo
-    assert isis.up["converged"]
+    assert isis.up["converged"] and isis.up["agents"] == 0
     assert any(n.startswith("ra: ldpd skipped") for n in isis.up["notes"]), isis.up["notes"]
     assert pings(topo, "ha", "10.20.2.5") and pings(topo, "hb", "10.20.1.5")
     assert "10.20.2.1/24" in in_node(topo, "rb", "ip", "-br", "addr", "show", "br-hosts")
+    server = LoomServer(tmp_path, ["--db", f"sqlite:///{tmp_path / 'loom.db'}", "--lab", str(isis.path)],
+                        secrets.token_urlsafe(32), cwd=REPO, env={"LOOM_DRIFT_INTERVAL": "0"})
+    with running(server):  # loom serve --lab FILE starts the routers' agents (not the hosts')
+        assert server("GET", "/v1/status").status_code == 200
+        agents = json.loads(runner.agents_file(topo.name).read_text())
+        assert sorted(agents) == ["ra", "rb"]
+        assert all(runner._socket_answers(runner.agent_socket(topo.name, n)) for n in agents)
     isis.down()
     assert leftovers(topo) == []
