@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from controller.model.errors import IntentError, LoomError
-from labs.clab_spec import bind_source, parse_bind, parse_link, resolve_node
+from labs.clab_spec import bind_source, magic_vars, parse_bind, parse_link, resolve_node
 
 __all__ = [
     "FRR_IMAGE",
@@ -286,7 +286,7 @@ def _parse(doc: Any, base: Path, errors: list[IntentError]) -> Topology | None:
         raw_nodes = {}
     ignored: dict[str, list[str]] = {k: ["the lab"] for k in ("mgmt", "prefix") if k in doc}
     nodes = [n for nname, spec in raw_nodes.items()
-             if (n := _parse_node(nname, spec, topo, base, errors, ignored)) is not None]
+             if (n := _parse_node(nname, spec, (str(name), topo), base, errors, ignored)) is not None]
     names = {n.name for n in nodes} | {str(n) for n in raw_nodes}
     links = _parse_links(topo.get("links") or [], names, errors)
     if errors:
@@ -311,10 +311,12 @@ def _notes(nodes: list[ClabNode], ignored: dict[str, list[str]]) -> tuple[str, .
     return tuple(notes)
 
 
-def _parse_node(nname: object, spec: object, topo: dict[str, Any], base: Path, errors: list[IntentError],
-                ignored: dict[str, list[str]]) -> ClabNode | None:
-    """One node: its values after inheritance, kind ``linux``, its binds (which must exist), and for a
-    Loom host (``loom.role: host``) its network read from its ``exec`` commands."""
+def _parse_node(nname: object, spec: object, lab: tuple[str, dict[str, Any]], base: Path,
+                errors: list[IntentError], ignored: dict[str, list[str]]) -> ClabNode | None:
+    """One node of ``lab`` (its name and ``topology``): its values after inheritance, kind ``linux``, its
+    binds (which must exist), and for a Loom host (``loom.role: host``) its network read from its ``exec``
+    commands. containerlab's magic variables (``__clabNodeName__``...) are replaced in binds and exec."""
+    lab_name, topo = lab
     loc = f"topology.nodes.{nname}"
     if not isinstance(nname, str) or not _NODE.match(nname):
         errors.append(IntentError(loc, f"bad node name {nname!r}"))
@@ -330,9 +332,9 @@ def _parse_node(nname: object, spec: object, topo: dict[str, Any], base: Path, e
         given = f"kind '{r.kind}' (from {origin})" if r.kind else "no kind (on the node, its group or defaults)"
         errors.append(IntentError(f"{loc}.kind", f"{given} is not supported: Loom runs linux nodes (FRR routers "
                                                  "and hosts), not NOS images"))
-    binds = _binds(nname, r.binds, base, errors)
+    binds = _binds(nname, [(at, magic_vars(b, lab_name, nname, base)) for at, b in r.binds], base, errors)
     labels = r.labels
-    commands = [cmd for _at, cmd in r.exec]
+    commands = [magic_vars(cmd, lab_name, nname, base) for _at, cmd in r.exec]
     raw_bridges = labels.get(HOST_BRIDGES_LABEL, "")
     if raw_bridges and not _parse_bridges(raw_bridges):
         errors.append(IntentError(f"{loc}.labels.{HOST_BRIDGES_LABEL}",

@@ -32,6 +32,8 @@ __all__ = [
     "LinkSpec",
     "ResolvedNode",
     "bind_source",
+    "exec_env",
+    "magic_vars",
     "parse_bind",
     "parse_link",
     "resolve_node",
@@ -161,6 +163,26 @@ def _take(node: ResolvedNode, key: str, value: object, loc: str, where: str, err
         errors.append(IntentError(at, f"{REFUSED[key]}{suffix}"))
     else:
         errors.append(IntentError(at, f"unknown node field '{key}'{suffix}"))
+
+
+def magic_vars(text: str, lab: str, node: str, base: Path) -> str:
+    """containerlab's magic variables in a bind or an ``exec`` command: ``__clabNodeName__`` (the node),
+    ``__clabDir__`` (``clab-LAB`` beside the topology file) and ``__clabNodeDir__`` (its node directory)."""
+    lab_dir = base / f"clab-{lab}"
+    return (text.replace("__clabNodeDir__", str(lab_dir / node)).replace("__clabDir__", str(lab_dir))
+            .replace("__clabNodeName__", node))
+
+
+def exec_env(lab: str, node: str, kind: str, group: str | None, labels: dict[str, str],
+             env: dict[str, str]) -> dict[str, str]:
+    """The environment of a node's ``exec`` commands as containerlab gives it: a plain PATH, each label
+    as ``CLAB_LABEL_<KEY>`` (containerlab's own labels too), then the node's ``env``."""
+    own = {"containerlab": lab, "clab-node-name": node, "clab-node-kind": kind, "clab-node-group": group or ""}
+    out = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+           "HOSTNAME": node}
+    for key, value in {**own, **labels}.items():
+        out["CLAB_LABEL_" + re.sub(r"[^A-Za-z0-9]", "_", key).upper()] = value
+    return {**out, **env}
 
 
 def parse_bind(raw: str) -> tuple[str, str, str] | None:

@@ -47,6 +47,7 @@ from typing import Any
 
 from controller.model.errors import LoomError
 from labs.clab import ClabNode, Topology
+from labs.clab_spec import exec_env
 from labs.frr_daemons import cannot_run, plan_daemons
 
 __all__ = [
@@ -462,14 +463,14 @@ def _exec_argv(node: ClabNode, command: str, node_dir: Path | None) -> list[str]
 
 
 def run_execs(topo: Topology) -> int:
-    """Every node's ``exec`` commands, in order inside its namespace with its ``env`` (nodes in parallel);
+    """Every node's ``exec`` commands, in order inside its namespace with its ``env`` and its labels as
+    ``CLAB_LABEL_*`` (:func:`labs.clab_spec.exec_env`; nodes in parallel);
     raises :class:`LabError` naming the first command that failed on each node. Returns how many ran."""
     lab = topo.name
 
     def run(node: ClabNode) -> tuple[int, str | None]:
         node_dir = run_dir(lab) / node.name if node.is_router else None
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
-               "HOSTNAME": node.name, **node.env}
+        env = exec_env(lab, node.name, node.kind, node.group, node.labels, node.env)
         for j, command in enumerate(node.exec):
             where = node.exec_locs[j] if j < len(node.exec_locs) else f"topology.nodes.{node.name}.exec[{j}]"
             try:

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from controller.cli import _register
 from controller.cli.common import app
 from labs.clab import InvalidLab, load_topology, topology_path
+from labs.clab_spec import exec_env, magic_vars
 from labs.frr_daemons import plan_daemons
 
 FIXTURES = Path(__file__).resolve().parents[1] / "lab" / "fixtures"
@@ -218,3 +219,20 @@ def test_the_fixture_labs_read_as_their_authors_meant() -> None:
     ls = load_topology(FIXTURES / "ebgp-leafspine")
     assert {lk.mtu for lk in ls.links} == {9000, None} and ls.node_map["h1"].image == "alpine:3.20"
     assert ls.node_map["spine2"].image == "quay.io/frrouting/frr:8.4.1"
+
+
+def test_magic_variables_and_the_exec_environment(tmp_path: Path) -> None:
+    path = write_lab(tmp_path, {
+        "defaults": {"kind": "linux", "binds": ["cfg/__clabNodeName__:/etc/frr"],
+                     "exec": ["ip link set dev eth1 alias __clabNodeName__"]},
+        "nodes": {"r1": {"labels": {"fabric.role": "spine"}, "env": {"CLAB_LABEL_CONTAINERLAB": "mine"}},
+                  "r2": {}},
+        "links": [{"endpoints": ["r1:eth1", "r2:eth1"]}]}, name="magic")
+    topo = load_topology(path)
+    r1, r2 = topo.node_map["r1"], topo.node_map["r2"]
+    assert r1.frr_conf == tmp_path / "cfg" / "r1" / "frr.conf" and r2.frr_conf == tmp_path / "cfg" / "r2" / "frr.conf"
+    assert r2.exec == ("ip link set dev eth1 alias r2",)
+    env = exec_env(topo.name, r1.name, r1.kind, r1.group, r1.labels, r1.env)
+    assert env["CLAB_LABEL_FABRIC_ROLE"] == "spine" and env["CLAB_LABEL_CLAB_NODE_NAME"] == "r1"
+    assert env["CLAB_LABEL_CONTAINERLAB"] == "mine"  # the node's env comes last
+    assert magic_vars("__clabNodeDir__/x", "magic", "r1", tmp_path) == f"{tmp_path}/clab-magic/r1/x"
