@@ -128,8 +128,13 @@ class ClabNode:
         return self.frr_conf_file is not None
 
     @property
+    def is_bridge(self) -> bool:
+        """A ``kind: bridge`` node: here a namespace holding one Linux bridge over the node's link ends."""
+        return self.kind == "bridge"
+
+    @property
     def is_host(self) -> bool:
-        return not self.is_router
+        return not self.is_router and not self.is_bridge
 
     @property
     def runs_exec(self) -> bool:
@@ -203,6 +208,10 @@ class Topology:
     @property
     def hosts(self) -> tuple[ClabNode, ...]:
         return tuple(n for n in self.nodes if n.is_host)
+
+    @property
+    def bridges(self) -> tuple[ClabNode, ...]:
+        return tuple(n for n in self.nodes if n.is_bridge)
 
     def attachment(self, host: str) -> tuple[str, str]:
         """``(tor, tor_port)``: where ``host``'s one link ends; ``tor_port`` is the host port
@@ -327,11 +336,13 @@ def _parse_node(nname: object, spec: object, lab: tuple[str, dict[str, Any]], ba
     r = resolve_node(nname, spec or {}, topo, errors)
     for key in r.ignored:
         ignored.setdefault(key, []).append(nname)
+    if r.kind == "bridge":  # containerlab's bridge takes no binds, exec or env
+        return ClabNode(nname, "bridge", None, labels=r.labels, group=r.group)
     if r.kind != "linux":
         origin = r.sources["kind"]
         given = f"kind '{r.kind}' (from {origin})" if r.kind else "no kind (on the node, its group or defaults)"
         errors.append(IntentError(f"{loc}.kind", f"{given} is not supported: Loom runs linux nodes (FRR routers "
-                                                 "and hosts), not NOS images"))
+                                                 "and hosts) and bridges, not NOS images"))
     binds = _binds(nname, [(at, magic_vars(b, lab_name, nname, base)) for at, b in r.binds], base, errors)
     labels = r.labels
     commands = [magic_vars(cmd, lab_name, nname, base) for _at, cmd in r.exec]

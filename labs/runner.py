@@ -453,6 +453,16 @@ def _bare_host_script(topo: Topology, node: str, temp_names: Mapping[tuple[str, 
     return "\n".join(lines) + "\n"
 
 
+def _bridge_script(topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str]) -> str:
+    """A ``kind: bridge`` node: a bridge named after the node (``br0`` if the name is no interface
+    name) with every link end of the node in it."""
+    name = node if len(node) <= 15 and node.replace("-", "").replace("_", "").isalnum() else "br0"
+    lines = ["set -e", "ip link set lo up", f"ip link add {name} type bridge", f"ip link set {name} up",
+             *_link_lines(topo, node, temp_names)]
+    lines += [f"ip link set {port} master {name}" for port, _peer, _pp in topo.ports(node)]
+    return "\n".join(lines) + "\n"
+
+
 def _exec_argv(node: ClabNode, command: str, node_dir: Path | None) -> list[str]:
     """An ``exec`` command as containerlab runs it (split as a shell would, no shell); ``vtysh`` is
     pointed at the node's own FRR."""
@@ -569,6 +579,11 @@ def _start_daemons(topo: Topology, temp_names: Mapping[tuple[str, str], str], st
     lab, directory = topo.name, run_dir(topo.name)
     procs: list[tuple[str, subprocess.Popen[str]]] = []
     node_daemons: dict[str, list[str]] = {}
+    for node in topo.bridges:
+        state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "role": "bridge", "pids": {}}
+        procs.append((node.name, subprocess.Popen(
+            ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", _bridge_script(topo, node.name, temp_names)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
     for node in topo.hosts:
         state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "role": "host", "pids": {}}
         script = _host_script(topo, node.name, temp_names) if node.loom_host else \
@@ -785,7 +800,7 @@ def memory_per_node(lab: str) -> dict[str, int]:
     state = _load_state(lab) or {}
     out: dict[str, int] = {}
     for name, info in state.get("nodes", {}).items():
-        if info.get("role") == "host":
+        if info.get("role") in ("host", "bridge"):
             continue
         total = 0
         for pid in info.get("pids", {}).values():

@@ -5,10 +5,10 @@ Three labs written in the styles found in public containerlab repositories
 (kinds and images from ``groups``, directory binds, PCs set up by ``exec``, the
 file named ``frr01.clab.yml``), an eBGP leaf-spine (``defaults`` and ``kinds``,
 ``type: veth`` links with endpoint maps and an MTU, file binds, ``env``), and
-an IS-IS pair (a router ``exec`` that makes a bridge for its host, an
-``ldpd`` the kernel cannot run). Each is brought up with the real ``loom lab
-up PATH``, its hosts ping each other across the fabric from inside their
-namespaces, and ``loom lab down`` leaves no namespace and no process.
+an IS-IS pair (a router ``exec`` that makes a bridge for its host, a ``kind:
+bridge`` switch, an ``ldpd`` the kernel cannot run, ``loom serve --lab`` on
+it). Each is brought up with the real ``loom lab up PATH``, its hosts ping
+each other across the fabric from inside their namespaces, and ``loom lab down`` leaves no namespace and no process.
 """
 
 from __future__ import annotations
@@ -144,6 +144,8 @@ def test_isis_pair_with_a_router_exec_bridge_and_a_skipped_ldpd_and_loom_serve_o
     assert any(n.startswith("ra: ldpd skipped") for n in isis.up["notes"]), isis.up["notes"]
     assert pings(topo, "ha", "10.20.2.5") and pings(topo, "hb", "10.20.1.5")
     assert "10.20.2.1/24" in in_node(topo, "rb", "ip", "-br", "addr", "show", "br-hosts")
+    ports = json.loads(in_node(topo, "lan-a", "ip", "-j", "link", "show", "master", "lan-a"))
+    assert sorted(p["ifname"] for p in ports) == ["port1", "port2"]  # kind: bridge, a namespace with a bridge
     server = LoomServer(tmp_path, ["--db", f"sqlite:///{tmp_path / 'loom.db'}", "--lab", str(isis.path)],
                         secrets.token_urlsafe(32), cwd=REPO, env={"LOOM_DRIFT_INTERVAL": "0"})
     with running(server):  # loom serve --lab FILE starts the routers' agents (not the hosts')

@@ -138,6 +138,8 @@ def _lab(**node: Any) -> dict[str, Any]:
     ({**_lab(), "defaults": {"kind": "srl"}, "nodes": {"r1": {"binds": ["cfg/r1:/etc/frr"]}}},
      "topology.nodes.r1.kind", "from topology.defaults.kind"),
     ({"nodes": {"r1": {"binds": ["cfg/r1:/etc/frr"]}}}, "topology.nodes.r1.kind", "no kind"),
+    (_lab(kind="ovs-bridge"), "topology.nodes.r2.kind", "kind 'ovs-bridge'"),
+    (_lab(kind="host"), "topology.nodes.r2.kind", "kind 'host'"),
     (_lab(**{"startup-config": "r2.cfg"}), "topology.nodes.r2.startup-config", "an FRR node binds its frr.conf"),
     ({**_lab(group="g"), "groups": {"g": {"license": "x.lic"}}}, "topology.groups.g.license", "for node r2"),
     (_lab(**{"network-mode": "host"}), "topology.nodes.r2.network-mode", "cannot be honoured"),
@@ -219,6 +221,9 @@ def test_the_fixture_labs_read_as_their_authors_meant() -> None:
     ls = load_topology(FIXTURES / "ebgp-leafspine")
     assert {lk.mtu for lk in ls.links} == {9000, None} and ls.node_map["h1"].image == "alpine:3.20"
     assert ls.node_map["spine2"].image == "quay.io/frrouting/frr:8.4.1"
+    isis = load_topology(FIXTURES / "isis-pair")
+    assert [n.name for n in isis.bridges] == ["lan-a"] and [n.name for n in isis.hosts] == ["ha", "hb"]
+    assert {n.name: n.daemons_file is None for n in isis.routers} == {"ra": False, "rb": True}
 
 
 def test_magic_variables_and_the_exec_environment(tmp_path: Path) -> None:
