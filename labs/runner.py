@@ -49,6 +49,7 @@ from controller.model.errors import LoomError
 from labs.clab import ClabNode, Topology
 from labs.clab_spec import exec_env
 from labs.frr_daemons import cannot_run, plan_daemons
+from labs.node_scripts import bare_host_script, bridge_script, exec_argv, link_lines, sysctl_lines
 
 __all__ = [
     "FRR_BIN",
@@ -380,7 +381,7 @@ ProgressFn = Callable[[str, int, int], None]
 
 def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str],
                  directory: Path, daemons: list[str]) -> str:
-    lines = ["set -e", "ip link set lo up", *_link_lines(topo, node, temp_names)]
+    lines = ["set -e", "ip link set lo up", *link_lines(topo, node, temp_names)]
     ends = {port for port, _peer, _pp in topo.ports(node)}
     bridges = topo.node_map[node].host_bridges
     for port in topo.node_map[node].host_ports:
@@ -393,7 +394,7 @@ def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[
         peer = f"{port}p"[:15]
         lines += [f"ip link add {port} type veth peer name {peer}", f"ip link set {port} up", f"ip link set {peer} up"]
     lines.append("sysctl -q -w " + " ".join(SYSCTLS) + " >/dev/null")
-    lines += _sysctl_lines(topo.node_map[node])
+    lines += sysctl_lines(topo.node_map[node])
     # a per-node hash seed (kernel 6.11+) keeps nodes from hashing alike: no polarization
     seed = zlib.crc32(node.encode()) or 1
     lines.append(f"if [ -e {HASH_SEED} ]; then echo {seed} > {HASH_SEED}; fi")
@@ -418,58 +419,11 @@ def _host_script(topo: Topology, node: str, temp_names: Mapping[tuple[str, str],
     sink = (f"nft add table ip loom-host && nft add chain ip loom-host input "
             f"'{{ type filter hook input priority 0; policy accept; }}' && "
             f"nft add rule ip loom-host input udp dport {low}-{high} counter drop")
-    lines = ["set -e", "ip link set lo up", *_link_lines(topo, node, temp_names),
+    lines = ["set -e", "ip link set lo up", *link_lines(topo, node, temp_names),
              f"ip addr add {spec.address} dev {spec.interface}",
              f"ip route replace default via {spec.gateway}",
              f"if command -v nft >/dev/null; then {sink}; fi"]
     return "\n".join(lines) + "\n"
-
-
-def _link_lines(topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str]) -> list[str]:
-    """The node's link ends renamed from their temporary names and up, with their MTU and MAC if given."""
-    lines = []
-    for link in topo.links:
-        for end, port, mac in ((link.a, link.a_port, link.a_mac), (link.b, link.b_port, link.b_mac)):
-            if end != node:
-                continue
-            lines.append(f"ip link set {temp_names[node, port]} name {port}")
-            if link.mtu is not None:
-                lines.append(f"ip link set {port} mtu {link.mtu}")
-            if mac is not None:
-                lines.append(f"ip link set {port} address {mac}")
-            lines.append(f"ip link set {port} up")
-    return lines
-
-
-def _sysctl_lines(node: ClabNode) -> list[str]:
-    return [f"sysctl -q -w {shlex.quote(f'{k}={v}')} >/dev/null" for k, v in node.sysctls.items()]
-
-
-def _bare_host_script(topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str]) -> str:
-    """A host of a containerlab file: its links renamed and up, its sysctls; its ``exec`` commands run
-    afterwards (:func:`run_execs`)."""
-    lines = ["set -e", "ip link set lo up", *_link_lines(topo, node, temp_names),
-             *_sysctl_lines(topo.node_map[node])]
-    return "\n".join(lines) + "\n"
-
-
-def _bridge_script(topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str]) -> str:
-    """A ``kind: bridge`` node: a bridge named after the node (``br0`` if the name is no interface
-    name) with every link end of the node in it."""
-    name = node if len(node) <= 15 and node.replace("-", "").replace("_", "").isalnum() else "br0"
-    lines = ["set -e", "ip link set lo up", f"ip link add {name} type bridge", f"ip link set {name} up",
-             *_link_lines(topo, node, temp_names)]
-    lines += [f"ip link set {port} master {name}" for port, _peer, _pp in topo.ports(node)]
-    return "\n".join(lines) + "\n"
-
-
-def _exec_argv(node: ClabNode, command: str, node_dir: Path | None) -> list[str]:
-    """An ``exec`` command as containerlab runs it (split as a shell would, no shell); ``vtysh`` is
-    pointed at the node's own FRR."""
-    argv = shlex.split(command)
-    if argv and Path(argv[0]).name == "vtysh" and node_dir is not None:
-        argv[1:1] = ["--vty_socket", str(node_dir), "--config_dir", str(node_dir)]
-    return argv
 
 
 def run_execs(topo: Topology) -> int:
@@ -484,7 +438,7 @@ def run_execs(topo: Topology) -> int:
         for j, command in enumerate(node.exec):
             where = node.exec_locs[j] if j < len(node.exec_locs) else f"topology.nodes.{node.name}.exec[{j}]"
             try:
-                argv = _exec_argv(node, command, node_dir)
+                argv = exec_argv(command, node_dir)
                 proc = subprocess.run(["ip", "netns", "exec", namespace(lab, node.name), *argv], env=env,
                                       capture_output=True, text=True, timeout=60)
             except (ValueError, OSError, subprocess.TimeoutExpired) as exc:
@@ -582,12 +536,12 @@ def _start_daemons(topo: Topology, temp_names: Mapping[tuple[str, str], str], st
     for node in topo.bridges:
         state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "role": "bridge", "pids": {}}
         procs.append((node.name, subprocess.Popen(
-            ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", _bridge_script(topo, node.name, temp_names)],
+            ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", bridge_script(topo, node.name, temp_names)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
     for node in topo.hosts:
         state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "role": "host", "pids": {}}
         script = _host_script(topo, node.name, temp_names) if node.loom_host else \
-            _bare_host_script(topo, node.name, temp_names)
+            bare_host_script(topo, node.name, temp_names)
         procs.append((node.name, subprocess.Popen(
             ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", script],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
