@@ -58,6 +58,7 @@ __all__ = [
     "lab_agent_command",
     "start_agents",
     "LabPrerequisiteError",
+    "UnrunnableLab",
     "NodeObservation",
     "Observation",
     "UpReport",
@@ -88,6 +89,14 @@ class LabError(LoomError):
 
 class LabPrerequisiteError(LabError):
     """Something the runner needs is missing (root, FRR, iproute2)."""
+
+
+class UnrunnableLab(LabError):
+    """A lab whose routers need what this machine cannot run (``errors``: located, one a line)."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("routers that cannot run here: " + "; ".join(errors))
 
 
 def namespace(lab: str, node: str) -> str:
@@ -133,7 +142,7 @@ def node_exec(lab: str, node: str, args: list[str], *, check: bool = True, timeo
 
 def plan_routers(topo: Topology) -> tuple[dict[str, list[str]], list[str]]:
     """Each router's daemons (:mod:`labs.frr_daemons`) and the notes of those skipped; raises
-    :class:`LabError`, with each node's location, when a configuration needs a daemon that will not run."""
+    :class:`UnrunnableLab`, with each node's location, when a configuration needs a daemon that will not run."""
     daemons: dict[str, list[str]] = {}
     notes: list[str] = []
     errors: list[str] = []
@@ -143,7 +152,7 @@ def plan_routers(topo: Topology) -> tuple[dict[str, list[str]], list[str]]:
         notes += [f"{node.name}: {s}" for s in plan.skipped]
         errors += [f"topology.nodes.{node.name}.binds: {e}" for e in plan.errors]
     if errors:
-        raise LabError("routers that cannot run here: " + "; ".join(errors))
+        raise UnrunnableLab(errors)
     return daemons, notes
 
 

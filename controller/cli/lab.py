@@ -33,7 +33,7 @@ from controller.model.intent import load_intent
 from labs import runner
 from labs.clab import InvalidLab, Topology, load_topology, topology_path
 from labs.gen import generate_lab
-from labs.runner import LabError, LabPrerequisiteError, Observation, ProgressFn
+from labs.runner import LabError, LabPrerequisiteError, Observation, ProgressFn, UnrunnableLab
 from labs.traffic import MAX_FLOWS, InvalidMatrix, TrafficOptions, lab_hosts, load_matrix, send
 
 __all__ = ["expected_prefixes", "lab_app"]
@@ -147,6 +147,9 @@ def up(
             report = runner.up(topo, expected=expected, timeout=timeout, progress=show, settle=expected is None)
     except LabPrerequisiteError as exc:
         die(str(exc), as_json=as_json)
+    except UnrunnableLab as exc:  # refused before anything was made
+        die(str(exc), as_json=as_json,
+            errors=[{"loc": e.partition(": ")[0], "msg": e.partition(": ")[2]} for e in exc.errors])
     except LabError as exc:
         runner.down(topo.name, [n.name for n in topo.nodes])
         die(str(exc), code=EXIT_FAIL, as_json=as_json)

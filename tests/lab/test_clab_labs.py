@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -155,3 +156,39 @@ def test_isis_pair_with_a_router_exec_bridge_and_a_skipped_ldpd_and_loom_serve_o
         assert all(runner._socket_answers(runner.agent_socket(topo.name, n)) for n in agents)
     isis.down()
     assert leftovers(topo) == []
+
+
+def _copy_isis(tmp_path: Path, name: str) -> Path:
+    """The IS-IS fixture lab copied under another lab name, to break."""
+    lab = tmp_path / name
+    shutil.copytree(FIXTURES / "isis-pair", lab)
+    path = lab / "isis.clab.yml"
+    path.write_text(path.read_text().replace("name: clab-isis2", f"name: {name}"))
+    return path
+
+
+def test_a_configuration_that_needs_a_daemon_that_cannot_run_is_refused_before_anything(tmp_path: Path) -> None:
+    path = _copy_isis(tmp_path, "clab-ldp")
+    conf = path.parent / "ra" / "frr.conf"
+    conf.write_text(conf.read_text() + "mpls ldp\n router-id 10.255.9.1\n!\n")
+    if runner.cannot_run("ldpd", runner.FRR_BIN) is None:
+        pytest.skip("this kernel runs ldpd (it has MPLS)")
+    proc = loom("lab", "up", str(path), "--json")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = json.loads(proc.stdout)["errors"]
+    assert errors[0]["loc"] == "topology.nodes.ra.binds" and "'mpls ldp' needs ldpd" in errors[0]["msg"]
+    assert leftovers(load_topology(path)) == [] and not runner.run_dir("clab-ldp").exists()
+
+
+def test_an_exec_command_that_fails_is_named_and_the_lab_removed(tmp_path: Path) -> None:
+    path = _copy_isis(tmp_path, "clab-badexec")
+    path.write_text(path.read_text().replace("- ip route add default via 10.20.2.1",
+                                             "- ip route add default via 10.99.0.1"))
+    topo = load_topology(path)
+    try:
+        proc = loom("lab", "up", str(path), "--no-agents")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "topology.nodes.hb.exec[1] (node hb): 'ip route add default via 10.99.0.1' failed" in proc.stderr
+        assert leftovers(topo) == []
+    finally:
+        runner.down(topo.name, [n.name for n in topo.nodes])
