@@ -1,20 +1,28 @@
 """Containerlab topology files: reading, validating and writing.
 
-This module owns the lab file format, a subset of containerlab's
-``topology.clab.yml``: a ``name``; ``topology.nodes``, each of kind ``linux``
-with an FRR ``image`` and ``binds`` of its ``frr.conf`` and ``daemons`` (paths
-relative to the file); ``topology.links`` as ``endpoints`` pairs of
-``node:interface``. Loom's own hints ride in node ``labels`` (``loom.host-ports``:
-the host subnet ports a node needs, which containerlab creates with the node's
-``exec`` commands). A file is accepted whole or rejected with every error
-located (``topology.links[3].endpoints[1]: unknown node 'leaf-9'``).
+This module owns the lab file format: containerlab's ``*.clab.yml`` as people
+write it, for nodes of kind ``linux``. A lab path is a directory (its
+``topology.clab.yml``, or its one ``*.clab.yml``/``*.clab.yaml``) or a file of
+any name (:func:`topology_path`, as ``containerlab -t``); the lab is named by
+the file's ``name``. A node's values come from ``topology.defaults``,
+``topology.kinds``, ``topology.groups`` and the node with containerlab's
+precedence, and what each field becomes here (honoured, accepted and ignored
+with one note, or refused) is :mod:`labs.clab_spec`'s. ``binds`` map files or
+directories (``config/r1:/etc/frr``) relative to the file into the node; a
+node whose binds provide ``/etc/frr/frr.conf`` is a router (FRR, its
+``daemons`` file, a device agent); any other node is a host, set up by its
+``exec`` commands (run for real by :mod:`labs.runner`, with ``env``). Links come
+in both syntaxes, with ``mtu``. A file is accepted whole or rejected with every
+error located (``topology.links[3].endpoints[1]: unknown node 'leaf-9'``).
 
-Hosts are nodes too: ``kind: linux`` with the label ``loom.role: host``, a
-plain image and no FRR binds, one link to their ToR, and the ``exec``
-commands a containerlab user would give them, which are also what Loom reads:
+Loom's own labs (:mod:`labs.gen`) are such files, with Loom's hints in node
+``labels`` (``loom.host-ports``: the host subnet ports a router needs, which
+containerlab creates with the node's ``exec`` commands and the runner makes its
+own way). Loom's hosts carry the label ``loom.role: host``: a plain image, one
+link to their ToR, and ``exec`` commands that Loom reads rather than runs:
 ``ip addr add ADDRESS/LEN dev IF`` and ``ip route replace default via
 GATEWAY`` (``add`` works too; ``ip link set IF up`` is accepted and implied).
-Any other command on a host is refused with its location. A ToR's host port
+Any other command on such a host is refused with its location. A ToR's host port
 (``host0``, holding the prefix's first address) is then the veth to its host;
 with several hosts on one port it is a bridge over the host links' ends,
 declared as ``loom.host-bridges: host0=host0h0,host0h1`` (``;`` between
@@ -33,6 +41,7 @@ from typing import Any
 import yaml
 
 from controller.model.errors import IntentError, LoomError
+from labs.clab_spec import bind_source, magic_vars, parse_bind, parse_link, resolve_node
 
 __all__ = [
     "FRR_IMAGE",
@@ -91,8 +100,11 @@ class HostSpec:
 
 @dataclass(frozen=True, slots=True)
 class ClabNode:
-    """A node: ``binds`` map container paths (``/etc/frr/frr.conf``) to files on the host;
-    ``host`` is set for host nodes (``loom.role: host``), which run no FRR."""
+    """A node after containerlab's inheritance (:mod:`labs.clab_spec`): ``binds`` map container paths
+    (``/etc/frr/frr.conf``, or a directory such as ``/etc/frr``) to files or directories on the host;
+    ``exec`` in run order, with ``env``; ``host`` is the host's network when it can be read (always for
+    Loom's hosts, ``loom.role: host``). A node whose binds provide ``/etc/frr/frr.conf`` is a router
+    (FRR and a device agent); any other is a host."""
 
     name: str
     kind: str
@@ -100,10 +112,55 @@ class ClabNode:
     binds: dict[str, Path] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     host: HostSpec | None = None
+    exec: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    sysctls: dict[str, str] = field(default_factory=dict)
+    group: str | None = None
+    exec_locs: tuple[str, ...] = ()  #: where each ``exec`` command was given (``topology.groups.g.exec[0]``)
+
+    @property
+    def loom_host(self) -> bool:
+        """One of Loom's own hosts (``loom.role: host``), whose ``exec`` Loom reads rather than runs."""
+        return self.labels.get(ROLE_LABEL) == HOST_ROLE
+
+    @property
+    def is_router(self) -> bool:
+        return self.frr_conf_file is not None
+
+    @property
+    def is_bridge(self) -> bool:
+        """A ``kind: bridge`` node: here a namespace holding one Linux bridge over the node's link ends."""
+        return self.kind == "bridge"
 
     @property
     def is_host(self) -> bool:
-        return self.labels.get(ROLE_LABEL) == HOST_ROLE
+        return not self.is_router and not self.is_bridge
+
+    @property
+    def runs_exec(self) -> bool:
+        """Whether the runner runs the node's ``exec`` commands: not for Loom's own nodes, whose
+        commands (host addresses, host ports) the runner carries out its own way."""
+        return not self.loom_host and HOST_PORTS_LABEL not in self.labels
+
+    @property
+    def frr_conf_file(self) -> Path | None:
+        if self.loom_host:
+            return None
+        found = bind_source(self.binds, "/etc/frr/frr.conf")
+        return found if found is not None and found.is_file() else None
+
+    @property
+    def frr_conf(self) -> Path:
+        found = self.frr_conf_file
+        if found is None:
+            raise KeyError(f"{self.name} has no /etc/frr/frr.conf")
+        return found
+
+    @property
+    def daemons_file(self) -> Path | None:
+        """FRR's ``daemons`` file from the binds, or None (the configuration then decides)."""
+        found = bind_source(self.binds, "/etc/frr/daemons")
+        return found if found is not None and found.is_file() else None
 
     @property
     def host_ports(self) -> tuple[str, ...]:
@@ -115,21 +172,18 @@ class ClabNode:
         """Host ports that are bridges -> their member ports (the ends of the links to hosts)."""
         return _parse_bridges(self.labels.get(HOST_BRIDGES_LABEL, ""))
 
-    @property
-    def frr_conf(self) -> Path:
-        return self.binds["/etc/frr/frr.conf"]
-
-    @property
-    def daemons_file(self) -> Path:
-        return self.binds["/etc/frr/daemons"]
-
 
 @dataclass(frozen=True, slots=True)
 class ClabLink:
+    """A veth link; ``mtu`` (both ends) and the ends' MAC addresses when the file gives them."""
+
     a: str
     a_port: str
     b: str
     b_port: str
+    mtu: int | None = None
+    a_mac: str | None = None
+    b_mac: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +194,7 @@ class Topology:
     directory: Path
     nodes: tuple[ClabNode, ...]
     links: tuple[ClabLink, ...]
+    notes: tuple[str, ...] = ()
 
     @property
     def node_map(self) -> dict[str, ClabNode]:
@@ -147,12 +202,16 @@ class Topology:
 
     @property
     def routers(self) -> tuple[ClabNode, ...]:
-        """The nodes that run FRR (and a device agent): every node but the hosts."""
-        return tuple(n for n in self.nodes if not n.is_host)
+        """The nodes that run FRR (and a device agent): those with an FRR configuration."""
+        return tuple(n for n in self.nodes if n.is_router)
 
     @property
     def hosts(self) -> tuple[ClabNode, ...]:
         return tuple(n for n in self.nodes if n.is_host)
+
+    @property
+    def bridges(self) -> tuple[ClabNode, ...]:
+        return tuple(n for n in self.nodes if n.is_bridge)
 
     def attachment(self, host: str) -> tuple[str, str]:
         """``(tor, tor_port)``: where ``host``'s one link ends; ``tor_port`` is the host port
@@ -175,17 +234,26 @@ class Topology:
 
 
 def topology_path(path: Path | str) -> Path:
-    """A lab directory or its topology file -> the topology file."""
+    """A lab directory or its topology file -> the topology file, as ``containerlab -t`` finds it: the
+    directory's ``topology.clab.yml``, else its one ``*.clab.yml`` or ``*.clab.yaml`` (with none or
+    several, the directory's ``topology.clab.yml``, which :func:`load_topology` then reports missing)."""
     p = Path(path)
-    return p / FILE_NAME if p.is_dir() else p
+    if not p.is_dir() or (p / FILE_NAME).exists():
+        return p / FILE_NAME if p.is_dir() else p
+    found = sorted({*p.glob("*.clab.yml"), *p.glob("*.clab.yaml")})
+    return found[0] if len(found) == 1 else p / FILE_NAME
 
 
 def load_topology(path: Path | str) -> Topology:
-    """Read and validate a containerlab file (or a directory holding ``topology.clab.yml``).
+    """Read and validate a containerlab file (or a lab directory, see :func:`topology_path`).
 
     Raises :class:`InvalidLab` listing every error; bind files must exist.
     """
     file = topology_path(path)
+    if Path(path).is_dir() and not file.exists():
+        found = sorted(q.name for q in (*Path(path).glob("*.clab.yml"), *Path(path).glob("*.clab.yaml")))
+        why = f"several topology files ({', '.join(found)}): name one" if found else "no *.clab.yml file"
+        raise InvalidLab(path, [IntentError("", f"cannot read {file}: {why} in {path}")])
     try:
         text = file.read_text()
     except OSError as exc:
@@ -201,6 +269,10 @@ def load_topology(path: Path | str) -> Topology:
     return topo
 
 
+_TOP_FIELDS = frozenset({"name", "topology", "mgmt", "prefix", "settings", "debug"})
+_TOPOLOGY_FIELDS = frozenset({"nodes", "links", "defaults", "kinds", "groups"})
+
+
 def _parse(doc: Any, base: Path, errors: list[IntentError]) -> Topology | None:
     if not isinstance(doc, dict):
         errors.append(IntentError("", "a containerlab file is a mapping with 'name' and 'topology'"))
@@ -208,67 +280,128 @@ def _parse(doc: Any, base: Path, errors: list[IntentError]) -> Topology | None:
     name = doc.get("name")
     if not isinstance(name, str) or not _NODE.match(name):
         errors.append(IntentError("name", "required: the lab's name (letters, digits, '-', '_', '.')"))
+    errors += [IntentError(str(k), f"unknown field '{k}'") for k in doc if k not in _TOP_FIELDS]
     topo = doc.get("topology")
     if not isinstance(topo, dict):
         errors.append(IntentError("topology", "required: a mapping with 'nodes' and 'links'"))
         return None
-    raw_defaults = topo.get("defaults")
-    defaults: dict[str, Any] = raw_defaults if isinstance(raw_defaults, dict) else {}
+    errors += [IntentError(f"topology.{k}", f"unknown field '{k}'") for k in topo if k not in _TOPOLOGY_FIELDS]
+    for key in ("defaults", "kinds", "groups"):
+        if topo.get(key) is not None and not isinstance(topo[key], dict):
+            errors.append(IntentError(f"topology.{key}", "must be a mapping"))
     raw_nodes = topo.get("nodes")
     if not isinstance(raw_nodes, dict) or not raw_nodes:
         errors.append(IntentError("topology.nodes", "required: a mapping of node name to node"))
         raw_nodes = {}
+    ignored: dict[str, list[str]] = {k: ["the lab"] for k in ("mgmt", "prefix") if k in doc}
     nodes = [n for nname, spec in raw_nodes.items()
-             if (n := _parse_node(nname, spec, defaults, base, errors)) is not None]
+             if (n := _parse_node(nname, spec, (str(name), topo), base, errors, ignored)) is not None]
     names = {n.name for n in nodes} | {str(n) for n in raw_nodes}
-    links = _parse_links(topo.get("links", []), names, errors)
+    links = _parse_links(topo.get("links") or [], names, errors)
     if errors:
         return None
-    result = Topology(str(name), base, tuple(nodes), tuple(links))
+    result = Topology(str(name), base, tuple(nodes), tuple(links), _notes(nodes, ignored))
     _check_hosts(result, errors)
     return None if errors else result
 
 
-def _parse_node(nname: object, spec: object, defaults: dict[str, Any], base: Path,
-                errors: list[IntentError]) -> ClabNode | None:
-    """One node: kind ``linux``, its bind files (FRR's config and daemons files at least), labels."""
+def _notes(nodes: list[ClabNode], ignored: dict[str, list[str]]) -> tuple[str, ...]:
+    """One note for every field accepted and ignored (no Docker here), and one for FRR images
+    without an FRR configuration."""
+    notes = []
+    if ignored:
+        fields = "; ".join(f"{k} ({', '.join(v[:4])}{', ...' if len(v) > 4 else ''})"
+                           for k, v in sorted(ignored.items()))
+        notes.append("no Docker here: nodes are network namespaces, images are not run and there is no "
+                     f"management network, so these are accepted and ignored: {fields}")
+    bare = [n.name for n in nodes if n.is_host and not n.loom_host and "frr" in (n.image or "").lower()]
+    if bare:
+        notes.append(f"{', '.join(bare)}: an FRR image but no /etc/frr/frr.conf bound: run as Linux hosts")
+    return tuple(notes)
+
+
+def _parse_node(nname: object, spec: object, lab: tuple[str, dict[str, Any]], base: Path,
+                errors: list[IntentError], ignored: dict[str, list[str]]) -> ClabNode | None:
+    """One node of ``lab`` (its name and ``topology``): its values after inheritance, kind ``linux``, its
+    binds (which must exist), and for a Loom host (``loom.role: host``) its network read from its ``exec``
+    commands. containerlab's magic variables (``__clabNodeName__``...) are replaced in binds and exec."""
+    lab_name, topo = lab
     loc = f"topology.nodes.{nname}"
     if not isinstance(nname, str) or not _NODE.match(nname):
         errors.append(IntentError(loc, f"bad node name {nname!r}"))
         return None
-    spec = spec if isinstance(spec, dict) else {}
-    kind = spec.get("kind", defaults.get("kind"))
-    if kind != "linux":
-        errors.append(IntentError(f"{loc}.kind", f"kind {kind!r} is not supported (expected linux with FRR)"))
-    labels = spec.get("labels", {})
-    labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
-    if labels.get(ROLE_LABEL) == HOST_ROLE:
-        network = _parse_host_exec(loc, spec.get("exec", []), errors)
-        return ClabNode(nname, str(kind), spec.get("image", defaults.get("image")), {}, labels, network)
-    binds: dict[str, Path] = {}
-    raw_binds = spec.get("binds", defaults.get("binds", []))
-    if not isinstance(raw_binds, list):
-        errors.append(IntentError(f"{loc}.binds", "must be a list of 'host:container' paths"))
-        raw_binds = []
-    for j, b in enumerate(raw_binds):
-        parts = str(b).split(":")
-        if len(parts) < 2:
-            errors.append(IntentError(f"{loc}.binds[{j}]", f"'{b}' is not 'host-path:container-path'"))
-            continue
-        host = Path(parts[0])
-        host = host if host.is_absolute() else base / host
-        if not host.is_file():
-            errors.append(IntentError(f"{loc}.binds[{j}]", f"bind file {parts[0]} not found ({host})"))
-            continue
-        binds[parts[1]] = host
-    for needed in ("/etc/frr/frr.conf", "/etc/frr/daemons"):
-        if needed not in binds and not any(e.loc.startswith(f"{loc}.binds[") for e in errors):
-            errors.append(IntentError(f"{loc}.binds", f"no bind for {needed} (each node needs its FRR files)"))
+    if spec is not None and not isinstance(spec, dict):
+        errors.append(IntentError(loc, "a node is a mapping of its fields"))
+        return None
+    r = resolve_node(nname, spec or {}, topo, errors)
+    for key in r.ignored:
+        ignored.setdefault(key, []).append(nname)
+    if r.kind == "bridge":  # containerlab's bridge takes no binds, exec or env
+        return ClabNode(nname, "bridge", None, labels=r.labels, group=r.group)
+    if r.kind != "linux":
+        origin = r.sources["kind"]
+        given = f"kind '{r.kind}' (from {origin})" if r.kind else "no kind (on the node, its group or defaults)"
+        errors.append(IntentError(f"{loc}.kind", f"{given} is not supported: Loom runs linux nodes (FRR routers "
+                                                 "and hosts) and bridges, not NOS images"))
+    binds = _binds(nname, [(at, magic_vars(b, lab_name, nname, base)) for at, b in r.binds], base, errors)
+    labels = r.labels
+    commands = [magic_vars(cmd, lab_name, nname, base) for _at, cmd in r.exec]
     raw_bridges = labels.get(HOST_BRIDGES_LABEL, "")
     if raw_bridges and not _parse_bridges(raw_bridges):
         errors.append(IntentError(f"{loc}.labels.{HOST_BRIDGES_LABEL}",
                                   f"'{raw_bridges}' is not 'PORT=MEMBER,MEMBER[;PORT=...]'"))
-    return ClabNode(nname, str(kind), spec.get("image", defaults.get("image")), binds, labels)
+    node = ClabNode(nname, str(r.kind), r.image, binds, labels, None, tuple(commands), r.env, r.sysctls, r.group)
+    if node.loom_host:
+        network = _parse_host_exec(loc, commands, errors)
+    else:
+        network = _read_host_exec(commands) if node.is_host else None
+    return ClabNode(nname, str(r.kind), r.image, {} if node.loom_host else binds, labels, network,
+                    tuple(commands), r.env, r.sysctls, r.group, tuple(at for at, _cmd in r.exec))
+
+
+def _binds(nname: str, raw: list[tuple[str, str]], base: Path, errors: list[IntentError]) -> dict[str, Path]:
+    """Container path -> host path (relative to the topology file); a later (more specific) bind of the
+    same container path wins, as in containerlab."""
+    binds: dict[str, Path] = {}
+    for at, b in raw:
+        parsed = parse_bind(b)
+        if parsed is None:
+            errors.append(IntentError(at, f"'{b}' is not 'host-path:container-path[:ro|rw]' (node {nname})"))
+            continue
+        src, dst, _mode = parsed
+        host = Path(src).expanduser()
+        host = host if host.is_absolute() else base / host
+        if not host.exists():
+            errors.append(IntentError(at, f"bind file {src} not found ({host}) (node {nname})"))
+            continue
+        binds[dst] = host
+    return binds
+
+
+def _read_host_exec(commands: list[str]) -> HostSpec | None:
+    """A host's network as far as its ``exec`` commands show it (its first IPv4 address with a prefix
+    length, its default gateway if any), for ``loom lab hosts``; None when no address is given."""
+    address: tuple[str, str] | None = None
+    gateway = ""
+    for cmd in commands:
+        try:
+            words = [w for w in shlex.split(cmd) if w != "-4"]
+        except ValueError:
+            continue
+        if words[:1] != ["ip"]:
+            continue
+        if words[1:2] in (["addr"], ["address"], ["a"]) and words[2:3] == ["add"] and "dev" in words[4:-1] \
+                and address is None:
+            try:
+                iface = ipaddress.IPv4Interface(words[3])
+            except ValueError:
+                continue
+            if "/" in words[3]:
+                address = (words[words.index("dev", 4) + 1], str(iface))
+        elif words[1:2] in (["route"], ["r"]) and words[2:3] in (["add"], ["replace"]) \
+                and words[3:5] in (["default", "via"], ["0.0.0.0/0", "via"]) and len(words) > 5:
+            gateway = words[5]
+    return None if address is None else HostSpec(address[0], address[1], gateway)
 
 
 def _parse_bridges(raw: str) -> dict[str, tuple[str, ...]]:
@@ -338,6 +471,8 @@ def _check_hosts(topo: Topology, errors: list[IntentError]) -> None:
     nodes = topo.node_map
     seen: dict[str, str] = {}
     for node in topo.hosts:
+        if not node.loom_host:
+            continue  # another host is run as its exec commands say
         loc = f"topology.nodes.{node.name}"
         ports = topo.ports(node.name)
         if len(ports) != 1:
@@ -371,7 +506,8 @@ def _check_hosts(topo: Topology, errors: list[IntentError]) -> None:
 
 
 def _parse_links(raw_links: object, names: set[str], errors: list[IntentError]) -> list[ClabLink]:
-    """Links as endpoint pairs ``node:interface`` between known nodes, each interface used once."""
+    """Links in either syntax (:func:`labs.clab_spec.parse_link`) between known nodes, each interface
+    used once."""
     if not isinstance(raw_links, list):
         errors.append(IntentError("topology.links", "must be a list of {endpoints: [a, b]}"))
         raw_links = []
@@ -379,30 +515,30 @@ def _parse_links(raw_links: object, names: set[str], errors: list[IntentError]) 
     used: dict[tuple[str, str], int] = {}
     for i, link in enumerate(raw_links):
         loc = f"topology.links[{i}]"
-        eps = link.get("endpoints") if isinstance(link, dict) else None
-        if not isinstance(eps, list) or len(eps) != 2:
-            errors.append(IntentError(f"{loc}.endpoints", "required: two 'node:interface' endpoints"))
+        spec = parse_link(i, link, errors)
+        if spec is None:
             continue
-        ends: list[tuple[str, str]] = []
-        for j, ep in enumerate(eps):
-            node, sep, port = str(ep).partition(":")
-            if not sep or not node or not port:
-                errors.append(IntentError(f"{loc}.endpoints[{j}]", f"'{ep}' is not 'node:interface'"))
-            elif node not in names:
-                errors.append(IntentError(f"{loc}.endpoints[{j}]", f"unknown node '{node}'"))
-            elif not _IFNAME.match(port):
-                errors.append(IntentError(f"{loc}.endpoints[{j}]", f"bad interface name '{port}' (1-15 characters)"))
-            elif (node, port) in used:
-                first = f"topology.links[{used[node, port]}]"
-                errors.append(IntentError(f"{loc}.endpoints[{j}]", f"interface {node}:{port} already used by {first}"))
+        ok = True
+        for j, ep in enumerate((spec.a, spec.b)):
+            where = f"{loc}.endpoints[{j}]"
+            if ep.node not in names:
+                errors.append(IntentError(where, f"unknown node '{ep.node}'"))
+            elif not _IFNAME.match(ep.interface):
+                errors.append(IntentError(where, f"bad interface name '{ep.interface}' (1-15 characters)"))
+            elif (ep.node, ep.interface) in used:
+                first = f"topology.links[{used[ep.node, ep.interface]}]"
+                errors.append(IntentError(where, f"interface {ep.node}:{ep.interface} already used by {first}"))
             else:
-                used[node, port] = i
-                ends.append((node, port))
-        if len(ends) == 2:
-            if ends[0][0] == ends[1][0]:
-                errors.append(IntentError(f"{loc}.endpoints", f"link from '{ends[0][0]}' to itself"))
-            else:
-                links.append(ClabLink(ends[0][0], ends[0][1], ends[1][0], ends[1][1]))
+                used[ep.node, ep.interface] = i
+                continue
+            ok = False
+        if not ok:
+            continue
+        if spec.a.node == spec.b.node:
+            errors.append(IntentError(f"{loc}.endpoints", f"link from '{spec.a.node}' to itself"))
+            continue
+        links.append(ClabLink(spec.a.node, spec.a.interface, spec.b.node, spec.b.interface, spec.mtu,
+                              spec.a.mac, spec.b.mac))
     return links
 
 

@@ -5,18 +5,22 @@ each node a namespace ``loom-<lab>-<node>``, a veth pair per link (made
 straight into the two namespaces under temporary names, renamed there to the
 containerlab interface names), a veth pair kept inside the node per host
 subnet port, forwarding and L4 multipath hashing on, and FRR's daemons (zebra,
-staticd, and bgpd, isisd or ospfd as the node's ``daemons`` file says) under their own
-UTS namespace with the node's hostname and a run directory owned by ``frr``;
-the node's ``frr.conf`` is loaded with ``vtysh -b``. It then polls until every
+staticd, and the routing daemons the node's ``daemons`` file or, without one,
+its configuration asks for: :mod:`labs.frr_daemons`) under their own UTS
+namespace with the node's hostname and a run directory owned by ``frr``; the
+node's ``frr.conf`` is loaded with ``vtysh -b``, then the ``exec`` commands of
+nodes that are not Loom's own run in their namespaces (:func:`run_execs`). It then polls until every
 BGP session is established and every expected prefix is in every kernel, with
 a bound. What was created is recorded in a state file first, so ``down`` (and
 ``up`` of a half-built lab) can stop every daemon by pid and delete every
-namespace after a crash. Nothing here knows FRR's configuration syntax: the
-files come from :mod:`labs.gen`.
+namespace after a crash. Nothing here knows FRR's configuration syntax beyond
+which daemon a section needs.
 
-Host nodes (:mod:`labs.clab`) get a namespace, their link, their address and
+Loom's host nodes (:mod:`labs.clab`) get a namespace, their link, their address and
 default route, and an nftables rule that drops the lab's test traffic
-(:data:`SINK_PORTS`) so that nothing answers it; no FRR and no agent. A ToR's
+(:data:`SINK_PORTS`) so that nothing answers it; no FRR and no agent. Other
+hosts get a namespace, their links (with their MTU), their sysctls, and their
+``exec`` commands. A ToR's
 host port that is a link end is that veth; one declared a bridge is made a
 bridge over its members; otherwise it stays a veth kept inside the node.
 """
@@ -42,7 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from controller.model.errors import LoomError
-from labs.clab import Topology
+from labs.clab import ClabNode, Topology
+from labs.clab_spec import exec_env
+from labs.frr_daemons import cannot_run, plan_daemons
+from labs.node_scripts import bare_host_script, bridge_script, exec_argv, link_lines, sysctl_lines
 
 __all__ = [
     "FRR_BIN",
@@ -51,6 +58,7 @@ __all__ = [
     "lab_agent_command",
     "start_agents",
     "LabPrerequisiteError",
+    "UnrunnableLab",
     "NodeObservation",
     "Observation",
     "UpReport",
@@ -81,6 +89,14 @@ class LabError(LoomError):
 
 class LabPrerequisiteError(LabError):
     """Something the runner needs is missing (root, FRR, iproute2)."""
+
+
+class UnrunnableLab(LabError):
+    """A lab whose routers need what this machine cannot run (``errors``: located, one a line)."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("routers that cannot run here: " + "; ".join(errors))
 
 
 def namespace(lab: str, node: str) -> str:
@@ -124,14 +140,20 @@ def node_exec(lab: str, node: str, args: list[str], *, check: bool = True, timeo
     return _run(["ip", "netns", "exec", namespace(lab, node), *args], check=check, timeout=timeout)
 
 
-def _daemons(node_daemons_file: Path) -> list[str]:
-    """zebra, staticd and the routing daemons the node's ``daemons`` file enables."""
-    wanted = ["zebra", "staticd"]
-    for line in node_daemons_file.read_text().splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and value.strip() == "yes" and key in ("bgpd", "isisd", "ospfd", "bfdd") and key not in wanted:
-            wanted.append(key)
-    return wanted
+def plan_routers(topo: Topology) -> tuple[dict[str, list[str]], list[str]]:
+    """Each router's daemons (:mod:`labs.frr_daemons`) and the notes of those skipped; raises
+    :class:`UnrunnableLab`, with each node's location, when a configuration needs a daemon that will not run."""
+    daemons: dict[str, list[str]] = {}
+    notes: list[str] = []
+    errors: list[str] = []
+    for node in topo.routers:
+        plan = plan_daemons(node.frr_conf, node.daemons_file, lambda d: cannot_run(d, FRR_BIN))
+        daemons[node.name] = plan.start
+        notes += [f"{node.name}: {s}" for s in plan.skipped]
+        errors += [f"topology.nodes.{node.name}.binds: {e}" for e in plan.errors]
+    if errors:
+        raise UnrunnableLab(errors)
+    return daemons, notes
 
 
 # -- state -------------------------------------------------------------------
@@ -353,13 +375,14 @@ class UpReport:
     observation: Observation | None = None
     problems: list[str] = field(default_factory=list)
     hosts: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def to_document(self) -> dict[str, Any]:
         return {"lab": self.lab, "nodes": self.nodes, "hosts": self.hosts, "links": self.links,
                 "converged": self.converged,
                 "seconds": round(self.seconds, 2), "sessions_established": self.sessions[0],
                 "sessions": self.sessions[1], "routes": self.routes, "expected_routes": self.expected_routes,
-                "problems": self.problems}
+                "problems": self.problems, "notes": self.notes}
 
 
 ProgressFn = Callable[[str, int, int], None]
@@ -367,10 +390,7 @@ ProgressFn = Callable[[str, int, int], None]
 
 def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str],
                  directory: Path, daemons: list[str]) -> str:
-    lines = ["set -e", "ip link set lo up"]
-    for port, _peer, _pp in topo.ports(node):
-        tmp = temp_names[node, port]
-        lines += [f"ip link set {tmp} name {port}", f"ip link set {port} up"]
+    lines = ["set -e", "ip link set lo up", *link_lines(topo, node, temp_names)]
     ends = {port for port, _peer, _pp in topo.ports(node)}
     bridges = topo.node_map[node].host_bridges
     for port in topo.node_map[node].host_ports:
@@ -383,6 +403,7 @@ def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[
         peer = f"{port}p"[:15]
         lines += [f"ip link add {port} type veth peer name {peer}", f"ip link set {port} up", f"ip link set {peer} up"]
     lines.append("sysctl -q -w " + " ".join(SYSCTLS) + " >/dev/null")
+    lines += sysctl_lines(topo.node_map[node])
     # a per-node hash seed (kernel 6.11+) keeps nodes from hashing alike: no polarization
     seed = zlib.crc32(node.encode()) or 1
     lines.append(f"if [ -e {HASH_SEED} ]; then echo {seed} > {HASH_SEED}; fi")
@@ -407,11 +428,42 @@ def _host_script(topo: Topology, node: str, temp_names: Mapping[tuple[str, str],
     sink = (f"nft add table ip loom-host && nft add chain ip loom-host input "
             f"'{{ type filter hook input priority 0; policy accept; }}' && "
             f"nft add rule ip loom-host input udp dport {low}-{high} counter drop")
-    lines = ["set -e", "ip link set lo up", f"ip link set {temp_names[node, port]} name {port}",
-             f"ip link set {port} up", f"ip addr add {spec.address} dev {spec.interface}",
+    lines = ["set -e", "ip link set lo up", *link_lines(topo, node, temp_names),
+             f"ip addr add {spec.address} dev {spec.interface}",
              f"ip route replace default via {spec.gateway}",
              f"if command -v nft >/dev/null; then {sink}; fi"]
     return "\n".join(lines) + "\n"
+
+
+def run_execs(topo: Topology) -> int:
+    """Every node's ``exec`` commands, in order inside its namespace with its ``env`` and its labels as
+    ``CLAB_LABEL_*`` (:func:`labs.clab_spec.exec_env`; nodes in parallel);
+    raises :class:`LabError` naming the first command that failed on each node. Returns how many ran."""
+    lab = topo.name
+
+    def run(node: ClabNode) -> tuple[int, str | None]:
+        node_dir = run_dir(lab) / node.name if node.is_router else None
+        env = exec_env(lab, node.name, node.kind, node.group, node.labels, node.env)
+        for j, command in enumerate(node.exec):
+            where = node.exec_locs[j] if j < len(node.exec_locs) else f"topology.nodes.{node.name}.exec[{j}]"
+            try:
+                argv = exec_argv(command, node_dir)
+                proc = subprocess.run(["ip", "netns", "exec", namespace(lab, node.name), *argv], env=env,
+                                      capture_output=True, text=True, timeout=60)
+            except (ValueError, OSError, subprocess.TimeoutExpired) as exc:
+                return j, f"{where} (node {node.name}): '{command}' could not run: {exc}"
+            if proc.returncode != 0:
+                why = (proc.stderr.strip() or proc.stdout.strip())[:300]
+                return j, f"{where} (node {node.name}): '{command}' failed ({proc.returncode}): {why}"
+        return len(node.exec), None
+
+    nodes = [n for n in topo.nodes if n.runs_exec and n.exec]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(run, nodes))
+    errors = [e for _n, e in results if e]
+    if errors:
+        raise LabError("exec commands failed: " + "; ".join(errors[:10]))
+    return sum(n for n, _e in results)
 
 
 def _wait_files(paths: list[Path], timeout: float) -> list[Path]:
@@ -425,16 +477,19 @@ def _wait_files(paths: list[Path], timeout: float) -> list[Path]:
 
 
 def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, timeout: float = 60.0,
-       progress: ProgressFn | None = None, poll: float = 0.5) -> UpReport:
+       progress: ProgressFn | None = None, poll: float = 0.5, settle: bool = False) -> UpReport:
     """Bring ``topo`` up and wait (at most ``timeout`` seconds) until it has converged.
 
     ``expected``: node -> the prefixes its kernel should hold (from the solver);
     without it, converged means every session established and the routes
-    unchanged between two polls. Raises :class:`LabPrerequisiteError` or
+    unchanged between two polls (with ``settle``, when a link-state daemon
+    runs: every router has routes and they stayed unchanged for
+    :data:`LINK_STATE_SETTLE` seconds). Raises :class:`LabPrerequisiteError` or
     :class:`LabError`; a lab that does not converge in time is returned with
     ``converged=False`` and the problems found (and left up for inspection).
     """
     check_prerequisites()
+    daemons, notes = plan_routers(topo)  # before anything is made: a router that cannot run is refused
     note = progress or (lambda phase, done, total: None)
     lab = topo.name
     node_names = [n.name for n in topo.nodes]  # hosts too: every node has a namespace
@@ -448,13 +503,17 @@ def up(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None, t
     _run(["ip", "-batch", "-"], input="".join(f"netns add {namespace(lab, n)}\n" for n in node_names))
     temp_names = _create_links(topo)
     note("links", len(topo.links), len(topo.links))
-    _start_daemons(topo, temp_names, state)
+    _start_daemons(topo, temp_names, state, daemons)
     note("daemons", len(node_names), len(node_names))
     routers = [n.name for n in topo.routers]
     _load_configs(lab, routers)
     note("config", len(routers), len(routers))
-    report = wait_converged(topo, expected=expected, timeout=timeout, progress=note, poll=poll)
+    ran = run_execs(topo)
+    if ran:
+        note("exec", ran, ran)
+    report = wait_converged(topo, expected=expected, timeout=timeout, progress=note, poll=poll, settle=settle)
     report.seconds = time.monotonic() - t0
+    report.notes = [*topo.notes, *notes]
     return report
 
 
@@ -476,15 +535,24 @@ def _create_links(topo: Topology) -> dict[tuple[str, str], str]:
     return temp_names
 
 
-def _start_daemons(topo: Topology, temp_names: Mapping[tuple[str, str], str], state: dict[str, Any]) -> None:
-    """Each node's files and FRR daemons, all nodes at once; their pids go into ``state`` (saved)."""
+def _start_daemons(topo: Topology, temp_names: Mapping[tuple[str, str], str], state: dict[str, Any],
+                   daemons: Mapping[str, list[str]]) -> None:
+    """Each node's files and FRR ``daemons`` (node -> names), all nodes at once; their pids go into
+    ``state`` (saved)."""
     lab, directory = topo.name, run_dir(topo.name)
     procs: list[tuple[str, subprocess.Popen[str]]] = []
     node_daemons: dict[str, list[str]] = {}
+    for node in topo.bridges:
+        state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "role": "bridge", "pids": {}}
+        procs.append((node.name, subprocess.Popen(
+            ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", bridge_script(topo, node.name, temp_names)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
     for node in topo.hosts:
         state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "role": "host", "pids": {}}
+        script = _host_script(topo, node.name, temp_names) if node.loom_host else \
+            bare_host_script(topo, node.name, temp_names)
         procs.append((node.name, subprocess.Popen(
-            ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", _host_script(topo, node.name, temp_names)],
+            ["ip", "netns", "exec", namespace(lab, node.name), "sh", "-c", script],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
     for node in topo.routers:
         ndir = directory / node.name
@@ -493,7 +561,7 @@ def _start_daemons(topo: Topology, temp_names: Mapping[tuple[str, str], str], st
         (ndir / "vtysh.conf").write_text("service integrated-vtysh-config\n")
         for p in (ndir, ndir / "frr.conf", ndir / "vtysh.conf"):
             shutil.chown(p, user="frr", group="frr")
-        node_daemons[node.name] = _daemons(node.daemons_file)
+        node_daemons[node.name] = daemons[node.name]
         state["nodes"][node.name] = {"namespace": namespace(lab, node.name), "dir": str(ndir), "pids": {}}
         script = _node_script(lab, topo, node.name, temp_names, ndir, node_daemons[node.name])
         procs.append((node.name, subprocess.Popen(
@@ -526,7 +594,8 @@ def _load_configs(lab: str, node_names: list[str]) -> None:
         nd = directory / name
         proc = subprocess.run(["vtysh", "--vty_socket", str(nd), "--config_dir", str(nd), "-b"],
                               capture_output=True, text=True, timeout=60)
-        return None if proc.returncode == 0 else f"{name}: {proc.stdout.strip()} {proc.stderr.strip()}"
+        return None if proc.returncode == 0 else \
+            f"topology.nodes.{name}.binds (its frr.conf): {proc.stdout.strip()} {proc.stderr.strip()}"
 
     with ThreadPoolExecutor(max_workers=6) as pool:
         errors = [e for e in pool.map(load, node_names) if e]
@@ -631,15 +700,29 @@ def _problems(obs: Observation, expected: Mapping[str, set[str]] | None) -> list
     return out
 
 
+#: without expected routes, how long a lab running a link-state protocol must stay unchanged to count as
+#: converged, once every router has learnt a route (its adjacencies come up over hellos, with no session
+#: state to wait for); FRR's SPF throttle holds a recomputation up to 5 s by default
+LINK_STATE_SETTLE = 5.0
+
+
+def _settle_seconds(lab: str) -> float:
+    state = _load_state(lab) or {}
+    daemons = {d for node in state.get("nodes", {}).values() for d in node.get("pids", {})}
+    return LINK_STATE_SETTLE if daemons & {"ospfd", "ospf6d", "isisd", "ripd", "fabricd"} else 0.0
+
+
 def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | None = None,
-                   timeout: float = 60.0, progress: ProgressFn | None = None, poll: float = 0.5) -> UpReport:
+                   timeout: float = 60.0, progress: ProgressFn | None = None, poll: float = 0.5,
+                   settle: bool = False) -> UpReport:
     """Poll until converged (see :func:`up`) or ``timeout`` seconds have passed."""
     note = progress or (lambda phase, done, total: None)
     want = {k: set(v) for k, v in expected.items()} if expected is not None else None
     names = [n.name for n in topo.routers]
     want_routes = sum(len(v) for v in want.values()) if want is not None else None
     t0 = time.monotonic()
-    previous = ""
+    previous, since = "", t0
+    settle_s = _settle_seconds(topo.name) if want is None and settle else 0.0
     obs = observe(topo.name, names)
     while True:
         problems = _problems(obs, want)
@@ -648,7 +731,11 @@ def wait_converged(topo: Topology, *, expected: Mapping[str, Iterable[str]] | No
             len(set(n.routes) & want.get(k, set())) for k, n in obs.nodes.items())
         note("converging", established + routes, total + (want_routes or routes))
         sig = obs.signature()
-        if not problems and (want is not None or sig == previous):
+        if sig != previous:
+            since = time.monotonic()
+        learning = settle_s and len(names) > 1 and not all(n.routes for n in obs.nodes.values())
+        if not problems and (want is not None or (sig == previous and not learning
+                                                  and time.monotonic() - since >= settle_s)):
             converged = True
             break
         previous = sig
@@ -676,7 +763,7 @@ def memory_per_node(lab: str) -> dict[str, int]:
     state = _load_state(lab) or {}
     out: dict[str, int] = {}
     for name, info in state.get("nodes", {}).items():
-        if info.get("role") == "host":
+        if info.get("role") in ("host", "bridge"):
             continue
         total = 0
         for pid in info.get("pids", {}).values():

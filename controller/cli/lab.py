@@ -33,7 +33,7 @@ from controller.model.intent import load_intent
 from labs import runner
 from labs.clab import InvalidLab, Topology, load_topology, topology_path
 from labs.gen import generate_lab
-from labs.runner import LabError, LabPrerequisiteError, Observation, ProgressFn
+from labs.runner import LabError, LabPrerequisiteError, Observation, ProgressFn, UnrunnableLab
 from labs.traffic import MAX_FLOWS, InvalidMatrix, TrafficOptions, lab_hosts, load_matrix, send
 
 __all__ = ["expected_prefixes", "lab_app"]
@@ -42,7 +42,8 @@ lab_app = typer.Typer(help="Labs of FRR routers from containerlab topologies, ru
                       no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
 
-LabArg = Annotated[Path, typer.Argument(help="the lab directory (labs/<name>) or its topology.clab.yml")]
+LabArg = Annotated[Path, typer.Argument(help=(
+    "a lab directory (its topology.clab.yml, or its one *.clab.yml) or a containerlab topology file"))]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
@@ -143,9 +144,12 @@ def up(
                       f"namespaces loom-{topo.name}-*", highlight=False, soft_wrap=True)
     try:
         with _progress(as_json) as show:
-            report = runner.up(topo, expected=expected, timeout=timeout, progress=show)
+            report = runner.up(topo, expected=expected, timeout=timeout, progress=show, settle=expected is None)
     except LabPrerequisiteError as exc:
         die(str(exc), as_json=as_json)
+    except UnrunnableLab as exc:  # refused before anything was made
+        die(str(exc), as_json=as_json,
+            errors=[{"loc": e.partition(": ")[0], "msg": e.partition(": ")[2]} for e in exc.errors])
     except LabError as exc:
         runner.down(topo.name, [n.name for n in topo.nodes])
         die(str(exc), code=EXIT_FAIL, as_json=as_json)
@@ -171,6 +175,8 @@ def up(
                       highlight=False, soft_wrap=True)
         console.print(f"memory: {doc['memory_mb_per_node']} MB per node (RSS of its FRR daemons)",
                       highlight=False, soft_wrap=True)
+        for note in report.notes:
+            console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
         if doc["agents"]:
             console.print(f"device agents: {doc['agents']} (unix:{runner.agent_socket(topo.name, '<node>')})",
                           highlight=False, markup=False, soft_wrap=True)
