@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import os
+import socket
 import sys
 import threading
 import time
@@ -84,6 +85,20 @@ class SweepWorker:
         return self.sweeper.run(work)
 
 
+def _reachable(address: str | None, timeout: float) -> None:
+    """Raise :class:`ExecutorUnavailable` unless the cluster's ``HOST:PORT`` (``ray://`` or not)
+    accepts a TCP connection within ``timeout`` seconds: Ray's own connect retries for half a
+    minute (Ray Client) to over a minute (a driver) before it gives up."""
+    if not address or address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return
+    except (OSError, ValueError) as exc:
+        raise ExecutorUnavailable(f"cannot reach the Ray cluster at {address}: {exc}") from exc
+
+
 def _lost_errors() -> tuple[type[BaseException], ...]:
     """Ray's exceptions for a result lost with its worker (not an error of the replay itself)."""
     from ray import exceptions as rx  # lazy: Ray is optional; only this executor needs it
@@ -93,23 +108,26 @@ def _lost_errors() -> tuple[type[BaseException], ...]:
 
 class RayExecutor:
     """Chunks over a Ray cluster: ``address`` ``None`` starts a local one (``num_cpus``
-    CPUs, default all, on loopback) and :meth:`close` stops it; ``ray://HOST:PORT``
-    joins a running cluster through Ray Client (``HOST:PORT``, from a machine of the
-    cluster, as a driver), whose workers must have Loom installed. A Ray session
+    CPUs, default all, on loopback) and :meth:`close` stops it, unless ``RAY_ADDRESS``
+    names a cluster (Ray's own setting: ``HOST:PORT`` of its head, joined as a driver from
+    a machine of the cluster); ``ray://HOST:PORT`` joins a running cluster through Ray
+    Client (``HOST:PORT``, as a driver). Its workers must have Loom installed. A Ray session
     already open in this process is used as it is and left open. The workers (an
     actor per CPU, each holding the replayer read once from the object store) serve
     every :meth:`map` of the same replayer until :meth:`close`. ``private``: see
     :class:`SweepWorker`; ``lost_s``: how long a sweep that lost every worker waits
-    for a replacement."""
+    for a replacement; ``connect_s``: how long the cluster's address may take to accept
+    a connection before the cluster counts as unreachable."""
 
     name = "ray"
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, private: bool = True,
-                 lost_s: float = 60.0):
+                 lost_s: float = 60.0, connect_s: float = 5.0):
         self.address = address
         self.num_cpus = num_cpus
         self.private = private
         self.lost_s = lost_s
+        self.connect_s = connect_s
         self.replaced = 0  # workers lost and asked for again, over this executor's life
         self.started_s: list[float] = []  # each ready worker's start (copy and warm-up), seconds
         self._workers = 0
@@ -124,9 +142,11 @@ class RayExecutor:
         return self._workers
 
     def _connect(self) -> Any:
-        if self.address is None:
+        if self.address is None and not os.environ.get("RAY_ADDRESS"):
             loopback_ray()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
+            _reachable(self.address or os.environ.get("RAY_ADDRESS"), self.connect_s)
         import ray  # lazy: Ray is optional and takes seconds to import; only this executor needs it
 
         if not ray.is_initialized():
