@@ -117,17 +117,19 @@ class RayExecutor:
     every :meth:`map` of the same replayer until :meth:`close`. ``private``: see
     :class:`SweepWorker`; ``lost_s``: how long a sweep that lost every worker waits
     for a replacement; ``connect_s``: how long the cluster's address may take to accept
-    a connection before the cluster counts as unreachable."""
+    a connection before the cluster counts as unreachable; ``workers``: at most this many
+    workers (default: one per CPU of the cluster)."""
 
     name = "ray"
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, private: bool = True,
-                 lost_s: float = 60.0, connect_s: float = 5.0):
+                 lost_s: float = 60.0, connect_s: float = 5.0, workers: int | None = None):
         self.address = address
         self.num_cpus = num_cpus
         self.private = private
         self.lost_s = lost_s
         self.connect_s = connect_s
+        self.max_workers = workers
         self.replaced = 0  # workers lost and asked for again, over this executor's life
         self.started_s: list[float] = []  # each ready worker's start (copy and warm-up), seconds
         self._workers = 0
@@ -179,6 +181,7 @@ class RayExecutor:
         if self._for is not rp or self._single != list(single):
             self._kill()
             n = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            n = min(n, self.max_workers) if self.max_workers else n
             self._ref = ray.put(rp)  # the compiled fabric, once, in the object store
             self._single, self._for = list(single), rp
             for _ in range(n):
@@ -188,6 +191,10 @@ class RayExecutor:
 
     def _admit(self, ray: Any, *, timeout: float, needed: bool) -> None:
         """Workers whose start completed join the pool (one that died starting is dropped)."""
+        if not self._starting:
+            if needed:
+                raise ExecutorUnavailable("no Ray worker left, and none starting")
+            return
         ready, _ = ray.wait(list(self._starting), num_returns=1, timeout=timeout)
         if not ready:
             if needed:
