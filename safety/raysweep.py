@@ -7,13 +7,19 @@ executor). How a sweep uses a cluster, and why:
   Ray's object store once per executor; each worker (a :class:`SweepWorker` actor, one per
   CPU of the cluster) reads it once, when it starts, and keeps it for every chunk of every
   sweep of that replayer. A chunk carries only its scenarios or its index pairs.
-* **Private memory, kernels warm.** A worker copies the fabric out of the object store into
-  its own memory (``private``, the default): a replay spends its time waiting for memory,
-  and on Clos L a worker reading the shared, read-only mapping replayed about half as fast
-  as one with its own copy (numba also compiles its kernels once more for read-only arrays,
-  about 15 s per worker on a machine that has not cached them). It then replays one link
-  failure, so the kernels are loaded before the first chunk; :meth:`RayExecutor.start`
-  waits for that, and a bench times it apart from the sweep.
+* **Kernels warm before the first chunk.** A worker replays one link failure when it
+  starts, so the replay's compiled kernels are loaded (or, on a machine that has not cached
+  them, compiled: numba keeps them in the installed package's ``__pycache__``, shared by every
+  worker of that machine) before any chunk; :meth:`RayExecutor.start` waits for that, and a
+  bench times it apart from the sweep. The fabric's arrays arrive read-only from the object
+  store, which numba compiles for once more than the local executor's (about 15 s per worker,
+  once per machine). ``private=True`` copies the fabric into the worker's own memory instead
+  (writable, the local executor's kernels). In the bench (``python -m tests.bench executors``:
+  Clos L, 100,000 pairs, executors taking turns on a shared machine) the copy replayed at
+  0.83x and 1.10x of the local executor's rate per worker in two runs, the shared mapping at
+  0.80x and 0.92x: a small gain at best, against 5 to 13 s more to start and a copy of the
+  fabric per worker (560 MB on Clos L, so 36 GB on a 64-CPU node). The shared mapping is the
+  default.
 * **Streamed, reduced on the way.** Each worker has at most :data:`IN_FLIGHT` chunks queued
   (one running, one waiting, so it never idles on a round trip); :meth:`RayExecutor.stream`
   answers each ``(index, Done)`` as ``ray.wait`` returns it, and the caller reduces it by
@@ -64,10 +70,10 @@ def loopback_ray() -> None:
 
 
 class SweepWorker:
-    """A Ray worker's state (made an actor by :class:`RayExecutor`): the replayer, copied into
-    this process's memory unless ``private`` is false, and its kernels warmed."""
+    """A Ray worker's state (made an actor by :class:`RayExecutor`): the replayer, read from the
+    object store (copied into this process's memory with ``private``), and its kernels warmed."""
 
-    def __init__(self, rp: Replayer, single: Sequence[Scenario], private: bool = True):
+    def __init__(self, rp: Replayer, single: Sequence[Scenario], private: bool = False):
         t0 = time.perf_counter()
         if private:
             rp = copy.deepcopy(rp)  # out of the read-only shared mapping (see the module's docstring)
@@ -122,7 +128,7 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, private: bool = True,
+    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, private: bool = False,
                  lost_s: float = 60.0, connect_s: float = 5.0, workers: int | None = None):
         self.address = address
         self.num_cpus = num_cpus

@@ -14,10 +14,10 @@ an unsafe change's would.
 
 Rows: the local executor (workers forked after the compile, as ``loom check`` runs it); a local
 Ray cluster, as many workers as the local executor has, started and warm before the clock
-starts (the start, which puts the fabric in the object store once and has each worker copy it
+starts (the start, which puts the fabric in the object store once and has each worker read it
 and load the kernels, is its own column, and the row's result counts it in too); and the same
-with the workers reading the fabric straight from the shared object store (``private=False``),
-to show what the private copy buys. The executors take turns, slice after slice of the sample
+with each worker copying the fabric into its own memory (``private=True``, see
+:mod:`safety.raysweep`). The executors take turns, slice after slice of the sample
 (:data:`ROUNDS`), so that other work on a shared machine weighs on each alike. Per worker:
 scenarios per second divided by the workers. The issue's figure for the Ray executor before
 this version: 57 scenarios per second per worker against the local executor's 1,715 (0.03x;
@@ -159,7 +159,7 @@ def run(args: Any) -> Table:
 
     ray.init(num_cpus=2 * n, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
-        rays = {"ray": RayExecutor(workers=n), "ray, shared read-only fabric": RayExecutor(workers=n, private=False)}
+        rays = {"ray": RayExecutor(workers=n), "ray, private copy of the fabric": RayExecutor(workers=n, private=True)}
         started = {k: ex.start(rp, single) for k, ex in rays.items()}
         got = _sweeps(rp, single, pairs, {"local": local_ex, **rays})
         for ex in rays.values():
