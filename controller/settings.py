@@ -77,6 +77,15 @@ class Settings(BaseSettings):
     auto_te_backoff_max: int = Field(
         32, ge=1, le=10000, description="the longest back-off after refused or failed re-tunings, in intervals "
                                         "(it doubles from 2 with each consecutive one)")
+    # -- the safety sweep of reviews and the commit gate (safety.sweep.check) --
+    executor: str = Field(
+        "local", pattern=r"^(local|ray|ray://\S+:\d+)$",
+        description="where a review's safety sweep runs when it has at least executor_threshold scenarios: local "
+                    "(this process), ray (a local Ray cluster, or the one RAY_ADDRESS names) or ray://HOST:PORT "
+                    "(Ray Client); a cluster that cannot be reached falls back to local, with a warning logged")
+    executor_threshold: int = Field(
+        5_000, ge=1, description="scenarios from which a review's safety sweep goes to the executor (fewer: "
+                                 "this process, one thread)")
     # -- the audit log of refused requests (401, 403, malformed 422) --
     audit_refusal_burst: int = Field(
         5, ge=1, le=10_000, description="refusals of one client and reason audited one by one at once")

@@ -19,103 +19,45 @@ This module owns two things the plain :func:`safety.replay.replay` does not:
   implies it. A pair sweep lists the failing pairs in full and counts the
   passing ones (``pair``, ``pairs_replayed``, ``pairs_implied``): a fabric's
   pairs are too many to list.
-* **Executors**: the scenarios go out in chunks to a :class:`LocalExecutor`
-  (this machine: workers forked after the compile, one per CPU) or a :class:`RayExecutor` (a Ray cluster: local when no
-  address is given, else ``ray://HOST:PORT``). The compiled
-  :class:`~safety.replay.Replayer` is put once in Ray's object store and every
-  worker (an actor per CPU) holds it; chunks carry scenario lists or index pairs.
-  Both executors run the same :class:`Sweeper` on the same chunks, in order, so
-  the report is the same whichever ran it (only ``seconds`` differs).
+* **Executors**: the scenarios go out in chunks (:mod:`safety.chunks`) to a
+  :class:`LocalExecutor` (this machine: workers forked after the compile, one per
+  CPU) or a :class:`~safety.raysweep.RayExecutor` (a Ray cluster: local when no
+  address is given, else ``ray://HOST:PORT``; the compiled fabric goes to each
+  worker once, results stream back as they complete, a lost worker's chunks run
+  again). Both run the same :class:`Sweeper` on the same chunks, and the results
+  are reduced by chunk and pair index, never by arrival, so the report is the
+  same whichever ran it, in whatever order (only ``seconds`` differs).
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import multiprocessing
 import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
 
 import numpy as np
 
 from controller.model import Intent
 from controller.model.plan import Plan
-from safety.replay import Replayer, assemble
+from safety.chunks import Done, Executor, Progress, Sweeper, Work, in_order
+from safety.raysweep import ExecutorUnavailable, RayExecutor, loopback_ray
+from safety.replay import Replayer, assemble, replay
 from safety.report import SafetyReport, ScenarioResult
-from safety.scenarios import Scenario, pair, scenarios, singles
+from safety.scenarios import Scenario, count_scenarios, pair, scenarios, singles
 
-__all__ = ["SCOPES", "Executor", "LocalExecutor", "RayExecutor", "Sweeper", "executor_from", "inert",
-           "loopback_ray", "sweep"]
+__all__ = ["SCOPES", "Done", "Executor", "ExecutorUnavailable", "LocalExecutor", "PairTally", "RayExecutor",
+           "SweepPolicy", "Sweeper", "check", "Work", "executor_from", "inert", "loopback_ray", "sweep", "sweep_pairs"]
 
 #: Scopes a sweep takes: the intent's three and the pairs of single failures.
 SCOPES = ("domains", "all_single", "k2", "single_pairs")
 QUIET_GBPS = 1e-9  # a link carrying at most this in a stage carries nothing there
-Progress = Callable[[int, int], None]
-
-
-@dataclass(slots=True)
-class Work:
-    """One chunk: a list of scenarios, or pairs of single indexes (``(k, 2)`` array)."""
-
-    scenarios: list[Scenario] = field(default_factory=list)
-    pairs: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.pairs) if self.pairs is not None else len(self.scenarios)
-
-
-@dataclass(slots=True)
-class Done:
-    """A chunk's results: every scenario's result, or for pairs only the failing ones
-    (with their ``(i, j)``), how many were replayed and how many of those passed
-    with a transient black hole (they count, but are not listed)."""
-
-    results: list[ScenarioResult]
-    keys: list[tuple[int, int]]
-    replayed: int
-    transient: int
-
-
-class Sweeper:
-    """Replays chunks against one compiled plan (what a worker holds)."""
-
-    def __init__(self, rp: Replayer, single: Sequence[Scenario]):
-        self.rp = rp
-        self.singles = list(single)
-
-    def run(self, work: Work) -> Done:
-        if work.pairs is None:
-            return Done([self.rp.run(sc) for sc in work.scenarios], [], len(work.scenarios), 0)
-        kept: list[ScenarioResult] = []
-        keys: list[tuple[int, int]] = []
-        transient = 0
-        for i, j in work.pairs.tolist():
-            sc = pair(self.singles[i], self.singles[j])
-            ok, dropped = self.rp.verdict(sc)
-            if not ok:
-                kept.append(self.rp.run(sc))
-                keys.append((i, j))
-            elif dropped:
-                transient += 1
-        return Done(kept, keys, len(work.pairs), transient)
-
-
-class Executor(Protocol):
-    """Runs :class:`Work` chunks with a :class:`Sweeper` and answers their results in order."""
-
-    name: str
-
-    def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
-            progress: Progress | None = None) -> list[Done]: ...
-
-    def workers(self) -> int: ...
-
-    def close(self) -> None: ...
+_log = logging.getLogger(__name__)
 
 
 class LocalExecutor:
@@ -141,8 +83,11 @@ class LocalExecutor:
 
     def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
             progress: Progress | None = None) -> list[Done]:
+        return in_order(self.stream(rp, single, works), len(works), sum(len(w) for w in works), progress)
+
+    def stream(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work]) -> Iterator[tuple[int, Done]]:
+        """Every chunk's ``(index, Done)``, in order."""
         global _FORKED
-        total, done, out = sum(len(w) for w in works), 0, []
         n = min(self._n, len(works))
         results: Iterable[Done]
         closing: Callable[[], None] = lambda: None  # noqa: E731
@@ -180,15 +125,10 @@ class LocalExecutor:
             results, self.mode = threads.map(run, works), "threads"
             closing = lambda: threads.shutdown(cancel_futures=True)  # noqa: E731
         try:
-            for d in results:
-                out.append(d)
-                done += d.replayed
-                if progress is not None:
-                    progress(done, total)
+            yield from enumerate(results)
         finally:
             closing()
             _FORKED = None
-        return out
 
     def workers(self) -> int:
         return self._n
@@ -218,93 +158,6 @@ def _forked_run(work: Work) -> Done:
     return _SWEEPER.run(work)
 
 
-class RayExecutor:
-    """Chunks over a Ray cluster: ``address`` ``None`` starts a local one (``num_cpus``
-    CPUs, default all, on loopback) and :meth:`close` stops it; ``ray://HOST:PORT``
-    joins a running cluster, whose workers must have Loom installed. A Ray session
-    already open in this process is used as it is and left open. The workers (an
-    actor per CPU, each holding the replayer put once in the object store) serve
-    every :meth:`map` of the same replayer until :meth:`close`."""
-
-    name = "ray"
-
-    def __init__(self, address: str | None = None, *, num_cpus: int | None = None):
-        self.address = address
-        self.num_cpus = num_cpus
-        self._workers = 0
-        self._started = False
-        self._actors: list[Any] = []
-        self._for: Replayer | None = None
-
-    def workers(self) -> int:
-        return self._workers
-
-    def _pool(self, rp: Replayer, single: Sequence[Scenario]) -> list[Any]:
-        if self.address is None:
-            loopback_ray()
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        import ray  # lazy: Ray is optional and takes seconds to import; only this executor needs it
-
-        if not ray.is_initialized():
-            if self.address:
-                ray.init(address=self.address, log_to_driver=False)
-            else:
-                ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
-            self._started = True
-        if self._for is not rp:
-            self._kill()
-            n = max(1, int(ray.cluster_resources().get("CPU", 1)))
-            ref = ray.put(rp)  # the compiled fabric, once, in the object store
-            actor = ray.remote(num_cpus=1)(Sweeper)
-            self._actors = [actor.remote(ref, list(single)) for _ in range(n)]
-            self._workers, self._for = n, rp
-        return self._actors
-
-    def map(self, rp: Replayer, single: Sequence[Scenario], works: Sequence[Work],
-            progress: Progress | None = None) -> list[Done]:
-        from ray.util import ActorPool  # lazy: Ray is optional; only this executor needs it
-
-        pool = ActorPool(self._pool(rp, single))
-        total, done, out = sum(len(w) for w in works), 0, []
-        for d in pool.map(lambda a, w: a.run.remote(w), list(works)):
-            out.append(d)
-            done += d.replayed
-            if progress is not None:
-                progress(done, total)
-        return out
-
-    def _kill(self) -> None:
-        import ray  # lazy: Ray is optional; only this executor needs it
-
-        for a in self._actors:
-            ray.kill(a)
-        self._actors, self._for = [], None  # workers() keeps the last count, for reports
-
-    def close(self) -> None:
-        """Stop the workers, and the Ray session when this executor opened it."""
-        if "ray" not in sys.modules:
-            return
-        import ray  # lazy: Ray is optional (and already imported here: see the check above)
-
-        if ray.is_initialized():
-            self._kill()
-            if self._started:
-                ray.shutdown()
-        self._started = False
-
-
-def loopback_ray() -> None:
-    """Make a local Ray cluster started by this process bind 127.0.0.1 only: Ray resolves
-    "localhost" to the machine's routable address unless it runs as a single-machine
-    cluster (its ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), read when ``ray`` is first
-    imported. A local cluster serves nobody else, so it listens on loopback. Ray's usage
-    statistics (which it would send to Ray's servers) are off: a controller talks to its
-    network and its cluster only."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if "ray" not in sys.modules:
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
-
 def executor_from(spec: str | None) -> Executor:
     """``local`` (or ``None``), ``ray`` (a local Ray cluster) or ``ray://HOST:PORT``.
 
@@ -317,6 +170,38 @@ def executor_from(spec: str | None) -> Executor:
     if spec is not None and spec.startswith("ray://") and len(spec) > len("ray://"):
         return RayExecutor(spec)
     raise ValueError(f"unknown executor '{spec}' (expected local, ray or ray://HOST:PORT)")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPolicy:
+    """Where a review's safety sweep runs (:func:`check`): on ``executor`` (``local``, ``ray``
+    or ``ray://HOST:PORT``, as :func:`executor_from` reads it) when it has at least
+    ``threshold`` scenarios, else in this thread as :func:`safety.replay.replay` does."""
+
+    executor: str = "local"
+    threshold: int = 5_000
+
+
+def check(intent: Intent, plan: Plan, policy: SweepPolicy = SweepPolicy(), *, scope: str | None = None,
+          ) -> SafetyReport:
+    """The safety report of ``plan`` as a review and the commit gate make it: ``replay``'s,
+    on the configured executor for a scope of ``policy.threshold`` scenarios or more.
+
+    A Ray cluster that cannot be reached, or loses every worker for good, does not fail the
+    review (nor so the commit gate that reads its verdict): the sweep runs on this machine
+    instead, with a warning in the log naming the executor and the error, and the same
+    report. A bad executor spec raises ``ValueError``.
+    """
+    ex = executor_from(policy.executor)
+    if ex.name == "local" or count_scenarios(intent, scope)["total"] < policy.threshold:
+        return replay(intent, plan, scope=scope)
+    rp = Replayer(intent, plan)
+    try:
+        return sweep(intent, plan, scope=scope, executor=ex, rp=rp)
+    except ExecutorUnavailable as exc:
+        _log.warning("safety sweep of %s: the %s executor is unavailable, replaying on this machine instead "
+                     "(%s)", intent.name, policy.executor, exc)
+        return sweep(intent, plan, scope=scope, executor=LocalExecutor(), rp=rp)
 
 
 def inert(rp: Replayer, single: Sequence[Scenario]) -> np.ndarray:
@@ -410,6 +295,40 @@ def _costs(rp: Replayer, items: list[Scenario]) -> np.ndarray:
                      + sum(per_dev[topo.index[d]] for d in sc.devices) for sc in items], dtype=np.float64)
 
 
+class PairTally:
+    """The pairs' results reduced as chunks arrive, in any order: the failing pairs by key
+    (sorted when read), and the counts; the same whatever order the chunks came in."""
+
+    def __init__(self) -> None:
+        self._keyed: list[tuple[tuple[int, int], ScenarioResult]] = []
+        self.replayed = 0
+        self.transient = 0
+
+    def add(self, d: Done) -> None:
+        self._keyed.extend(zip(d.keys, d.results, strict=True))
+        self.replayed += d.replayed
+        self.transient += d.transient
+
+    @property
+    def keyed(self) -> list[tuple[tuple[int, int], ScenarioResult]]:
+        return sorted(self._keyed, key=lambda kr: kr[0])
+
+
+def sweep_pairs(rp: Replayer, single: Sequence[Scenario], pairs: np.ndarray, ex: Executor, chunk: int,
+                progress: Progress | None = None) -> PairTally:
+    """The pairs ``(i, j)`` of ``single`` (a ``(k, 2)`` array) replayed on ``ex`` in chunks of
+    ``chunk``, each chunk's result reduced as it arrives (:class:`PairTally`)."""
+    works = [Work(pairs=pairs[k:k + chunk]) for k in range(0, len(pairs), chunk)]
+    tally = PairTally()
+    for _k, d in ex.stream(rp, single, works):
+        tally.add(d)
+        if progress is not None:
+            progress(tally.replayed, len(pairs))
+    if tally.replayed != len(pairs):
+        raise RuntimeError(f"the executor replayed {tally.replayed} of {len(pairs)} pairs")
+    return tally
+
+
 def sweep(intent: Intent, plan: Plan, *, scope: str | None = None, executor: Executor | None = None,
           chunk: int = 512, progress: Progress | None = None, rp: Replayer | None = None) -> SafetyReport:
     """Replay ``plan`` under the scenarios of ``scope`` (see :data:`SCOPES`) on ``executor``.
@@ -450,11 +369,8 @@ def _sweep(intent: Intent, rp: Replayer, scope: str | None, ex: Executor, chunk:
     by_a, by_b = implied[ii, jj], implied[jj, ii]
     todo = ~(by_a | by_b)
     run = np.stack([ii[todo], jj[todo]], axis=1)
-    pair_works = [Work(pairs=run[k:k + chunk]) for k in range(0, len(run), chunk)]
-    pair_done = ex.map(rp, single, pair_works, step(len(base) + int((~todo).sum())))
-    keyed: list[tuple[tuple[int, int], ScenarioResult]] = [
-        (k, r) for d in pair_done for k, r in zip(d.keys, d.results, strict=True)]
-    transient = sum(d.transient for d in pair_done)
+    tally = sweep_pairs(rp, single, run, ex, chunk, step(len(base) + int((~todo).sum())))
+    keyed, transient = tally.keyed, tally.transient
     for i, j, a_implies in zip(ii[~todo].tolist(), jj[~todo].tolist(), by_a[~todo].tolist(), strict=True):
         src = by_single[single[i if a_implies else j].name]
         sc = pair(single[i], single[j])

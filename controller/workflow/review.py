@@ -1,9 +1,10 @@
 """The review document of a change: the dry run an operator reads before committing.
 
 Pure functions over values. :func:`review_document` runs the safety replay of the
-proposed plan and :func:`safety.review.review` against the active intent and
-plan (with no active revision yet, every route counts as added and every link
-has no "before"), and builds the API's ``Review``
+proposed plan (:func:`safety.sweep.check`: on the configured executor, ``LOOM_EXECUTOR``,
+for a scope of at least ``LOOM_EXECUTOR_THRESHOLD`` scenarios) and
+:func:`safety.review.review` against the active intent and plan (with no active
+revision yet, every route counts as added and every link has no "before"), and builds the API's ``Review``
 (:class:`~controller.model.documents.ReviewDocument`): verdict, proposed and
 active revisions, the plan summary, the per-device plan diff, per-link
 utilization before and after, the per-device FRR config diff and the whole
@@ -47,10 +48,11 @@ from controller.model.documents import (
 from controller.model.plan import Plan, PlanSummary
 from controller.workflow.changes import ReviewInputs
 from controller.workflow.reactions import ReactionOptions, reaction_section, robustness_section
-from safety.replay import limits, replay
+from safety.replay import limits
 from safety.report import SafetyReport
 from safety.review import diff_plans
 from safety.review import review as review_plans
+from safety.sweep import SweepPolicy, check
 from safety.transition import ownership, schedule
 from southbound.config import SessionReset, bgp_session_resets
 from southbound.discovery.impact import forwarding_impact
@@ -91,11 +93,14 @@ def _diff_and_links(inp: ReviewInputs, report: SafetyReport) -> tuple[list[Devic
 
 def review_document(inp: ReviewInputs, config_diff: dict[str, str], *,
                     observe_safety: Callable[[float, int], None] | None = None,
-                    reactions: ReactionOptions = ReactionOptions()) -> ReviewDocument:
+                    reactions: ReactionOptions = ReactionOptions(),
+                    sweep_policy: SweepPolicy = SweepPolicy()) -> ReviewDocument:
     """The review of ``inp`` with ``config_diff`` (device -> unified diff); ``reactions``: how the failure
-    reaction section is made (:func:`controller.workflow.reactions.reaction_section`)."""
+    reaction section is made (:func:`controller.workflow.reactions.reaction_section`); ``sweep_policy``: where
+    the safety sweep runs (:func:`safety.sweep.check`: the configured executor for a large scope; the commit
+    gate reads this review's verdict)."""
     t0 = time.perf_counter()
-    report = replay(inp.intent, inp.plan)
+    report = check(inp.intent, inp.plan, sweep_policy)
     if observe_safety is not None:
         observe_safety(time.perf_counter() - t0, int(report.counts.get("scenarios", 0)))
     reaction = reaction_section(inp.intent, inp.plan, report, identity=inp.identity, in_force=inp.overlay,
@@ -165,10 +170,12 @@ def adoption_section(config_diff: dict[str, str]) -> AdoptionDocument | None:
 
 def build_review(inp: ReviewInputs, config_diff: dict[str, str], *,
                  observe_safety: Callable[[float, int], None] | None = None,
-                 reactions: ReactionOptions = ReactionOptions()) -> JsonObject:
+                 reactions: ReactionOptions = ReactionOptions(),
+                 sweep_policy: SweepPolicy = SweepPolicy()) -> JsonObject:
     """:func:`review_document` as JSON, the way ``POST /v1/changes/{id}/review`` answers it
     (:func:`controller.model.documents.answer_json`)."""
-    return answer_json(review_document(inp, config_diff, observe_safety=observe_safety, reactions=reactions))
+    return answer_json(review_document(inp, config_diff, observe_safety=observe_safety, reactions=reactions,
+                                       sweep_policy=sweep_policy))
 
 
 def _resets(inp: ReviewInputs) -> list[SessionReset]:

@@ -23,6 +23,7 @@ from controller.workflow.reactions import ReactionOptions
 from controller.workflow.review import local_config_diff, review_document, route_changes
 from controller.workflow.runtime import Runtime
 from controller.workflow.settle import unsettled_note
+from safety.sweep import SweepPolicy
 from southbound.render import device_configs
 from southbound.transaction import new_change_id
 
@@ -65,8 +66,9 @@ class Reviewer:
         if config_diff is None:
             config_diff = await asyncio.to_thread(local_config_diff, inp)
         options = ReactionOptions(budget_s=rt.settings.review_reaction_s, push_s=rt.settings.reaction_push_s)
+        policy = SweepPolicy(rt.settings.executor, rt.settings.executor_threshold)
         doc = await asyncio.to_thread(review_document, inp, config_diff, observe_safety=rt.observe_safety,
-                                      reactions=options)
+                                      reactions=options, sweep_policy=policy)
         left = await rt.in_session(lambda s: changes.unsettled(session=s))
         notes: dict[str, object] = {}
         if left:

@@ -1,9 +1,10 @@
 """The ``make bench`` driver: run benchmark sections and print their tables.
 
 Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend auto]
-[--repetita all|none|NAME,...] [--repetita-dir DIR ...] [--budgets 128,64] [--pairs-sample N]``.
-Sections: solver, safety, transition, labs, southbound, telemetry, patterns, closed_loop, api, reaction, settle,
-ha, store_ha, placement (those whose module exists).
+[--repetita all|none|NAME,...] [--repetita-dir DIR ...] [--budgets 128,64] [--pairs-sample N]
+[--executor-sample N]``.
+Sections: solver, safety, executors, transition, labs, southbound, telemetry, patterns, closed_loop, api, reaction,
+settle, ha, store_ha, placement (those whose module exists).
 Timings are wall clock on the machine at hand; print them beside the machine's core count.
 """
 
@@ -19,8 +20,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-SECTIONS = ("solver", "safety", "transition", "labs", "southbound", "telemetry", "patterns", "closed_loop", "api",
-            "reaction", "settle", "ha", "store_ha", "placement")
+SECTIONS = ("solver", "safety", "executors", "transition", "labs", "southbound", "telemetry", "patterns",
+            "closed_loop", "api", "reaction", "settle", "ha", "store_ha", "placement")
 
 
 def _print(console: Console, name: str, result: Any) -> None:
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="safety: pairs of single failures of Clos M replayed to estimate the sweep (default "
                              "2,000, tests.bench.safety.PAIRS_SAMPLE); "
                              "0 replays every pair (exhaustive, minutes)")
+    parser.add_argument("--executor-sample", type=int, default=None, metavar="N",
+                        help="executors: pairs of single failures of Clos L swept by each executor (default "
+                             "100,000, tests.bench.executors.SAMPLE)")
     args = parser.parse_args(argv)
     console = Console(width=220) if not sys.stdout.isatty() else Console()
     console.print(f"loom bench on {os.cpu_count()} cores (shared machine: timings are indicative)")

@@ -18,7 +18,7 @@ from controller.model import Intent
 from controller.model.intent import validate_intent
 from safety.replay import Replayer, failures, replay
 from safety.scenarios import pair, singles
-from safety.sweep import LocalExecutor, executor_from, inert, sweep
+from safety.sweep import LocalExecutor, SweepPolicy, check, executor_from, inert, sweep
 from tests.unit.test_safety_replay import clos_doc, routed_plan
 
 # tor-2-* send and receive nothing: their links carry nothing in any scenario, so a
@@ -203,3 +203,80 @@ def test_executor_names() -> None:
             executor_from(bad)
     with pytest.raises(ValueError, match="unknown scope"):
         sweep(fabric(1.0), routed_plan(fabric(1.0)), scope="pairs")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize("spec", ["ray", "ray://127.0.0.1:{port}"])
+def test_check_falls_back_to_this_machine_when_the_cluster_is_unreachable(
+        spec: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A review's sweep whose Ray cluster does not answer (``RAY_ADDRESS`` or ``ray://``, a closed
+    port) runs here instead, at once (not after Ray's own half-minute of retries), with a warning
+    naming the address, and gives replay's report; below the threshold Ray is never asked."""
+    import logging
+    import time
+
+    port = _closed_port()
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    intent = fabric(0.45)
+    plan = routed_plan(intent, seed=5)
+    want = replay(intent, plan, scope="all_single").to_document()
+    want.pop("seconds")
+    for threshold, warned in ((10_000, False), (1, True)):
+        caplog.clear()
+        t0 = time.perf_counter()
+        with caplog.at_level(logging.WARNING, logger="safety.sweep"):
+            got = check(intent, plan, SweepPolicy(spec.format(port=port), threshold), scope="all_single")
+        assert time.perf_counter() - t0 < 20
+        got_doc = got.to_document()
+        got_doc.pop("seconds")
+        assert got_doc == want
+        assert (f"127.0.0.1:{port}" in caplog.text and "unavailable" in caplog.text) == warned, caplog.text
+
+
+def test_the_executor_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``LOOM_EXECUTOR`` takes what ``loom check --executor`` takes, and names the bad value otherwise."""
+    from pydantic import ValidationError
+
+    from controller.settings import Settings
+
+    assert Settings().executor == "local" and Settings().executor_threshold >= 1
+    for good in ("local", "ray", "ray://10.0.0.1:10001"):
+        monkeypatch.setenv("LOOM_EXECUTOR", good)
+        assert Settings().executor == good
+        executor_from(good)
+    monkeypatch.setenv("LOOM_EXECUTOR", "dask")
+    with pytest.raises(ValidationError, match="executor"):
+        Settings()
+
+
+def test_a_review_sweeps_with_the_configured_policy(monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The review (whose verdict the commit gate reads) runs its safety sweep through
+    :func:`safety.sweep.check` with the policy it is given: an unreachable cluster above the
+    threshold is tried (the warning says so) and the review's safety report stays the default's."""
+    import logging
+    from types import SimpleNamespace
+
+    from controller.workflow.changes import ReviewInputs
+    from controller.workflow.review import build_review
+
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{_closed_port()}")
+    intent = fabric(0.45)
+    plan = routed_plan(intent, seed=5)
+    inp = ReviewInputs(SimpleNamespace(proposed_revision=2), intent, plan, 1, intent, plan)  # type: ignore[arg-type]
+    want = build_review(inp, {})
+    assert not caplog.text
+    with caplog.at_level(logging.WARNING, logger="safety.sweep"):
+        got = build_review(inp, {}, sweep_policy=SweepPolicy("ray", threshold=1))
+    assert "unavailable" in caplog.text
+    for doc in (want, got):
+        doc["safety"].pop("seconds")
+    assert got["verdict"] == want["verdict"] and got["safety"] == want["safety"]  # (the reactions are timed)
