@@ -10,8 +10,9 @@ as an operator would: ``loom discover`` reads the lab through its namespaces and
 intent reviews as a cosmetic adoption; ``loom apply`` commits it while a sampler reads every
 router's kernel routes every 50 ms and srv1 pings srv2 across the fabric every 20 ms: no sample and
 no router differs in next hops or their split, no ping is lost, and no OSPF adjacency changes state
-(FRR's per-neighbour state change counter) or restarts its uptime; then a drain moves the traffic
-off a spine. The lab and the controller are torn down in the module's finalizer.
+(FRR's per-neighbour state change counter) or restarts its uptime; then a re-weighting (uneven
+capacities and a demand) splits the leaf's traffic 1:3 and a drain moves it off a spine.
+The lab and the controller are torn down in the module's finalizer.
 """
 
 from __future__ import annotations
@@ -224,6 +225,19 @@ def _until(node: str, prefix: str, want: Any, timeout: float = 20) -> Any:
         if (got is not None and want(got)) or time.monotonic() > deadline:
             return got
         time.sleep(0.2)
+
+
+def test_reweighting_after_adoption(lab: AdoptLab):
+    """Uneven capacities and a demand: the leaf's kernel splits 1:3 (Loom's ``fib`` routes over OSPF's), as the
+    plan's WCMP weights say."""
+    doc = yaml.safe_load((lab.base / "intent.yaml").read_text())
+    for link in doc["links"]:
+        link["capacity_gbps"] = 10.0 if "spine1" in (link["a"], link["b"]) else 30.0
+    doc["demands"] = [{"from": "leaf1", "to": "172.16.2.0/24", "gbps": 20}]
+    done = lab.wait(lab.apply(doc)["id"])
+    assert done["state"] == "committed", done
+    got = _until("leaf1", "172.16.2.0/24", lambda r: {h[1]: h[2] for h in r[1]}.get("eth2") == 0.75)
+    assert got is not None and {h[1]: h[2] for h in got[1]} == {"eth1": 0.25, "eth2": 0.75}, got
 
 
 def test_drain_after_adoption(lab: AdoptLab):
