@@ -255,7 +255,8 @@ def render_frr(config: DeviceConfig) -> str:
     backbone area, a point-to-point adjacency per link whose interface cost is
     the link's metric, host subnets passive; a drained device is a stub router
     (RFC 6987: ``max-metric router-lsa administrative``), a drained link has no
-    adjacency.
+    adjacency. With OSPF or IS-IS, a device that originates its router id's /32 has
+    its loopback in the IGP (BGP announces it with a ``network``).
     """
     lines = _global_lines(config) + _interface_lines(config)
     if config.routing == Routing.ISIS.value:
