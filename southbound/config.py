@@ -113,6 +113,10 @@ class FibRoute:
                 "nexthops": [h.to_document() for h in self.nexthops]}
 
 
+#: BGP keepalive and hold seconds of every device (OSPF's and IS-IS's hellos follow them)
+DEFAULT_TIMERS = (1, 3)
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceConfig:
     """Everything one device should be (see the module docstring).
@@ -134,7 +138,7 @@ class DeviceConfig:
     drained: bool = False
     maximum_paths: int = 64
     multipath_relax: bool = True
-    timers: tuple[int, int] = (1, 3)
+    timers: tuple[int, int] = DEFAULT_TIMERS
     link_bandwidth: tuple[LinkBandwidth, ...] = ()
     fib_routes: tuple[FibRoute, ...] = ()
 

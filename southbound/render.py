@@ -41,6 +41,7 @@ __all__ = [
     "device_configs",
     "host_address",
     "isis_net",
+    "ospf_intervals",
     "render_frr",
 ]
 
@@ -64,6 +65,15 @@ def isis_net(router_id: str) -> str:
     """An IS-IS NET from a router id: ``10.255.0.1`` -> ``49.0001.0102.5500.0001.00``."""
     digits = "".join(f"{int(o):03d}" for o in router_id.split("."))
     return f"{ISIS_AREA}.{digits[0:4]}.{digits[4:8]}.{digits[8:12]}.00"
+
+
+def ospf_intervals(timers: tuple[int, int]) -> tuple[int, int, int]:
+    """The OSPF hello, dead and retransmit intervals Loom renders on a fabric link for the BGP ``timers``
+    (keepalive, hold): hellos every keepalive, dead after the hold rounded to hellos (two at least), retransmit
+    every keepalive. Discovery holds a running fabric's intervals to these (neighbours whose hello or dead
+    intervals differ drop their adjacency)."""
+    keepalive, hold = timers
+    return keepalive, keepalive * max(2, hold // keepalive), keepalive
 
 
 def _port_order(name: str) -> tuple[str, int, str]:
@@ -245,7 +255,8 @@ def render_frr(config: DeviceConfig) -> str:
     backbone area, a point-to-point adjacency per link whose interface cost is
     the link's metric, host subnets passive; a drained device is a stub router
     (RFC 6987: ``max-metric router-lsa administrative``), a drained link has no
-    adjacency.
+    adjacency. With OSPF or IS-IS, a device that originates its router id's /32 has
+    its loopback in the IGP (BGP announces it with a ``network``).
     """
     lines = _global_lines(config) + _interface_lines(config)
     if config.routing == Routing.ISIS.value:
@@ -287,9 +298,22 @@ def _global_lines(config: DeviceConfig) -> list[str]:
         "!",
         "interface lo",
         f" ip address {config.router_id}/32",
+        *_loopback_igp(config),
         "exit",
         "!",
     ]
+
+
+def _loopback_igp(config: DeviceConfig) -> list[str]:
+    """The loopback in the IGP when the device originates its router id's /32 (BGP announces it with a
+    ``network`` like any originated prefix; OSPF and IS-IS carry it as a passive interface)."""
+    if f"{config.router_id}/32" not in config.originated:
+        return []
+    if config.routing == Routing.OSPF.value:
+        return [f" ip ospf area {OSPF_AREA}"]
+    if config.routing == Routing.ISIS.value:
+        return [f" ip router isis {ISIS_TAG}", " isis passive"]
+    return []
 
 
 def _interface_lines(config: DeviceConfig) -> list[str]:
@@ -326,10 +350,10 @@ def _ospf_interface(config: DeviceConfig, itf: Interface) -> list[str]:
     a port follows its bandwidth), so that every origin of an anycast prefix adds the same."""
     if itf.host:
         return [f" ip ospf cost {DEFAULT_METRIC}", f" ip ospf area {OSPF_AREA}", " ip ospf passive"]
-    keepalive, hold = config.timers
+    hello, dead, retransmit = ospf_intervals(config.timers)
     return [" ip ospf network point-to-point", f" ip ospf cost {itf.metric}",
-            f" ip ospf hello-interval {keepalive}", f" ip ospf dead-interval {keepalive * max(2, hold // keepalive)}",
-            f" ip ospf retransmit-interval {keepalive}", f" ip ospf area {OSPF_AREA}"]
+            f" ip ospf hello-interval {hello}", f" ip ospf dead-interval {dead}",
+            f" ip ospf retransmit-interval {retransmit}", f" ip ospf area {OSPF_AREA}"]
 
 
 def _isis_lines(config: DeviceConfig) -> list[str]:

@@ -128,11 +128,13 @@ def review_document(inp: ReviewInputs, config_diff: dict[str, str], *,
     )
 
 
-def route_changes(plan: Plan, kernel: Mapping[str, Mapping[str, frozenset[str]] | None]
-                  ) -> list[AdoptionWarningDocument]:
+def route_changes(plan: Plan, kernel: Mapping[str, Mapping[str, frozenset[str]] | None],
+                  igp_carried: frozenset[str] = frozenset()) -> list[AdoptionWarningDocument]:
     """Where ``plan`` would move a router's forwarding: per device of ``kernel`` (prefix -> the ports its kernel
     forwards on now, as its routing protocol installed them; ``None``: not read), every prefix whose next-hop
-    ports the plan changes, gains or drops. WCMP weights are not compared (a plan re-weights on purpose)."""
+    ports the plan changes, gains or drops. WCMP weights are not compared (a plan re-weights on purpose).
+    ``igp_carried``: prefixes the rendered IGP carries beside the plan's (OSPF's and IS-IS's link subnets, kept
+    as their addresses are), compared only where the plan routes them too."""
     out: list[AdoptionWarningDocument] = []
     for device, now in sorted(kernel.items()):
         if now is None:
@@ -141,7 +143,7 @@ def route_changes(plan: Plan, kernel: Mapping[str, Mapping[str, frozenset[str]] 
             continue
         dp = plan.devices.get(device)
         planned = {p: frozenset(h.port for h in dp.groups[g]) for p, g in dp.routes.items()} if dp else {}
-        for prefix in sorted(set(planned) | set(now)):
+        for prefix in sorted(set(planned) | (set(now) - igp_carried)):
             before, after = now.get(prefix, frozenset()), planned.get(prefix, frozenset())
             for action, ports in (("removes", before - after), ("adds", after - before)):
                 for port in sorted(ports):

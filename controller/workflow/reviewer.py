@@ -14,6 +14,7 @@ review whose active revision has moved on since ("review again").
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 
 from controller.model.documents import ReviewDocument
 from controller.service import WriteContext
@@ -92,7 +93,7 @@ class Reviewer:
         kernel = {d: (None if isinstance(s, BaseException) else
                       {p: frozenset(r.weights()) for p, r in s.routes.items() if r.protocol != "loom"})
                   for d, s in zip(doc.adoption.devices, got, strict=True)}
-        extra = route_changes(inp.plan, kernel)
+        extra = route_changes(inp.plan, kernel, _igp_link_subnets(inp))
         if not extra:
             return doc
         adoption = doc.adoption.model_copy(update={"cosmetic": False, "warnings": doc.adoption.warnings + extra})
@@ -112,3 +113,12 @@ class Reviewer:
             elif r.changed:
                 out[d] = r.diff
         return out
+
+
+def _igp_link_subnets(inp: changes.ReviewInputs) -> frozenset[str]:
+    """The link subnets an OSPF or IS-IS rendering of ``inp``'s intent carries in the IGP (none for BGP: Loom
+    announces no link subnet there)."""
+    if inp.intent.routing.value == "bgp":
+        return frozenset()
+    return frozenset(str(ipaddress.IPv4Interface(i.address).network) for cfg in device_configs(inp.intent).values()
+                     for i in cfg.interfaces if i.peer is not None and i.address is not None)

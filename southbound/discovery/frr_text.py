@@ -28,7 +28,10 @@ _CONTEXT = re.compile(r"^(interface|router|route-map|key chain|vrf|line|segment-
 @dataclass
 class InterfaceConf:
     """An ``interface`` block: IPv4 ``addresses`` (CIDR), OSPF ``ospf_cost``/``ospf_area``/``ospf_passive``,
-    IS-IS ``isis`` (enabled), ``isis_metric`` and ``isis_passive``."""
+    ``ospf_network`` (``point-to-point``, ``broadcast``, ...; ``None``: FRR's default for the interface,
+    broadcast on Ethernet), ``ospf_hello``/``ospf_dead``/``ospf_retransmit`` seconds (``None``: FRR's
+    defaults, 10, four hellos and 5; ``ospf_dead`` is ``"minimal"`` for sub-second hellos), IS-IS ``isis``
+    (enabled), ``isis_metric`` and ``isis_passive``."""
 
     name: str
     addresses: list[str] = field(default_factory=list)
@@ -36,6 +39,10 @@ class InterfaceConf:
     ospf_cost: int | None = None
     ospf_area: str | None = None
     ospf_passive: bool = False
+    ospf_network: str | None = None
+    ospf_hello: int | None = None
+    ospf_dead: int | str | None = None
+    ospf_retransmit: int | None = None
     isis: bool = False
     isis_metric: int | None = None
     isis_passive: bool = False
@@ -142,15 +149,29 @@ def _interface(run: FrrRunning, name: str, body: list[str]) -> None:
             itf.ospf_area = w[3]
         elif line == "ip ospf passive":
             itf.ospf_passive = True
+        elif line.startswith(("ip ospf network ", "ip ospf hello-interval ", "ip ospf dead-interval ",
+                               "ip ospf retransmit-interval ")):
+            _ospf_interface(itf, w[2], w[3])
         elif line.startswith("ip router isis "):
             itf.isis = True
         elif line.startswith("isis metric "):
             itf.isis_metric = int(w[-1])
         elif line == "isis passive":
             itf.isis_passive = True
-        elif not line.startswith(("ip ospf network", "isis network", "isis hello", "isis circuit-type",
-                                  "ip ospf hello", "ip ospf dead")):
+        elif not line.startswith(("isis network", "isis hello", "isis circuit-type")):
             run.other.append(f"interface {name}: {line}")
+
+
+def _ospf_interface(itf: InterfaceConf, key: str, value: str) -> None:
+    """One ``ip ospf KEY VALUE`` line of network type or interval."""
+    if key == "network":
+        itf.ospf_network = value
+    elif key == "hello-interval":
+        itf.ospf_hello = int(value)
+    elif key == "dead-interval":
+        itf.ospf_dead = int(value) if value.isdigit() else value
+    else:
+        itf.ospf_retransmit = int(value)
 
 
 def _bgp(run: FrrRunning, head: str, body: list[str]) -> None:

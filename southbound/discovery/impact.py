@@ -4,12 +4,16 @@ When a router runs a configuration Loom did not write (a fabric being adopted), 
 ``Prepare`` answers ``frr-reload.py``'s diff: ``Lines To Delete`` (the commands that remove
 lines, ``no X`` for a line ``X``) and ``Lines To Add``, each line under its contexts.
 :func:`forwarding_impact` pairs what is removed with what is added in the same context and sorts
-the rest: descriptions, logging, timers, session housekeeping and Loom's own WCMP route maps are
-cosmetic (the forwarding they touch is checked by the plan's replay); static routes, announced
-prefixes (``network``, ``redistribute``), interface addresses, sessions, router ids, IGP costs and
-areas, and route maps or prefix lists of the operator's are not, and each becomes a warning that
+the rest: descriptions, logging, BGP timers, SPF and LSA throttling, OSPF retransmit and IS-IS hello
+intervals, session housekeeping and Loom's own WCMP route maps are cosmetic (the forwarding they touch
+is checked by the plan's replay); static routes, announced prefixes (``network``, ``redistribute``),
+interface addresses, sessions, router ids, IGP costs and areas, an interface's network type
+(broadcast and point-to-point: FRR resets the adjacency), OSPF hello and dead intervals (neighbours
+that disagree drop their adjacency while the push reaches one and not the other), and route maps
+or prefix lists of the operator's are not, and each becomes a warning that
 says what forwarding would lose or gain. A unified diff (a router that runs what Loom wrote) is
-not an adoption: :func:`forwarding_impact` answers ``None`` for it.
+not an adoption: :func:`forwarding_impact` answers ``None`` for it. The agent's diff of its WCMP ``fib``
+routes, appended to FRR's, is left to the review, which holds their next hops to the kernel's.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from dataclasses import dataclass
 __all__ = ["Impact", "forwarding_impact"]
 
 _DELETE, _ADD = "Lines To Delete", "Lines To Add"
+#: where the agent's diff of its ``fib`` routes (a unified diff after FRR's) starts: the next hops they set are
+#: compared with what the kernel forwards on by the review (:func:`controller.workflow.review.route_changes`)
+_FIB_DIFF = re.compile(r"^--- running$", re.MULTILINE)
 _COSMETIC = re.compile(
     r"^(description |log |hostname |frr |service |ip forwarding$|ipv6 forwarding$|password |line vty|"
     r"timers bgp |bgp log-neighbor-changes|no bgp ebgp-requires-policy|no bgp default ipv4-unicast|"
@@ -27,8 +34,8 @@ _COSMETIC = re.compile(
     r"neighbor \S+ (description|timers|advertisement-interval|activate)\b|"
     r"neighbor \S+ route-map LOOM-|route-map LOOM-|ip prefix-list LOOM-|bgp as-path access-list LOOM-|"
     r"match |set extcommunity bandwidth|exit|!|"
-    r"isis (hello|network)|ip ospf (hello|dead|network)|log-adjacency-changes|lsp-gen-interval|spf-interval|"
-    r"is-type level-2-only|metric-style wide)")
+    r"isis hello|ip ospf retransmit-interval|log-adjacency-changes|lsp-gen-interval|spf-interval|"
+    r"timers throttle (spf|lsa)|timers lsa min-arrival|is-type level-2-only|metric-style wide)")
 _EFFECTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^ip route "), "a static route"),
     (re.compile(r"^network \S+$"), "an announced prefix"),
@@ -39,6 +46,9 @@ _EFFECTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^router (bgp|ospf|isis)"), "a routing protocol instance"),
     (re.compile(r"^(ip ospf (cost|area)|isis metric|network \S+ area|ip router isis|isis passive|"
                 r"passive-interface)"), "an IGP cost, area or adjacency"),
+    (re.compile(r"^(ip ospf network|isis network)"), "an interface's network type (its adjacency resets)"),
+    (re.compile(r"^ip ospf (hello|dead)-interval"),
+     "OSPF hello or dead intervals (the adjacency drops while its neighbour's differ)"),
     (re.compile(r"^(route-map|ip prefix-list|bgp as-path|bgp community-list|ip community-list|access-list)"),
      "routing policy"),
     (re.compile(r"^neighbor \S+ (route-map|prefix-list|filter-list|distribute-list|allowas-in|as-override)"),
@@ -113,6 +123,7 @@ def forwarding_impact(diff: str) -> list[Impact] | None:
     """
     if _DELETE not in diff and _ADD not in diff:
         return None
+    diff = _FIB_DIFF.split(diff, maxsplit=1)[0]
     removed: dict[tuple[tuple[str, ...], str], None] = {}
     added: dict[tuple[tuple[str, ...], str], None] = {}
     for section, ctx, line in _entries(diff):

@@ -30,9 +30,10 @@ from typing import Any
 
 from controller.model.errors import InvalidIntent
 from controller.model.intent import validate_intent
-from southbound.discovery.frr_text import FrrRunning, parse_running
+from southbound.config import DEFAULT_TIMERS
+from southbound.discovery.frr_text import FrrRunning, InterfaceConf, parse_running
 from southbound.discovery.observed import ObservedDevice
-from southbound.render import host_address, isis_net
+from southbound.render import host_address, isis_net, ospf_intervals
 
 __all__ = ["DEFAULT_GBPS", "Discovery", "Question", "discover"]
 
@@ -400,6 +401,30 @@ def _check_igp(fab: _Fabric, routing: str, router_ids: Mapping[str, Any]) -> Non
             if areas - {"0", "0.0.0.0"}:
                 fab.ask(f"device {device}", f"OSPF areas {', '.join(sorted(areas))}: which area should each "
                         "interface be in (Loom's fabric is one backbone area)?")
+    if routing == "ospf":
+        _check_ospf_links(fab)
+
+
+def _check_ospf_links(fab: _Fabric) -> None:
+    """A link's OSPF network type and hello and dead intervals as Loom renders them (point-to-point, the
+    intervals of :func:`southbound.render.ospf_intervals`), else adopting touches its adjacency: a changed
+    network type resets it, and neighbours whose intervals differ drop it until both ends have the new ones."""
+    hello, dead, _retransmit = ospf_intervals(DEFAULT_TIMERS)
+    for end in [e for pair in fab.links for e in pair]:
+        run = fab.running[end.device]
+        if run.ospf is None:
+            continue
+        conf = run.interfaces.get(end.port) or InterfaceConf(end.port)
+        network = conf.ospf_network or "broadcast"
+        run_hello = conf.ospf_hello or 10
+        run_dead = conf.ospf_dead or 4 * run_hello
+        where = f"device {end.device}"
+        if network != "point-to-point":
+            fab.ask(where, f"{end.port} runs OSPF network type {network}; Loom renders point-to-point: adopting "
+                    "resets this adjacency (the routes through it move while it comes back)")
+        if (run_hello, run_dead) != (hello, dead):
+            fab.ask(where, f"{end.port} runs OSPF hello {run_hello} s and dead {run_dead} s; Loom renders {hello} "
+                    f"s and {dead} s: the adjacency drops while one end has the new intervals and the other not")
 
 
 def _note_unmodelled(fab: _Fabric) -> None:
