@@ -9,12 +9,14 @@ first (``make test`` does), the compile happens once, on a quiet machine, in abo
 present this takes about 2 s.
 
 ``python -m tests.warm``: a replay of a small Clos under every single failure and under the pairs of
-single failures (the two kernel paths the safety sweep takes), and the example fabric's plan (the
+single failures (the two kernel paths the safety sweep takes), on writable arrays and on read-only ones (as
+a Ray worker maps them from the object store: :mod:`safety.raysweep`), and the example fabric's plan (the
 solver's kernels).
 """
 
 from __future__ import annotations
 
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -23,18 +25,29 @@ import yaml
 
 import controller.examples
 from controller.model.intent import validate_intent
+from safety.replay import Replayer
 from safety.sweep import LocalExecutor, sweep
 from solver.solve import solve
 from tests.unit.test_safety_replay import routed_plan
 from tests.unit.test_safety_sweep import fabric
 
 
+def read_only(rp: Replayer) -> Replayer:
+    """``rp`` as a Ray worker gets it from the object store: every array read-only (pickled with its buffers
+    apart, loaded over read-only views of them), which numba compiles its own kernels for."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(rp, protocol=5, buffer_callback=buffers.append)
+    copy: Replayer = pickle.loads(data, buffers=[b.raw().toreadonly() for b in buffers])
+    return copy
+
+
 def main() -> int:
     t0 = time.perf_counter()
     intent = fabric(0.45)
     plan = routed_plan(intent, seed=3)
-    for scope in ("all_single", "single_pairs"):
-        sweep(intent, plan, scope=scope, executor=LocalExecutor(workers=1))
+    for rp in (Replayer(intent, plan), read_only(Replayer(intent, plan))):
+        for scope in ("all_single", "single_pairs"):
+            sweep(intent, plan, scope=scope, executor=LocalExecutor(workers=1), rp=rp)
     example = Path(controller.examples.__file__).with_name("dc1.yaml")
     solve(validate_intent(yaml.safe_load(example.read_text())))
     print(f"tests.warm: kernels compiled or loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
