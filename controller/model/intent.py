@@ -49,6 +49,7 @@ from controller.model import (
     FailureDomain,
     FailureReactionPolicy,
     FailureTolerancePolicy,
+    InsightPolicy,
     Intent,
     Job,
     Link,
@@ -88,11 +89,13 @@ _POLICY_TYPES: dict[str, type] = {
     "paths": PathsPolicy,
     "auto_te": AutoTePolicy,
     "failure_reaction": FailureReactionPolicy,
+    "insight": InsightPolicy,
 }
 _TOP_KEYS = ("name", "routing", "defaults", "devices", "links", "failure_domains", "prefixes",
              "policies", "demands", "jobs", "collectives")
 _REQUIRED = ("name", "devices", "links")
-_SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction")
+_SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction",
+                       "insight")
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
 _FIELD_ADAPTERS: dict[tuple[type, str], TypeAdapter[Any]] = {}
 
