@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from controller.model.documents import InsightEventDocument
+from controller.model.documents import InsightEventDocument, JsonObject
 
 __all__ = ["CLEAR_AFTER", "EVENT_KINDS", "SLOWDOWN_INTERVALS", "Baselines", "Bottleneck", "Episode", "InsightEvent",
            "JobBaseline", "JobObservation", "LinkBaseline", "LinkObservation", "Stat", "Thresholds", "step"]
@@ -178,8 +178,8 @@ class Baselines:
     jobs: dict[str, JobBaseline] = field(default_factory=dict)
     links: dict[str, LinkBaseline] = field(default_factory=dict)
 
-    def to_documents(self) -> dict[str, dict[str, Any]]:
-        out = {f"job:{k}": v.to_document() for k, v in self.jobs.items()}
+    def to_documents(self) -> dict[str, JsonObject]:
+        out: dict[str, JsonObject] = {f"job:{k}": v.to_document() for k, v in self.jobs.items()}
         out.update({f"link:{k}": v.to_document() for k, v in self.links.items()})
         return out
 
