@@ -67,7 +67,8 @@ class Insight:
     runtime: Runtime
     clock: Callable[[], float] = time.time
     baselines: Baselines | None = None  # None: read them from the store on the next tick
-    recent: list[InsightEvent] = field(default_factory=list)
+    recent: list[InsightEvent] = field(default_factory=list)  # the newest 50, newest first
+    last: list[InsightEvent] = field(default_factory=list)  # the last tick's
     _task: asyncio.Task[Any] | None = None
 
     def start(self) -> None:
@@ -124,7 +125,7 @@ class Insight:
         new, events = step(self.baselines, jobs, links, now, th)
         await rt.in_session(lambda s: self._record(new, events, now, s))
         self.baselines = new
-        self.recent = (events + self.recent)[:50]
+        self.last, self.recent = events, (events[::-1] + self.recent)[:50]
         for ev in events:
             state = "cleared" if ev.cleared else "raised"
             log.log(logging.INFO if ev.cleared else logging.WARNING, "insight %s %s: %s", ev.kind, state,
