@@ -32,9 +32,9 @@ DOC["demands"] = []
 INTENT = validate_intent(DOC)
 TORS = sorted(d.name for d in INTENT.devices if d.role == "tor")
 PREFIX = {p.origins[0]: p.prefix for p in INTENT.prefixes}
-LLM = {"name": "llm-7", "tors": [TORS[0], TORS[7], TORS[3], TORS[10]], "collective": "ring_allreduce",
+LLM: dict[str, Any] = {"name": "llm-7", "tors": [TORS[0], TORS[7], TORS[3], TORS[10]], "collective": "ring_allreduce",
        "bytes_per_iter": 2e9, "iter_s": 10.0}
-EMB = {"name": "emb-2", "tors": [TORS[1], TORS[8], TORS[4], TORS[11]], "collective": "ring_allreduce",
+EMB: dict[str, Any] = {"name": "emb-2", "tors": [TORS[1], TORS[8], TORS[4], TORS[11]], "collective": "ring_allreduce",
        "bytes_per_iter": 1e9, "iter_s": 10.0}
 POLICY = {"kind": "insight", "baseline_s": 60, "slowdown_threshold": 1.2}
 STEP = 10.0
