@@ -140,6 +140,12 @@ class JobBaseline:
     def episode(self, kind: str) -> Episode:
         return self.episodes.setdefault(kind, Episode())
 
+    @property
+    def empty(self) -> bool:
+        """Nothing learned or open: not worth storing."""
+        return (self.gbps.mean is None and self.period_s.mean is None and self.label is None and not self.above
+                and not _episodes_doc(self.episodes))
+
     def to_document(self) -> dict[str, Any]:
         return {"gbps": self.gbps.to_document(), "period_s": self.period_s.to_document(), "label": self.label,
                 "above": self.above, "at": self.at, "episodes": _episodes_doc(self.episodes)}
@@ -160,6 +166,11 @@ class LinkBaseline:
 
     def episode(self, kind: str) -> Episode:
         return self.episodes.setdefault(kind, Episode())
+
+    @property
+    def empty(self) -> bool:
+        """Nothing learned or open: not worth storing."""
+        return self.utilization.mean is None and not _episodes_doc(self.episodes)
 
     def to_document(self) -> dict[str, Any]:
         return {"utilization": self.utilization.to_document(), "at": self.at,
@@ -401,7 +412,7 @@ def step(prev: Baselines, jobs: Sequence[JobObservation], links: Sequence[LinkOb
          th: Thresholds) -> tuple[Baselines, list[InsightEvent]]:
     """One telemetry interval: the events due against ``prev`` (each episode raised once and cleared once),
     then the baselines updated with what was observed (not from a quantity whose episode is open). ``prev`` is
-    not changed; jobs and links no longer observed are dropped from the result."""
+    not changed; jobs and links no longer observed, or that never showed a figure, are left out of the result."""
     old = Baselines.from_documents(prev.to_documents())  # a copy
     new = Baselines()
     events: list[InsightEvent] = []
@@ -411,7 +422,8 @@ def step(prev: Baselines, jobs: Sequence[JobObservation], links: Sequence[LinkOb
             if ev is not None:
                 events.append(ev)
         _learn_job(o, jb, now, th)
-        new.jobs[o.job] = jb
+        if not jb.empty:
+            new.jobs[o.job] = jb
     for lo in links:
         lb = old.links.get(lo.link) or LinkBaseline()
         ev = _link_hot(lo, lb, jobs, th)
@@ -421,5 +433,6 @@ def step(prev: Baselines, jobs: Sequence[JobObservation], links: Sequence[LinkOb
             dt = min(th.interval_s, now - lb.at) if lb.at is not None else 0.0
             lb.utilization.update(lo.utilization, dt, th.baseline_s)
         lb.at = now
-        new.links[lo.link] = lb
+        if not lb.empty:
+            new.links[lo.link] = lb
     return new, events

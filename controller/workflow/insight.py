@@ -69,6 +69,7 @@ class Insight:
     baselines: Baselines | None = None  # None: read them from the store on the next tick
     recent: list[InsightEvent] = field(default_factory=list)  # the newest 50, newest first
     last: list[InsightEvent] = field(default_factory=list)  # the last tick's
+    _stored: dict[str, Any] = field(default_factory=dict)  # the documents the store holds
     _task: asyncio.Task[Any] | None = None
 
     def start(self) -> None:
@@ -120,10 +121,13 @@ class Insight:
         th = thresholds(intent, tel)
         jobs, links = await asyncio.to_thread(observe, tel, intent, plan, now)
         if self.baselines is None:
-            self.baselines = Baselines.from_documents(
-                await rt.in_session(lambda s: events_repo.load_baselines(session=s)))
+            self._stored = await rt.in_session(lambda s: events_repo.load_baselines(session=s))
+            self.baselines = Baselines.from_documents(self._stored)
         new, events = step(self.baselines, jobs, links, now, th)
-        await rt.in_session(lambda s: self._record(new, events, now, s))
+        docs = new.to_documents()
+        if events or docs != self._stored:  # no write while nothing is observed
+            await rt.in_session(lambda s: self._record(docs, events, now, s))
+            self._stored = docs
         self.baselines = new
         self.last, self.recent = events, (events[::-1] + self.recent)[:50]
         for ev in events:
@@ -135,10 +139,10 @@ class Insight:
         return th.interval_s
 
     @staticmethod
-    def _record(baselines: Baselines, events: list[InsightEvent], now: float, s: Session) -> None:
+    def _record(docs: dict[str, Any], events: list[InsightEvent], now: float, s: Session) -> None:
         at = datetime.fromtimestamp(now, UTC)
         with write_transaction(s):
-            events_repo.save_baselines(baselines.to_documents(), session=s, now=at)
+            events_repo.save_baselines(docs, session=s, now=at)
             for ev in events:
                 events_repo.add_event(ev.kind, event_data(ev), session=s, now=at)
                 repo.add_audit(session=s, now=at, actor=ACTOR, token_id=None, request_id=None, method="SYSTEM",
