@@ -11,14 +11,16 @@ store):
    and steps the baselines (:func:`controller.telemetry.insight.step`), read
    from the store on the first tick of a leadership;
 3. in one transaction, stores the baselines (``insight_baselines``: a restart
-   goes on from them), appends each event due to the event stream (kind
+   goes on from them; every ``PERSIST_INTERVALS`` intervals, at once with an
+   event or a new job or link, and never while they are unchanged), appends each event due to the event stream (kind
    ``job.slowdown``, ``job.stalled``, ``job.pattern_changed``, ``link.hot``; data
    ``{"job" | "link", "baseline", "observed", "evidence", "links", "cleared"}``)
    and writes an audit entry per event (action ``insight.<kind>``, with
    ``.cleared`` for an episode's end; actor ``insight``, outcome ``flagged``);
 4. counts each in ``loom_insight_events_total{kind,state}`` (``raised`` or ``cleared``).
 
-Only where a collector is attached (``runtime.telemetry``), as auto-te.
+Only where a collector is attached (``runtime.telemetry``), as auto-te; an interval
+while a transaction holds the devices is skipped (the fabric is changing).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ log = logging.getLogger("loom.insight")
 ACTOR = "insight"
 #: How often the loop looks again when there is nothing to observe (no active revision, not the leader).
 IDLE_S = 5.0
+#: The baselines are stored at least every this many intervals (at once when an event is due): a restart
+#: loses at most these intervals of learning, and the store is not written every interval.
+PERSIST_INTERVALS = 6
 
 
 def event_data(ev: InsightEvent) -> dict[str, Any]:
@@ -70,6 +75,7 @@ class Insight:
     recent: list[InsightEvent] = field(default_factory=list)  # the newest 50, newest first
     last: list[InsightEvent] = field(default_factory=list)  # the last tick's
     _stored: dict[str, Any] = field(default_factory=dict)  # the documents the store holds
+    _unsaved: int = 0  # intervals stepped since the baselines were last stored
     _task: asyncio.Task[Any] | None = None
 
     def start(self) -> None:
@@ -112,6 +118,8 @@ class Insight:
         if tel is None or not rt.is_leader():
             self.baselines = None
             return IDLE_S
+        if rt.southbound_busy:  # a transaction is changing the fabric: this interval is not its steady state
+            return tel.options.interval_s
         active = await self._active()
         policy: InsightPolicy | None = active[0].policy("insight") if active is not None else None
         if active is None or (policy is not None and not policy.enabled):
@@ -125,9 +133,11 @@ class Insight:
             self.baselines = Baselines.from_documents(self._stored)
         new, events = step(self.baselines, jobs, links, now, th)
         docs = new.to_documents()
-        if events or docs != self._stored:  # no write while nothing is observed
+        self._unsaved += 1
+        due = docs.keys() != self._stored.keys() or (docs != self._stored and self._unsaved >= PERSIST_INTERVALS)
+        if events or due:
             await rt.in_session(lambda s: self._record(docs, events, now, s))
-            self._stored = docs
+            self._stored, self._unsaved = docs, 0
         self.baselines = new
         self.last, self.recent = events, (events[::-1] + self.recent)[:50]
         for ev in events:

@@ -24,6 +24,7 @@ from controller.store.db import Database
 from controller.telemetry import Sample, Telemetry, aft_path, interface_path
 from controller.telemetry.insight import Baselines
 from controller.telemetry.jobperf import phase_bits
+from controller.workflow.insight import PERSIST_INTERVALS
 from southbound.device.dry import DryDriver
 from tests.apps import Api, running_api
 
@@ -136,13 +137,13 @@ def test_a_hot_shared_link_raises_link_hot_and_job_slowdown_once_with_evidence(
     api.client.portal.call(insight.stop)  # from here on, one interval at a time
     insight.baselines = None  # as a restart: read from the store on the next tick
     learned: list[Any] = []
-    for _ in range(9):  # 90 s of steady traffic: the 60 s baseline is learned, nothing raised
+    for _ in range(2 * PERSIST_INTERVALS):  # 120 s of steady traffic: the 60 s baseline is learned, nothing raised
         t += STEP
         feed.interval(t, 0.1)
         api.client.portal.call(insight.tick, t)
         learned += insight.last
     assert learned == []
-    # what is stored is what a restarted controller reads
+    # what is stored (every PERSIST_INTERVALS intervals: the last one now) is what a restarted controller reads
     stored = api_baselines(api)
     assert stored == insight.baselines.to_documents()
     restarted = Database(str(api.db.url))
