@@ -8,6 +8,7 @@ and in ``/metrics``; the stored baselines are the ones a restart reads."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -19,12 +20,14 @@ import pytest
 
 from controller.gen import clos_document
 from controller.model.intent import validate_intent
+from controller.settings import Settings
 from controller.store import events_repo
 from controller.store.db import Database
 from controller.telemetry import Sample, Telemetry, aft_path, interface_path
 from controller.telemetry.insight import Baselines
 from controller.telemetry.jobperf import phase_bits
-from controller.workflow.insight import PERSIST_INTERVALS
+from controller.workflow.insight import IDLE_S, PERSIST_INTERVALS, Insight
+from controller.workflow.runtime import Runtime
 from southbound.device.dry import DryDriver
 from tests.apps import Api, running_api
 
@@ -183,3 +186,18 @@ def test_a_hot_shared_link_raises_link_hot_and_job_slowdown_once_with_evidence(
 def api_baselines(api: Api) -> dict[str, Any]:
     with api.db.session() as s:
         return events_repo.load_baselines(session=s)
+
+
+def test_a_follower_observes_nothing_and_forgets_what_it_held(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'loom.db'}")
+    db.migrate()
+    try:
+        rt = Runtime(Settings(db_url=db.url), db, telemetry=Telemetry())
+        rt.is_leader = lambda: False
+        insight = Insight(rt, baselines=Baselines())
+        assert asyncio.run(insight.tick(time.time())) == IDLE_S
+        assert insight.baselines is None and insight.last == []  # a new leadership reads the store again
+        with db.session() as s:
+            assert events_repo.load_baselines(session=s) == {} and events_repo.last_event_id(session=s) == 0
+    finally:
+        db.dispose()
