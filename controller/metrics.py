@@ -48,6 +48,9 @@ class Metrics:
         self.auto_te_predicted = Gauge("loom_auto_te_predicted_utilization",
                                        "Predicted maximum utilization under the measured demand, by plan",
                                        ["plan"], registry=r)
+        self.insight_events = Counter("loom_insight_events_total",
+                                      "Insight events (job.slowdown, job.stalled, job.pattern_changed, link.hot) "
+                                      "by kind and state (raised or cleared)", ["kind", "state"], registry=r)
         self.leader = Gauge("loom_leader", "1 while this replica holds the leader lease", registry=r)
         self.lease_epoch = Gauge("loom_lease_epoch", "The epoch of this replica's current or last leadership",
                                  registry=r)

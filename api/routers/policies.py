@@ -7,7 +7,8 @@ from fastapi import Query
 
 from api.routers.collection import collection_router
 
-Kind = Literal["drain", "utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction"]
+Kind = Literal["drain", "utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction",
+               "insight"]
 
 
 async def filters(kind: Annotated[Kind | None, Query()] = None) -> dict[str, str | None]:

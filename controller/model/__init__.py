@@ -39,6 +39,7 @@ from controller.model.domain import (
     FailureReactionPolicy,
     FailureTolerancePolicy,
     FailureToleranceScope,
+    InsightPolicy,
     Intent,
     Job,
     Link,
@@ -58,6 +59,7 @@ from controller.model.domain import (
 __all__ = [
     "AutoTePolicy",
     "FailureReactionPolicy",
+    "InsightPolicy",
     "ASN_MAX",
     "DEFAULT_CAPACITY_GBPS",
     "DEFAULT_MAX_ECMP_ENTRIES",

@@ -32,6 +32,7 @@ from controller.model.jobs import job_matrix
 
 __all__ = [
     "AutoTePolicy",
+    "InsightPolicy",
     "ASN_MAX",
     "MAX_GBPS",
     "MAX_INDEX",
@@ -366,13 +367,26 @@ class FailureReactionPolicy(_Frozen):
     max_per_hour: int = Field(30, ge=1, le=3600)
 
 
+class InsightPolicy(_Frozen):
+    """Baselines and anomalies of the jobs and links (DESIGN.md, ML workloads): a job's and a link's baseline
+    is learned over ``baseline_s``; ``job.slowdown`` fires when a job's predicted slowdown stays above
+    ``slowdown_threshold`` for two telemetry intervals, or its measured period rises well past its baseline.
+    In force with these defaults when absent; ``enabled: false`` turns it off."""
+
+    kind: Literal["insight"]
+    enabled: bool = True
+    baseline_s: float = Field(300.0, ge=10, le=7 * 86400, allow_inf_nan=False)
+    slowdown_threshold: float = Field(1.2, gt=1, le=100, allow_inf_nan=False)
+
+
 Policy = Annotated[
     DrainPolicy | UtilizationLimitPolicy | FailureTolerancePolicy | WcmpPolicy | PathsPolicy | AutoTePolicy
-    | FailureReactionPolicy,
+    | FailureReactionPolicy | InsightPolicy,
     Field(discriminator="kind"),
 ]
 
-POLICY_KINDS = ("drain", "utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction")
+POLICY_KINDS = ("drain", "utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction",
+                "insight")
 
 
 class Demand(_Frozen):

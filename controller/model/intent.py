@@ -49,6 +49,7 @@ from controller.model import (
     FailureDomain,
     FailureReactionPolicy,
     FailureTolerancePolicy,
+    InsightPolicy,
     Intent,
     Job,
     Link,
@@ -80,19 +81,13 @@ _SECTIONS: dict[str, type] = {
     "demands": Demand,
     "jobs": Job,
 }
-_POLICY_TYPES: dict[str, type] = {
-    "drain": DrainPolicy,
-    "utilization_limit": UtilizationLimitPolicy,
-    "failure_tolerance": FailureTolerancePolicy,
-    "wcmp": WcmpPolicy,
-    "paths": PathsPolicy,
-    "auto_te": AutoTePolicy,
-    "failure_reaction": FailureReactionPolicy,
-}
+_POLICY_TYPES: dict[str, type] = dict(zip(POLICY_KINDS, (
+    DrainPolicy, UtilizationLimitPolicy, FailureTolerancePolicy, WcmpPolicy, PathsPolicy, AutoTePolicy,
+    FailureReactionPolicy, InsightPolicy), strict=True))
 _TOP_KEYS = ("name", "routing", "defaults", "devices", "links", "failure_domains", "prefixes",
              "policies", "demands", "jobs", "collectives")
 _REQUIRED = ("name", "devices", "links")
-_SINGLETON_POLICIES = ("utilization_limit", "failure_tolerance", "wcmp", "paths", "auto_te", "failure_reaction")
+_SINGLETON_POLICIES = tuple(k for k in POLICY_KINDS if k != "drain")
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
 _FIELD_ADAPTERS: dict[tuple[type, str], TypeAdapter[Any]] = {}
 

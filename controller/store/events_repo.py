@@ -5,7 +5,9 @@ whose ids are the server-sent events' ids, so that a client resumes with
 ``Last-Event-ID`` on any replica; they are written in the transaction of what
 they report where there is one (a change's state), and the newest
 :data:`KEEP` are kept. The operational view is one JSON document the leader
-rewrites as it changes, for the followers and for the next leader.
+rewrites as it changes, for the followers and for the next leader. The insight's
+baselines (``job:NAME``, ``link:ID``: JSON documents) are kept the same way, so
+that a restart does not forget them.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from controller.store.repo import utc
-from controller.store.workflow_models import EventRow, OpStateRow
+from controller.store.workflow_models import EventRow, InsightBaselineRow, OpStateRow
 
-__all__ = ["KEEP", "Event", "add_event", "events_after", "last_event_id", "load_opstate", "save_opstate"]
+__all__ = ["KEEP", "Event", "add_event", "events_after", "last_event_id", "load_baselines", "load_opstate",
+           "save_baselines", "save_opstate"]
 
 #: events kept (older ones are deleted as new ones come)
 KEEP = 20_000
@@ -73,3 +76,23 @@ def load_opstate(*, session: Session) -> tuple[datetime, dict[str, Any]] | None:
     if row is None:
         return None
     return utc(row.at) or row.at, json.loads(row.document)
+
+
+def save_baselines(documents: dict[str, dict[str, Any]], *, session: Session, now: datetime) -> None:
+    """Store the insight's baselines (in the caller's transaction): ``documents`` replaces what was stored."""
+    rows = {r.key: r for r in session.scalars(select(InsightBaselineRow))}
+    for key in set(rows) - set(documents):
+        session.delete(rows[key])
+    for key, doc in documents.items():
+        text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
+        row = rows.get(key)
+        if row is None:
+            session.add(InsightBaselineRow(key=key, at=now, document=text))
+        elif row.document != text:
+            row.at, row.document = now, text
+    session.flush()
+
+
+def load_baselines(*, session: Session) -> dict[str, dict[str, Any]]:
+    """The insight's stored baselines by key."""
+    return {r.key: json.loads(r.document) for r in session.scalars(select(InsightBaselineRow))}

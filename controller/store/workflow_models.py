@@ -22,8 +22,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from controller.store.base import Base
 
-__all__ = ["AutoTeStateRow", "ChangeRow", "DeploymentRow", "DriftRow", "EventRow", "IdempotencyRow", "LeaseRow",
-           "OpStateRow", "PlanRow", "ReplicaRow", "TransitionRow"]
+__all__ = ["AutoTeStateRow", "ChangeRow", "DeploymentRow", "DriftRow", "EventRow", "IdempotencyRow",
+           "InsightBaselineRow", "LeaseRow", "OpStateRow", "PlanRow", "ReplicaRow", "TransitionRow"]
 
 
 class ChangeRow(Base):
@@ -172,3 +172,14 @@ class ReplicaRow(Base):
     url: Mapped[str] = mapped_column(String(512))
     started_at: Mapped[float] = mapped_column(Float)
     seen_at: Mapped[float] = mapped_column(Float)
+
+
+class InsightBaselineRow(Base):
+    """A job's or a link's learned baseline (DESIGN.md, ML workloads: policy ``insight``), keyed ``job:NAME`` or
+    ``link:ID``, so that a restart or a new leader does not forget it."""
+
+    __tablename__ = "insight_baselines"
+
+    key: Mapped[str] = mapped_column(String(400), primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    document: Mapped[str] = mapped_column(Text)  # JSON: controller.telemetry.insight's baseline document

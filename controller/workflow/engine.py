@@ -29,6 +29,8 @@ leader's loops, and answers the API and the CLI through thin methods.
 - **Drift** (:mod:`controller.workflow.drift`): every ``drift_interval`` seconds
   and after each commit, every device is held against the active revision; with
   ``drift_repair`` the active revision is pushed again.
+- **Baselines and anomalies** (:mod:`controller.workflow.insight`): the leader's
+  insight loop, every telemetry interval.
 - **Automatic re-tuning** (:mod:`controller.workflow.autote`) and the
   **operational view and failure reaction** (:mod:`controller.operations.service`)
   commit through this engine's one commit path.
@@ -60,6 +62,7 @@ from controller.workflow.autote import AutoTe
 from controller.workflow.cluster import Cluster
 from controller.workflow.commit import Commits
 from controller.workflow.drift import Drift
+from controller.workflow.insight import Insight
 from controller.workflow.recovery import Recovered, Recovery
 from controller.workflow.reviewer import Reviewer
 from controller.workflow.runtime import Runtime
@@ -89,6 +92,7 @@ class Workflow:
         self.operations = Operations(rt, commit=self.commit)
         self.drift = Drift(rt, operational=self.operations.drift, commit=self.commit)
         self.auto_te = AutoTe(rt, self)
+        self.insight = Insight(rt)
         self._loops: list[asyncio.Task[None]] = []
 
     # -- what the use cases share ------------------------------------------------------
@@ -165,11 +169,13 @@ class Workflow:
         if self.driver is not None:
             self._loops.append(loop.create_task(self.settler.loop()))
         self.auto_te.start()
+        self.insight.start()
         await self.operations.start()
 
     async def stop(self) -> None:
         await self.operations.stop()
         await self.auto_te.stop()
+        await self.insight.stop()
         for task in self._loops:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

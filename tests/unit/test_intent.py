@@ -196,7 +196,7 @@ def test_a_policy_whose_kind_is_not_a_string_is_one_located_error(kind: Any) -> 
     assert [e for e in errs if e.startswith("policies[4]")] == [
         "policies[4].kind: " + ("required field missing" if kind is None else
                                 f"unknown policy kind {kind!r} (expected one of drain, utilization_limit, "
-                                "failure_tolerance, wcmp, paths, auto_te, failure_reaction)")]
+                                "failure_tolerance, wcmp, paths, auto_te, failure_reaction, insight)")]
 
 
 def test_a_malformed_element_is_never_a_reference_target_twice() -> None:
@@ -370,7 +370,23 @@ def test_unknown_policy_kind() -> None:
     doc["policies"].append({"kind": "teleport"})
     assert_error(doc, "policies[4].kind: unknown policy kind 'teleport' "
                       "(expected one of drain, utilization_limit, failure_tolerance, wcmp, paths, auto_te, "
-                      "failure_reaction)")
+                      "failure_reaction, insight)")
+
+
+def test_the_insight_policy_has_its_defaults_and_located_errors() -> None:
+    doc = clos_doc()
+    doc["policies"].append({"kind": "insight"})
+    pol = validate_intent(doc).policy("insight")
+    assert (pol.enabled, pol.baseline_s, pol.slowdown_threshold) == (True, 300.0, 1.2)
+    doc["policies"][-1] = {"kind": "insight", "baseline_s": 5, "slowdown_threshold": 1.0}
+    errs = errors_of(doc)
+    assert any(e.startswith("policies[4].baseline_s:") for e in errs), errs
+    assert any(e.startswith("policies[4].slowdown_threshold:") for e in errs), errs
+    doc["policies"][-1] = {"kind": "insight", "window": 3}
+    assert_error(doc, "policies[4].window: unknown field")
+    doc["policies"][-1] = {"kind": "insight"}
+    doc["policies"].append({"kind": "insight", "baseline_s": 600})
+    assert_error(doc, "policies[5].kind: only one 'insight' policy is allowed (first at policies[4])")
 
 
 def test_unknown_policy_field() -> None:

@@ -58,6 +58,7 @@ from controller.model.documents.drift import DeviceDriftDocument, DriftReportDoc
 from controller.model.documents.jobs import (
     DiscoveredJobDocument,
     DiscoveredJobsDocument,
+    InsightEventDocument,
     JobBottleneckDocument,
     JobPerformanceDocument,
     JobPlacementDocument,
@@ -138,7 +139,8 @@ __all__ = [
     "AdjacencyStateDocument", "DeviceStateDocument", "DeviceStateSummary", "DeviceStatesDocument",
     "OspfAdjacencyStateDocument", "DrainCheckDocument", "DrainTargetCheck",
     "DroppedDemandDocument", "FINAL_STATES", "FailedParts", "FailureDocument", "FidelityDocument",
-    "FidelityLinkDocument", "InstalledNextHop", "InvariantDocument", "JobWhatIfDocument", "JsonObject",
+    "FidelityLinkDocument", "InsightEventDocument", "InstalledNextHop", "InvariantDocument", "JobWhatIfDocument",
+    "JsonObject",
     "LeaseDocument", "LinkDeltaDocument", "LinkLoadDocument", "LinkStateDocument", "LinkStatesDocument",
     "LinkUseDocument", "MeasuredDemandDocument", "MeasuredDemandsDocument", "NextHopDocument",
     "OperationalStateDocument", "OverlayDocument", "PatternGroupDocument", "PatternsDocument", "PlanDiffEntry",

@@ -10,8 +10,24 @@ from pydantic import Field
 from controller.model.documents.base import Closed, JsonObject
 from controller.model.documents.safety import FailureDocument
 
-__all__ = ["DiscoveredJobDocument", "DiscoveredJobsDocument", "JobBottleneckDocument", "JobPerformanceDocument",
+__all__ = ["DiscoveredJobDocument", "DiscoveredJobsDocument", "InsightEventDocument",
+           "JobBottleneckDocument", "JobPerformanceDocument",
            "JobPlacementDocument", "JobPlacementsDocument", "OfferedJobDocument", "PlacementSearchFigures"]
+
+
+class InsightEventDocument(Closed):
+    """The data of a ``job.slowdown``, ``job.stalled``, ``job.pattern_changed`` or ``link.hot`` event on the
+    event stream (DESIGN.md, ML workloads): the job or the link (one of the two), its baseline, what was
+    observed, the evidence in words and numbers, and the links the evidence names. An episode is raised once;
+    its end is the same kind with ``cleared: true``."""
+
+    job: str | None = Field(None, description="the job (job.* events)")
+    link: str | None = Field(None, description="the link's id, device:port of its lower end (link.hot)")
+    baseline: dict[str, float | str | None] = Field(description="the learned baseline: mean and spread (sd)")
+    observed: dict[str, float | str | None] = Field(description="what the telemetry interval showed")
+    evidence: str
+    links: list[str] = Field(description="the links the evidence names, as device:port of their lower end")
+    cleared: bool = Field(False, description="true: the episode ended (the observation is back under)")
 
 
 class JobBottleneckDocument(Closed):
