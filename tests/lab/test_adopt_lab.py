@@ -17,12 +17,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,54 +26,38 @@ import yaml
 
 from controller.model.intent import validate_intent
 from labs import runner
-from labs.clab import load_topology
-from tests.labkit import ServedLab
-from tests.serving import LoomServer
+from tests.adoptkit import (
+    REPO,
+    AdoptLab,
+    Routes,
+    adopt_under_watch,
+    check_drain,
+    check_reweighting,
+    hops,
+    served,
+    until,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_bgp"
 LAB = "adopt-bgp"
 NODES = ("leaf1", "leaf2", "spine1", "spine2")
 HOSTS = ("h1", "h2")  # h1 behind leaf1 (172.16.1.10), h2 behind leaf2 (172.16.2.10)
 TOKEN = "adopt-" + "Qm4Zr8Tx2Lk6Wp0Vb3Ns7Hd1Fy5Jc9Ga"
 
-Routes = dict[str, tuple[str, tuple[tuple[str, str, float], ...]]]
-
-
-class AdoptLab(ServedLab):
-    """The hand-written lab (not generated from an intent) with ``loom serve --lab`` on it."""
-
-    def __init__(self, base: Path):
-        super().__init__(base, LAB, {"name": LAB, "devices": [{"name": n} for n in NODES + HOSTS]}, TOKEN)
-        self.server = LoomServer(base, ["--db", str(base / "loom.db"), "--lab", str(FIXTURE)], TOKEN, cwd=REPO,
-                                 env={"LOOM_DRIFT_INTERVAL": "0"})
-
-    def up(self, timeout: float = 90) -> None:
-        runner.down(LAB, NODES + HOSTS)  # a lab left by an earlier run that was killed
-        report = runner.up(load_topology(FIXTURE), timeout=timeout)
-        assert report.converged, report.problems
-        self.server.start()
-
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdoptLab]:
-    served = AdoptLab(tmp_path_factory.mktemp("adopt"))
-    try:
-        served.up()
-        yield served
-    finally:
-        served.down()
+    yield from served(tmp_path_factory, LAB, FIXTURE, NODES, HOSTS, TOKEN)
 
 
 def routes(node: str) -> Routes:
     """Every route of ``node``'s main table: protocol and next hops (gateway, port, share of the weight)."""
-    out: Routes = {}
-    for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", "route", "show", "table", "main"])):
-        hops = r.get("nexthops") or [r]
-        total = sum(int(h.get("weight", 1)) for h in hops)
-        out[r["dst"]] = (r.get("protocol", ""), tuple(sorted(
-            (h.get("gateway", ""), h.get("dev", ""), round(int(h.get("weight", 1)) / total, 6)) for h in hops)))
-    return out
+    return {r["dst"]: (r.get("protocol", ""), hops(r))
+            for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", "route", "show", "table", "main"]))}
+
+
+def all_routes() -> dict[str, Routes]:
+    return {n: routes(n) for n in NODES}
 
 
 def raw_weights(node: str) -> dict[str, list[int]]:
@@ -85,37 +65,15 @@ def raw_weights(node: str) -> dict[str, list[int]]:
             for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", "route"])) if r.get("nexthops")}
 
 
-def sessions(node: str) -> dict[str, tuple[str, int, int]]:
+def sessions(lab: AdoptLab, node: str) -> dict[str, tuple[str, int, int]]:
     """peer -> (state, sessions established, sessions dropped) since bgpd started."""
-    text = runner.node_exec(LAB, node, ["vtysh", "--vty_socket", str(runner.run_dir(LAB) / node),
-                                        "-c", "show bgp ipv4 unicast summary json"])
-    peers = json.loads(text)["peers"]
+    peers = lab.vtysh(node, "show bgp ipv4 unicast summary json")["peers"]
     return {p: (v["state"], v["connectionsEstablished"], v["connectionsDropped"]) for p, v in peers.items()}
-
-
-class Sampler(threading.Thread):
-    """Every router's routes every ``every`` seconds until stopped."""
-
-    def __init__(self, every: float = 0.05):
-        super().__init__(daemon=True)
-        self.every, self.samples = every, []  # type: list[tuple[float, dict[str, Routes]]]
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            self.samples.append((time.monotonic(), {n: routes(n) for n in NODES}))
-            time.sleep(self.every)
-
-
-def _discover(lab: AdoptLab, *args: str) -> dict[str, Any]:
-    out = lab.cli("discover", *args, "--json")
-    assert out.returncode == 0, out.stdout + out.stderr
-    return dict(json.loads(out.stdout))
 
 
 def test_discovery_through_namespaces_and_agents(lab: AdoptLab):
     out = lab.base / "intent.yaml"
-    found = _discover(lab, str(FIXTURE), "--out", str(out))
+    found = lab.discover(str(FIXTURE), "--out", str(out))
     intent = validate_intent(yaml.safe_load(out.read_text()))
     assert validate_intent(found["intent"]) == intent
     ends = {}
@@ -130,7 +88,7 @@ def test_discovery_through_namespaces_and_agents(lab: AdoptLab):
     assert len(ends) == 8
     assert {d.name: str(d.router_id) for d in intent.devices} == {
         "leaf1": "10.0.0.11", "leaf2": "10.0.0.12", "spine1": "10.0.0.1", "spine2": "10.0.0.2"}
-    via_agents = _discover(lab, "--agents", str(runner.agents_file(LAB)), "--name", LAB)
+    via_agents = lab.discover("--agents", str(runner.agents_file(LAB)), "--name", LAB)
     assert via_agents == found
 
 
@@ -138,7 +96,7 @@ def test_adoption_changes_no_forwarding_and_resets_no_session(lab: AdoptLab):
     path = lab.base / "intent.yaml"
     before = {n: routes(n) for n in NODES}
     weights_before = {n: raw_weights(n) for n in NODES}
-    established = {n: sessions(n) for n in NODES}
+    established = {n: sessions(lab, n) for n in NODES}
     assert all(s[0] == "Established" for n in NODES for s in established[n].values())
     dry = json.loads(lab.cli("apply", str(path), "--dry-run", "--json", check=True).stdout)
     review = dry.get("review", dry)
@@ -155,66 +113,30 @@ def test_adoption_changes_no_forwarding_and_resets_no_session(lab: AdoptLab):
     assert ("leaf2", "removes", "network 172.16.2.0/24") in warnings, warnings
     assert {("spine1", "removes", "next hop eth2"), ("leaf1", "removes", "next hop eth1")} <= warnings, warnings
     assert before == {n: routes(n) for n in NODES}  # a review pushes nothing
-    sampler = Sampler()
-    sampler.start()
-    ping = subprocess.Popen(["ip", "netns", "exec", runner.namespace(LAB, "h1"), "ping", "-q", "-n", "-i", "0.02",
-                             "-c", "400", "172.16.2.10"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        change = json.loads(lab.cli("apply", str(path), "--json", check=True).stdout)
-        done = lab.wait(change["id"])
-        time.sleep(1.0)  # what BGP does after the commit is part of the adoption too
-        pinged, _ = ping.communicate(timeout=30)
-    finally:
-        ping.kill()
-        sampler.halt.set()
-        sampler.join(10)
-    assert done["state"] == "committed", done
-    sent, got = (int(x) for x in re.search(r"(\d+) packets transmitted, (\d+) received", pinged).groups())
-    assert sent == 400 and got == sent, pinged
+    seen = adopt_under_watch(lab, path, all_routes, "h1", "172.16.2.10")
+    assert seen.done["state"] == "committed", seen.done
+    assert seen.sent == 400 and seen.received == seen.sent, seen.summary()
     after = {n: routes(n) for n in NODES}
     assert after == before
-    differing = [(round(t, 2), n) for t, s in sampler.samples for n in NODES if s[n] != before[n]]
-    assert len(sampler.samples) > 20 and differing == [], differing[:10]
-    assert {n: sessions(n) for n in NODES} == established
+    differing = seen.differing(before)
+    assert len(seen.samples) > 20 and differing == [], differing[:10]
+    assert {n: sessions(lab, n) for n in NODES} == established
     # what changed is the scale of the weights (WCMP's link bandwidth), never their split
     for n in NODES:
         for prefix, ws in raw_weights(n).items():
             old = weights_before[n][prefix]
             assert [w / math.gcd(*ws) for w in ws] == [w / math.gcd(*old) for w in old]
-    print(f"adoption: {len(sampler.samples)} samples of {len(NODES)} routers' routes over "
-          f"{sampler.samples[-1][0] - sampler.samples[0][0]:.1f} s, none differing; sessions unchanged; "
-          f"ping h1 -> h2: {got}/{sent} received")
-
-
-def _until(node: str, prefix: str, want: Any, timeout: float = 20) -> Any:
-    """``node``'s route to ``prefix`` once ``want(route)`` holds, or the last one read at ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = routes(node).get(prefix)
-        if (got is not None and want(got)) or time.monotonic() > deadline:
-            return got
-        time.sleep(0.2)
+    print(f"adoption: {seen.summary()}; none differing, sessions unchanged")
 
 
 def test_reweighting_after_adoption(lab: AdoptLab):
     """Uneven capacities and a demand: the leaf's kernel splits 1:3, as the plan's WCMP weights say."""
-    doc = yaml.safe_load((lab.base / "intent.yaml").read_text())
-    for link in doc["links"]:
-        link["capacity_gbps"] = 10.0 if "spine1" in (link["a"], link["b"]) else 30.0
-    doc["demands"] = [{"from": "leaf1", "to": "172.16.2.0/24", "gbps": 20}]
-    done = lab.wait(lab.apply(doc)["id"])
-    assert done["state"] == "committed", done
-    got = _until("leaf1", "172.16.2.0/24", lambda r: {h[1]: h[2] for h in r[1]}.get("eth2") == 0.75)
-    assert got is not None and {h[1]: h[2] for h in got[1]} == {"eth1": 0.25, "eth2": 0.75}, got
+    check_reweighting(lab, lambda: routes("leaf1"), fast="eth2", slow="eth1", spine="spine1", src="leaf1",
+                      prefix="172.16.2.0/24")
 
 
 def test_drain_after_adoption(lab: AdoptLab):
-    doc = yaml.safe_load((lab.base / "intent.yaml").read_text())
-    doc["policies"] = [{"kind": "drain", "target": "spine1"}]
-    done = lab.wait(lab.apply(doc)["id"])
-    assert done["state"] == "committed", done
-    got = _until("leaf1", "172.16.2.0/24", lambda r: [h[1] for h in r[1]] == ["eth2"])
-    assert got is not None and [h[1] for h in got[1]] == ["eth2"], got  # only through spine2
+    check_drain(lab, lambda: routes("leaf1"), spine="spine1", prefix="172.16.2.0/24", port_left="eth2")  # spine2
 
 
 def _eventually(check: Any, timeout: float = 30, interval: float = 0.2) -> Any:
@@ -244,7 +166,7 @@ def test_failure_reaction_after_adoption(lab: AdoptLab):
         first = _eventually(reactions, timeout=30)
         assert first and first[0]["author"] == "failover", first
         assert first[0]["overlay"] == {"links": ["leaf1:eth1"], "devices": []}, first[0]
-        got = _until("leaf1", "172.16.2.0/24", lambda r: [h[1] for h in r[1]] == ["eth2"])
+        got = until(lambda: routes("leaf1"), "172.16.2.0/24", lambda r: [h[1] for h in r[1]] == ["eth2"])
         assert got is not None and [h[1] for h in got[1]] == ["eth2"], got
     finally:
         runner.node_exec(LAB, "leaf1", ["ip", "link", "set", "eth1", "up"])
