@@ -44,7 +44,6 @@ of :class:`controller.workflow.engine.Workflow`: review, commit, wait) and the s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -54,9 +53,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 import numpy as np
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from controller.aio import cancel_and_wait, repeat
 from controller.model import AutoTePolicy, Intent
 from controller.model.documents import (
     AutoTeDecisionDocument,
@@ -283,26 +282,14 @@ class AutoTe:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
 
     async def _loop(self) -> None:
-        while True:
-            try:
-                delay = await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except DBAPIError as exc:  # the store is down or not migrated: /readyz says so; try again later
-                log.warning("automatic re-tuning: the store cannot answer: %s", str(exc).splitlines()[0])
-                delay = IDLE_S
-            except Exception:
-                log.exception("automatic re-tuning: the evaluation failed")
-                delay = IDLE_S
-            self.next_run = self.clock() + delay
-            await asyncio.sleep(delay)
+        await repeat(self.tick, what="automatic re-tuning", log=log, idle_s=IDLE_S, before_sleep=self._next)
+
+    def _next(self, delay: float) -> None:
+        self.next_run = self.clock() + delay
 
     # -- one evaluation --------------------------------------------------------------
     def _read(self, session: Session) -> _Read | None:

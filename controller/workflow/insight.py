@@ -26,7 +26,6 @@ while a transaction holds the devices is skipped (the fabric is changing).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -34,9 +33,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from controller.aio import cancel_and_wait, repeat
 from controller.model import InsightPolicy, Intent
 from controller.model.errors import NotFound
 from controller.model.plan import Plan
@@ -83,25 +82,11 @@ class Insight:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
 
     async def _loop(self) -> None:
-        while True:
-            try:
-                delay = await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except DBAPIError as exc:
-                log.warning("insight: the store cannot answer: %s", str(exc).splitlines()[0])
-                delay = IDLE_S
-            except Exception:
-                log.exception("insight: the observation failed")
-                delay = IDLE_S
-            await asyncio.sleep(delay)
+        await repeat(self.tick, what="insight", log=log, idle_s=IDLE_S)
 
     async def _active(self) -> tuple[Intent, Plan] | None:
         tel = self.runtime.telemetry
