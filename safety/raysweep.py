@@ -28,12 +28,14 @@ executor). How a sweep uses a cluster, and why:
   they go back to the queue and run on the workers left, and a replacement worker is asked
   for, which joins once Ray has placed it and it is warm. With no worker left and none
   placed within ``lost_s``, the sweep raises :class:`ExecutorUnavailable`, as it does when
-  the cluster cannot be reached at all.
+  the cluster cannot be reached at all. A worker that dies while it starts is asked for
+  again (up to :data:`RESTARTS_PER_WORKER` times per worker of the pool), with a warning.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import socket
 import sys
@@ -50,6 +52,9 @@ from safety.scenarios import Scenario
 __all__ = ["IN_FLIGHT", "ExecutorUnavailable", "RayExecutor", "SweepWorker", "loopback_ray"]
 
 IN_FLIGHT = 2  # chunks queued per worker: one running, one waiting
+RESTARTS_PER_WORKER = 2  # a pool asks again this many times per worker for workers that die starting
+
+log = logging.getLogger("loom.safety.ray")
 _LOCK = threading.Lock()  # one Ray session per process: sweeps from several threads take turns
 
 
@@ -137,6 +142,7 @@ class RayExecutor:
         self.connect_s = connect_s
         self.max_workers = workers
         self.replaced = 0  # workers lost and asked for again, over this executor's life
+        self.restarted = 0  # workers that died starting (before their first chunk) and were asked for again
         self.started_s: list[float] = []  # each ready worker's start (copy and warm-up), seconds
         self._workers = 0
         self._started = False
@@ -210,7 +216,13 @@ class RayExecutor:
             actor = self._starting.pop(ref)
             try:
                 self.started_s.append(ray.get(ref)[1])
-            except _lost_errors():
+            except _lost_errors() as exc:
+                # a worker that died starting (its process or node lost, or Ray gave up placing it under load):
+                # asked for again, a bounded number of times, so a pool does not start short
+                log.warning("a Ray worker died starting: %s", str(exc).splitlines()[0] if str(exc) else exc)
+                if self.restarted < RESTARTS_PER_WORKER * max(1, self._workers):
+                    self.restarted += 1
+                    self._spawn(ray)
                 continue
             self._actors.append(actor)
 

@@ -21,6 +21,10 @@ from safety.sweep import LocalExecutor, RayExecutor, loopback_ray, sweep
 from tests.unit.test_safety_replay import clos_doc, routed_plan
 from tests.unit.test_safety_sweep import fabric
 
+# Ray 2.60 turns token authentication on for a cluster that ray.init starts, and a driver that has started one
+# cannot then use a cluster without it (its actors die at once): the clusters of these tests (loopback only, the
+# nodes' of tests.raycluster started with it off) all run without it, whichever module a worker runs first.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 loopback_ray()  # before ray is imported: the cluster listens on 127.0.0.1 only
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,6 +6,7 @@ configured cluster above its threshold, and stays in this process below it."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,10 @@ from tests.raycluster import RayNodes
 from tests.unit.test_safety_replay import routed_plan
 from tests.unit.test_safety_sweep import fabric
 
+# Ray 2.60 turns token authentication on for a cluster that ray.init starts, and a driver that has started one
+# cannot then use a cluster without it (its actors die at once): the clusters of these tests (loopback only, the
+# nodes' of tests.raycluster started with it off) all run without it, whichever module a worker runs first.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 loopback_ray()  # before ray is imported: this process's driver talks to 127.0.0.1 only
 ray = pytest.importorskip("ray")
 
