@@ -33,7 +33,8 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class Interface:
     """A port: ``name`` as in the intent (``eth1``), ``address`` in CIDR form
-    (``100.64.0.0/31``) or ``None``. ``peer`` names the device at the far end of
+    (``100.64.0.0/31``) or ``None``, ``address6`` its IPv6 one (a link end of ``ipv6-numbered``,
+    a host port's IPv6 subnet) or ``None``. ``peer`` names the device at the far end of
     a fabric link; ``host`` marks a host subnet port (where a prefix lives).
     ``metric`` is the IS-IS metric or OSPF cost of the link; ``drained``: the link is drained."""
 
@@ -44,11 +45,15 @@ class Interface:
     host: bool = False
     metric: int = 10
     drained: bool = False
+    address6: str | None = None
 
     def to_document(self) -> dict[str, Any]:
-        return {"name": self.name, "address": self.address, "peer": self.peer,
-                "peer_port": self.peer_port, "host": self.host, "metric": self.metric,
-                "drained": self.drained}
+        doc: dict[str, Any] = {"name": self.name, "address": self.address, "peer": self.peer,
+                               "peer_port": self.peer_port, "host": self.host, "metric": self.metric,
+                               "drained": self.drained}
+        if self.address6 is not None:  # only when set: IPv4 documents read as before IPv6 existed
+            doc["address6"] = self.address6
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +130,10 @@ class DeviceConfig:
     transit (it advertises only the prefixes it originates); ``originated``:
     its prefixes, each living on a host port; ``maximum_paths`` and
     ``multipath_relax``: ECMP over equal-length AS paths of different ASNs
-    (RFC 7938 section 6.3); ``timers``: BGP keepalive and hold seconds.
+    (RFC 7938 section 6.3); ``timers``: BGP keepalive and hold seconds;
+    ``underlay``: how links are numbered and sessions run (``ipv4-numbered``,
+    ``unnumbered``, ``ipv6-numbered``: DESIGN.md "Underlay"); ``loopback6``: the
+    device's IPv6 loopback address, if any (its IPv4 one is ``router_id``).
     """
 
     hostname: str
@@ -141,6 +149,8 @@ class DeviceConfig:
     timers: tuple[int, int] = DEFAULT_TIMERS
     link_bandwidth: tuple[LinkBandwidth, ...] = ()
     fib_routes: tuple[FibRoute, ...] = ()
+    underlay: str = "ipv4-numbered"
+    loopback6: str | None = None
 
     def interface(self, name: str) -> Interface:
         for i in self.interfaces:
@@ -172,6 +182,9 @@ class DeviceConfig:
             "timers": list(self.timers),
             "link_bandwidth": [b.to_document() for b in self.link_bandwidth],
             "fib_routes": [r.to_document() for r in self.fib_routes],
+            # only when not the defaults: IPv4 documents (golden files, hashes) read as before IPv6 existed
+            **({"underlay": self.underlay} if self.underlay != "ipv4-numbered" else {}),
+            **({"loopback6": self.loopback6} if self.loopback6 is not None else {}),
         }
 
     @classmethod
@@ -194,6 +207,8 @@ class DeviceConfig:
                 FibRoute(prefix=r["prefix"], group=r["group"],
                          nexthops=tuple(FibNexthop(**h) for h in r["nexthops"]))
                 for r in doc.get("fib_routes", ())),
+            underlay=doc.get("underlay", "ipv4-numbered"),
+            loopback6=doc.get("loopback6"),
         )
 
 

@@ -71,12 +71,13 @@ def config_to_proto(c: DeviceConfig) -> pb.DeviceConfig:
         drained=c.drained, maximum_paths=c.maximum_paths, multipath_relax=c.multipath_relax,
         keepalive_seconds=c.timers[0], hold_seconds=c.timers[1],
         interfaces=[pb.Interface(name=i.name, address=i.address, peer=i.peer, peer_port=i.peer_port, host=i.host,
-                                 metric=i.metric, drained=i.drained) for i in c.interfaces],
+                                 metric=i.metric, drained=i.drained, address6=i.address6) for i in c.interfaces],
         neighbors=[pb.BgpNeighbor(port=n.port, peer=n.peer, remote_asn=n.remote_asn, address=n.address,
                                   drained=n.drained) for n in c.neighbors],
         link_bandwidth=[pb.LinkBandwidth(port=b.port, prefix=b.prefix, mbps=b.mbps) for b in c.link_bandwidth],
         fib_routes=[pb.FibRoute(prefix=r.prefix, group=r.group, nexthops=[
             pb.FibNexthop(port=h.port, gateway=h.gateway, weight=h.weight) for h in r.nexthops]) for r in c.fib_routes],
+        underlay="" if c.underlay == "ipv4-numbered" else c.underlay, loopback6=c.loopback6,
     )
     if c.asn is not None:
         msg.asn = c.asn
@@ -98,7 +99,7 @@ def config_from_proto(m: pb.DeviceConfig) -> DeviceConfig:
     return DeviceConfig(
         hostname=m.hostname, asn=_opt(m, "asn"), router_id=m.router_id,
         interfaces=tuple(Interface(i.name, _opt(i, "address"), _opt(i, "peer"), _opt(i, "peer_port"), i.host,
-                                   i.metric, i.drained) for i in m.interfaces),
+                                   i.metric, i.drained, _opt(i, "address6")) for i in m.interfaces),
         neighbors=tuple(BgpNeighbor(n.port, n.peer, n.remote_asn, _opt(n, "address"), n.drained)
                         for n in m.neighbors),
         originated=tuple(m.originated), routing=m.routing or "bgp", drained=m.drained,
@@ -107,6 +108,7 @@ def config_from_proto(m: pb.DeviceConfig) -> DeviceConfig:
         link_bandwidth=tuple(LinkBandwidth(b.port, b.prefix, b.mbps) for b in m.link_bandwidth),
         fib_routes=tuple(FibRoute(r.prefix, r.group, tuple(FibNexthop(h.port, h.gateway, h.weight)
                                                            for h in r.nexthops)) for r in m.fib_routes),
+        underlay=m.underlay or "ipv4-numbered", loopback6=_opt(m, "loopback6"),
     )
 
 

@@ -20,7 +20,16 @@ import ipaddress
 import re
 from collections import defaultdict
 
-from controller.model import DEFAULT_METRIC, Intent, Routing, WcmpRealization
+from controller.model import (
+    DEFAULT_METRIC,
+    Intent,
+    Link,
+    Routing,
+    Underlay,
+    WcmpRealization,
+    prefix_order,
+    prefix_version,
+)
 from controller.model.addressing import LINK_POOL, LOOPBACK_POOL, Allocation, allocate, carried
 from controller.model.plan import Plan
 from southbound.config import (
@@ -55,8 +64,9 @@ _LOCAL = "LOOM-LOCAL"
 
 def host_address(prefix: str) -> str:
     """The address a device originating ``prefix`` holds on its host port: the
-    prefix's first address, in CIDR form (``10.0.0.0/24`` -> ``10.0.0.1/24``)."""
-    net = ipaddress.IPv4Network(prefix)
+    prefix's first address, in CIDR form (``10.0.0.0/24`` -> ``10.0.0.1/24``,
+    ``2001:db8::/64`` -> ``2001:db8::1/64``)."""
+    net = ipaddress.ip_network(prefix)
     first = net.network_address if net.num_addresses <= 2 else net.network_address + 1
     return f"{first}/{net.prefixlen}"
 
@@ -82,9 +92,8 @@ def _port_order(name: str) -> tuple[str, int, str]:
     return (m.group(1), int(m.group(2)), name) if m else (name, -1, name)
 
 
-def _prefix_order(prefix: str) -> tuple[int, int]:
-    net = ipaddress.IPv4Network(prefix)
-    return int(net.network_address), net.prefixlen
+def _prefix_order(prefix: str) -> tuple[int, int, int]:
+    return prefix_order(prefix)
 
 
 def device_configs(intent: Intent, plan: Plan | None = None, *,
@@ -113,24 +122,38 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
     originated = _originated(intent)
     lbw, fib = _wcmp_state(intent, plan, gateway)
     out: dict[str, DeviceConfig] = {}
+    underlay = intent.defaults.underlay
     for d in intent.devices:
         router_id = allocation.router_id(intent, d.name)
-        # a prefix that is the device's own /32 router id lives on its loopback, not on a host port
-        on_ports = [p for p in originated[d.name] if p != f"{router_id}/32"]
-        host = tuple(Interface(f"host{k}", host_address(p), host=True) for k, p in enumerate(on_ports))
+        loopback6 = d.loopback_v6
         out[d.name] = DeviceConfig(
             hostname=d.name,
             asn=d.asn if intent.routing == Routing.BGP else None,
             router_id=router_id,
-            interfaces=tuple(ports[d.name]) + host,
+            interfaces=tuple(ports[d.name]) + _host_ports(originated[d.name], router_id, loopback6),
             neighbors=tuple(neighbors[d.name]),
             originated=tuple(originated[d.name]),
             routing=intent.routing.value,
             drained=d.name in intent.drained_devices,
             link_bandwidth=tuple(lbw[d.name]),
             fib_routes=tuple(fib[d.name]),
+            underlay=underlay.value,
+            loopback6=None if loopback6 is None else str(loopback6),
         )
     return out
+
+
+def _host_ports(originated: list[str], router_id: str, loopback6: ipaddress.IPv6Address | None
+                ) -> tuple[Interface, ...]:
+    """The host ports where a device's prefixes live: ``hostK`` holds its K-th IPv4 prefix and its K-th
+    IPv6 one (a dual-stack host subnet), each by its first address. A prefix that is the device's own
+    loopback (its router id's /32, its IPv6 loopback's /128) lives on the loopback, not on a host port."""
+    own = {f"{router_id}/32"} | ({f"{loopback6}/128"} if loopback6 is not None else set())
+    v4 = [p for p in originated if p not in own and prefix_version(p) == 4]
+    v6 = [p for p in originated if p not in own and prefix_version(p) == 6]
+    return tuple(Interface(f"host{k}", host_address(v4[k]) if k < len(v4) else None, host=True,
+                           address6=host_address(v6[k]) if k < len(v6) else None)
+                 for k in range(max(len(v4), len(v6))))
 
 
 def _link_ends(intent: Intent, allocation: Allocation) -> tuple[
@@ -143,24 +166,41 @@ def _link_ends(intent: Intent, allocation: Allocation) -> tuple[
     drained_links = intent.drained_links
     dmap = intent.device_map
     for link in intent.links:
-        addr_a, addr_b = allocation.link_addresses(link)
+        (a4, b4), (a6, b6) = _numbering(intent.defaults.underlay, allocation, link)
         drained = link.key in drained_links
-        ports[link.a].append(Interface(link.a_port, addr_a, peer=link.b, peer_port=link.b_port,
-                                       metric=link.metric, drained=drained))
-        ports[link.b].append(Interface(link.b_port, addr_b, peer=link.a, peer_port=link.a_port,
-                                       metric=link.metric, drained=drained))
-        gateway[link.a, link.a_port] = addr_b.split("/")[0]
-        gateway[link.b, link.b_port] = addr_a.split("/")[0]
+        ports[link.a].append(Interface(link.a_port, a4, peer=link.b, peer_port=link.b_port,
+                                       metric=link.metric, drained=drained, address6=a6))
+        ports[link.b].append(Interface(link.b_port, b4, peer=link.a, peer_port=link.a_port,
+                                       metric=link.metric, drained=drained, address6=b6))
+        # the peer's address on the link: IPv4 where numbered so, else IPv6; None (unnumbered): link-local
+        peer_of_a, peer_of_b = _host_part(b4 or b6), _host_part(a4 or a6)
+        gateway[link.a, link.a_port] = peer_of_a or ""
+        gateway[link.b, link.b_port] = peer_of_b or ""
         if intent.routing == Routing.BGP:
             asn_a, asn_b = dmap[link.a].asn, dmap[link.b].asn
             assert asn_a is not None and asn_b is not None  # validated: routing bgp needs ASNs
-            neighbors[link.a].append(BgpNeighbor(link.a_port, link.b, asn_b, addr_b.split("/")[0], drained))
-            neighbors[link.b].append(BgpNeighbor(link.b_port, link.a, asn_a, addr_a.split("/")[0], drained))
+            neighbors[link.a].append(BgpNeighbor(link.a_port, link.b, asn_b, peer_of_a, drained))
+            neighbors[link.b].append(BgpNeighbor(link.b_port, link.a, asn_a, peer_of_b, drained))
     for itfs in ports.values():
         itfs.sort(key=lambda x: _port_order(x.name))
     for peers in neighbors.values():
         peers.sort(key=lambda x: _port_order(x.port))
     return ports, neighbors, gateway
+
+
+def _host_part(cidr: str | None) -> str | None:
+    return None if cidr is None else cidr.split("/")[0]
+
+
+def _numbering(underlay: Underlay, allocation: Allocation, link: Link
+               ) -> tuple[tuple[str | None, str | None], tuple[str | None, str | None]]:
+    """A link's ends' IPv4 and IPv6 addresses (CIDR) on ``underlay``: ``ipv4-numbered`` its /31 (or pins),
+    ``ipv6-numbered`` its /127 (or pins), ``unnumbered`` none (the interfaces' link-local addresses)."""
+    if underlay == Underlay.IPV4_NUMBERED:
+        return allocation.link_addresses(link), (None, None)
+    if underlay == Underlay.IPV6_NUMBERED:
+        return (None, None), allocation.link_addresses6(link)
+    return (None, None), (None, None)
 
 
 def _originated(intent: Intent) -> dict[str, list[str]]:

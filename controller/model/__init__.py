@@ -49,11 +49,14 @@ from controller.model.domain import (
     Prefix,
     Role,
     Routing,
+    Underlay,
     UtilizationLimitPolicy,
     WcmpPolicy,
     WcmpRealization,
     canonical_prefix,
     parse_link_end,
+    prefix_order,
+    prefix_version,
 )
 
 __all__ = [
@@ -92,9 +95,12 @@ __all__ = [
     "Prefix",
     "Role",
     "Routing",
+    "Underlay",
     "UtilizationLimitPolicy",
     "WcmpPolicy",
     "WcmpRealization",
     "canonical_prefix",
     "parse_link_end",
+    "prefix_order",
+    "prefix_version",
 ]

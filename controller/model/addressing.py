@@ -50,6 +50,7 @@ from controller.model.domain import Intent, Link
 
 __all__ = [
     "DEVICE_SLOTS",
+    "LINK6_POOL",
     "LINK_POOL",
     "LINK_SLOTS",
     "LOOPBACK_POOL",
@@ -64,6 +65,10 @@ __all__ = [
 LINK_POOL = ipaddress.IPv4Network("100.64.0.0/11")
 #: Router ids (loopbacks) of devices whose intent gives none, placed by the hash of the device's name.
 LOOPBACK_POOL = ipaddress.IPv4Network("100.127.0.0/16")
+#: /127s for fabric links of ``defaults.underlay: ipv6-numbered`` (a ULA, RFC 4193): a link's /127 is the
+#: slot of its /31 in :data:`LINK_POOL`, so the two numberings of a link move together and a change of
+#: underlay moves no slot.
+LINK6_POOL = ipaddress.IPv6Network("fd6c:6f6f:6d00:1::/64")
 
 _LINK_SLOTS = LINK_POOL.num_addresses // 2
 _DEVICE_SLOTS = LOOPBACK_POOL.num_addresses - 2  # neither the pool's first nor its last address
@@ -101,14 +106,24 @@ class Allocation:
         lo, hi = f"{base}/31", f"{base + 1}/31"
         return (lo, hi) if link.end_a < link.end_b else (hi, lo)
 
+    def link_addresses6(self, link: Link) -> tuple[str, str]:
+        """The IPv6 CIDR addresses of ``link``'s ends (``ipv6-numbered``): its pinned ones, else its /127's
+        in :data:`LINK6_POOL` at the slot of its /31 (the lower address on the lower end)."""
+        if link.a_address is not None and link.b_address is not None:
+            return str(link.a_address), str(link.b_address)
+        base = LINK6_POOL.network_address + 2 * self.links[link_id(link)]
+        lo, hi = f"{base}/127", f"{base + 1}/127"
+        return (lo, hi) if link.end_a < link.end_b else (hi, lo)
+
     def router_id(self, intent: Intent, name: str) -> str:
-        """``name``'s router id: its pinned ``router_id``, else its intent's loopback, else its slot in
-        :data:`LOOPBACK_POOL`."""
+        """``name``'s router id: its pinned ``router_id``, else its intent's IPv4 loopback, else its slot in
+        :data:`LOOPBACK_POOL` (a router id is 32 bits in BGP, OSPF and Loom's IS-IS NETs, whatever the
+        families the device routes)."""
         d = intent.device_map[name]
         if d.router_id is not None:
             return str(d.router_id)
-        if d.loopback is not None:
-            return str(d.loopback)
+        if d.loopback_v4 is not None:
+            return str(d.loopback_v4)
         return str(LOOPBACK_POOL.network_address + 1 + self.devices[name])
 
     def pins(self) -> Allocation:
@@ -159,7 +174,7 @@ def _place(keys: Iterable[str], keep: Mapping[str, int], reserved: set[int], siz
     return out
 
 
-def _explicit(intent: Intent) -> list[ipaddress.IPv4Address]:
+def _explicit(intent: Intent) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
     """Every address ``intent`` gives itself: loopbacks, pinned router ids, and pinned links' addresses
     (a small subnet's every address, so no allocated /31 falls inside it)."""
     out = [a for d in intent.devices for a in (d.loopback, d.router_id) if a is not None]
@@ -170,11 +185,12 @@ def _explicit(intent: Intent) -> list[ipaddress.IPv4Address]:
     return out
 
 
-def _reserved(intent: Intent, pool: ipaddress.IPv4Network, offset: int, width: int, size: int) -> set[int]:
+def _reserved(intent: Intent, pool: ipaddress.IPv4Network | ipaddress.IPv6Network, offset: int, width: int,
+              size: int) -> set[int]:
     """Slots of ``pool`` (slot ``s`` holds addresses ``offset + width * s`` onward) that hold an
     address ``intent`` gives explicitly (a loopback, a pinned router id or link address)."""
     base = int(pool.network_address)
-    slots = ((int(a) - base - offset) // width for a in _explicit(intent) if a in pool)
+    slots = ((int(a) - base - offset) // width for a in _explicit(intent) if a.version == pool.version and a in pool)
     return {s for s in slots if 0 <= s < size}
 
 
@@ -212,8 +228,9 @@ def allocate(intent: Intent, keep: Allocation | None = None) -> Allocation:
     """
     keep = keep or Allocation()
     links = _place((link_id(lk) for lk in intent.links if not lk.pinned), keep.links,
-                   _reserved(intent, LINK_POOL, 0, 2, _LINK_SLOTS), _LINK_SLOTS, "links")
-    devices = _place((d.name for d in intent.devices if d.loopback is None and d.router_id is None), keep.devices,
+                   _reserved(intent, LINK_POOL, 0, 2, _LINK_SLOTS) | _reserved(intent, LINK6_POOL, 0, 2, _LINK_SLOTS),
+                   _LINK_SLOTS, "links")
+    devices = _place((d.name for d in intent.devices if d.loopback_v4 is None and d.router_id is None), keep.devices,
                      _reserved(intent, LOOPBACK_POOL, 1, 1, _DEVICE_SLOTS), _DEVICE_SLOTS, "devices")
     return Allocation(links, devices)
 

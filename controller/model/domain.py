@@ -60,10 +60,14 @@ __all__ = [
     "Prefix",
     "Role",
     "Routing",
+    "Underlay",
     "UtilizationLimitPolicy",
     "WcmpPolicy",
     "WcmpRealization",
+    "canonical_prefix",
     "parse_link_end",
+    "prefix_order",
+    "prefix_version",
 ]
 
 ASN_MAX = 4_294_967_295
@@ -165,11 +169,51 @@ class FailureToleranceScope(StrEnum):
     K2 = "k2"
 
 
+def _ip_value(kind: str, parse: Any, example: str) -> Any:
+    """A validator that parses either family with ``parse`` (``ipaddress.ip_address`` or ``ip_interface``):
+    one clean message for a bad value rather than one per family."""
+
+    def check(v: Any) -> Any:
+        if isinstance(v, (ipaddress.IPv4Address, ipaddress.IPv6Address, ipaddress.IPv4Interface,
+                          ipaddress.IPv6Interface)):
+            return v
+        if not isinstance(v, str):
+            raise ValueError(f"expected {kind} string like {example}")
+        try:
+            return parse(v)
+        except ValueError:
+            raise ValueError(f"'{v}' is not {kind} (expected one like {example})") from None
+
+    return BeforeValidator(check)
+
+
+#: An IPv4 or IPv6 address (a loopback).
+IpAddress = Annotated[ipaddress.IPv4Address | ipaddress.IPv6Address,
+                      _ip_value("an IPv4 or IPv6 address", ipaddress.ip_address, "'10.255.0.1' or '2001:db8::1'")]
+#: An interface address of either family with its length (a pinned link end).
+IpInterface = Annotated[ipaddress.IPv4Interface | ipaddress.IPv6Interface,
+                        _ip_value("an interface address", ipaddress.ip_interface, "'192.168.1.1/30' or 'fd00::1/127'")]
+
+
+class Underlay(StrEnum):
+    """How fabric links are numbered and BGP sessions run (DESIGN.md "Underlay"):
+    ``ipv4-numbered`` (a /31 per link, sessions to the peer's IPv4 address; the default),
+    ``unnumbered`` (no link addresses: BGP on the interfaces over IPv6 link-local, IPv4 and IPv6
+    routes over IPv6 next hops, RFC 8950) or ``ipv6-numbered`` (a /127 per link, sessions to the
+    peer's IPv6 address, IPv4 routes over IPv6 next hops)."""
+
+    IPV4_NUMBERED = "ipv4-numbered"
+    UNNUMBERED = "unnumbered"
+    IPV6_NUMBERED = "ipv6-numbered"
+
+
 class Defaults(_Frozen):
     """Fabric-wide defaults. ``max_ecmp_entries``: hardware budget per nexthop
-    group, the largest sum of integer weights a group may have (default 128)."""
+    group, the largest sum of integer weights a group may have (default 128);
+    ``underlay``: how links are numbered (:class:`Underlay`, default ``ipv4-numbered``)."""
 
     max_ecmp_entries: EcmpEntries = DEFAULT_MAX_ECMP_ENTRIES
+    underlay: Underlay = Underlay.IPV4_NUMBERED
 
 
 class Device(_Frozen):
@@ -178,16 +222,35 @@ class Device(_Frozen):
     id and the address the device's own services answer on. ``router_id`` pins
     the router id (BGP router-id, IS-IS system id) a running device has, which
     then also holds the loopback address unless ``loopback`` names another one
-    (DESIGN.md "Adoption"); absent, it is the loopback or allocated."""
+    (DESIGN.md "Adoption"); absent, it is the IPv4 loopback or allocated. ``loopback``
+    takes either family; ``loopback6`` gives an IPv4-looped device its IPv6 loopback too
+    (dual stack); a device has at most one loopback of each family."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     role: Role = Role.ROUTER
     pod: Index | None = None
     plane: Index | None = None
     asn: Annotated[int, _Number] | None = None
-    loopback: ipaddress.IPv4Address | None = None
+    loopback: IpAddress | None = None
+    loopback6: ipaddress.IPv6Address | None = None
     router_id: ipaddress.IPv4Address | None = None
     max_ecmp_entries: EcmpEntries | None = None
+
+    @model_validator(mode="after")
+    def _one_loopback_per_family(self) -> Device:
+        if self.loopback6 is not None and isinstance(self.loopback, ipaddress.IPv6Address):
+            raise ValueError("loopback6: the device's loopback is already IPv6 (at most one loopback per family)")
+        return self
+
+    @property
+    def loopback_v4(self) -> ipaddress.IPv4Address | None:
+        """The device's IPv4 loopback, if it has one."""
+        return self.loopback if isinstance(self.loopback, ipaddress.IPv4Address) else None
+
+    @property
+    def loopback_v6(self) -> ipaddress.IPv6Address | None:
+        """The device's IPv6 loopback (``loopback`` when IPv6, else ``loopback6``), if it has one."""
+        return self.loopback if isinstance(self.loopback, ipaddress.IPv6Address) else self.loopback6
 
     @field_validator("asn")
     @classmethod
@@ -212,8 +275,8 @@ class Link(_Frozen):
     b_port: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")
     capacity_gbps: CapacityGbps = DEFAULT_CAPACITY_GBPS
     metric: Metric = DEFAULT_METRIC
-    a_address: ipaddress.IPv4Interface | None = None
-    b_address: ipaddress.IPv4Interface | None = None
+    a_address: IpInterface | None = None
+    b_address: IpInterface | None = None
 
     @property
     def pinned(self) -> bool:
@@ -256,7 +319,7 @@ class FailureDomain(_Frozen):
 
 
 class Prefix(_Frozen):
-    """An IPv4 prefix and the devices that originate it (several = anycast)."""
+    """An IPv4 or IPv6 prefix and the devices that originate it (several = anycast)."""
 
     prefix: PrefixText
     origins: tuple[DeviceRef, ...] = Field(min_length=1)
@@ -267,14 +330,38 @@ class Prefix(_Frozen):
         return canonical_prefix(v)
 
     @property
-    def network(self) -> ipaddress.IPv4Network:
-        return ipaddress.IPv4Network(self.prefix)
+    def network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        return ipaddress.ip_network(self.prefix)
+
+    @property
+    def version(self) -> int:
+        """The prefix's address family: 4 or 6."""
+        return prefix_version(self.prefix)
+
+
+def prefix_version(prefix: str) -> int:
+    """4 or 6: the family of a canonical prefix (:func:`canonical_prefix`)."""
+    return 6 if ":" in prefix else 4
+
+
+def prefix_order(prefix: str) -> tuple[int, int, int]:
+    """A sort key for canonical prefixes of either family: IPv4 first, then by address and length."""
+    net = ipaddress.ip_network(prefix)
+    return net.version, int(net.network_address), net.prefixlen
+
+
+#: IPv6 space that is not a routable prefix of a fabric: IPv4-mapped addresses (IPv4 space, written in
+#: IPv6: it would overlap the IPv4 prefixes), link-local and multicast.
+_V6_RESERVED = ((ipaddress.IPv6Network("::ffff:0:0/96"), "IPv4-mapped (IPv4 space written in IPv6)"),
+                (ipaddress.IPv6Network("fe80::/10"), "link-local (never routed)"),
+                (ipaddress.IPv6Network("ff00::/8"), "multicast"))
 
 
 def canonical_prefix(text: str) -> str:
-    """Validate an IPv4 prefix; host bits set is an error naming the network meant."""
+    """Validate an IPv4 or IPv6 prefix and return its canonical text (IPv6 compressed, lower case);
+    host bits set is an error naming the network meant."""
     if not isinstance(text, str):
-        raise ValueError("expected a prefix string like '10.0.0.0/24'")
+        raise ValueError("expected a prefix string like '10.0.0.0/24' or '2001:db8::/64'")
     return _canonical_prefix(text)
 
 
@@ -284,16 +371,22 @@ def _canonical_prefix(text: str) -> str:
     over, and parsing each with :mod:`ipaddress` was most of validating a large intent (errors are
     raised, not remembered)."""
     if "/" not in text:
-        raise ValueError(f"'{text}' has no prefix length: expected a prefix like '10.0.0.0/24'")
+        example = "2001:db8::/64" if ":" in text else "10.0.0.0/24"
+        raise ValueError(f"'{text}' has no prefix length: expected a prefix like '{example}'")
+    family = ipaddress.IPv6Network if ":" in text else ipaddress.IPv4Network
     try:
-        net = ipaddress.IPv4Network(text, strict=False)
+        net = family(text, strict=False)
     except ValueError as exc:
-        raise ValueError(f"'{text}' is not an IPv4 prefix ({exc})") from None
+        raise ValueError(f"'{text}' is not an IPv{6 if ':' in text else 4} prefix ({exc})") from None
     if str(net) != text:
         try:
-            ipaddress.IPv4Network(text, strict=True)
+            family(text, strict=True)
         except ValueError:
             raise ValueError(f"host bits set in '{text}': did you mean '{net}'?") from None
+    if isinstance(net, ipaddress.IPv6Network):
+        for space, what in _V6_RESERVED:
+            if net.overlaps(space):
+                raise ValueError(f"'{net}' is {what} space ({space}), not a fabric prefix")
     return str(net)
 
 
@@ -593,6 +686,8 @@ class Intent(_Frozen):
             doc.pop("jobs", None)
         if not doc.get("collectives"):
             doc.pop("collectives", None)
+        if doc.get("defaults", {}).get("underlay") == Underlay.IPV4_NUMBERED.value:
+            doc["defaults"].pop("underlay")  # the default, as before underlays existed: the same hash
         return doc
 
     @cached_property

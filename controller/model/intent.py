@@ -58,16 +58,17 @@ from controller.model import (
     Prefix,
     Role,
     Routing,
+    Underlay,
     UtilizationLimitPolicy,
     WcmpPolicy,
     parse_link_end,
 )
-from controller.model.addressing import DEVICE_SLOTS, LINK_POOL, LINK_SLOTS, LOOPBACK_POOL
 from controller.model.collectives import Registry
 from controller.model.collectives_builtin import BUILTINS
 from controller.model.collectives_check import check_collectives, check_job_collective
 from controller.model.errors import IntentError, InvalidIntent
-from controller.model.pins import check_pins
+from controller.model.families import check_families
+from controller.model.pins import check_pins, check_pools
 from controller.model.text import DEFAULT_LIMITS, TextLimits, decode_utf8, format_loc, load_json, load_yaml
 
 __all__ = ["dump_intent", "load_intent", "parse_intent_text", "validate_intent", "validate_job", "format_loc",
@@ -134,7 +135,7 @@ def _note_raw_refs(section: str, value: Any, names_seen: dict[str, set[str]]) ->
                 names_seen["ports"].add(f"{dev}:{port}")
     elif section == "prefixes" and isinstance(value.get("prefix"), str):
         try:
-            names_seen["prefixes"].add(str(ipaddress.IPv4Network(value["prefix"], strict=False)))
+            names_seen["prefixes"].add(str(ipaddress.ip_network(value["prefix"], strict=False)))
         except ValueError:
             pass
 
@@ -164,6 +165,8 @@ def validate_intent(doc: Any) -> Intent:
     merged = {section: sorted(good + partial[section], key=lambda e: e[0]) for section, good in items.items()}
     names_seen["collectives"] = malformed
     _check_meaning(routing, merged, names_seen, errors, structure=not shape_errors, registry=registry)
+    check_families(routing, top["defaults"].underlay if "defaults" in top else
+                   (None if "defaults" in doc else Underlay.IPV4_NUMBERED), merged, errors)
     if errors:
         errors.sort(key=_doc_order)
         raise InvalidIntent(errors)
@@ -361,27 +364,9 @@ def _check_meaning(
     elif routing == Routing.OSPF:  # a link's metric is its interface cost, which OSPF carries in 16 bits
         errors += [IntentError(f"links[{i}].metric", f"{lk.metric} is over {MAX_OSPF_COST}, the largest OSPF "
                                "interface cost (routing: ospf)") for i, lk in good_links if lk.metric > MAX_OSPF_COST]
-    _check_pools(items["devices"], items["links"], errors)
+    check_pools(items["devices"], items["links"], errors)
     check_pins([(i, d) for i, d in items["devices"] if not isinstance(d, _Partial)],
                [(i, lk) for i, lk in items["links"] if not isinstance(lk, _Partial)], errors)
-
-
-def _check_pools(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], errors: list[IntentError]) -> None:
-    """The pools Loom numbers from must hold every link and every device that has no loopback of its own:
-    past them, the first one that does not fit is located (a device can be given a loopback)."""
-    explicit = {int(lb) for _, d in devices if (lb := getattr(d, "loopback", None)) is not None
-                and lb in LOOPBACK_POOL}
-    room = DEVICE_SLOTS - len(explicit)
-    unnumbered = [i for i, d in devices if getattr(d, "name", None) is not None and getattr(d, "loopback", 1) is None
-                  and getattr(d, "router_id", None) is None]
-    if len(unnumbered) > room:
-        errors.append(IntentError(
-            f"devices[{unnumbered[room]}].loopback",
-            f"{len(unnumbered)} devices have no loopback, and the router-id pool {LOOPBACK_POOL} holds {room}: "
-            f"give this one and the {len(unnumbered) - room - 1} after it an explicit loopback"))
-    if len(links) > LINK_SLOTS:
-        errors.append(IntentError(f"links[{links[LINK_SLOTS][0]}]",
-                                  f"{len(links)} links, and the link address pool {LINK_POOL} holds {LINK_SLOTS} /31s"))
 
 
 def _check_devices(devices: list[tuple[int, Any]], refs: _Refs, errors: list[IntentError]) -> None:

@@ -7,7 +7,8 @@ and :mod:`controller.model.addressing` allocates only what is not pinned,
 around them. This module owns the cross-object rules of pins, each error
 located: both ends or neither, both on one subnet, distinct usable addresses,
 no address or subnet used by two links, no router id used twice (nor as
-another device's loopback). Pure: no I/O.
+another device's loopback); and that the pools Loom numbers from hold what it
+must number (:func:`check_pools`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -15,17 +16,22 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from controller.model.addressing import DEVICE_SLOTS, LINK_POOL, LINK_SLOTS, LOOPBACK_POOL
 from controller.model.errors import IntentError
 
-__all__ = ["check_pins"]
+__all__ = ["check_pins", "check_pools"]
+
+_Pin = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+_Subnet = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def check_pins(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], errors: list[IntentError]) -> None:
     """Append an error to ``errors`` for every bad pin of ``devices`` and ``links`` (indexed elements,
     possibly partial: a missing field is skipped)."""
     _check_router_ids(devices, errors)
-    addresses: dict[ipaddress.IPv4Address, str] = {}
-    subnets: dict[ipaddress.IPv4Network, int] = {}
+    addresses: dict[_Address, str] = {}
+    subnets: dict[_Subnet, int] = {}
     for i, link in links:
         a, b = getattr(link, "a_address", None), getattr(link, "b_address", None)
         if a is None and b is None:
@@ -39,7 +45,7 @@ def check_pins(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], err
             _check_unique(i, a, b, addresses, subnets, errors)
 
 
-def _check_pair(i: int, a: ipaddress.IPv4Interface, b: ipaddress.IPv4Interface, errors: list[IntentError]) -> bool:
+def _check_pair(i: int, a: _Pin, b: _Pin, errors: list[IntentError]) -> bool:
     """One link's two pinned ends: one subnet, two distinct usable addresses."""
     if a.network != b.network:
         errors.append(IntentError(f"links[{i}].b_address",
@@ -47,14 +53,15 @@ def _check_pair(i: int, a: ipaddress.IPv4Interface, b: ipaddress.IPv4Interface, 
                                   "a link's ends share one subnet"))
         return False
     net = a.network
-    if net.prefixlen == 32:
-        errors.append(IntentError(f"links[{i}].a_address", f"{a} is a /32: a link's ends need a /31 or wider subnet"))
+    if net.prefixlen == net.max_prefixlen:
+        errors.append(IntentError(f"links[{i}].a_address", f"{a} is a /{net.max_prefixlen}: a link's ends need a "
+                                  f"/{net.max_prefixlen - 1} or wider subnet"))
         return False
     if a.ip == b.ip:
         errors.append(IntentError(f"links[{i}].b_address", f"both ends have the address {a.ip}"))
         return False
     ok = True
-    if net.prefixlen < 31:
+    if net.version == 4 and net.prefixlen < 31:
         for side, end in (("a_address", a), ("b_address", b)):
             if end.ip in (net.network_address, net.broadcast_address):
                 what = "network" if end.ip == net.network_address else "broadcast"
@@ -63,8 +70,8 @@ def _check_pair(i: int, a: ipaddress.IPv4Interface, b: ipaddress.IPv4Interface, 
     return ok
 
 
-def _check_unique(i: int, a: ipaddress.IPv4Interface, b: ipaddress.IPv4Interface,
-                  addresses: dict[ipaddress.IPv4Address, str], subnets: dict[ipaddress.IPv4Network, int],
+def _check_unique(i: int, a: _Pin, b: _Pin,
+                  addresses: dict[_Address, str], subnets: dict[_Subnet, int],
                   errors: list[IntentError]) -> None:
     duplicate = False
     for side, end in (("a_address", a), ("b_address", b)):
@@ -73,7 +80,7 @@ def _check_unique(i: int, a: ipaddress.IPv4Interface, b: ipaddress.IPv4Interface
             duplicate = True
         else:
             addresses[end.ip] = f"links[{i}].{side}"
-    other = next((j for net, j in subnets.items() if net.overlaps(a.network)), None)
+    other = next((j for net, j in subnets.items() if net.version == a.version and net.overlaps(a.network)), None)
     if duplicate:
         return
     if other is not None:
@@ -85,7 +92,8 @@ def _check_unique(i: int, a: ipaddress.IPv4Interface, b: ipaddress.IPv4Interface
 
 def _check_router_ids(devices: list[tuple[int, Any]], errors: list[IntentError]) -> None:
     """Usable router ids, none used by two devices (a device's own loopback may equal its router id)."""
-    loopbacks = {lb: getattr(d, "name", "?") for _, d in devices if (lb := getattr(d, "loopback", None)) is not None}
+    loopbacks = {lb: getattr(d, "name", "?") for _, d in devices
+                 if (lb := getattr(d, "loopback", None)) is not None and lb.version == 4}
     seen: dict[ipaddress.IPv4Address, str] = {}
     for i, d in devices:
         rid = getattr(d, "router_id", None)
@@ -101,3 +109,28 @@ def _check_router_ids(devices: list[tuple[int, Any]], errors: list[IntentError])
                                       f"router id {rid} is the loopback of '{loopbacks[rid]}'"))
         else:
             seen[rid] = name
+
+
+def check_pools(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], errors: list[IntentError]) -> None:
+    """The pools Loom numbers from must hold every link and every device that has no loopback of its own:
+    past them, the first one that does not fit is located (a device can be given a loopback)."""
+    explicit = {int(lb) for _, d in devices if (lb := getattr(d, "loopback", None)) is not None
+                and lb.version == 4 and lb in LOOPBACK_POOL}
+    room = DEVICE_SLOTS - len(explicit)
+    unnumbered = [i for i, d in devices if getattr(d, "name", None) is not None and _needs_router_id(d)]
+    if len(unnumbered) > room:
+        errors.append(IntentError(
+            f"devices[{unnumbered[room]}].loopback",
+            f"{len(unnumbered)} devices have no loopback, and the router-id pool {LOOPBACK_POOL} holds {room}: "
+            f"give this one and the {len(unnumbered) - room - 1} after it an explicit loopback"))
+    if len(links) > LINK_SLOTS:
+        errors.append(IntentError(f"links[{links[LINK_SLOTS][0]}]",
+                                  f"{len(links)} links, and the link address pool {LINK_POOL} holds {LINK_SLOTS} /31s"))
+
+
+def _needs_router_id(d: Any) -> bool:
+    """Whether a device takes its router id from the pool: no pinned one and no IPv4 loopback (a malformed
+    loopback, absent from a partial device, is not counted)."""
+    if getattr(d, "router_id", None) is not None or not hasattr(d, "loopback"):
+        return False
+    return d.loopback is None or d.loopback.version == 6

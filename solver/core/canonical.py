@@ -23,9 +23,9 @@ from controller.model.plan import LinkLoad, Plan
 __all__ = ["as_written", "canonical_order"]
 
 
-def _net(prefix: str) -> tuple[int, int]:
-    n = ipaddress.IPv4Network(prefix)
-    return int(n.network_address), n.prefixlen
+def _net(prefix: str) -> tuple[int, int, int]:
+    n = ipaddress.ip_network(prefix)
+    return n.version, int(n.network_address), n.prefixlen
 
 
 def _turned(lk: Link) -> Link:
