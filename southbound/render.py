@@ -260,8 +260,16 @@ def _wcmp_state(intent: Intent, plan: Plan | None, gateway: dict[tuple[str, str]
                         lbw[h.neighbor].append(LinkBandwidth(far_port, prefix, max(1, min(25600, h.weight))))
                 else:
                     fib[name].append(FibRoute(prefix, gid, tuple(
-                        FibNexthop(h.port, gateway.get((name, h.port), ""), h.weight) for h in hops)))
+                        FibNexthop(h.port, _gateway_for(prefix, gateway.get((name, h.port), "")), h.weight)
+                        for h in hops)))
     return lbw, fib
+
+
+def _gateway_for(prefix: str, gateway: str) -> str:
+    """A ``fib`` next hop's gateway for ``prefix``: the peer's link address, unless the prefix is IPv6 and the
+    link numbered in IPv4 only, where the next hop is the peer's IPv6 link-local address ("": the agent
+    finds it on the port). An IPv4 prefix keeps an IPv6 gateway (RFC 8950: IPv4 over an IPv6 next hop)."""
+    return "" if prefix_version(prefix) == 6 and "." in gateway else gateway
 
 
 def _name(text: str) -> str:
