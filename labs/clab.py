@@ -21,9 +21,12 @@ containerlab creates with the node's ``exec`` commands and the runner makes its
 own way). Loom's hosts carry the label ``loom.role: host``: a plain image, one
 link to their ToR, and ``exec`` commands that Loom reads rather than runs:
 ``ip addr add ADDRESS/LEN dev IF`` and ``ip route replace default via
-GATEWAY`` (``add`` works too; ``ip link set IF up`` is accepted and implied).
-Any other command on such a host is refused with its location. A ToR's host port
-(``host0``, holding the prefix's first address) is then the veth to its host;
+GATEWAY`` for IPv4, ``ip -6 addr add`` and ``ip -6 route replace default via``
+for IPv6, either or both (``add`` works too; ``ip link set IF up`` is accepted
+and implied; :mod:`labs.host_exec` reads them, and what it can of other hosts'
+commands). Any other command on such a host is refused with its location. A
+ToR's host port (``host0``, holding its prefixes' first addresses, one of each
+family) is then the veth to its host;
 with several hosts on one port it is a bridge over the host links' ends,
 declared as ``loom.host-bridges: host0=host0h0,host0h1`` (``;`` between
 bridges) and created by the ToR's ``exec`` commands under containerlab.
@@ -31,9 +34,7 @@ bridges) and created by the ToR's ``exec`` commands under containerlab.
 
 from __future__ import annotations
 
-import ipaddress
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ import yaml
 
 from controller.model.errors import IntentError, LoomError
 from labs.clab_spec import bind_source, magic_vars, parse_bind, parse_link, resolve_node
+from labs.host_exec import HostSpec, parse_host_exec, read_host_exec
 
 __all__ = [
     "FRR_IMAGE",
@@ -78,24 +80,6 @@ class InvalidLab(LoomError):
         self.path = str(path)
         self.errors = errors
         super().__init__(f"{path}: not a usable containerlab topology ({len(errors)} error(s))")
-
-
-@dataclass(frozen=True, slots=True)
-class HostSpec:
-    """A host's network, read from its ``exec`` commands: ``address`` in CIDR form on ``interface``,
-    the default route via ``gateway`` (its ToR's address on the host port)."""
-
-    interface: str
-    address: str
-    gateway: str
-
-    @property
-    def ip(self) -> str:
-        return self.address.split("/")[0]
-
-    @property
-    def prefix(self) -> str:
-        return str(ipaddress.IPv4Interface(self.address).network)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,9 +336,9 @@ def _parse_node(nname: object, spec: object, lab: tuple[str, dict[str, Any]], ba
                                   f"'{raw_bridges}' is not 'PORT=MEMBER,MEMBER[;PORT=...]'"))
     node = ClabNode(nname, str(r.kind), r.image, binds, labels, None, tuple(commands), r.env, r.sysctls, r.group)
     if node.loom_host:
-        network = _parse_host_exec(loc, commands, errors)
+        network = parse_host_exec(loc, commands, errors)
     else:
-        network = _read_host_exec(commands) if node.is_host else None
+        network = read_host_exec(commands) if node.is_host else None
     return ClabNode(nname, str(r.kind), r.image, {} if node.loom_host else binds, labels, network,
                     tuple(commands), r.env, r.sysctls, r.group, tuple(at for at, _cmd in r.exec))
 
@@ -378,32 +362,6 @@ def _binds(nname: str, raw: list[tuple[str, str]], base: Path, errors: list[Inte
     return binds
 
 
-def _read_host_exec(commands: list[str]) -> HostSpec | None:
-    """A host's network as far as its ``exec`` commands show it (its first IPv4 address with a prefix
-    length, its default gateway if any), for ``loom lab hosts``; None when no address is given."""
-    address: tuple[str, str] | None = None
-    gateway = ""
-    for cmd in commands:
-        try:
-            words = [w for w in shlex.split(cmd) if w != "-4"]
-        except ValueError:
-            continue
-        if words[:1] != ["ip"]:
-            continue
-        if words[1:2] in (["addr"], ["address"], ["a"]) and words[2:3] == ["add"] and "dev" in words[4:-1] \
-                and address is None:
-            try:
-                iface = ipaddress.IPv4Interface(words[3])
-            except ValueError:
-                continue
-            if "/" in words[3]:
-                address = (words[words.index("dev", 4) + 1], str(iface))
-        elif words[1:2] in (["route"], ["r"]) and words[2:3] in (["add"], ["replace"]) \
-                and words[3:5] in (["default", "via"], ["0.0.0.0/0", "via"]) and len(words) > 5:
-            gateway = words[5]
-    return None if address is None else HostSpec(address[0], address[1], gateway)
-
-
 def _parse_bridges(raw: str) -> dict[str, tuple[str, ...]]:
     """``host0=host0h0,host0h1;host1=...`` -> ``{"host0": ("host0h0", "host0h1"), ...}`` ({} if malformed)."""
     out: dict[str, tuple[str, ...]] = {}
@@ -416,58 +374,9 @@ def _parse_bridges(raw: str) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _parse_host_exec(loc: str, raw: Any, errors: list[IntentError]) -> HostSpec | None:
-    """A host's network from its containerlab ``exec`` commands (see the module docstring)."""
-    if not isinstance(raw, list):
-        errors.append(IntentError(f"{loc}.exec", "must be a list of commands"))
-        return None
-    address: tuple[str, str] | None = None
-    gateway: str | None = None
-    for j, cmd in enumerate(raw):
-        where = f"{loc}.exec[{j}]"
-        try:
-            words = shlex.split(str(cmd))
-        except ValueError as exc:
-            errors.append(IntentError(where, f"cannot parse {cmd!r}: {exc}"))
-            continue
-        if words[:1] == ["ip"] and words[1:2] in (["addr"], ["address"]) and words[2:3] == ["add"] \
-                and len(words) == 6 and words[4] == "dev":
-            try:
-                iface = ipaddress.IPv4Interface(words[3])
-            except ValueError:
-                errors.append(IntentError(where, f"'{words[3]}' is not an IPv4 address with a prefix length"))
-                continue
-            if "/" not in words[3] or iface.network.prefixlen >= 31:
-                errors.append(IntentError(where, f"'{words[3]}' needs a prefix length below 31 (the host subnet)"))
-            elif address is not None:
-                errors.append(IntentError(where, "a host has one address (a second 'ip addr add')"))
-            else:
-                address = (words[5], str(iface))
-        elif words[:2] == ["ip", "route"] and words[2:3] in (["add"], ["replace"]) \
-                and words[3:5] == ["default", "via"] and len(words) in (6, 8) and words[6:7] in ([], ["dev"]):
-            try:
-                gateway = str(ipaddress.IPv4Address(words[5]))
-            except ValueError:
-                errors.append(IntentError(where, f"'{words[5]}' is not an IPv4 address"))
-        elif words[:3] == ["ip", "link", "set"] and len(words) == 5 and words[4] == "up":
-            continue
-        else:
-            errors.append(IntentError(where, f"'{cmd}' is not supported on a host (expected 'ip addr add A/L dev IF', "
-                                             "'ip route replace default via G', 'ip link set IF up')"))
-    if address is None or gateway is None:
-        if not any(e.loc.startswith(f"{loc}.exec") for e in errors):
-            errors.append(IntentError(f"{loc}.exec", "a host needs 'ip addr add A/L dev IF' and "
-                                                     "'ip route replace default via G'"))
-        return None
-    if ipaddress.IPv4Address(gateway) not in ipaddress.IPv4Interface(address[1]).network:
-        errors.append(IntentError(f"{loc}.exec", f"gateway {gateway} is not in the host's subnet {address[1]}"))
-        return None
-    return HostSpec(address[0], address[1], gateway)
-
-
 def _check_hosts(topo: Topology, errors: list[IntentError]) -> None:
     """Each host has one link, on its addressed interface, to a router's host port (or a member of its bridge);
-    host addresses are unique."""
+    host addresses (of either family) are unique."""
     nodes = topo.node_map
     seen: dict[str, str] = {}
     for node in topo.hosts:
@@ -491,9 +400,10 @@ def _check_hosts(topo: Topology, errors: list[IntentError]) -> None:
         if tor_port not in nodes[peer].host_ports:
             errors.append(IntentError(loc, f"linked to {peer}:{peer_port}, which is not one of {peer}'s host ports "
                                            f"({HOST_PORTS_LABEL}: {','.join(nodes[peer].host_ports) or 'none'})"))
-        if node.host.ip in seen:
-            errors.append(IntentError(f"{loc}.exec", f"address {node.host.ip} already used by {seen[node.host.ip]}"))
-        seen.setdefault(node.host.ip, node.name)
+        for ip in node.host.ips:
+            if ip in seen:
+                errors.append(IntentError(f"{loc}.exec", f"address {ip} already used by {seen[ip]}"))
+            seen.setdefault(ip, node.name)
     for node in topo.routers:
         ends = {p for p, _peer, _pp in topo.ports(node.name)}
         for bridge, members in node.host_bridges.items():
@@ -559,7 +469,7 @@ _Dumper.add_representer(_Flow, _flow_representer)
 
 def dump_topology(name: str, nodes: dict[str, dict[str, Any]], links: list[tuple[str, str, str, str]],
                   image: str = FRR_IMAGE) -> str:
-    """containerlab YAML for ``nodes`` (name -> {binds, labels, exec, image}) and
+    """containerlab YAML for ``nodes`` (name -> {binds, labels, sysctls, exec, image}) and
     ``links`` ``(a, a_port, b, b_port)``; every node is ``kind: linux`` running its
     ``image`` or ``image``; a node without ``binds`` (a host) is written without them."""
     doc: dict[str, Any] = {"name": name, "topology": {"nodes": {}, "links": []}}
@@ -569,6 +479,8 @@ def dump_topology(name: str, nodes: dict[str, dict[str, Any]], links: list[tuple
             node["binds"] = list(spec.get("binds", []))
         if spec.get("labels"):
             node["labels"] = dict(spec["labels"])
+        if spec.get("sysctls"):
+            node["sysctls"] = dict(spec["sysctls"])
         if spec.get("exec"):
             node["exec"] = list(spec["exec"])
         doc["topology"]["nodes"][nname] = node

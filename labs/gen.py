@@ -6,8 +6,13 @@ link with the intent's port names), each node's ``frr.conf`` rendered by
 :func:`southbound.render.render_frr` (the one source of FRR syntax) and its
 ``daemons`` file, and the intent itself as ``intent.yaml``; with ``hosts=N``,
 N host nodes behind each host port of a device that originates prefixes
-(``tor-0-0-h0``, ..., addressed ``.10``, ``.11``, ... in the prefix, see
-:mod:`labs.clab` for their form). It also builds the
+(``tor-0-0-h0``, ...), dual-stack where the port is (``hostK`` holds the
+device's K-th prefix of each family): addressed ``.10``, ``.11``, ... in its
+IPv4 prefix and ``::a``, ``::b``, ... in its IPv6 one, with a default route of
+each family through the ToR (see :mod:`labs.clab` for their form). Routers of
+a lab with IPv6 (prefixes, loopbacks or an underlay over IPv6) and hosts with
+IPv6 declare the ``sysctls`` that turn IPv6 (and its forwarding) on under
+containerlab. It also builds the
 documents of 3-tier RFC 7938 Clos intents used by the shipped labs and the
 benchmark (:func:`clos3_document`, :func:`clos2_document`).
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +37,11 @@ from labs.clab import (
     ROLE_LABEL,
     dump_topology,
 )
-from southbound.render import device_configs, host_address, render_frr
+from southbound.config import DeviceConfig
+from southbound.render import device_configs, render_frr
 
-__all__ = ["ROUTING_DAEMON", "clos2_document", "clos3_document", "daemons_text", "generate_lab"]
+__all__ = ["ROUTING_DAEMON", "clos2_document", "clos3_document", "daemons_text", "generate_lab", "host_addresses",
+           "host_exec"]
 
 _DAEMONS = ("bgpd", "ospfd", "ospf6d", "ripd", "ripngd", "isisd", "pimd", "ldpd", "nhrpd", "eigrpd",
             "babeld", "sharpd", "pbrd", "bfdd", "fabricd", "vrrpd", "pathd")
@@ -53,46 +61,85 @@ def daemons_text(node: str, routing: Routing) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: the first host of a prefix is its ``.10``; the ToR holds ``.1``
+#: the first host of a prefix is its ``.10`` (``::a`` in IPv6); the ToR holds ``.1`` (``::1``)
 FIRST_HOST = 10
+#: what a router of a lab with IPv6 declares for containerlab (IPv6 on, forwarding it); the runner sets
+#: these in every lab anyway (:mod:`labs.node_scripts`)
+ROUTER_SYSCTLS6 = {"net.ipv6.conf.all.disable_ipv6": 0, "net.ipv6.conf.all.forwarding": 1}
+#: what a host with IPv6 declares (a container may start with IPv6 off)
+HOST_SYSCTLS6 = {"net.ipv6.conf.all.disable_ipv6": 0}
 
 
 def host_addresses(prefix: str, origin_index: int, count: int) -> list[str]:
-    """The addresses (CIDR) of ``count`` hosts behind the ``origin_index``-th origin of ``prefix``:
-    ``.10``, ``.11``, ...; raises ValueError when the prefix is too small for them."""
-    net = ipaddress.IPv4Network(prefix)
+    """The addresses (CIDR) of ``count`` hosts behind the ``origin_index``-th origin of ``prefix`` (either
+    family): ``.10``, ``.11``, ... (``::a``, ``::b``, ...); raises ValueError when the prefix is too small."""
+    net = ipaddress.ip_network(prefix)
     first = FIRST_HOST + origin_index * count
     if first + count >= net.num_addresses - 1:
-        raise ValueError(f"prefix {prefix} is too small for {count} host(s) from .{FIRST_HOST} "
+        raise ValueError(f"prefix {prefix} is too small for {count} host(s) from the {FIRST_HOST}th address "
                          f"(origin {origin_index})")
     return [f"{net.network_address + first + i}/{net.prefixlen}" for i in range(count)]
 
 
-def _add_hosts(intent: Intent, configs: dict[str, Any], nodes: dict[str, dict[str, Any]],
+def _carries_ipv6(intent: Intent) -> bool:
+    """Whether the lab's routers need IPv6: IPv6 prefixes or loopbacks, or an underlay over IPv6."""
+    return (intent.defaults.underlay.value != "ipv4-numbered" or any(p.version == 6 for p in intent.prefixes)
+            or any(d.loopback_v6 is not None for d in intent.devices))
+
+
+#: per host port: its name and, for each family it has (IPv4 first), the ToR's address and its hosts'
+HostPort = tuple[str, list[tuple[str, list[str]]]]
+
+
+def _host_ports(intent: Intent, configs: Mapping[str, DeviceConfig], per_port: int) -> dict[str, list[HostPort]]:
+    """Per device, its host ports (``hostK``: its K-th prefix of each family, :func:`device_configs`), each
+    with ``(gateway, host addresses)`` per family: the port's address and ``per_port`` addresses of the
+    prefix (:func:`host_addresses`; raises ValueError when a prefix has no room for them)."""
+    origin_index = {(o, p.prefix): j for p in intent.prefixes for j, o in enumerate(p.origins)}
+    out: dict[str, list[HostPort]] = {}
+    for dev in intent.devices:
+        out[dev.name] = []
+        for iface in (i for i in configs[dev.name].interfaces if i.host):
+            families = []
+            for cidr in (c for c in (iface.address, iface.address6) if c is not None):
+                prefix = str(ipaddress.ip_interface(cidr).network)
+                families.append((cidr.split("/")[0], host_addresses(prefix, origin_index[dev.name, prefix], per_port)))
+            out[dev.name].append((iface.name, families))
+    return out
+
+
+def host_exec(addresses: list[tuple[str, str]], interface: str = "eth1") -> list[str]:
+    """A Loom host's ``exec`` commands (:mod:`labs.host_exec`) for ``(address CIDR, gateway)`` per family:
+    its addresses, its link up, a default route of each family through its ToR."""
+    def ip(address: str) -> str:
+        return "ip -6" if ":" in address else "ip"
+    return [*(f"{ip(a)} addr add {a} dev {interface}" for a, _g in addresses), f"ip link set {interface} up",
+            *(f"{ip(g)} route replace default via {g}" for _a, g in addresses)]
+
+
+def _add_hosts(intent: Intent, ports: Mapping[str, list[HostPort]], nodes: dict[str, dict[str, Any]],
                links: list[tuple[str, str, str, str]], per_port: int) -> None:
     """``per_port`` host nodes behind each host port: a veth to the port itself (one host) or to members
-    ``PORThI`` of a bridge named after the port (several); the ToR's ``exec`` makes the bridge."""
-    origin_index = {(o, p.prefix): j for p in intent.prefixes for j, o in enumerate(p.origins)}
+    ``PORThI`` of a bridge named after the port (several); the ToR's ``exec`` makes the bridge. A host
+    has an address of each family its port has, and a default route of each through the ToR."""
     for dev in intent.devices:
-        cfg = configs[dev.name]
         spec = nodes[dev.name]
         spec["exec"] = []
         bridges: list[str] = []
         index = 0
-        for port, prefix in zip(cfg.host_ports, cfg.originated, strict=True):
-            gateway = host_address(prefix).split("/")[0]
-            addresses = host_addresses(prefix, origin_index[dev.name, prefix], per_port)
+        for port, families in ports[dev.name]:
             members = [port] if per_port == 1 else [f"{port}h{i}" for i in range(per_port)]
             if per_port > 1:
                 bridges.append(f"{port}={','.join(members)}")
                 spec["exec"] += [f"ip link add {port} type bridge", f"ip link set {port} up"]
                 spec["exec"] += [f"ip link set {m} master {port}" for m in members]
-            for member, address in zip(members, addresses, strict=True):
+            for i, member in enumerate(members):
                 host = f"{dev.name}-h{index}"
                 index += 1
                 nodes[host] = {"image": HOST_IMAGE, "labels": {ROLE_LABEL: HOST_ROLE},
-                               "exec": [f"ip addr add {address} dev eth1", "ip link set eth1 up",
-                                        f"ip route replace default via {gateway}"]}
+                               "exec": host_exec([(addrs[i], gateway) for gateway, addrs in families])}
+                if len(families) > 1 or ":" in families[0][0]:
+                    nodes[host]["sysctls"] = dict(HOST_SYSCTLS6)
                 links.append((dev.name, member, host, "eth1"))
         if bridges:
             spec["labels"][HOST_BRIDGES_LABEL] = ";".join(bridges)
@@ -110,8 +157,7 @@ def generate_lab(intent: Intent, out: Path | str, *, name: str | None = None, im
     if hosts < 0:
         raise ValueError(f"hosts must be 0 or more, not {hosts}")
     configs = device_configs(intent)
-    for p in intent.prefixes if hosts else ():
-        host_addresses(p.prefix, len(p.origins) - 1, hosts)  # room for every origin's hosts, before writing
+    ports = _host_ports(intent, configs, hosts) if hosts else {}  # room for every host, before writing
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     lab = name or out.resolve().name
@@ -119,6 +165,7 @@ def generate_lab(intent: Intent, out: Path | str, *, name: str | None = None, im
         if child.is_dir() and (child / "frr.conf").exists() and child.name not in configs:
             shutil.rmtree(child)
     nodes: dict[str, dict[str, Any]] = {}
+    six = _carries_ipv6(intent)
     for dev in intent.devices:
         cfg = configs[dev.name]
         ndir = out / dev.name
@@ -127,6 +174,8 @@ def generate_lab(intent: Intent, out: Path | str, *, name: str | None = None, im
         (ndir / "daemons").write_text(daemons_text(dev.name, intent.routing))
         spec: dict[str, Any] = {"binds": [f"{dev.name}/frr.conf:/etc/frr/frr.conf",
                                           f"{dev.name}/daemons:/etc/frr/daemons"]}
+        if six:
+            spec["sysctls"] = dict(ROUTER_SYSCTLS6)
         if cfg.host_ports:
             spec["labels"] = {HOST_PORTS_LABEL: ",".join(cfg.host_ports)}
             spec["exec"] = [cmd for p in cfg.host_ports
@@ -134,7 +183,7 @@ def generate_lab(intent: Intent, out: Path | str, *, name: str | None = None, im
         nodes[dev.name] = spec
     links = [(link.a, link.a_port, link.b, link.b_port) for link in intent.links]
     if hosts:
-        _add_hosts(intent, configs, nodes, links, hosts)
+        _add_hosts(intent, ports, nodes, links, hosts)
     path = out / FILE_NAME
     path.write_text(dump_topology(lab, nodes, links, image=image))
     (out / "intent.yaml").write_text(dump_intent(intent))

@@ -4,23 +4,26 @@ This module owns ``loom lab up|down|status|routes``' side effects. ``up`` gives
 each node a namespace ``loom-<lab>-<node>``, a veth pair per link (made
 straight into the two namespaces under temporary names, renamed there to the
 containerlab interface names), a veth pair kept inside the node per host
-subnet port, forwarding and L4 multipath hashing on, and FRR's daemons (zebra,
+subnet port, IPv6 on with addresses usable at once and, on routers, forwarding
+of both families and L4 multipath hashing (:mod:`labs.node_scripts`; a node's
+own ``sysctls`` win), and FRR's daemons (zebra,
 staticd, and the routing daemons the node's ``daemons`` file or, without one,
 its configuration asks for: :mod:`labs.frr_daemons`) under their own UTS
 namespace with the node's hostname and a run directory owned by ``frr``; the
 node's ``frr.conf`` is loaded with ``vtysh -b``, then the ``exec`` commands of
 nodes that are not Loom's own run in their namespaces (:func:`run_execs`). It then polls until every
-BGP session is established and every expected prefix is in every kernel, with
-a bound. What was created is recorded in a state file first, so ``down`` (and
+BGP session (of every address family) is established and every expected prefix
+(of either family) is in every kernel, with a bound (:mod:`labs.lab_readings`
+reads them). What was created is recorded in a state file first, so ``down`` (and
 ``up`` of a half-built lab) can stop every daemon by pid and delete every
 namespace after a crash. Nothing here knows FRR's configuration syntax beyond
 which daemon a section needs.
 
 Loom's host nodes (:mod:`labs.clab`) get a namespace, their link, their address and
-default route, and an nftables rule that drops the lab's test traffic
-(:data:`SINK_PORTS`) so that nothing answers it; no FRR and no agent. Other
-hosts get a namespace, their links (with their MTU), their sysctls, and their
-``exec`` commands. A ToR's
+default route of each family they have, and an nftables rule that drops the lab's
+test traffic of both families (:data:`SINK_PORTS`) so that nothing answers it; no
+FRR and no agent. Other hosts get a namespace, their links (with their MTU), their
+sysctls, and their ``exec`` commands. A ToR's
 host port that is a link end is that veth; one declared a bridge is made a
 bridge over its members; otherwise it stays a veth kept inside the node.
 """
@@ -49,7 +52,16 @@ from controller.model.errors import LoomError
 from labs.clab import ClabNode, Topology
 from labs.clab_spec import exec_env
 from labs.frr_daemons import cannot_run, plan_daemons
-from labs.node_scripts import bare_host_script, bridge_script, exec_argv, link_lines, sysctl_lines
+from labs.lab_readings import ROUTES_BOTH, NodeObservation, Observation, bgp_sessions, parse_routes, routes_of_both
+from labs.node_scripts import (
+    IPV6_SYSCTLS,
+    ROUTER_SYSCTLS,
+    bare_host_script,
+    bridge_script,
+    exec_argv,
+    link_lines,
+    sysctl_lines,
+)
 
 __all__ = [
     "FRR_BIN",
@@ -67,7 +79,10 @@ __all__ = [
     "existing_namespaces",
     "namespace",
     "node_exec",
+    "bgp_sessions",
     "observe",
+    "parse_routes",
+    "routes_of_both",
     "run_dir",
     "status",
     "up",
@@ -75,12 +90,9 @@ __all__ = [
 
 FRR_BIN = Path(os.environ.get("LOOM_FRR_BIN", "/usr/lib/frr"))
 RUN_ROOT = Path(os.environ.get("LOOM_LAB_RUN_DIR", "/run/loom/labs"))
-SYSCTLS = ("net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1",
-           "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
 HASH_SEED = "/proc/sys/net/ipv4/fib_multipath_hash_seed"
 #: UDP ports of lab traffic (:mod:`labs.traffic`), dropped silently by every host
 SINK_PORTS = (40000, 49999)
-_ROUTE_PROTOCOLS_SKIPPED = ("kernel",)
 
 
 class LabError(LoomError):
@@ -275,76 +287,17 @@ def down(lab: str, nodes: Iterable[str] = (), *, grace: float = 10.0) -> DownRep
 # -- observation ---------------------------------------------------------------
 
 
-@dataclass
-class NodeObservation:
-    """What one node shows: daemons alive, BGP sessions, kernel routes."""
-
-    node: str
-    daemons_alive: int = 0
-    daemons: int = 0
-    sessions: dict[str, str] = field(default_factory=dict)  # peer -> state
-    routes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # prefix -> [{port, weight}]
-    error: str | None = None
-
-    @property
-    def established(self) -> int:
-        return sum(1 for s in self.sessions.values() if s == "Established")
-
-
-@dataclass
-class Observation:
-    nodes: dict[str, NodeObservation]
-
-    @property
-    def sessions(self) -> tuple[int, int]:
-        return (sum(n.established for n in self.nodes.values()), sum(len(n.sessions) for n in self.nodes.values()))
-
-    @property
-    def route_count(self) -> int:
-        return sum(len(n.routes) for n in self.nodes.values())
-
-    def routes(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
-        return {name: dict(sorted(n.routes.items())) for name, n in sorted(self.nodes.items())}
-
-    def signature(self) -> str:
-        return json.dumps({k: (n.sessions, n.routes) for k, n in sorted(self.nodes.items())}, sort_keys=True)
-
-
-def parse_routes(ip_json: str) -> dict[str, list[dict[str, Any]]]:
-    """``ip -j route`` output -> prefix -> sorted ``[{"port", "weight"}]``; routes
-    the kernel made for connected subnets are left out."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in json.loads(ip_json or "[]"):
-        if r.get("protocol") in _ROUTE_PROTOCOLS_SKIPPED or r.get("type", "unicast") != "unicast":
-            continue
-        dst = r.get("dst", "")
-        if dst == "default":
-            dst = "0.0.0.0/0"
-        elif "/" not in dst:
-            dst += "/32"
-        hops = r.get("nexthops")
-        if hops:
-            members = [{"port": h.get("dev", ""), "weight": int(h.get("weight", 1))} for h in hops]
-        elif r.get("dev"):
-            members = [{"port": r["dev"], "weight": 1}]
-        else:
-            continue
-        out[dst] = sorted(members, key=lambda m: m["port"])
-    return out
-
-
 def _observe_node(lab: str, node: str, state: Mapping[str, Any]) -> NodeObservation:
     info = state.get("nodes", {}).get(node, {})
     directory = Path(info.get("dir", run_dir(lab) / node))
     obs = NodeObservation(node, daemons=len(info.get("pids", {})))
     obs.daemons_alive = sum(1 for p in info.get("pids", {}).values() if _alive(int(p), run_dir(lab)))
     try:
-        obs.routes = parse_routes(node_exec(lab, node, ["ip", "-j", "route", "show", "table", "main"]))
+        obs.routes = routes_of_both(node_exec(lab, node, ["sh", "-c", ROUTES_BOTH]))
         if "bgpd" in info.get("pids", {}):
-            text = _run(["vtysh", "--vty_socket", str(directory), "-c", "show bgp ipv4 unicast summary json"],
+            text = _run(["vtysh", "--vty_socket", str(directory), "-c", "show bgp summary json"],
                         check=False, timeout=10)
-            peers = json.loads(text or "{}").get("peers", {})
-            obs.sessions = {p: v.get("state", "?") for p, v in peers.items()}
+            obs.sessions = bgp_sessions(json.loads(text or "{}"))
     except (LabError, ValueError, subprocess.TimeoutExpired) as exc:
         obs.error = str(exc)
     return obs
@@ -390,7 +343,8 @@ ProgressFn = Callable[[str, int, int], None]
 
 def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str],
                  directory: Path, daemons: list[str]) -> str:
-    lines = ["set -e", "ip link set lo up", *link_lines(topo, node, temp_names)]
+    before, after = sysctl_lines(topo.node_map[node], {**IPV6_SYSCTLS, **ROUTER_SYSCTLS})
+    lines = ["set -e", *before, "ip link set lo up", *link_lines(topo, node, temp_names)]
     ends = {port for port, _peer, _pp in topo.ports(node)}
     bridges = topo.node_map[node].host_bridges
     for port in topo.node_map[node].host_ports:
@@ -402,8 +356,7 @@ def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[
             continue
         peer = f"{port}p"[:15]
         lines += [f"ip link add {port} type veth peer name {peer}", f"ip link set {port} up", f"ip link set {peer} up"]
-    lines.append("sysctl -q -w " + " ".join(SYSCTLS) + " >/dev/null")
-    lines += sysctl_lines(topo.node_map[node])
+    lines += after
     # a per-node hash seed (kernel 6.11+) keeps nodes from hashing alike: no polarization
     seed = zlib.crc32(node.encode()) or 1
     lines.append(f"if [ -e {HASH_SEED} ]; then echo {seed} > {HASH_SEED}; fi")
@@ -420,18 +373,22 @@ def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[
 
 
 def _host_script(topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str]) -> str:
-    """A host: its link renamed, its address and default route, and the sink for lab traffic."""
+    """A Loom host: IPv6 on, its link renamed, its address and default route of each family it has, and
+    the sink for lab traffic (both families)."""
     spec = topo.node_map[node].host
     assert spec is not None  # validated by labs.clab
-    (port, _peer, _pp), = topo.ports(node)
     low, high = SINK_PORTS
-    sink = (f"nft add table ip loom-host && nft add chain ip loom-host input "
+    sink = (f"nft add table inet loom-host && nft add chain inet loom-host input "
             f"'{{ type filter hook input priority 0; policy accept; }}' && "
-            f"nft add rule ip loom-host input udp dport {low}-{high} counter drop")
-    lines = ["set -e", "ip link set lo up", *link_lines(topo, node, temp_names),
-             f"ip addr add {spec.address} dev {spec.interface}",
-             f"ip route replace default via {spec.gateway}",
-             f"if command -v nft >/dev/null; then {sink}; fi"]
+            f"nft add rule inet loom-host input udp dport {low}-{high} counter drop")
+    before, after = sysctl_lines(topo.node_map[node], IPV6_SYSCTLS)
+    lines = ["set -e", *before, "ip link set lo up", *link_lines(topo, node, temp_names), *after]
+    if spec.address is not None:
+        lines += [f"ip addr add {spec.address} dev {spec.interface}", f"ip route replace default via {spec.gateway}"]
+    if spec.address6 is not None:
+        lines += [f"ip -6 addr add {spec.address6} dev {spec.interface}",
+                  f"ip -6 route replace default via {spec.gateway6} dev {spec.interface}"]
+    lines.append(f"if command -v nft >/dev/null; then {sink}; fi")
     return "\n".join(lines) + "\n"
 
 

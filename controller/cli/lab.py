@@ -6,8 +6,10 @@ and waits until BGP has converged to what the solver expects (every session
 established, every prefix the solver routes in every node's kernel);
 ``status`` shows nodes, sessions and route counts; ``down`` removes
 everything; ``routes`` prints the kernel routes of every node as
-``{"NODE": {"PREFIX": [{"port": "eth1", "weight": 1}, ...]}}``; ``hosts``
-lists a lab's host nodes as ``{"HOST": {"netns", "tor", "address", "prefix"}}``
+``{"NODE": {"PREFIX": [{"port": "eth1", "weight": 1}, ...]}}`` (IPv4 and
+IPv6 prefixes alike); ``hosts`` lists a lab's host nodes as ``{"HOST": {"netns",
+"tor", "address", "prefix"}}``, with ``address6`` and ``prefix6`` on hosts with
+IPv6 (:func:`hosts_document`),
 and ``traffic`` sends a demand matrix from them as UDP (DESIGN.md, Telemetry;
 :mod:`labs.traffic`). Bad input (not a containerlab file, a missing bind file,
 a bad matrix, not root, no FRR) exits 2.
@@ -36,7 +38,7 @@ from labs.gen import generate_lab
 from labs.runner import LabError, LabPrerequisiteError, Observation, ProgressFn, UnrunnableLab
 from labs.traffic import MAX_FLOWS, InvalidMatrix, TrafficOptions, lab_hosts, load_matrix, send
 
-__all__ = ["expected_prefixes", "lab_app"]
+__all__ = ["expected_prefixes", "hosts_document", "lab_app"]
 
 lab_app = typer.Typer(help="Labs of FRR routers from containerlab topologies, run in network namespaces.",
                       no_args_is_help=True)
@@ -258,18 +260,36 @@ def routes(lab: LabArg, as_json: JsonOpt = False) -> None:
     console.print(table)
 
 
+def hosts_document(topo: Topology) -> dict[str, dict[str, str]]:
+    """``loom lab hosts --json`` (DESIGN.md, Telemetry): per host, ``netns``, ``tor``, ``address`` and
+    ``prefix``, plus ``address6`` and ``prefix6`` when the host has IPv6. ``address`` and ``prefix`` are
+    its IPv4 ones, or on an IPv6-only host its IPv6 ones (then the same as ``address6`` and ``prefix6``):
+    every host has them, as before IPv6."""
+    nodes = topo.node_map
+    out = {}
+    for name, h in lab_hosts(topo).items():
+        doc = h.to_document()
+        spec = nodes[name].host
+        if spec is not None and spec.ip6 is not None and spec.prefix6 is not None:
+            doc |= {"address6": spec.ip6, "prefix6": spec.prefix6}
+        out[name] = doc
+    return out
+
+
 @lab_app.command("hosts")
 def hosts(lab: LabArg, as_json: JsonOpt = False) -> None:
-    """The lab's hosts: namespace, ToR, address and prefix (from the topology file)."""
-    found = lab_hosts(_topology(lab, as_json))
+    """The lab's hosts: namespace, ToR, addresses and prefixes of each family (from the topology file)."""
+    found = hosts_document(_topology(lab, as_json))
     if as_json:
-        emit_json({name: h.to_document() for name, h in found.items()})
+        emit_json(found)
         return
     table = Table()
-    for col in ("host", "namespace", "ToR", "address", "prefix"):
+    six = any("address6" in h for h in found.values())
+    for col in ("host", "namespace", "ToR", "address", "prefix", *(("IPv6 address", "IPv6 prefix") if six else ())):
         table.add_column(col)
     for name, h in found.items():
-        table.add_row(name, h.netns, h.tor, h.address, h.prefix)
+        table.add_row(name, h["netns"], h["tor"], h["address"], h["prefix"],
+                      *((h.get("address6", ""), h.get("prefix6", "")) if six else ()))
     console.print(table)
     console.print(f"{len(found)} hosts", highlight=False)
 
