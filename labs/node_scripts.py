@@ -44,6 +44,12 @@ def _key(name: str) -> str:
     return name.replace("/", ".")
 
 
+def _pair(key: str) -> str:
+    """A sysctl's name with ``all`` and ``default`` as one (``net.ipv6.conf.*.accept_dad``): a node that sets
+    either has Loom set neither."""
+    return re.sub(r"\.conf\.(all|default)\.", ".conf.*.", key)
+
+
 def _dad_off(node: ClabNode) -> bool:
     """Whether Loom turns DAD off on the node's link ends: unless its own sysctls say otherwise."""
     return not any(_key(k) in _DAD_KEYS for k in node.sysctls)
@@ -59,11 +65,11 @@ def _names_interface(key: str) -> bool:
 
 
 def sysctl_lines(node: ClabNode, defaults: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """The node's sysctl lines: Loom's ``defaults`` (those the node does not set itself; a kernel without
-    one, such as one without IPv6, skips it) and the node's own ``sysctls``, as ``(before its links, after
-    them)``: its own that name an interface come after."""
-    own = {_key(k) for k in node.sysctls}
-    mine = {k: v for k, v in defaults.items() if k not in own}
+    """The node's sysctl lines: Loom's ``defaults`` (those the node does not set itself, ``all`` and
+    ``default`` counting as one; a kernel without one, such as one without IPv6, skips it) and the node's
+    own ``sysctls``, as ``(before its links, after them)``: its own that name an interface come after."""
+    own = {_pair(_key(k)) for k in node.sysctls}
+    mine = {k: v for k, v in defaults.items() if _pair(k) not in own}
     before = [f"sysctl -q -e -w {' '.join(shlex.quote(f'{k}={v}') for k, v in mine.items())} >/dev/null"] \
         if mine else []
     after: list[str] = []
