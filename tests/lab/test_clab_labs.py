@@ -7,7 +7,9 @@ file named ``frr01.clab.yml``), an eBGP leaf-spine (``defaults`` and ``kinds``,
 ``type: veth`` links with endpoint maps and an MTU, file binds, ``env``), and
 an IS-IS pair (a router ``exec`` that makes a bridge for its host, a ``kind:
 bridge`` switch, an ``ldpd`` the kernel cannot run, ``loom serve --lab`` on
-it). Each is brought up with the real ``loom lab up PATH``, its hosts ping
+it), and a BGP-unnumbered leaf-spine with dual-stack hosts (sessions on the
+interfaces' link-local addresses, IPv4 over IPv6 next hops: IPv6 works in
+namespaces of any file). Each is brought up with the real ``loom lab up PATH``, its hosts ping
 each other across the fabric from inside their namespaces, and ``loom lab down`` leaves no namespace and no process.
 """
 
@@ -104,6 +106,29 @@ def leafspine() -> Iterator[Lab]:
 def isis() -> Iterator[Lab]:
     with Lab(FIXTURES / "isis-pair" / "isis.clab.yml", agents=False) as lab:
         yield lab
+
+
+@pytest.fixture
+def unnumbered() -> Iterator[Lab]:
+    with Lab(FIXTURES / "bgp-unnumbered", agents=False) as lab:
+        yield lab
+
+
+def test_bgp_unnumbered_carries_both_families_between_dual_stack_hosts(unnumbered: Lab) -> None:
+    topo = unnumbered.topo
+    assert unnumbered.up["converged"] and unnumbered.up["sessions_established"] == unnumbered.up["sessions"] == 4
+    status = json.loads(loom("lab", "status", str(unnumbered.path), "--json").stdout)["nodes"]
+    assert status["spine"]["sessions"] == {"eth1": "Established", "eth2": "Established"}  # peers by interface
+    routes = json.loads(loom("lab", "routes", str(unnumbered.path), "--json").stdout)
+    assert routes["leaf1"]["172.20.2.0/24"] == routes["leaf1"]["2001:db8:20:2::/64"] == [{"port": "eth1", "weight": 1}]
+    assert routes["spine"]["2001:db8:20:1::/64"] == [{"port": "eth1", "weight": 1}]
+    hosts = json.loads(loom("lab", "hosts", str(unnumbered.path), "--json").stdout)
+    assert (hosts["h2"]["address"], hosts["h2"]["address6"]) == ("172.20.2.10", "2001:db8:20:2::10")
+    for src, dst in (("h1", "172.20.2.10"), ("h1", "2001:db8:20:2::10"), ("h2", "2001:db8:20:1::10")):
+        assert pings(topo, src, dst), f"{src} cannot reach {dst}"
+    assert in_node(topo, "h1", "sysctl", "-n", "net.ipv6.conf.eth1.accept_dad").strip() == "0"  # usable at once
+    unnumbered.down()
+    assert leftovers(topo) == []
 
 
 def test_ospf_triangle_pcs_reach_each_other_then_nothing_is_left(ospf: Lab) -> None:
