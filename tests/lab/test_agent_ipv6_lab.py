@@ -1,0 +1,122 @@
+"""``fib`` WCMP over IPv6 link-local next hops in a real kernel (#36): the agent's backend, in a router's network
+namespace, installs an IPv4 and an IPv6 route whose next hops have no gateway (an unnumbered underlay), each over
+the peer's link-local address it finds in the kernel's neighbor table, with the plan's weights; reads them back
+per port; traffic of both families reaches the peer over them; a next hop over a port whose peer nothing knows
+fails the Prepare and the Commit with the port named, the routes installed before left whole; removing the routes
+leaves none. Two namespaces joined by three veth pairs, no FRR (the peer is a plain IPv6 router)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+R, P = "loom6fib-r", "loom6fib-p"
+
+#: run inside R: install, read back, fail on eth3, remove; prints one JSON document of what it saw
+SCRIPT = r"""
+import json, subprocess, sys
+from pathlib import Path
+from southbound.device.frr_apply import FrrReload
+from southbound.device.linklocal import UnresolvedNextHop
+from southbound.rendered import FibHop, Rendered
+from controller.model.errors import FrrError
+
+work = Path(sys.argv[1])
+be = FrrReload(work / "vty", work / "work")  # no FRR here: bgpd is not asked
+fib = {"10.9.9.0/24": (FibHop("eth1", "g1", 3), FibHop("eth2", "g1", 1)),
+       "2001:db8:9::/64": (FibHop("eth1", "g2", 1), FibHop("eth2", "g2", 4))}
+out = {}
+be._install_fib({}, fib)
+_, got = be.read_routes(list(fib), None)
+out["installed"] = {p: [[h.port, h.via, h.weight] for h in r.nexthops] for p, r in got.items()}
+out["protocols"] = sorted({r.protocol for r in got.values()})
+
+def ping(*argv):
+    return subprocess.run(["ping", "-c", "2", "-i", "0.2", "-W", "1", *argv], capture_output=True).returncode == 0
+
+out["ping4"] = ping("-I", "10.8.8.1", "10.9.9.1")
+out["ping6"] = ping("-I", "2001:db8:8::1", "2001:db8:9::1")
+bad = dict(fib, **{"10.9.9.0/24": fib["10.9.9.0/24"] + (FibHop("eth3", "g1", 2),)})
+try:
+    be.diff(Rendered("r", "", fib), Rendered("r", "", bad))
+    out["prepare"] = "accepted"
+except UnresolvedNextHop as exc:
+    out["prepare"] = str(exc)
+try:
+    be._install_fib(fib, bad)
+    out["commit"] = "accepted"
+except FrrError as exc:
+    out["commit"] = str(exc)
+_, after = be.read_routes(list(fib), None)
+out["after_refusal"] = {p: [[h.port, h.via, h.weight] for h in r.nexthops] for p, r in after.items()}
+be._install_fib(fib, {})
+out["removed"] = sorted(be.read_routes(list(fib), None)[1])
+print(json.dumps(out))
+"""
+
+
+def sh(*argv: str) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=30).stdout
+
+
+def link_local(ns: str, port: str) -> str:
+    doc = json.loads(sh("ip", "netns", "exec", ns, "ip", "-j", "-6", "addr", "show", "dev", port, "scope", "link"))
+    return str(doc[0]["addr_info"][0]["local"])
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[dict[str, str]]:
+    """R and P joined on eth1..eth3, IPv6 on (no DAD), P a router (forwarding) with 10.9.9.1 and 2001:db8:9::1 on
+    its loopback and routes back to R's; R has resolved P on eth1 and eth2 (a ping each), never on eth3."""
+    for ns in (R, P):
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    try:
+        for ns in (R, P):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.accept_dad=0",
+               "net.ipv6.conf.default.accept_dad=0", "net.ipv6.conf.all.forwarding=1", "net.ipv4.ip_forward=1")
+        for i in (1, 2, 3):
+            sh("ip", "link", "add", f"eth{i}", "netns", R, "type", "veth", "peer", f"eth{i}", "netns", P)
+        for ns in (R, P):
+            for port in ("lo", "eth1", "eth2", "eth3"):
+                sh("ip", "netns", "exec", ns, "ip", "link", "set", port, "up")
+        sh("ip", "netns", "exec", R, "ip", "addr", "add", "10.8.8.1/32", "dev", "lo")
+        sh("ip", "netns", "exec", R, "ip", "addr", "add", "2001:db8:8::1/128", "dev", "lo")
+        sh("ip", "netns", "exec", P, "ip", "addr", "add", "10.9.9.1/32", "dev", "lo")
+        sh("ip", "netns", "exec", P, "ip", "addr", "add", "2001:db8:9::1/128", "dev", "lo")
+        back = link_local(R, "eth1")
+        sh("ip", "netns", "exec", P, "ip", "-4", "route", "add", "10.8.8.0/24", "via", "inet6", back, "dev", "eth1")
+        sh("ip", "netns", "exec", P, "ip", "-6", "route", "add", "2001:db8:8::/64", "via", back, "dev", "eth1")
+        peers = {port: link_local(P, port) for port in ("eth1", "eth2", "eth3")}
+        for port in ("eth1", "eth2"):  # R learns P there as a router (P forwards: its NA has the R flag)
+            subprocess.run(["ip", "netns", "exec", R, "ping", "-c", "1", "-W", "2", f"{peers[port]}%{port}"],
+                           capture_output=True, timeout=10)
+        yield peers
+    finally:
+        for ns in (R, P):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_fib_routes_of_both_families_over_link_local_next_hops(pair: dict[str, str], tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(["ip", "netns", "exec", R, sys.executable, "-c", SCRIPT, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    ll1, ll2 = pair["eth1"], pair["eth2"]
+    want = {"10.9.9.0/24": [["eth1", ll1, 3], ["eth2", ll2, 1]],
+            "2001:db8:9::/64": [["eth1", ll1, 1], ["eth2", ll2, 4]]}
+    assert seen["installed"] == want
+    assert seen["protocols"] == ["loom"]
+    assert seen["ping4"] and seen["ping6"], "traffic over the link-local next hops"
+    assert "eth3" in seen["prepare"] and "link-local" in seen["prepare"]
+    assert "eth3" in seen["commit"]
+    assert seen["after_refusal"] == want  # nothing half installed
+    assert seen["removed"] == []

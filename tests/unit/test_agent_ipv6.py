@@ -1,0 +1,153 @@
+"""The device agent's side of IPv6 and unnumbered fabrics (#36), on what FRR 8.4 and kernel 6.18 really show
+(``tests/unit/samples/frr84/unnumbered``, captured from a dual-stack BGP-unnumbered lab): kernel routes of both
+families read back per port whatever the gateway form, sessions of both address families named by interface,
+soft clears per address family, the peers' link-local addresses found for ``fib`` next hops without a gateway,
+netlink next hops with IPv6 gateways, and ``GetRunning``'s addresses of both families."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.model.errors import FrrError
+from southbound.device.fib import netlink_next_hop
+from southbound.device.frr_apply import (
+    DryFrr,
+    kernel_route_from_ip_json,
+    peer_families,
+    running_interfaces,
+    soft_clears,
+)
+from southbound.device.linklocal import (
+    LinkLocals,
+    UnresolvedNextHop,
+    bgp_link_locals,
+    neighbor_routers,
+    route_link_locals,
+)
+from southbound.device.opstate import parse_bgp_summary
+from southbound.rendered import FibHop, Rendered
+from southbound.state import BgpSession, KernelNextHop
+
+SAMPLES = Path(__file__).parent / "samples" / "frr84" / "unnumbered"
+LEAF00, LEAF01 = "fe80::dc5a:a5ff:fec7:bf87", "fe80::406e:54ff:fe22:cd1"  # tor-0-0's peers on eth1 and eth2
+
+
+def sample(name: str) -> Any:
+    return json.loads((SAMPLES / f"tor-0-0.{name}").read_text())
+
+
+def routes(name: str, version: int) -> dict[str, Any]:
+    out = {}
+    for r in sample(name):
+        route = kernel_route_from_ip_json(r, version)
+        if route is not None:
+            out[route.prefix] = route
+    return out
+
+
+def test_ipv4_routes_over_ipv6_link_local_next_hops_map_to_their_ports() -> None:
+    got = routes("route4.json", 4)
+    assert sorted(got) == ["10.0.1.0/24", "10.1.0.0/24", "10.1.1.0/24"]  # the connected host subnet is left out
+    assert got["10.1.0.0/24"].protocol == "bgp"
+    assert got["10.1.0.0/24"].nexthops == (KernelNextHop("eth1", LEAF00, 1), KernelNextHop("eth2", LEAF01, 1))
+
+
+def test_the_onlink_form_and_an_ipv4_default_over_ipv6_read_back_too() -> None:
+    got = routes("route4-onlink.json", 4)
+    assert got["10.99.0.0/24"].weights() == {"eth1": 3, "eth2": 1}  # via 169.254.0.1 dev ethN onlink
+    assert got["10.99.0.0/24"].nexthops[0].via == "169.254.0.1"
+    assert got["10.98.0.7/32"].nexthops == (KernelNextHop("eth1", "169.254.0.1", 1),)
+    assert got["0.0.0.0/0"].nexthops == (KernelNextHop("eth1", LEAF00, 1),)  # default via inet6 fe80::..
+
+
+def test_ipv6_routes_are_canonical_and_the_kernels_own_are_left_out() -> None:
+    got = routes("route6-host.json", 6)
+    # no fe80::/64, no connected 2001:db8::/64, no RA default route: only FRR's
+    assert sorted(got) == ["2001:db8:0:1::/64", "2001:db8:1:1::/64", "2001:db8:1::/64", "2001:db8:99::5/128"]
+    assert got["2001:db8:1::/64"].weights() == {"eth1": 1, "eth2": 1}
+    assert got["2001:db8:99::5/128"].nexthops == (KernelNextHop("eth1", LEAF00, 1),)
+    # an IPv6 default route is ::/0, told by its family or guessed from its IPv6 gateway
+    default = {"dst": "default", "gateway": LEAF00, "dev": "eth1", "protocol": "bgp", "metric": 20}
+    for version in (6, None):
+        route = kernel_route_from_ip_json(default, version)
+        assert route is not None and route.prefix == "::/0"
+
+
+def test_a_dry_agent_reads_back_ipv6_prefixes_asked_for_in_any_spelling(tmp_path: Path) -> None:
+    hop = FibHop("eth1", "g1", 3)
+    rendered = Rendered("tor-0-0", "", {"2001:db8::/64": (hop,), "10.0.0.0/24": (hop,)})
+    observed, got = DryFrr(tmp_path).read_routes(["2001:db8:0:0::/64"], rendered)
+    assert not observed and list(got) == ["2001:db8::/64"]
+
+
+def test_sessions_of_both_families_are_one_per_interface_named_neighbor() -> None:
+    sessions = parse_bgp_summary(sample("bgp-summary.json"))
+    # each peer is active in ipv4Unicast and ipv6Unicast with 3 prefixes each: one session, 6 received
+    assert sessions == (BgpSession("eth1", "Established", 64768, 6), BgpSession("eth2", "Established", 64768, 6))
+    only_v6 = {"ipv6Unicast": sample("bgp-summary.json")["ipv6Unicast"]}
+    assert [s.neighbor for s in parse_bgp_summary(only_v6)] == ["eth1", "eth2"]
+    assert parse_bgp_summary({}) == ()
+
+
+def test_soft_clears_go_to_each_family_the_peer_is_active_in() -> None:
+    text = (SAMPLES / "tor-0-0.running.txt").read_text()
+    assert peer_families(text) == {"eth1": ("ipv4", "ipv6"), "eth2": ("ipv4", "ipv6")}
+    old = Rendered("tor-0-0", text, lb_peers={"eth1": "10.1.0.0/24=10", "eth2": "10.1.0.0/24=10"})
+    new = Rendered("tor-0-0", text, lb_peers={"eth1": "10.1.0.0/24=30", "eth2": "10.1.0.0/24=10"})
+    assert soft_clears(old, new) == ["clear bgp ipv4 unicast eth1 soft out", "clear bgp ipv6 unicast eth1 soft out"]
+    v4_only = text.replace(" address-family ipv6 unicast\n", " address-family l2vpn evpn\n")
+    assert soft_clears(old, Rendered("tor-0-0", v4_only, lb_peers=new.lb_peers)) == [
+        "clear bgp ipv4 unicast eth1 soft out"]
+
+
+def test_the_peers_link_locals_from_the_neighbor_table_routes_and_bgpd() -> None:
+    assert neighbor_routers(sample("neigh6.json")) == {"eth1": [LEAF00], "eth2": [LEAF01]}
+    assert neighbor_routers(sample("neigh6-delay.json"))["eth1"] == [LEAF00]  # DELAY still names the peer
+    assert "eth1" not in neighbor_routers(sample("neigh6-flap.json"))  # flushed with the link
+    assert neighbor_routers(sample("neigh6-incomplete.json"))["eth1"] == [LEAF00]  # fe80::dead:1 never answered
+    assert route_link_locals(sample("route4.json")) == {"eth1": [LEAF00], "eth2": [LEAF01]}
+    assert route_link_locals(sample("route6.json")) == {"eth1": [LEAF00], "eth2": [LEAF01]}  # not the RA defaults'
+    assert bgp_link_locals(sample("bgp-neighbors.json")) == {"eth1": LEAF00, "eth2": LEAF01}
+
+
+def test_resolving_falls_back_source_by_source_and_names_the_port_nobody_knows() -> None:
+    asked: list[str] = []
+
+    def source(name: str, doc: Any) -> Any:
+        def read() -> Any:
+            asked.append(name)
+            return doc
+        return read
+
+    found = LinkLocals(source("neigh", sample("neigh6-flap.json")), source("routes", sample("route4.json")),
+                       source("bgp", {}))
+    assert found.resolve(["eth1", "eth2"]) == {"eth1": LEAF00, "eth2": LEAF01}
+    assert asked == ["neigh", "routes"]  # eth1 from FRR's routes; bgpd not asked once both are known
+    nothing = LinkLocals(source("neigh", []), source("routes", []), source("bgp", {}))
+    with pytest.raises(UnresolvedNextHop, match="on eth3 yet"):
+        nothing.resolve(["eth3"])
+    nothing.last["eth3"] = LEAF00  # found before the port went down
+    assert nothing.resolve(["eth3"]) == {"eth3": LEAF00}
+
+
+def test_netlink_next_hops_of_either_family_over_ipv6_gateways() -> None:
+    index = {"eth1": 2}
+    assert netlink_next_hop("10.1.0.0/24", FibHop("eth1", "g", 3, LEAF00), index) == {
+        "oif": 2, "hops": 2, "via": {"family": socket.AF_INET6, "addr": LEAF00}}  # RTA_VIA: RFC 8950
+    assert netlink_next_hop("2001:db8::/64", FibHop("eth1", "g", 1, LEAF00), index) == {"oif": 2, "hops": 0,
+                                                                                 "gateway": LEAF00}
+    assert netlink_next_hop("10.1.0.0/24", FibHop("eth1", "g", 1, "100.64.0.1"), index)["gateway"] == "100.64.0.1"
+    with pytest.raises(FrrError, match="IPv4 gateway 100.64.0.1"):
+        netlink_next_hop("2001:db8::/64", FibHop("eth1", "g", 1, "100.64.0.1"), index)
+
+
+def test_get_running_reports_addresses_of_both_families_but_link_local() -> None:
+    itfs = {i.name: i for i in running_interfaces((SAMPLES / "tor-0-0.addr.json").read_text())}
+    assert itfs["host0"].addresses == ("10.0.0.1/24", "2001:db8::1/64")
+    assert itfs["eth1"].addresses == ()  # unnumbered: its fe80:: address is not reported
+    assert itfs["lo"].addresses == ("127.0.0.1/8", "100.127.213.212/32", "::1/128")
