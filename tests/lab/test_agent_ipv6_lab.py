@@ -3,7 +3,8 @@ namespace, installs an IPv4 and an IPv6 route whose next hops have no gateway (a
 the peer's link-local address it finds in the kernel's neighbor table, with the plan's weights; reads them back
 per port; traffic of both families reaches the peer over them; a next hop over a port whose peer nothing knows
 fails the Prepare and the Commit with the port named, the routes installed before left whole; removing the routes
-leaves none. Two namespaces joined by three veth pairs, no FRR (the peer is a plain IPv6 router)."""
+leaves none; a global IPv6 gateway (ipv6-numbered) serves routes of both families too. Two namespaces joined by
+three veth pairs, no FRR (the peer is a plain IPv6 router)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,12 @@ _, after = be.read_routes(list(fib), None)
 out["after_refusal"] = {p: [[h.port, h.via, h.weight] for h in r.nexthops] for p, r in after.items()}
 be._install_fib(fib, {})
 out["removed"] = sorted(be.read_routes(list(fib), None)[1])
+numbered = {"10.9.8.0/24": (FibHop("eth2", "g3", 2, "fd6c::1"), FibHop("eth1", "g3", 1)),
+            "2001:db8:9:8::/64": (FibHop("eth2", "g4", 1, "fd6c::1"),)}
+be._install_fib({}, numbered)
+_, got = be.read_routes(list(numbered), None)
+out["numbered"] = {p: [[h.port, h.via, h.weight] for h in r.nexthops] for p, r in got.items()}
+be._install_fib(numbered, {})
 print(json.dumps(out))
 """
 
@@ -67,8 +74,8 @@ def sh(*argv: str) -> str:
 
 
 def link_local(ns: str, port: str) -> str:
-    doc = json.loads(sh("ip", "netns", "exec", ns, "ip", "-j", "-6", "addr", "show", "dev", port, "scope", "link"))
-    return str(doc[0]["addr_info"][0]["local"])
+    doc = json.loads(sh("ip", "netns", "exec", ns, "ip", "-j", "-6", "addr", "show", "dev", port))
+    return next(str(a["local"]) for a in doc[0]["addr_info"] if a.get("scope") == "link")
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +98,8 @@ def pair() -> Iterator[dict[str, str]]:
         sh("ip", "netns", "exec", R, "ip", "addr", "add", "2001:db8:8::1/128", "dev", "lo")
         sh("ip", "netns", "exec", P, "ip", "addr", "add", "10.9.9.1/32", "dev", "lo")
         sh("ip", "netns", "exec", P, "ip", "addr", "add", "2001:db8:9::1/128", "dev", "lo")
+        sh("ip", "netns", "exec", R, "ip", "addr", "add", "fd6c::/127", "dev", "eth2")  # ipv6-numbered on eth2
+        sh("ip", "netns", "exec", P, "ip", "addr", "add", "fd6c::1/127", "dev", "eth2")
         back = link_local(R, "eth1")
         sh("ip", "netns", "exec", P, "ip", "-4", "route", "add", "10.8.8.0/24", "via", "inet6", back, "dev", "eth1")
         sh("ip", "netns", "exec", P, "ip", "-6", "route", "add", "2001:db8:8::/64", "via", back, "dev", "eth1")
@@ -120,3 +129,7 @@ def test_fib_routes_of_both_families_over_link_local_next_hops(pair: dict[str, s
     assert "eth3" in seen["commit"]
     assert seen["after_refusal"] == want  # nothing half installed
     assert seen["removed"] == []
+    # ipv6-numbered: the peer's global IPv6 address as the gateway of an IPv4 route (RTA_VIA) and an IPv6 one,
+    # beside an unnumbered next hop in one group
+    assert seen["numbered"] == {"10.9.8.0/24": [["eth2", "fd6c::1", 2], ["eth1", ll1, 1]],
+                                "2001:db8:9:8::/64": [["eth2", "fd6c::1", 1]]}
