@@ -3,8 +3,9 @@ namespace, installs an IPv4 and an IPv6 route whose next hops have no gateway (a
 the peer's link-local address it finds in the kernel's neighbor table, with the plan's weights; reads them back
 per port; traffic of both families reaches the peer over them; a next hop over a port whose peer nothing knows
 fails the Prepare and the Commit with the port named, the routes installed before left whole; removing the routes
-leaves none; a global IPv6 gateway (ipv6-numbered) serves routes of both families too. Two namespaces joined by
-three veth pairs, no FRR (the peer is a plain IPv6 router)."""
+leaves none; a port that flaps loses its next hops and gets them back over the address found before (the
+kernel flushed its neighbors); a global IPv6 gateway (ipv6-numbered) serves routes of both families too. Two
+namespaces joined by three veth pairs, no FRR (the peer is a plain IPv6 router)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 R, P = "loom6fib-r", "loom6fib-p"
 
-#: run inside R: install, read back, fail on eth3, remove; prints one JSON document of what it saw
+#: run inside R: install, read back, refuse eth3, flap eth1, remove, then numbered; prints what it saw as JSON
 SCRIPT = r"""
 import json, subprocess, sys
 from pathlib import Path
@@ -34,16 +35,18 @@ be = FrrReload(work / "vty", work / "work")  # no FRR here: bgpd is not asked
 fib = {"10.9.9.0/24": (FibHop("eth1", "g1", 3), FibHop("eth2", "g1", 1)),
        "2001:db8:9::/64": (FibHop("eth1", "g2", 1), FibHop("eth2", "g2", 4))}
 out = {}
+
+def kernel(prefixes):
+    return {p: [[h.port, h.via, h.weight] for h in r.nexthops] for p, r in be.read_routes(prefixes, None)[1].items()}
+
+def run(*argv):
+    return subprocess.run(argv, capture_output=True, text=True)
+
 be._install_fib({}, fib)
-_, got = be.read_routes(list(fib), None)
-out["installed"] = {p: [[h.port, h.via, h.weight] for h in r.nexthops] for p, r in got.items()}
-out["protocols"] = sorted({r.protocol for r in got.values()})
-
-def ping(*argv):
-    return subprocess.run(["ping", "-c", "2", "-i", "0.2", "-W", "1", *argv], capture_output=True).returncode == 0
-
-out["ping4"] = ping("-I", "10.8.8.1", "10.9.9.1")
-out["ping6"] = ping("-I", "2001:db8:8::1", "2001:db8:9::1")
+out["installed"] = kernel(list(fib))
+out["protocols"] = sorted({r.protocol for r in be.read_routes(list(fib), None)[1].values()})
+out["ping4"] = run("ping", "-c", "2", "-i", "0.2", "-W", "1", "-I", "10.8.8.1", "10.9.9.1").returncode == 0
+out["ping6"] = run("ping", "-c", "2", "-i", "0.2", "-W", "1", "-I", "2001:db8:8::1", "2001:db8:9::1").returncode == 0
 bad = dict(fib, **{"10.9.9.0/24": fib["10.9.9.0/24"] + (FibHop("eth3", "g1", 2),)})
 try:
     be.diff(Rendered("r", "", fib), Rendered("r", "", bad))
@@ -55,15 +58,22 @@ try:
     out["commit"] = "accepted"
 except FrrError as exc:
     out["commit"] = str(exc)
-_, after = be.read_routes(list(fib), None)
-out["after_refusal"] = {p: [[h.port, h.via, h.weight] for h in r.nexthops] for p, r in after.items()}
+out["after_refusal"] = kernel(list(fib))
+recorded = Rendered("r", "", fib)
+run("ip", "link", "set", "eth1", "down")  # the kernel flushes eth1's neighbors
+be.repair_fib(recorded, frozenset({"eth1"}))
+out["eth1_down"] = kernel(list(fib))
+run("ip", "link", "set", "eth1", "up")
+neigh = json.loads(run("ip", "-j", "-6", "neigh", "show", "dev", "eth1").stdout or "[]")
+out["eth1_neighbors_after_flap"] = [n for n in neigh if "router" in n]
+be.repair_fib(recorded, frozenset())
+out["eth1_up"] = kernel(list(fib))
 be._install_fib(fib, {})
-out["removed"] = sorted(be.read_routes(list(fib), None)[1])
+out["removed"] = sorted(kernel(list(fib)))
 numbered = {"10.9.8.0/24": (FibHop("eth2", "g3", 2, "fd6c::1"), FibHop("eth1", "g3", 1)),
             "2001:db8:9:8::/64": (FibHop("eth2", "g4", 1, "fd6c::1"),)}
 be._install_fib({}, numbered)
-_, got = be.read_routes(list(numbered), None)
-out["numbered"] = {p: [[h.port, h.via, h.weight] for h in r.nexthops] for p, r in got.items()}
+out["numbered"] = kernel(list(numbered))
 be._install_fib(numbered, {})
 print(json.dumps(out))
 """
@@ -128,6 +138,12 @@ def test_fib_routes_of_both_families_over_link_local_next_hops(pair: dict[str, s
     assert "eth3" in seen["prepare"] and "link-local" in seen["prepare"]
     assert "eth3" in seen["commit"]
     assert seen["after_refusal"] == want  # nothing half installed
+    # eth1 down: its next hops leave both routes; up again before the peer is in the neighbor table again, they
+    # come back over the address found before
+    assert seen["eth1_down"] == {p: [[port, via, 1] for port, via, _ in hops if port != "eth1"]  # one path: no weight
+                                 for p, hops in want.items()}
+    assert seen["eth1_neighbors_after_flap"] == []
+    assert seen["eth1_up"] == want
     assert seen["removed"] == []
     # ipv6-numbered: the peer's global IPv6 address as the gateway of an IPv4 route (RTA_VIA) and an IPv6 one,
     # beside an unnumbered next hop in one group
