@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import re
@@ -168,11 +169,20 @@ def parse_bgp_summary(doc: object) -> tuple[BgpSession, ...]:
         for name, p in peers.items() if isinstance(peers, dict) else ():
             if not isinstance(p, dict):
                 continue
-            received = int(p.get("pfxRcd", 0) or 0)
-            seen = out.get(str(name))
-            out[str(name)] = BgpSession(str(name), str(p.get("state", "")), int(p.get("remoteAs", 0) or 0), received) \
+            received, key = int(p.get("pfxRcd", 0) or 0), _peer_name(str(name))
+            seen = out.get(key)
+            out[key] = BgpSession(key, str(p.get("state", "")), int(p.get("remoteAs", 0) or 0), received) \
                 if seen is None else replace(seen, prefixes_received=seen.prefixes_received + received)
     return tuple(out[n] for n in sorted(out))
+
+
+def _peer_name(name: str) -> str:
+    """A neighbor's name as Loom renders it: an address in Python's canonical text (IPv6 compressed, lower case),
+    an interface as it is."""
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name
 
 
 def bgp_sessions(vty_dir: Path, timeout: float = 2.0) -> tuple[BgpSession, ...] | None:

@@ -92,6 +92,9 @@ def test_sessions_of_both_families_are_one_per_interface_named_neighbor() -> Non
     only_v6 = {"ipv6Unicast": sample("bgp-summary.json")["ipv6Unicast"]}
     assert [s.neighbor for s in parse_bgp_summary(only_v6)] == ["eth1", "eth2"]
     assert parse_bgp_summary({}) == ()
+    # ipv6-numbered: the neighbor's address as the rendered config spells it (canonical), whatever FRR prints
+    numbered = {"ipv6Unicast": {"peers": {"FD6C:6F6F:6D00:1:0:0:0:1": {"state": "Active", "remoteAs": 64512}}}}
+    assert parse_bgp_summary(numbered) == (BgpSession("fd6c:6f6f:6d00:1::1", "Active", 64512, 0),)
 
 
 def test_soft_clears_go_to_each_family_the_peer_is_active_in() -> None:
