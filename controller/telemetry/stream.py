@@ -35,6 +35,7 @@ log = logging.getLogger("loom.telemetry")
 PATHS = (
     "/interfaces/interface[name=*]/state/counters",
     "/network-instances/network-instance[name=default]/afts/ipv4-unicast/ipv4-entry[prefix=*]/state/counters",
+    "/network-instances/network-instance[name=default]/afts/ipv6-unicast/ipv6-entry[prefix=*]/state/counters",
 )
 
 Active = tuple[int, Intent, Plan]
