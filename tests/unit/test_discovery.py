@@ -154,6 +154,11 @@ def test_adoption_diff_captured_from_an_agent_is_cosmetic():
     ("", "interface host1\n ip address 172.16.9.1/24",
      "adds an interface address (its connected route): 'ip address 172.16.9.1/24' (in interface host1)"),
     ("no route-map KEEP permit 10", "", "removes routing policy: 'route-map KEEP permit 10'"),
+    ("no ipv6 route 2001:db8:9::/64 blackhole", "", "removes a static route: 'ipv6 route 2001:db8:9::/64 blackhole'"),
+    ("interface eth1\n ipv6 nd suppress-ra", "", "removes IPv6 router advertisements (an unnumbered BGP session "
+     "needs them): 'no ipv6 nd suppress-ra' (in interface eth1)"),
+    ("router bgp 65101\n address-family ipv6 unicast\n  no network 2001:db8:1::/64", "",
+     "removes an announced prefix: 'network 2001:db8:1::/64' (in router bgp 65101 / address-family ipv6 unicast)"),
     ("router bgp 65101\n no bgp router-id 10.0.0.11", "router bgp 65101\n bgp router-id 100.127.0.1",
      "removes the router id (sessions or adjacencies reset): 'bgp router-id 10.0.0.11' (in router bgp 65101)"),
 ])
