@@ -28,7 +28,11 @@ from typing import Any, Literal
 
 from controller.model.intent import validate_intent
 
-__all__ = ["ALL_PAIRS_MAX_TORS", "DEFAULT_FANOUT", "MAX_TORS", "clos_document", "tor_prefix"]
+__all__ = ["ALL_PAIRS_MAX_TORS", "DEFAULT_FANOUT", "FAMILIES", "MAX_TORS", "clos_document", "tor_prefix",
+           "tor_prefix6", "with_family"]
+
+#: the address families ``loom gen clos --family`` gives the ToRs' prefixes
+FAMILIES = ("ipv4", "ipv6", "dual")
 
 ALL_PAIRS_MAX_TORS = 256
 MAX_TORS = 4096  # per pod
@@ -64,6 +68,44 @@ def tor_prefix(p: int, t: int, tors: int) -> str:
         return f"10.{p}.{t}.0/24"
     n = p * tors + t
     return f"10.{n >> 10}.{(n >> 2) & 255}.{(n & 3) << 6}/26"
+
+
+def tor_prefix6(p: int, t: int) -> str:
+    """The IPv6 prefix ToR ``t`` of pod ``p`` originates (a /64 of the documentation space, RFC 3849).
+
+    >>> tor_prefix6(3, 7)
+    '2001:db8:3:7::/64'
+    """
+    return f"2001:db8:{p:x}:{t:x}::/64"
+
+
+def with_family(doc: dict[str, Any], family: str, underlay: str | None = None) -> dict[str, Any]:
+    """``doc`` (a :func:`clos_document`) with its ToRs' prefixes in ``family``: ``ipv4`` as it is, ``ipv6``
+    each /24 (or /26) replaced by the ToR's :func:`tor_prefix6`, ``dual`` both, each demand split evenly over
+    the two (the same load). ``underlay`` sets ``defaults.underlay``; absent, ``unnumbered`` wherever there is
+    IPv6 (BGP over IPv4-numbered links carries IPv4 only)."""
+    if family not in FAMILIES:
+        raise ValueError(f"family: expected one of {', '.join(FAMILIES)}, got {family!r}")
+    out = dict(doc)
+    if underlay is not None or family != "ipv4":
+        out["defaults"] = {**doc.get("defaults", {}), "underlay": underlay or "unnumbered"}
+    if family == "ipv4":
+        return out
+    six = {p["prefix"]: tor_prefix6(*_place(p["origins"][0])) for p in doc["prefixes"]}
+    twins = [{"prefix": six[p["prefix"]], "origins": list(p["origins"])} for p in doc["prefixes"]]
+    if family == "ipv6":
+        out["prefixes"] = twins
+        out["demands"] = [{**d, "to": six[d["to"]]} for d in doc["demands"]]
+    else:
+        out["prefixes"] = [*doc["prefixes"], *twins]
+        halves = [{**d, "gbps": round(d["gbps"] / 2, 6)} for d in doc["demands"]]
+        out["demands"] = [*halves, *({**d, "to": six[d["to"]]} for d in halves)]
+    return out
+
+
+def _place(tor: str) -> tuple[int, int]:
+    _, p, t = tor.split("-")
+    return int(p), int(t)
 
 
 def _domains(planes: int, spines: int, ls_names: list[str], srlgs: int | None,

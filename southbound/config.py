@@ -15,7 +15,7 @@ sessions a change tears down. No I/O here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = [
@@ -25,8 +25,11 @@ __all__ = [
     "FibRoute",
     "Interface",
     "LinkBandwidth",
+    "SessionMove",
     "SessionReset",
     "bgp_session_resets",
+    "bridge_config",
+    "session_moves",
 ]
 
 
@@ -230,38 +233,95 @@ class SessionReset:
                 "reason": self.reason}
 
 
-def _sessions(config: DeviceConfig | None) -> dict[str, BgpNeighbor]:
+def _sessions(config: DeviceConfig | None) -> dict[str, list[BgpNeighbor]]:
+    """Per port, the BGP sessions over it (two while an underlay change is bridged: the old and the new)."""
     if config is None or config.routing != "bgp" or config.asn is None:
         return {}
-    return {n.port: n for n in config.neighbors}
+    out: dict[str, list[BgpNeighbor]] = {}
+    for n in config.neighbors:
+        out.setdefault(n.port, []).append(n)
+    return out
+
+
+def _reset_reason(before: DeviceConfig, after: DeviceConfig | None, n: BgpNeighbor,
+                  now: list[BgpNeighbor]) -> str | None:
+    same_peer = [m for m in now if m.peer == n.peer]
+    if after is None or not same_peer:
+        return "removed"
+    if after.asn != before.asn:
+        return "local-as"
+    if after.router_id != before.router_id:
+        return "router-id"
+    kept = [m for m in same_peer if m.address == n.address]
+    if not kept:
+        return "address"
+    if all(m.remote_asn != n.remote_asn for m in kept):
+        return "remote-as"
+    return None
 
 
 def bgp_session_resets(old: Mapping[str, DeviceConfig], new: Mapping[str, DeviceConfig]) -> list[SessionReset]:
     """The BGP session ends that going from configs ``old`` to ``new`` tears down, by device and port.
 
     A session of ``old`` is reset when it is no longer there (its link, its device or BGP gone), when
-    its peer's address or ASN changes, or when its device's own ASN or router id changes (FRR then
-    restarts every session of the device). Sessions that only appear are new, not reset; a drain or a
-    WCMP change (route maps, refreshed with a soft clear) resets nothing. Each session counts once
-    per end: removing one link resets two ends.
+    its peer's address changes (``address``: numbered to unnumbered is one), when its peer's ASN changes,
+    or when its device's own ASN or router id changes (FRR then restarts every session of the device).
+    Sessions that only appear are new, not reset; a drain or a WCMP change (route maps, refreshed with a
+    soft clear) resets nothing. Each session counts once per end: removing one link resets two ends.
     """
     out: list[SessionReset] = []
     for device in sorted(old):
         before, after = old[device], new.get(device)
         now = _sessions(after)
-        for port, n in sorted(_sessions(before).items()):
-            m = now.get(port)
-            reason = None
-            if m is None or after is None or m.peer != n.peer:
-                reason = "removed"
-            elif after.asn != before.asn:
-                reason = "local-as"
-            elif after.router_id != before.router_id:
-                reason = "router-id"
-            elif m.address != n.address:
-                reason = "address"
-            elif m.remote_asn != n.remote_asn:
-                reason = "remote-as"
-            if reason is not None:
-                out.append(SessionReset(device, n.key, n.peer, port, reason))
+        for port, sessions in sorted(_sessions(before).items()):
+            for n in sessions:
+                reason = _reset_reason(before, after, n, now.get(port, []))
+                if reason is not None:
+                    out.append(SessionReset(device, n.key, n.peer, port, reason))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMove:
+    """A BGP session that a change moves to another transport over the same link (``address`` resets,
+    e.g. an underlay change from ``ipv4-numbered`` to ``unnumbered``): on ``device``, toward ``peer`` over
+    ``port``, from FRR's neighbor ``before`` (an address, or the port when unnumbered) to ``after``."""
+
+    device: str
+    port: str
+    peer: str
+    before: str
+    after: str
+
+    def to_document(self) -> dict[str, Any]:
+        return {"device": self.device, "port": self.port, "peer": self.peer, "from": self.before, "to": self.after}
+
+
+def session_moves(old: Mapping[str, DeviceConfig], new: Mapping[str, DeviceConfig]) -> list[SessionMove]:
+    """The sessions going from ``old`` to ``new`` moves (their ``address`` resets), each end once."""
+    out = []
+    for r in bgp_session_resets(old, new):
+        if r.reason != "address":
+            continue
+        after = next(m for m in _sessions(new.get(r.device))[r.port] if m.peer == r.peer)
+        out.append(SessionMove(r.device, r.port, r.peer, r.neighbor, after.key))
+    return out
+
+
+def bridge_config(old: DeviceConfig, new: DeviceConfig) -> DeviceConfig:
+    """``old`` with ``new``'s sessions beside its own (make before break): every session of ``new`` that
+    ``old`` lacks (an unnumbered or IPv6 one where ``old`` has the IPv4 one), the interfaces with the
+    addresses of both, and the underlay that is not ``ipv4-numbered`` (so that the rendering runs what
+    interface and IPv6 sessions need). Its forwarding state (WCMP, drains, prefixes) is ``old``'s: committing
+    it moves no traffic, and once both ends of a link run it, the link has both sessions, each
+    carrying the same routes with the same link-bandwidth (each link's share of the weights stays)."""
+    have = {(n.port, n.key) for n in old.neighbors}
+    extra = tuple(n for n in new.neighbors if (n.port, n.key) not in have)
+    by_name = {i.name: i for i in new.interfaces}
+    interfaces = tuple(replace(i, address=i.address or getattr(by_name.get(i.name), "address", None),
+                               address6=i.address6 or getattr(by_name.get(i.name), "address6", None))
+                       for i in old.interfaces)
+    underlay = new.underlay if new.underlay != "ipv4-numbered" else old.underlay
+    order = {n.port: k for k, n in enumerate(old.neighbors)}  # old's port order, each port's old session first
+    return replace(old, neighbors=tuple(sorted(old.neighbors + extra, key=lambda n: order.get(n.port, len(order)))),
+                   interfaces=interfaces, underlay=underlay, loopback6=old.loopback6 or new.loopback6)

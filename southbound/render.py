@@ -39,6 +39,7 @@ from southbound.config import (
     FibRoute,
     Interface,
     LinkBandwidth,
+    bridge_config,
 )
 from southbound.rendered import FibHop, Rendered
 
@@ -46,6 +47,7 @@ __all__ = [
     "LINK_POOL",
     "LOOPBACK_POOL",
     "build_rendered",
+    "bridged",
     "config_hash",
     "device_configs",
     "host_address",
@@ -96,6 +98,27 @@ def _prefix_order(prefix: str) -> tuple[int, int, int]:
     return prefix_order(prefix)
 
 
+#: where a bridged intent (:func:`bridged`) keeps the intent it bridges to (a key no model field has)
+_BRIDGE = "loom_bridge_to"
+
+
+def bridged(active: Intent, proposed: Intent) -> Intent:
+    """``active``, marked so that :func:`device_configs` gives each device the bridge toward ``proposed``'s
+    sessions (:func:`southbound.config.bridge_config`): ``active``'s forwarding with both intents' BGP sessions,
+    what a change that moves sessions (an underlay change) commits first, make before break."""
+    out = active.model_copy()
+    out.__dict__[_BRIDGE] = proposed
+    return out
+
+
+def _bridge_configs(intent: Intent, plan: Plan | None, allocation: Allocation | None) -> dict[str, DeviceConfig]:
+    target = intent.__dict__[_BRIDGE]
+    plain = intent.model_copy()
+    del plain.__dict__[_BRIDGE]
+    old, new = device_configs(plain, plan, allocation=allocation), device_configs(target)
+    return {d: bridge_config(c, new[d]) if d in new else c for d, c in old.items()}
+
+
 def device_configs(intent: Intent, plan: Plan | None = None, *,
                    allocation: Allocation | None = None) -> dict[str, DeviceConfig]:
     """Every device's config for ``intent``; with ``plan``, its WCMP state too.
@@ -116,6 +139,8 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
     >>> device_configs(i)["t0"].neighbors[0].address
     '100.76.227.54'
     """
+    if _BRIDGE in intent.__dict__:
+        return _bridge_configs(intent, plan, allocation)
     if allocation is None:
         allocation = allocate(intent, carried(intent))
     ports, neighbors, gateway = _link_ends(intent, allocation)
@@ -235,8 +260,16 @@ def _wcmp_state(intent: Intent, plan: Plan | None, gateway: dict[tuple[str, str]
                         lbw[h.neighbor].append(LinkBandwidth(far_port, prefix, max(1, min(25600, h.weight))))
                 else:
                     fib[name].append(FibRoute(prefix, gid, tuple(
-                        FibNexthop(h.port, gateway.get((name, h.port), ""), h.weight) for h in hops)))
+                        FibNexthop(h.port, _gateway_for(prefix, gateway.get((name, h.port), "")), h.weight)
+                        for h in hops)))
     return lbw, fib
+
+
+def _gateway_for(prefix: str, gateway: str) -> str:
+    """A ``fib`` next hop's gateway for ``prefix``: the peer's link address, unless the prefix is IPv6 and the
+    link numbered in IPv4 only, where the next hop is the peer's IPv6 link-local address ("": the agent
+    finds it on the port). An IPv4 prefix keeps an IPv6 gateway (RFC 8950: IPv4 over an IPv6 next hop)."""
+    return "" if prefix_version(prefix) == 6 and "." in gateway else gateway
 
 
 def _name(text: str) -> str:

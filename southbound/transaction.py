@@ -25,6 +25,7 @@ import asyncio
 import functools
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,14 +243,6 @@ def _read_back_checks(configs: Mapping[str, DeviceConfig], plan: Plan | None, *,
     is filled in as the stages start (:func:`_staged`)."""
     fabric = sorted({p for dp in (plan.devices.values() if plan else ()) for p in dp.routes})
 
-    def check(d: str, st: DeviceState) -> list[str]:
-        assert plan is not None
-        dp = plan.devices.get(d)
-        if dp is None:
-            return []
-        return compare(dp, st, realization=realization, wcmp=wcmp, fabric_prefixes=fabric,
-                       originated=configs[d].originated)
-
     resets = {d: [(n.key, n.peer) for n in configs[d].neighbors if n.port in set(ports)]
               for d, ports in (sessions or {}).items() if d in configs}  # as the new configs name them
 
@@ -261,6 +254,25 @@ def _read_back_checks(configs: Mapping[str, DeviceConfig], plan: Plan | None, *,
         up = {b.neighbor for b in st.sessions if b.state == "Established"}
         return [f"BGP session to {peer} ({key}) not re-established yet" for key, peer in resets.get(d, ())
                 if peer in moved and key not in up]
+
+    def bridging(d: str, st: DeviceState) -> list[str]:
+        """The sessions of ``d`` over a link that has two in its config (a bridge: the sessions a change
+        moves, beside the ones they replace), not yet Established: a bridge leg ends only with both up, so
+        that the next leg, which takes the old ones away, leaves no link without a session."""
+        if not st.observed:
+            return []
+        ports = Counter(n.port for n in configs[d].neighbors)
+        up = {b.neighbor for b in st.sessions if b.state == "Established"}
+        return [f"BGP session to {n.peer} ({n.key}) not established yet" for n in configs[d].neighbors
+                if ports[n.port] > 1 and n.peer in moved and n.key not in up]
+
+    def check(d: str, st: DeviceState) -> list[str]:
+        assert plan is not None
+        dp = plan.devices.get(d)
+        if dp is None:
+            return bridging(d, st)
+        return compare(dp, st, realization=realization, wcmp=wcmp, fabric_prefixes=fabric,
+                       originated=configs[d].originated) + bridging(d, st)
 
     def stage_check(d: str, st: DeviceState) -> list[str]:
         """A stage before the last: the device's own kernel state (see the module's docstring), and the

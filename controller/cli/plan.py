@@ -23,7 +23,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from controller.cli.common import EXIT_INPUT, app, console, die, emit_json, err_console, read_intent
-from controller.gen import clos_document
+from controller.gen import clos_document, with_family
+from controller.model import Underlay
 from controller.model.errors import Infeasible
 
 __all__ = ["gen_app"]
@@ -123,6 +124,10 @@ def gen_clos(
         "--fanout", min=0,
         help="destinations per ToR (default: all pairs up to 256 ToRs, else 32; 0: no demand)")] = None,
     max_ecmp_entries: Annotated[int, typer.Option("--max-ecmp-entries", min=1, help="group budget")] = 128,
+    family: Annotated[str, typer.Option(
+        "--family", help="the ToRs' prefixes: ipv4 | ipv6 | dual (each demand split over both)")] = "ipv4",
+    underlay: Annotated[str | None, typer.Option(
+        "--underlay", help="ipv4-numbered | unnumbered | ipv6-numbered (default: unnumbered with IPv6)")] = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="write here (.json for JSON, else YAML); default stdout")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of YAML")] = False,
@@ -130,12 +135,18 @@ def gen_clos(
     """Write a 3-tier Clos intent (RFC 7938 ASNs, failure domains, a demand matrix)."""
     if demand not in ("uniform", "gravity", "hotspot"):
         die(f"--demand: expected uniform, gravity or hotspot, got {demand!r}", as_json=as_json)
+    if underlay is not None and underlay not in {u.value for u in Underlay}:
+        die(f"--underlay: expected ipv4-numbered, unnumbered or ipv6-numbered, got {underlay!r}", as_json=as_json)
+    if family != "ipv4" and underlay == Underlay.IPV4_NUMBERED.value:
+        die(f"--family {family} with --underlay ipv4-numbered: BGP sessions over IPv4 link addresses carry IPv4 "
+            "only (use unnumbered or ipv6-numbered)", as_json=as_json)
     try:
         doc = clos_document(pods=pods, tors=tors, planes=planes, spines=spines, seed=seed, missing=missing,
                             hetero=hetero, demand=demand, load=load, fanout=fanout,  # type: ignore[arg-type]
                             max_ecmp_entries=max_ecmp_entries)
+        doc = with_family(doc, family, underlay)
     except ValueError as exc:
-        die(str(exc), as_json=as_json)
+        die(f"--family: {exc}" if "family" in str(exc) else str(exc), as_json=as_json)
     use_json = as_json or (out is not None and out.suffix == ".json")
     text = json.dumps(doc, indent=1) + "\n" if use_json else yaml.safe_dump(doc, sort_keys=False, width=200)
     if out is None:

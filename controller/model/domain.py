@@ -24,7 +24,16 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from controller.model.collectives import Registry
 from controller.model.collectives_builtin import BUILTINS
@@ -236,11 +245,14 @@ class Device(_Frozen):
     router_id: ipaddress.IPv4Address | None = None
     max_ecmp_entries: EcmpEntries | None = None
 
-    @model_validator(mode="after")
-    def _one_loopback_per_family(self) -> Device:
-        if self.loopback6 is not None and isinstance(self.loopback, ipaddress.IPv6Address):
-            raise ValueError("loopback6: the device's loopback is already IPv6 (at most one loopback per family)")
-        return self
+    @field_validator("loopback6")
+    @classmethod
+    def _one_loopback_per_family(cls, v: ipaddress.IPv6Address | None, info: ValidationInfo
+                                 ) -> ipaddress.IPv6Address | None:
+        if v is not None and isinstance(info.data.get("loopback"), ipaddress.IPv6Address):
+            raise ValueError(f"loopback {info.data['loopback']} is IPv6 already: a device has at most one loopback "
+                             "per family (give loopback the IPv4 one)")
+        return v
 
     @property
     def loopback_v4(self) -> ipaddress.IPv4Address | None:
@@ -352,9 +364,9 @@ def prefix_order(prefix: str) -> tuple[int, int, int]:
 
 #: IPv6 space that is not a routable prefix of a fabric: IPv4-mapped addresses (IPv4 space, written in
 #: IPv6: it would overlap the IPv4 prefixes), link-local and multicast.
-_V6_RESERVED = ((ipaddress.IPv6Network("::ffff:0:0/96"), "IPv4-mapped (IPv4 space written in IPv6)"),
-                (ipaddress.IPv6Network("fe80::/10"), "link-local (never routed)"),
-                (ipaddress.IPv6Network("ff00::/8"), "multicast"))
+_V6_RESERVED = ((ipaddress.IPv6Network("::ffff:0:0/96"), "the IPv4-mapped addresses (IPv4 space written in IPv6)"),
+                (ipaddress.IPv6Network("fe80::/10"), "the link-local addresses (never routed)"),
+                (ipaddress.IPv6Network("ff00::/8"), "the multicast addresses"))
 
 
 def canonical_prefix(text: str) -> str:
@@ -385,8 +397,8 @@ def _canonical_prefix(text: str) -> str:
             raise ValueError(f"host bits set in '{text}': did you mean '{net}'?") from None
     if isinstance(net, ipaddress.IPv6Network):
         for space, what in _V6_RESERVED:
-            if net.overlaps(space):
-                raise ValueError(f"'{net}' is {what} space ({space}), not a fabric prefix")
+            if net.subnet_of(space):
+                raise ValueError(f"'{text}' lies in {space}, {what}: not a fabric prefix")
     return str(net)
 
 

@@ -25,7 +25,7 @@ from controller.workflow.progress import PushProgress, reset_ports
 from controller.workflow.review import CommitLeg, expected_hashes, leg_transaction
 from controller.workflow.runtime import Runtime
 from southbound.driver import DeviceDriver
-from southbound.render import device_configs
+from southbound.render import bridged, device_configs
 from southbound.state import DeviceState
 from southbound.transaction import TransactionResult, commit, commit_plan
 from southbound.wcmp import compare
@@ -93,7 +93,8 @@ async def run_legs(rt: Runtime, ch: wrepo.Change, intent: Intent, plan: Plan, le
     sched = (ch.review or {}).get("schedule") or {}
     mids = [Plan.from_document(d) for d in sched.get("intermediate") or []]
     before = await rt.plan(ch.previous_active)
-    mid_intent = before[0] if sched.get("intermediate_intent") == "active" else intent
+    mid_intent = {"active": before[0], "bridge": bridged(before[0], intent)}.get(
+        str(sched.get("intermediate_intent")), intent)
     push = _pusher(rt, rt.fenced(epoch), tracker, ch.review)
     reached = [before]  # the (intent, plan) each confirmed leg left the fabric on, the active one first
     offset = 0

@@ -41,6 +41,8 @@ from controller.model.documents import (
     ScheduleCheck,
     ScheduleDocument,
     ScheduleStage,
+    SessionMoveDocument,
+    SessionMovesDocument,
     SessionResetDocument,
     SessionResetsDocument,
     answer_json,
@@ -54,7 +56,7 @@ from safety.review import diff_plans
 from safety.review import review as review_plans
 from safety.sweep import SweepPolicy, check
 from safety.transition import ownership, schedule
-from southbound.config import SessionReset, bgp_session_resets
+from southbound.config import SessionReset, bgp_session_resets, session_moves
 from southbound.discovery.impact import forwarding_impact
 from southbound.render import config_hash, device_configs, render_frr
 from southbound.transaction import commit_order
@@ -121,6 +123,7 @@ def review_document(inp: ReviewInputs, config_diff: dict[str, str], *,
         config_diff=config_diff,
         safety=report.to_model(),
         bgp_sessions_reset=session_resets(inp, resets),
+        session_moves=_moves(inp, resets, sched),
         schedule=sched,
         reaction=reaction,
         robustness=robustness_section(inp.intent, inp.plan, report),
@@ -189,6 +192,15 @@ def _resets(inp: ReviewInputs) -> list[SessionReset]:
     return bgp_session_resets(device_configs(inp.active_intent), device_configs(inp.intent))
 
 
+def _moves(inp: ReviewInputs, resets: list[SessionReset], sched: ScheduleDocument) -> SessionMovesDocument | None:
+    """The sessions the change moves over their links (``address`` resets), absent when none moves."""
+    if inp.active_intent is None or not any(r.reason == "address" for r in resets):
+        return None
+    moves = session_moves(device_configs(inp.active_intent), device_configs(inp.intent))
+    return SessionMovesDocument(count=len(moves), bridged=sched.intermediate_intent == "bridge",
+                                sessions=[SessionMoveDocument.model_validate(m.to_document()) for m in moves])
+
+
 def session_resets(inp: ReviewInputs, resets: list[SessionReset] | None = None) -> SessionResetsDocument:
     """``{"count": N, "sessions": [...]}``: the BGP session ends the change tears down."""
     resets = _resets(inp) if resets is None else resets
@@ -208,9 +220,39 @@ def transition_schedule(inp: ReviewInputs, config_diff: dict[str, str],
             ownership=cast(Literal["advertised", "installed"], ownership(inp.intent)),
             checks=[ScheduleCheck(method="exact", states=1, plan=0)], failing=[], intermediate=[],
             intermediate_intent="proposed", reset_sessions=0, note=None)
-    ends = [(r.device, r.port) for r in (_resets(inp) if resets is None else resets)]
+    resets = _resets(inp) if resets is None else resets
+    if any(r.reason == "address" for r in resets):
+        bridged = _bridged_schedule(inp, config_diff, resets)
+        if bridged is not None:
+            return bridged
+    ends = [(r.device, r.port) for r in resets]
     return ScheduleDocument.model_validate(schedule(inp.active_intent, inp.active_plan, inp.intent, inp.plan,
                                                     also=config_diff, resets=ends).to_document())
+
+
+def _bridged_schedule(inp: ReviewInputs, config_diff: dict[str, str],
+                      resets: list[SessionReset]) -> ScheduleDocument | None:
+    """Make before break, for a change that moves BGP sessions to another transport over the same links
+    (``address`` resets: an underlay change): first every device runs the bridge (the active plan with the
+    proposed sessions beside the active ones: it moves no traffic, so every state of it is the active plan's),
+    then the proposed plan as any change, its moved sessions up already (only the other resets count). None
+    when the second leg would need intermediate plans of its own (the change then schedules as before)."""
+    assert inp.active_intent is not None and inp.active_plan is not None
+    active, plan = inp.active_intent, inp.active_plan
+    bridging = sorted(set(config_diff) | {r.device for r in resets if r.reason == "address"})
+    first = schedule(active, plan, active, plan, also=bridging)
+    rest = [(r.device, r.port) for r in resets if r.reason != "address"]
+    second = schedule(active, plan, inp.intent, inp.plan, also=bridging, resets=rest)
+    if second.intermediate_plans:
+        return None
+    one, two = first.to_document(), second.to_document()
+    doc = {**two, "stages": one["stages"] + two["stages"], "intermediate_plans": 1,
+           "safe": first.safe and second.safe, "failing": one["failing"] + two["failing"],
+           "checks": [{**c, "plan": 1} for c in one["checks"]] + two["checks"],
+           "intermediate": [plan.to_document()], "intermediate_intent": "bridge",
+           "note": f"{sum(r.reason == 'address' for r in resets)} BGP session end(s) move: the proposed sessions "
+                   "come up beside the active ones first (stages of plan 1), then the active ones go"}
+    return ScheduleDocument.model_validate(doc)
 
 
 class _Row:

@@ -15,18 +15,15 @@ plan returns when the link comes back. The lab and the controller are torn down 
 from __future__ import annotations
 
 import json
-import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from controller.model.plan import NextHop
 from labs import runner
 from labs.gen import clos3_document
-from southbound.device.frr_apply import kernel_route_from_ip_json
-from southbound.wcmp import expected_weights
+from tests import dualstack
+from tests.dualstack import until
 from tests.labkit import ServedLab, served_lab
 
 LAB = "ds6"
@@ -55,46 +52,6 @@ def ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedLab]:
         yield c
 
 
-def kernel(node: str) -> dict[str, dict[str, int]]:
-    """prefix -> port -> weight of what ``node``'s kernel forwards on, both families (lowest metric)."""
-    best: dict[str, tuple[int, dict[str, int]]] = {}
-    for family in ("-4", "-6"):
-        for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", family, "route", "show", "table", "main"])):
-            route = kernel_route_from_ip_json(r)
-            if route is None:
-                continue
-            metric = int(r.get("metric", 0) or 0)
-            if route.prefix not in best or metric < best[route.prefix][0]:
-                best[route.prefix] = (metric, route.weights())
-    return {p: w for p, (_m, w) in best.items()}
-
-
-def mismatches(plan: dict[str, Any]) -> list[str]:
-    """Where some router's kernel differs from ``plan`` (a plan document): a planned prefix of either
-    family without its route, over other ports, or with weights off by more than FRR's rounding."""
-    out = []
-    for node, dp in sorted(plan["devices"].items()):
-        got = kernel(node)
-        for prefix, gid in sorted(dp["routes"].items()):
-            hops = [NextHop(h["port"], h["neighbor"], h["weight"]) for h in dp["groups"][gid]]
-            want = expected_weights(hops, "link-bandwidth", True)
-            have = got.get(prefix)
-            if have is None or set(have) != set(want) or any(abs(have[p] - want[p]) > 1 for p in want):
-                out.append(f"{node} {prefix}: kernel {have}, plan {want}")
-    return out
-
-
-def until(check: Callable[[], Any], timeout: float, what: str, detail: Callable[[], Any] | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {timeout:.0f} s" + (f": {detail()}" if detail else ""))
-        time.sleep(0.5)
-
-
 def active_plan(ctl: ServedLab) -> dict[str, Any]:
     return dict(ctl.get("/v1/plans/active"))
 
@@ -109,23 +66,16 @@ def hosts(ctl: ServedLab) -> dict[str, Any]:
     return dict(json.loads(ctl.cli("lab", "hosts", str(ctl.path), "--json", check=True).stdout))
 
 
-def ping(netns: str, address: str) -> bool:
-    return subprocess.run(["ip", "netns", "exec", netns, "ping", "-c", "2", "-i", "0.2", "-W", "1", address],
-                          capture_output=True, timeout=15).returncode == 0
+def kernel(node: str) -> dict[str, dict[str, int]]:
+    return dualstack.kernel(LAB, node)
+
+
+def mismatches(plan: dict[str, Any]) -> list[str]:
+    return dualstack.mismatches(LAB, plan, "link-bandwidth")
 
 
 def unreachable(ctl: ServedLab) -> list[str]:
-    """The host pairs that cannot reach each other, per family."""
-    hs = hosts(ctl)
-    bad = []
-    for a, ha in sorted(hs.items()):
-        for b, hb in sorted(hs.items()):
-            if a == b:
-                continue
-            for key in ("address", "address6"):
-                if not ping(ha["netns"], hb[key]):
-                    bad.append(f"{a} -> {b} {hb[key]}")
-    return bad
+    return dualstack.unreachable(hosts(ctl))
 
 
 def test_a_dual_stack_unnumbered_fabric_commits_and_both_kernels_hold_the_plan(ctl: ServedLab) -> None:

@@ -97,3 +97,24 @@ def test_no_two_generated_domains_take_down_the_same_parts(spines: int) -> None:
         members = [(frozenset(fd.get("devices", ())), frozenset(fd.get("links", ()))) for fd in doc["failure_domains"]]
         assert len(set(members)) == len(members), seed
         validate_intent(doc)
+
+
+def test_gen_clos_families_plan_alike() -> None:
+    """``--family ipv6`` and ``dual`` (#36): the same fabric, its ToRs' prefixes IPv6 or both, on an unnumbered
+    underlay, with the same load (a dual-stack demand is split over the two families): the same maximum
+    utilization as IPv4 alone."""
+    from controller.gen import clos_document, tor_prefix6, with_family
+    from controller.model.intent import validate_intent
+    from solver.solve import solve
+
+    base = clos_document(pods=2, tors=2, planes=2, spines=1, scale_to_ecmp=False)
+    got = {}
+    for family in ("ipv4", "ipv6", "dual"):
+        doc = with_family(base, family)
+        it = validate_intent(doc)
+        six = [p.prefix for p in it.prefixes if p.version == 6]
+        assert len(six) == {"ipv4": 0, "ipv6": 4, "dual": 4}[family]
+        assert (doc.get("defaults", {}).get("underlay") == "unnumbered") == (family != "ipv4")
+        got[family] = solve(it).summary.max_utilization
+    assert got["ipv6"] == got["ipv4"] and abs(got["dual"] - got["ipv4"]) < 1e-9, got
+    assert tor_prefix6(0, 1) == "2001:db8:0:1::/64"

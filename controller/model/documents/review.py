@@ -67,6 +67,25 @@ class SessionResetsDocument(Closed):
     sessions: list[SessionResetDocument]
 
 
+class SessionMoveDocument(Closed):
+    """One end of a BGP session a change moves to another transport over the same link."""
+
+    device: str
+    port: str
+    peer: str = Field(description="the device at the far end")
+    from_: str = Field(alias="from", description="FRR's neighbor before: the peer's address, or the port (unnumbered)")
+    to: str = Field(description="FRR's neighbor after")
+
+
+class SessionMovesDocument(Closed):
+    """The BGP sessions a change moves (an underlay change): each end once. ``bridged``: the new sessions come
+    up beside the old ones before these go (the schedule's plan-1 stages), so no link is without a session."""
+
+    count: int
+    bridged: bool
+    sessions: list[SessionMoveDocument]
+
+
 class ScheduleStage(Closed):
     """One stage of a transition: devices that update together, in any order, and the worst
     utilization any state inside the stage reaches (exact, or the proved bound)."""
@@ -111,8 +130,11 @@ class ScheduleDocument(Closed):
     failing: list[ScheduleFailure]
     intermediate: list[PlanDocument] = Field(
         default_factory=list, description="the intermediate plans, in order (stages with plan k push plan k)")
-    intermediate_intent: Literal["active", "proposed"] = Field(
-        default="proposed", description="the revision whose intent the intermediate plans are rendered with")
+    intermediate_intent: Literal["active", "proposed", "bridge"] = Field(
+        default="proposed", description="the revision whose intent the intermediate plans are rendered with; "
+                                        "`bridge`: the active one with the proposed one's BGP sessions beside its own "
+                                        "(make before break: the sessions the change moves, e.g. to an unnumbered "
+                                        "underlay, are up before the old ones go)")
     reset_sessions: int = Field(default=0, description="links whose BGP session the change resets: in the states, a "
                                                        "reset session is down while its ends run different configs and "
                                                        "may be down (re-establishing) in the stage that moves its ends")
@@ -237,6 +259,9 @@ class ReviewDocument(Closed):
     unsettled_note: str | None = None
     bgp_sessions_reset: SessionResetsDocument | None = Field(
         default=None, description="the BGP sessions the change tears down (from the active revision's configs)")
+    session_moves: SessionMovesDocument | None = Field(
+        default=None, description="the BGP sessions the change moves to another transport over the same link "
+                                  "(an underlay change), absent when none does")
     reaction: ReactionReviewDocument | None = Field(
         default=None, description="each failure until the reaction, and the reaction plan's verdict")
     robustness: RobustnessDocument | None = Field(
