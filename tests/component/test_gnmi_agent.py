@@ -6,6 +6,7 @@ traffic (lab)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ import grpc
 import pytest
 
 from controller.model.errors import FatalDriverError
+from labs.traffic import SENDER, namespace_ipv6
 from southbound.device.agent import AgentCore, serve
 from southbound.device.counters import CounterSnapshot, NftTable, SyntheticCounters, fabric_ports
 from southbound.device.frr_apply import DryFrr
@@ -495,6 +497,18 @@ async def test_nft_ip6_rules_count_ipv6_traffic_beside_ipv4(tmp_path: Path, thre
             assert grew(AFT6.format("2001:db8:9::/64", "octets-forwarded")) == n * 104  # 40 + 8 + 56 bytes
             assert grew(AFT6.format("2001:db8:8::/64", "packets-forwarded")) == 0  # entered on the fabric port
             assert grew(AFT.format("10.9.0.0/24", "packets-forwarded")) == 20  # IPv4 unchanged beside it
+
+            # lab traffic's sender over IPv6 from the host: every byte it sent is counted, IP header included
+            spec = tmp_path / "spec.json"
+            spec.write_text(json.dumps({"start_at": 0, "duration": 0.5, "packet_bytes": 1000, "streams": [
+                {"demand": 0, "bps": 8e6, "flows": [["2001:db8:9::5", 40000 + k] for k in range(4)]}]}))
+            sent = json.loads(await asyncio.to_thread(ns, "loomgn-h", sys.executable, str(SENDER), str(spec)))
+            udp = await counters()
+            assert sent["streams"][0]["errors"] == 0 and sent["streams"][0]["bytes"] == 500 * 1000
+            assert udp[AFT6.format("2001:db8:9::/64", "octets-forwarded")] - after[
+                AFT6.format("2001:db8:9::/64", "octets-forwarded")] == sent["streams"][0]["bytes"]
+            assert namespace_ipv6("loomgn-r", "r-host") == ("fd00:1::1", "fd00:1::/64")  # what lab_hosts reads
+            assert namespace_ipv6("loomgn-r", "lo") is None
 
             # a longer IPv6 prefix gets its rule before the /64's; the /64 keeps its count
             await asyncio.to_thread(ns, "loomgn-r", "ip", "-6", "route", "add", "2001:db8:9:0:8000::/65",
