@@ -191,6 +191,11 @@ class NftTable:
         return proc.stdout
 
     @property
+    def counting(self) -> bool:
+        """Whether the table has prefix rules (as far as this agent knows)."""
+        return bool(self._prefixes)
+
+    @property
     def _t(self) -> str:
         return f"{self.family} {self.name}"
 
@@ -303,9 +308,11 @@ class KernelCounters:
     def _count(self, version: int, prefixes: frozenset[str], host: frozenset[str]) -> dict[str, tuple[int, int, int]]:
         """One family's table synced to ``prefixes`` and read; {} (logged once) when nftables fails."""
         table = self.table if version == 4 else self.table6
+        if version == 6 and not prefixes and not table.counting:
+            return {}  # no IPv6 prefix (an IPv4 fabric): no ip6 table made, no nft call per reading
         try:
             table.sync(prefixes, host)
-            counts = table.list_counters()
+            counts = table.list_counters() if table.counting else {}
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             if table.family not in self._nft_failed:
                 log.warning("no IPv%d prefix counters: nftables failed (%s); serving interface counters only",
