@@ -7,10 +7,15 @@ reads each router's running configuration, addresses and IPv6 neighbours in its 
 discovered intent is valid on ``defaults.underlay: unnumbered``, has exactly the topology's four
 links (paired by the link-local addresses each end's kernel sees), no link pins, and both
 families' prefixes and loopbacks as the routers announce them.
+
+Its hosts are dual-stack (their IPv6 addresses set by ``exec``, read back from their namespaces by
+``lab_hosts``): lab traffic to an IPv6 prefix goes over IPv6, and the ToR's agent counts every byte of
+it at its gNMI ``ipv6-entry``, as it counts the IPv4 demand's at the ``ipv4-entry``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +24,9 @@ from controller.model.intent import validate_intent
 from labs import runner
 from labs.clab import Topology, load_topology
 from labs.discover import observe_lab
+from labs.traffic import lab_hosts, send, validate_matrix
 from southbound.discovery.infer import discover
+from southbound.gnmi import GnmiClient
 from tests.adoptkit import REPO
 
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_unnumbered"
@@ -59,3 +66,39 @@ def test_an_unnumbered_lab_is_discovered_on_its_underlay(topo: Topology) -> None
     assert {d.name: (d.role.value, d.asn, str(d.loopback_v6)) for d in intent.devices} == {
         "leaf1": ("leaf", 65101, "fd00::11"), "leaf2": ("leaf", 65102, "fd00::12"),
         "spine1": ("spine", 65000, "fd00::1"), "spine2": ("spine", 65000, "fd00::2")}
+
+
+AFT = ("/network-instances/network-instance[name=default]/afts/ipv{v}-unicast/ipv{v}-entry[prefix={p}]/"
+       "state/counters/{c}")
+
+
+def aft(v: int, prefix: str) -> str:
+    return AFT.format(v=v, p=prefix, c="octets-forwarded")
+
+
+def counters(node: str) -> dict[str, int]:
+    async def get() -> dict[str, int]:
+        async with GnmiClient(node, f"unix:{runner.agent_socket(LAB, node)}", timeout=10, max_attempts=1) as c:
+            return {s.path: int(s.value) for s in await c.get(["/network-instances"]) if isinstance(s.value, int)}
+    return asyncio.run(get())
+
+
+def test_ipv6_lab_traffic_is_counted_at_the_tors_ipv6_entry(topo: Topology) -> None:
+    hosts = lab_hosts(topo)
+    assert {n: (h.address6, h.prefix6) for n, h in hosts.items()} == {
+        "h1": ("2001:db8:1::10", "2001:db8:1::/64"), "h2": ("2001:db8:2::10", "2001:db8:2::/64")}
+    runner.start_agents(topo)
+    demands = validate_matrix([{"from": "leaf1", "to": "2001:db8:2::/64", "gbps": 0.02},
+                               {"from": "leaf1", "to": "172.16.2.0/24", "gbps": 0.01}], hosts)
+    before = counters("leaf1")
+    assert aft(6, "2001:db8:2::/64") in before and aft(4, "172.16.2.0/24") in before
+    report = send(topo, demands, 2.0)
+    after = counters("leaf1")
+    assert report.failed == {}
+    v6, v4 = report.demand_totals()
+    assert v6["bytes"] > 0 and v6["errors"] == 0 and v4["bytes"] > 0
+    print(f"leaf1 ipv6-entry 2001:db8:2::/64: {after[aft(6, '2001:db8:2::/64')] - before[aft(6, '2001:db8:2::/64')]} "
+          f"octets counted, {v6['bytes']} sent ({v6['achieved_gbps']} Gb/s); ipv4-entry 172.16.2.0/24: "
+          f"{after[aft(4, '172.16.2.0/24')] - before[aft(4, '172.16.2.0/24')]} counted, {v4['bytes']} sent")
+    assert after[aft(6, "2001:db8:2::/64")] - before[aft(6, "2001:db8:2::/64")] == v6["bytes"]
+    assert after[aft(4, "172.16.2.0/24")] - before[aft(4, "172.16.2.0/24")] == v4["bytes"]
