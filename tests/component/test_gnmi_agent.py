@@ -21,6 +21,7 @@ import grpc
 import pytest
 
 from controller.model.errors import FatalDriverError
+from controller.telemetry.stream import PATHS as STREAM_PATHS
 from labs.traffic import SENDER, namespace_ipv6
 from southbound.device.agent import AgentCore, serve
 from southbound.device.counters import CounterSnapshot, NftTable, SyntheticCounters, fabric_ports
@@ -271,6 +272,8 @@ async def test_ipv6_entries_are_served_beside_ipv4_ones(tmp_path: Path) -> None:
         once = [x async for x in c.subscribe([AFT6_.format("*", "packets-forwarded")], once=True)]
         assert isinstance(once[-1], SyncMarker)
         assert {x.path for x in once if isinstance(x, Sample)} == {AFT6_.format(p, "packets-forwarded") for p in V6}
+        collected = [x async for x in c.subscribe(list(STREAM_PATHS), once=True)]  # what the collector asks for
+        assert {x.path for x in collected if isinstance(x, Sample) and "/afts/" in x.path} == set(got)
         stream = c.subscribe([AFT6_.format("2001:db8:1::/64", "octets-forwarded")], "sample", interval_s=0.1)
         samples = [x for x in await take(stream, 3) if isinstance(x, Sample)]
         await stream.aclose()  # type: ignore[attr-defined]
