@@ -26,7 +26,7 @@ from labs.traffic import SENDER, namespace_ipv6
 from southbound.device.agent import AgentCore, serve
 from southbound.device.counters import CounterSnapshot, NftTable, SyntheticCounters, fabric_ports
 from southbound.device.frr_apply import DryFrr
-from southbound.device.gnmi_server import GnmiOptions
+from southbound.device.gnmi_server import GnmiOptions, GnmiService, add_gnmi_servicer
 from southbound.gnmi import GnmiClient, Sample, SyncMarker, format_path, parse_path
 from southbound.pki import ServerTls, init_ca, issue
 
@@ -567,3 +567,43 @@ async def test_suppress_redundant_with_a_heartbeat(tmp_path: Path) -> None:
         [change] = await take(stream, 1)
         assert isinstance(change, Sample) and change.value == 150 and time.monotonic() - t0 < 1.0
         await stream.aclose()  # type: ignore[attr-defined]
+
+
+class Ipv4OnlyService(GnmiService):
+    """The gNMI service of a switch that serves no IPv6 AFT entries (an older agent, another vendor's
+    switch): it refuses the path with ``NOT_FOUND``, as gNMI says a target does for a path it does not know."""
+
+    async def _subscriptions(self, sl: Any, context: Any) -> Any:
+        for s in sl.subscription:
+            if any(e.name == "ipv6-unicast" for e in s.path.elem):
+                await context.abort(grpc.StatusCode.NOT_FOUND, "afts/ipv6-unicast: not served")
+        return await super()._subscriptions(sl, context)
+
+
+async def test_the_collector_streams_a_switch_without_ipv6_aft_entries(tmp_path: Path) -> None:
+    from controller.telemetry import Telemetry
+    from controller.telemetry.stream import StreamOptions, TelemetryStream
+
+    server = grpc.aio.server()
+    add_gnmi_servicer(server, Ipv4OnlyService(synthetic(), "leaf-1", GnmiOptions(min_interval_s=0.05)))
+    server.add_insecure_port(f"unix:{tmp_path / 'gnmi.sock'}")
+    await server.start()
+    telemetry = Telemetry()
+
+    async def active() -> None:
+        return None
+
+    stream = TelemetryStream(telemetry, {"leaf-1": f"unix:{tmp_path / 'gnmi.sock'}"}, active,
+                             options=StreamOptions(interval_s=0.1, flush_s=0.05, backoff_s=(5.0, 5.0)))
+    try:
+        await stream.start()
+        for _ in range(100):
+            if {p for _d, p in telemetry.store.rows} >= {AFT.format(p, "octets-forwarded") for p in PREFIXES}:
+                break
+            await asyncio.sleep(0.05)
+        assert {p for _d, p in telemetry.store.rows} >= {AFT.format(p, "octets-forwarded") for p in PREFIXES} | {
+            IF.format("eth1", "in-octets")}  # at once (no back-off), every other counter streaming
+        assert "leaf-1" in stream.connected
+    finally:
+        await stream.stop()
+        await server.stop(None)
