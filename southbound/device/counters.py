@@ -113,7 +113,13 @@ def config_prefixes(frr_text: str, fib: Iterable[str] = ()) -> tuple[str, ...]:
     """The prefixes of both families a configuration mentions: originated, in prefix lists, in its FIB
     routes; canonical (IPv6 compressed), IPv4 first."""
     found = set(_NETWORK.findall(frr_text)) | set(_PREFIX_LIST.findall(frr_text)) | set(fib)
-    return tuple(sorted({canonical(p) for p in found}, key=_prefix_order))
+    out = set()
+    for p in found:
+        try:
+            out.add(canonical(p))
+        except ValueError:
+            continue  # text that only looks like a prefix
+    return tuple(sorted(out, key=_prefix_order))
 
 
 def canonical(prefix: str) -> str:
