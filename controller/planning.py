@@ -9,7 +9,10 @@ with the safety replay (:func:`safety.replay.peaks`) as the scenario oracle.
 The intent asks for robust WCMP itself with ``{kind: wcmp, objective:
 robust}``, so that reviews and commits use the robust plan too (DESIGN.md,
 Operational state and failure reaction). Robustness is only meaningful under
-that policy: without one, a robust request compiles the plain plan.
+that policy: without one, a robust request compiles the plain plan. An intent
+whose ``auto_te`` policy has ``objective: jobs`` and that has jobs compiles the
+plan of least worst priority-weighted job slowdown (:mod:`controller.jobplan`),
+so that its reviews, commits and re-tunings all use it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from controller.jobplan import plan_for_jobs
 from controller.model import Intent
 from controller.model.plan import Plan
 from solver import solve
@@ -73,4 +77,8 @@ def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
         from solver.robust import solve_robust  # lazy: with safety.replay above
 
         return solve_robust(intent, peaks, backend=options.backend, progress=progress)
-    return solve(intent, backend=options.backend, progress=progress, options=ClosOptions(warm_start=options.warm_start))
+    plan = solve(intent, backend=options.backend, progress=progress, options=ClosOptions(warm_start=options.warm_start))
+    te = intent.policy("auto_te")
+    if te is not None and te.objective == "jobs" and intent.jobs:  # DESIGN.md ML workloads: auto_te objective
+        plan = plan_for_jobs(intent, plan, lambda steered: solve(steered, backend=options.backend))
+    return plan

@@ -447,7 +447,10 @@ class AutoTePolicy(_Frozen):
     """Automatic re-tuning from measured traffic (DESIGN.md, Closed loop): every ``interval_s`` the
     leader plans on the measured demand (``stat`` of the per-interval rates over ``window_s``, times
     ``headroom``) and commits it, as a change by ``auto-te``, when it is safe and lowers the predicted
-    maximum utilization under that demand by ``min_gain`` (utilization points: 0.05 = 5 points) or more."""
+    maximum utilization under that demand by ``min_gain`` (utilization points: 0.05 = 5 points) or more.
+    ``objective: jobs`` plans for the running jobs instead (the least worst slowdown, each job's weighted by
+    its ``priority``, links under their limit: :mod:`controller.jobplan`), and the gain is then that worst
+    weighted slowdown's drop (0.05 = 5 % of a job's idle communication time)."""
 
     kind: Literal["auto_te"]
     enabled: bool = True
@@ -456,6 +459,7 @@ class AutoTePolicy(_Frozen):
     stat: Literal["mean", "p95", "max"] = "p95"
     headroom: float = Field(1.1, ge=1, le=10, allow_inf_nan=False)
     min_gain: float = Field(0.05, ge=0, le=10, allow_inf_nan=False)
+    objective: Literal["mlu", "jobs"] = "mlu"
 
 
 class FailureReactionPolicy(_Frozen):
@@ -700,6 +704,9 @@ class Intent(_Frozen):
             doc.pop("collectives", None)
         if doc.get("defaults", {}).get("underlay") == Underlay.IPV4_NUMBERED.value:
             doc["defaults"].pop("underlay")  # the default, as before underlays existed: the same hash
+        for pol in doc.get("policies", ()):
+            if pol.get("kind") == "auto_te" and pol.get("objective") == "mlu":
+                del pol["objective"]  # likewise the default objective
         return doc
 
     @cached_property

@@ -56,12 +56,14 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from controller.aio import cancel_and_wait, repeat
+from controller.jobplan import job_time_rows, job_times, worst_slowdown
 from controller.model import AutoTePolicy, Intent
 from controller.model.documents import (
     AutoTeDecisionDocument,
     AutoTeStatusDocument,
     AutoTeTrigger,
     ChangeState,
+    JobTimeDocument,
     ReviewDocument,
 )
 from controller.model.errors import Conflict, InvalidIntent, LoomError, SafetyViolation
@@ -153,6 +155,8 @@ class Evaluation:
     demands: dict[tuple[str, str], float]  # the candidate's declared demands (measured x headroom - jobs)
     active_predicted: float
     candidate_predicted: float
+    objective: Literal["mlu", "jobs"] = "mlu"  # what the predictions measure (the policy's objective)
+    jobs: list[JobTimeDocument] = field(default_factory=list)  # objective jobs: each job before and after
 
     @property
     def gain(self) -> float:
@@ -189,6 +193,11 @@ def evaluate(intent: Intent, plan: Plan, measured: Mapping[tuple[str, str], floa
     document["demands"] = [{"from": f, "to": p, "gbps": g} for (f, p), g in demands.items()]
     candidate = changes.validated(document)
     cplan = compile_plan(candidate)
+    te = candidate.policy("auto_te")
+    if te is not None and te.objective == "jobs" and candidate.jobs:  # the worst weighted job slowdown
+        before, after = job_times(candidate, plan), job_times(candidate, cplan)
+        return Evaluation(document, candidate, cplan, demands, worst_slowdown(before), worst_slowdown(after),
+                          "jobs", job_time_rows(before, after))
     active = max_utilization(candidate, link_loads(intent, plan, demands))
     cand = max_utilization(candidate, link_loads(candidate, cplan))
     return Evaluation(document, candidate, cplan, demands, active, cand)
@@ -376,7 +385,8 @@ class AutoTe:
             window_s=policy.window_s, stat=policy.stat, headroom=policy.headroom, method=view.method,
             demands=len(view.demands), measured_gbps=round(sum(view.demands.values()), 6), active_revision=st.active,
             active_predicted=round(ev.active_predicted, 6), candidate_predicted=round(ev.candidate_predicted, 6),
-            gain=round(ev.gain, 6), min_gain=policy.min_gain, observed=round(max(observed), 6) if observed else None)
+            gain=round(ev.gain, 6), min_gain=policy.min_gain, observed=round(max(observed), 6) if observed else None,
+            objective=ev.objective, jobs=ev.jobs)
         if rt.metrics is not None:
             rt.metrics.auto_te_gain.set(ev.gain)
             rt.metrics.auto_te_predicted.labels(plan="active").set(ev.active_predicted)

@@ -29,11 +29,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from controller.jobplan import job_time_rows, job_times
 from controller.model import Intent
 from controller.model.documents import (
     AdoptionDocument,
     AdoptionWarningDocument,
     DeviceDiffDocument,
+    JobTimeDocument,
     JsonObject,
     LinkDeltaDocument,
     PlanSummaryDocument,
@@ -124,6 +126,7 @@ def review_document(inp: ReviewInputs, config_diff: dict[str, str], *,
         safety=report.to_model(),
         bgp_sessions_reset=session_resets(inp, resets),
         session_moves=_moves(inp, resets, sched),
+        jobs=_job_times(inp),
         schedule=sched,
         reaction=reaction,
         robustness=robustness_section(inp.intent, inp.plan, report),
@@ -190,6 +193,14 @@ def _resets(inp: ReviewInputs) -> list[SessionReset]:
     if inp.active_intent is None:
         return []
     return bgp_session_resets(device_configs(inp.active_intent), device_configs(inp.intent))
+
+
+def _job_times(inp: ReviewInputs) -> list[JobTimeDocument] | None:
+    """Each job's predicted communication time under the active plan and the proposed one (none without jobs)."""
+    if not inp.intent.jobs:
+        return None
+    before = job_times(inp.active_intent, inp.active_plan) if inp.active_intent and inp.active_plan else {}
+    return job_time_rows(before, job_times(inp.intent, inp.plan))
 
 
 def _moves(inp: ReviewInputs, resets: list[SessionReset], sched: ScheduleDocument) -> SessionMovesDocument | None:

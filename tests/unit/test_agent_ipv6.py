@@ -1,5 +1,5 @@
 """The device agent's side of IPv6 and unnumbered fabrics (#36), on what FRR 8.4 and kernel 6.18 really show
-(``tests/unit/samples/frr84/unnumbered``, captured from a dual-stack BGP-unnumbered lab): kernel routes of both
+(``tests/unit/samples/frr84/clos_unnumbered``, captured from a dual-stack BGP-unnumbered lab): kernel routes of both
 families read back per port whatever the gateway form, sessions of both address families named by interface,
 soft clears per address family, the peers' link-local addresses found for ``fib`` next hops without a gateway,
 netlink next hops with IPv6 gateways, and ``GetRunning``'s addresses of both families."""
@@ -33,7 +33,7 @@ from southbound.device.opstate import parse_bgp_summary
 from southbound.rendered import FibHop, Rendered
 from southbound.state import BgpSession, KernelNextHop
 
-SAMPLES = Path(__file__).parent / "samples" / "frr84" / "unnumbered"
+SAMPLES = Path(__file__).parent / "samples" / "frr84" / "clos_unnumbered"
 LEAF00, LEAF01 = "fe80::dc5a:a5ff:fec7:bf87", "fe80::406e:54ff:fe22:cd1"  # tor-0-0's peers on eth1 and eth2
 
 

@@ -29,6 +29,7 @@ from controller.model.documents.autote import (
     AutoTeDecisionDocument,
     AutoTeStatusDocument,
     AutoTeTrigger,
+    JobTimeDocument,
 )
 from controller.model.documents.base import (
     FINAL_STATES,
@@ -135,7 +136,8 @@ from controller.model.documents.telemetry import (
 )
 
 __all__ = [
-    "AutoTeDecisionDocument", "AutoTeStatusDocument", "AutoTeTrigger", "ChangeDocument", "ChangeState",
+    "AutoTeDecisionDocument", "AutoTeStatusDocument", "AutoTeTrigger", "JobTimeDocument", "ChangeDocument",
+    "ChangeState",
     "AdoptionDocument", "AdoptionWarningDocument",
     "ClusterDocument", "DemandCaptureDocument", "DeviceDiffDocument", "DevicePlanDocument", "DeviceProgress",
     "AdjacencyStateDocument", "DeviceStateDocument", "DeviceStateSummary", "DeviceStatesDocument",

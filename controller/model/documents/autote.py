@@ -8,7 +8,20 @@ from pydantic import Field
 
 from controller.model.documents.base import Closed
 
-__all__ = ["AutoTeDecisionDocument", "AutoTeStatusDocument", "AutoTeTrigger"]
+__all__ = ["AutoTeDecisionDocument", "AutoTeStatusDocument", "AutoTeTrigger", "JobTimeDocument"]
+
+
+class JobTimeDocument(Closed):
+    """One job's predicted communication time per iteration before and after a change (the plan's prediction:
+    :mod:`controller.jobplan`); ``before`` is null for a job the active revision does not run."""
+
+    job: str
+    priority: float
+    comm_s_idle: float = Field(description="on an idle fabric, under the proposed plan's routing")
+    comm_s_before: float | None
+    comm_s_after: float
+    slowdown_before: float | None
+    slowdown_after: float
 
 
 class AutoTeTrigger(Closed):
@@ -21,13 +34,18 @@ class AutoTeTrigger(Closed):
     demands: int = Field(description="measured (ingress, prefix) entries")
     measured_gbps: float = Field(description="total measured demand, before the headroom")
     active_revision: int
+    objective: Literal["mlu", "jobs"] = Field(default="mlu", description="what the predictions measure: the maximum "
+                                              "utilization (mlu) or the worst priority-weighted job slowdown (jobs)")
     active_predicted: float = Field(description="the active plan's maximum utilization under the measured demand "
-                                                "(times the headroom)")
-    candidate_predicted: float = Field(description="the re-tuned plan's maximum utilization under that demand")
+                                                "(times the headroom); objective jobs: its worst weighted slowdown")
+    candidate_predicted: float = Field(description="the re-tuned plan's maximum utilization under that demand "
+                                                   "(objective jobs: its worst weighted slowdown)")
     gain: float = Field(description="active_predicted - candidate_predicted")
     min_gain: float
     observed: float | None = Field(description="the busiest link's observed utilization in the window (counters), "
                                                "null where no link reported")
+    jobs: list[JobTimeDocument] = Field(default_factory=list, description="each job's predicted communication time "
+                                        "under the active plan and the re-tuned one")
 
 
 class AutoTeDecisionDocument(Closed):

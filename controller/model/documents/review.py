@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from controller.model.documents.autote import JobTimeDocument
 from controller.model.documents.base import ChangeState, Closed
 from controller.model.documents.plan import NextHopDocument, PlanDocument, PlanSummaryDocument
 from controller.model.documents.safety import SafetyReportDocument
@@ -259,6 +260,9 @@ class ReviewDocument(Closed):
     unsettled_note: str | None = None
     bgp_sessions_reset: SessionResetsDocument | None = Field(
         default=None, description="the BGP sessions the change tears down (from the active revision's configs)")
+    jobs: list[JobTimeDocument] | None = Field(
+        default=None, description="each job's predicted communication time per iteration under the active plan and "
+                                  "the proposed one (absent without jobs)")
     session_moves: SessionMovesDocument | None = Field(
         default=None, description="the BGP sessions the change moves to another transport over the same link "
                                   "(an underlay change), absent when none does")
