@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import ipaddress
 import json
 import logging
 import os
@@ -49,7 +48,7 @@ from southbound.device.frr_delta import (
 from southbound.device.linklocal import LinkLocals
 from southbound.device.opstate import bgp_sessions
 from southbound.device.vty import VTY_OK, daemons, vty_run
-from southbound.discovery.observed import ObservedDevice, ObservedInterface, interfaces_from_ip_json
+from southbound.discovery.observed import ObservedDevice, interfaces_from_ip_json
 from southbound.rendered import FibHop, Rendered
 from southbound.state import BgpSession, KernelNextHop, KernelRoute
 
@@ -184,19 +183,6 @@ class FrrBackend(Protocol):
 
 #: the daemons whose restart loses the configuration the agent applied (each starts from its own file)
 ROUTING_DAEMONS = ("zebra", "bgpd", "isisd", "ospfd", "staticd")
-
-
-def running_interfaces(addr_json: str, speeds: Mapping[str, int | None] | None = None
-                       ) -> tuple[ObservedInterface, ...]:
-    """The interfaces of ``ip -j -d addr`` as ``GetRunning`` reports them: their addresses of both families
-    (IPv4, then IPv6 but link-local ``fe80::/10``, which every interface has and no intent names)."""
-    v6: dict[str, tuple[str, ...]] = {}
-    for link in json.loads(addr_json or "[]"):
-        v6[str(link.get("ifname", ""))] = tuple(
-            f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", ())
-            if a.get("family") == "inet6" and not ipaddress.IPv6Address(str(a["local"]).split("%")[0]).is_link_local)
-    return tuple(replace(i, addresses=i.addresses + v6.get(i.name, ()))
-                 for i in interfaces_from_ip_json(addr_json, speeds))
 
 
 def _foreign_hash(text: str) -> str:
@@ -493,8 +479,9 @@ class FrrReload:
         return out
 
     def read_running(self, hostname: str) -> ObservedDevice:
-        """``show running-config``, and the interfaces of ``ip -j -d addr`` with their ``/sys`` speeds (the agent
-        runs in the switch's network namespace, so these are the switch's)."""
+        """``show running-config``, and the interfaces of ``ip -j -d addr`` with their ``/sys`` speeds, their
+        addresses of both families and the link-local neighbors ``ip -j -6 neigh`` lists on them (the agent runs in
+        the switch's network namespace, so these are the switch's)."""
         speeds: dict[str, int | None] = {}
         for path in Path("/sys/class/net").glob("*/speed"):
             try:
@@ -503,7 +490,8 @@ class FrrReload:
                 value = 0
             speeds[path.parent.name] = value if value > 0 else None
         addr = _run(["ip", "-j", "-d", "addr"], timeout=10).stdout
-        return ObservedDevice(hostname, self.snapshot(hostname).frr_text, running_interfaces(addr, speeds))
+        neigh6 = _run(["ip", "-j", "-6", "neigh", "show"], timeout=10).stdout
+        return ObservedDevice(hostname, self.snapshot(hostname).frr_text, interfaces_from_ip_json(addr, speeds, neigh6))
 
     def settle(self, timeout: float = 60.0) -> None:
         """Wait until no ``frr-reload.py`` of ours (one a crashed agent left behind) is still running."""

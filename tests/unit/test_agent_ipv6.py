@@ -2,7 +2,7 @@
 (``tests/unit/samples/frr84/clos_unnumbered``, captured from a dual-stack BGP-unnumbered lab): kernel routes of both
 families read back per port whatever the gateway form, sessions of both address families named by interface,
 soft clears per address family, the peers' link-local addresses found for ``fib`` next hops without a gateway,
-netlink next hops with IPv6 gateways, and ``GetRunning``'s addresses of both families."""
+netlink next hops with IPv6 gateways, and ``GetRunning``'s addresses of both families and link-local neighbors."""
 
 from __future__ import annotations
 
@@ -15,13 +15,7 @@ import pytest
 
 from controller.model.errors import FrrError
 from southbound.device.fib import netlink_next_hop
-from southbound.device.frr_apply import (
-    DryFrr,
-    kernel_route_from_ip_json,
-    peer_families,
-    running_interfaces,
-    soft_clears,
-)
+from southbound.device.frr_apply import DryFrr, kernel_route_from_ip_json, peer_families, soft_clears
 from southbound.device.linklocal import (
     LinkLocals,
     UnresolvedNextHop,
@@ -30,6 +24,8 @@ from southbound.device.linklocal import (
     route_link_locals,
 )
 from southbound.device.opstate import parse_bgp_summary
+from southbound.discovery.observed import ObservedDevice, interfaces_from_ip_json
+from southbound.grpc_adapter import running_from_proto, running_to_proto
 from southbound.rendered import FibHop, Rendered
 from southbound.state import BgpSession, KernelNextHop
 
@@ -149,8 +145,14 @@ def test_netlink_next_hops_of_either_family_over_ipv6_gateways() -> None:
         netlink_next_hop("2001:db8::/64", FibHop("eth1", "g", 1, "100.64.0.1"), index)
 
 
-def test_get_running_reports_addresses_of_both_families_but_link_local() -> None:
-    itfs = {i.name: i for i in running_interfaces((SAMPLES / "tor-0-0.addr.json").read_text())}
-    assert itfs["host0"].addresses == ("10.0.0.1/24", "2001:db8::1/64")
-    assert itfs["eth1"].addresses == ()  # unnumbered: its fe80:: address is not reported
-    assert itfs["lo"].addresses == ("127.0.0.1/8", "100.127.213.212/32", "::1/128")
+def test_get_running_carries_both_families_and_the_link_local_neighbors_over_the_wire() -> None:
+    addr, neigh = (SAMPLES / "tor-0-0.addr.json").read_text(), (SAMPLES / "tor-0-0.neigh6.json").read_text()
+    observed = ObservedDevice("tor-0-0", "", interfaces_from_ip_json(addr, None, neigh))
+    wire = running_to_proto(observed)
+    host0 = next(i for i in wire.interfaces if i.name == "host0")
+    assert list(host0.addresses) == ["10.0.0.1/24", "2001:db8::1/64"]  # both families, as the proto says
+    back = running_from_proto(wire)
+    assert back == observed
+    eth1 = back.interface("eth1")
+    assert eth1 is not None and eth1.addresses == eth1.addresses6 == ()  # unnumbered: no address of its own
+    assert eth1.link_local == ("fe80::686a:16ff:fe5e:42f",) and eth1.neighbors6 == (LEAF00,)  # pairs the link
