@@ -294,6 +294,7 @@ class AgentCore:
                 raise AgentError("invalid_argument", f"config does not render: {exc}") from exc
             try:
                 diff = await asyncio.to_thread(self.backend.diff, self.running, target)
+                await asyncio.to_thread(self.backend.check_fib, target)  # not in a preview: no link-local yet there
             except UnresolvedNextHop as exc:
                 raise AgentError("failed_precondition", f"cannot install the fib routes yet: {exc}") from exc
             except FrrError as exc:
@@ -312,8 +313,6 @@ class AgentCore:
         running = self.running
         try:
             diff = await asyncio.to_thread(self.backend.diff, running, target)
-        except UnresolvedNextHop as exc:
-            raise AgentError("failed_precondition", f"cannot install the fib routes yet: {exc}") from exc
         except FrrError as exc:
             raise AgentError("internal", f"FRR refused the candidate config: {exc}") from exc
         return Outcome(running is None or target.hash != running.hash, diff, target.hash)

@@ -147,6 +147,11 @@ class FrrBackend(Protocol):
 
     def diff(self, current: Rendered | None, target: Rendered) -> str: ...
 
+    def check_fib(self, target: Rendered) -> None:
+        """Raise :class:`~southbound.device.linklocal.UnresolvedNextHop` when a ``fib`` next hop of ``target`` has
+        no gateway and its peer's link-local address cannot be found now (Prepare fails rather than Commit)."""
+        ...
+
     def apply(self, current: Rendered | None, target: Rendered) -> str:
         """Make ``target`` run; returns the backend's account of it. Raises :class:`FrrError`."""
         ...
@@ -214,6 +219,9 @@ class DryFrr:
         if self.prepare_delay:
             time.sleep(self.prepare_delay)
         return text_diff(current, target)
+
+    def check_fib(self, target: Rendered) -> None:
+        return None  # no kernel: nothing to resolve
 
     def apply(self, current: Rendered | None, target: Rendered) -> str:
         if self.apply_delay:
@@ -324,7 +332,6 @@ class FrrReload:
         _run([self.vtysh, "--vty_socket", str(self.vty_dir), "-m", "-f", str(conf)], timeout=60)
 
     def diff(self, current: Rendered | None, target: Rendered) -> str:
-        self.resolve_fib(live_fib(target.fib, self._down))  # a next hop nothing can resolve fails the Prepare
         if self._shown(current) is not None:  # FRR runs what we applied: the difference is that of the texts
             if current is None or current.frr_text != target.frr_text:  # the same text already runs
                 self.check_syntax(target)
@@ -433,6 +440,9 @@ class FrrReload:
         return changed
 
     # -- the peers' link-local addresses (fib next hops with no gateway) ------------------------------
+    def check_fib(self, target: Rendered) -> None:
+        self.resolve_fib(live_fib(target.fib, self._down))
+
     def resolve_fib(self, fib: Mapping[str, tuple[FibHop, ...]]) -> dict[str, tuple[FibHop, ...]]:
         """``fib`` with every next hop that has no gateway given its peer's IPv6 link-local address on its port
         (:class:`~southbound.device.linklocal.LinkLocals`); :class:`~southbound.device.linklocal.UnresolvedNextHop`

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from controller.model.errors import FrrError
+from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface
+from southbound.device.agent import AgentCore
 from southbound.device.fib import netlink_next_hop
 from southbound.device.frr_apply import DryFrr, kernel_route_from_ip_json, peer_families, soft_clears
 from southbound.device.linklocal import (
@@ -27,7 +29,7 @@ from southbound.device.opstate import parse_bgp_summary
 from southbound.discovery.observed import ObservedDevice, interfaces_from_ip_json
 from southbound.grpc_adapter import running_from_proto, running_to_proto
 from southbound.rendered import FibHop, Rendered
-from southbound.state import BgpSession, KernelNextHop
+from southbound.state import AgentError, BgpSession, KernelNextHop
 
 SAMPLES = Path(__file__).parent / "samples" / "frr84" / "clos_unnumbered"
 LEAF00, LEAF01 = "fe80::dc5a:a5ff:fec7:bf87", "fe80::406e:54ff:fe22:cd1"  # tor-0-0's peers on eth1 and eth2
@@ -156,3 +158,34 @@ def test_get_running_carries_both_families_and_the_link_local_neighbors_over_the
     eth1 = back.interface("eth1")
     assert eth1 is not None and eth1.addresses == eth1.addresses6 == ()  # unnumbered: no address of its own
     assert eth1.link_local == ("fe80::686a:16ff:fe5e:42f",) and eth1.neighbors6 == (LEAF00,)  # pairs the link
+
+
+class _KernelLinkLocals(DryFrr):
+    """The dry backend, but its fib's link-local addresses looked for as a real one does, in what tor-0-0's kernel
+    showed just after eth1 flapped (eth1's router not in the neighbor table yet, no route, no bgpd)."""
+
+    def __init__(self, record_dir: Path):
+        super().__init__(record_dir)
+        self.link_locals = LinkLocals(lambda: sample("neigh6-flap.json"), list, dict)
+
+    def check_fib(self, target: Rendered) -> None:
+        self.link_locals.resolve({h.port for hops in target.fib.values() for h in hops if not h.via})
+
+
+@pytest.mark.anyio
+async def test_prepare_refuses_a_fib_next_hop_without_a_link_local_and_a_preview_shows_its_diff(tmp_path: Path
+                                                                                              ) -> None:
+    config = DeviceConfig(hostname="tor-0-0", asn=4200000000, router_id="10.255.0.1", underlay="unnumbered",
+                          interfaces=(Interface("eth1", None, peer="leaf-0-0", peer_port="eth1"),
+                                      Interface("eth2", None, peer="leaf-0-1", peer_port="eth1")),
+                          neighbors=(BgpNeighbor("eth1", "leaf-0-0", 64768), BgpNeighbor("eth2", "leaf-0-1", 64768)),
+                          fib_routes=(FibRoute("2001:db8:1::/64", "g1", (FibNexthop("eth1", "", 3),
+                                                                          FibNexthop("eth2", "", 1))),))
+    core = AgentCore(_KernelLinkLocals(tmp_path / "dry"), tmp_path, "tor-0-0")
+    await core.start()
+    preview = await core.prepare("c1", config, preview=True)
+    assert preview.changed and "fib 2001:db8:1::/64 eth1:3 eth2:1" in preview.diff
+    with pytest.raises(AgentError, match=r"cannot install the fib routes yet: .*on eth1 yet") as err:
+        await core.prepare("c1", config)
+    assert err.value.code == "failed_precondition"
+    await core.close()
