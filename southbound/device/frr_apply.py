@@ -45,7 +45,7 @@ from southbound.device.frr_delta import (
     tree_document,
     tree_of_document,
 )
-from southbound.device.linklocal import LinkLocals
+from southbound.device.linklocal import LinkLocals, UnresolvedNextHop
 from southbound.device.opstate import bgp_sessions
 from southbound.device.vty import VTY_OK, daemons, vty_run
 from southbound.discovery.observed import ObservedDevice, interfaces_from_ip_json
@@ -476,7 +476,18 @@ class FrrReload:
             return []
         # every live route again, not only the changed ones: the kernel flushes an IPv4 multipath route
         # when one of its next hops' interfaces goes down, and a route must come back when the port does
-        return self._install_fib(recorded.fib, recorded.fib)
+        try:
+            return self._install_fib(recorded.fib, recorded.fib)
+        except UnresolvedNextHop as exc:
+            # a port up again whose peer's link-local is not known yet (this agent never saw it): the rest of
+            # the repair must not wait for it; its next hops stay out until the watcher's retry finds it
+            log.warning("fib repaired without the next hops over %s: %s", ", ".join(exc.ports), exc)
+            self._down, down_now = self._down | frozenset(exc.ports), self._down
+            try:
+                self._install_fib(recorded.fib, recorded.fib)
+            finally:
+                self._down = down_now
+            raise
 
     def daemon_pids(self) -> dict[str, int]:
         """From the daemons' pid files beside their vty sockets (``vty_dir/DAEMON.pid``, as FRR writes them)."""

@@ -39,7 +39,13 @@ _NOT_EVIDENCE = frozenset({"kernel", "250", "loom", "static", "boot"})
 
 
 class UnresolvedNextHop(FrrError):
-    """A ``fib`` next hop needs the peer's IPv6 link-local address on a port, and nothing knows it yet."""
+    """A ``fib`` next hop needs the peer's IPv6 link-local address on a port, and nothing knows it yet: ``ports``."""
+
+    def __init__(self, ports: Iterable[str]):
+        self.ports = tuple(sorted(ports))
+        super().__init__(f"no IPv6 link-local address of the peer on {', '.join(self.ports)} yet (no router in the "
+                         "kernel's neighbor table there, no FRR route or BGP session over it): an unnumbered fib "
+                         "next hop needs it")
 
 
 def _link_local(text: object) -> str | None:
@@ -135,9 +141,7 @@ class LinkLocals:
                 out[port] = self.last[port]
         unknown = [p for p in want if p not in out]
         if unknown:
-            raise UnresolvedNextHop(
-                f"no IPv6 link-local address of the peer on {', '.join(unknown)} yet (no router in the kernel's "
-                "neighbor table there, no FRR route or BGP session over it): an unnumbered fib next hop needs it")
+            raise UnresolvedNextHop(unknown)
         self.last.update(out)
         return out
 

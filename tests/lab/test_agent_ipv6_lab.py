@@ -4,7 +4,8 @@ the peer's link-local address it finds in the kernel's neighbor table, with the 
 per port; traffic of both families reaches the peer over them; a next hop over a port whose peer nothing knows
 fails the Prepare and the Commit with the port named, the routes installed before left whole; removing the routes
 leaves none; a port that flaps loses its next hops and gets them back over the address found before (the
-kernel flushed its neighbors); a global IPv6 gateway (ipv6-numbered) serves routes of both families too. Two
+kernel flushed its neighbors), and an agent that never saw the peer repairs the other routes at once and gets it
+back once the peer answers; a global IPv6 gateway (ipv6-numbered) serves routes of both families too. Two
 namespaces joined by three veth pairs, no FRR (the peer is a plain IPv6 router)."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ R, P = "loom6fib-r", "loom6fib-p"
 
 #: run inside R: install, read back, refuse eth3, flap eth1, remove, then numbered; prints what it saw as JSON
 SCRIPT = r"""
-import json, subprocess, sys
+import json, subprocess, sys, time
 from pathlib import Path
 from southbound.device.frr_apply import FrrReload
 from southbound.device.linklocal import UnresolvedNextHop
@@ -68,6 +69,25 @@ neigh = json.loads(run("ip", "-j", "-6", "neigh", "show", "dev", "eth1").stdout 
 out["eth1_neighbors_after_flap"] = [n for n in neigh if "router" in n]
 be.repair_fib(recorded, frozenset())
 out["eth1_up"] = kernel(list(fib))
+# a new agent process (nothing remembered) repairs while eth1's peer is not in the neighbor table yet
+run("ip", "link", "set", "eth1", "down")
+fresh = FrrReload(work / "vty", work / "work")
+fresh._installed = dict(be._installed)
+fresh.repair_fib(recorded, frozenset({"eth1"}))
+run("ip", "link", "set", "eth1", "up")
+try:
+    fresh.repair_fib(recorded, frozenset())
+    out["fresh_repair"] = "accepted"
+except UnresolvedNextHop as exc:
+    out["fresh_repair"] = list(exc.ports)
+out["fresh_without_eth1"] = kernel(list(fib))
+for _ in range(20):  # the peer answers (once eth1 has its link-local address again): the neighbor table has it
+    if run("ping", "-c", "1", "-W", "1", sys.argv[2] + "%eth1").returncode == 0:
+        break
+    time.sleep(0.2)
+fresh.repair_fib(recorded, frozenset())
+out["fresh_eth1_back"] = kernel(list(fib))
+be = fresh
 be._install_fib(fib, {})
 out["removed"] = sorted(kernel(list(fib)))
 numbered = {"10.9.8.0/24": (FibHop("eth2", "g3", 2, "fd6c::1"), FibHop("eth1", "g3", 1)),
@@ -125,8 +145,8 @@ def pair() -> Iterator[dict[str, str]]:
 
 def test_fib_routes_of_both_families_over_link_local_next_hops(pair: dict[str, str], tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run(["ip", "netns", "exec", R, sys.executable, "-c", SCRIPT, str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    argv = ["ip", "netns", "exec", R, sys.executable, "-c", SCRIPT, str(tmp_path), pair["eth1"]]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     ll1, ll2 = pair["eth1"], pair["eth2"]
@@ -144,6 +164,10 @@ def test_fib_routes_of_both_families_over_link_local_next_hops(pair: dict[str, s
                                  for p, hops in want.items()}
     assert seen["eth1_neighbors_after_flap"] == []
     assert seen["eth1_up"] == want
+    # an agent that never saw eth1's peer repairs the rest at once and retries eth1 until it is found
+    assert seen["fresh_repair"] == ["eth1"]
+    assert seen["fresh_without_eth1"] == seen["eth1_down"]
+    assert seen["fresh_eth1_back"] == want
     assert seen["removed"] == []
     # ipv6-numbered: the peer's global IPv6 address as the gateway of an IPv4 route (RTA_VIA) and an IPv6 one,
     # beside an unnumbered next hop in one group
