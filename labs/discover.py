@@ -1,8 +1,9 @@
 """Discovery's reader for a lab: what each router of a running lab runs, read in its namespace.
 
 For every router node of the lab's topology it reads FRR's ``show running-config`` through the
-node's vty sockets (``RUN/<lab>/<node>``), the kernel's interfaces (``ip -j -d addr``) and their
-speeds (``/sys/class/net/IF/speed``) inside ``loom-<lab>-<node>``, as
+node's vty sockets (``RUN/<lab>/<node>``), the kernel's interfaces (``ip -j -d addr``), their
+speeds (``/sys/class/net/IF/speed``) and IPv6 link-local neighbours (``ip -j -6 neigh``: they pair
+the ends of an unnumbered fabric's links) inside ``loom-<lab>-<node>``, as
 :class:`~southbound.discovery.observed.ObservedDevice` values for
 :func:`southbound.discovery.infer.discover`.
 """
@@ -35,8 +36,9 @@ def observe_node(lab: str, node: str) -> ObservedDevice:
     config = runner.node_exec(lab, node, ["vtysh", "--vty_socket", vty, "-c", "show running-config"])
     addr = runner.node_exec(lab, node, ["ip", "-j", "-d", "addr"])
     speeds = _speeds(runner.node_exec(lab, node, ["sh", "-c", _SPEEDS], check=False))
+    neigh = runner.node_exec(lab, node, ["ip", "-j", "-6", "neigh", "show"], check=False) or "[]"
     json.loads(addr)  # fail here, with the node's name in the traceback, on output that is not JSON
-    return ObservedDevice(node, config, interfaces_from_ip_json(addr, speeds))
+    return ObservedDevice(node, config, interfaces_from_ip_json(addr, speeds, neigh))
 
 
 def observe_lab(topo: Topology, *, workers: int = 4) -> list[ObservedDevice]:

@@ -2,14 +2,17 @@
 
 This module owns ``loom lab hosts`` and ``loom lab traffic`` (DESIGN.md,
 Telemetry). :func:`lab_hosts` lists a lab's host nodes with their namespace,
-ToR, address and prefix. :func:`load_matrix` reads a matrix, a list of
-demands in the intent's shape (``{from: TOR, to: PREFIX, gbps: G}``, also
-accepted under a ``demands:`` key), and checks it against the lab: every
-error is located (``demands[1].to: ...``) and a matrix with any error is
+ToR, address and prefix, and (dual-stack hosts) their IPv6 address and
+prefix. :func:`load_matrix` reads a matrix, a list of demands in the
+intent's shape (``{from: TOR, to: PREFIX, gbps: G}``, also accepted under a
+``demands:`` key), and checks it against the lab: every error is located
+(``demands[1].to: ...``) and a matrix with any error is
 refused whole. :func:`plan_traffic` (pure) spreads each demand over
 ``flows`` UDP flows, from the hosts of its ToR to the hosts in its prefix
 (destination addresses and ports vary, so L4 multipath hashing spreads them;
-a demand's flows have equal shares of its rate). :func:`send` runs one
+a demand's flows have equal shares of its rate). A demand to an IPv6 prefix is
+sent over IPv6, from the IPv6 addresses of its ToR's hosts to those of the
+hosts in the prefix; an IPv4 one over IPv4, as before. :func:`send` runs one
 :mod:`labs.udp_sender` per sending host with ``ip netns exec``, all started
 for one common wall-clock instant, and collects their counts; a sender still
 running after the duration and a grace period is killed by its pid. Traffic a
@@ -20,6 +23,7 @@ switches' prefix counters do.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shutil
 import subprocess
@@ -33,7 +37,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from controller.model.domain import Demand
+from controller.model.domain import Demand, canonical_prefix, prefix_version
 from controller.model.errors import IntentError, InvalidIntent, LoomError
 from controller.model.intent import format_loc, parse_intent_text
 from labs import runner
@@ -104,16 +108,28 @@ class TrafficOptions:
 
 @dataclass(frozen=True, slots=True)
 class HostInfo:
-    """A host of a lab: the DESIGN.md document of ``loom lab hosts`` is :meth:`to_document`."""
+    """A host of a lab: the DESIGN.md document of ``loom lab hosts`` is :meth:`to_document`
+    (``address6`` and ``prefix6``, a dual-stack host's IPv6 address and canonical prefix, only when it has one)."""
 
     name: str
     netns: str
     tor: str
     address: str
     prefix: str
+    address6: str | None = None
+    prefix6: str | None = None
 
     def to_document(self) -> dict[str, str]:
-        return {"netns": self.netns, "tor": self.tor, "address": self.address, "prefix": self.prefix}
+        doc = {"netns": self.netns, "tor": self.tor, "address": self.address, "prefix": self.prefix}
+        if self.address6 is not None and self.prefix6 is not None:
+            doc |= {"address6": self.address6, "prefix6": self.prefix6}
+        return doc
+
+    def address_in(self, prefix: str) -> str | None:
+        """The host's address in ``prefix`` (a canonical prefix of either family), if it lives there."""
+        if prefix == self.prefix:
+            return self.address
+        return self.address6 if prefix == self.prefix6 else None
 
 
 def lab_hosts(topo: Topology) -> dict[str, HostInfo]:
@@ -126,7 +142,38 @@ def lab_hosts(topo: Topology) -> dict[str, HostInfo]:
             continue  # validated by labs.clab for Loom's hosts; another host may have no address of its own
         out[node.name] = HostInfo(node.name, runner.namespace(topo.name, node.name), topo.attachment(node.name)[0],
                                   node.host.ip, node.host.prefix)
+    return with_namespace_ipv6(out, {n.name: n.host.interface for n in topo.hosts if n.host is not None})
+
+
+def with_namespace_ipv6(hosts: Mapping[str, HostInfo], interfaces: Mapping[str, str]) -> dict[str, HostInfo]:
+    """``hosts``, those without an IPv6 address given one from their namespace when it exists (a running
+    dual-stack lab): the first global IPv6 address on the host's interface (``interfaces[host]``)."""
+    out = dict(hosts)
+    missing = {n for n, h in hosts.items() if h.address6 is None and n in interfaces}
+    if not missing:
+        return out
+    up = runner.existing_namespaces()
+    for name in sorted(missing):
+        h = hosts[name]
+        if h.netns in up and (found := namespace_ipv6(h.netns, interfaces[name])) is not None:
+            out[name] = HostInfo(h.name, h.netns, h.tor, h.address, h.prefix, *found)
     return out
+
+
+def namespace_ipv6(netns: str, interface: str) -> tuple[str, str] | None:
+    """The first global IPv6 address (and its canonical prefix) on ``interface`` in ``netns``, if any."""
+    proc = subprocess.run(["ip", "netns", "exec", netns, "ip", "-j", "-6", "addr", "show", "dev", interface,
+                           "scope", "global"], capture_output=True, text=True, timeout=10)
+    try:
+        links = json.loads(proc.stdout or "[]") if proc.returncode == 0 else []
+    except ValueError:
+        return None
+    for link in links:
+        for a in link.get("addr_info", []):
+            if a.get("family") == "inet6" and "local" in a and "prefixlen" in a:
+                iface = ipaddress.IPv6Interface(f"{a['local']}/{a['prefixlen']}")
+                return str(iface.ip), str(iface.network)
+    return None
 
 
 # -- the matrix --------------------------------------------------------------------------------
@@ -168,7 +215,8 @@ def validate_matrix(doc: Any, hosts: Mapping[str, HostInfo], options: TrafficOpt
         raise InvalidMatrix(source, [IntentError("", "a traffic matrix is a non-empty list of demands "
                                                      "{from: TOR, to: PREFIX, gbps: G}")])
     tors = sorted({h.tor for h in hosts.values()})
-    prefixes = sorted({h.prefix for h in hosts.values()})
+    prefixes = sorted({h.prefix for h in hosts.values()} | {h.prefix6 for h in hosts.values() if h.prefix6},
+                      key=lambda p: (":" in p, p))
     demands: list[Demand] = []
     first: dict[tuple[str, str], int] = {}
     for i, item in enumerate(doc):
@@ -183,6 +231,10 @@ def validate_matrix(doc: Any, hosts: Mapping[str, HostInfo], options: TrafficOpt
         if dm.to not in prefixes:
             errors.append(IntentError(f"demands[{i}].to", f"no host lives in {dm.to} "
                                                           f"(prefixes with hosts: {', '.join(prefixes) or 'none'})"))
+        elif prefix_version(dm.to) == 6 and dm.from_ in tors and not any(
+                h.tor == dm.from_ and h.address6 for h in hosts.values()):
+            errors.append(IntentError(f"demands[{i}].from", f"no host of '{dm.from_}' has an IPv6 address "
+                                                            f"to send to {dm.to} from"))
         if (dm.from_, dm.to) in first:
             errors.append(IntentError(f"demands[{i}]", f"duplicate demand from '{dm.from_}' to {dm.to} "
                                                        f"(first at demands[{first[dm.from_, dm.to]}])"))
@@ -220,7 +272,9 @@ def plan_traffic(demands: tuple[Demand, ...], hosts: Mapping[str, HostInfo],
                  options: TrafficOptions | None = None) -> dict[str, SenderPlan]:
     """The senders for ``demands`` (pure): demand ``d``'s flow ``f`` goes from the ``f``-th host of its
     ToR (round robin) to the next host of its prefix, on port ``base_port + d * flows + f``;
-    each flow carries ``gbps / flows``.
+    each flow carries ``gbps / flows``. A demand to an IPv6 prefix goes from the ToR's hosts that have
+    an IPv6 address to the IPv6 addresses of the hosts in the prefix (its flows name IPv6 addresses,
+    so the sender sends them over IPv6).
 
     >>> h = {"a": HostInfo("a", "ns-a", "t0", "10.0.0.10", "10.0.0.0/24"),
     ...      "b": HostInfo("b", "ns-b", "t1", "10.0.1.10", "10.0.1.0/24")}
@@ -233,13 +287,17 @@ def plan_traffic(demands: tuple[Demand, ...], hosts: Mapping[str, HostInfo],
     for d, dm in enumerate(demands):
         if dm.gbps <= 0:
             continue
-        sources = sorted(n for n, h in hosts.items() if h.tor == dm.from_)
-        targets = sorted((h.address for h in hosts.values() if h.prefix == dm.to),
-                         key=lambda a: tuple(int(o) for o in a.split(".")))
+        to = canonical_prefix(dm.to)
+        v6 = prefix_version(to) == 6
+        sources = sorted(n for n, h in hosts.items() if h.tor == dm.from_ and (h.address6 or not v6))
+        targets = sorted((a for h in hosts.values() if (a := h.address_in(to)) is not None),
+                         key=ipaddress.ip_address)
+        if not sources or not targets:
+            continue  # validate_matrix refuses such a demand
         flows: dict[str, list[list[Any]]] = {s: [] for s in sources}
         for f in range(options.flows):
             src = sources[f % len(sources)]
-            dst = targets[(f // len(sources) + f) % len(targets)]
+            dst = targets[(f // len(sources) + f % len(sources)) % len(targets)]
             flows[src].append([dst, options.base_port + d * options.flows + f])
         for src, fl in flows.items():
             if fl:

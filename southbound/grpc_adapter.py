@@ -150,7 +150,8 @@ def _info_from_proto(m: pb.AgentInfo) -> AgentInfo:
 def running_to_proto(d: ObservedDevice) -> pb.RunningConfig:
     msg = pb.RunningConfig(hostname=d.name, running_config=d.running_config)
     for i in d.interfaces:
-        m = msg.interfaces.add(name=i.name, addresses=list(i.addresses), up=i.up, kind=i.kind)
+        m = msg.interfaces.add(name=i.name, addresses=[*i.addresses, *i.addresses6], up=i.up, kind=i.kind,
+                               link_local=list(i.link_local), neighbors6=list(i.neighbors6))
         if i.speed_mbps is not None:
             m.speed_mbps = i.speed_mbps
     return msg
@@ -158,7 +159,9 @@ def running_to_proto(d: ObservedDevice) -> pb.RunningConfig:
 
 def running_from_proto(m: pb.RunningConfig) -> ObservedDevice:
     return ObservedDevice(m.hostname, m.running_config, tuple(
-        ObservedInterface(i.name, tuple(i.addresses), _opt(i, "speed_mbps"), i.up, i.kind) for i in m.interfaces))
+        ObservedInterface(i.name, tuple(a for a in i.addresses if ":" not in a), _opt(i, "speed_mbps"), i.up, i.kind,
+                          addresses6=tuple(a for a in i.addresses if ":" in a), link_local=tuple(i.link_local),
+                          neighbors6=tuple(i.neighbors6)) for i in m.interfaces))
 
 
 # -- server side -----------------------------------------------------------------

@@ -29,7 +29,9 @@ CALLER: ContextVar[str] = ContextVar("loom_caller", default="")
 
 @dataclass(frozen=True, slots=True)
 class KernelNextHop:
-    """One installed next hop: the local ``port``, the gateway ``via`` (may be empty), its weight."""
+    """One installed next hop: the local ``port``, the gateway ``via`` (may be empty), its weight. ``via`` is of
+    either family: an IPv4 route's may be IPv6 (RFC 8950: the peer's link-local, ``fe80::..``, on an unnumbered
+    underlay) or FRR's ``169.254.0.1`` (onlink); the port is what the plan is compared with."""
 
     port: str
     via: str = ""
@@ -38,7 +40,8 @@ class KernelNextHop:
 
 @dataclass(frozen=True, slots=True)
 class KernelRoute:
-    """A route in the switch's kernel and who installed it (``bgp``, ``loom``, ...)."""
+    """A route in the switch's kernel and who installed it (``bgp``, ``loom``, ...); ``prefix`` is canonical, of
+    either family (IPv6 compressed, as the plan names it)."""
 
     prefix: str
     protocol: str
@@ -54,6 +57,9 @@ class KernelRoute:
 
 @dataclass(frozen=True, slots=True)
 class BgpSession:
+    """One BGP session, whatever address families it carries: ``neighbor`` as FRR names it (an IPv4 or IPv6
+    address, or the interface of an unnumbered session), ``prefixes_received`` over all its families."""
+
     neighbor: str
     state: str
     remote_asn: int = 0

@@ -12,7 +12,9 @@ or tests) as plain :class:`~controller.telemetry.counters.Sample` values through
 
 OpenConfig paths read (DESIGN.md, Telemetry):
 ``/interfaces/interface[name=PORT]/state/counters/{in,out}-octets`` and
-``/network-instances/network-instance[name=default]/afts/ipv4-unicast/ipv4-entry[prefix=P]/state/counters/octets-forwarded``.
+``/network-instances/network-instance[name=default]/afts/ipv4-unicast/ipv4-entry[prefix=P]/state/counters/octets-forwarded``
+and its IPv6 twin ``.../afts/ipv6-unicast/ipv6-entry[prefix=P]/...`` (``P`` canonical, as the intent's
+prefixes are: a measured demand's ``to`` is the prefix text the switch serves).
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ __all__ = ["DemandView", "Fidelity", "FidelityLink", "LinkView", "Method", "Stat
            "interface_path", "measured_demand"]
 
 _IFACE = re.compile(r"^/interfaces/interface\[name=([^\]]+)\]/state/counters/([a-z-]+)$")
-_AFT = re.compile(r"^/network-instances/network-instance\[name=default\]/afts/ipv4-unicast/"
-                  r"ipv4-entry\[prefix=([^\]]+)\]/state/counters/([a-z-]+)$")
+_AFT = re.compile(r"^/network-instances/network-instance\[name=default\]/afts/ipv(?P<v>[46])-unicast/"
+                  r"ipv(?P=v)-entry\[prefix=(?P<prefix>[^\]]+)\]/state/counters/(?P<leaf>[a-z-]+)$")
 _OCTETS_PER_GBPS = 1e9 / 8  # octets per second in one Gbps
 
 
@@ -53,8 +55,10 @@ def interface_path(port: str, counter: str = "out-octets") -> str:
 
 
 def aft_path(prefix: str, counter: str = "octets-forwarded") -> str:
-    return ("/network-instances/network-instance[name=default]/afts/ipv4-unicast/"
-            f"ipv4-entry[prefix={prefix}]/state/counters/{counter}")
+    """The AFT counter of ``prefix`` (canonical), in its family's tree."""
+    v = 6 if ":" in prefix else 4
+    return (f"/network-instances/network-instance[name=default]/afts/ipv{v}-unicast/"
+            f"ipv{v}-entry[prefix={prefix}]/state/counters/{counter}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +263,7 @@ class Telemetry:
         with self._lock:
             if self._has_aft(intent):
                 keys = [k for k in self.store.rows if k[0] in intent.device_map
-                        and (m := _AFT.match(k[1])) is not None and m.group(2) == "octets-forwarded"]
+                        and (m := _AFT.match(k[1])) is not None and m["leaf"] == "octets-forwarded"]
                 st = self._stats(keys, now, window_s)
                 val = st.stat(stat) / _OCTETS_PER_GBPS
                 demands: dict[tuple[str, str], float] = {}
@@ -267,7 +271,7 @@ class Telemetry:
                     m = _AFT.match(path)
                     assert m is not None
                     if not np.isnan(g) and g > 0:
-                        demands[(dev, m.group(1))] = demands.get((dev, m.group(1)), 0.0) + float(g)
+                        demands[(dev, m["prefix"])] = demands.get((dev, m["prefix"]), 0.0) + float(g)
                 return DemandView("aft", demands)
         if plan is None:
             return DemandView("tomogravity", {})
@@ -285,7 +289,7 @@ class Telemetry:
             if not self._has_aft(intent):
                 return [], np.zeros((0, 0)), step
             keys = [k for k in self.store.rows if k[0] in intent.device_map
-                    and (m := _AFT.match(k[1])) is not None and m.group(2) == "octets-forwarded"]
+                    and (m := _AFT.match(k[1])) is not None and m["leaf"] == "octets-forwarded"]
             s = self.store
             rows = np.array([s.rows[k] for k in keys], dtype=np.int64)
             tt = s.ring_t[rows]
@@ -302,7 +306,7 @@ class Telemetry:
         with np.errstate(invalid="ignore", divide="ignore"):
             out = np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), np.nan) / _OCTETS_PER_GBPS
         prefixes = [_AFT.match(p) for _d, p in keys]
-        return [(d, m.group(1)) for (d, _p), m in zip(keys, prefixes, strict=True) if m is not None], out.T, step
+        return [(d, m["prefix"]) for (d, _p), m in zip(keys, prefixes, strict=True) if m is not None], out.T, step
 
     def tor_series(self, intent: Intent, plan: Plan | None, now: float, window_s: float) -> tuple[Method, Series]:
         """The method and the ToR-to-ToR series of the measured traffic: the per-interval AFT matrices, or

@@ -6,7 +6,9 @@ OpenConfig paths of DESIGN.md only, so any switch that serves them works) and
 feeds what arrives into a :class:`~controller.telemetry.Telemetry`: samples are
 buffered per device and ingested in batches a few times a second. A stream
 that breaks marks its device disconnected (its counters read stale, never
-zero) and reconnects with exponential back-off; a device that leaves the
+zero) and reconnects with exponential back-off; a switch that refuses the IPv6
+AFT path (``NOT_FOUND``: it serves no ``ipv6-entry``) is subscribed again at
+once without it, and serves its IPv4 entries as before; a device that leaves the
 active revision is dropped, one that joins is subscribed. The active revision,
 its intent and plan come from ``active()``, polled every ``refresh_s``; the
 views read them from ``Telemetry.context``.
@@ -27,14 +29,18 @@ from controller.model.plan import Plan
 from controller.telemetry.collector import Telemetry
 from southbound.gnmi import GnmiClient, Sample, SyncMarker
 
-__all__ = ["PATHS", "StreamOptions", "TelemetryStream"]
+__all__ = ["AFT6_PATH", "PATHS", "StreamOptions", "TelemetryStream"]
 
 log = logging.getLogger("loom.telemetry")
 
-#: What the collector subscribes to: every interface's counters and every AFT entry's (DESIGN.md, Telemetry).
+#: the IPv6 AFT entries: left out for a switch that serves none (it refuses the path)
+AFT6_PATH = "/network-instances/network-instance[name=default]/afts/ipv6-unicast/ipv6-entry[prefix=*]/state/counters"
+#: What the collector subscribes to: every interface's counters and every AFT entry's of both families (DESIGN.md,
+#: Telemetry).
 PATHS = (
     "/interfaces/interface[name=*]/state/counters",
     "/network-instances/network-instance[name=default]/afts/ipv4-unicast/ipv4-entry[prefix=*]/state/counters",
+    AFT6_PATH,
 )
 
 Active = tuple[int, Intent, Plan]
@@ -113,10 +119,11 @@ class TelemetryStream:
     async def _stream(self, device: str) -> None:
         first, longest = self.options.backoff_s
         delay = first
+        paths = list(PATHS)
         while True:
             try:
                 async with GnmiClient(device, self.endpoints[device], tls=self.tls) as client:
-                    async for item in client.subscribe(PATHS, mode="sample", interval_s=self.options.interval_s):
+                    async for item in client.subscribe(paths, mode="sample", interval_s=self.options.interval_s):
                         if isinstance(item, SyncMarker):
                             if device not in self.connected:
                                 log.info("telemetry: %s streaming", device)
@@ -128,6 +135,10 @@ class TelemetryStream:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any broken stream: stale, then reconnect
+                if AFT6_PATH in paths and "NOT_FOUND" in str(exc):
+                    paths.remove(AFT6_PATH)  # a switch without IPv6 AFT entries: its other counters still stream
+                    log.info("telemetry: %s serves no IPv6 AFT entries (%s); subscribing without them", device, exc)
+                    continue
                 if device in self.connected:
                     log.warning("telemetry: %s stream broke (%s); reconnecting", device, exc)
                 self.connected.discard(device)

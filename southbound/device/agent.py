@@ -49,6 +49,7 @@ from southbound.config import DeviceConfig
 from southbound.device.counters import KernelCounters, SyntheticCounters, fabric_ports
 from southbound.device.frr_apply import DryFrr, FrrBackend, FrrError, FrrReload, atomic_write_json, read_json, text_diff
 from southbound.device.gnmi_server import GnmiService, add_gnmi_servicer
+from southbound.device.linklocal import UnresolvedNextHop
 from southbound.device.opstate import DryStatus, KernelStatus, LinkWatcher
 from southbound.discovery.observed import ObservedDevice
 from southbound.gnmi import GNMI_SERVICE
@@ -293,6 +294,9 @@ class AgentCore:
                 raise AgentError("invalid_argument", f"config does not render: {exc}") from exc
             try:
                 diff = await asyncio.to_thread(self.backend.diff, self.running, target)
+                await asyncio.to_thread(self.backend.check_fib, target)  # not in a preview: no link-local yet there
+            except UnresolvedNextHop as exc:
+                raise AgentError("failed_precondition", f"cannot install the fib routes yet: {exc}") from exc
             except FrrError as exc:
                 raise AgentError("internal", f"FRR refused the candidate config: {exc}") from exc
             await asyncio.to_thread(atomic_write_json, self._path("prepared.json"),

@@ -5,20 +5,26 @@ This module owns the counter sources behind the agent's gNMI service
 at one instant, every interface's counters (OpenConfig
 ``openconfig-interfaces`` leaf names: ``in-octets``, ``out-pkts``, ...) and
 every destination prefix's forwarding counters (OpenConfig AFT
-``ipv4-entry`` ``octets-forwarded`` / ``packets-forwarded``).
+``ipv4-entry`` and ``ipv6-entry`` ``octets-forwarded`` / ``packets-forwarded``; a
+snapshot holds both families, each prefix in its canonical text, IPv6 compressed).
 :class:`CounterSource` is the protocol; two sources implement it:
 
 * :class:`KernelCounters` reads the node it runs in (the agent runs in the
   node's network namespace): interface statistics over netlink (``IFLA_STATS64``),
-  and per-prefix packet counters from an nftables table the agent owns
-  (``table ip loom_telemetry``). Its ``forward`` chain first lets through
+  and per-prefix packet counters from two nftables tables the agent owns, one
+  per family (``table ip loom_telemetry`` for IPv4 prefixes, ``table ip6
+  loom_telemetry`` for IPv6 ones: each family's rules and longest-first order
+  stay on their own, and the IPv4 table is the one earlier agents made, so its
+  counts survive an upgrade). Each table's ``forward`` chain first lets through
   everything that did not enter on a host-facing port (a named set
-  ``host_ports``), then has one ``counter accept`` rule per IPv4 prefix of the
-  node's FIB, longest prefix first, so each forwarded packet is counted once,
-  against the prefix the FIB forwards it by (longest match). ``accept`` ends
+  ``host_ports``), then has one ``counter accept`` rule per prefix of that
+  family in the node's FIB (``ip daddr P`` / ``ip6 daddr P``), longest prefix
+  first, so each forwarded packet is counted once, against the prefix the FIB
+  forwards it by (longest match). A rule counts the IP packet: the IPv4 total
+  length, or the IPv6 payload length plus its 40-byte header. ``accept`` ends
   only this table's chain; other tables' chains on the hook still see the
-  packet. The FIB prefixes are the main table's IPv4 routes except connected
-  and host/link-scope ones (``proto kernel``) and the default route; when they,
+  packet. The FIB prefixes are the main table's routes of both families except
+  connected and host/link-scope ones (``proto kernel``) and the default routes; when they,
   or the host-facing ports, change, the rule set is resynced in one atomic
   ``nft -f`` batch that adds and deletes rules by handle, so the counters of
   prefixes that stay are never reset. The table is left in place when the agent
@@ -51,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 __all__ = ["AFT_LEAVES", "INTERFACE_LEAVES", "CounterSnapshot", "CounterSource", "KernelCounters", "NftTable",
-           "SyntheticCounters", "config_ports", "config_prefixes", "fabric_ports"]
+           "SyntheticCounters", "canonical", "config_ports", "config_prefixes", "fabric_ports", "family_of"]
 
 log = logging.getLogger("loom.agent.counters")
 
@@ -60,7 +66,7 @@ INTERFACE_LEAVES: dict[str, str] = {
     "in-octets": "rx_bytes", "out-octets": "tx_bytes", "in-pkts": "rx_packets", "out-pkts": "tx_packets",
     "in-discards": "rx_dropped", "out-discards": "tx_dropped",
 }
-#: the AFT ``ipv4-entry`` counters served
+#: the AFT ``ipv4-entry`` / ``ipv6-entry`` counters served
 AFT_LEAVES: tuple[str, ...] = ("octets-forwarded", "packets-forwarded")
 
 
@@ -86,8 +92,9 @@ _IFACE = re.compile(r"^interface (\S+)", re.M)
 _FABRIC_DESC = re.compile(r"^interface (\S+)\n(?: [^\n]*\n)*? description to \S+", re.M)
 _NEIGHBOR_VIA = re.compile(r"^ neighbor \S+ description \S+ via (\S+)", re.M)
 _UNNUMBERED = re.compile(r"^ neighbor (\S+) interface", re.M)
-_NETWORK = re.compile(r"^\s*network (\d+\.\d+\.\d+\.\d+/\d+)", re.M)
-_PREFIX_LIST = re.compile(r"^ip prefix-list \S+ (?:seq \d+ )?permit (\d+\.\d+\.\d+\.\d+/\d+)", re.M)
+_NETWORK = re.compile(r"^\s*network (\d+\.\d+\.\d+\.\d+/\d+|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*/\d+)", re.M)
+_PREFIX_LIST = re.compile(r"^(?:ip|ipv6) prefix-list \S+ (?:seq \d+ )?permit (\d+\.\d+\.\d+\.\d+/\d+|"
+                          r"[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*/\d+)", re.M)
 
 
 def fabric_ports(frr_text: str) -> frozenset[str]:
@@ -103,15 +110,32 @@ def config_ports(frr_text: str) -> tuple[str, ...]:
 
 
 def config_prefixes(frr_text: str, fib: Iterable[str] = ()) -> tuple[str, ...]:
-    """The IPv4 prefixes a configuration mentions: originated, in prefix lists, in its FIB routes."""
+    """The prefixes of both families a configuration mentions: originated, in prefix lists, in its FIB
+    routes; canonical (IPv6 compressed), IPv4 first."""
     found = set(_NETWORK.findall(frr_text)) | set(_PREFIX_LIST.findall(frr_text)) | set(fib)
-    return tuple(sorted(found, key=_prefix_order))
+    out = set()
+    for p in found:
+        try:
+            out.add(canonical(p))
+        except ValueError:
+            continue  # text that only looks like a prefix
+    return tuple(sorted(out, key=_prefix_order))
 
 
-def _prefix_order(prefix: str) -> tuple[int, int]:
-    """Longest prefix first, then by address: the order of the counter rules."""
+def canonical(prefix: str) -> str:
+    """A prefix's canonical text (host bits cleared, IPv6 compressed and lower case)."""
+    return str(ipaddress.ip_network(prefix, strict=False))
+
+
+def family_of(prefix: str) -> int:
+    """4 or 6."""
+    return 6 if ":" in prefix else 4
+
+
+def _prefix_order(prefix: str) -> tuple[int, int, int]:
+    """IPv4 first, then longest prefix first, then by address: the order of the counter rules."""
     net = ipaddress.ip_network(prefix, strict=False)
-    return (-net.prefixlen, int(net.network_address))
+    return (net.version, -net.prefixlen, int(net.network_address))
 
 
 # -- the kernel ------------------------------------------------------------------------------------------
@@ -136,27 +160,31 @@ def read_links() -> dict[str, dict[str, int]]:
 
 
 def read_fib_prefixes() -> frozenset[str]:
-    """The IPv4 destinations of the main table: routes learned or installed (BGP, IS-IS, static, Loom),
-    not the connected or link-scope routes of the node's own interfaces, not the default route."""
+    """The IPv4 and IPv6 destinations of the main table (canonical text): routes learned or installed
+    (BGP, IS-IS, static, Loom), not the connected or link-scope routes of the node's own interfaces
+    (IPv6's ``fe80::/64`` among them), not the default routes, not unreachable or multicast ones."""
     # lazy: pyroute2 costs 0.4 s to import; only an agent beside a real kernel reads netlink (--dry-frr never)
     from pyroute2 import IPRoute
 
     found: set[str] = set()
     with IPRoute() as ipr:
-        for r in ipr.get_routes(family=socket.AF_INET, table=MAIN_TABLE):
-            if r["proto"] == RT_PROTO_KERNEL or r["scope"] != 0 or r["dst_len"] == 0 or r["type"] != 1:
-                continue
-            found.add(f"{r.get_attr('RTA_DST')}/{r['dst_len']}")
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for r in ipr.get_routes(family=family, table=MAIN_TABLE):
+                if r["proto"] == RT_PROTO_KERNEL or r["scope"] != 0 or r["dst_len"] == 0 or r["type"] != 1:
+                    continue
+                found.add(canonical(f"{r.get_attr('RTA_DST')}/{r['dst_len']}"))
     return frozenset(found)
 
 
 @dataclass
 class NftTable:
-    """The agent's nftables table of per-prefix counters (see the module docstring for its design)."""
+    """The agent's nftables table of per-prefix counters of one family (``family``: ``ip`` for IPv4
+    prefixes, ``ip6`` for IPv6 ones; see the module docstring for its design)."""
 
     name: str = "loom_telemetry"
     nft: str = "nft"
     priority: int = -150
+    family: str = "ip"
     _prefixes: dict[str, int] = field(default_factory=dict)  # prefix -> rule handle
     _host_ports: frozenset[str] | None = None
     _ready: bool = False
@@ -168,8 +196,17 @@ class NftTable:
             raise OSError(f"nft {' '.join(args)}: {proc.stderr.strip()[-500:]}")
         return proc.stdout
 
+    @property
+    def counting(self) -> bool:
+        """Whether the table has prefix rules (as far as this agent knows)."""
+        return bool(self._prefixes)
+
+    @property
+    def _t(self) -> str:
+        return f"{self.family} {self.name}"
+
     def _ensure(self) -> None:
-        t = f"ip {self.name}"
+        t = self._t
         self._run(["-f", "-"], "\n".join([
             f"add table {t}",
             f"add set {t} host_ports {{ type ifname; }}",
@@ -177,14 +214,14 @@ class NftTable:
         ]) + "\n")
         counters = self.list_counters()  # learns the rules (and handles) a previous agent left
         if not self._has_skip:
-            self._run(["add", "rule", "ip", self.name, "forward", "iifname", "!=", "@host_ports", "accept",
+            self._run(["add", "rule", self.family, self.name, "forward", "iifname", "!=", "@host_ports", "accept",
                        "comment", '"skip"'])
         self._prefixes = {p: h for p, (h, _, _) in counters.items()}
         self._ready = True
 
     def list_counters(self) -> dict[str, tuple[int, int, int]]:
         """``{PREFIX: (handle, packets, bytes)}`` from ``nft -j list table``."""
-        doc = json.loads(self._run(["-j", "list", "table", "ip", self.name]) or "{}")
+        doc = json.loads(self._run(["-j", "list", "table", self.family, self.name]) or "{}")
         out: dict[str, tuple[int, int, int]] = {}
         seen: set[str] = set()
         for item in doc.get("nftables", []):
@@ -200,10 +237,11 @@ class NftTable:
         return out
 
     def sync(self, prefixes: frozenset[str], host_ports: frozenset[str]) -> bool:
-        """Make the rules count exactly ``prefixes`` from ``host_ports``; returns whether anything changed."""
+        """Make the rules count exactly ``prefixes`` (of this table's family, canonical) from ``host_ports``;
+        returns whether anything changed."""
         if not self._ready:
             self._ensure()
-        t = f"ip {self.name}"
+        t = self._t
         lines: list[str] = []
         if host_ports != self._host_ports:
             lines.append(f"flush set {t} host_ports")
@@ -214,10 +252,10 @@ class NftTable:
         keep = sorted((p for p in self._prefixes if p not in gone), key=_prefix_order)
         for p in sorted(prefixes - set(self._prefixes), key=_prefix_order):
             # before the first remaining rule of a shorter prefix: longest match stays first
-            plen = -_prefix_order(p)[0]
-            after = next((self._prefixes[q] for q in keep if -_prefix_order(q)[0] < plen), None)
+            plen = -_prefix_order(p)[1]
+            after = next((self._prefixes[q] for q in keep if -_prefix_order(q)[1] < plen), None)
             where = f"insert rule {t} forward position {after}" if after is not None else f"add rule {t} forward"
-            lines.append(f'{where} ip daddr {p} counter accept comment "{p}"')
+            lines.append(f'{where} {self.family} daddr {p} counter accept comment "{p}"')
         if not lines:
             return False
         self._run(["-f", "-"], "\n".join(lines) + "\n")
@@ -228,50 +266,72 @@ class NftTable:
 
     def delete(self) -> None:
         """Remove the table (tests; an agent leaves it so that its counters survive a restart)."""
-        self._run(["delete", "table", "ip", self.name])
+        self._run(["delete", "table", self.family, self.name])
         self._ready = False
         self._prefixes = {}
         self._host_ports = None
 
 
 class KernelCounters:
-    """The node's own counters: netlink for interfaces, the agent's nftables table for prefixes.
+    """The node's own counters: netlink for interfaces, the agent's nftables tables for prefixes.
 
     ``fabric``: the fabric ports now (from the running config); every other interface but ``lo`` is
-    host-facing. ``prefixes`` overrides where the counted prefixes come from (default: the FIB).
+    host-facing. ``prefixes`` overrides where the counted prefixes come from (default: the FIB, both
+    families). ``table`` is the IPv4 table; ``table6``, the IPv6 one, defaults to ``table``'s name, nft and
+    priority in the ``ip6`` family.
     """
 
     blocking = True
 
     def __init__(self, fabric: Callable[[], frozenset[str]] = frozenset, *, table: NftTable | None = None,
-                 prefixes: Callable[[], frozenset[str]] = read_fib_prefixes,
+                 table6: NftTable | None = None, prefixes: Callable[[], frozenset[str]] = read_fib_prefixes,
                  clock: Callable[[], int] = time.time_ns):
         self.fabric = fabric
         self.table = table or NftTable()
+        self.table6 = table6 or NftTable(self.table.name, self.table.nft, self.table.priority, family="ip6")
         self.prefixes = prefixes
         self.clock = clock
-
-    _nft_failed = False
+        self._nft_failed: set[str] = set()
 
     def read(self) -> CounterSnapshot:
-        """Interface counters always; prefix counters when nftables works here (else none, logged once:
-        the device then serves interface counters only, as many switches do)."""
+        """Interface counters always; prefix counters of each family when nftables works here (else none,
+        logged once: the device then serves interface counters only, as many switches do)."""
         links = read_links()
         host = frozenset(links) - self.fabric()
+        counts: dict[str, tuple[int, int, int]] = {}
         try:
-            self.table.sync(self.prefixes(), host)
-            counts = self.table.list_counters()
-        except (OSError, subprocess.SubprocessError, ValueError) as exc:
-            if not self._nft_failed:
-                log.warning("no prefix counters: nftables failed (%s); serving interface counters only", exc)
-            self._nft_failed = True
-            self.table = NftTable(self.table.name, self.table.nft, self.table.priority)  # start over next time
-            counts = {}
-        else:
-            self._nft_failed = False
+            wanted = self.prefixes()
+        except (OSError, ValueError) as exc:
+            log.warning("no prefix counters: cannot read the FIB's prefixes (%s)", exc)
+            wanted = None
+        for version in (4, 6):
+            if wanted is not None:
+                counts.update(self._count(version, frozenset(p for p in wanted if family_of(p) == version), host))
         now = self.clock()
         return CounterSnapshot(now, links, {p: {"octets-forwarded": b, "packets-forwarded": n}
                                             for p, (_, n, b) in counts.items()})
+
+    def _count(self, version: int, prefixes: frozenset[str], host: frozenset[str]) -> dict[str, tuple[int, int, int]]:
+        """One family's table synced to ``prefixes`` and read; {} (logged once) when nftables fails."""
+        table = self.table if version == 4 else self.table6
+        if version == 6 and not prefixes and not table.counting:
+            return {}  # no IPv6 prefix (an IPv4 fabric): no ip6 table made, no nft call per reading
+        try:
+            table.sync(prefixes, host)
+            counts = table.list_counters() if table.counting else {}
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            if table.family not in self._nft_failed:
+                log.warning("no IPv%d prefix counters: nftables failed (%s); serving interface counters only",
+                            version, exc)
+            self._nft_failed.add(table.family)
+            fresh = NftTable(table.name, table.nft, table.priority, family=table.family)  # start over next time
+            if version == 4:
+                self.table = fresh
+            else:
+                self.table6 = fresh
+            return {}
+        self._nft_failed.discard(table.family)
+        return counts
 
 
 # -- synthetic --------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ This module owns the agent's side effects and nothing else. A
 text, the ``fib`` WCMP routes (weighted nexthop groups the agent installs over
 netlink, preferred over BGP's routes), and per BGP peer a signature of the
 link-bandwidth route-maps toward it, so a change to them triggers a soft
-outbound clear (``clear bgp ipv4 unicast PEER soft out``, DESIGN.md
+outbound clear in each address family the peer is active in (``clear bgp ipv4
+unicast PEER soft out``, ``clear bgp ipv6 unicast PEER soft out``; DESIGN.md
 "Southbound"). Two backends implement :class:`FrrBackend`:
 :class:`FrrReload` drives real FRR daemons and reads routes from the kernel:
 where FRR runs exactly what the agent applied last, the diff is that of the
@@ -28,9 +29,11 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from controller.model.domain import canonical_prefix, prefix_version
 from controller.model.errors import FrrError
 from southbound.device import fib as kernel_fib
 from southbound.device.fib import LOOM_RT_PROTO
@@ -42,6 +45,8 @@ from southbound.device.frr_delta import (
     tree_document,
     tree_of_document,
 )
+from southbound.device.linklocal import LinkLocals, UnresolvedNextHop
+from southbound.device.opstate import bgp_sessions
 from southbound.device.vty import VTY_OK, daemons, vty_run
 from southbound.discovery.observed import ObservedDevice, interfaces_from_ip_json
 from southbound.rendered import FibHop, Rendered
@@ -71,6 +76,29 @@ def changed_peers(old: Rendered | None, new: Rendered) -> list[str]:
     """BGP peers whose link-bandwidth route-maps differ between two configurations."""
     before = dict(old.lb_peers) if old else {}
     return sorted(p for p in set(before) | set(new.lb_peers) if before.get(p) != new.lb_peers.get(p))
+
+
+_ADDRESS_FAMILY = re.compile(r"^ address-family (ipv4|ipv6) unicast\n(.*?)^ exit-address-family", re.M | re.S)
+_ACTIVATE = re.compile(r"^  neighbor (\S+) activate$", re.M)
+
+
+def peer_families(frr_text: str) -> dict[str, tuple[str, ...]]:
+    """Per BGP neighbor (as FRR names it: an address or an interface), the unicast address families it is
+    active in (``ipv4``, ``ipv6``) in a rendered configuration."""
+    out: dict[str, list[str]] = {}
+    for family, body in _ADDRESS_FAMILY.findall(frr_text):
+        for peer in _ACTIVATE.findall(body):
+            out.setdefault(peer, []).append(family)
+    return {p: tuple(sorted(set(f))) for p, f in out.items()}
+
+
+def soft_clears(old: Rendered | None, new: Rendered) -> list[str]:
+    """The outbound soft clears that make the link-bandwidth route-maps changed between two configurations take
+    effect at once: per BGP peer whose route-maps differ, one per address family it is active in (IPv4 where
+    the configuration says neither: FRR answers for a family a neighbor is not active in with an error)."""
+    families = peer_families(new.frr_text)
+    return [f"clear bgp {family} unicast {peer} soft out"
+            for peer in changed_peers(old, new) for family in families.get(peer, ("ipv4",))]
 
 
 def text_diff(old: Rendered | None, new: Rendered) -> str:
@@ -118,6 +146,11 @@ class FrrBackend(Protocol):
         ...
 
     def diff(self, current: Rendered | None, target: Rendered) -> str: ...
+
+    def check_fib(self, target: Rendered) -> None:
+        """Raise :class:`~southbound.device.linklocal.UnresolvedNextHop` when a ``fib`` next hop of ``target`` has
+        no gateway and its peer's link-local address cannot be found now (Prepare fails rather than Commit)."""
+        ...
 
     def apply(self, current: Rendered | None, target: Rendered) -> str:
         """Make ``target`` run; returns the backend's account of it. Raises :class:`FrrError`."""
@@ -187,6 +220,9 @@ class DryFrr:
             time.sleep(self.prepare_delay)
         return text_diff(current, target)
 
+    def check_fib(self, target: Rendered) -> None:
+        return None  # no kernel: nothing to resolve
+
     def apply(self, current: Rendered | None, target: Rendered) -> str:
         if self.apply_delay:
             time.sleep(self.apply_delay)
@@ -200,7 +236,7 @@ class DryFrr:
         return text_diff(current, target)
 
     def read_routes(self, prefixes: Iterable[str], recorded: Rendered | None) -> tuple[bool, dict[str, KernelRoute]]:
-        wanted = set(prefixes)
+        wanted = _wanted(prefixes)
         fib = recorded.fib if recorded else {}
         routes = {p: KernelRoute(p, "loom", tuple(KernelNextHop(h.port, h.via, h.weight) for h in hops))
                   for p, hops in fib.items() if not wanted or p in wanted}
@@ -252,6 +288,8 @@ class FrrReload:
         self.delta = os.environ.get("LOOM_FRR_DELTA", "1") != "0"
         self._down: frozenset[str] = frozenset()  # ports not up, as the agent's link watcher last saw them
         self._installed: dict[str, tuple[FibHop, ...]] | None = None  # the fib routes in the kernel now
+        #: the peers' IPv6 link-local addresses, for fib next hops with no gateway (unnumbered)
+        self.link_locals = LinkLocals(self._ip_neighbors, self._ip_routes, self._bgp_neighbors)
 
     # -- vtysh --------------------------------------------------------------
     def vtysh_cmd(self, *commands: str, check: bool = True) -> str:
@@ -381,7 +419,7 @@ class FrrReload:
 
     def apply(self, current: Rendered | None, target: Rendered) -> str:
         # the new route-maps take effect in ~0.2 s after a soft clear instead of ~5 s
-        clears = [f"clear bgp ipv4 unicast {peer} soft out" for peer in changed_peers(current, target)]
+        clears = soft_clears(current, target)
         out = self._apply_delta(current, target, clears)
         if out is None:
             self._shown_path.unlink(missing_ok=True)
@@ -396,10 +434,39 @@ class FrrReload:
                      ) -> list[str]:
         """Install ``fib`` less its next hops over ports that are down (``before``: what the kernel held
         when nothing was installed by this process yet)."""
-        live = live_fib(fib, self._down)
+        live = self.resolve_fib(live_fib(fib, self._down))
         changed = kernel_fib.install(self._installed if self._installed is not None else before, live)
         self._installed = live
         return changed
+
+    # -- the peers' link-local addresses (fib next hops with no gateway) ------------------------------
+    def check_fib(self, target: Rendered) -> None:
+        self.resolve_fib(live_fib(target.fib, self._down))
+
+    def resolve_fib(self, fib: Mapping[str, tuple[FibHop, ...]]) -> dict[str, tuple[FibHop, ...]]:
+        """``fib`` with every next hop that has no gateway given its peer's IPv6 link-local address on its port
+        (:class:`~southbound.device.linklocal.LinkLocals`); :class:`~southbound.device.linklocal.UnresolvedNextHop`
+        naming the ports where none is known yet (before anything is installed)."""
+        ports = {h.port for hops in fib.values() for h in hops if not h.via}
+        if not ports:
+            return dict(fib)
+        found = self.link_locals.resolve(ports)
+        return {p: tuple(h if h.via else replace(h, via=found[h.port]) for h in hops) for p, hops in fib.items()}
+
+    def _ip_neighbors(self) -> list[dict[str, Any]]:
+        return list(json.loads(_run(["ip", "-j", "-6", "neigh", "show"], timeout=10).stdout or "[]"))
+
+    def _ip_routes(self) -> list[dict[str, Any]]:
+        return [r for v in ("-6", "-4") for r in json.loads(
+            _run(["ip", "-j", v, "route", "show", "table", "main"], timeout=10).stdout or "[]")]
+
+    def _bgp_neighbors(self) -> dict[str, Any]:
+        bgpd = self.vty_dir / "bgpd.vty"
+        if not bgpd.is_socket():
+            return {}
+        [(_, out)] = vty_run(bgpd, "show bgp neighbors json", timeout=10.0)
+        doc = json.loads(out or "{}")
+        return doc if isinstance(doc, dict) else {}
 
     def repair_fib(self, recorded: Rendered | None, down: frozenset[str]) -> list[str]:
         came_up, self._down = self._down - down, down
@@ -409,7 +476,18 @@ class FrrReload:
             return []
         # every live route again, not only the changed ones: the kernel flushes an IPv4 multipath route
         # when one of its next hops' interfaces goes down, and a route must come back when the port does
-        return self._install_fib(recorded.fib, recorded.fib)
+        try:
+            return self._install_fib(recorded.fib, recorded.fib)
+        except UnresolvedNextHop as exc:
+            # a port up again whose peer's link-local is not known yet (this agent never saw it): the rest of
+            # the repair must not wait for it; its next hops stay out until the watcher's retry finds it
+            log.warning("fib repaired without the next hops over %s: %s", ", ".join(exc.ports), exc)
+            self._down, down_now = self._down | frozenset(exc.ports), self._down
+            try:
+                self._install_fib(recorded.fib, recorded.fib)
+            finally:
+                self._down = down_now
+            raise
 
     def daemon_pids(self) -> dict[str, int]:
         """From the daemons' pid files beside their vty sockets (``vty_dir/DAEMON.pid``, as FRR writes them)."""
@@ -422,8 +500,9 @@ class FrrReload:
         return out
 
     def read_running(self, hostname: str) -> ObservedDevice:
-        """``show running-config``, and the interfaces of ``ip -j -d addr`` with their ``/sys`` speeds (the agent
-        runs in the switch's network namespace, so these are the switch's)."""
+        """``show running-config``, and the interfaces of ``ip -j -d addr`` with their ``/sys`` speeds, their
+        addresses of both families and the link-local neighbors ``ip -j -6 neigh`` lists on them (the agent runs in
+        the switch's network namespace, so these are the switch's)."""
         speeds: dict[str, int | None] = {}
         for path in Path("/sys/class/net").glob("*/speed"):
             try:
@@ -432,7 +511,8 @@ class FrrReload:
                 value = 0
             speeds[path.parent.name] = value if value > 0 else None
         addr = _run(["ip", "-j", "-d", "addr"], timeout=10).stdout
-        return ObservedDevice(hostname, self.snapshot(hostname).frr_text, interfaces_from_ip_json(addr, speeds))
+        neigh6 = _run(["ip", "-j", "-6", "neigh", "show"], timeout=10).stdout
+        return ObservedDevice(hostname, self.snapshot(hostname).frr_text, interfaces_from_ip_json(addr, speeds, neigh6))
 
     def settle(self, timeout: float = 60.0) -> None:
         """Wait until no ``frr-reload.py`` of ours (one a crashed agent left behind) is still running."""
@@ -455,18 +535,22 @@ class FrrReload:
 
     # -- reading state ----------------------------------------------------------
     def read_routes(self, prefixes: Iterable[str], recorded: Rendered | None) -> tuple[bool, dict[str, KernelRoute]]:
-        wanted = set(prefixes)
-        proc = _run(["ip", "-j", "route", "show", "table", "main"], check=True)
+        """The kernel's routes of both families (``ip -j route``, ``ip -j -6 route``; only the families of
+        ``prefixes`` when given), the one of lowest metric per prefix (what the kernel forwards on)."""
+        wanted = _wanted(prefixes)
+        families = sorted({prefix_version(p) for p in wanted}) if wanted else [4, 6]
         routes: dict[str, KernelRoute] = {}
         metrics: dict[str, int] = {}
-        for r in json.loads(proc.stdout or "[]"):
-            route = kernel_route_from_ip_json(r)
-            if route is None or (wanted and route.prefix not in wanted):
-                continue
-            metric = int(r.get("metric", 0) or 0)
-            if route.prefix not in routes or metric < metrics[route.prefix]:  # the kernel forwards on the lowest
-                routes[route.prefix] = route
-                metrics[route.prefix] = metric
+        for version in families:
+            proc = _run(["ip", "-j", f"-{version}", "route", "show", "table", "main"], check=True)
+            for r in json.loads(proc.stdout or "[]"):
+                route = kernel_route_from_ip_json(r, version)
+                if route is None or (wanted and route.prefix not in wanted):
+                    continue
+                metric = int(r.get("metric", 0) or 0)
+                if route.prefix not in routes or metric < metrics[route.prefix]:  # the kernel forwards on the lowest
+                    routes[route.prefix] = route
+                    metrics[route.prefix] = metric
         return True, routes
 
     def _restart_sessions(self, recorded: Rendered, ports: frozenset[str]) -> None:
@@ -476,7 +560,7 @@ class FrrReload:
         peers = [m.group(1) for m in _SESSION_PORT.finditer(recorded.frr_text) if m.group(2) in ports]
         if peers:
             log.info("ports up again (%s): resetting their BGP sessions %s", ", ".join(sorted(ports)), peers)
-            self.vtysh_cmd(*(f"clear bgp ipv4 unicast {p}" for p in peers), check=False)
+            self.vtysh_cmd(*(f"clear bgp {p}" for p in peers), check=False)  # every family: the session
 
     def running_hash(self, recorded: Rendered | None) -> str:
         """FRR's running configuration read back (every daemon's ``show running-config``) against how FRR
@@ -496,39 +580,68 @@ class FrrReload:
         return _foreign_hash(json.dumps(tree_document(running), sort_keys=True))
 
     def read_sessions(self) -> tuple[BgpSession, ...]:
-        bgpd = self.vty_dir / "bgpd.vty"
-        if not bgpd.is_socket():
-            return ()
-        try:  # straight to bgpd: the read-back polls this, and a vtysh per poll and device is CPU
-            [(_, out)] = vty_run(bgpd, "show bgp ipv4 unicast summary json")
-        except FrrError:
-            return ()
-        try:
-            doc = json.loads(out or "{}")
-        except json.JSONDecodeError:
-            return ()
-        peers = doc.get("peers", {}) if isinstance(doc, dict) else {}
-        return tuple(BgpSession(name, str(p.get("state", "")), int(p.get("remoteAs", 0) or 0),
-                                int(p.get("pfxRcd", 0) or 0)) for name, p in sorted(peers.items()))
+        """bgpd's sessions of both address families (:func:`~southbound.device.opstate.bgp_sessions`)."""
+        return bgp_sessions(self.vty_dir, timeout=30.0) or ()
 
 
 _PROTO_NAMES = {"bgp": "bgp", "186": "bgp", "isis": "isis", "187": "isis", "ospf": "ospf", "188": "ospf",
                 str(LOOM_RT_PROTO): "loom", "loom": "loom"}
+#: route types that are not a forwarding route to a prefix (the kernel's own)
+_NOT_FORWARDING = frozenset({"multicast", "local", "broadcast", "anycast"})
 
 
-def kernel_route_from_ip_json(r: Mapping[str, Any]) -> KernelRoute | None:
-    """One ``ip -j route`` entry as a :class:`KernelRoute`, or ``None`` if neither BGP, IS-IS, OSPF nor Loom made it."""
+def kernel_route_from_ip_json(r: Mapping[str, Any], version: int | None = None) -> KernelRoute | None:
+    """One ``ip -j route`` (``version`` 4) or ``ip -j -6 route`` (6) entry as a :class:`KernelRoute`, its prefix
+    canonical (:func:`~controller.model.domain.canonical_prefix`), or ``None`` if neither BGP, IS-IS, OSPF nor
+    Loom made it (connected, ``fe80::/64``, multicast, ``proto kernel`` and ``ra`` routes are the kernel's).
+    Each next hop is its port (``dev``) whatever the gateway: ``gateway`` of the route's own family, or
+    ``via`` another (an IPv4 route over an IPv6 next hop, RFC 8950: ``via inet6 fe80::.. dev eth1``; FRR
+    8.4's other form, ``via 169.254.0.1 dev eth1 onlink``, is an IPv4 gateway). ``version`` None: guessed
+    from the entry (``default`` with no IPv6 gateway is IPv4)."""
     proto = _PROTO_NAMES.get(str(r.get("protocol", "")))
-    if proto is None:
+    if proto is None or str(r.get("type", "unicast")) in _NOT_FORWARDING:
         return None
-    dst = str(r.get("dst", ""))
+    raw = r.get("nexthops")
+    hops = [h for h in raw if isinstance(h, Mapping)] if isinstance(raw, list) else [r]
+    prefix = _route_prefix(str(r.get("dst", "")), version or _route_version(r, hops))
+    if prefix is None:
+        return None
+    return KernelRoute(prefix, proto, tuple(KernelNextHop(str(h.get("dev", "")), _gateway(h),
+                                                         int(h.get("weight", 1)) if raw else 1) for h in hops))
+
+
+def _gateway(hop: Mapping[str, Any]) -> str:
+    """A next hop's gateway: ``gateway`` (the route's family), else ``via.host`` (the other); "" for none."""
+    via = hop.get("via")
+    if hop.get("gateway"):
+        return str(hop["gateway"])
+    return str(via.get("host", "")) if isinstance(via, Mapping) else ""
+
+
+def _route_version(r: Mapping[str, Any], hops: list[Mapping[str, Any]]) -> int:
+    if ":" in str(r.get("dst", "")) or "pref" in r:  # iproute2 shows ``pref`` for IPv6 routes only
+        return 6
+    return 6 if any(":" in str(h.get("gateway", "")) for h in hops) else 4
+
+
+def _route_prefix(dst: str, version: int) -> str | None:
+    """``dst`` as iproute2 shows it (``default``, an address for a host route) as a canonical prefix."""
     if dst == "default":
-        dst = "0.0.0.0/0"
-    elif "/" not in dst:
-        dst += "/32"
-    if "nexthops" in r:
-        hops = tuple(KernelNextHop(str(h.get("dev", "")), str(h.get("gateway", "")), int(h.get("weight", 1)))
-                     for h in r["nexthops"])
-    else:
-        hops = (KernelNextHop(str(r.get("dev", "")), str(r.get("gateway", "")), 1),)
-    return KernelRoute(dst, proto, hops)
+        return "::/0" if version == 6 else "0.0.0.0/0"
+    if "/" not in dst:
+        dst += "/128" if version == 6 else "/32"
+    try:
+        return canonical_prefix(dst)
+    except ValueError:
+        return None
+
+
+def _wanted(prefixes: Iterable[str]) -> set[str]:
+    """The prefixes asked for, canonical where they parse (IPv6 compressed, as routes are read back)."""
+    out = set()
+    for p in prefixes:
+        try:
+            out.add(canonical_prefix(p))
+        except ValueError:
+            out.add(p)
+    return out

@@ -5,7 +5,9 @@ serves beside its own on the same listener (:class:`GnmiService`, registered
 by :func:`add_gnmi_servicer`): ``Capabilities``; ``Get``; ``Subscribe`` in
 ``STREAM`` (``SAMPLE``, ``ON_CHANGE``, ``TARGET_DEFINED`` as ``SAMPLE``),
 ``ONCE`` and ``POLL``, with ``sync_response`` after the first complete set of
-updates. It serves the OpenConfig paths of DESIGN.md's Telemetry table, read
+updates. It serves the OpenConfig paths of DESIGN.md's Telemetry table (the AFT
+counters of both families: ``afts/ipv4-unicast/ipv4-entry[prefix=P]`` and
+``afts/ipv6-unicast/ipv6-entry[prefix=P]``, ``P`` in canonical text), read
 from a :class:`~southbound.device.counters.CounterSource` (and operational
 state from a :class:`~southbound.device.opstate.StatusSource`: interfaces, BGP
 neighbors, IS-IS adjacencies, an entity of which has several keys: interface,
@@ -28,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +61,9 @@ _IF_STATUS_TREE: tuple[tuple[str, str], ...] = (("interfaces", ""), ("interface"
 _AFT_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), _DEFAULT_NI, ("afts", ""),
                                          ("ipv4-unicast", ""), ("ipv4-entry", "prefix"), ("state", ""),
                                          ("counters", ""))
+_AFT6_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), _DEFAULT_NI, ("afts", ""),
+                                          ("ipv6-unicast", ""), ("ipv6-entry", "prefix"), ("state", ""),
+                                          ("counters", ""))
 _BGP_TREE: tuple[tuple[str, str], ...] = (("network-instances", ""), _DEFAULT_NI, ("protocols", ""),
                                          ("protocol", "identifier=BGP,name=BGP"), ("bgp", ""), ("neighbors", ""),
                                          ("neighbor", "neighbor-address"), ("state", ""))
@@ -74,6 +79,7 @@ IF_STATUS_LEAVES = ("oper-status", "admin-status")
 BGP_LEAVES = ("session-state",)
 ISIS_LEAVES = ("adjacency-state",)
 _TREES = {"interfaces": (_IF_TREE, tuple(INTERFACE_LEAVES)), "aft": (_AFT_TREE, AFT_LEAVES),
+          "aft6": (_AFT6_TREE, AFT_LEAVES),
           "if_status": (_IF_STATUS_TREE, IF_STATUS_LEAVES), "bgp": (_BGP_TREE, BGP_LEAVES),
           "isis": (_ISIS_TREE, ISIS_LEAVES), "ospf": (_OSPF_TREE, ISIS_LEAVES)}
 #: the trees whose values are operational state (strings, read from a StatusSource), not counters
@@ -133,7 +139,7 @@ def _match_tree(tree: str, elems: Elems) -> Query | str:
                 return f"no {name} {wrong[0]}={given[wrong[0]]!r} (only {fixed[wrong[0]]!r})"
             value = given.get(key, "*") if key and not fixed else "*"
             if value != "*":
-                keys[key] = _canonical_entity(key, value, elems)
+                keys[key] = _canonical_entity(tree, key, value, elems)
         elif depth == len(spine):
             if given_keys:
                 return f"leaf {name} has no keys"
@@ -145,13 +151,16 @@ def _match_tree(tree: str, elems: Elems) -> Query | str:
     return Query(tree, tuple(keys.values()), tuple(leaves))
 
 
-def _canonical_entity(key: str, value: str, elems: Elems) -> str:
+def _canonical_entity(tree: str, key: str, value: str, elems: Elems) -> str:
+    """A key's value as the snapshot holds it: a prefix in its canonical text (an IPv6 one compressed, in
+    lower case: ``2001:DB8:0::/64`` names ``2001:db8::/64``); a prefix with host bits set is refused."""
     if key != "prefix":
         return value
+    network, family = (ipaddress.IPv6Network, "IPv6") if tree == "aft6" else (ipaddress.IPv4Network, "IPv4")
     try:
-        return str(ipaddress.IPv4Network(value))
+        return str(network(value))
     except ValueError:
-        raise PathError("invalid_argument", f"{format_path(elems)}: {value!r} is not an IPv4 "
+        raise PathError("invalid_argument", f"{format_path(elems)}: {value!r} is not an {family} "
                         "prefix in canonical form") from None
 
 
@@ -192,8 +201,8 @@ def _entity_elems(tree: str, entity: Key) -> Elems:
 def _table(snapshot: CounterSnapshot, status: OperSnapshot | None, tree: str) -> Mapping[Any, Mapping[str, Value]]:
     if tree == "interfaces":
         return snapshot.interfaces
-    if tree == "aft":
-        return snapshot.prefixes
+    if tree in ("aft", "aft6"):
+        return _Family(snapshot.prefixes, 6 if tree == "aft6" else 4)
     if status is None:
         return {}
     if tree == "isis":
@@ -201,6 +210,25 @@ def _table(snapshot: CounterSnapshot, status: OperSnapshot | None, tree: str) ->
     if tree == "ospf":
         return status.ospf
     return status.interfaces if tree == "if_status" else status.bgp
+
+
+class _Family(Mapping[str, Mapping[str, Value]]):
+    """The prefixes of one family in a snapshot's (a view: a lookup costs what the snapshot's does)."""
+
+    def __init__(self, prefixes: Mapping[str, Mapping[str, Value]], version: int):
+        self.prefixes = prefixes
+        self.v6 = version == 6
+
+    def __getitem__(self, prefix: str) -> Mapping[str, Value]:
+        if (":" in prefix) != self.v6:
+            raise KeyError(prefix)
+        return self.prefixes[prefix]
+
+    def __iter__(self) -> Iterator[str]:
+        return (p for p in self.prefixes if (":" in p) == self.v6)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 Picked = dict[tuple[str, Key], dict[str, Value]]

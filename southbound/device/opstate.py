@@ -3,7 +3,8 @@
 This module owns the switch side of DESIGN.md's "Operational state": reading,
 in domain values, every interface's OpenConfig ``oper-status`` and
 ``admin-status`` (netlink: ``IFLA_OPERSTATE`` and the ``IFF_UP`` flag) and
-every BGP neighbor's ``session-state`` (bgpd over its vty socket) and every
+every BGP neighbor's ``session-state`` (bgpd over its vty socket, both address families: a neighbor is
+named by its address, or by its interface when unnumbered) and every
 IS-IS adjacency's ``adjacency-state`` (isisd over its vty socket: ``show isis
 neighbor json``, with ``show isis hostname`` to turn the dynamic hostnames FRR
 shows back into system ids) and every OSPF neighbor's ``adjacency-state`` (ospfd
@@ -38,23 +39,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 from controller.model.errors import FrrError
 from southbound.device.counters import config_ports
 from southbound.device.vty import vty_run
+from southbound.state import BgpSession
 
 __all__ = ["DOWN", "UP", "AdjKey", "AdjacencyMemory", "DryStatus", "KernelStatus", "LinkWatcher", "OperSnapshot",
-           "OspfKey", "StatusSource", "isis_circuits", "ospf_circuits", "parse_isis_hostnames", "parse_isis_neighbors",
-           "parse_ospf_neighbors", "read_bgp", "read_interfaces", "read_isis", "read_ospf"]
+           "OspfKey", "StatusSource", "bgp_sessions", "isis_circuits", "ospf_circuits", "parse_bgp_summary",
+           "parse_isis_hostnames", "parse_isis_neighbors", "parse_ospf_neighbors", "read_bgp", "read_interfaces",
+           "read_isis", "read_ospf"]
 
 log = logging.getLogger("loom.agent.opstate")
 
@@ -65,6 +69,9 @@ _OPER = {"UP": UP, "DOWN": DOWN, "LOWERLAYERDOWN": "LOWER_LAYER_DOWN", "NOTPRESE
 #: FRR's BGP FSM state names as OpenConfig ``session-state`` values
 _BGP = {"idle": "IDLE", "connect": "CONNECT", "active": "ACTIVE", "opensent": "OPENSENT",
         "openconfirm": "OPENCONFIRM", "established": "ESTABLISHED"}
+#: what bgpd is asked for its sessions, and the address families of its answer that Loom reads
+BGP_SUMMARY = "show bgp summary json"
+BGP_FAMILIES = ("ipv4Unicast", "ipv6Unicast")
 #: FRR's IS-IS adjacency states as OpenConfig ``adjacency-state`` values (anything else: ``FAILED``)
 _ISIS = {"up": UP, "initializing": "INIT", "down": DOWN}
 _SYSTEM_ID = re.compile(r"^[0-9a-fA-F]{4}\.[0-9a-fA-F]{4}\.[0-9a-fA-F]{4}$")
@@ -150,19 +157,51 @@ def read_interfaces() -> dict[str, dict[str, str]]:
     return out
 
 
-def read_bgp(vty_dir: Path) -> dict[str, dict[str, str]]:
-    """Every BGP neighbor of bgpd (its address, or its interface when unnumbered) and its session state."""
+def parse_bgp_summary(doc: object) -> tuple[BgpSession, ...]:
+    """``show bgp summary json`` (FRR 8.4: ``{"ipv4Unicast": {"peers": {NAME: {"state", "remoteAs", "pfxRcd",
+    "idType"}}}, "ipv6Unicast": {...}}``, an address family only where some neighbor is active in it) as one
+    session per neighbor, named as FRR names it: its address (IPv4 or IPv6), or its interface when unnumbered
+    (``idType: interface``). A neighbor active in both families is one session: its prefixes received add up."""
+    out: dict[str, BgpSession] = {}
+    families = [doc.get(af) for af in BGP_FAMILIES] if isinstance(doc, dict) else []
+    for family in families:
+        peers = family.get("peers", {}) if isinstance(family, dict) else {}
+        for name, p in peers.items() if isinstance(peers, dict) else ():
+            if not isinstance(p, dict):
+                continue
+            received, key = int(p.get("pfxRcd", 0) or 0), _peer_name(str(name))
+            seen = out.get(key)
+            out[key] = BgpSession(key, str(p.get("state", "")), int(p.get("remoteAs", 0) or 0), received) \
+                if seen is None else replace(seen, prefixes_received=seen.prefixes_received + received)
+    return tuple(out[n] for n in sorted(out))
+
+
+def _peer_name(name: str) -> str:
+    """A neighbor's name as Loom renders it: an address in Python's canonical text (IPv6 compressed, lower case),
+    an interface as it is."""
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name
+
+
+def bgp_sessions(vty_dir: Path, timeout: float = 2.0) -> tuple[BgpSession, ...] | None:
+    """bgpd's sessions of both address families (under ``vty_dir``): none when bgpd does not run, None when it
+    did not answer."""
     sock = vty_dir / "bgpd.vty"
     if not sock.is_socket():
-        return {}
-    try:
-        [(_, text)] = vty_run(sock, "show bgp ipv4 unicast summary json", timeout=2.0)
-        doc = json.loads(text or "{}")
+        return ()
+    try:  # straight to bgpd: polled, and a vtysh per poll and device is CPU
+        [(_, text)] = vty_run(sock, BGP_SUMMARY, timeout=timeout)
+        return parse_bgp_summary(json.loads(text or "{}"))
     except (FrrError, json.JSONDecodeError, ValueError):
-        return {}
-    peers = doc.get("peers", {}) if isinstance(doc, dict) else {}
-    return {str(name): {"session-state": _BGP.get(str(p.get("state", "")).lower(), "IDLE")}
-            for name, p in peers.items() if isinstance(p, dict)}
+        return None
+
+
+def read_bgp(vty_dir: Path) -> dict[str, dict[str, str]]:
+    """Every BGP neighbor of bgpd (its address, or its interface when unnumbered), of either address family,
+    and its session state."""
+    return {s.neighbor: {"session-state": _BGP.get(s.state.lower(), "IDLE")} for s in bgp_sessions(vty_dir) or ()}
 
 
 def parse_isis_hostnames(text: str) -> dict[str, str]:

@@ -1,8 +1,10 @@
 """FRR 8.4's running configuration, read into what discovery needs (no I/O).
 
 :func:`parse_running` reads ``show running-config`` text into a
-:class:`FrrRunning`: interface addresses and their OSPF cost and area or IS-IS
-metric, ``router bgp`` (ASN, router id, neighbors, ``network`` statements,
+:class:`FrrRunning`: interface addresses of both families and their OSPF cost
+and area or IS-IS metric, IPv6 router advertisements (what BGP unnumbered
+needs), ``router bgp`` (ASN, router id, neighbors by address or, unnumbered,
+by interface, ``network`` statements of both address families,
 ``redistribute``), ``router ospf`` (router id, ``network ... area``, passive
 interfaces), ``router isis`` (NET), static routes, and every line it does not
 model (route maps, prefix lists, ...) so that adoption can say what Loom's
@@ -12,6 +14,7 @@ rendering would drop. Lines that only describe (``description``, logging,
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 
@@ -20,21 +23,25 @@ __all__ = ["BgpConf", "FrrRunning", "InterfaceConf", "IsisConf", "OspfConf", "pa
 #: lines that change nothing a router forwards (or that Loom's rendering writes itself)
 _COSMETIC = re.compile(
     r"^(frr version|frr defaults|hostname|log |no log|service |no service|password|enable password|"
-    r"no ipv6 forwarding|ip forwarding|line vty|agentx|debug |end$|Building configuration|Current configuration)")
+    r"no ipv6 forwarding|ipv6 forwarding|ip forwarding|line vty|agentx|debug |end$|Building configuration|"
+    r"Current configuration)")
 _CONTEXT = re.compile(r"^(interface|router|route-map|key chain|vrf|line|segment-routing|bfd|mpls|"
-                      r"address-family|ip prefix-list|bgp as-path|ip community-list)\b")
+                      r"address-family|ip prefix-list|ipv6 prefix-list|bgp as-path|ip community-list)\b")
 
 
 @dataclass
 class InterfaceConf:
-    """An ``interface`` block: IPv4 ``addresses`` (CIDR), OSPF ``ospf_cost``/``ospf_area``/``ospf_passive``,
+    """An ``interface`` block: IPv4 ``addresses`` and IPv6 ``addresses6`` (CIDR), ``ra`` (IPv6 router
+    advertisements sent: ``no ipv6 nd suppress-ra``), OSPF ``ospf_cost``/``ospf_area``/``ospf_passive``,
     ``ospf_network`` (``point-to-point``, ``broadcast``, ...; ``None``: FRR's default for the interface,
     broadcast on Ethernet), ``ospf_hello``/``ospf_dead``/``ospf_retransmit`` seconds (``None``: FRR's
     defaults, 10, four hellos and 5; ``ospf_dead`` is ``"minimal"`` for sub-second hellos), IS-IS ``isis``
-    (enabled), ``isis_metric`` and ``isis_passive``."""
+    (enabled for IPv4: ``ip router isis``; ``isis6``: for IPv6), ``isis_metric`` and ``isis_passive``."""
 
     name: str
     addresses: list[str] = field(default_factory=list)
+    addresses6: list[str] = field(default_factory=list)
+    ra: bool = False
     description: str | None = None
     ospf_cost: int | None = None
     ospf_area: str | None = None
@@ -44,14 +51,16 @@ class InterfaceConf:
     ospf_dead: int | str | None = None
     ospf_retransmit: int | None = None
     isis: bool = False
+    isis6: bool = False
     isis_metric: int | None = None
     isis_passive: bool = False
 
 
 @dataclass
 class BgpConf:
-    """``router bgp ASN``: ``neighbors`` maps FRR's name for a neighbor (address or interface) to its
-    ``remote-as`` text (a number, ``external`` or ``internal``)."""
+    """``router bgp ASN``: ``neighbors`` maps FRR's name for a neighbor (address, IPv6 in canonical text,
+    or interface: an unnumbered session) to its ``remote-as`` text (a number, ``external`` or ``internal``);
+    ``networks`` of both address families, as written."""
 
     asn: int
     router_id: str | None = None
@@ -126,7 +135,7 @@ def parse_running(text: str) -> FrrRunning:
             _ospf(run, body)
         elif head.startswith("router isis "):
             _isis(run, head.split()[2], body)
-        elif head.startswith("ip route "):
+        elif head.startswith(("ip route ", "ipv6 route ")):
             run.statics.append(head)
         elif _COSMETIC.match(head):
             continue
@@ -141,6 +150,12 @@ def _interface(run: FrrRunning, name: str, body: list[str]) -> None:
         w = line.split()
         if line.startswith("ip address ") and "/" in w[2]:
             itf.addresses.append(w[2])
+        elif line.startswith("ipv6 address ") and "/" in w[2]:
+            itf.addresses6.append(w[2])
+        elif line == "no ipv6 nd suppress-ra":
+            itf.ra = True
+        elif line.startswith(("ipv6 nd ra-interval ", "ipv6 nd ra-lifetime ")):
+            continue  # how often and how long: the session needs only that they are sent
         elif w[0] == "description":
             itf.description = line.partition(" ")[2]
         elif line.startswith("ip ospf cost "):
@@ -154,6 +169,8 @@ def _interface(run: FrrRunning, name: str, body: list[str]) -> None:
             _ospf_interface(itf, w[2], w[3])
         elif line.startswith("ip router isis "):
             itf.isis = True
+        elif line.startswith("ipv6 router isis "):
+            itf.isis6 = True
         elif line.startswith("isis metric "):
             itf.isis_metric = int(w[-1])
         elif line == "isis passive":
@@ -185,9 +202,9 @@ def _bgp(run: FrrRunning, head: str, body: list[str]) -> None:
         if line.startswith("bgp router-id "):
             bgp.router_id = w[2]
         elif w[0] == "neighbor" and len(w) >= 4 and w[2] == "remote-as":
-            bgp.neighbors[w[1]] = w[3]
-        elif w[0] == "neighbor" and len(w) >= 5 and w[2:4] == ["interface", "remote-as"]:
-            bgp.neighbors[w[1]] = w[4]
+            bgp.neighbors[_peer(w[1])] = w[3]
+        elif w[0] == "neighbor" and len(w) >= 5 and w[2] == "interface" and "remote-as" in w[3:-1]:
+            bgp.neighbors[w[1]] = w[w.index("remote-as") + 1]  # unnumbered (also "interface v6only remote-as")
         elif w[0] == "network":
             bgp.networks.append(w[1])
         elif w[0] == "redistribute":
@@ -204,9 +221,22 @@ def _bgp_cosmetic(line: str, w: list[str]) -> bool:
     """BGP lines that change no route: descriptions, timers, logging, activation, address families."""
     if w[0] == "neighbor" and len(w) >= 3 and w[2] in ("description", "timers", "advertisement-interval", "activate"):
         return True
-    return line.startswith(("address-family ipv4 unicast", "bgp log-neighbor-changes", "timers bgp",
+    if w[0] == "neighbor" and w[2:4] == ["capability", "extended-nexthop"]:
+        return True  # IPv4 routes over IPv6 next hops (RFC 8950): what an IPv6 session carries them with
+    return line.startswith(("address-family ipv4 unicast", "address-family ipv6 unicast", "bgp log-neighbor-changes",
+                            "timers bgp",
                             "no bgp ebgp-requires-policy", "no bgp default ipv4-unicast",
                             "no bgp network import-check"))
+
+
+def _peer(name: str) -> str:
+    """A neighbor's name: an IPv6 address in canonical text (compressed), anything else as written."""
+    if ":" not in name:
+        return name
+    try:
+        return str(ipaddress.IPv6Address(name))
+    except ValueError:
+        return name
 
 
 def _ospf(run: FrrRunning, body: list[str]) -> None:

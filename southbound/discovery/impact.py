@@ -7,7 +7,8 @@ lines, ``no X`` for a line ``X``) and ``Lines To Add``, each line under its cont
 the rest: descriptions, logging, BGP timers, SPF and LSA throttling, OSPF retransmit and IS-IS hello
 intervals, session housekeeping and Loom's own WCMP route maps are cosmetic (the forwarding they touch
 is checked by the plan's replay); static routes, announced prefixes (``network``, ``redistribute``),
-interface addresses, sessions, router ids, IGP costs and areas, an interface's network type
+interface addresses (of both families), IPv6 router advertisements (an unnumbered session runs
+on them), sessions (and their extended next hop), router ids, IGP costs and areas, an interface's network type
 (broadcast and point-to-point: FRR resets the adjacency), OSPF hello and dead intervals (neighbours
 that disagree drop their adjacency while the push reaches one and not the other), and route maps
 or prefix lists of the operator's are not, and each becomes a warning that
@@ -30,26 +31,29 @@ _FIB_DIFF = re.compile(r"^--- running$", re.MULTILINE)
 _COSMETIC = re.compile(
     r"^(description |log |hostname |frr |service |ip forwarding$|ipv6 forwarding$|password |line vty|"
     r"timers bgp |bgp log-neighbor-changes|no bgp ebgp-requires-policy|no bgp default ipv4-unicast|"
-    r"bgp bestpath as-path multipath-relax|maximum-paths |address-family ipv4 unicast|"
+    r"bgp bestpath as-path multipath-relax|maximum-paths |address-family ipv4 unicast|address-family ipv6 unicast|"
+    r"ipv6 nd ra-interval |ipv6 prefix-list LOOM-|"
     r"neighbor \S+ (description|timers|advertisement-interval|activate)\b|"
     r"neighbor \S+ route-map LOOM-|route-map LOOM-|ip prefix-list LOOM-|bgp as-path access-list LOOM-|"
     r"match |set extcommunity bandwidth|exit|!|"
     r"isis hello|ip ospf retransmit-interval|log-adjacency-changes|lsp-gen-interval|spf-interval|"
     r"timers throttle (spf|lsa)|timers lsa min-arrival|is-type level-2-only|metric-style wide)")
 _EFFECTS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^ip route "), "a static route"),
+    (re.compile(r"^ip(?:v6)? route "), "a static route"),
     (re.compile(r"^network \S+$"), "an announced prefix"),
     (re.compile(r"^redistribute "), "redistributed routes"),
-    (re.compile(r"^ip address "), "an interface address (its connected route)"),
+    (re.compile(r"^ip(?:v6)? address "), "an interface address (its connected route)"),
+    (re.compile(r"^(no )?ipv6 nd suppress-ra$"), "IPv6 router advertisements (an unnumbered BGP session needs them)"),
+    (re.compile(r"^neighbor \S+ capability extended-nexthop$"), "a session's IPv4 routes over IPv6 next hops"),
     (re.compile(r"^neighbor \S+ (interface )?remote-as "), "a BGP session"),
     (re.compile(r"^(bgp router-id|ospf router-id|router-id|net) "), "the router id (sessions or adjacencies reset)"),
     (re.compile(r"^router (bgp|ospf|isis)"), "a routing protocol instance"),
-    (re.compile(r"^(ip ospf (cost|area)|isis metric|network \S+ area|ip router isis|isis passive|"
+    (re.compile(r"^(ip ospf (cost|area)|isis metric|network \S+ area|ip(?:v6)? router isis|isis passive|"
                 r"passive-interface)"), "an IGP cost, area or adjacency"),
     (re.compile(r"^(ip ospf network|isis network)"), "an interface's network type (its adjacency resets)"),
     (re.compile(r"^ip ospf (hello|dead)-interval"),
      "OSPF hello or dead intervals (the adjacency drops while its neighbour's differ)"),
-    (re.compile(r"^(route-map|ip prefix-list|bgp as-path|bgp community-list|ip community-list|access-list)"),
+    (re.compile(r"^(route-map|ip(?:v6)? prefix-list|bgp as-path|bgp community-list|ip community-list|access-list)"),
      "routing policy"),
     (re.compile(r"^neighbor \S+ (route-map|prefix-list|filter-list|distribute-list|allowas-in|as-override)"),
      "a session's routing policy"),

@@ -4,12 +4,21 @@
 FRR's configuration read by :mod:`southbound.discovery.frr_text`, with no I/O:
 
 - **links**: two interfaces of two routers whose addresses share a subnet (any length from /30
-  up, or /31), pinned as they run (``a_address``, ``b_address``); a subnet shared by three or
-  more routers is a question (Loom's links are point to point);
+  up, or /31; IPv6 alike, e.g. /127), pinned as they run (``a_address``, ``b_address``); a
+  subnet shared by three or more routers is a question (Loom's links are point to point). An
+  interface with no address of its own is one end of an **unnumbered** link when the kernel
+  resolved exactly one neighbour on it whose link-local address is another router's
+  interface's (the two ends of a veth or a cable see each other's ``fe80::`` address: BGP
+  unnumbered sessions and router advertisements run over it);
+- **underlay** (``defaults.underlay``): ``unnumbered`` when the links are unnumbered (BGP
+  sessions named by interface: ``neighbor eth1 interface remote-as ...``), ``ipv6-numbered``
+  when they carry IPv6 addresses only, else ``ipv4-numbered`` (left out, the default); links of
+  several kinds are a question. Unnumbered links have no pins;
 - **routing**: ``bgp`` when routers run eBGP sessions, else ``ospf`` or ``isis``;
-- **prefixes**: what the protocol advertises of each router's own subnets (BGP ``network``
-  statements and ``redistribute connected``; the OSPF or IS-IS interfaces that are not links)
-  and its loopback when advertised; one prefix from several routers is anycast;
+- **prefixes** of both families: what the protocol advertises of each router's own subnets
+  (BGP ``network`` statements and ``redistribute connected``; the OSPF or IS-IS interfaces that
+  are not links) and its loopbacks when advertised; one prefix from several routers is anycast;
+  a router's IPv6 loopback is its ``loopback6``;
 - **roles** of an RFC 7938 Clos: the routers with host subnets are the bottom tier, the others
   tiered by their distance from it (two tiers: leaf and spine; three: tor, leaf, spine; four:
   and superspine); pods and planes group the routers that share an ASN (section 5.2.1);
@@ -28,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.model.domain import prefix_order
 from controller.model.errors import InvalidIntent
 from controller.model.intent import validate_intent
 from southbound.config import DEFAULT_TIMERS
@@ -66,11 +76,25 @@ class Discovery:
         return {"intent": self.intent, "questions": [q.to_document() for q in self.questions]}
 
 
+Address = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
 @dataclass
 class _End:
+    """One end of a link (``address`` None: unnumbered) or a router's own subnet (a stub)."""
+
     device: str
     port: str
-    address: ipaddress.IPv4Interface
+    address: Address | None
+
+    @property
+    def network(self) -> str:
+        assert self.address is not None, "an unnumbered end has no subnet"
+        return str(self.address.network)
+
+
+UNDERLAYS = ("ipv4-numbered", "ipv6-numbered", "unnumbered")
 
 
 @dataclass
@@ -96,16 +120,21 @@ def discover(devices: Iterable[ObservedDevice], *, name: str, default_gbps: floa
     devs = {d.name: d for d in sorted(devices, key=lambda d: d.name)}
     fab = _Fabric(devs, {n: parse_running(d.running_config) for n, d in devs.items()})
     _find_links(fab)
+    _find_unnumbered_links(fab)
     routing = _routing(fab)
+    underlay = _underlay(fab)
     prefixes = _prefixes(fab, routing)
     roles = _roles(fab, prefixes)
     doc: dict[str, Any] = {
         "name": name,
         "routing": routing,
-        "devices": [_device(fab, n, roles.get(n), routing) for n in devs],
-        "links": [_link(fab, a, b, routing, default_gbps) for a, b in fab.links],
+        "devices": [_device(fab, n, roles.get(n), routing, prefixes) for n in devs],
+        "links": [_link(fab, a, b, routing, default_gbps, underlay) for a, b in fab.links],
         "prefixes": [{"prefix": p, "origins": sorted(o)} for p, o in sorted(prefixes.items(), key=_prefix_key)],
     }
+    if underlay != "ipv4-numbered":  # the default is left out, as Intent.to_document does
+        doc = {"name": name, "routing": routing, "defaults": {"underlay": underlay},
+               **{k: v for k, v in doc.items() if k not in ("name", "routing")}}
     _group_by_asn(doc, routing)
     _check_sessions(fab, routing)
     _check_ports(fab, doc)
@@ -124,40 +153,96 @@ def discover(devices: Iterable[ObservedDevice], *, name: str, default_gbps: floa
     return out
 
 
-def _prefix_key(item: tuple[str, Any]) -> tuple[int, int]:
-    net = ipaddress.IPv4Network(item[0])
-    return int(net.network_address), net.prefixlen
+def _prefix_key(item: tuple[str, Any]) -> tuple[int, int, int]:
+    return prefix_order(item[0])
 
 
-def _addresses(fab: _Fabric, device: str) -> dict[str, list[ipaddress.IPv4Interface]]:
-    """Per port, its IPv4 addresses: the kernel's when observed, else the configuration's."""
-    out: dict[str, list[ipaddress.IPv4Interface]] = {}
+def _addresses(fab: _Fabric, device: str) -> dict[str, list[Address]]:
+    """Per port, its IPv4 and global IPv6 addresses (IPv4 first): the kernel's when observed, else the
+    configuration's."""
+    out: dict[str, list[Address]] = {}
     for itf in fab.devices[device].interfaces:
-        out[itf.name] = [ipaddress.IPv4Interface(a) for a in itf.addresses]
+        out[itf.name] = [*map(ipaddress.IPv4Interface, itf.addresses), *map(ipaddress.IPv6Interface, itf.addresses6)]
     for name, conf in fab.running[device].interfaces.items():
         if not out.get(name):
-            out[name] = [ipaddress.IPv4Interface(a) for a in conf.addresses]
+            out[name] = [*map(ipaddress.IPv4Interface, conf.addresses),
+                         *(a for a in map(ipaddress.IPv6Interface, conf.addresses6) if not a.ip.is_link_local)]
     return out
 
 
 def _find_links(fab: _Fabric) -> None:
-    """Links (subnets two routers share) and each router's stub subnets (its alone)."""
-    by_subnet: dict[ipaddress.IPv4Network, list[_End]] = defaultdict(list)
+    """Links (subnets two routers share) and each router's stub subnets (its alone). A port pair that
+    shares subnets of both families is one link (numbered by its IPv4 subnet)."""
+    by_subnet: dict[Network, list[_End]] = defaultdict(list)
     for device in fab.devices:
         for port, addrs in sorted(_addresses(fab, device).items()):
             for a in addrs:
-                if port != "lo" and a.network.prefixlen < 32 and not a.ip.is_loopback:
+                if port != "lo" and a.network.prefixlen < a.max_prefixlen and not a.ip.is_loopback:
                     by_subnet[a.network].append(_End(device, port, a))
-    for net, ends in sorted(by_subnet.items()):
+    paired: set[frozenset[tuple[str, str]]] = set()
+    for net, ends in sorted(by_subnet.items(), key=lambda kv: (kv[0].version, kv[0])):
         routers = {e.device for e in ends}
         if len(ends) == 2 and len(routers) == 2:
-            fab.links.append((ends[0], ends[1]))
+            pair = frozenset((e.device, e.port) for e in ends)
+            if pair not in paired:
+                paired.add(pair)
+                fab.links.append((ends[0], ends[1]))
         elif len(routers) == 1:
             for e in ends:
                 fab.stubs[e.device].append(e)
         else:
             fab.ask(f"subnet {net}", f"{len(ends)} interfaces ({', '.join(f'{e.device}:{e.port}' for e in ends)}) "
                     "share this subnet; Loom's links are point to point: which pairs are links?")
+
+
+def _find_unnumbered_links(fab: _Fabric) -> None:
+    """Links between ports without a shared subnet whose kernels see each other's link-local address
+    (see the module docstring; one end's sight is enough); a port that sees several routers' ports is a
+    question, and none of those becomes a link."""
+    owner = {ll.lower(): (d, itf.name) for d, obs in fab.devices.items() for itf in obs.interfaces
+             for ll in itf.link_local}
+    linked = {(e.device, e.port) for pair in fab.links for e in pair}
+    sees: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for device, obs in fab.devices.items():
+        for itf in obs.interfaces:
+            if (device, itf.name) not in linked and itf.name != "lo":
+                sees[(device, itf.name)] = {owner[n.lower()] for n in itf.neighbors6 if n.lower() in owner
+                                            and owner[n.lower()][0] != device and owner[n.lower()] not in linked}
+    for (device, port), peers in sorted(sees.items()):
+        if len(peers) > 1:
+            seen = ", ".join(f"{d}:{p}" for d, p in sorted(peers))
+            fab.ask(f"device {device}", f"{port} sees the link-local addresses of {seen}; Loom's links are "
+                    "point to point: which is its peer?")
+    for (device, port), peers in sorted(sees.items()):
+        if len(peers) != 1:
+            continue
+        (peer, peer_port), = peers
+        back = sees.get((peer, peer_port), set())
+        if back - {(device, port)} or back and (peer, peer_port) < (device, port):
+            continue  # the peer sees another port, or both see each other and the peer's turn made the link
+        fab.links.append((_End(device, port, None), _End(peer, peer_port, None)))
+
+
+def _link_kind(a: _End) -> str:
+    if a.address is None:
+        return "unnumbered"
+    return "ipv6-numbered" if a.address.version == 6 else "ipv4-numbered"
+
+
+def _underlay(fab: _Fabric) -> str:
+    """How the links are numbered (``defaults.underlay``): the kind most links have; several kinds are a
+    question (Loom numbers every link of a fabric alike)."""
+    kinds: dict[str, int] = defaultdict(int)
+    for a, _b in fab.links:
+        kinds[_link_kind(a)] += 1
+    if not kinds:
+        return "ipv4-numbered"
+    chosen = max(UNDERLAYS, key=lambda k: (kinds.get(k, 0), -UNDERLAYS.index(k)))
+    if len(kinds) > 1:
+        fab.ask("defaults.underlay", "links of several kinds (" + ", ".join(
+            f"{n} {k}" for k, n in sorted(kinds.items())) + f"); Loom numbers every link of a fabric alike: {chosen} "
+            "assumed (adopting renumbers the others, and their sessions reset)")
+    return chosen
 
 
 def _routing(fab: _Fabric) -> str:
@@ -174,56 +259,66 @@ def _routing(fab: _Fabric) -> str:
     return kinds[0]
 
 
-def _in_any(address: ipaddress.IPv4Interface, networks: Iterable[str]) -> bool:
-    return any(address.ip in ipaddress.IPv4Network(n, strict=False) for n in networks)
+def _in_any(address: Address, networks: Iterable[str]) -> bool:
+    nets = (ipaddress.ip_network(n, strict=False) for n in networks)
+    return any(address.version == n.version and address.ip in n for n in nets)
 
 
-def _loopback(fab: _Fabric, device: str) -> ipaddress.IPv4Interface | None:
-    return next((a for a in _addresses(fab, device).get("lo", []) if not a.ip.is_loopback), None)
+def _loopback(fab: _Fabric, device: str, version: int = 4) -> Address | None:
+    """The router's loopback address of ``version`` (not ``127.0.0.1`` or ``::1``), if any."""
+    return next((a for a in _addresses(fab, device).get("lo", []) if a.version == version and not a.ip.is_loopback),
+                None)
+
+
+def _canonical(prefix: str) -> str:
+    try:
+        return str(ipaddress.ip_network(prefix, strict=False))
+    except ValueError:
+        return prefix
 
 
 def _prefixes(fab: _Fabric, routing: str) -> dict[str, set[str]]:
     """Prefix -> originating routers: what each router's protocol advertises of its own subnets."""
     out: dict[str, set[str]] = defaultdict(set)
     for device, run in fab.running.items():
-        own = [(e.port, e.address) for e in fab.stubs.get(device, [])]
-        lo = _loopback(fab, device)
-        if lo is not None:
-            own.append(("lo", lo))
+        own = [(e.port, e.address) for e in fab.stubs.get(device, []) if e.address is not None]
+        for version in (4, 6):
+            lo = _loopback(fab, device, version)
+            if lo is not None:
+                own.append(("lo", lo))
         for port, addr in own:
             if _advertised(fab, device, run, routing, port, addr):
                 out[str(addr.network)].add(device)
         if routing == "bgp" and run.bgp is not None:
             connected = {str(a.network) for _p, a in own}
             for net in run.bgp.networks:
-                if net not in connected:
+                if _canonical(net) not in connected:
                     fab.ask(f"router {device}", f"BGP announces {net}, which is no subnet of {device}'s "
                             "interfaces: Loom originates only connected subnets; keep it (a static route?)")
     return out
 
 
-def _advertised(fab: _Fabric, device: str, run: FrrRunning, routing: str, port: str,
-                addr: ipaddress.IPv4Interface) -> bool:
+def _advertised(fab: _Fabric, device: str, run: FrrRunning, routing: str, port: str, addr: Address) -> bool:
     net = str(addr.network)
     if routing == "bgp":
         bgp = run.bgp
-        return bgp is not None and (net in bgp.networks or any(r.split()[0] == "connected" for r in bgp.redistribute))
+        return bgp is not None and (net in {_canonical(n) for n in bgp.networks}
+                                    or any(r.split()[0] == "connected" for r in bgp.redistribute))
     if routing == "ospf":
         ospf = run.ospf
         conf = run.interfaces.get(port)
-        return ospf is not None and (_in_any(addr, [n for n, _a in ospf.networks])
+        return addr.version == 4 and ospf is not None and (_in_any(addr, [n for n, _a in ospf.networks])
                                      or (conf is not None and conf.ospf_area is not None)
                                      or any(r.split()[0] == "connected" for r in ospf.redistribute))
     conf = run.interfaces.get(port)
     isis = run.isis
-    return isis is not None and ((conf is not None and conf.isis)
+    return isis is not None and ((conf is not None and (conf.isis6 if addr.version == 6 else conf.isis))
                                  or any(r.split()[1:2] == ["connected"] for r in isis.redistribute))
 
 
 def _roles(fab: _Fabric, prefixes: Mapping[str, set[str]]) -> dict[str, str]:
     """Clos roles by distance from the routers that have host subnets (the bottom tier)."""
-    edge = {d for d, ends in fab.stubs.items()
-            if any(d in prefixes.get(str(e.address.network), ()) for e in ends)}
+    edge = {d for d, ends in fab.stubs.items() if any(d in prefixes.get(e.network, ()) for e in ends)}
     adj: dict[str, set[str]] = defaultdict(set)
     for a, b in fab.links:
         adj[a.device].add(b.device)
@@ -262,7 +357,7 @@ def _router_id(fab: _Fabric, device: str, routing: str) -> str | None:
     elif routing == "ospf" and run.ospf is not None:
         rid = run.ospf.router_id
     if rid is None:
-        lo = _loopback(fab, device)
+        lo = _loopback(fab, device, 4)
         rid = str(lo.ip) if lo is not None else None
         if routing == "isis" and rid is not None:
             return rid  # IS-IS has no router id: the loopback (the NET is checked against it)
@@ -271,8 +366,13 @@ def _router_id(fab: _Fabric, device: str, routing: str) -> str | None:
     return rid
 
 
-def _device(fab: _Fabric, device: str, role: str | None, routing: str) -> dict[str, Any]:
+def _device(fab: _Fabric, device: str, role: str | None, routing: str,
+            prefixes: Mapping[str, set[str]]) -> dict[str, Any]:
+    """A device's document; an IPv6 loopback it advertises is its ``loopback6`` (pinned as it runs)."""
     out: dict[str, Any] = {"name": device, "role": role or "router"}
+    lo6 = _loopback(fab, device, 6)
+    if lo6 is not None and device in prefixes.get(str(lo6.network), ()) and lo6.network.prefixlen == 128:
+        out["loopback6"] = str(lo6.ip)
     run = fab.running[device]
     if routing == "bgp":
         if run.bgp is None:
@@ -313,7 +413,7 @@ def _capacity(fab: _Fabric, a: _End, b: _End, default_gbps: float) -> float:
     return min(speeds) / 1000 if speeds else default_gbps
 
 
-def _link(fab: _Fabric, a: _End, b: _End, routing: str, default_gbps: float) -> dict[str, Any]:
+def _link(fab: _Fabric, a: _End, b: _End, routing: str, default_gbps: float, underlay: str) -> dict[str, Any]:
     out: dict[str, Any] = {"a": a.device, "a_port": a.port, "b": b.device, "b_port": b.port,
                            "capacity_gbps": _capacity(fab, a, b, default_gbps)}
     ca, cb = _cost(fab, a, routing), _cost(fab, b, routing)
@@ -322,7 +422,8 @@ def _link(fab: _Fabric, a: _End, b: _End, routing: str, default_gbps: float) -> 
             fab.ask(f"link {a.device}:{a.port}", f"its ends have different costs ({ca} on {a.device}, {cb} on "
                     f"{b.device}); Loom's links have one metric: {max(ca, cb)} assumed")
         out["metric"] = max(ca, cb)
-    out["a_address"], out["b_address"] = str(a.address), str(b.address)
+    if a.address is not None and b.address is not None and _link_kind(a) == underlay:
+        out["a_address"], out["b_address"] = str(a.address), str(b.address)
     return out
 
 
@@ -347,18 +448,24 @@ def _group_by_asn(doc: dict[str, Any], routing: str) -> None:
 
 
 def _check_sessions(fab: _Fabric, routing: str) -> None:
-    """BGP sessions that are not one per discovered link (Loom renders exactly those): they would go."""
+    """BGP sessions that are not one per discovered link (Loom renders exactly those: to the peer's
+    address on a numbered link, on the interface of an unnumbered one): they would go."""
     if routing != "bgp":
         return
-    across = {(a.device, str(b.address.ip)) for a, b in fab.links} | {(b.device, str(a.address.ip))
-                                                                       for a, b in fab.links}
+    across: set[tuple[str, str]] = set()
+    for a, b in fab.links:
+        for here, there in ((a, b), (b, a)):
+            across.add((here.device, here.port) if there.address is None else (here.device, str(there.address.ip)))
     for device, run in fab.running.items():
         for peer in (run.bgp.neighbors if run.bgp is not None else {}):
             if (device, peer) in across:
                 continue
-            how = "over an interface (unnumbered)" if not peer[0].isdigit() else "not across a discovered link"
-            fab.ask(f"device {device}", f"BGP neighbor {peer} is {how}: Loom renders one session per link to the "
-                    "peer's address on it, so adopting would remove this session")
+            how = "not across a discovered link"
+            if not peer[0].isdigit() and ":" not in peer:
+                how = "over an interface (unnumbered) that is on no discovered link"
+            fab.ask(f"device {device}", f"BGP neighbor {peer} is {how}: Loom renders one session per link "
+                    "(to the peer's address on it, or on the interface of an unnumbered link), so adopting would "
+                    "remove this session")
 
 
 def _check_ports(fab: _Fabric, doc: Mapping[str, Any]) -> None:
@@ -366,15 +473,16 @@ def _check_ports(fab: _Fabric, doc: Mapping[str, Any]) -> None:
     ``host1``, ... in prefix order, each holding the subnet's first address, the router id alone on the
     loopback, and nothing else."""
     rids = {d["name"]: d.get("router_id") for d in doc["devices"]}
-    mine: dict[str, list[str]] = defaultdict(list)
+    lo6 = {d["name"]: d.get("loopback6") for d in doc["devices"]}
+    mine: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
     for p in doc["prefixes"]:
         for o in p["origins"]:
-            if p["prefix"] != f"{rids.get(o)}/32":
-                mine[o].append(p["prefix"])
+            if p["prefix"] not in (f"{rids.get(o)}/32", f"{lo6.get(o)}/128"):
+                mine[o][4 if ":" not in p["prefix"] else 6].append(p["prefix"])
     for device in fab.devices:
-        want = {net: (f"host{k}", host_address(net)) for k, net in enumerate(mine[device])}
+        want = {net: (f"host{k}", host_address(net)) for nets in mine[device].values() for k, net in enumerate(nets)}
         for e in fab.stubs.get(device, []):
-            net = str(e.address.network)
+            net = e.network
             if net not in want:
                 fab.ask(f"device {device}", f"{e.port} has {e.address}, on no link and not announced: Loom's "
                         "rendering does not keep it; announce it (a prefix) or drop it?")
@@ -383,7 +491,7 @@ def _check_ports(fab: _Fabric, doc: Mapping[str, Any]) -> None:
                 fab.ask(f"device {device}", f"{net} is on {e.port} as {e.address}; Loom renders it on {port} as "
                         f"{addr}: renaming or renumbering that port changes forwarding")
         lo = [a for a in _addresses(fab, device).get("lo", []) if not a.ip.is_loopback]
-        extra = [str(a) for a in lo if str(a.ip) != rids.get(device)]
+        extra = [str(a) for a in lo if str(a.ip) not in (rids.get(device), lo6.get(device))]
         if extra:
             fab.ask(f"device {device}", f"loopback addresses {', '.join(extra)} besides the router id: Loom's "
                     "rendering keeps only the router id on the loopback")

@@ -6,6 +6,7 @@ traffic (lab)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -20,10 +21,12 @@ import grpc
 import pytest
 
 from controller.model.errors import FatalDriverError
+from controller.telemetry.stream import PATHS as STREAM_PATHS
+from labs.traffic import SENDER, namespace_ipv6
 from southbound.device.agent import AgentCore, serve
 from southbound.device.counters import CounterSnapshot, NftTable, SyntheticCounters, fabric_ports
 from southbound.device.frr_apply import DryFrr
-from southbound.device.gnmi_server import GnmiOptions
+from southbound.device.gnmi_server import GnmiOptions, GnmiService, add_gnmi_servicer
 from southbound.gnmi import GnmiClient, Sample, SyncMarker, format_path, parse_path
 from southbound.pki import ServerTls, init_ca, issue
 
@@ -236,6 +239,60 @@ async def test_on_change_sends_changes_only(tmp_path: Path) -> None:
         await stream.aclose()  # type: ignore[attr-defined]
 
 
+# -- IPv6 AFT entries ----------------------------------------------------------------------------------------------
+V6 = ("2001:db8::/64", "2001:db8:1::/64")
+AFT6_ = "/network-instances/network-instance[name=default]/afts/ipv6-unicast/ipv6-entry[prefix={}]/state/counters/{}"
+LEAVES = ("octets-forwarded", "packets-forwarded")
+
+
+@pytest.mark.unit
+def test_config_prefixes_of_both_families_are_canonical() -> None:
+    from southbound.device.counters import config_prefixes
+
+    text = ("router bgp 65001\n address-family ipv4 unicast\n  network 10.0.0.0/24\n exit-address-family\n"
+            " address-family ipv6 unicast\n  network 2001:DB8:0::/64\n exit-address-family\n"
+            "ip prefix-list L seq 5 permit 10.0.1.0/24\nipv6 prefix-list L6 seq 5 permit 2001:db8:1:0::/64\n")
+    assert config_prefixes(text, ["2001:db8:2::/64"]) == ("10.0.0.0/24", "10.0.1.0/24", "2001:db8::/64",
+                                                            "2001:db8:1::/64", "2001:db8:2::/64")
+
+
+async def test_ipv6_entries_are_served_beside_ipv4_ones(tmp_path: Path) -> None:
+    src = SyntheticCounters("leaf-1", seed=7, default_ports=("eth1",), extra_prefixes=PREFIXES + V6)
+    async with client(tmp_path, counters=src) as c:
+        got = {s.path: s.value for s in await c.get(["/network-instances"])}
+        assert set(got) == {AFT.format(p, leaf) for p in PREFIXES for leaf in LEAVES} | {
+            AFT6_.format(p, leaf) for p in V6 for leaf in LEAVES}
+        v6 = await c.get(["/network-instances/network-instance[name=default]/afts/ipv6-unicast"])
+        assert {s.path for s in v6} == {AFT6_.format(p, leaf) for p in V6 for leaf in LEAVES}
+        v4 = await c.get(["/network-instances/network-instance[name=default]/afts/ipv4-unicast/ipv4-entry[prefix=*]"])
+        assert {s.path for s in v4} == {AFT.format(p, leaf) for p in PREFIXES for leaf in LEAVES}
+        # any spelling of a prefix names its canonical entry, which is what the reply names
+        [one] = await c.get([AFT6_.format("2001:DB8:0:0::/64", "octets-forwarded")])
+        assert one.path == AFT6_.format("2001:db8::/64", "octets-forwarded") and one.value == got[one.path]
+        once = [x async for x in c.subscribe([AFT6_.format("*", "packets-forwarded")], once=True)]
+        assert isinstance(once[-1], SyncMarker)
+        assert {x.path for x in once if isinstance(x, Sample)} == {AFT6_.format(p, "packets-forwarded") for p in V6}
+        collected = [x async for x in c.subscribe(list(STREAM_PATHS), once=True)]  # what the collector asks for
+        assert {x.path for x in collected if isinstance(x, Sample) and "/afts/" in x.path} == set(got)
+        stream = c.subscribe([AFT6_.format("2001:db8:1::/64", "octets-forwarded")], "sample", interval_s=0.1)
+        samples = [x for x in await take(stream, 3) if isinstance(x, Sample)]
+        await stream.aclose()  # type: ignore[attr-defined]
+        assert [x.path for x in samples] == [AFT6_.format("2001:db8:1::/64", "octets-forwarded")] * 2
+        assert samples[1].value > samples[0].value
+
+        async def code_of(path: str) -> str:
+            with pytest.raises(FatalDriverError) as exc:
+                await c.get([path])
+            return exc.value.text.split(":", 1)[0]
+
+        assert await code_of(AFT6_.format("2001:db8::1/64", "octets-forwarded")) == "INVALID_ARGUMENT"  # host bits
+        assert await code_of(AFT.format("2001:db8::/64", "octets-forwarded")) == "INVALID_ARGUMENT"  # wrong family
+        assert await code_of(AFT6_.format("10.0.0.0/24", "octets-forwarded")) == "INVALID_ARGUMENT"
+        assert await code_of(AFT6_.format("2001:db8:9::/64", "octets-forwarded")) == "NOT_FOUND"
+        assert await code_of("/network-instances/network-instance[name=default]/afts/ipv6-unicast/"
+                             "ipv4-entry[prefix=*]") == "NOT_FOUND"
+
+
 # -- errors ------------------------------------------------------------------------------------------------------
 async def test_bad_paths_get_gnmi_status_codes(tmp_path: Path) -> None:
     from pygnmi.spec.v080 import gnmi_pb2 as pb  # the test speaks the wire directly for encodings
@@ -300,7 +357,8 @@ def ns(name: str, *cmd: str) -> str:
 @pytest.fixture
 def three_namespaces() -> Iterator[None]:
     """host h --(h0 | r-host)-- router r --(r-fab | d0)-- far side d. r forwards 10.9.0.0/24 to d
-    (a host destination) and 10.8.0.0/24 to h (reached from d: it enters r on its fabric port)."""
+    (a host destination) and 10.8.0.0/24 to h (reached from d: it enters r on its fabric port); and the
+    same in IPv6: 2001:db8:9::/64 to d, 2001:db8:8::/64 to h."""
     if shutil.which("nft") is None:
         pytest.skip("nftables is not installed (apt-get install nftables)")
 
@@ -313,19 +371,27 @@ def three_namespaces() -> Iterator[None]:
         for n in NS:
             sh("ip", "netns", "add", n)
             ns(n, "ip", "link", "set", "lo", "up")
+            for conf in ("all", "default"):  # before the veths exist: no duplicate address detection to wait for
+                ns(n, "sysctl", "-qw", f"net.ipv6.conf.{conf}.disable_ipv6=0", f"net.ipv6.conf.{conf}.accept_dad=0")
         sh("ip", "link", "add", "h0", "netns", "loomgn-h", "type", "veth", "peer", "r-host", "netns", "loomgn-r")
         sh("ip", "link", "add", "r-fab", "netns", "loomgn-r", "type", "veth", "peer", "d0", "netns", "loomgn-d")
-        for n, dev, addrs in (("loomgn-h", "h0", ("192.168.1.2/24", "10.8.0.5/24")),
-                              ("loomgn-r", "r-host", ("192.168.1.1/24",)), ("loomgn-r", "r-fab", ("192.168.2.1/24",)),
-                              ("loomgn-d", "d0", ("192.168.2.2/24", "10.9.0.5/24", "10.9.0.200/32"))):
+        for n, dev, addrs in (("loomgn-h", "h0", ("192.168.1.2/24", "10.8.0.5/24", "fd00:1::2/64", "2001:db8:8::5/64")),
+                              ("loomgn-r", "r-host", ("192.168.1.1/24", "fd00:1::1/64")),
+                              ("loomgn-r", "r-fab", ("192.168.2.1/24", "fd00:2::1/64")),
+                              ("loomgn-d", "d0", ("192.168.2.2/24", "10.9.0.5/24", "10.9.0.200/32", "fd00:2::2/64",
+                                                  "2001:db8:9::5/64", "2001:db8:9:0:8000::200/128"))):
             for a in addrs:
                 ns(n, "ip", "addr", "add", a, "dev", dev)
             ns(n, "ip", "link", "set", dev, "up")
-        ns("loomgn-r", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        ns("loomgn-r", "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
         ns("loomgn-h", "ip", "route", "add", "default", "via", "192.168.1.1")
         ns("loomgn-d", "ip", "route", "add", "default", "via", "192.168.2.1")
         ns("loomgn-r", "ip", "route", "add", "10.9.0.0/24", "via", "192.168.2.2", "proto", "static")
         ns("loomgn-r", "ip", "route", "add", "10.8.0.0/24", "via", "192.168.1.2", "proto", "static")
+        ns("loomgn-h", "ip", "-6", "route", "add", "default", "via", "fd00:1::1")
+        ns("loomgn-d", "ip", "-6", "route", "add", "default", "via", "fd00:2::1")
+        ns("loomgn-r", "ip", "-6", "route", "add", "2001:db8:9::/64", "via", "fd00:2::2", "proto", "static")
+        ns("loomgn-r", "ip", "-6", "route", "add", "2001:db8:8::/64", "via", "fd00:1::2", "proto", "static")
         yield
     finally:
         cleanup()
@@ -397,6 +463,74 @@ async def test_kernel_and_nft_counters_count_real_traffic(tmp_path: Path, three_
                        capture_output=True)
 
 
+AFT6 = "/network-instances/network-instance[name=default]/afts/ipv6-unicast/ipv6-entry[prefix={}]/state/counters/{}"
+
+
+@pytest.mark.lab
+async def test_nft_ip6_rules_count_ipv6_traffic_beside_ipv4(tmp_path: Path, three_namespaces: None) -> None:
+    """The ``ip6`` table counts what hosts send to each IPv6 prefix (the IPv6 packet, header included),
+    longest match first, and nothing that enters on the fabric port; the IPv4 table counts on beside it."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(["ip", "netns", "exec", "loomgn-r", sys.executable, "-c", AGENT, str(tmp_path)], env=env)
+    try:
+        for _ in range(100):
+            if (tmp_path / "agent.sock").exists():
+                break
+            await asyncio.sleep(0.1)
+        async with GnmiClient("r", f"unix:{tmp_path / 'agent.sock'}", timeout=10, max_attempts=1) as c:
+            async def counters() -> dict[str, int]:
+                return {s.path: s.value for s in await c.get(["/"])}
+
+            before = await counters()
+            assert AFT6.format("2001:db8:9::/64", "packets-forwarded") in before
+            assert AFT.format("10.9.0.0/24", "packets-forwarded") in before
+            assert not [p for p in before if "fd00:" in p or "fe80:" in p]  # connected: not destinations
+            n = 200
+            await asyncio.to_thread(ns, "loomgn-h", "ping", "-6", "-q", "-f", "-c", str(n), "2001:db8:9::5")
+            # from d's link address: the host's replies then go to a connected prefix, which is not counted
+            await asyncio.to_thread(ns, "loomgn-d", "ping", "-6", "-q", "-f", "-c", str(n), "-I", "fd00:2::2",
+                                    "2001:db8:8::5")
+            await asyncio.to_thread(ns, "loomgn-h", "ping", "-q", "-f", "-c", "20", "10.9.0.5")
+            after = await counters()
+
+            def grew(path: str) -> int:
+                return after[path] - before.get(path, 0)
+
+            assert grew(AFT6.format("2001:db8:9::/64", "packets-forwarded")) == n
+            assert grew(AFT6.format("2001:db8:9::/64", "octets-forwarded")) == n * 104  # 40 + 8 + 56 bytes
+            assert grew(AFT6.format("2001:db8:8::/64", "packets-forwarded")) == 0  # entered on the fabric port
+            assert grew(AFT.format("10.9.0.0/24", "packets-forwarded")) == 20  # IPv4 unchanged beside it
+
+            # lab traffic's sender over IPv6 from the host: every byte it sent is counted, IP header included
+            spec = tmp_path / "spec.json"
+            spec.write_text(json.dumps({"start_at": 0, "duration": 0.5, "packet_bytes": 1000, "streams": [
+                {"demand": 0, "bps": 8e6, "flows": [["2001:db8:9::5", 40000 + k] for k in range(4)]}]}))
+            sent = json.loads(await asyncio.to_thread(ns, "loomgn-h", sys.executable, str(SENDER), str(spec)))
+            udp = await counters()
+            assert sent["streams"][0]["errors"] == 0 and sent["streams"][0]["bytes"] == 500 * 1000
+            assert udp[AFT6.format("2001:db8:9::/64", "octets-forwarded")] - after[
+                AFT6.format("2001:db8:9::/64", "octets-forwarded")] == sent["streams"][0]["bytes"]
+            assert namespace_ipv6("loomgn-r", "r-host") == ("fd00:1::1", "fd00:1::/64")  # what lab_hosts reads
+            assert namespace_ipv6("loomgn-r", "lo") is None
+
+            # a longer IPv6 prefix gets its rule before the /64's; the /64 keeps its count
+            await asyncio.to_thread(ns, "loomgn-r", "ip", "-6", "route", "add", "2001:db8:9:0:8000::/65",
+                                    "via", "fd00:2::2", "proto", "static")
+            third = await counters()
+            assert third[AFT6.format("2001:db8:9:0:8000::/65", "packets-forwarded")] == 0
+            await asyncio.to_thread(ns, "loomgn-h", "ping", "-6", "-q", "-f", "-c", "10", "2001:db8:9:0:8000::200")
+            last = await counters()
+            assert last[AFT6.format("2001:db8:9:0:8000::/65", "packets-forwarded")] == 10
+            assert last[AFT6.format("2001:db8:9::/64", "packets-forwarded")] == third[
+                AFT6.format("2001:db8:9::/64", "packets-forwarded")]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for family in ("ip", "ip6"):
+            subprocess.run(["ip", "netns", "exec", "loomgn-r", "nft", "delete", "table", family, NftTable().name],
+                           capture_output=True)
+
+
 class Failing:
     blocking = True
 
@@ -433,3 +567,43 @@ async def test_suppress_redundant_with_a_heartbeat(tmp_path: Path) -> None:
         [change] = await take(stream, 1)
         assert isinstance(change, Sample) and change.value == 150 and time.monotonic() - t0 < 1.0
         await stream.aclose()  # type: ignore[attr-defined]
+
+
+class Ipv4OnlyService(GnmiService):
+    """The gNMI service of a switch that serves no IPv6 AFT entries (an older agent, another vendor's
+    switch): it refuses the path with ``NOT_FOUND``, as gNMI says a target does for a path it does not know."""
+
+    async def _subscriptions(self, sl: Any, context: Any) -> Any:
+        for s in sl.subscription:
+            if any(e.name == "ipv6-unicast" for e in s.path.elem):
+                await context.abort(grpc.StatusCode.NOT_FOUND, "afts/ipv6-unicast: not served")
+        return await super()._subscriptions(sl, context)
+
+
+async def test_the_collector_streams_a_switch_without_ipv6_aft_entries(tmp_path: Path) -> None:
+    from controller.telemetry import Telemetry
+    from controller.telemetry.stream import StreamOptions, TelemetryStream
+
+    server = grpc.aio.server()
+    add_gnmi_servicer(server, Ipv4OnlyService(synthetic(), "leaf-1", GnmiOptions(min_interval_s=0.05)))
+    server.add_insecure_port(f"unix:{tmp_path / 'gnmi.sock'}")
+    await server.start()
+    telemetry = Telemetry()
+
+    async def active() -> None:
+        return None
+
+    stream = TelemetryStream(telemetry, {"leaf-1": f"unix:{tmp_path / 'gnmi.sock'}"}, active,
+                             options=StreamOptions(interval_s=0.1, flush_s=0.05, backoff_s=(5.0, 5.0)))
+    try:
+        await stream.start()
+        for _ in range(100):
+            if {p for _d, p in telemetry.store.rows} >= {AFT.format(p, "octets-forwarded") for p in PREFIXES}:
+                break
+            await asyncio.sleep(0.05)
+        assert {p for _d, p in telemetry.store.rows} >= {AFT.format(p, "octets-forwarded") for p in PREFIXES} | {
+            IF.format("eth1", "in-octets")}  # at once (no back-off), every other counter streaming
+        assert "leaf-1" in stream.connected
+    finally:
+        await stream.stop()
+        await server.stop(None)

@@ -154,6 +154,11 @@ def test_adoption_diff_captured_from_an_agent_is_cosmetic():
     ("", "interface host1\n ip address 172.16.9.1/24",
      "adds an interface address (its connected route): 'ip address 172.16.9.1/24' (in interface host1)"),
     ("no route-map KEEP permit 10", "", "removes routing policy: 'route-map KEEP permit 10'"),
+    ("no ipv6 route 2001:db8:9::/64 blackhole", "", "removes a static route: 'ipv6 route 2001:db8:9::/64 blackhole'"),
+    ("interface eth1\n ipv6 nd suppress-ra", "", "removes IPv6 router advertisements (an unnumbered BGP session "
+     "needs them): 'no ipv6 nd suppress-ra' (in interface eth1)"),
+    ("router bgp 65101\n address-family ipv6 unicast\n  no network 2001:db8:1::/64", "",
+     "removes an announced prefix: 'network 2001:db8:1::/64' (in router bgp 65101 / address-family ipv6 unicast)"),
     ("router bgp 65101\n no bgp router-id 10.0.0.11", "router bgp 65101\n bgp router-id 100.127.0.1",
      "removes the router id (sessions or adjacencies reset): 'bgp router-id 10.0.0.11' (in router bgp 65101)"),
 ])
@@ -262,3 +267,116 @@ def test_isis_discovery_keeps_metrics_and_asks_about_the_net():
     nets = [q for q in found.questions if "IS-IS NET" in q.question]
     assert [q.where for q in nets] == ["device leaf1", "device leaf2", "device spine1", "device spine2"]
     assert "49.0002.0000.0000.0011.00" in nets[0].question and "49.0001.0100.0000.0011.00" in nets[0].question
+
+
+# -- unnumbered and IPv6 fabrics ---------------------------------------------------------------------------------
+UNNUMBERED = ("leaf1", "leaf2", "spine1")
+
+
+def _observed_unnumbered(neighbours: bool = True) -> list[ObservedDevice]:
+    """The captured dual-stack unnumbered fabric (samples/frr84/unnumbered); ``neighbours=False``: as a
+    reader that gathers no ``ip -6 neigh`` sees it."""
+    d = SAMPLES / "unnumbered"
+    return [ObservedDevice(n, (d / f"{n}.running.txt").read_text(), interfaces_from_ip_json(
+        (d / f"{n}.addr.json").read_text(), None, (d / f"{n}.neigh6.json").read_text() if neighbours else None))
+        for n in UNNUMBERED]
+
+
+def test_parser_reads_an_unnumbered_running_config():
+    run = parse_running((SAMPLES / "unnumbered" / "spine1.running.txt").read_text())
+    assert run.bgp is not None and run.bgp.asn == 65000 and run.bgp.router_id == "10.0.0.1"
+    assert run.bgp.neighbors == {"eth1": "external", "eth2": "external"}
+    assert run.bgp.networks == ["10.0.0.1/32", "fd00::1/128"]
+    assert run.interfaces["eth1"].ra and run.interfaces["eth1"].addresses == []
+    assert run.interfaces["lo"].addresses6 == ["fd00::1/128"]
+    leaf = parse_running((SAMPLES / "unnumbered" / "leaf1.running.txt").read_text())
+    assert leaf.interfaces["host0"].addresses6 == ["2001:db8:1::1/64"]
+    assert run.other == [] and leaf.other == [] and run.statics == []
+
+
+def test_an_unnumbered_fabric_is_discovered_with_its_underlay_and_no_link_pins():
+    found = discover(_observed_unnumbered(), name="unnumbered")
+    assert found.valid, found.questions
+    assert [q.where for q in found.questions] == ["links"]  # only: veth links have no physical speed
+    doc = found.intent
+    assert doc["defaults"] == {"underlay": "unnumbered"}
+    assert [(lk["a"], lk["a_port"], lk["b"], lk["b_port"]) for lk in doc["links"]] == [
+        ("leaf1", "eth1", "spine1", "eth1"), ("leaf2", "eth1", "spine1", "eth2")]
+    assert not any("a_address" in lk or "b_address" in lk for lk in doc["links"])
+    intent = validate_intent(doc)
+    assert {p.prefix: p.origins for p in intent.prefixes} == {
+        "10.0.0.1/32": ("spine1",), "10.0.0.11/32": ("leaf1",), "10.0.0.12/32": ("leaf2",),
+        "172.16.1.0/24": ("leaf1",), "172.16.2.0/24": ("leaf2",), "2001:db8:1::/64": ("leaf1",),
+        "2001:db8:2::/64": ("leaf2",), "fd00::1/128": ("spine1",), "fd00::11/128": ("leaf1",),
+        "fd00::12/128": ("leaf2",)}
+    assert {d.name: (d.role.value, d.asn, str(d.router_id), str(d.loopback_v6)) for d in intent.devices} == {
+        "leaf1": ("leaf", 65101, "10.0.0.11", "fd00::11"), "leaf2": ("leaf", 65102, "10.0.0.12", "fd00::12"),
+        "spine1": ("spine", 65000, "10.0.0.1", "fd00::1")}
+    plan = compile_plan(intent)
+    plan = plan[0] if isinstance(plan, tuple) else plan
+    assert set(plan.devices["leaf1"].routes) >= {"2001:db8:2::/64", "172.16.2.0/24"}
+
+
+def test_without_the_kernels_neighbours_unnumbered_sessions_are_questions():
+    found = discover(_observed_unnumbered(neighbours=False), name="unnumbered")
+    assert found.intent["links"] == [] and "defaults" not in found.intent
+    text = [f"{q.where}: {q.question}" for q in found.questions]
+    assert any(t.startswith("device spine1: BGP neighbor eth2 is over an interface (unnumbered) that is on no "
+                            "discovered link") for t in text), text
+
+
+def test_a_port_seeing_several_routers_link_locals_is_a_question():
+    devs = _observed_unnumbered()
+    spine = next(d for d in devs if d.name == "spine1")
+    eth1 = spine.interface("eth1")
+    eth2 = spine.interface("eth2")
+    assert eth1 is not None and eth2 is not None
+    shared = ObservedInterface("eth1", (), None, True, "veth", (), eth1.link_local, eth1.neighbors6 + eth2.neighbors6)
+    spine = ObservedDevice("spine1", spine.running_config, tuple(shared if i.name == "eth1" else i
+                                                                  for i in spine.interfaces if i.name != "eth2"))
+    found = discover([d for d in devs if d.name != "spine1"] + [spine], name="x")
+    assert any(q.where == "device spine1" and "eth1 sees the link-local addresses of leaf1:eth1, leaf2:eth1"
+               in q.question for q in found.questions), found.questions
+
+
+def _ipv6_numbered(asns: dict[str, int], links: list[tuple[str, str]], hosts: dict[str, str]) -> list[ObservedDevice]:
+    """Routers whose links carry IPv6 /127s only, sessions to the peers' IPv6 addresses with the extended
+    next hop capability (IPv4 routes over them), IPv6 host subnets: configs as FRR shows them."""
+    ports: dict[str, list[tuple[str, str, str, str]]] = {n: [] for n in asns}
+    for k, (a, b) in enumerate(links):
+        lo, hi = f"fd6c:6f6f:6d00:1::{2 * k:x}", f"fd6c:6f6f:6d00:1::{2 * k + 1:x}"
+        ports[a].append((f"eth{len(ports[a]) + 1}", f"{lo}/127", hi, b))
+        ports[b].append((f"eth{len(ports[b]) + 1}", f"{hi}/127", lo, a))
+    out = []
+    for i, (n, asn) in enumerate(asns.items()):
+        lines = [f"hostname {n}", "!"]
+        itfs = []
+        for port, addr, _peer, _far in ports[n]:
+            lines += [f"interface {port}", f" ipv6 address {addr}", "exit", "!"]
+            itfs.append(ObservedInterface(port, (), None, True, "veth", (addr,)))
+        if n in hosts:
+            lines += ["interface host0", f" ipv6 address {hosts[n]}", "exit", "!"]
+            itfs.append(ObservedInterface("host0", (), None, True, "veth", (hosts[n],)))
+        lines += [f"router bgp {asn}", f" bgp router-id 192.0.2.{i + 1}"]
+        for _p, _a, peer, far in ports[n]:
+            lines += [f" neighbor {peer} remote-as {asns[far]}", f" neighbor {peer} capability extended-nexthop"]
+        lines += [" address-family ipv6 unicast"]
+        if n in hosts:
+            lines.append(f"  network {hosts[n].rsplit('::', 1)[0]}::/64")
+        lines += [f"  neighbor {peer} activate" for _p, _a, peer, _f in ports[n]]
+        lines += [" exit-address-family", "exit"]
+        out.append(ObservedDevice(n, "\n".join(lines) + "\n", tuple(itfs)))
+    return out
+
+
+def test_an_ipv6_numbered_fabric_keeps_its_link_addresses_pinned():
+    asns = {"l1": 65101, "l2": 65102, "s1": 65000}
+    found = discover(_ipv6_numbered(asns, [("l1", "s1"), ("l2", "s1")], {"l1": "2001:db8:1::1/64",
+                                                                          "l2": "2001:db8:2::1/64"}), name="v6")
+    assert found.valid, found.questions
+    assert [q.where for q in found.questions] == ["links"]
+    assert found.intent["defaults"] == {"underlay": "ipv6-numbered"}
+    assert [(lk["a_address"], lk["b_address"]) for lk in found.intent["links"]] == [
+        ("fd6c:6f6f:6d00:1::/127", "fd6c:6f6f:6d00:1::1/127"), ("fd6c:6f6f:6d00:1::2/127", "fd6c:6f6f:6d00:1::3/127")]
+    assert {p["prefix"]: p["origins"] for p in found.intent["prefixes"]} == {
+        "2001:db8:1::/64": ["l1"], "2001:db8:2::/64": ["l2"]}

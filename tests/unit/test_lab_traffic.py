@@ -7,6 +7,8 @@ the ToR to every host of the prefix, and the flows' rates add up to the demand.
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -120,3 +122,68 @@ def test_an_on_off_sender_sends_only_its_busy_share_at_the_mean_rate_over_whole_
     assert run(spec(0.25, 0.0))["streams"][0]["packets"] == 250
     assert run(spec(0.25, 0.2))["streams"][0]["packets"] == 300
     assert run(spec(0.4, 0.2))["streams"][0]["packets"] == 400
+
+
+def dual_stack(hosts: dict[str, HostInfo], *, skip: frozenset[str] = frozenset()) -> dict[str, HostInfo]:
+    """The hosts of ``hosts`` with an IPv6 twin of each address: 10.P.T.H in 2001:db8:P:T::H/64."""
+    out = {}
+    for name, h in hosts.items():
+        p, t, last = h.address.split(".")[1:]
+        v6 = {} if name in skip else {"address6": f"2001:db8:{p}:{t}::{last}", "prefix6": f"2001:db8:{p}:{t}::/64"}
+        out[name] = HostInfo(h.name, h.netns, h.tor, h.address, h.prefix, **v6)
+    return out
+
+
+def test_demands_to_ipv6_prefixes_go_over_ipv6_between_the_hosts_ipv6_addresses() -> None:
+    hosts = dual_stack(HOSTS, skip=frozenset({"tor-0-0-h1"}))
+    assert hosts["tor-1-0-h1"].to_document() == {
+        "netns": "loom-clos3-hosts-tor-1-0-h1", "tor": "tor-1-0", "address": "10.1.0.11", "prefix": "10.1.0.0/24",
+        "address6": "2001:db8:1:0::11", "prefix6": "2001:db8:1:0::/64"}
+    assert "address6" not in hosts["tor-0-0-h1"].to_document()  # an IPv4-only host's document is as before
+    demands = validate_matrix([{"from": "tor-0-0", "to": "2001:DB8:1::/64", "gbps": 0.04},
+                               {"from": "tor-0-0", "to": "10.1.0.0/24", "gbps": 0.02}], canonical6(hosts))
+    assert demands[0].to == "2001:db8:1::/64"
+    plan = plan_traffic(demands, canonical6(hosts), TrafficOptions(flows=16))
+    v6 = [(p.host, f) for p in plan.values() for s in p.streams if s["demand"] == 0 for f in s["flows"]]
+    assert {h for h, _f in v6} == {"tor-0-0-h0"}  # the ToR's host without IPv6 sends none of it
+    assert {a for _h, (a, _port) in v6} == {"2001:db8:1::10", "2001:db8:1::11"}
+    assert len(v6) == 16 and sum(s["bps"] for p in plan.values() for s in p.streams if s["demand"] == 0) == \
+        pytest.approx(0.04e9)
+    v4 = {(p.host, a) for p in plan.values() for s in p.streams if s["demand"] == 1 for a, _port in s["flows"]}
+    assert v4 == {(h, a) for h in ("tor-0-0-h0", "tor-0-0-h1") for a in ("10.1.0.10", "10.1.0.11")}  # as before
+
+
+def canonical6(hosts: dict[str, HostInfo]) -> dict[str, HostInfo]:
+    """What lab_hosts reads from a namespace: canonical IPv6 text."""
+    return {n: HostInfo(h.name, h.netns, h.tor, h.address, h.prefix,
+                        str(ipaddress.IPv6Address(h.address6)) if h.address6 else None,
+                        str(ipaddress.IPv6Network(h.prefix6)) if h.prefix6 else None) for n, h in hosts.items()}
+
+
+def test_an_ipv6_matrix_is_refused_where_no_host_has_ipv6() -> None:
+    with pytest.raises(InvalidMatrix) as err:
+        validate_matrix([{"from": "tor-0-0", "to": "2001:db8:1::/64", "gbps": 0.01}], HOSTS)
+    assert [e.loc for e in err.value.errors] == ["demands[0].to"]
+    hosts = canonical6(dual_stack(HOSTS, skip=frozenset({"tor-0-0-h0", "tor-0-0-h1"})))
+    with pytest.raises(InvalidMatrix) as err:
+        validate_matrix([{"from": "tor-0-0", "to": "2001:db8:1::/64", "gbps": 0.01}], hosts)
+    assert [(e.loc, "IPv6" in e.msg) for e in err.value.errors] == [("demands[0].from", True)]
+
+
+def test_the_sender_sends_ipv6_flows_over_ipv6_with_the_same_packet_size() -> None:
+    """On loopback: an IPv6 flow's datagrams carry 20 bytes less payload, so each IPv6 packet is the size asked."""
+    from labs.udp_sender import run
+
+    rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    rx.bind(("::1", 0))
+    rx.settimeout(2)
+    port = rx.getsockname()[1]
+    try:
+        got = run({"start_at": 0, "duration": 0.05, "tick_s": 0.001, "packet_bytes": 200,
+                   "streams": [{"demand": 0, "bps": 320_000, "flows": [["::1", port]]},
+                               {"demand": 1, "bps": 320_000, "flows": [["127.0.0.1", 9]]}]})
+        sizes = {len(rx.recv(2048)) for _ in range(got["streams"][0]["packets"])}
+    finally:
+        rx.close()
+    assert [s["packets"] for s in got["streams"]] == [10, 10] and got["streams"][0]["bytes"] == 2000
+    assert sizes == {200 - 48}

@@ -252,3 +252,34 @@ def test_an_hour_long_window_sees_the_whole_hour_and_a_longer_one_is_refused() -
     assert tel.keep_s == 3600 and tel.window_problem(3600) is None
     why = tel.window_problem(3601)
     assert why is not None and "at most 3600 s" in why and "LOOM_TELEMETRY_KEEP_S" in why
+
+
+@cache
+def dual_stack_clos() -> tuple[Intent, Plan]:
+    """A Clos on an unnumbered underlay with an IPv6 twin of every prefix and demand (the IPv6 demands at
+    other rates, so a family mixed up would show)."""
+    doc = clos_document(pods=2, tors=4, planes=2, spines=2, seed=3, demand="gravity")
+    doc["defaults"] = {**doc.get("defaults", {}), "underlay": "unnumbered"}
+    twins = {p["prefix"]: f"2001:db8:{k:x}::/64" for k, p in enumerate(doc["prefixes"])}
+    doc["prefixes"] += [{**p, "prefix": twins[p["prefix"]]} for p in list(doc["prefixes"])]
+    doc["demands"] += [{**d, "to": twins[d["to"]], "gbps": d["gbps"] / 3} for d in list(doc["demands"])]
+    intent = validate_intent(doc)
+    return intent, compile_plan(intent)
+
+
+def test_the_demand_view_and_fidelity_count_ipv6_aft_entries() -> None:
+    intent, plan = dual_stack_clos()
+    fabric = Fabric(intent, plan)
+    assert any("/ipv6-unicast/ipv6-entry[prefix=2001:db8:" in p for _d, p in fabric.keys)
+    tel = Telemetry()
+    run(fabric, tel, range(0, 70, 10))
+    view = tel.demand(intent, plan, fabric.t0 + 65, 60)
+    truth = fabric.truth()
+    assert view.method == "aft" and set(view.demands) == set(truth)
+    assert any(":" in p for _d, p in truth)
+    for k, g in truth.items():
+        assert view.demands[k] == pytest.approx(g, rel=1e-5)
+    keys, rates, _step = tel.demand_series(intent, fabric.t0 + 65, 60)
+    assert {p for _d, p in keys} == {p.prefix for p in intent.prefixes}
+    fid = tel.fidelity(intent, plan, fabric.t0 + 65, 60)
+    assert fid.worst is not None and fid.worst < 1e-4 and fid.method == "aft"
