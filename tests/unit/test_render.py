@@ -20,7 +20,7 @@ import pytest
 from controller.model.intent import validate_intent
 from controller.model.plan import DevicePlan, NextHop, Plan, PlanSummary
 from labs.gen import clos3_document
-from southbound.config import DeviceConfig
+from southbound.config import DeviceConfig, bgp_session_resets, session_moves
 from southbound.render import device_configs, host_address, isis_net, render_frr
 from tests.golden_files import GOLDEN as GOLDEN_ROOT
 from tests.golden_files import assert_golden
@@ -222,3 +222,33 @@ def test_small_helpers() -> None:
     assert host_address("10.0.0.0/24") == "10.0.0.1/24"
     assert host_address("10.0.0.7/32") == "10.0.0.7/32"
     assert isis_net("10.255.0.1") == "49.0001.0102.5500.0001.00"
+
+
+@pytest.mark.parametrize(("before", "after"), [("ipv4-numbered", "unnumbered"), ("ipv4-numbered", "ipv6-numbered"),
+                                               ("unnumbered", "ipv4-numbered"), ("ipv6-numbered", "unnumbered")])
+def test_an_underlay_change_reports_every_moved_session(before: str, after: str) -> None:
+    """Each end of every link's session moves (``address``) to FRR's new name for it, and the end of a link
+    removed in the same change is ``removed``."""
+    def doc(underlay: str, drop: bool) -> dict:
+        d = _clos3()
+        if underlay != "ipv4-numbered":
+            d["defaults"] = {"underlay": underlay}
+        if drop:
+            d["links"] = d["links"][1:]
+        return d
+    old_intent, new_intent = validate_intent(doc(before, False)), validate_intent(doc(after, True))
+    old, new = device_configs(old_intent), device_configs(new_intent)
+    resets = {(r.device, r.port): (r.reason, r.neighbor) for r in bgp_session_resets(old, new)}
+    gone = old_intent.links[0]
+    ends = {(link.a, link.a_port) for link in old_intent.links} | {(link.b, link.b_port) for link in old_intent.links}
+    assert set(resets) == ends
+    for (device, port), (reason, neighbor) in resets.items():
+        n = next(n for n in old[device].neighbors if n.port == port)
+        assert neighbor == n.key and reason == ("removed" if device in (gone.a, gone.b) and port in
+                                                (gone.a_port, gone.b_port) and n.peer in (gone.a, gone.b)
+                                                else "address"), (device, port)
+    moves = {(m.device, m.port): (m.before, m.after) for m in session_moves(old, new)}
+    assert len(moves) == len(ends) - 2
+    for (device, port), (was, now) in moves.items():
+        assert was != now and now == next(n.key for n in new[device].neighbors if n.port == port)
+        assert (now == port) == (after == "unnumbered")
