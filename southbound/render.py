@@ -419,8 +419,8 @@ RA_INTERVAL = 3
 
 def _router_advertisements(config: DeviceConfig) -> list[str]:
     """IPv6 router advertisements on a port with an interface BGP peer: the peer learns this end's
-    link-local address from them (FRR's order: ``no ipv6 nd suppress-ra`` before the interval)."""
-    return [" no ipv6 nd suppress-ra", f" ipv6 nd ra-interval {RA_INTERVAL}"]
+    link-local address from them (in the order FRR 8.4's running config shows them)."""
+    return [f" ipv6 nd ra-interval {RA_INTERVAL}", " no ipv6 nd suppress-ra"]
 
 
 def _interface_lines(config: DeviceConfig) -> list[str]:
