@@ -280,6 +280,25 @@ def _out_map(config: DeviceConfig, port: str) -> str:
     return f"LOOM-OUT-{_name(port)}"
 
 
+def _bandwidth_entries(config: DeviceConfig, port: str, mbps: int, prefixes: list[str], rmap: str, seq: int
+                       ) -> list[list[str]]:
+    """The prefix list and route-map entry that attach ``mbps`` to ``prefixes`` toward ``port``, one per
+    family (``ip prefix-list`` matched by ``match ip address``, ``ipv6 prefix-list`` by ``match ipv6
+    address``): the one route map serves both address families, each entry matching routes of its own."""
+    out: list[list[str]] = []
+    for version, ip, tag in ((4, "ip", "LB"), (6, "ipv6", "LB6")):
+        family = sorted(p for p in prefixes if prefix_version(p) == version)
+        if not family:
+            continue
+        plist = f"LOOM-{tag}-{_name(port)}-{mbps}"
+        lines = [f"{ip} prefix-list {plist} seq {5 * (k + 1)} permit {p}" for k, p in enumerate(family)]
+        lines += [f"route-map {rmap} permit {seq + 10 * len(out)}", f" match {ip} address prefix-list {plist}"]
+        if config.drained:
+            lines.append(f" match as-path {_LOCAL}")
+        out.append(lines + [f" set extcommunity bandwidth {mbps}", "exit", "!"])
+    return out
+
+
 def _policy_lines(config: DeviceConfig) -> tuple[list[str], dict[str, str]]:
     """Prefix lists, as-path lists and route maps; returns the lines and, per
     port, the outbound route map its neighbor uses."""
@@ -299,15 +318,9 @@ def _policy_lines(config: DeviceConfig) -> tuple[list[str], dict[str, str]]:
         out_maps[n.port] = rmap
         seq = 10
         for mbps, prefixes in sorted(by_port.get(n.port, {}).items()):
-            plist = f"LOOM-LB-{_name(n.port)}-{mbps}"
-            for k, p in enumerate(sorted(prefixes)):
-                lines.append(f"ip prefix-list {plist} seq {5 * (k + 1)} permit {p}")
-            lines.append(f"route-map {rmap} permit {seq}")
-            lines.append(f" match ip address prefix-list {plist}")
-            if config.drained:
-                lines.append(f" match as-path {_LOCAL}")
-            lines += [f" set extcommunity bandwidth {mbps}", "exit", "!"]
-            seq += 10
+            for entry in _bandwidth_entries(config, n.port, mbps, prefixes, rmap, seq):
+                lines += entry
+                seq += 10
         lines.append(f"route-map {rmap} permit 65000")
         if config.drained:
             lines.append(f" match as-path {_LOCAL}")
@@ -362,15 +375,25 @@ def config_hash(config: DeviceConfig) -> str:
     return build_rendered(config).hash
 
 
+def _has_ipv6(config: DeviceConfig) -> bool:
+    """The device runs IPv6: it has an IPv6 prefix, loopback or link address, or sessions that need it."""
+    return (config.underlay != "ipv4-numbered" or config.loopback6 is not None
+            or any(prefix_version(p) == 6 for p in config.originated)
+            or any(i.address6 is not None for i in config.interfaces))
+
+
 def _global_lines(config: DeviceConfig) -> list[str]:
+    six = _has_ipv6(config)
     return [
         "frr defaults datacenter",
         f"hostname {config.hostname}",
         "ip forwarding",
+        *(["ipv6 forwarding"] if six else []),
         "service integrated-vtysh-config",
         "!",
         "interface lo",
         f" ip address {config.router_id}/32",
+        *([f" ipv6 address {config.loopback6}/128"] if config.loopback6 is not None else []),
         *_loopback_igp(config),
         "exit",
         "!",
@@ -380,17 +403,30 @@ def _global_lines(config: DeviceConfig) -> list[str]:
 def _loopback_igp(config: DeviceConfig) -> list[str]:
     """The loopback in the IGP when the device originates its router id's /32 (BGP announces it with a
     ``network`` like any originated prefix; OSPF and IS-IS carry it as a passive interface)."""
-    if f"{config.router_id}/32" not in config.originated:
-        return []
+    v4 = f"{config.router_id}/32" in config.originated
+    v6 = config.loopback6 is not None and f"{config.loopback6}/128" in config.originated
     if config.routing == Routing.OSPF.value:
-        return [f" ip ospf area {OSPF_AREA}"]
-    if config.routing == Routing.ISIS.value:
-        return [f" ip router isis {ISIS_TAG}", " isis passive"]
+        return [f" ip ospf area {OSPF_AREA}"] if v4 else []
+    if config.routing == Routing.ISIS.value and (v4 or v6):
+        return ([f" ip router isis {ISIS_TAG}"] if v4 else []) + \
+            ([f" ipv6 router isis {ISIS_TAG}"] if v6 else []) + [" isis passive"]
     return []
+
+
+#: seconds between the router advertisements zebra sends on a port with an interface (unnumbered) BGP peer
+RA_INTERVAL = 3
+
+
+def _router_advertisements(config: DeviceConfig) -> list[str]:
+    """IPv6 router advertisements on a port with an interface BGP peer: the peer learns this end's
+    link-local address from them (in the order FRR 8.4's running config shows them)."""
+    return [f" ipv6 nd ra-interval {RA_INTERVAL}", " no ipv6 nd suppress-ra"]
 
 
 def _interface_lines(config: DeviceConfig) -> list[str]:
     lines: list[str] = []
+    interface_peers = ({n.port for n in config.neighbors if n.address is None}
+                       if config.routing == Routing.BGP.value else set())
     for itf in config.interfaces:
         lines.append(f"interface {itf.name}")
         if itf.peer is not None:
@@ -399,6 +435,10 @@ def _interface_lines(config: DeviceConfig) -> list[str]:
             lines.append(" description host subnet")
         if itf.address is not None:
             lines.append(f" ip address {itf.address}")
+        if itf.address6 is not None:
+            lines.append(f" ipv6 address {itf.address6}")
+        if itf.name in interface_peers:
+            lines += _router_advertisements(config)
         if not itf.drained:
             if config.routing == Routing.ISIS.value:
                 lines += _isis_interface(config, itf)
@@ -408,11 +448,18 @@ def _interface_lines(config: DeviceConfig) -> list[str]:
     return lines
 
 
+def _isis_families(config: DeviceConfig) -> list[str]:
+    """An IS-IS interface's families: IPv4 but on ``ipv6-numbered`` (whose links have no IPv4), IPv6 when the
+    device has any IPv6 (its IPv6 routes over the links' IPv6 or link-local addresses); one topology."""
+    v4 = [f" ip router isis {ISIS_TAG}"] if config.underlay != "ipv6-numbered" else []
+    return v4 + ([f" ipv6 router isis {ISIS_TAG}"] if _has_ipv6(config) else [])
+
+
 def _isis_interface(config: DeviceConfig, itf: Interface) -> list[str]:
     if itf.host:
-        return [f" ip router isis {ISIS_TAG}", " isis passive"]
+        return [*_isis_families(config), " isis passive"]
     keepalive, hold = config.timers
-    return [f" ip router isis {ISIS_TAG}", " isis network point-to-point", f" isis metric {itf.metric}",
+    return [*_isis_families(config), " isis network point-to-point", f" isis metric {itf.metric}",
             f" isis hello-interval {keepalive}", f" isis hello-multiplier {max(2, hold // keepalive)}"]
 
 
@@ -449,7 +496,7 @@ def _ospf_lines(config: DeviceConfig) -> list[str]:
 
 
 def _bgp_lines(config: DeviceConfig) -> list[str]:
-    """Policy, then ``router bgp``: the sessions, then the IPv4 unicast address family."""
+    """Policy, then ``router bgp``: the sessions, then each address family they carry."""
     if config.asn is None:
         raise ValueError(f"{config.hostname}: routing bgp needs an ASN")
     lines, out_maps = _policy_lines(config)
@@ -472,13 +519,28 @@ def _bgp_lines(config: DeviceConfig) -> list[str]:
         lines += [f" neighbor {key} description {n.peer} via {n.port}",
                   f" neighbor {key} timers connect 1",
                   f" neighbor {key} advertisement-interval 0"]
-    lines += [" !", " address-family ipv4 unicast"]
-    for p in config.originated:
-        lines.append(f"  network {p}")
+        if n.address is not None and ":" in n.address:  # IPv4 routes over the IPv6 session (RFC 8950)
+            lines.append(f" neighbor {key} capability extended-nexthop")
+    for family in _bgp_families(config):
+        lines += _address_family(config, family, out_maps)
+    return lines + ["exit", "!"]
+
+
+def _bgp_families(config: DeviceConfig) -> tuple[int, ...]:
+    """The address families the sessions carry: IPv4 on ``ipv4-numbered``; both otherwise (IPv4 over IPv6
+    next hops, RFC 8950)."""
+    return (4,) if config.underlay == "ipv4-numbered" else (4, 6)
+
+
+def _address_family(config: DeviceConfig, family: int, out_maps: dict[str, str]) -> list[str]:
+    """One unicast address family: its originated prefixes, every session activated, the drains (a drained
+    link neither sends nor accepts), the outbound route maps (drained device, link-bandwidth)."""
+    lines = [" !", f" address-family {'ipv4' if family == 4 else 'ipv6'} unicast"]
+    lines += [f"  network {p}" for p in config.originated if prefix_version(p) == family]
     for n in config.neighbors:
         lines.append(f"  neighbor {n.key} activate")
         if n.drained:
             lines += [f"  neighbor {n.key} route-map {_DENY} in", f"  neighbor {n.key} route-map {_DENY} out"]
         elif n.port in out_maps:
             lines.append(f"  neighbor {n.key} route-map {out_maps[n.port]} out")
-    return lines + [f"  maximum-paths {config.maximum_paths}", " exit-address-family", "exit", "!"]
+    return lines + [f"  maximum-paths {config.maximum_paths}", " exit-address-family"]

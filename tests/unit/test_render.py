@@ -20,7 +20,7 @@ import pytest
 from controller.model.intent import validate_intent
 from controller.model.plan import DevicePlan, NextHop, Plan, PlanSummary
 from labs.gen import clos3_document
-from southbound.config import DeviceConfig
+from southbound.config import DeviceConfig, bgp_session_resets, session_moves
 from southbound.render import device_configs, host_address, isis_net, render_frr
 from tests.golden_files import GOLDEN as GOLDEN_ROOT
 from tests.golden_files import assert_golden
@@ -45,6 +45,61 @@ def _plan_for_wcmp() -> Plan:
     return Plan("g", PlanSummary(0.5, 0.5, 0.6, 0.1, 2, 2), devices, ())
 
 
+def _dual(underlay: str, **extra: object) -> dict:
+    """The clos3 fabric dual-stack on ``underlay``: an IPv6 twin (``2001:db8:K::/64``) of every prefix."""
+    doc = _clos3(**extra)
+    doc["defaults"] = {"underlay": underlay}
+    doc["prefixes"] += [{"prefix": f"2001:db8:{k}::/64", "origins": p["origins"]}
+                        for k, p in enumerate(list(doc["prefixes"]))]
+    return doc
+
+
+def _dual_plan() -> Plan:
+    """:func:`_plan_for_wcmp`'s weights for 10.1.0.0/24 and for its IPv6 twin, 2001:db8:1::/64 (1:1 here)."""
+    plan = _plan_for_wcmp()
+    tor, leaf = plan.devices["tor-0-0"], plan.devices["leaf-0-0"]
+    devices = {
+        "tor-0-0": DevicePlan(groups={**tor.groups, "g2": (NextHop("eth1", "leaf-0-0", 1),
+                                                           NextHop("eth2", "leaf-0-1", 1))},
+                              routes={**tor.routes, "2001:db8:1::/64": "g2"}),
+        "leaf-0-0": DevicePlan(groups=leaf.groups, routes={**leaf.routes, "2001:db8:1::/64": "g1"}),
+    }
+    return Plan("g", plan.summary, devices, ())
+
+
+def _dual_render(underlay: str, device: str, plan: Plan | None = None, **extra: object) -> str:
+    return render_frr(device_configs(validate_intent(_dual(underlay, **extra)), plan)[device])
+
+
+def _isis_dual(underlay: str) -> dict:
+    """The IS-IS ring of ``isis-r1.conf``, dual-stack (``ipv4-numbered``) or IPv6 only (``ipv6-numbered``),
+    ``r1`` with an IPv6 loopback it originates."""
+    v6 = [{"prefix": "2001:db8:9::/64", "origins": ["r1"]}, {"prefix": "2001:db8:9:2::/64", "origins": ["r2"]},
+          {"prefix": "fd00:ff::1/128", "origins": ["r1"]}]
+    v4 = [{"prefix": "10.9.0.0/24", "origins": ["r1"]}, {"prefix": "10.255.0.1/32", "origins": ["r1"]}]
+    return {"name": "ring", "routing": "isis", "defaults": {"underlay": underlay},
+            "devices": [{"name": "r1", "loopback": "10.255.0.1", "loopback6": "fd00:ff::1"},
+                        {"name": "r2"}, {"name": "r3"}],
+            "links": [{"a": "r1", "a_port": "eth1", "b": "r2", "b_port": "eth1", "metric": 20},
+                      {"a": "r2", "a_port": "eth2", "b": "r3", "b_port": "eth1"},
+                      {"a": "r3", "a_port": "eth2", "b": "r1", "b_port": "eth2"}],
+            "prefixes": v6 + (v4 if underlay == "ipv4-numbered" else []),
+            "policies": [{"kind": "drain", "target": "r1:eth2"}, {"kind": "drain", "target": "r1"}]}
+
+
+DUAL_CASES = {
+    "unnumbered-tor-0-0.conf": lambda: _dual_render("unnumbered", "tor-0-0"),
+    "unnumbered-wcmp-leaf-0-0.conf": lambda: _dual_render("unnumbered", "leaf-0-0", _dual_plan()),
+    "unnumbered-drained-leaf.conf": lambda: _dual_render("unnumbered", "leaf-0-0", _dual_plan(), policies=[
+        {"kind": "drain", "target": "leaf-0-0"}, {"kind": "drain", "target": "tor-0-1:eth1"}]),
+    "ipv6-numbered-tor-0-0.conf": lambda: _dual_render("ipv6-numbered", "tor-0-0"),
+    "ipv6-numbered-wcmp-leaf-0-0.conf": lambda: _dual_render("ipv6-numbered", "leaf-0-0", _dual_plan(), policies=[
+        {"kind": "drain", "target": "tor-0-1:eth1"}]),
+    "isis-dual-r1.conf": lambda: render_frr(device_configs(validate_intent(_isis_dual("ipv4-numbered")))["r1"]),
+    "isis-ipv6-numbered-r1.conf": lambda: render_frr(
+        device_configs(validate_intent(_isis_dual("ipv6-numbered")))["r1"]),
+}
+
 CASES = {
     "clos3-tor-0-0.conf": lambda: render_frr(device_configs(validate_intent(_clos3()))["tor-0-0"]),
     "clos3-drained-leaf.conf": lambda: render_frr(device_configs(validate_intent(_clos3(policies=[
@@ -61,6 +116,7 @@ CASES = {
                   {"a": "r3", "a_port": "eth2", "b": "r1", "b_port": "eth2"}],
         "prefixes": [{"prefix": "10.9.0.0/24", "origins": ["r1"]}],
         "policies": [{"kind": "drain", "target": "r1:eth2"}]}))["r1"]),
+    **DUAL_CASES,
     "ospf-r1.conf": lambda: render_frr(device_configs(validate_intent({
         "name": "ring", "routing": "ospf",
         "devices": [{"name": "r1", "loopback": "10.255.0.1"}, {"name": "r2"}, {"name": "r3"}],
@@ -166,3 +222,33 @@ def test_small_helpers() -> None:
     assert host_address("10.0.0.0/24") == "10.0.0.1/24"
     assert host_address("10.0.0.7/32") == "10.0.0.7/32"
     assert isis_net("10.255.0.1") == "49.0001.0102.5500.0001.00"
+
+
+@pytest.mark.parametrize(("before", "after"), [("ipv4-numbered", "unnumbered"), ("ipv4-numbered", "ipv6-numbered"),
+                                               ("unnumbered", "ipv4-numbered"), ("ipv6-numbered", "unnumbered")])
+def test_an_underlay_change_reports_every_moved_session(before: str, after: str) -> None:
+    """Each end of every link's session moves (``address``) to FRR's new name for it, and the end of a link
+    removed in the same change is ``removed``."""
+    def doc(underlay: str, drop: bool) -> dict:
+        d = _clos3()
+        if underlay != "ipv4-numbered":
+            d["defaults"] = {"underlay": underlay}
+        if drop:
+            d["links"] = d["links"][1:]
+        return d
+    old_intent, new_intent = validate_intent(doc(before, False)), validate_intent(doc(after, True))
+    old, new = device_configs(old_intent), device_configs(new_intent)
+    resets = {(r.device, r.port): (r.reason, r.neighbor) for r in bgp_session_resets(old, new)}
+    gone = old_intent.links[0]
+    ends = {(link.a, link.a_port) for link in old_intent.links} | {(link.b, link.b_port) for link in old_intent.links}
+    assert set(resets) == ends
+    for (device, port), (reason, neighbor) in resets.items():
+        n = next(n for n in old[device].neighbors if n.port == port)
+        assert neighbor == n.key and reason == ("removed" if device in (gone.a, gone.b) and port in
+                                                (gone.a_port, gone.b_port) and n.peer in (gone.a, gone.b)
+                                                else "address"), (device, port)
+    moves = {(m.device, m.port): (m.before, m.after) for m in session_moves(old, new)}
+    assert len(moves) == len(ends) - 2
+    for (device, port), (was, now) in moves.items():
+        assert was != now and now == next(n.key for n in new[device].neighbors if n.port == port)
+        assert (now == port) == (after == "unnumbered")
