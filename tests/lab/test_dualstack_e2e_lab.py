@@ -101,7 +101,7 @@ def test_a_reweighting_commits_and_both_families_follow(ctl: ServedLab) -> None:
         if link["b"] == "spine-0-0" and link["a"] == "leaf-0-0":
             link["capacity_gbps"] = 2.5  # plane 0 of pod 0 is thin: the ToRs of pod 0 send less through it
     for d in doc["demands"]:
-        d["gbps"] = 3.0
+        d["gbps"] = 1.5  # 6 Gb/s across the pods: ECMP would fill the thin link 1.2 times, WCMP about half
     before = active_plan(ctl)
     ch = ctl.apply(doc, "-m", "uneven plane 0")
     assert ch["state"] == "committed", ch
@@ -115,6 +115,8 @@ def test_a_reweighting_commits_and_both_families_follow(ctl: ServedLab) -> None:
 
 def test_a_drained_spine_carries_nothing_in_either_family(ctl: ServedLab) -> None:
     doc = ctl.doc
+    for link in doc["links"]:
+        link["capacity_gbps"] = 10.0  # plane 0 whole again: it carries everything across the pods now
     doc["policies"].append({"kind": "drain", "target": "spine-1-0"})
     ch = ctl.apply(doc, "-m", "drain spine-1-0")
     assert ch["state"] == "committed", ch
