@@ -533,11 +533,13 @@ def _bgp_families(config: DeviceConfig) -> tuple[int, ...]:
 
 
 def _address_family(config: DeviceConfig, family: int, out_maps: dict[str, str]) -> list[str]:
-    """One unicast address family: its originated prefixes, every session activated, the drains (a drained
+    """One unicast address family: its originated prefixes, its sessions activated, the drains (a drained
     link neither sends nor accepts), the outbound route maps (drained device, link-bandwidth)."""
     lines = [" !", f" address-family {'ipv4' if family == 4 else 'ipv6'} unicast"]
     lines += [f"  network {p}" for p in config.originated if prefix_version(p) == family]
     for n in config.neighbors:
+        if family == 6 and n.address is not None and "." in n.address:
+            continue  # an IPv4 session (a bridge's old leg) carries no IPv6: its next hops would be IPv4-mapped
         lines.append(f"  neighbor {n.key} activate")
         if n.drained:
             lines += [f"  neighbor {n.key} route-map {_DENY} in", f"  neighbor {n.key} route-map {_DENY} out"]

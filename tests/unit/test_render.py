@@ -21,7 +21,7 @@ from controller.model.intent import validate_intent
 from controller.model.plan import DevicePlan, NextHop, Plan, PlanSummary
 from labs.gen import clos3_document
 from southbound.config import DeviceConfig, bgp_session_resets, session_moves
-from southbound.render import device_configs, host_address, isis_net, render_frr
+from southbound.render import bridged, device_configs, host_address, isis_net, render_frr
 from tests.golden_files import GOLDEN as GOLDEN_ROOT
 from tests.golden_files import assert_golden
 
@@ -95,6 +95,11 @@ DUAL_CASES = {
     "ipv6-numbered-tor-0-0.conf": lambda: _dual_render("ipv6-numbered", "tor-0-0"),
     "ipv6-numbered-wcmp-leaf-0-0.conf": lambda: _dual_render("ipv6-numbered", "leaf-0-0", _dual_plan(), policies=[
         {"kind": "drain", "target": "tor-0-1:eth1"}]),
+    # the bridge of an underlay change (make before break): the IPv4 sessions and the interface ones side by side
+    "bridge-ipv4-to-unnumbered-leaf-0-0.conf": lambda: render_frr(device_configs(bridged(
+        validate_intent(_clos3()), validate_intent(_dual("unnumbered"))))["leaf-0-0"]),
+    "bridge-unnumbered-to-ipv4-leaf-0-0.conf": lambda: render_frr(device_configs(bridged(
+        validate_intent(_dual("unnumbered")), validate_intent(_clos3())))["leaf-0-0"]),
     "isis-dual-r1.conf": lambda: render_frr(device_configs(validate_intent(_isis_dual("ipv4-numbered")))["r1"]),
     "isis-ipv6-numbered-r1.conf": lambda: render_frr(
         device_configs(validate_intent(_isis_dual("ipv6-numbered")))["r1"]),
