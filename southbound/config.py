@@ -136,7 +136,9 @@ class DeviceConfig:
     (RFC 7938 section 6.3); ``timers``: BGP keepalive and hold seconds;
     ``underlay``: how links are numbered and sessions run (``ipv4-numbered``,
     ``unnumbered``, ``ipv6-numbered``: DESIGN.md "Underlay"); ``loopback6``: the
-    device's IPv6 loopback address, if any (its IPv4 one is ``router_id``).
+    device's IPv6 loopback address, if any (its IPv4 one is ``router_id``); ``ipv6``:
+    the fabric carries IPv6, so the device runs it on its links (IS-IS transit)
+    even when it has no IPv6 of its own.
     """
 
     hostname: str
@@ -154,6 +156,7 @@ class DeviceConfig:
     fib_routes: tuple[FibRoute, ...] = ()
     underlay: str = "ipv4-numbered"
     loopback6: str | None = None
+    ipv6: bool = False
 
     def interface(self, name: str) -> Interface:
         for i in self.interfaces:
@@ -188,6 +191,7 @@ class DeviceConfig:
             # only when not the defaults: IPv4 documents (golden files, hashes) read as before IPv6 existed
             **({"underlay": self.underlay} if self.underlay != "ipv4-numbered" else {}),
             **({"loopback6": self.loopback6} if self.loopback6 is not None else {}),
+            **({"ipv6": True} if self.ipv6 else {}),
         }
 
     @classmethod
@@ -212,6 +216,7 @@ class DeviceConfig:
                 for r in doc.get("fib_routes", ())),
             underlay=doc.get("underlay", "ipv4-numbered"),
             loopback6=doc.get("loopback6"),
+            ipv6=bool(doc.get("ipv6", False)),
         )
 
 

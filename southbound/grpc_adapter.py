@@ -77,7 +77,7 @@ def config_to_proto(c: DeviceConfig) -> pb.DeviceConfig:
         link_bandwidth=[pb.LinkBandwidth(port=b.port, prefix=b.prefix, mbps=b.mbps) for b in c.link_bandwidth],
         fib_routes=[pb.FibRoute(prefix=r.prefix, group=r.group, nexthops=[
             pb.FibNexthop(port=h.port, gateway=h.gateway, weight=h.weight) for h in r.nexthops]) for r in c.fib_routes],
-        underlay="" if c.underlay == "ipv4-numbered" else c.underlay, loopback6=c.loopback6,
+        underlay="" if c.underlay == "ipv4-numbered" else c.underlay, loopback6=c.loopback6, ipv6=c.ipv6,
     )
     if c.asn is not None:
         msg.asn = c.asn
@@ -108,7 +108,7 @@ def config_from_proto(m: pb.DeviceConfig) -> DeviceConfig:
         link_bandwidth=tuple(LinkBandwidth(b.port, b.prefix, b.mbps) for b in m.link_bandwidth),
         fib_routes=tuple(FibRoute(r.prefix, r.group, tuple(FibNexthop(h.port, h.gateway, h.weight)
                                                            for h in r.nexthops)) for r in m.fib_routes),
-        underlay=m.underlay or "ipv4-numbered", loopback6=_opt(m, "loopback6"),
+        underlay=m.underlay or "ipv4-numbered", loopback6=_opt(m, "loopback6"), ipv6=m.ipv6,
     )
 
 

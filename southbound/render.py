@@ -148,6 +148,7 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
     lbw, fib = _wcmp_state(intent, plan, gateway)
     out: dict[str, DeviceConfig] = {}
     underlay = intent.defaults.underlay
+    six = any(p.version == 6 for p in intent.prefixes) or any(d.loopback_v6 is not None for d in intent.devices)
     for d in intent.devices:
         router_id = allocation.router_id(intent, d.name)
         loopback6 = d.loopback_v6
@@ -164,6 +165,7 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
             fib_routes=tuple(fib[d.name]),
             underlay=underlay.value,
             loopback6=None if loopback6 is None else str(loopback6),
+            ipv6=six,
         )
     return out
 
@@ -376,8 +378,9 @@ def config_hash(config: DeviceConfig) -> str:
 
 
 def _has_ipv6(config: DeviceConfig) -> bool:
-    """The device runs IPv6: it has an IPv6 prefix, loopback or link address, or sessions that need it."""
-    return (config.underlay != "ipv4-numbered" or config.loopback6 is not None
+    """The device runs IPv6: the fabric carries it, or it has an IPv6 prefix, loopback or link address, or
+    sessions that need it."""
+    return (config.ipv6 or config.underlay != "ipv4-numbered" or config.loopback6 is not None
             or any(prefix_version(p) == 6 for p in config.originated)
             or any(i.address6 is not None for i in config.interfaces))
 

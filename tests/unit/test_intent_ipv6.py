@@ -132,3 +132,17 @@ def test_fib_next_hops_of_ipv6_prefixes_over_ipv4_links_are_the_peers_link_local
     assert all(h.gateway == "" for h in routes["2001:db8:0:1::/64"].nexthops)
     assert all(h.gateway.count(".") == 3 for h in routes["10.0.0.0/24"].nexthops)
     assert json.loads(json.dumps(cfgs["tor-0-1"].to_document()))["fib_routes"]
+
+
+def test_a_router_without_ipv6_of_its_own_still_carries_the_fabrics_ipv6() -> None:
+    """IS-IS transit: a router in the middle of a dual-stack fabric runs IPv6 on its links though it originates
+    none (without it, IPv6 would route around it, or nowhere on a line)."""
+    from southbound.render import render_frr
+
+    it = validate_intent(_dual("ipv4-numbered", "isis"))
+    leaf = device_configs(it)["leaf-0-0"]  # originates nothing
+    assert leaf.ipv6 and not any(i.address6 for i in leaf.interfaces)
+    text = render_frr(leaf)
+    assert "ipv6 router isis" in text and "ipv6 forwarding" in text
+    v4 = device_configs(validate_intent(clos_doc(1, 2, 2, 1) | {"routing": "isis"}))["leaf-0-0"]
+    assert not v4.ipv6 and "ipv6" not in render_frr(v4)  # an IPv4 fabric renders as before
