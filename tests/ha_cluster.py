@@ -36,7 +36,7 @@ from controller.store.db import Database
 from southbound.device.agent import AgentCore
 from tests.balancer import REPLICA_LOST
 from tests.component.test_workflow_api import NAMES, Fleet, revision_doc, want
-from tests.serving import LoomServer
+from tests.serving import LoomServer, request
 
 __all__ = ["TOKEN", "Outcome", "Replicas", "Traffic", "Via", "check_history", "epoch_logs", "propose", "settle",
            "toggle_drain", "wait_step", "Expected"]
@@ -55,7 +55,7 @@ class Via:
 
     def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
-        return httpx.request(method, self.url + path, headers=headers, timeout=self.timeout, **kw)
+        return request(method, self.url + path, headers=headers, timeout=self.timeout, **kw)
 
 
 class Replicas:
