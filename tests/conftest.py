@@ -105,7 +105,7 @@ TRAFFIC_LABS = frozenset({"test_telemetry_lab.py", "test_closed_loop_lab.py", "t
 #: table keeps xdist's place for it.
 LONG_MODULES = {
     # unit and component (phase 1)
-    "test_store_ha.py": 300, "test_ha_kills.py": 220, "test_workflow_cli.py": 150, "test_ha.py": 110,
+    "test_store_ha.py": 240, "test_ha_kills.py": 180, "test_workflow_cli.py": 150, "test_ha.py": 110,
     "test_transaction_dry.py": 80, "test_workflow_api.py": 75, "test_hostile.py": 65, "test_bench_smoke.py": 50,
     "test_safety_ray.py": 40, "test_outage.py": 40,
     # lab and browser (phase 2)
