@@ -109,6 +109,9 @@ def test_writes_on_every_replica_interleave_into_one_linear_history(ha: HA) -> N
 
     # a stale If-Match is refused on any replica, whoever wrote the revision that made it stale
     r0, r1, r2 = ha.replicas.servers
+    # r0 may answer with the head it saw up to read_cache_s (0.5 s) ago, another replica's last write not yet in
+    # it (settings.read_cache_s): past that window it reads the store's head
+    time.sleep(0.6)
     etag = r0("GET", f"/v1/links/{links[2]}").headers["etag"]
     assert r1("PATCH", f"/v1/links/{links[2]}", json={"metric": 11}, headers={"If-Match": etag}).status_code == 200
     head = _status(lb)["head_revision"]
