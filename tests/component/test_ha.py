@@ -395,8 +395,10 @@ def test_a_leader_killed_mid_reaction_leaves_the_next_one_to_finish_or_undo_it(h
     intent = copy.deepcopy(DOC)
     intent["policies"] = [*intent.get("policies", []), {"kind": "failure_reaction", "detect_s": 0.5,
                                                         "hold_down_s": 2}]
+    time.sleep(0.6)  # past the read cache's window (read_cache_s): any replica's status names the store's head
     ch = propose(lb, intent=intent, base=_status(lb)["head_revision"])
-    assert lb("POST", f"/v1/changes/{ch['id']}/commit", json={}).status_code == 202
+    r = lb("POST", f"/v1/changes/{ch['id']}/commit", json={})
+    assert r.status_code == 202, r.text
     assert settle(lb, ch["id"])["state"] == "committed"
 
     def reaction(state: str) -> dict[str, Any] | None:
