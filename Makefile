@@ -52,6 +52,8 @@ TIER ?=
 # shared servers set up once: tests/conftest.py); then the lab and browser tiers on LAB_JOBS workers (two
 # labs at a time), except the labs that measure traffic (marker traffic: tests/conftest.py's TRAFFIC_LABS)
 # and the lease-timing tests (marker alone), which run last, one at a time, alone on the machine.
+# Within each xdist run the modules that take minutes start first, longest first (tests/conftest.py's
+# LONG_MODULES: keep it in step with the --durations of CI), so that no long module starts last and runs alone.
 # JOBS=0 and LAB_JOBS=0: no workers.
 # Before them, tests/warm.py compiles the numba kernels once (in a fresh clone, each worker would otherwise
 # compile them all at once).

@@ -98,16 +98,51 @@ TRAFFIC_LABS = frozenset({"test_telemetry_lab.py", "test_closed_loop_lab.py", "t
                           "test_lab_hosts.py"})
 
 
+#: the modules that take minutes, with about how many seconds each takes in ``make test`` (its ``--durations``).
+#: Under pytest-xdist they go to the workers first, longest first, so that the others fill in around them:
+#: xdist's own order (the modules with the most tests first) left a 1-test module of four minutes to start
+#: last and run alone at the end of its phase. Only their order matters here; a module missing from this
+#: table keeps xdist's place for it.
+LONG_MODULES = {
+    # unit and component (phase 1)
+    "test_store_ha.py": 240, "test_ha_kills.py": 180, "test_workflow_cli.py": 150, "test_ha.py": 110,
+    "test_transaction_dry.py": 80, "test_workflow_api.py": 75, "test_hostile.py": 65, "test_bench_smoke.py": 50,
+    "test_safety_ray.py": 40, "test_outage.py": 40,
+    # lab and browser (phase 2)
+    "test_settle_lab.py": 90, "test_agent_lab.py": 70, "test_lab_fabric.py": 60, "test_adopt_lab.py": 45,
+    "test_e2e_lab.py": 40, "test_clab_labs.py": 40,
+}
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under pytest-xdist (``make test`` runs ``-n``): each module's tests go to one worker, so its
     module-scoped labs, fleets and servers are set up once (xdist's ``loadscope`` would split a module's
     test classes across workers). ``make test`` runs the lab and browser tiers in pytest runs of their own,
-    with no unit or component worker beside them."""
+    with no unit or component worker beside them. The modules of :data:`LONG_MODULES` go out first, the
+    longest first; a worker running one of them is given the smallest module left as the one xdist queues
+    behind it (a worker needs a test after the one it runs), not the next long one."""
     from xdist.scheduler import LoadScopeScheduling
 
+    def seconds(scope: str) -> float:
+        return LONG_MODULES.get(Path(scope).name, 0)
+
     class ByModule(LoadScopeScheduling):
+        _long_first = False
+
         def _split_scope(self, nodeid: str) -> str:
             return nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self._long_first:  # the queue is complete by the first assignment
+                self._long_first = True
+                order = sorted(self.workqueue, key=seconds, reverse=True)  # stable: the rest keep xdist's order
+                for scope in reversed(order):
+                    self.workqueue.move_to_end(scope, last=False)
+            busy = any(seconds(scope) and not all(unit.values())
+                       for scope, unit in self.assigned_work.get(node, {}).items())
+            if busy and len(self.workqueue) > 1:
+                self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
+            super()._assign_work_unit(node)
 
     return ByModule(config, log)
 

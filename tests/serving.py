@@ -25,10 +25,22 @@ import httpx
 
 from controller.client import Client, ClientError
 
-__all__ = ["LOOM", "LoomServer", "example_server", "free_port", "running", "stop_processes", "wait_ready"]
+__all__ = ["LOOM", "LoomServer", "example_server", "free_port", "request", "running", "stop_processes", "wait_ready"]
 
 #: the ``loom`` command of this interpreter's environment (works without the console script)
 LOOM = [sys.executable, "-c", "from controller.cli import main; main()"]
+
+
+#: the one transport of the tests' raw calls. ``httpx.request`` builds a client, and with it an SSL context, for
+#: every call: about 25 ms of CPU, most of a core for a test polling every 50 ms (and the HA tests' twenty kills
+#: read a thousand diffs). No keep-alive: each call opens and closes its own connection, as ``httpx.request``'s.
+_TRANSPORT = httpx.HTTPTransport(limits=httpx.Limits(max_keepalive_connections=0))
+
+
+def request(method: str, url: str, **kw: Any) -> httpx.Response:
+    """``httpx.request(method, url, **kw)`` on the shared transport: a client of its own (its own cookies, the
+    default timeout of 5 s unless ``timeout`` is given), a connection of its own, the body read."""
+    return httpx.Client(transport=_TRANSPORT).request(method, url, **kw)  # not closed: that would close the transport
 
 
 def free_port() -> int:
@@ -135,7 +147,7 @@ class LoomServer(ChangeCalls):
         """A raw API call with the admin token (beside the ``headers`` given): sent once, any answer."""
         headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
         kw.setdefault("timeout", self.request_timeout)
-        return httpx.request(method, self.url + path, headers=headers, **kw)
+        return request(method, self.url + path, headers=headers, **kw)
 
 
 @contextmanager

@@ -109,6 +109,9 @@ def test_writes_on_every_replica_interleave_into_one_linear_history(ha: HA) -> N
 
     # a stale If-Match is refused on any replica, whoever wrote the revision that made it stale
     r0, r1, r2 = ha.replicas.servers
+    # r0 may answer with the head it saw up to read_cache_s (0.5 s) ago, another replica's last write not yet in
+    # it (settings.read_cache_s): past that window it reads the store's head
+    time.sleep(0.6)
     etag = r0("GET", f"/v1/links/{links[2]}").headers["etag"]
     assert r1("PATCH", f"/v1/links/{links[2]}", json={"metric": 11}, headers={"If-Match": etag}).status_code == 200
     head = _status(lb)["head_revision"]
@@ -392,8 +395,10 @@ def test_a_leader_killed_mid_reaction_leaves_the_next_one_to_finish_or_undo_it(h
     intent = copy.deepcopy(DOC)
     intent["policies"] = [*intent.get("policies", []), {"kind": "failure_reaction", "detect_s": 0.5,
                                                         "hold_down_s": 2}]
+    time.sleep(0.6)  # past the read cache's window (read_cache_s): any replica's status names the store's head
     ch = propose(lb, intent=intent, base=_status(lb)["head_revision"])
-    assert lb("POST", f"/v1/changes/{ch['id']}/commit", json={}).status_code == 202
+    r = lb("POST", f"/v1/changes/{ch['id']}/commit", json={})
+    assert r.status_code == 202, r.text
     assert settle(lb, ch["id"])["state"] == "committed"
 
     def reaction(state: str) -> dict[str, Any] | None:

@@ -70,10 +70,11 @@ s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE: a burst must not overflow the socket
 s.bind(("0.0.0.0", int(sys.argv[1])))
 s.settimeout(float(sys.argv[2]))
+expected = int(sys.argv[3]) if len(sys.argv) > 3 else 0  # every datagram sent has come: no need to wait for more
 print("ready", flush=True)
 n = 0
 try:
-    while True:
+    while not expected or n < expected:
         s.recv(2048)
         n += 1
         s.settimeout(1.5)  # the flows have ended once nothing came for that long
@@ -136,7 +137,7 @@ ISIS_ONLY = pytest.mark.parametrize("square", ["isis"], indirect=True)
 def delivered(lab: str, flows: int, first_port: int) -> int:
     """Send ``flows`` one-datagram UDP flows from ``a`` to ``d``'s address in the prefix; how many ``d`` got."""
     recv = subprocess.Popen(["ip", "netns", "exec", runner.namespace(lab, "d"), sys.executable, "-c", RECEIVER,
-                             "5001", "20"], stdout=subprocess.PIPE, text=True)
+                             "5001", "20", str(flows)], stdout=subprocess.PIPE, text=True)
     try:
         assert recv.stdout is not None and recv.stdout.readline().strip() == "ready"
         dst = PREFIX.replace(".0/24", ".1")  # d holds the prefix's .1 on its host port

@@ -164,6 +164,10 @@ def test_a_drain_committed_under_traffic_is_verified_on_the_counters(lab: Lab, t
         audit = lab.server("GET", "/v1/audit?limit=20").json()["items"]
         assert any(a["action"] == "change.drain_check" and "verified" in a["detail"] for a in audit)
     finally:
+        # the traffic has served its purpose (32 s is room for a slow start, not what the checks need): SIGTERM
+        # stops the senders at once, and the sender exits 0 unless one of them failed before
+        if sender.poll() is None:
+            sender.terminate()
         out, err = sender.communicate(timeout=60)
     assert sender.returncode == 0, out + err
 
