@@ -411,8 +411,10 @@ asyncio.run(serve(core, f"unix:{tmp / 'agent.sock'}", counters=KernelCounters(la
 """
 
 
-@pytest.mark.lab
-async def test_kernel_and_nft_counters_count_real_traffic(tmp_path: Path, three_namespaces: None) -> None:
+@asynccontextmanager
+async def _namespace_agent(tmp_path: Path) -> AsyncIterator[GnmiClient]:
+    """An agent of real counters in namespace ``loomgn-r`` (:data:`AGENT`), a gNMI client on it; the agent
+    stopped and its nftables tables (both families) deleted after."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(["ip", "netns", "exec", "loomgn-r", sys.executable, "-c", AGENT, str(tmp_path)], env=env)
     try:
@@ -421,46 +423,53 @@ async def test_kernel_and_nft_counters_count_real_traffic(tmp_path: Path, three_
                 break
             await asyncio.sleep(0.1)
         async with GnmiClient("r", f"unix:{tmp_path / 'agent.sock'}", timeout=10, max_attempts=1) as c:
-            async def counters() -> dict[str, int]:
-                return {s.path: s.value for s in await c.get(["/"])}
-
-            before = await counters()
-            assert AFT.format("10.9.0.0/24", "packets-forwarded") in before
-            assert AFT.format("192.168.1.0/24", "packets-forwarded") not in before  # connected: not a destination
-            n = 200
-            await asyncio.to_thread(ns, "loomgn-h", "ping", "-q", "-f", "-c", str(n), "10.9.0.5")
-            await asyncio.to_thread(ns, "loomgn-d", "ping", "-q", "-f", "-c", str(n), "10.8.0.5")  # enters on fabric
-            t0 = time.perf_counter()
-            after = await counters()
-            print(f"one Get of every counter, kernel source: {1000 * (time.perf_counter() - t0):.1f} ms")
-
-            def grew(path: str) -> int:
-                return after[path] - before.get(path, 0)
-
-            assert grew(AFT.format("10.9.0.0/24", "packets-forwarded")) == n
-            assert grew(AFT.format("10.9.0.0/24", "octets-forwarded")) == n * 84  # IPv4 length of a 56-byte ping
-            assert grew(AFT.format("10.8.0.0/24", "packets-forwarded")) == 0  # not from a host-facing port
-            # the kernel counts frames: 98 bytes per echo request (14 + 84), a few ARPs beside
-            assert 2 * n * 98 <= grew(IF.format("r-host", "in-octets")) <= 2 * n * 98 + 2000
-            assert n <= grew(IF.format("r-fab", "out-pkts")) - n <= n + 20
-
-            # a new FIB prefix gets a rule, before the shorter one (longest match); the others keep their counts
-            await asyncio.to_thread(ns, "loomgn-r", "ip", "route", "add", "10.9.0.128/25", "via", "192.168.2.2",
-                                    "proto", "static")
-            third = await counters()
-            assert third[AFT.format("10.9.0.128/25", "packets-forwarded")] == 0
-            assert third[AFT.format("10.9.0.0/24", "packets-forwarded")] == after[AFT.format("10.9.0.0/24",
-                                                                                            "packets-forwarded")]
-            await asyncio.to_thread(ns, "loomgn-h", "ping", "-q", "-f", "-c", "10", "10.9.0.200")
-            last = await counters()
-            assert last[AFT.format("10.9.0.128/25", "packets-forwarded")] == 10
-            assert last[AFT.format("10.9.0.0/24", "packets-forwarded")] == third[AFT.format("10.9.0.0/24",
-                                                                                           "packets-forwarded")]
+            yield c
     finally:
         proc.terminate()
         proc.wait(10)
-        subprocess.run(["ip", "netns", "exec", "loomgn-r", "nft", "delete", "table", "ip", NftTable().name],
-                       capture_output=True)
+        for family in ("ip", "ip6"):
+            subprocess.run(["ip", "netns", "exec", "loomgn-r", "nft", "delete", "table", family, NftTable().name],
+                           capture_output=True)
+
+
+@pytest.mark.lab
+async def test_kernel_and_nft_counters_count_real_traffic(tmp_path: Path, three_namespaces: None) -> None:
+    async with _namespace_agent(tmp_path) as c:
+        async def counters() -> dict[str, int]:
+            return {s.path: s.value for s in await c.get(["/"])}
+
+        before = await counters()
+        assert AFT.format("10.9.0.0/24", "packets-forwarded") in before
+        assert AFT.format("192.168.1.0/24", "packets-forwarded") not in before  # connected: not a destination
+        n = 200
+        await asyncio.to_thread(ns, "loomgn-h", "ping", "-q", "-f", "-c", str(n), "10.9.0.5")
+        await asyncio.to_thread(ns, "loomgn-d", "ping", "-q", "-f", "-c", str(n), "10.8.0.5")  # enters on fabric
+        t0 = time.perf_counter()
+        after = await counters()
+        print(f"one Get of every counter, kernel source: {1000 * (time.perf_counter() - t0):.1f} ms")
+
+        def grew(path: str) -> int:
+            return after[path] - before.get(path, 0)
+
+        assert grew(AFT.format("10.9.0.0/24", "packets-forwarded")) == n
+        assert grew(AFT.format("10.9.0.0/24", "octets-forwarded")) == n * 84  # IPv4 length of a 56-byte ping
+        assert grew(AFT.format("10.8.0.0/24", "packets-forwarded")) == 0  # not from a host-facing port
+        # the kernel counts frames: 98 bytes per echo request (14 + 84), a few ARPs beside
+        assert 2 * n * 98 <= grew(IF.format("r-host", "in-octets")) <= 2 * n * 98 + 2000
+        assert n <= grew(IF.format("r-fab", "out-pkts")) - n <= n + 20
+
+        # a new FIB prefix gets a rule, before the shorter one (longest match); the others keep their counts
+        await asyncio.to_thread(ns, "loomgn-r", "ip", "route", "add", "10.9.0.128/25", "via", "192.168.2.2",
+                                "proto", "static")
+        third = await counters()
+        assert third[AFT.format("10.9.0.128/25", "packets-forwarded")] == 0
+        assert third[AFT.format("10.9.0.0/24", "packets-forwarded")] == after[AFT.format("10.9.0.0/24",
+                                                                                        "packets-forwarded")]
+        await asyncio.to_thread(ns, "loomgn-h", "ping", "-q", "-f", "-c", "10", "10.9.0.200")
+        last = await counters()
+        assert last[AFT.format("10.9.0.128/25", "packets-forwarded")] == 10
+        assert last[AFT.format("10.9.0.0/24", "packets-forwarded")] == third[AFT.format("10.9.0.0/24",
+                                                                                       "packets-forwarded")]
 
 
 AFT6 = "/network-instances/network-instance[name=default]/afts/ipv6-unicast/ipv6-entry[prefix={}]/state/counters/{}"
@@ -470,65 +479,52 @@ AFT6 = "/network-instances/network-instance[name=default]/afts/ipv6-unicast/ipv6
 async def test_nft_ip6_rules_count_ipv6_traffic_beside_ipv4(tmp_path: Path, three_namespaces: None) -> None:
     """The ``ip6`` table counts what hosts send to each IPv6 prefix (the IPv6 packet, header included),
     longest match first, and nothing that enters on the fabric port; the IPv4 table counts on beside it."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.Popen(["ip", "netns", "exec", "loomgn-r", sys.executable, "-c", AGENT, str(tmp_path)], env=env)
-    try:
-        for _ in range(100):
-            if (tmp_path / "agent.sock").exists():
-                break
-            await asyncio.sleep(0.1)
-        async with GnmiClient("r", f"unix:{tmp_path / 'agent.sock'}", timeout=10, max_attempts=1) as c:
-            async def counters() -> dict[str, int]:
-                return {s.path: s.value for s in await c.get(["/"])}
+    async with _namespace_agent(tmp_path) as c:
+        async def counters() -> dict[str, int]:
+            return {s.path: s.value for s in await c.get(["/"])}
 
-            before = await counters()
-            assert AFT6.format("2001:db8:9::/64", "packets-forwarded") in before
-            assert AFT.format("10.9.0.0/24", "packets-forwarded") in before
-            assert not [p for p in before if "fd00:" in p or "fe80:" in p]  # connected: not destinations
-            n = 200
-            await asyncio.to_thread(ns, "loomgn-h", "ping", "-6", "-q", "-f", "-c", str(n), "2001:db8:9::5")
-            # from d's link address: the host's replies then go to a connected prefix, which is not counted
-            await asyncio.to_thread(ns, "loomgn-d", "ping", "-6", "-q", "-f", "-c", str(n), "-I", "fd00:2::2",
-                                    "2001:db8:8::5")
-            await asyncio.to_thread(ns, "loomgn-h", "ping", "-q", "-f", "-c", "20", "10.9.0.5")
-            after = await counters()
+        before = await counters()
+        assert AFT6.format("2001:db8:9::/64", "packets-forwarded") in before
+        assert AFT.format("10.9.0.0/24", "packets-forwarded") in before
+        assert not [p for p in before if "fd00:" in p or "fe80:" in p]  # connected: not destinations
+        n = 200
+        await asyncio.to_thread(ns, "loomgn-h", "ping", "-6", "-q", "-f", "-c", str(n), "2001:db8:9::5")
+        # from d's link address: the host's replies then go to a connected prefix, which is not counted
+        await asyncio.to_thread(ns, "loomgn-d", "ping", "-6", "-q", "-f", "-c", str(n), "-I", "fd00:2::2",
+                                "2001:db8:8::5")
+        await asyncio.to_thread(ns, "loomgn-h", "ping", "-q", "-f", "-c", "20", "10.9.0.5")
+        after = await counters()
 
-            def grew(path: str) -> int:
-                return after[path] - before.get(path, 0)
+        def grew(path: str) -> int:
+            return after[path] - before.get(path, 0)
 
-            assert grew(AFT6.format("2001:db8:9::/64", "packets-forwarded")) == n
-            assert grew(AFT6.format("2001:db8:9::/64", "octets-forwarded")) == n * 104  # 40 + 8 + 56 bytes
-            assert grew(AFT6.format("2001:db8:8::/64", "packets-forwarded")) == 0  # entered on the fabric port
-            assert grew(AFT.format("10.9.0.0/24", "packets-forwarded")) == 20  # IPv4 unchanged beside it
+        assert grew(AFT6.format("2001:db8:9::/64", "packets-forwarded")) == n
+        assert grew(AFT6.format("2001:db8:9::/64", "octets-forwarded")) == n * 104  # 40 + 8 + 56 bytes
+        assert grew(AFT6.format("2001:db8:8::/64", "packets-forwarded")) == 0  # entered on the fabric port
+        assert grew(AFT.format("10.9.0.0/24", "packets-forwarded")) == 20  # IPv4 unchanged beside it
 
-            # lab traffic's sender over IPv6 from the host: every byte it sent is counted, IP header included
-            spec = tmp_path / "spec.json"
-            spec.write_text(json.dumps({"start_at": 0, "duration": 0.5, "packet_bytes": 1000, "streams": [
-                {"demand": 0, "bps": 8e6, "flows": [["2001:db8:9::5", 40000 + k] for k in range(4)]}]}))
-            sent = json.loads(await asyncio.to_thread(ns, "loomgn-h", sys.executable, str(SENDER), str(spec)))
-            udp = await counters()
-            assert sent["streams"][0]["errors"] == 0 and sent["streams"][0]["bytes"] == 500 * 1000
-            assert udp[AFT6.format("2001:db8:9::/64", "octets-forwarded")] - after[
-                AFT6.format("2001:db8:9::/64", "octets-forwarded")] == sent["streams"][0]["bytes"]
-            assert namespace_ipv6("loomgn-r", "r-host") == ("fd00:1::1", "fd00:1::/64")  # what lab_hosts reads
-            assert namespace_ipv6("loomgn-r", "lo") is None
+        # lab traffic's sender over IPv6 from the host: every byte it sent is counted, IP header included
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"start_at": 0, "duration": 0.5, "packet_bytes": 1000, "streams": [
+            {"demand": 0, "bps": 8e6, "flows": [["2001:db8:9::5", 40000 + k] for k in range(4)]}]}))
+        sent = json.loads(await asyncio.to_thread(ns, "loomgn-h", sys.executable, str(SENDER), str(spec)))
+        udp = await counters()
+        assert sent["streams"][0]["errors"] == 0 and sent["streams"][0]["bytes"] == 500 * 1000
+        assert udp[AFT6.format("2001:db8:9::/64", "octets-forwarded")] - after[
+            AFT6.format("2001:db8:9::/64", "octets-forwarded")] == sent["streams"][0]["bytes"]
+        assert namespace_ipv6("loomgn-r", "r-host") == ("fd00:1::1", "fd00:1::/64")  # what lab_hosts reads
+        assert namespace_ipv6("loomgn-r", "lo") is None
 
-            # a longer IPv6 prefix gets its rule before the /64's; the /64 keeps its count
-            await asyncio.to_thread(ns, "loomgn-r", "ip", "-6", "route", "add", "2001:db8:9:0:8000::/65",
-                                    "via", "fd00:2::2", "proto", "static")
-            third = await counters()
-            assert third[AFT6.format("2001:db8:9:0:8000::/65", "packets-forwarded")] == 0
-            await asyncio.to_thread(ns, "loomgn-h", "ping", "-6", "-q", "-f", "-c", "10", "2001:db8:9:0:8000::200")
-            last = await counters()
-            assert last[AFT6.format("2001:db8:9:0:8000::/65", "packets-forwarded")] == 10
-            assert last[AFT6.format("2001:db8:9::/64", "packets-forwarded")] == third[
-                AFT6.format("2001:db8:9::/64", "packets-forwarded")]
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        for family in ("ip", "ip6"):
-            subprocess.run(["ip", "netns", "exec", "loomgn-r", "nft", "delete", "table", family, NftTable().name],
-                           capture_output=True)
+        # a longer IPv6 prefix gets its rule before the /64's; the /64 keeps its count
+        await asyncio.to_thread(ns, "loomgn-r", "ip", "-6", "route", "add", "2001:db8:9:0:8000::/65",
+                                "via", "fd00:2::2", "proto", "static")
+        third = await counters()
+        assert third[AFT6.format("2001:db8:9:0:8000::/65", "packets-forwarded")] == 0
+        await asyncio.to_thread(ns, "loomgn-h", "ping", "-6", "-q", "-f", "-c", "10", "2001:db8:9:0:8000::200")
+        last = await counters()
+        assert last[AFT6.format("2001:db8:9:0:8000::/65", "packets-forwarded")] == 10
+        assert last[AFT6.format("2001:db8:9::/64", "packets-forwarded")] == third[
+            AFT6.format("2001:db8:9::/64", "packets-forwarded")]
 
 
 class Failing:

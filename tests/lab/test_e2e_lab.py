@@ -25,6 +25,7 @@ import yaml
 
 from controller.model.intent import validate_intent
 from labs import runner
+from tests import dualstack
 from tests.labkit import ServedLab, served_lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,17 +65,7 @@ def ctl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]:
 
 def kernel(node: str) -> dict[str, dict[str, int]]:
     """prefix -> port -> weight of what the node's kernel forwards on (lowest metric)."""
-    from southbound.device.frr_apply import kernel_route_from_ip_json
-
-    best: dict[str, tuple[int, dict[str, int]]] = {}
-    for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", "route", "show", "table", "main"])):
-        route = kernel_route_from_ip_json(r)
-        if route is None:
-            continue
-        metric = int(r.get("metric", 0) or 0)
-        if route.prefix not in best or metric < best[route.prefix][0]:
-            best[route.prefix] = (metric, route.weights())
-    return {p: w for p, (_m, w) in best.items()}
+    return dualstack.kernel(LAB, node)
 
 
 def ports_toward(spine: str) -> dict[str, str]:
