@@ -314,8 +314,8 @@ def _policy_lines(config: DeviceConfig) -> tuple[list[str], dict[str, str]]:
     if any(n.drained for n in config.neighbors):
         lines += [f"route-map {_DENY} deny 10", "exit", "!"]
     for n in config.neighbors:
-        if n.drained or not (config.drained or n.port in by_port):
-            continue
+        if n.drained or not (config.drained or n.port in by_port) or n.port in out_maps:
+            continue  # a port's route map once, whatever sessions run over it (two while a bridge moves them)
         rmap = _out_map(config, n.port)
         out_maps[n.port] = rmap
         seq = 10

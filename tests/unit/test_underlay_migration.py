@@ -82,6 +82,8 @@ def test_the_bridge_runs_both_sessions_on_every_link_and_the_active_forwarding()
         assert cfg.underlay == "unnumbered"
     text = render_frr(mid["leaf-0-0"])
     assert "neighbor eth1 interface" in text and f"neighbor {before['leaf-0-0'].neighbors[0].address} " in text
+    heads = [line for line in text.splitlines() if line.startswith(("route-map ", "ip prefix-list "))]
+    assert heads and len(heads) == len(set(heads))  # a port's route map once, though two sessions use it
     # from the bridge nothing resets that the proposed configs still have, and the moved sessions are reported
     assert {r.reason for r in bgp_session_resets(before, mid)} == set()
     gone = bgp_session_resets(mid, after)  # the old sessions go, with the new ones over the same links up
