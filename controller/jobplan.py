@@ -75,13 +75,15 @@ def _own_load(job: Job, intent: Intent, rm: RoutingMatrix) -> np.ndarray:
     return np.asarray(rm.matrix @ x, dtype=np.float64)
 
 
-def _edge_times(intent: Intent, plan: Plan) -> tuple[dict[str, JobTime], dict[str, np.ndarray]]:
-    """Each job's time, and the time per iteration it spends on each directed edge (summed over phases)."""
+def _edge_times(intent: Intent, plan: Plan, loads: np.ndarray | None = None
+                ) -> tuple[dict[str, JobTime], dict[str, np.ndarray]]:
+    """Each job's time, and the time per iteration it spends on each directed edge (summed over phases);
+    ``loads``: the plan's directed-edge loads when the caller has them already."""
     if not intent.jobs:
         return {}, {}
     members = sorted({t for job in intent.jobs for t in job.tors})
     rm = routing_matrix(intent, plan, ingresses=members)  # the jobs' pairs only: a fabric's all would cost seconds
-    loads, cap = link_loads(intent, plan), _capacity(intent)
+    loads, cap = (link_loads(intent, plan) if loads is None else loads), _capacity(intent)
     times, edges = {}, {}
     for job in intent.jobs:
         bits = phase_bits(job, intent, rm)
@@ -112,10 +114,9 @@ def _max_utilization(intent: Intent, loads: np.ndarray) -> float:
     return float(np.max(np.where(cap > 0, loads / np.where(cap > 0, cap, 1.0), 0.0), initial=0.0))
 
 
-def on_real_capacities(intent: Intent, plan: Plan) -> Plan:
-    """``plan`` (compiled on steered capacities) with its links' loads and its maximum utilization as
-    ``intent``'s real capacities give them."""
-    loads = link_loads(intent, plan)
+def on_real_capacities(intent: Intent, plan: Plan, loads: np.ndarray) -> Plan:
+    """``plan`` (compiled on steered capacities) with its links' ``loads`` (:func:`link_loads` under
+    ``intent``) and its maximum utilization as ``intent``'s real capacities give them."""
     links = []
     for i, lk in enumerate(intent.links):
         ab, ba = float(loads[2 * i]), float(loads[2 * i + 1])
@@ -160,10 +161,12 @@ def plan_for_jobs(intent: Intent, base: Plan, compile_plan: Callable[[Intent], P
     for _ in range(rounds):
         blame, improved = _blame(times, edges), False
         for strength in STEERING:
-            candidate = on_real_capacities(intent, compile_plan(_steered(intent, blame, strength)))
+            steered = compile_plan(_steered(intent, blame, strength))
+            loads = link_loads(intent, steered)
+            candidate = on_real_capacities(intent, steered, loads)
             if candidate.summary.max_utilization > cap_ok:
                 continue
-            got, got_edges = _edge_times(intent, candidate)
+            got, got_edges = _edge_times(intent, candidate, loads)
             key = (worst_slowdown(got), candidate.summary.max_utilization)
             if key < best_key:
                 best, best_key, times, edges, improved = candidate, key, got, got_edges, True
