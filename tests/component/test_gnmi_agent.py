@@ -257,7 +257,10 @@ def test_config_prefixes_of_both_families_are_canonical() -> None:
 
 
 async def test_ipv6_entries_are_served_beside_ipv4_ones(tmp_path: Path) -> None:
-    src = SyntheticCounters("leaf-1", seed=7, default_ports=("eth1",), extra_prefixes=PREFIXES + V6)
+    # a clock that stands still until the streaming part, so that two reads of one counter agree however far
+    # apart a loaded machine runs them
+    src = SyntheticCounters("leaf-1", seed=7, default_ports=("eth1",), extra_prefixes=PREFIXES + V6,
+                            clock=lambda: 10**18, start=10**18 - 10**10)
     async with client(tmp_path, counters=src) as c:
         got = {s.path: s.value for s in await c.get(["/network-instances"])}
         assert set(got) == {AFT.format(p, leaf) for p in PREFIXES for leaf in LEAVES} | {
@@ -274,6 +277,7 @@ async def test_ipv6_entries_are_served_beside_ipv4_ones(tmp_path: Path) -> None:
         assert {x.path for x in once if isinstance(x, Sample)} == {AFT6_.format(p, "packets-forwarded") for p in V6}
         collected = [x async for x in c.subscribe(list(STREAM_PATHS), once=True)]  # what the collector asks for
         assert {x.path for x in collected if isinstance(x, Sample) and "/afts/" in x.path} == set(got)
+        src.clock, src.start = time.time_ns, time.time_ns() - 10**10  # from here on, the machine's clock
         stream = c.subscribe([AFT6_.format("2001:db8:1::/64", "octets-forwarded")], "sample", interval_s=0.1)
         samples = [x for x in await take(stream, 3) if isinstance(x, Sample)]
         await stream.aclose()  # type: ignore[attr-defined]
@@ -554,14 +558,15 @@ async def test_suppress_redundant_with_a_heartbeat(tmp_path: Path) -> None:
     src = Stepped()
     async with client(tmp_path, counters=src, options=GnmiOptions(min_interval_s=0.01, share_s=0.0)) as c:
         stream = c.subscribe([IF.format("eth1", "in-octets")], "sample", interval_s=0.05, suppress_redundant=True,
-                             heartbeat_s=0.5)
+                             heartbeat_s=1.0)
         assert [x.value for x in await until_sync(stream)] == [100]
         t0 = time.monotonic()
         [beat] = await take(stream, 1)  # nothing changed: the next update is the heartbeat's
-        assert isinstance(beat, Sample) and beat.value == 100 and time.monotonic() - t0 > 0.3
+        assert isinstance(beat, Sample) and beat.value == 100 and time.monotonic() - t0 > 0.6
         src.values["eth1"] = 150
-        [change] = await take(stream, 1)
-        assert isinstance(change, Sample) and change.value == 150 and time.monotonic() - t0 < 1.0
+        t1 = time.monotonic()
+        [change] = await take(stream, 1)  # a change goes out at the next sample, not at the next heartbeat
+        assert isinstance(change, Sample) and change.value == 150 and time.monotonic() - t1 < 0.95
         await stream.aclose()  # type: ignore[attr-defined]
 
 
