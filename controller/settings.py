@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     telemetry_keep_s: float = Field(
         3600.0, ge=60, le=86400, description="how long the collector keeps every counter's rates (s): the longest "
                                              "window the telemetry views and auto-TE accept")
+    telemetry_archive_s: float = Field(
+        60.0, ge=0, le=3600, description="how often the leader stores the collector's new rates (s), which a "
+                                         "restarted replica reads back for its windows; 0: nothing stored")
     reaction_precompute_s: float = Field(
         300.0, ge=0, le=86400, description="the leader's planning time, after each commit, for the reaction plans "
                                            "of the failure-tolerance scope's scenarios (s); 0: solved on failure")

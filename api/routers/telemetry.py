@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -24,9 +24,10 @@ from controller.model.documents import (
     FidelityDocument,
     MeasuredDemandsDocument,
     PatternsDocument,
+    TelemetryLinkHistoryDocument,
     TelemetryLinksDocument,
 )
-from controller.model.errors import IntentError, InvalidRequest
+from controller.model.errors import IntentError, InvalidRequest, NotFound
 from controller.telemetry import Telemetry
 from controller.workflow.telemetry import active_context, active_intent, capture_demands, capture_document
 
@@ -53,6 +54,23 @@ def links(request: Request, session: SessionDep, _actor: Viewer, window_s: Windo
     intent = active_intent(tel, session=session)
     views = tel.links(intent, time.time(), window_s)
     return TelemetryLinksDocument(window_s=window_s, links=[v.to_model() for v in views])
+
+
+@router.get("/v1/telemetry/links/{link}/history", response_model=TelemetryLinkHistoryDocument,
+            summary="A link's observed load, interval by interval",
+            responses=error_responses(401, 403, 404, 422))
+def link_history(request: Request, session: SessionDep, _actor: Viewer,
+                 link: Annotated[str, Path(description="the link's lower end, DEVICE:PORT (as /v1/links names it)")],
+                 window_s: WindowS = 3600.0) -> TelemetryLinkHistoryDocument:
+    tel = telemetry(request, window_s)
+    intent = active_intent(tel, session=session)
+    found = next((lk for lk in intent.links if lk.key == link or link in (lk.end_a, lk.end_b)), None)
+    if found is None:
+        raise NotFound(f"no link {link!r} in the active revision")
+    points = tel.link_history(found, time.time(), window_s)
+    return TelemetryLinkHistoryDocument(link=found.key, a=found.a, a_port=found.a_port, b=found.b, b_port=found.b_port,
+                                        capacity_gbps=found.capacity_gbps, window_s=window_s,
+                                        interval_s=tel.options.interval_s, points=[p.to_model() for p in points])
 
 
 @router.get("/v1/telemetry/demand", response_model=MeasuredDemandsDocument, response_model_by_alias=True,

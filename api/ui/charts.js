@@ -57,3 +57,46 @@ export function histogram(series, { step = 0.1, width = 560, height = 220, id = 
   });
   return svg;
 }
+
+/** A link's utilization over time (GET /v1/telemetry/links/{link}/history): one line per direction, a gap where
+ * an interval has no rate. ``history.points`` are oldest first. */
+export function historyChart(history, { width = 420, height = 160, id = "link-history" } = {}) {
+  const cap = history.capacity_gbps || 1;
+  // from the first interval with a rate (the window may reach back past what was ever measured) to now
+  const first = history.points.findIndex((p) => p.gbps_ab !== null || p.gbps_ba !== null);
+  const pts = first < 0 ? [] : history.points.slice(first);
+  const dirs = [["gbps_ab", "#1a73e8", `${history.a} → ${history.b}`], ["gbps_ba", "#e37400", `${history.b} → ${history.a}`]];
+  const known = pts.flatMap((p) => dirs.map(([k]) => p[k])).filter((v) => v !== null && v !== undefined);
+  const top = Math.max(0.01, ...known.map((v) => (v / cap) * 1.25));  // scaled to the load, at least 1%
+  const L = 48, R = 10, T = 22, B = 26;
+  const pw = width - L - R, ph = height - T - B;
+  const t0 = pts.length ? pts[0].t : 0;
+  const span = Math.max(1, pts.length ? pts[pts.length - 1].t - t0 : 1);
+  const x = (t) => L + ((t - t0) / span) * pw;
+  const y = (u) => T + ph - (u / top) * ph;
+  const svg = s("svg", { id, class: "history", viewBox: `0 0 ${width} ${height}`, width, height, style: "width:100%;height:auto",
+    role: "img", "aria-label": "link utilization over time", "data-points": String(known.length) });
+  svg.append(s("line", { x1: L, y1: T + ph, x2: L + pw, y2: T + ph, class: "axis" }));
+  svg.append(s("line", { x1: L, y1: T, x2: L, y2: T + ph, class: "axis" }));
+  for (const frac of [0, 0.5, 1]) {
+    svg.append(s("text", { x: L - 6, y: y(top * frac) + 4, class: "tick", "text-anchor": "end" }, `${(top * frac * 100).toFixed(top < 0.1 ? 1 : 0)}%`));
+  }
+  const ago = span >= 120 ? `${Math.round(span / 60)} min ago` : `${Math.round(span)} s ago`;
+  svg.append(s("text", { x: L, y: height - 6, class: "tick" }, pts.length ? ago : "nothing measured yet"));
+  svg.append(s("text", { x: L + pw, y: height - 6, class: "tick", "text-anchor": "end" }, "now"));
+  dirs.forEach(([key, colour, label], j) => {
+    let run = [];
+    const flush = () => {
+      if (run.length) svg.append(s("polyline", { points: run.join(" "), fill: "none", stroke: colour, "stroke-width": 1.5, class: `line ${key}` }));
+      run = [];
+    };
+    for (const p of pts) {
+      if (p[key] === null || p[key] === undefined) { flush(); continue; }
+      run.push(`${x(p.t).toFixed(1)},${y(p[key] / cap).toFixed(1)}`);
+    }
+    flush();
+    svg.append(s("rect", { x: L + 6 + j * 150, y: 4, width: 10, height: 10, fill: colour }));
+    svg.append(s("text", { x: L + 20 + j * 150, y: 13, class: "tick" }, label));
+  });
+  return svg;
+}

@@ -6,9 +6,11 @@
 
 import { h, s, clear, fmt, pct, utilColour, table, badge, message } from "./util.js";
 import { api, maybe, ApiError, followEvents } from "./api.js";
+import { historyChart } from "./charts.js";
 
 const TIERS = ["superspine", "spine", "leaf", "tor", "router"];
 const OBSERVED_WINDOW_S = 60;
+const HISTORY_WINDOW_S = 3600;
 const TIER_LABEL = { superspine: "superspines", spine: "spines", leaf: "leaves", tor: "ToRs", router: "routers" };
 
 /** The active plan, the revision it belongs to, and that revision's intent (or the head's when none is active). */
@@ -194,6 +196,18 @@ function linkInfo(link, entry, groups, drained, view, action) {
     action);
 }
 
+/** The last hour of a link's measured load (kept across restarts), under its details. */
+async function showHistory(details, key) {
+  const box = h("div", { class: "link-history" }, h("h4", {}, "the last hour"), h("p", { class: "muted" }, "loading…"));
+  details.append(box);
+  try {
+    const history = await api(`/v1/telemetry/links/${encodeURIComponent(key)}/history?window_s=${HISTORY_WINDOW_S}`);
+    clear(box).append(h("h4", {}, "the last hour"), historyChart(history));
+  } catch (e) {
+    clear(box).append(h("p", { class: "muted" }, `no history: ${e.message}`));
+  }
+}
+
 function legend(hasLoads, view) {
   const stops = [0, 0.25, 0.5, 0.75, 1].map((u) => h("span", { class: "swatch", style: `background:${utilColour(u)}` }, pct(u)));
   return h("div", { class: "legend", id: "legend" },
@@ -328,6 +342,7 @@ export async function renderFabric(main, ctx) {
       for (const el of svg.querySelectorAll(".link.selected")) el.classList.remove("selected");
       g.classList.add("selected");
       clear(details).append(info());
+      if (view.observed) showHistory(details, [`${link.a}:${link.a_port}`, `${link.b}:${link.b_port}`].sort()[0]);
     });
     linkLayer.append(g);
   }

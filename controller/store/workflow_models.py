@@ -183,3 +183,16 @@ class InsightBaselineRow(Base):
     key: Mapped[str] = mapped_column(String(400), primary_key=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     document: Mapped[str] = mapped_column(Text)  # JSON: controller.telemetry.insight's baseline document
+
+
+class TelemetrySegmentRow(Base):
+    """A span of the collector's interval rates (:mod:`controller.telemetry.archive`), written by the leader
+    every archive interval, so that a restarted replica's windows reach back over what it did not see."""
+
+    __tablename__ = "telemetry_segments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    start: Mapped[float] = mapped_column(Float)  # the rates ending in (start, end], epoch seconds
+    end: Mapped[float] = mapped_column(Float, index=True)
+    entries: Mapped[int] = mapped_column(Integer)
+    blob: Mapped[bytes] = mapped_column(LargeBinary)  # numpy npz (no pickles)

@@ -27,22 +27,24 @@ from typing import Any, Literal
 
 import numpy as np
 
-from controller.model import Intent
+from controller.model import Intent, Link
 from controller.model.documents import (
     FidelityDocument,
     FidelityLinkDocument,
     MeasuredDemandDocument,
     MeasuredDemandsDocument,
+    TelemetryHistoryPointDocument,
     TelemetryLinkDocument,
 )
 from controller.model.plan import Plan
+from controller.telemetry.archive import Segment, restore, segment
 from controller.telemetry.counters import STATS, CounterStore, Options, Sample, WindowStats
 from controller.telemetry.patterns import Group, Series, classify, matrix_series, tor_series
 from controller.telemetry.patterns import Options as PatternOptions
 from safety.estimate import RoutingMatrix, edge_devices, link_loads, routing_matrix, tomogravity
 
-__all__ = ["DemandView", "Fidelity", "FidelityLink", "LinkView", "Method", "Stat", "Telemetry", "aft_path",
-           "interface_path", "measured_demand"]
+__all__ = ["DemandView", "Fidelity", "FidelityLink", "HistoryPoint", "LinkView", "Method", "Stat", "Telemetry",
+           "aft_path", "interface_path", "measured_demand"]
 
 _IFACE = re.compile(r"^/interfaces/interface\[name=([^\]]+)\]/state/counters/([a-z-]+)$")
 _AFT = re.compile(r"^/network-instances/network-instance\[name=default\]/afts/ipv(?P<v>[46])-unicast/"
@@ -80,6 +82,20 @@ class LinkView:
         return TelemetryLinkDocument(a=self.a, a_port=self.a_port, b=self.b, b_port=self.b_port,
                                      gbps_ab=_r(self.gbps_ab), gbps_ba=_r(self.gbps_ba),
                                      utilization=_r(self.utilization), age_s=_r(self.age_s, 3), stale=self.stale)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPoint:
+    """One interval of a link's history (see :meth:`Telemetry.link_history`)."""
+
+    t: float
+    gbps_ab: float | None
+    gbps_ba: float | None
+    utilization: float | None
+
+    def to_model(self) -> TelemetryHistoryPointDocument:
+        return TelemetryHistoryPointDocument(t=round(self.t, 3), gbps_ab=_r(self.gbps_ab), gbps_ba=_r(self.gbps_ba),
+                                             utilization=_r(self.utilization))
 
 
 #: how a demand matrix was measured: the AFT counters, or estimated from link loads by tomogravity
@@ -284,18 +300,31 @@ class Telemetry:
         ``options.interval_s`` seconds (counting back from ``now``) where it ends; NaN where a counter
         has none. No keys (and a ``0 x 0`` array) when the fabric serves no AFT counters."""
         step = self.options.interval_s
-        bins = max(1, int(np.ceil(window_s / step - 1e-9)))
         with self._lock:
             if not self._has_aft(intent):
                 return [], np.zeros((0, 0)), step
             keys = [k for k in self.store.rows if k[0] in intent.device_map
                     and (m := _AFT.match(k[1])) is not None and m["leaf"] == "octets-forwarded"]
+        out = self.series(keys, now, window_s)
+        prefixes = [_AFT.match(p) for _d, p in keys]
+        return [(d, m["prefix"]) for (d, _p), m in zip(keys, prefixes, strict=True) if m is not None], out, step
+
+    def series(self, keys: list[tuple[str, str]], now: float, window_s: float) -> np.ndarray:
+        """The rates of the counters ``keys`` per interval over the window, ``(intervals x keys)`` gbps (of
+        octets), oldest first: each interval rate of a counter falls in the bin of ``options.interval_s``
+        seconds (counting back from ``now``) where it ends, time-weighted within the bin; NaN where a counter
+        has none (or is unknown)."""
+        step = self.options.interval_s
+        bins = max(1, int(np.ceil(window_s / step - 1e-9)))
+        with self._lock:
             s = self.store
-            rows = np.array([s.rows[k] for k in keys], dtype=np.int64)
-            tt = s.ring_t[rows]
-            dt = s.ring_dt[rows].astype(np.float64)
-            rate = s.ring_rate[rows].astype(np.float64)
-        inside = (tt > now - window_s) & (tt <= now)
+            idx = np.array([s.rows.get(k, -1) for k in keys], dtype=np.int64)
+            known = idx >= 0
+            rows = np.where(known, idx, 0)
+            tt = s.ring_t[rows] if len(s.ring_t) else np.full((len(keys), 1), -np.inf)
+            dt = s.ring_dt[rows].astype(np.float64) if len(s.ring_t) else np.zeros((len(keys), 1))
+            rate = s.ring_rate[rows].astype(np.float64) if len(s.ring_t) else np.zeros((len(keys), 1))
+        inside = (tt > now - window_s) & (tt <= now) & known[:, None]
         b = np.clip(((now - np.where(inside, tt, now)) // step).astype(np.int64), 0, bins - 1)
         b = bins - 1 - b  # oldest first
         weight = np.zeros((len(keys), bins))
@@ -305,8 +334,35 @@ class Telemetry:
         np.add.at(total, (r, b[r, c]), rate[r, c] * dt[r, c])
         with np.errstate(invalid="ignore", divide="ignore"):
             out = np.where(weight > 0, total / np.where(weight > 0, weight, 1.0), np.nan) / _OCTETS_PER_GBPS
-        prefixes = [_AFT.match(p) for _d, p in keys]
-        return [(d, m["prefix"]) for (d, _p), m in zip(keys, prefixes, strict=True) if m is not None], out.T, step
+        return np.asarray(out.T)
+
+    def link_history(self, link: Link, now: float, window_s: float) -> list[HistoryPoint]:
+        """``link``'s load per interval over the window, oldest first: ``a``'s out-octets (``b``'s in-octets
+        where ``a``'s has no rate in an interval) and back, and the busier direction over capacity."""
+        keys = [(link.a, interface_path(link.a_port, "out-octets")), (link.b, interface_path(link.b_port, "in-octets")),
+                (link.b, interface_path(link.b_port, "out-octets")), (link.a, interface_path(link.a_port, "in-octets"))]
+        g = self.series(keys, now, window_s)
+        step = self.options.interval_s
+        ab = np.where(np.isnan(g[:, 0]), g[:, 1], g[:, 0])
+        ba = np.where(np.isnan(g[:, 2]), g[:, 3], g[:, 2])
+        points = []
+        for i in range(len(g)):
+            x, y = _opt(ab[i]), _opt(ba[i])
+            known = [v for v in (x, y) if v is not None]
+            util = max(known) / link.capacity_gbps if known and link.capacity_gbps > 0 else None
+            points.append(HistoryPoint(now - (len(g) - 1 - i) * step, x, y, util))
+        return points
+
+    # -- the archive -------------------------------------------------------------
+    def segment(self, start: float, end: float) -> Segment | None:
+        """The rates ending in ``(start, end]``, packed (:func:`controller.telemetry.archive.segment`)."""
+        with self._lock:
+            return segment(self.store, start, end)
+
+    def restore(self, blobs: list[bytes]) -> int:
+        """Merge stored segments into the windows (:func:`controller.telemetry.archive.restore`)."""
+        with self._lock:
+            return restore(self.store, blobs)
 
     def tor_series(self, intent: Intent, plan: Plan | None, now: float, window_s: float) -> tuple[Method, Series]:
         """The method and the ToR-to-ToR series of the measured traffic: the per-interval AFT matrices, or

@@ -31,6 +31,9 @@ leader's loops, and answers the API and the CLI through thin methods.
   ``drift_repair`` the active revision is pushed again.
 - **Baselines and anomalies** (:mod:`controller.workflow.insight`): the leader's
   insight loop, every telemetry interval.
+- **Stored telemetry** (:mod:`controller.workflow.telemetry_archive`): the
+  leader stores the collector's new rates every ``telemetry_archive_s``; each
+  replica reads them back when it starts.
 - **Automatic re-tuning** (:mod:`controller.workflow.autote`) and the
   **operational view and failure reaction** (:mod:`controller.operations.service`)
   commit through this engine's one commit path.
@@ -67,6 +70,7 @@ from controller.workflow.recovery import Recovered, Recovery
 from controller.workflow.reviewer import Reviewer
 from controller.workflow.runtime import Runtime
 from controller.workflow.settle import Settler
+from controller.workflow.telemetry_archive import Archive
 from southbound.driver import DeviceDriver
 
 __all__ = ["SYSTEM", "Workflow"]
@@ -93,6 +97,7 @@ class Workflow:
         self.drift = Drift(rt, operational=self.operations.drift, commit=self.commit)
         self.auto_te = AutoTe(rt, self)
         self.insight = Insight(rt)
+        self.archive = Archive(rt)
         self._loops: list[asyncio.Task[None]] = []
 
     # -- what the use cases share ------------------------------------------------------
@@ -153,6 +158,10 @@ class Workflow:
         """As the leader, finish or undo a change left committing before serving (recovery), then
         keep taking up the commits any replica queues; the drift loop and auto-te (leader work)."""
         try:
+            await self.archive.restore()  # before the telemetry stream starts: the windows reach back
+        except Exception:  # the store cannot answer (or a segment is unreadable): the windows start empty
+            log.exception("telemetry: the stored rates could not be restored")
+        try:
             if self.is_leader():
                 await self.take_up()
                 await self.wait_idle()
@@ -170,12 +179,14 @@ class Workflow:
             self._loops.append(loop.create_task(self.settler.loop()))
         self.auto_te.start()
         self.insight.start()
+        self.archive.start()
         await self.operations.start()
 
     async def stop(self) -> None:
         await self.operations.stop()
         await self.auto_te.stop()
         await self.insight.stop()
+        await self.archive.stop()
         for task in self._loops:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -519,6 +519,16 @@ def test_the_observed_view_colours_links_by_their_counters_and_marks_stale_ones(
     assert "links measured" in p.inner_text("#observed-summary")
     utils = p.eval_on_selector_all("svg#fabric g.link", "els => els.map(e => e.dataset.utilization)")
     assert sorted(float(u) for u in utils) == pytest.approx(sorted(x["utilization"] for x in observed()), abs=0.02)
+    # a link's last hour, charted under its details from the stored history
+    first = EXAMPLE.links[0]
+    key = min(f"{first.a}:{first.a_port}", f"{first.b}:{first.b_port}")
+    p.click(f"svg#fabric g.link[data-link='{first.a}:{first.a_port}'] line.hit", force=True)
+    p.wait_for_selector("#details svg#link-history")
+    hist = loom("GET", f"/v1/telemetry/links/{key}/history?window_s=3600", "viewer").json()
+    known = sum(1 for pt in hist["points"] for d in ("gbps_ab", "gbps_ba") if pt[d] is not None)
+    drawn = int(p.get_attribute("svg#link-history", "data-points") or 0)  # read a moment before ours
+    assert known > 0 and drawn > 0 and abs(drawn - known) <= max(4, known // 5)
+    assert p.locator("svg#link-history polyline").count() >= 2
     ui.shot("fabric-observed")
     # a switch whose agent stops: its links are marked stale, not drawn as idle (the last module test on `loom`)
     stop_processes([loom.agents["leaf-1-1"]])

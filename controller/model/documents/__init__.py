@@ -131,7 +131,9 @@ from controller.model.documents.telemetry import (
     MeasuredDemandsDocument,
     PatternGroupDocument,
     PatternsDocument,
+    TelemetryHistoryPointDocument,
     TelemetryLinkDocument,
+    TelemetryLinkHistoryDocument,
     TelemetryLinksDocument,
 )
 
@@ -154,7 +156,8 @@ __all__ = [
     "ScenarioReactionDocument", "ScheduleCheck", "ScheduleDocument", "ScheduleFailure", "ScheduleStage",
     "SessionDocument", "SessionMoveDocument", "SessionMovesDocument", "SessionResetDocument",
     "SessionResetsDocument", "SettleDocument", "StageDocument",
-    "StageLossDocument", "StageProgressDocument", "TelemetryLinkDocument", "TelemetryLinksDocument",
+    "StageLossDocument", "StageProgressDocument", "TelemetryHistoryPointDocument", "TelemetryLinkDocument",
+    "TelemetryLinkHistoryDocument", "TelemetryLinksDocument",
     "TransitionDocument", "UnsettledDocument", "answer_json",
     "read_newer",
     "DiscoveredJobDocument", "DiscoveredJobsDocument", "JobBottleneckDocument", "JobPerformanceDocument",

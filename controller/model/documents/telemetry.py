@@ -11,8 +11,8 @@ from controller.model.documents.base import Closed
 
 __all__ = [
     "DemandCaptureDocument", "FidelityDocument", "FidelityLinkDocument", "MeasuredDemandDocument",
-    "MeasuredDemandsDocument", "PatternGroupDocument", "PatternsDocument", "TelemetryLinkDocument",
-    "TelemetryLinksDocument",
+    "MeasuredDemandsDocument", "PatternGroupDocument", "PatternsDocument", "TelemetryHistoryPointDocument",
+    "TelemetryLinkDocument", "TelemetryLinkHistoryDocument", "TelemetryLinksDocument",
 ]
 
 
@@ -29,6 +29,31 @@ class TelemetryLinkDocument(Closed):
     utilization: float | None = Field(description="the busier direction over the link's capacity")
     age_s: float | None = Field(description="seconds since the older direction's last sample")
     stale: bool = Field(description="no sample for more than 3 intervals, older than the window, or disconnected")
+
+
+class TelemetryHistoryPointDocument(Closed):
+    """One interval of a link's history: the rates that ended within it, time-weighted; ``null`` where no
+    counter of that direction had a rate ending in it."""
+
+    t: float = Field(description="the interval's end, seconds since the epoch")
+    gbps_ab: float | None
+    gbps_ba: float | None
+    utilization: float | None = Field(description="the busier direction over the link's capacity")
+
+
+class TelemetryLinkHistoryDocument(Closed):
+    """``GET /v1/telemetry/links/{link}/history``: a link's load, interval by interval, oldest first, over
+    the window (what the collector measured and, after a restart, what the store kept of it)."""
+
+    link: str = Field(description="the link's lower end, DEVICE:PORT (as /v1/links names it)")
+    a: str
+    a_port: str
+    b: str
+    b_port: str
+    capacity_gbps: float
+    window_s: float
+    interval_s: float
+    points: list[TelemetryHistoryPointDocument]
 
 
 class TelemetryLinksDocument(Closed):
