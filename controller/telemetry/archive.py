@@ -23,7 +23,7 @@ import numpy as np
 
 from controller.telemetry.counters import CounterStore
 
-__all__ = ["Segment", "restore", "segment"]
+__all__ = ["STORED", "Segment", "restore", "segment"]
 
 _SEP = "\t"  # between a counter's device and its path (neither holds a tab)
 
@@ -38,9 +38,15 @@ class Segment:
     blob: bytes
 
 
+#: the counters stored: the octets every view reads (links, demand, fidelity, patterns, jobs, drains); packet and
+#: discard counters are a third of a switch's and no view reads them
+STORED = ("/in-octets", "/out-octets", "/octets-forwarded")
+
+
 def segment(store: CounterStore, start: float, end: float) -> Segment | None:
-    """The entries of every counter's ring that end in ``(start, end]`` (None when there are none)."""
-    live = np.array([k is not None for k in store.keys], dtype=bool)
+    """The entries of every stored counter's ring (:data:`STORED`) that end in ``(start, end]`` (None when
+    there are none)."""
+    live = np.array([k is not None and k[1].endswith(STORED) for k in store.keys], dtype=bool)
     n = len(store.keys)
     inside = (store.ring_t[:n] > start) & (store.ring_t[:n] <= end) & live[:, None]
     rows, slots = np.nonzero(inside)
@@ -64,33 +70,43 @@ def _read(blob: bytes) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray, n
 
 
 def restore(store: CounterStore, blobs: list[bytes]) -> int:
-    """Merge the segments ``blobs`` into ``store``; returns how many entries it now holds from them (a
-    counter keeps its newest ``max_rates`` entries, so older ones beyond that are dropped)."""
-    per_row: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    """Merge the segments ``blobs`` into ``store``; returns how many entries it holds from them now (a
+    counter keeps its newest ``max_rates`` entries, so older ones beyond that are dropped, and an entry it
+    holds already counts once)."""
+    if not blobs:
+        return 0
+    parts = []
     for blob in blobs:
         keys, index, t, dt, rate = _read(blob)
         rows = np.array([store.row(d, p) for d, p in keys], dtype=np.int64)
-        for i, r in enumerate(rows):
-            pick = index == i
-            per_row.setdefault(int(r), []).append((t[pick], dt[pick], rate[pick]))
+        parts.append((rows[index], t, dt, rate))
+    new_rows = np.concatenate([p[0] for p in parts])
+    touched = np.unique(new_rows)
+    # what the touched counters hold already, beside what the segments bring (marked to count it apart)
+    have_r, have_s = np.nonzero(np.isfinite(store.ring_t[touched]))
+    old_rows = touched[have_r]
+    r = np.concatenate([old_rows, new_rows])
+    t = np.concatenate([store.ring_t[old_rows, have_s], *(p[1] for p in parts)])
+    dt = np.concatenate([store.ring_dt[old_rows, have_s], *(p[2] for p in parts)])
+    rate = np.concatenate([store.ring_rate[old_rows, have_s], *(p[3] for p in parts)])
+    new = np.concatenate([np.zeros(len(old_rows), dtype=bool), np.ones(len(new_rows), dtype=bool)])
+    order = np.lexsort((new, t, r))  # by counter, then time; a held entry before a stored twin
+    r, t, dt, rate, new = r[order], t[order], dt[order], rate[order], new[order]
+    first = np.ones(len(r), dtype=bool)
+    first[1:] = (r[1:] != r[:-1]) | (t[1:] != t[:-1])  # an entry held or stored twice counts once
+    r, t, dt, rate, new = r[first], t[first], dt[first], rate[first], new[first]
     k = store.options.max_rates
-    restored = 0
-    for r, parts in per_row.items():
-        have = np.isfinite(store.ring_t[r])
-        t = np.concatenate([store.ring_t[r][have], *(p[0] for p in parts)])
-        dt = np.concatenate([store.ring_dt[r][have], *(p[1] for p in parts)])
-        rate = np.concatenate([store.ring_rate[r][have], *(p[2] for p in parts)])
-        t, first = np.unique(t, return_index=True)  # sorted; an entry stored twice counts once
-        dt, rate = dt[first][-k:], rate[first][-k:]
-        t = t[-k:]
-        store.ring_t[r] = -np.inf
-        store.ring_t[r, :len(t)] = t
-        store.ring_dt[r, :len(t)] = dt
-        store.ring_rate[r, :len(t)] = rate
-        store.head[r] = len(t) % k
-        restored += max(0, len(t) - int(have.sum()))
-        device = store.keys[r]
-        if device is not None and len(t):
-            seen = store.device_seen.get(device[0], float("-inf"))
-            store.device_seen[device[0]] = max(seen, float(t[-1]))
-    return restored
+    uniq, start, count = np.unique(r, return_index=True, return_counts=True)
+    pos = np.arange(len(r)) - np.repeat(start, count)  # the entry's place among its counter's, oldest first
+    kept = np.repeat(count, count) - pos <= k  # each counter's newest k
+    slot = pos - np.repeat(np.maximum(count - k, 0), count)
+    store.ring_t[touched] = -np.inf
+    store.ring_t[r[kept], slot[kept]] = t[kept]
+    store.ring_dt[r[kept], slot[kept]] = dt[kept]
+    store.ring_rate[r[kept], slot[kept]] = rate[kept]
+    store.head[uniq] = np.minimum(count, k) % k
+    for row, last in zip(uniq, t[np.cumsum(count) - 1], strict=True):  # a device is as recent as its newest rate
+        key = store.keys[int(row)]
+        if key is not None:
+            store.device_seen[key[0]] = max(store.device_seen.get(key[0], float("-inf")), float(last))
+    return int((kept & new).sum())

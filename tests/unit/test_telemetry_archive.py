@@ -10,6 +10,9 @@ from controller.telemetry.counters import CounterStore, Options, Sample
 
 T0 = 1_800_000_000.0
 OPTS = Options(interval_s=10.0, max_rates=8)
+P1 = "/interfaces/interface[name=eth1]/state/counters/out-octets"
+P2 = ("/network-instances/network-instance[name=default]/afts/ipv4-unicast/ipv4-entry[prefix=10.0.0.0/24]"
+      "/state/counters/octets-forwarded")
 
 
 def fed(n: int, *, options: Options = OPTS) -> CounterStore:
@@ -17,12 +20,12 @@ def fed(n: int, *, options: Options = OPTS) -> CounterStore:
     s = CounterStore(options)
     for i in range(n):
         t = int((T0 + 10 * i) * 1e9)
-        s.ingest([Sample("d1", "p1", 500 * i * (i + 1), t), Sample("d2", "p2", 40 * i, t)], T0 + 10 * i)
+        s.ingest([Sample("d1", P1, 500 * i * (i + 1), t), Sample("d2", P2, 40 * i, t)], T0 + 10 * i)
     return s
 
 
 def rows(s: CounterStore) -> list[int]:
-    return [s.rows[("d1", "p1")], s.rows[("d2", "p2")]]
+    return [s.rows[("d1", P1)], s.rows[("d2", P2)]]
 
 
 @pytest.mark.parametrize("window", [25.0, 45.0, 1000.0])
@@ -53,10 +56,10 @@ def test_a_restored_counter_reads_stale_until_it_samples_and_never_rates_across_
     # starts an interval (no rate over the gap); the second makes one
     later = T0 + 3600
     for k in range(2):
-        b.ingest([Sample("d2", "p2", 10_000 + 400 * k, int((later + 10 * k) * 1e9))], later + 10 * k)
-    st = b.stats([b.rows[("d2", "p2")]], later + 10, 20)
+        b.ingest([Sample("d2", P2, 10_000 + 400 * k, int((later + 10 * k) * 1e9))], later + 10 * k)
+    st = b.stats([b.rows[("d2", P2)]], later + 10, 20)
     assert not st.stale[0] and st.mean[0] == pytest.approx(40.0)
-    assert b.stats([b.rows[("d2", "p2")]], later + 10, 4000).max[0] == pytest.approx(40.0)
+    assert b.stats([b.rows[("d2", P2)]], later + 10, 4000).max[0] == pytest.approx(40.0)
 
 
 def test_a_segment_stored_twice_counts_once_and_a_ring_keeps_its_newest() -> None:
@@ -68,15 +71,20 @@ def test_a_segment_stored_twice_counts_once_and_a_ring_keeps_its_newest() -> Non
     assert restore(b, [seg.blob]) == 0
     small = CounterStore(Options(interval_s=10.0, max_rates=3))
     restore(small, [seg.blob])
-    ends = small.ring_t[small.rows[("d1", "p1")]]
+    ends = small.ring_t[small.rows[("d1", P1)]]
     assert sorted(ends) == [T0 + 90, T0 + 100, T0 + 110]
     # and the ring goes on from there: the next rate replaces the oldest
-    small.ingest([Sample("d1", "p1", 1, int((T0 + 200) * 1e9))], T0 + 200)
-    small.ingest([Sample("d1", "p1", 101, int((T0 + 210) * 1e9))], T0 + 210)
-    assert sorted(small.ring_t[small.rows[("d1", "p1")]]) == [T0 + 100, T0 + 110, T0 + 210]
+    small.ingest([Sample("d1", P1, 1, int((T0 + 200) * 1e9))], T0 + 200)
+    small.ingest([Sample("d1", P1, 101, int((T0 + 210) * 1e9))], T0 + 210)
+    assert sorted(small.ring_t[small.rows[("d1", P1)]]) == [T0 + 100, T0 + 110, T0 + 210]
 
 
-def test_nothing_in_the_span_is_no_segment() -> None:
+def test_nothing_in_the_span_is_no_segment_and_no_view_reads_packets() -> None:
     a = fed(5)
+    pkts = CounterStore(OPTS)
+    for i in range(3):
+        pkts.ingest([Sample("d1", "/interfaces/interface[name=eth1]/state/counters/in-pkts", 10 * i,
+                            int((T0 + 10 * i) * 1e9))], T0 + 10 * i)
+    assert segment(pkts, 0, T0 + 1000) is None
     assert segment(a, T0 + 500, T0 + 600) is None
     assert segment(CounterStore(OPTS), 0, T0) is None
