@@ -114,7 +114,12 @@ def _kill_during_commit(ha: HA, formation: pgha.Formation, active: int, rng: ran
                           timeout=120)
     promoted = time.monotonic() - t_kill
     formation.restart(victim)
-    done = settle(lb, ch["id"], timeout=120)
+    try:
+        done = settle(lb, ch["id"], timeout=120)
+    except AssertionError as exc:  # what the formation and the replicas say, for the failure's report
+        logs = [f"{ha.replicas.name(s)}: {line}" for s in ha.replicas.servers if s.log.exists()
+                for line in s.log.read_text(errors="replace").splitlines()[-15:]]
+        raise AssertionError(f"{exc}\nformation: {formation.states()}\n" + "\n".join(logs)) from None
     settled = time.monotonic() - t_kill
     formation.wait_healthy()
     return {"change": done, "caught": caught, "t_kill": t_kill, "promoted": promoted, "settled": settled,
