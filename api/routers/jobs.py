@@ -2,7 +2,8 @@
 by collective); ``POST /v1/jobs/what-if``: the planned maximum utilization and the safety verdict of the active
 intent with one more ML job (DESIGN.md, Closed loop); nothing is written. And the jobs seen from the network
 (DESIGN.md, ML workloads): ``GET /v1/jobs/{name}/performance`` (:func:`controller.telemetry.jobperf.job_performance`)
-and ``GET /v1/jobs/discovered`` (:func:`controller.telemetry.discovery.discovered_jobs`), read from the collector
+and ``GET /v1/jobs/{name}/history`` (its measured rate per interval and its ``job.*`` insight events) and
+``GET /v1/jobs/discovered`` (:func:`controller.telemetry.discovery.discovered_jobs`), read from the collector
 against the active revision like the telemetry views; ``discovered`` is declared before the collection's
 ``/v1/jobs/{name}``, which would take it for a job's name.
 
@@ -22,19 +23,24 @@ what-if, with the same role, body formats, ETag and nothing stored; errors are l
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.core.deps import Operator, Viewer, set_etag
+from api.core.deps import Operator, SessionDep, Viewer, set_etag
 from api.core.guard import GuardedRoute
 from api.core.problems import error_responses
 from api.routers.collection import collection_router
 from api.routers.intent import body_format
-from api.routers.telemetry import WindowS, telemetry
+from api.routers.telemetry import HistoryWindowS, WindowS, telemetry
 from controller.model.documents import (
     DiscoveredJobsDocument,
+    InsightEventDocument,
+    JobEventDocument,
+    JobHistoryDocument,
+    JobHistoryPointDocument,
     JobPerformanceDocument,
     JobPlacementsDocument,
     JobWhatIfDocument,
@@ -42,8 +48,9 @@ from controller.model.documents import (
 from controller.model.errors import NotFound
 from controller.model.intent import parse_intent_text
 from controller.model.placement import MAX_CANDIDATES, MAX_TOP
+from controller.store import events_repo
 from controller.telemetry.discovery import discovered_jobs
-from controller.telemetry.jobperf import job_performance
+from controller.telemetry.jobperf import job_performance, job_rate_history
 from controller.workflow import jobs
 from controller.workflow.telemetry import active_context
 
@@ -82,6 +89,29 @@ def performance(request: Request, _actor: Viewer, name: JobName, window_s: Windo
     if job is None:
         raise NotFound(f"no job named '{name}' in the active revision")
     return job_performance(tel, intent, plan, job, time.time(), window_s)
+
+
+@router.get("/v1/jobs/{name}/history", response_model=JobHistoryDocument,
+            summary="A job's measured rate per interval and its insight events over the window",
+            responses=error_responses(401, 403, 404, 422))
+def history(request: Request, session: SessionDep, _actor: Viewer, name: JobName,
+            window_s: HistoryWindowS = None) -> JobHistoryDocument:
+    tel = telemetry(request, window_s)
+    window_s = window_s or tel.keep_s
+    _rev, intent, _plan = active_context(tel, sessions=request.app.state.database.session)
+    job = next((j for j in intent.jobs if j.name == name), None)
+    if job is None:
+        raise NotFound(f"no job named '{name}' in the active revision")
+    now = time.time()
+    expected, points = job_rate_history(tel, intent, job, now, window_s)
+    since = datetime.fromtimestamp(now - window_s, UTC)
+    events = [e for e in events_repo.events_since("job.", since, session=session) if e.data.get("job") == name]
+    return JobHistoryDocument(
+        job=name, window_s=window_s, interval_s=tel.options.interval_s, expected_gbps=expected,
+        method="aft" if points is not None else None,
+        points=[JobHistoryPointDocument(t=round(t, 3), gbps=g) for t, g in points or []],
+        events=[JobEventDocument(id=e.id, at=e.at.isoformat(), kind=e.kind,
+                                 data=InsightEventDocument.model_validate(e.data)) for e in events])
 
 
 router.include_router(collection_router("jobs", filters, id_help="the job's name"))

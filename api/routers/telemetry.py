@@ -35,6 +35,9 @@ router = APIRouter(tags=["telemetry"], route_class=GuardedRoute)
 
 Stat = Literal["mean", "p95", "max"]
 WindowS = Annotated[float, Query(gt=0, le=86400, description="the window in seconds (rates ending within it)")]
+#: a history's window: the collector's whole (``telemetry_keep_s``) when not given
+HistoryWindowS = Annotated[float | None, Query(gt=0, le=86400, description=(
+    "the window in seconds (rates ending within it); by default all the collector keeps"))]
 StatQ = Annotated[Stat, Query(description="statistic of the per-interval rates: mean, p95 or max")]
 
 
@@ -61,8 +64,9 @@ def links(request: Request, session: SessionDep, _actor: Viewer, window_s: Windo
             responses=error_responses(401, 403, 404, 422))
 def link_history(request: Request, session: SessionDep, _actor: Viewer,
                  link: Annotated[str, Path(description="the link's lower end, DEVICE:PORT (as /v1/links names it)")],
-                 window_s: WindowS = 3600.0) -> TelemetryLinkHistoryDocument:
+                 window_s: HistoryWindowS = None) -> TelemetryLinkHistoryDocument:
     tel = telemetry(request, window_s)
+    window_s = window_s or tel.keep_s
     intent = active_intent(tel, session=session)
     found = next((lk for lk in intent.links if lk.key == link or link in (lk.end_a, lk.end_b)), None)
     if found is None:

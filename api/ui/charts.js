@@ -100,3 +100,41 @@ export function historyChart(history, { width = 420, height = 160, id = "link-hi
   });
   return svg;
 }
+
+/** A job's measured rate per interval (GET /v1/jobs/{name}/history), with its template's expectation dashed. */
+export function rateChart(history, { width = 420, height = 160, id = "job-history" } = {}) {
+  const first = history.points.findIndex((p) => p.gbps !== null);
+  const pts = first < 0 ? [] : history.points.slice(first);
+  const known = pts.map((p) => p.gbps).filter((v) => v !== null);
+  const top = Math.max(1e-6, history.expected_gbps, ...known) * 1.2;
+  const L = 48, R = 10, T = 12, B = 26;
+  const pw = width - L - R, ph = height - T - B;
+  const t0 = pts.length ? pts[0].t : 0;
+  const span = Math.max(1, pts.length ? pts[pts.length - 1].t - t0 : 1);
+  const x = (t) => L + ((t - t0) / span) * pw;
+  const y = (g) => T + ph - (g / top) * ph;
+  const svg = s("svg", { id, class: "history", viewBox: `0 0 ${width} ${height}`, width, height, style: "width:100%;height:auto",
+    role: "img", "aria-label": "the job's rate over time", "data-points": String(known.length) });
+  svg.append(s("line", { x1: L, y1: T + ph, x2: L + pw, y2: T + ph, class: "axis" }));
+  svg.append(s("line", { x1: L, y1: T, x2: L, y2: T + ph, class: "axis" }));
+  for (const frac of [0, 0.5, 1]) {
+    svg.append(s("text", { x: L - 6, y: y(top * frac) + 4, class: "tick", "text-anchor": "end" }, `${(top * frac).toPrecision(2)}`));
+  }
+  svg.append(s("text", { x: 4, y: T + 8, class: "tick" }, "Gb/s"));
+  svg.append(s("line", { x1: L, x2: L + pw, y1: y(history.expected_gbps), y2: y(history.expected_gbps), class: "expected" },
+    s("title", {}, `expected ${history.expected_gbps.toPrecision(3)} Gb/s (the collective's template)`)));
+  let run = [];
+  const flush = () => {
+    if (run.length) svg.append(s("polyline", { points: run.join(" "), fill: "none", stroke: "#1a73e8", "stroke-width": 1.5, class: "line" }));
+    run = [];
+  };
+  for (const p of pts) {
+    if (p.gbps === null) { flush(); continue; }
+    run.push(`${x(p.t).toFixed(1)},${y(p.gbps).toFixed(1)}`);
+  }
+  flush();
+  const ago = span >= 120 ? `${Math.round(span / 60)} min ago` : `${Math.round(span)} s ago`;
+  svg.append(s("text", { x: L, y: height - 6, class: "tick" }, pts.length ? ago : "nothing measured yet"));
+  svg.append(s("text", { x: L + pw, y: height - 6, class: "tick", "text-anchor": "end" }, "now"));
+  return svg;
+}

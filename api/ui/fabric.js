@@ -7,6 +7,7 @@
 import { h, s, clear, fmt, pct, utilColour, table, badge, message } from "./util.js";
 import { api, maybe, ApiError, followEvents } from "./api.js";
 import { historyChart } from "./charts.js";
+import { jobsCard } from "./jobs.js";
 
 const TIERS = ["superspine", "spine", "leaf", "tor", "router"];
 const OBSERVED_WINDOW_S = 60;
@@ -242,16 +243,18 @@ function viewToggle(view) {
   const link = (label, href, on, id) => h("a", { href, id, class: `toggle${on ? " on" : ""}`, "aria-pressed": on }, label);
   return h("div", { class: "view-toggle", id: "view-toggle" },
     link("planned", "#/fabric", !view.observed, "view-planned"),
-    link("observed", "#/fabric?view=observed", view.observed, "view-observed"));
+    link("observed", "#/fabric?view=observed", view.observed && !view.jobs, "view-observed"),
+    link("jobs", "#/fabric?view=jobs", view.jobs, "view-jobs"));
 }
 
 export async function renderFabric(main, ctx) {
   main.append(h("p", { class: "muted" }, "loading the fabric…"));
-  const view = { observed: ctx.params.get("view") === "observed" };
+  // the jobs view colours links as the observed one does, and marks a selected job on top
+  const view = { observed: ["observed", "jobs"].includes(ctx.params.get("view")), jobs: ctx.params.get("view") === "jobs" };
   const [{ status, plan, intent, revision, active, previewed }, observed, patterns, links, devices] = await Promise.all([
     loadFabric(ctx.params.get("plan") === "head"),
     view.observed ? maybe(`/v1/telemetry/links?window_s=${OBSERVED_WINDOW_S}`) : null,
-    view.observed ? maybe(`/v1/telemetry/patterns?window_s=${OBSERVED_WINDOW_S}`).catch(() => null) : null,
+    view.observed && !view.jobs ? maybe(`/v1/telemetry/patterns?window_s=${OBSERVED_WINDOW_S}`).catch(() => null) : null,
     maybe("/v1/state/links").catch(() => null), maybe("/v1/state/devices").catch(() => null)]);
   if (!ctx.alive()) return;
   // the operational state: links down and switches whose agent does not answer, redrawn on their events
@@ -294,7 +297,9 @@ export async function renderFabric(main, ctx) {
     status && status.committing_change
       ? h("a", { class: "badge committing", href: `#/changes/${status.committing_change}` }, "commit in progress") : null));
   main.append(viewToggle(view), legend(view.observed ? !!(observed && observed.links.length) : !!plan, view));
-  if (view.observed) main.append(patternsCard(patterns));
+  if (view.observed && !view.jobs) main.append(patternsCard(patterns));
+  const jobsSlot = view.jobs ? h("div", { id: "jobs-slot" }) : null;
+  if (jobsSlot) main.append(jobsSlot);
 
   // at least ~16 px a switch on screen: a large fabric scrolls sideways rather than shrinking to dots
   const shown = Math.max(Math.max(600, (main.clientWidth || 1400) - 380), lay.wide * 16 + 120);
@@ -323,6 +328,7 @@ export async function renderFabric(main, ctx) {
     const id = `${link.a}:${link.a_port}`;
     const isDown = down.has([`${link.a}:${link.a_port}`, `${link.b}:${link.b_port}`].sort()[0]);  // its id: the lower end
     const g = s("g", { class: `link${drained ? " drained" : ""}${isStale ? " stale" : ""}${isDown ? " down" : ""}`, "data-link": id,
+      "data-key": [`${link.a}:${link.a_port}`, `${link.b}:${link.b_port}`].sort()[0],
       "data-utilization": u ?? "" },
       s("line", { x1: p.x, y1: p.y, x2: q.x, y2: q.y, class: "wire",
         stroke: isDown ? "#d93025" : drained || isStale ? "#9aa0a6" : utilColour(u), "stroke-width": 2 + 2 * Math.min(1, (link.capacity_gbps ?? 100) / 400) }),
@@ -366,6 +372,7 @@ export async function renderFabric(main, ctx) {
   }
   svg.append(linkLayer, nodeLayer);
   main.append(h("div", { class: "fabric-wrap" }, h("div", { class: "fabric-box card" }, svg), details), tip);
+  if (jobsSlot) jobsSlot.replaceWith(await jobsCard(intent, svg, details));
   const drainedList = [...dr.devices, ...dr.ends];
   main.append(h("p", { class: "muted", id: "drained-list" },
     drainedList.length ? `drained: ${drainedList.join(", ")}` : "nothing drained"));

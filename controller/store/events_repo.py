@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 from controller.store.repo import utc
 from controller.store.workflow_models import EventRow, InsightBaselineRow, OpStateRow
 
-__all__ = ["KEEP", "Event", "add_event", "events_after", "last_event_id", "load_baselines", "load_opstate",
-           "save_baselines", "save_opstate"]
+__all__ = ["KEEP", "Event", "add_event", "events_after", "events_since", "last_event_id", "load_baselines",
+           "load_opstate", "save_baselines", "save_opstate"]
 
 #: events kept (older ones are deleted as new ones come)
 KEEP = 20_000
@@ -55,6 +55,15 @@ def events_after(last_id: int, *, session: Session, limit: int = 500) -> list[Ev
     """Events with an id above ``last_id``, oldest first."""
     rows = session.scalars(select(EventRow).where(EventRow.id > last_id).order_by(EventRow.id).limit(limit))
     return [Event(r.id, utc(r.at) or r.at, r.kind, json.loads(r.data)) for r in rows]
+
+
+def events_since(kind_prefix: str, since: datetime, *, session: Session, limit: int = 2000) -> list[Event]:
+    """The newest ``limit`` events whose kind starts with ``kind_prefix`` (``job.``) at or after ``since``,
+    newest first."""
+    rows = session.scalars(select(EventRow).where(EventRow.kind.startswith(kind_prefix, autoescape=True))
+                           .order_by(EventRow.id.desc()).limit(limit))
+    events = (Event(r.id, utc(r.at) or r.at, r.kind, json.loads(r.data)) for r in rows)
+    return [e for e in events if e.at >= since]  # (ids grow with time: the newest are the ones in the window)
 
 
 def last_event_id(*, session: Session) -> int:

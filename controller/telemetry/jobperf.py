@@ -44,7 +44,7 @@ from controller.telemetry.collector import Telemetry
 from controller.telemetry.period import recover_period
 from safety.estimate import RoutingMatrix
 
-__all__ = ["CommTime", "comm_time", "job_performance", "phase_bits"]
+__all__ = ["CommTime", "comm_time", "job_performance", "job_rate_history", "phase_bits"]
 
 GIGABITS_PER_BYTE = 8 / 1e9
 
@@ -210,6 +210,22 @@ def job_performance(tel: Telemetry, intent: Intent, plan: Plan, job: Job, now: f
         measured_gbps=_r(m.job_gbps), expected_gbps=round(expected, 6), period_s=_r(period, 3), iter_s=job.iter_s,
         periodicity=_r(strength, 4), comm_s=_r(comm), comm_s_idle=round(idle.seconds, 6),
         slowdown=_r(slowdown, 4), bottlenecks=_bottlenecks(intent, bits, timing, m, cap, top), reasons=reasons)
+
+
+def job_rate_history(tel: Telemetry, intent: Intent, job: Job, now: float, window_s: float
+                     ) -> tuple[float, list[tuple[float, float | None]] | None]:
+    """``job``'s expected rate, and its measured rate per telemetry interval over the window ending at ``now``
+    (oldest first: each interval's end and the job's pairs summed, None where none reported), or None when its
+    members serve no AFT counters."""
+    demands = job_demands(job, originated_prefixes(intent), intent.registry)
+    series = _rate_series(tel, intent, set(demands), now, window_s)
+    expected = round(sum(demands.values()), 6)
+    if series is None:
+        return expected, None
+    step = tel.options.interval_s
+    n = len(series)
+    return expected, [(now - (n - 1 - i) * step, None if np.isnan(g) else _r(float(g)))
+                      for i, g in enumerate(series)]
 
 
 def _r(x: float | None, nd: int = 6) -> float | None:

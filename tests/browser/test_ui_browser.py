@@ -504,6 +504,40 @@ def test_auto_te_changes_show_their_trigger_and_operators_can_pause_it(ui: Page,
     ui.shot("change-auto-te")
 
 
+def test_the_jobs_view_marks_a_jobs_members_and_links_and_charts_its_history(ui: Page, loom: Loom) -> None:
+    tors = sorted(d.name for d in EXAMPLE.devices if d.role == "tor")
+    job = {"name": "llm-ui", "tors": [tors[0], tors[-1]], "collective": "ring_allreduce", "bytes_per_iter": 1e9,
+           "iter_s": 10.0}
+    r = loom("POST", "/v1/jobs", json=job)
+    assert r.status_code == 201, r.text
+    head = loom("GET", "/v1/status", "viewer").json()["head_revision"]
+    ch = loom("POST", f"/v1/revisions/{head}/rollback", json={"message": "the job ui test"}).json()
+    assert loom("POST", f"/v1/changes/{ch['id']}/review").json()["verdict"] == "safe"
+    assert loom("POST", f"/v1/changes/{ch['id']}/commit", json={}).status_code == 202
+    assert loom.wait_change(ch["id"])["state"] == "committed"
+    perf = loom("GET", "/v1/jobs/llm-ui/performance?window_s=300", "viewer").json()
+    p = ui.login("viewer")
+    p.goto(loom.url + "/#/fabric?view=jobs")
+    row = p.locator("#jobs tr.job[data-job='llm-ui']")
+    expect(row).to_be_visible()
+    expect(p.locator("#view-jobs")).to_have_class("toggle on")
+    row.click()
+    expect(row).to_have_class("job selected")
+    members = set(p.eval_on_selector_all("svg#fabric g.node.job-member", "els => els.map(e => e.dataset.device)"))
+    assert members == set(job["tors"])
+    marked = set(p.eval_on_selector_all("svg#fabric g.link.job-path", "els => els.map(e => e.dataset.key)"))
+    assert marked == {b["link"] for b in perf["bottlenecks"]} and marked
+    assert "llm-ui" in p.inner_text("#job-info") and "ring_allreduce over 2 ToRs" in p.inner_text("#job-info")
+    p.wait_for_selector("#job-info #job-events")
+    # the dry switches count only the prefixes their own configs name (a ToR's own), not a job's remote member's:
+    # no per-pair rate, so no rate history, and the page says so (the chart is drawn from the same document)
+    hist = loom("GET", "/v1/jobs/llm-ui/history", "viewer").json()
+    assert hist["method"] is None and hist["points"] == []
+    assert "no per-prefix counters from its members" in p.inner_text("#job-info")
+    assert "no insight event" in p.inner_text("#job-events")
+    ui.shot("fabric-jobs")
+
+
 def test_the_observed_view_colours_links_by_their_counters_and_marks_stale_ones(ui: Page, loom: Loom) -> None:
     def observed() -> list[dict[str, Any]]:
         return list(loom("GET", "/v1/telemetry/links?window_s=60", "viewer").json()["links"])

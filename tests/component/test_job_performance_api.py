@@ -209,3 +209,36 @@ def test_loom_jobs_performance_discovered_and_adopt(served: tuple[Api, Telemetry
     assert rv["verdict"] == "safe"
     change = api("GET", f"/v1/changes/{rv['change']}", role="viewer").json()
     assert change["state"] == "reviewed"
+
+
+def test_a_jobs_history_is_its_rate_per_interval_and_its_own_events(served: tuple[Api, Telemetry]) -> None:
+    from datetime import UTC, datetime
+
+    from controller.store import events_repo
+
+    api, tel = served
+    assert api.initial()["state"] == "committed"
+    now = time.time()
+    feed(tel, now)
+    at = datetime.fromtimestamp(now - 30, UTC)
+    event = {"baseline": {"mean": 1.0}, "observed": {"mean": 2.0}, "links": [], "cleared": False}
+    with api.db.session() as s:
+        mine = events_repo.add_event("job.slowdown", {**event, "job": "llm-7", "evidence": "slower"}, session=s, now=at)
+        events_repo.add_event("job.stalled", {**event, "job": "emb-2", "evidence": "not mine"}, session=s, now=at)
+        events_repo.add_event("link.hot", {**event, "link": "x:eth1", "evidence": "a link"}, session=s, now=at)
+        old = datetime.fromtimestamp(now - 7200, UTC)
+        events_repo.add_event("job.stalled", {**event, "job": "llm-7", "evidence": "long ago"}, session=s, now=old)
+        s.commit()
+    r = api("GET", f"/v1/jobs/llm-7/history?window_s={10 * INTERVALS}", role="viewer")
+    assert r.status_code == 200, r.text
+    h = r.json()
+    assert h["job"] == "llm-7" and h["method"] == "aft" and h["interval_s"] == 10.0
+    assert len(h["points"]) == INTERVALS and [p["t"] for p in h["points"]] == sorted(p["t"] for p in h["points"])
+    # every interval's rate is the ring's bytes in it: the points integrate to what the ring sent
+    ring_gbit = sum(v for (s, p), v in feed(Telemetry(), now).items()
+                    if s in RING and p in {PREFIX[m] for m in RING}) * 8 / 1e9
+    window_gbit = sum(10.0 * p["gbps"] for p in h["points"][-int(WINDOW_S // 10):] if p["gbps"] is not None)
+    assert window_gbit == pytest.approx(ring_gbit, rel=0.02)
+    assert h["expected_gbps"] == pytest.approx(4 * 2 * 0.75 * 2e10 * 8 / 1e9 / 37.0, rel=1e-6)
+    assert [(e["id"], e["kind"], e["data"]["evidence"]) for e in h["events"]] == [(mine, "job.slowdown", "slower")]
+    assert api("GET", "/v1/jobs/emb-2/history", role="viewer").status_code == 404

@@ -11,7 +11,8 @@ from controller.model.documents.base import Closed, JsonObject
 from controller.model.documents.safety import FailureDocument
 
 __all__ = ["DiscoveredJobDocument", "DiscoveredJobsDocument", "InsightEventDocument",
-           "JobBottleneckDocument", "JobPerformanceDocument",
+           "JobBottleneckDocument", "JobEventDocument", "JobHistoryDocument", "JobHistoryPointDocument",
+           "JobPerformanceDocument",
            "JobPlacementDocument", "JobPlacementsDocument", "OfferedJobDocument", "PlacementSearchFigures"]
 
 
@@ -64,6 +65,35 @@ class JobPerformanceDocument(Closed):
     slowdown: float | None = Field(description="comm_s / comm_s_idle")
     bottlenecks: list[JobBottleneckDocument]
     reasons: dict[str, str] = Field(description="why a figure is null or approximate, by field name")
+
+
+class JobHistoryPointDocument(Closed):
+    """One telemetry interval of a job's measured rate."""
+
+    t: float = Field(description="the interval's end, seconds since the epoch")
+    gbps: float | None = Field(description="the job's pairs summed; null where none reported in the interval")
+
+
+class JobEventDocument(Closed):
+    """One of the job's insight events (the event stream's ``job.*``), as stored."""
+
+    id: int = Field(description="the event's id (the event stream's, for Last-Event-ID)")
+    at: str
+    kind: str
+    data: InsightEventDocument
+
+
+class JobHistoryDocument(Closed):
+    """``GET /v1/jobs/{name}/history``: the job's measured rate per interval over the window, oldest first,
+    beside its collective's expectation, and its insight events of the window, newest first."""
+
+    job: str
+    window_s: float
+    interval_s: float
+    expected_gbps: float
+    method: Literal["aft"] | None = Field(description="aft: its members' AFT counters; null without them")
+    points: list[JobHistoryPointDocument]
+    events: list[JobEventDocument]
 
 
 class OfferedJobDocument(Closed):
