@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from controller.gen import clos_document
 from controller.model.intent import validate_intent
+from controller.store import events_repo
 from controller.telemetry import Sample, Telemetry, aft_path
 from southbound.device.dry import DryDriver
 from tests.apps import Api, running_api
@@ -212,10 +214,6 @@ def test_loom_jobs_performance_discovered_and_adopt(served: tuple[Api, Telemetry
 
 
 def test_a_jobs_history_is_its_rate_per_interval_and_its_own_events(served: tuple[Api, Telemetry]) -> None:
-    from datetime import UTC, datetime
-
-    from controller.store import events_repo
-
     api, tel = served
     assert api.initial()["state"] == "committed"
     now = time.time()
