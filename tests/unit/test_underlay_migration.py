@@ -22,6 +22,7 @@ from controller.workflow.review import build_review
 from safety.transition import schedule
 from solver.solve import solve
 from southbound.config import bgp_session_resets, session_moves
+from southbound.device.frr_delta import delta_commands, parse_config
 from southbound.render import bridged, device_configs, render_frr
 from southbound.state import BgpSession, DeviceState, KernelNextHop, KernelRoute
 from southbound.wcmp import compare
@@ -145,3 +146,31 @@ def test_a_bridge_leg_is_read_back_only_once_each_links_new_session_is_up() -> N
     assert sorted(waiting) == sorted(f"BGP session to {n.peer} ({n.port}) not established yet"
                                      for n in cfg.neighbors if n.address is None)
     assert not [p for p in check("tor-0-0", DeviceState("tor-0-0", "h", True, {}, all_up)) if "BGP session" in p]
+
+
+def _session_lines(text: str, key: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip().startswith(f"neighbor {key} ")]
+
+
+def test_the_last_leg_leaves_the_sessions_it_keeps_untouched() -> None:
+    """From the bridge to the proposed configs only the old sessions and addresses go: every line of a kept
+    session is the bridge's, byte for byte, so that the difference the agent applies (or ``frr-reload.py``'s)
+    never re-sends one (FRR resets a session whose ``v6only`` or address family it is told again), and the
+    interface sessions are ``v6only``: FRR would otherwise run them over the bridge's /31s (it derives the
+    peer's IPv4 address from a /30 or /31 on the port) and reset them when the last leg removes those."""
+    for old_doc, new_doc in (_pair(v6=False), _pair(v6=False)[::-1]):
+        it, it2 = validate_intent(old_doc), validate_intent(new_doc)
+        plan = solve(it)
+        mid, after = device_configs(bridged(it, it2), plan), device_configs(it2, plan)
+        for name, cfg in after.items():
+            bridge_text, final_text = render_frr(mid[name]), render_frr(cfg)
+            for n in cfg.neighbors:
+                assert _session_lines(final_text, n.key) == _session_lines(bridge_text, n.key)
+                if n.address is None:
+                    assert f" neighbor {n.key} interface v6only remote-as {n.remote_asn}" in final_text
+            commands = delta_commands(parse_config(bridge_text), parse_config(final_text))
+            kept = {f"neighbor {n.key} " for n in cfg.neighbors}
+            assert not [c for c in commands if c.removeprefix("no ").startswith(tuple(kept))], (name, commands)
+            gone = [k for k, c in enumerate(commands) if " remote-as " in c]
+            unaddressed = [k for k, c in enumerate(commands) if c.startswith("no ip address ")]
+            assert gone and (not unaddressed or max(gone) < min(unaddressed))  # sessions go before addresses
