@@ -146,6 +146,19 @@ def test_a_bridge_leg_is_read_back_only_once_each_links_new_session_is_up() -> N
     assert sorted(waiting) == sorted(f"BGP session to {n.peer} ({n.port}) not established yet"
                                      for n in cfg.neighbors if n.address is None)
     assert not [p for p in check("tor-0-0", DeviceState("tor-0-0", "h", True, {}, all_up)) if "BGP session" in p]
+    # up is not enough: the leg ends once the kernel's routes go over both sessions of each bridged port
+    dp = plan.devices["tor-0-0"]
+    ports = {p: [h.port for h in dp.groups[g]] for p, g in dp.routes.items()}
+
+    def routes(per_port: int) -> dict[str, KernelRoute]:
+        return {p: KernelRoute(p, "bgp", tuple(KernelNextHop(port, f"gw{k}", 1) for port in hops
+                                               for k in range(per_port))) for p, hops in ports.items()}
+
+    carrying = [p for p in check("tor-0-0", DeviceState("tor-0-0", "h", True, routes(1), all_up))
+                if "sessions over" in p]
+    assert sorted(carrying) == sorted(f"{p}: 1 of its 2 sessions over {port} carry it yet"
+                                      for p, hops in ports.items() for port in sorted(set(hops)))
+    assert check("tor-0-0", DeviceState("tor-0-0", "h", True, routes(2), all_up)) == []
 
 
 def _session_lines(text: str, key: str) -> list[str]:
