@@ -17,6 +17,7 @@ from typing import Any
 
 from controller.model.intent import validate_intent
 from controller.model.plan import DevicePlan, NextHop
+from controller.operations.service import Operations, OperationsOptions
 from controller.workflow.changes import ReviewInputs
 from controller.workflow.review import build_review
 from safety.transition import schedule
@@ -187,3 +188,27 @@ def test_the_last_leg_leaves_the_sessions_it_keeps_untouched() -> None:
             gone = [k for k, c in enumerate(commands) if " remote-as " in c]
             unaddressed = [k for k, c in enumerate(commands) if c.startswith("no ip address ")]
             assert gone and (not unaddressed or max(gone) < min(unaddressed))  # sessions go before addresses
+
+
+def test_drift_leaves_out_the_sessions_a_change_removed() -> None:
+    """The gNMI stream leaves a deleted neighbor's last state standing in the operational view; once an underlay
+    change has removed the numbered sessions, the one last seen Idle is not the plan's, so not drift, while a
+    session of the plan down over a link that is up is."""
+    _, new_doc = _pair(v6=False)
+    it = validate_intent(new_doc)
+    ops = Operations(SimpleNamespace(settings=SimpleNamespace(reaction_precompute_s=0.0)),  # type: ignore[arg-type]
+                     commit=None, options=OperationsOptions(), clock=lambda: 0.0)  # type: ignore[arg-type]
+    ops.live = True
+    ops.view.set_topology(it, 0.0)
+    for ln in it.links:
+        ops.view.report_port(ln.a, ln.a_port, "UP", 0.0)
+        ops.view.report_port(ln.b, ln.b_port, "UP", 0.0)
+    configs = device_configs(it)
+    sessions = {d: {n.key: n.port for n in c.neighbors} for d, c in configs.items()}
+    for d, c in configs.items():
+        for n in c.neighbors:
+            ops.view.report_session(d, n.key, "ESTABLISHED", 0.0)
+    ops.view.report_session("tor-0-0", "100.76.86.31", "IDLE", 0.0)  # a numbered session the change removed
+    assert ops.drift(None, sessions) == {}
+    ops.view.report_session("tor-0-0", "eth1", "ACTIVE", 0.0)
+    assert ops.drift(None, sessions) == {"tor-0-0": ["BGP session eth1 is ACTIVE"]}
