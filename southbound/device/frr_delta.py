@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ConfigTree", "delta_commands", "expected_running", "parse_config", "tree_document", "tree_of_document"]
+__all__ = ["ConfigTree", "delta_commands", "dropped_addresses", "expected_running", "keeping", "parse_config",
+           "tree_document", "tree_of_document"]
 
 #: context path -> its lines, in order (a dict used as an ordered set)
 ConfigTree = dict[tuple[str, ...], dict[str, None]]
@@ -167,6 +168,28 @@ def delta_commands(old: ConfigTree, new: ConfigTree) -> list[str]:
         if line.startswith("router "):
             out += _add(new, (), line)
     out += [_undo(line) for line in removed if not line.startswith("router ")]
+    return out
+
+
+def dropped_addresses(old: ConfigTree, new: ConfigTree) -> dict[tuple[str, ...], list[str]]:
+    """Per interface that ``new`` still has, the address lines (``ip address``, ``ipv6 address``) of ``old``
+    that it drops (an underlay change's last leg: the links' /31s)."""
+    out: dict[tuple[str, ...], list[str]] = {}
+    for ctx, lines in old.items():
+        if len(ctx) == 1 and ctx[0].startswith("interface ") and ctx in new:
+            gone = [ln for ln in lines if ln.startswith(("ip address ", "ipv6 address ")) and ln not in new[ctx]]
+            if gone:
+                out[ctx] = gone
+    return out
+
+
+def keeping(new: ConfigTree, addresses: dict[tuple[str, ...], list[str]]) -> ConfigTree:
+    """``new`` with ``addresses`` (:func:`dropped_addresses`) still on their interfaces: what the agent applies
+    first, taking the addresses away once no route goes through them any more (the last IPv4 address of a port
+    going flushes its ARP entries: a route not yet withdrawn over a gateway there drops what it carries)."""
+    out = {k: dict(v) for k, v in new.items()}
+    for ctx, lines in addresses.items():
+        out[ctx].update(dict.fromkeys(lines))
     return out
 
 

@@ -23,7 +23,7 @@ from controller.workflow.review import build_review
 from safety.transition import schedule
 from solver.solve import solve
 from southbound.config import bgp_session_resets, session_moves
-from southbound.device.frr_delta import delta_commands, parse_config
+from southbound.device.frr_delta import delta_commands, dropped_addresses, keeping, parse_config
 from southbound.render import bridged, device_configs, render_frr
 from southbound.state import BgpSession, DeviceState, KernelNextHop, KernelRoute
 from southbound.wcmp import compare
@@ -212,3 +212,24 @@ def test_drift_leaves_out_the_sessions_a_change_removed() -> None:
     assert ops.drift(None, sessions) == {}
     ops.view.report_session("tor-0-0", "eth1", "ACTIVE", 0.0)
     assert ops.drift(None, sessions) == {"tor-0-0": ["BGP session eth1 is ACTIVE"]}
+
+
+def test_the_last_leg_takes_the_addresses_away_only_after_the_sessions() -> None:
+    """The agent applies the last leg in two steps: the difference to the proposed config with the links'
+    addresses kept (the numbered sessions go, and with them their routes), then, once no route goes through
+    those addresses, the addresses alone (a port's last IPv4 address going flushes its ARP entries: in the lab
+    a route not yet withdrawn dropped a datagram there)."""
+    old_doc, new_doc = _pair(v6=False)
+    it, it2 = validate_intent(old_doc), validate_intent(new_doc)
+    plan = solve(it)
+    bridge = parse_config(render_frr(device_configs(bridged(it, it2), plan)["leaf-0-0"]))
+    final = parse_config(render_frr(device_configs(it2, plan)["leaf-0-0"]))
+    dropped = dropped_addresses(bridge, final)
+    links = [i.name for i in device_configs(it)["leaf-0-0"].interfaces if i.peer is not None]
+    assert sorted(dropped) == sorted((f"interface {p}",) for p in links) and len(links) > 1
+    assert all(len(v) == 1 and v[0].startswith("ip address 100.") for v in dropped.values())
+    first = delta_commands(bridge, keeping(final, dropped))
+    assert any(" remote-as " in c for c in first) and not [c for c in first if "address 100." in c]
+    then = delta_commands(keeping(final, dropped), final)
+    assert [c for c in then if c.startswith("no ")] == [f"no {v[0]}" for _, v in sorted(dropped.items())]
+    assert dropped_addresses(final, final) == {}
