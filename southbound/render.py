@@ -335,7 +335,10 @@ def render_frr(config: DeviceConfig) -> str:
 
     BGP (RFC 7938): one eBGP session per link to the peer's /31 address,
     ``maximum-paths`` with ``bgp bestpath as-path multipath-relax``, fast timers,
-    ``network`` for each originated prefix. A drained device advertises only
+    ``network`` for each originated prefix. Unnumbered, the session is an
+    interface peer ``v6only``: without it FRR runs the session over IPv4 when
+    the port has a /30 or /31 (a bridge's ports do, while an underlay change
+    moves the sessions), and resets it when that address goes. A drained device advertises only
     what it originates (outbound route maps matching an empty AS path); a
     drained link neither sends nor accepts routes. IS-IS: a level-2
     point-to-point adjacency per link with the link's metric; a drained device
@@ -515,8 +518,8 @@ def _bgp_lines(config: DeviceConfig) -> list[str]:
     lines.append(f" timers bgp {keepalive} {hold}")
     for n in config.neighbors:
         key = n.key
-        if n.address is None:
-            lines.append(f" neighbor {key} interface remote-as {n.remote_asn}")
+        if n.address is None:  # over the port's IPv6 link-local address, whatever IPv4 the port has too
+            lines.append(f" neighbor {key} interface v6only remote-as {n.remote_asn}")
         else:
             lines.append(f" neighbor {key} remote-as {n.remote_asn}")
         lines += [f" neighbor {key} description {n.peer} via {n.port}",

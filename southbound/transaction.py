@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.model import Intent
-from controller.model.plan import Plan
+from controller.model import Intent, prefix_version
+from controller.model.plan import DevicePlan, Plan
 from southbound.config import DeviceConfig
 from southbound.driver import DeviceDriver, error_text, is_retryable
 from southbound.render import device_configs
@@ -255,24 +255,28 @@ def _read_back_checks(configs: Mapping[str, DeviceConfig], plan: Plan | None, *,
         return [f"BGP session to {peer} ({key}) not re-established yet" for key, peer in resets.get(d, ())
                 if peer in moved and key not in up]
 
-    def bridging(d: str, st: DeviceState) -> list[str]:
+    def bridging(d: str, st: DeviceState, dp: DevicePlan | None) -> list[str]:
         """The sessions of ``d`` over a link that has two in its config (a bridge: the sessions a change
-        moves, beside the ones they replace), not yet Established: a bridge leg ends only with both up, so
-        that the next leg, which takes the old ones away, leaves no link without a session."""
+        moves, beside the ones they replace), not yet Established, and (routes BGP installs) the planned
+        routes not yet over both: a bridge leg ends only with both up and carrying the routes, so that the
+        next leg, which takes the old ones away, leaves no route without a next hop."""
         if not st.observed:
             return []
         ports = Counter(n.port for n in configs[d].neighbors)
         up = {b.neighbor for b in st.sessions if b.state == "Established"}
-        return [f"BGP session to {n.peer} ({n.key}) not established yet" for n in configs[d].neighbors
-                if ports[n.port] > 1 and n.peer in moved and n.key not in up]
+        doubled = {n.port: ports[n.port] for n in configs[d].neighbors if ports[n.port] > 1 and n.peer in moved}
+        waiting = [f"BGP session to {n.peer} ({n.key}) not established yet" for n in configs[d].neighbors
+                   if n.port in doubled and n.key not in up]
+        fib = wcmp and realization == "fib"  # the agent installs those routes, whatever the sessions carry
+        return waiting + ([] if fib or dp is None else _unbridged(dp, st, doubled))
 
     def check(d: str, st: DeviceState) -> list[str]:
         assert plan is not None
         dp = plan.devices.get(d)
         if dp is None:
-            return bridging(d, st)
+            return bridging(d, st, dp)
         return compare(dp, st, realization=realization, wcmp=wcmp, fabric_prefixes=fabric,
-                       originated=configs[d].originated) + bridging(d, st)
+                       originated=configs[d].originated) + bridging(d, st, dp)
 
     def stage_check(d: str, st: DeviceState) -> list[str]:
         """A stage before the last: the device's own kernel state (see the module's docstring), and the
@@ -285,6 +289,22 @@ def _read_back_checks(configs: Mapping[str, DeviceConfig], plan: Plan | None, *,
         return own + rejoined(d, st)
 
     return check, stage_check
+
+
+def _unbridged(dp: DevicePlan, st: DeviceState, doubled: Mapping[str, int]) -> list[str]:
+    """The planned IPv4 routes (both sessions of a bridged link carry IPv4) whose kernel route does not yet
+    have a next hop from every session over each bridged port of the plan's: Established is not enough, a
+    route learnt over the old session only would go with it."""
+    out = []
+    for prefix, gid in sorted(dp.routes.items()):
+        route = st.routes.get(prefix)
+        if prefix_version(prefix) != 4 or route is None:
+            continue
+        for port in sorted({h.port for h in dp.groups[gid]} & set(doubled)):
+            have = sum(1 for nh in route.nexthops if nh.port == port)
+            if have < doubled[port]:
+                out.append(f"{prefix}: {have} of its {doubled[port]} sessions over {port} carry it yet")
+    return out
 
 
 async def _staged(driver: DeviceDriver, result: TransactionResult, hashes: Mapping[str, str], plan: Plan | None,

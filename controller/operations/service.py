@@ -264,7 +264,9 @@ class Operations:
             dev = self.view.devices.get(name)
             ports = sessions.get(name, {})
             for peer, state in sorted((dev.sessions if dev is not None else {}).items()):
-                if state != "ESTABLISHED" and (name, ports.get(peer, "")) not in quiet:
+                if peer not in ports:  # not the plan's (a neighbor a change removed: its last state stands)
+                    continue
+                if state != "ESTABLISHED" and (name, ports[peer]) not in quiet:
                     out.setdefault(name, []).append(f"BGP session {peer} is {state}")
         for name, why in self._adjacency_drift(circuits or {}, quiet):
             out.setdefault(name, []).append(why)

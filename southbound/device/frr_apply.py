@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import ipaddress
 import json
 import logging
 import os
@@ -40,7 +41,9 @@ from southbound.device.fib import LOOM_RT_PROTO
 from southbound.device.frr_delta import (
     ConfigTree,
     delta_commands,
+    dropped_addresses,
     expected_running,
+    keeping,
     parse_config,
     tree_document,
     tree_of_document,
@@ -398,6 +401,13 @@ class FrrReload:
                 log.info("FRR does not show what it showed after this agent's last apply: reloading")
             return None
         old, new = parse_config(current.frr_text), parse_config(target.frr_text)
+        dropped = dropped_addresses(old, new)
+        if dropped:  # the sessions and routes over those addresses go first, then the addresses
+            first = delta_commands(old, keeping(new, dropped))
+            if first:
+                self.vtysh_cmd("configure terminal", *first, "end", check=False)
+            self._wait_unrouted([ln.split()[-1] for lines in dropped.values() for ln in lines])
+            old = keeping(new, dropped)
         commands = delta_commands(old, new)
         steps = [*(["configure terminal", *commands, "end"] if commands else []), *then]
         if steps:  # one vtysh for the difference and the clears
@@ -407,7 +417,7 @@ class FrrReload:
         except FrrError as exc:
             log.warning("cannot read back what FRR runs (%s); reloading", exc)
             return None
-        want = expected_running(new, old, shown)
+        want = expected_running(new, parse_config(current.frr_text), shown)
         if after != want:
             odd = sorted(k for k in set(after) | set(want) if after.get(k) != want.get(k))[:3]
             log.warning("the difference left FRR off the candidate (%s); reloading", "; ".join(
@@ -416,6 +426,21 @@ class FrrReload:
             return None
         self._record_shown(target, after)
         return f"applied {len(commands)} command(s) of the difference through vtysh"
+
+    def _wait_unrouted(self, cidrs: list[str], timeout: float = 3.0) -> None:
+        """Until no route FRR installed has a gateway in ``cidrs`` (the withdrawals of the sessions removed
+        just before reach the kernel in tens of milliseconds), at most ``timeout`` seconds."""
+        nets = [ipaddress.ip_interface(c).network for c in cidrs]
+        deadline = time.monotonic() + timeout
+        while True:
+            via = {h.get("gateway") for r in self._ip_routes() if r.get("protocol") == "bgp"
+                   for h in (r.get("nexthops") or [r])} - {None}
+            used = sorted(g for g in via if any(ipaddress.ip_address(g) in n for n in nets))
+            if not used or time.monotonic() > deadline:
+                if used:
+                    log.warning("routes still go through %s: removing their addresses anyway", ", ".join(used))
+                return
+            time.sleep(0.02)
 
     def apply(self, current: Rendered | None, target: Rendered) -> str:
         # the new route-maps take effect in ~0.2 s after a soft clear instead of ~5 s

@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ConfigTree", "delta_commands", "expected_running", "parse_config", "tree_document", "tree_of_document"]
+__all__ = ["ConfigTree", "delta_commands", "dropped_addresses", "expected_running", "keeping", "parse_config",
+           "tree_document", "tree_of_document"]
 
 #: context path -> its lines, in order (a dict used as an ordered set)
 ConfigTree = dict[tuple[str, ...], dict[str, None]]
@@ -96,19 +97,38 @@ def _removals_last(lines: Iterable[str]) -> list[str]:
 
 
 def _change(old: ConfigTree, new: ConfigTree, ctx: tuple[str, ...]) -> list[str]:
-    """The commands, inside context ``ctx`` (entered), that make its lines and sub-contexts those of ``new``."""
+    """The commands, inside context ``ctx`` (entered), that make its lines and sub-contexts those of ``new``:
+    every removal (:func:`_removals`), then every addition (:func:`_additions`)."""
+    return _removals(old, new, ctx) + _additions(old, new, ctx)
+
+
+def _removals(old: ConfigTree, new: ConfigTree, ctx: tuple[str, ...]) -> list[str]:
+    """The lines of ``ctx`` that go, at any depth: a sub-context's first (they refer to what ``ctx`` names:
+    ``neighbor X activate`` in an address family before ``no neighbor X remote-as``)."""
     before, after = old.get(ctx, {}), new.get(ctx, {})
     out: list[str] = []
-    for line in before:  # sub-contexts first: their references go before what they name
+    for line in before:
         if line in after and _differs(old, new, ctx + (line,)):
-            inner = _change(old, new, ctx + (line,))
-            if inner:
-                out += [line, *inner, _exit_of(line)]
-    out += [_undo(line) for line in _removals_last(ln for ln in before if ln not in after)]
-    for line in after:
+            out += _entered(line, _removals(old, new, ctx + (line,)))
+    return out + [_undo(line) for line in _removals_last(ln for ln in before if ln not in after)]
+
+
+def _additions(old: ConfigTree, new: ConfigTree, ctx: tuple[str, ...]) -> list[str]:
+    """The lines of ``ctx`` that come, at any depth: ``ctx``'s own first (a sub-context refers to what they
+    name: ``neighbor X remote-as`` before ``neighbor X activate`` in an address family)."""
+    before, after = old.get(ctx, {}), new.get(ctx, {})
+    out: list[str] = []
+    for line in after:  # in the new order, where what a line refers to comes before it
         if line not in before:
             out += _add(new, ctx, line)
+        elif _differs(old, new, ctx + (line,)):
+            out += _entered(line, _additions(old, new, ctx + (line,)))
     return out
+
+
+def _entered(line: str, inner: list[str]) -> list[str]:
+    """``inner`` run inside the context ``line`` opens (nothing when there is nothing to run)."""
+    return [line, *inner, _exit_of(line)] if inner else []
 
 
 def _slot(line: str) -> str | None:
@@ -124,23 +144,25 @@ def delta_commands(old: ConfigTree, new: ConfigTree) -> list[str]:
     """The vtysh commands (to run after ``configure terminal``) that make FRR, running ``old``, run ``new``.
 
     In an order FRR takes: the sequenced entries that go (FRR refuses a new prefix-list entry whose ``seq``
-    or rule an old one holds), then what is added at the top (prefix-lists, route-maps, interfaces: before
-    anything refers to them), then the changes inside the contexts both have (within one: removals, then
-    additions), then a router that goes (before one that comes: FRR runs one ``router bgp``), a router
-    that comes, and last the other top-level removals (what the routers referred to)."""
+    or rule an old one holds); what goes inside the contexts both have, the routers' first (a session
+    leaves, with a notification to its peer, before the interface address it runs over); what is added at
+    the top (prefix-lists, route-maps, interfaces: before anything refers to them); what comes inside the
+    contexts both have, the routers' last (an interface has its address before a session over it starts);
+    then a router that goes (before one that comes: FRR runs one ``router bgp``), a router that comes, and
+    last the other top-level removals (what the routers referred to)."""
     before, after = old.get((), {}), new.get((), {})
     added = [ln for ln in after if ln not in before]
     # sequenced entries that go, first: FRR refuses a new entry whose seq, or whose rule, an old one holds
     out = [_undo(ln) for ln in before if ln not in after and _slot(ln) is not None]
     removed = [ln for ln in before if ln not in after and _slot(ln) is None]
+    kept = [ln for ln in before if ln in after and _differs(old, new, (ln,))]
+    for line in sorted(kept, key=lambda ln: not ln.startswith("router ")):
+        out += _entered(line, _removals(old, new, (line,)))
     for line in added:
         if not line.startswith("router "):
             out += _add(new, (), line)
-    for line in before:
-        if line in after and _differs(old, new, (line,)):
-            inner = _change(old, new, (line,))
-            if inner:
-                out += [line, *inner, _exit_of(line)]
+    for line in sorted(kept, key=lambda ln: ln.startswith("router ")):
+        out += _entered(line, _additions(old, new, (line,)))
     out += [_undo(line) for line in removed if line.startswith("router ")]
     for line in added:
         if line.startswith("router "):
@@ -149,13 +171,41 @@ def delta_commands(old: ConfigTree, new: ConfigTree) -> list[str]:
     return out
 
 
+def dropped_addresses(old: ConfigTree, new: ConfigTree) -> dict[tuple[str, ...], list[str]]:
+    """Per interface that ``new`` still has, the address lines (``ip address``, ``ipv6 address``) of ``old``
+    that it drops (an underlay change's last leg: the links' /31s)."""
+    out: dict[tuple[str, ...], list[str]] = {}
+    for ctx, lines in old.items():
+        if len(ctx) == 1 and ctx[0].startswith("interface ") and ctx in new:
+            gone = [ln for ln in lines if ln.startswith(("ip address ", "ipv6 address ")) and ln not in new[ctx]]
+            if gone:
+                out[ctx] = gone
+    return out
+
+
+def keeping(new: ConfigTree, addresses: dict[tuple[str, ...], list[str]]) -> ConfigTree:
+    """``new`` with ``addresses`` (:func:`dropped_addresses`) still on their interfaces: what the agent applies
+    first, taking the addresses away once no route goes through them any more (the last IPv4 address of a port
+    going flushes its ARP entries: a route not yet withdrawn over a gateway there drops what it carries)."""
+    out = {k: dict(v) for k, v in new.items()}
+    for ctx, lines in addresses.items():
+        out[ctx].update(dict.fromkeys(lines))
+    return out
+
+
+#: top-level lines FRR does not show while they hold (zebra shows forwarding only when it is off): a target
+#: that adds one (``ipv6 forwarding``, where an underlay change brings IPv6) shows without it
+_UNSHOWN = ("ip forwarding", "ipv6 forwarding")
+
+
 def expected_running(target: ConfigTree, current: ConfigTree, running: ConfigTree) -> ConfigTree:
     """What ``show running-config`` should show once ``target`` (rendered) is applied, learnt from how FRR
     shows ``current`` (rendered) as ``running``: per context, the lines FRR does not show (a default such
     as ``no bgp ebgp-requires-policy`` under ``frr defaults datacenter``, ``ip forwarding``) and the lines it
     adds (``hostname`` from a daemon that has its own) are left out of, and added to, the target's
-    contexts that are there. A target whose new contexts hold lines FRR would show otherwise simply does
-    not match, and the caller reloads."""
+    contexts that are there; a forwarding line the target adds is not shown either (:data:`_UNSHOWN`). A
+    target whose new contexts hold lines FRR would show otherwise simply does not match, and the caller
+    reloads."""
     out: ConfigTree = {k: dict(v) for k, v in target.items()}
     for ctx in set(current) | set(running):
         if ctx not in out and ctx != ():
@@ -169,6 +219,9 @@ def expected_running(target: ConfigTree, current: ConfigTree, running: ConfigTre
         for line in shown:
             if line not in written:
                 lines[line] = None
+    for line in _UNSHOWN:
+        if line not in running.get((), {}):
+            out[()].pop(line, None)
     return {k: v for k, v in out.items() if v or k == ()}
 
 

@@ -19,7 +19,7 @@ from tests.golden_files import GOLDEN
 
 CONFS = sorted(p.name for p in (GOLDEN / "frr").glob("*.conf"))
 #: what each underlay's rendering must show, so that a golden set missing one fails here too
-UNDERLAYS = {"unnumbered-": "neighbor eth1 interface remote-as", "ipv6-numbered-": "capability extended-nexthop",
+UNDERLAYS = {"unnumbered-": "neighbor eth1 interface v6only remote-as", "ipv6-numbered-": "capability extended-nexthop",
              "isis-dual-": "ipv6 router isis loom", "isis-ipv6-numbered-": "ipv6 router isis loom"}
 
 

@@ -50,7 +50,7 @@ def simulate(tree: ConfigTree, commands: list[str]) -> ConfigTree:
         ctx = tuple(path)
         if c.startswith("no "):
             line = c[3:]
-            m = re.match(r"neighbor (\S+) remote-as ", line)
+            m = re.match(r"neighbor (\S+) (?:interface (?:v6only )?)?remote-as ", line)
             if m and ctx and ctx[0].startswith("router bgp"):  # bgpd deletes the neighbor and all it has
                 for key in [k for k in out if k[:1] == ctx[:1]]:
                     for ln in list(out[key]):
@@ -67,6 +67,10 @@ def simulate(tree: ConfigTree, commands: list[str]) -> ConfigTree:
             continue
         if not ctx and _slot(c) is not None and any(_clash(ln, c) for ln in out[()]):
             continue  # FRR refuses an entry whose seq, or whose rule, another entry of its list holds
+        m = re.match(r"neighbor (\S+) ", c)
+        if m and ctx and ctx[0].startswith("router bgp") and not _defines(c) and not any(
+                _defines(ln) and ln.startswith(m.group(0)) for ln in out.get(ctx[:1], {})):
+            continue  # bgpd refuses a line about a neighbor not yet defined (by its remote-as)
         if c.startswith("router bgp ") and not ctx:
             running = [ln for ln in out[()] if ln.startswith("router bgp ") and ln != c]
             assert not running, f"{c}: BGP is already running as {running}"
@@ -78,6 +82,11 @@ def simulate(tree: ConfigTree, commands: list[str]) -> ConfigTree:
             out.setdefault((*ctx, c), {})
     assert path == [], f"left inside {path}"
     return {k: v for k, v in out.items() if v or k == ()}
+
+
+def _defines(line: str) -> bool:
+    """A line that defines a BGP neighbor (``neighbor X remote-as N``, ``neighbor X interface ... remote-as N``)."""
+    return re.match(r"neighbor \S+ (?:interface (?:v6only )?)?remote-as ", line) is not None
 
 
 def _same(a: ConfigTree, b: ConfigTree) -> bool:
@@ -180,6 +189,12 @@ def test_what_frr_shows_of_a_candidate_is_learnt_from_how_it_showed_the_last_one
     # a router that FRR would show otherwise (its own hidden defaults) is not guessed: it does not match
     other = parse_config("hostname a\nip forwarding\n!\nrouter bgp 9\n no bgp ebgp-requires-policy\nexit\n")
     assert ("router bgp 9",) in expected_running(other, current, shown)
+    # IPv6 forwarding that comes (an underlay change bringing IPv6) is not shown, as IPv4's is not
+    six = parse_config("hostname a\nip forwarding\nipv6 forwarding\n!\nrouter bgp 1\n no bgp ebgp-requires-policy\n"
+                       " neighbor x remote-as 2\nexit\n!\nroute-map R permit 10\n set extcommunity bandwidth 7\nexit\n")
+    assert expected_running(six, current, shown) == want
+    off = {**shown, (): {**shown[()], "no ipv6 forwarding": None}}  # where it was off, FRR shows that
+    assert "no ipv6 forwarding" in expected_running(six, current, off)[()]
 
 
 def test_a_prefix_list_whose_entries_move_loses_the_old_ones_first() -> None:

@@ -17,11 +17,13 @@ from typing import Any
 
 from controller.model.intent import validate_intent
 from controller.model.plan import DevicePlan, NextHop
+from controller.operations.service import Operations, OperationsOptions
 from controller.workflow.changes import ReviewInputs
 from controller.workflow.review import build_review
 from safety.transition import schedule
 from solver.solve import solve
 from southbound.config import bgp_session_resets, session_moves
+from southbound.device.frr_delta import delta_commands, dropped_addresses, keeping, parse_config
 from southbound.render import bridged, device_configs, render_frr
 from southbound.state import BgpSession, DeviceState, KernelNextHop, KernelRoute
 from southbound.wcmp import compare
@@ -145,3 +147,89 @@ def test_a_bridge_leg_is_read_back_only_once_each_links_new_session_is_up() -> N
     assert sorted(waiting) == sorted(f"BGP session to {n.peer} ({n.port}) not established yet"
                                      for n in cfg.neighbors if n.address is None)
     assert not [p for p in check("tor-0-0", DeviceState("tor-0-0", "h", True, {}, all_up)) if "BGP session" in p]
+    # up is not enough: the leg ends once the kernel's routes go over both sessions of each bridged port
+    dp = plan.devices["tor-0-0"]
+    ports = {p: [h.port for h in dp.groups[g]] for p, g in dp.routes.items()}
+
+    def routes(per_port: int) -> dict[str, KernelRoute]:
+        return {p: KernelRoute(p, "bgp", tuple(KernelNextHop(port, f"gw{k}", 1) for port in hops
+                                               for k in range(per_port))) for p, hops in ports.items()}
+
+    carrying = [p for p in check("tor-0-0", DeviceState("tor-0-0", "h", True, routes(1), all_up))
+                if "sessions over" in p]
+    assert sorted(carrying) == sorted(f"{p}: 1 of its 2 sessions over {port} carry it yet"
+                                      for p, hops in ports.items() for port in sorted(set(hops)))
+    assert check("tor-0-0", DeviceState("tor-0-0", "h", True, routes(2), all_up)) == []
+
+
+def _session_lines(text: str, key: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip().startswith(f"neighbor {key} ")]
+
+
+def test_the_last_leg_leaves_the_sessions_it_keeps_untouched() -> None:
+    """From the bridge to the proposed configs only the old sessions and addresses go: every line of a kept
+    session is the bridge's, byte for byte, so that the difference the agent applies (or ``frr-reload.py``'s)
+    never re-sends one (FRR resets a session whose ``v6only`` or address family it is told again), and the
+    interface sessions are ``v6only``: FRR would otherwise run them over the bridge's /31s (it derives the
+    peer's IPv4 address from a /30 or /31 on the port) and reset them when the last leg removes those."""
+    for old_doc, new_doc in (_pair(v6=False), _pair(v6=False)[::-1]):
+        it, it2 = validate_intent(old_doc), validate_intent(new_doc)
+        plan = solve(it)
+        mid, after = device_configs(bridged(it, it2), plan), device_configs(it2, plan)
+        for name, cfg in after.items():
+            bridge_text, final_text = render_frr(mid[name]), render_frr(cfg)
+            for n in cfg.neighbors:
+                assert _session_lines(final_text, n.key) == _session_lines(bridge_text, n.key)
+                if n.address is None:
+                    assert f" neighbor {n.key} interface v6only remote-as {n.remote_asn}" in final_text
+            commands = delta_commands(parse_config(bridge_text), parse_config(final_text))
+            kept = {f"neighbor {n.key} " for n in cfg.neighbors}
+            assert not [c for c in commands if c.removeprefix("no ").startswith(tuple(kept))], (name, commands)
+            gone = [k for k, c in enumerate(commands) if " remote-as " in c]
+            unaddressed = [k for k, c in enumerate(commands) if c.startswith("no ip address ")]
+            assert gone and (not unaddressed or max(gone) < min(unaddressed))  # sessions go before addresses
+
+
+def test_drift_leaves_out_the_sessions_a_change_removed() -> None:
+    """The gNMI stream leaves a deleted neighbor's last state standing in the operational view; once an underlay
+    change has removed the numbered sessions, the one last seen Idle is not the plan's, so not drift, while a
+    session of the plan down over a link that is up is."""
+    _, new_doc = _pair(v6=False)
+    it = validate_intent(new_doc)
+    ops = Operations(SimpleNamespace(settings=SimpleNamespace(reaction_precompute_s=0.0)),  # type: ignore[arg-type]
+                     commit=None, options=OperationsOptions(), clock=lambda: 0.0)  # type: ignore[arg-type]
+    ops.live = True
+    ops.view.set_topology(it, 0.0)
+    for ln in it.links:
+        ops.view.report_port(ln.a, ln.a_port, "UP", 0.0)
+        ops.view.report_port(ln.b, ln.b_port, "UP", 0.0)
+    configs = device_configs(it)
+    sessions = {d: {n.key: n.port for n in c.neighbors} for d, c in configs.items()}
+    for d, c in configs.items():
+        for n in c.neighbors:
+            ops.view.report_session(d, n.key, "ESTABLISHED", 0.0)
+    ops.view.report_session("tor-0-0", "100.76.86.31", "IDLE", 0.0)  # a numbered session the change removed
+    assert ops.drift(None, sessions) == {}
+    ops.view.report_session("tor-0-0", "eth1", "ACTIVE", 0.0)
+    assert ops.drift(None, sessions) == {"tor-0-0": ["BGP session eth1 is ACTIVE"]}
+
+
+def test_the_last_leg_takes_the_addresses_away_only_after_the_sessions() -> None:
+    """The agent applies the last leg in two steps: the difference to the proposed config with the links'
+    addresses kept (the numbered sessions go, and with them their routes), then, once no route goes through
+    those addresses, the addresses alone (a port's last IPv4 address going flushes its ARP entries: in the lab
+    a route not yet withdrawn dropped a datagram there)."""
+    old_doc, new_doc = _pair(v6=False)
+    it, it2 = validate_intent(old_doc), validate_intent(new_doc)
+    plan = solve(it)
+    bridge = parse_config(render_frr(device_configs(bridged(it, it2), plan)["leaf-0-0"]))
+    final = parse_config(render_frr(device_configs(it2, plan)["leaf-0-0"]))
+    dropped = dropped_addresses(bridge, final)
+    links = [i.name for i in device_configs(it)["leaf-0-0"].interfaces if i.peer is not None]
+    assert sorted(dropped) == sorted((f"interface {p}",) for p in links) and len(links) > 1
+    assert all(len(v) == 1 and v[0].startswith("ip address 100.") for v in dropped.values())
+    first = delta_commands(bridge, keeping(final, dropped))
+    assert any(" remote-as " in c for c in first) and not [c for c in first if "address 100." in c]
+    then = delta_commands(keeping(final, dropped), final)
+    assert [c for c in then if c.startswith("no ")] == [f"no {v[0]}" for _, v in sorted(dropped.items())]
+    assert dropped_addresses(final, final) == {}
