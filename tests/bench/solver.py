@@ -339,16 +339,16 @@ def topology_intent(path: Path, destinations: int = TOPOLOGY_DESTINATIONS, seed:
             "policies": [{"kind": "paths", "mode": paths}], "demands": demands}
 
 
-def topology_row(path: Path, backend: str = "auto") -> dict[str, Any]:
+def topology_row(path: Path, backend: str = "auto", destinations: int = TOPOLOGY_DESTINATIONS) -> dict[str, Any]:
     """One general topology: the plain LP on the unit gravity matrix, whose optimum ``U0`` sets the
     scale (0.90 / ``U0``: the loads are linear in the demand, so the scaled matrix's optimum is
     0.90), then Loom's compile of the scaled intent (validation excluded), timed alone."""
     from controller.model.intent import validate_intent
     from solver import solve
 
-    plain_s, unit_u = plain_mcf_lp(topology_intent(path))
+    plain_s, unit_u = plain_mcf_lp(topology_intent(path, destinations))
     scale = 0.9 / unit_u
-    intent = validate_intent(topology_intent(path, scale=scale))
+    intent = validate_intent(topology_intent(path, destinations, scale=scale))
     t0 = time.perf_counter()
     plan = solve(intent, backend=backend)
     seconds = time.perf_counter() - t0
