@@ -1,8 +1,8 @@
 """The ``make bench`` driver: run benchmark sections and print their tables.
 
 Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend auto]
-[--repetita all|none|NAME,...] [--repetita-dir DIR ...] [--budgets 128,64] [--pairs-sample N]
-[--executor-sample N]``.
+[--repetita all|none|NAME,...] [--repetita-dir DIR ...] [--topologies all|none|NAME,...]
+[--budgets 128,64] [--pairs-sample N] [--executor-sample N]``.
 Sections: solver, safety, executors, transition, labs, southbound, telemetry, patterns, closed_loop, api, reaction,
 settle, ha, store_ha, placement, jobs_objective (those whose module exists).
 Timings are wall clock on the machine at hand; print them beside the machine's core count.
@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a folder of Repetita .graph and .0000.demands files, e.g. a checkout's "
                              "data/2016TopologyZooUCL_inverseCapacity (repeat for more; "
                              "default ../shared/bench/repetita)")
+    parser.add_argument("--topologies", default="all",
+                        help="solver: the general topologies of ../shared/bench/topologies: all (Kdl, ASN2k), "
+                             "none, or NAME,NAME")
     parser.add_argument("--budgets", default="128,64", help="max_ecmp_entries values for the Clos rows")
     parser.add_argument("--pairs-sample", type=int, default=None, metavar="N",
                         help="safety: pairs of single failures of Clos M replayed to estimate the sweep (default "

@@ -38,3 +38,27 @@ def test_the_largest_bench_fabric_is_a_valid_intent_past_the_router_id_pool() ->
         validate_intent(small)
     assert [e.loc for e in err.value.errors] == [f"devices[{DEVICE_SLOTS}].loopback"]
     assert "give this one and the 2 after it an explicit loopback" in str(err.value)
+
+
+def test_the_topology_bench_row_converts_a_node_link_graph_and_meets_the_plain_lp(tmp_path: Any) -> None:
+    """Issue 35's rows on a small node-link graph: a link per direction pair at the smaller capacity
+    (Mb/s to Gb/s), hop metrics, the seeded gravity matrix, and Loom's plan at the plain LP's optimum
+    (0.90 after scaling) within the target's 1%."""
+    import json
+
+    from tests.bench import solver as sbench
+
+    ring = [(i, (i + 1) % 8) for i in range(8)] + [(0, 4), (2, 6)]
+    links = [{"source": a, "target": b, "capacity": 1000.0 * (1 + i % 3)} for i, (a, b) in enumerate(ring)]
+    links += [{"source": b, "target": a, "capacity": 1500.0} for a, b in ring]
+    path = tmp_path / "Ring.json"
+    path.write_text(json.dumps({"directed": True, "nodes": [{"id": i} for i in range(8)], "links": links}))
+    doc = sbench.topology_intent(path, destinations=3)
+    assert len(doc["links"]) == len(ring) and {x["metric"] for x in doc["links"]} == {1}
+    assert sorted(x["capacity_gbps"] for x in doc["links"])[:2] == [1.0, 1.0]
+    assert max(x["capacity_gbps"] for x in doc["links"]) == 1.5
+    assert len(doc["prefixes"]) == 3 and len(doc["demands"]) == 3 * 7
+    assert doc == sbench.topology_intent(path, destinations=3)  # seeded: the same matrix every run
+    r = sbench.topology_row(path, destinations=3)
+    assert r["plain_u"] == pytest.approx(0.9) and r["lp"] == pytest.approx(0.9, rel=1e-6)
+    assert 0.9 - 1e-6 <= r["mlu"] <= 0.9 * 1.01
