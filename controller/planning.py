@@ -18,16 +18,17 @@ so that its reviews, commits and re-tunings all use it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controller.jobplan import plan_for_jobs
 from controller.model import Intent
 from controller.model.plan import Plan
 from solver import solve
+from solver.clos.react import reaction_plan
 from solver.core.lp import DEFAULT_BACKEND
 from solver.core.options import ClosOptions
 
-__all__ = ["CompileOptions", "compile_plan"]
+__all__ = ["CompileOptions", "compile_plan", "compile_reaction"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +70,41 @@ def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
     >>> 0 < plan.summary.max_utilization <= plan.summary.ecmp_max_utilization + 1e-9
     True
     """
-    wcmp = intent.policy("wcmp")
-    robust = options.robust or (wcmp is not None and wcmp.objective == "robust")  # the intent may ask for it
-    if robust and intent.policy("failure_tolerance") is not None:
+    if _robust(intent, options):
         # lazy: the robust objective only; safety.replay loads the numba kernels (1.7 s on a cold start)
         from safety.replay import peaks
         from solver.robust import solve_robust  # lazy: with safety.replay above
 
         return solve_robust(intent, peaks, backend=options.backend, progress=progress)
     plan = solve(intent, backend=options.backend, progress=progress, options=ClosOptions(warm_start=options.warm_start))
-    te = intent.policy("auto_te")
-    if te is not None and te.objective == "jobs" and intent.jobs:  # DESIGN.md ML workloads: auto_te objective
+    if _for_jobs(intent):  # DESIGN.md ML workloads: auto_te objective
         plan = plan_for_jobs(intent, plan, lambda steered: solve(steered, backend=options.backend))
     return plan
+
+
+def _robust(intent: Intent, options: CompileOptions) -> bool:
+    """Whether ``intent`` compiles to the robust plan (asked for, by the options or the intent, under a
+    ``failure_tolerance`` policy)."""
+    wcmp = intent.policy("wcmp")
+    robust = options.robust or (wcmp is not None and wcmp.objective == "robust")  # the intent may ask for it
+    return robust and intent.policy("failure_tolerance") is not None
+
+
+def _for_jobs(intent: Intent) -> bool:
+    te = intent.policy("auto_te")
+    return te is not None and te.objective == "jobs" and bool(intent.jobs)
+
+
+def compile_reaction(intent: Intent, plan: Plan, reduced: Intent, links: frozenset[str], devices: frozenset[str],
+                     options: CompileOptions) -> Plan:
+    """The plan of ``reduced`` (``intent`` with the failed ``links`` and ``devices`` drained, as
+    :func:`controller.operations.overlay.overlay_intent` makes it), ``plan`` being ``intent``'s.
+
+    When only leaf-spine links of a Clos failed and ``plan`` is the plain plan this process compiled for
+    ``intent``, the plan is made from it (:func:`solver.clos.react.reaction_plan`: the touched leaf groups
+    split again, in well under a second on Clos L); otherwise ``reduced`` is compiled with ``options``."""
+    if links and not devices and not _robust(reduced, options) and not _for_jobs(reduced):
+        made = reaction_plan(intent, plan, links)
+        if made is not None:
+            return replace(made, fabric=reduced.name)
+    return compile_plan(reduced, options)

@@ -24,7 +24,8 @@ import numpy as np
 
 from controller.model import Intent, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
-from solver.clos.plan import clos_plan
+from solver.clos.plan import Solved, clos_plan
+from solver.clos.react import remember
 from solver.core.canonical import as_written, canonical_order
 from solver.core.fabric import Fabric, build_fabric
 from solver.core.lp import BACKENDS, DEFAULT_BACKEND
@@ -180,8 +181,12 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     """
     with _collector_paused():
         canonical = canonical_order(intent)
-        return as_written(_solve(canonical, backend=backend, progress=progress, method=method, options=options),
-                          intent)
+        kept: list[Solved] = []
+        plan = as_written(_solve(canonical, backend=backend, progress=progress, method=method, options=options,
+                                 keep=kept.append), intent)
+        if kept and not options.warm_start:  # a cold plan: a failure reaction may start from it (solver.clos.react)
+            remember(intent, plan, kept[0])
+        return plan
 
 
 @contextmanager
@@ -201,7 +206,8 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: str, options: ClosOptions) -> Plan:
+def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: str, options: ClosOptions,
+           keep: Callable[[Solved], None] | None = None) -> Plan:
     t0 = time.perf_counter()
     say: Progress = progress or (lambda stage, frac: None)
     if backend not in BACKENDS:
@@ -210,7 +216,7 @@ def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: s
     if method not in ("auto", "generic"):
         raise ValueError(f"unknown method {method!r}: auto or generic")
     if method == "auto" and intent.effective_demands:  # with no demand there is nothing to balance: plain routes
-        plan = clos_plan(intent, backend=backend, progress=say, t0=t0, options=options)
+        plan = clos_plan(intent, backend=backend, progress=say, t0=t0, options=options, keep=keep)
         if plan is not None:
             return plan
     return _generic_plan(intent, backend, say, t0)

@@ -99,7 +99,7 @@ class PlanSummary:
 _SUMMARY_KEYS = ("max_utilization", "lp_bound", "ecmp_max_utilization", "solve_seconds", "groups", "routes")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Plan:
     """A whole fabric's forwarding plan (DESIGN.md, contract 2)."""
 

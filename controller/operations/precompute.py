@@ -26,7 +26,7 @@ from controller.model.plan import Plan
 from controller.operations.overlay import Overlay, intent_ends, normal, overlay_intent
 from controller.operations.reaction import DEFAULT_POLICY, judge
 from controller.operations.table import TABLE, Reaction
-from controller.planning import CompileOptions, compile_plan
+from controller.planning import CompileOptions, compile_reaction
 from controller.store import repo
 from controller.store import workflow_repo as wrepo
 from controller.workflow.plans import plan_source
@@ -46,7 +46,7 @@ def reaction_of(intent: Intent, plan: Plan, overlay: Overlay, *, key: str | None
     (:func:`~controller.operations.reaction.replay_key`: its replayer is built once for every overlay)."""
     t0 = time.perf_counter()
     reduced = overlay_intent(intent, overlay)
-    reacted = compile_plan(reduced, REACTION)
+    reacted = compile_reaction(intent, plan, reduced, overlay.links, overlay.devices, REACTION)
     verdict = judge((intent, plan), overlay, (reduced, reacted), key=key)
     return Reaction(reduced, reacted, verdict, time.perf_counter() - t0)
 

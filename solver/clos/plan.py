@@ -44,7 +44,7 @@ from solver.core.lp import AUTO_PDLP_VARIABLES, LpResult, solve_lp, solve_pdlp
 from solver.core.options import ClosOptions
 from solver.core.weights import device_budget, reduce_weights
 
-__all__ = ["clos_plan"]
+__all__ = ["Assembly", "Solved", "clos_plan", "split_weights"]
 
 Progress = Callable[[str, float], None]
 
@@ -99,9 +99,27 @@ class _Routes(Mapping[str, str]):
         return self._prefixes, code, gids
 
 
+@dataclass(frozen=True)
+class Solved:
+    """What a Clos plan was made of, kept for a failure reaction made from it (:mod:`solver.clos.react`):
+    the model, the rounded weights and variables (``x_round``, gbps, ``a`` then ``g``), ECMP's variables,
+    the LP's optimum and each device's assembly."""
+
+    model: PodModel
+    fib: bool
+    share: np.ndarray | None
+    tor_w: dict[tuple[int, int], tuple[tuple[int, int], ...]]
+    leaf_w: dict[tuple[int, int], tuple[tuple[int, int], ...]]
+    x_round: np.ndarray
+    ecmp_x: np.ndarray
+    lp_bound: float
+    assembly: Assembly
+
+
 def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
-              options: ClosOptions = ClosOptions()) -> Plan | None:
-    """The plan of a clean 3-tier Clos, or ``None`` when the fabric is not one (use the generic path)."""
+              options: ClosOptions = ClosOptions(), keep: Callable[[Solved], None] | None = None) -> Plan | None:
+    """The plan of a clean 3-tier Clos, or ``None`` when the fabric is not one (use the generic path);
+    ``keep`` is given what it was made of (:class:`Solved`) when WCMP planned it."""
     fab = build_fabric(intent)
     model = build_pod_model(fab)
     if model is None:
@@ -135,7 +153,8 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
     util = loads / fab.arc_cap
     mlu = float(util.max()) if len(util) else 0.0
     progress("loads", 1.0)
-    devices, n_groups, n_routes = _device_plans(intent, fab, model, tor_w, leaf_w)
+    asm = Assembly(intent, fab, model)
+    devices, n_groups, n_routes = _device_plans(asm, tor_w, leaf_w)
     links = tuple(
         LinkLoad(link.a, link.a_port, link.b, link.b_port, float(loads[2 * i]), float(loads[2 * i + 1]),
                  float(max(util[2 * i], util[2 * i + 1])))
@@ -143,6 +162,8 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
     )
     summary = PlanSummary(max_utilization=mlu, lp_bound=lp_bound, ecmp_max_utilization=ecmp_mlu,
                           solve_seconds=time.perf_counter() - t0, groups=n_groups, routes=n_routes, extra=extra)
+    if keep is not None and intent.wcmp_enabled:
+        keep(Solved(model, fib, share, tor_w, leaf_w, x_round, ecmp_x, lp_bound, asm))
     return Plan(fabric=intent.name, summary=summary, devices=devices, links=links)
 
 
@@ -361,7 +382,7 @@ def _weights(m: PodModel, x: np.ndarray, fib: bool
             continue
         d = m.d_qp.get((q, p), 0.0)
         cols = [m.a_col.get((q, p, pl)) for pl in planes]
-        w = _split(reduce, np.array([x[c] if c is not None else 0.0 for c in cols]), tor_budget[q], fib, d > 0)
+        w = split_weights(reduce, np.array([x[c] if c is not None else 0.0 for c in cols]), tor_budget[q], fib, d > 0)
         tot = sum(w)
         for c, wi in zip(cols, w, strict=True):
             if c is not None:
@@ -374,7 +395,7 @@ def _weights(m: PodModel, x: np.ndarray, fib: bool
         a_r = x_round[ac] if ac is not None else 0.0
         cols = [m.g_col.get((q, p, pl, arc)) for arc in arcs]
         vals = np.array([x[c] if c is not None else 0.0 for c in cols])
-        w = _split(reduce, vals, leaf_budget[leaf], fib, a_r > 0)
+        w = split_weights(reduce, vals, leaf_budget[leaf], fib, a_r > 0)
         tot = sum(w)
         for c, wi in zip(cols, w, strict=True):
             if c is not None:
@@ -383,7 +404,7 @@ def _weights(m: PodModel, x: np.ndarray, fib: bool
     return tor_w, leaf_w, x_round
 
 
-def _split(reduce: Callable[[np.ndarray, int], tuple[int, ...]], vals: np.ndarray, budget: int, fib: bool,
+def split_weights(reduce: Callable[[np.ndarray, int], tuple[int, ...]], vals: np.ndarray, budget: int, fib: bool,
            carries: bool) -> tuple[int, ...]:
     """Weights for one group: equal where nothing flows; zero-share members dropped under ``fib``."""
     if not carries or len(vals) == 1 or vals.sum() <= 0:
@@ -474,36 +495,56 @@ def _leaf_groups(v: int, m: PodModel, leaf_w: dict[tuple[int, int], _Members], g
     return by_pod, by_tor
 
 
-def _device_plans(intent: Intent, fab: Fabric, m: PodModel, tor_w: dict[tuple[int, int], _Members],
-                  leaf_w: dict[tuple[int, int], _Members]) -> tuple[dict[str, DevicePlan], int, int]:
-    """Every device's groups and (lazy) routes; also the number of groups and routes."""
-    prefixes = [p.prefix for p in intent.prefixes]
-    index = {p: i for i, p in enumerate(prefixes)}
-    ptor = np.array([fab.index[p.origins[0]] for p in intent.prefixes], dtype=np.int64)
-    ppod = np.array([m.tor_pod[int(t)] for t in ptor], dtype=np.int64)
-    nexthops = _NextHops(fab)
-    tor_arcs: dict[int, list[tuple[int, int]]] = {}  # ToR -> (plane, arc up)
-    for (t, pl), a in sorted(m.tor_arc.items()):
-        tor_arcs.setdefault(t, []).append((pl, a))
-    shared: dict[tuple[Any, ...], _Shared] = {}
-    devices: dict[str, DevicePlan] = {}
-    n_groups = n_routes = 0
-    for v, name in enumerate(fab.names):
-        role = intent.devices[v].role
+class Assembly:
+    """What every device's plan is built from (the prefix tables all devices share, the next hops, each
+    ToR's arcs up): a failure reaction (:mod:`solver.clos.react`) builds the few devices it changes from
+    the full plan's."""
+
+    def __init__(self, intent: Intent, fab: Fabric, m: PodModel) -> None:
+        self.intent, self.fab, self.m = intent, fab, m
+        self.prefixes = [p.prefix for p in intent.prefixes]
+        self.index = {p: i for i, p in enumerate(self.prefixes)}
+        self.ptor = np.array([fab.index[p.origins[0]] for p in intent.prefixes], dtype=np.int64)
+        self.ppod = np.array([m.tor_pod[int(t)] for t in self.ptor], dtype=np.int64)
+        self.nexthops = _NextHops(fab)
+        self.tor_arcs: dict[int, list[tuple[int, int]]] = {}  # ToR -> (plane, arc up)
+        for (t, pl), a in sorted(m.tor_arc.items()):
+            self.tor_arcs.setdefault(t, []).append((pl, a))
+        self.shared: dict[tuple[Any, ...], _Shared] = {}
+
+    def device(self, v: int, tor_w: dict[tuple[int, int], _Members], leaf_w: dict[tuple[int, int], _Members],
+               lost: frozenset[tuple[int, int]] = frozenset(), shared: dict[tuple[Any, ...], _Shared] | None = None
+               ) -> DevicePlan:
+        """Device ``v``'s groups and (lazy) routes; ``lost`` holds the (spine, pod) pairs whose spine has no
+        route to the pod (its one link down to the pod's leaf of its plane failed); ``shared`` the ToR groups
+        already built for these weights (the assembly's own by default: the full plan's)."""
+        m = self.m
+        role = self.intent.devices[v].role
         by_tor: dict[int, str] = {}
         own: int | None = None
         if role == Role.TOR:
             own = v
-            groups, by_pod = _tor_groups(v, m, tor_w, tor_arcs, nexthops, shared)
+            groups, by_pod = _tor_groups(v, m, tor_w, self.tor_arcs, self.nexthops,
+                                         self.shared if shared is None else shared)
         else:
-            gid = _Groups(fab.arc_port)
+            gid = _Groups(self.fab.arc_port)
             if role == Role.LEAF:
                 by_pod, by_tor = _leaf_groups(v, m, leaf_w, gid)
             else:
-                by_pod = {p: gid([(m.spine_down[(v, p)], 1)]) for p in m.pods if (v, p) in m.spine_down}
-            groups = nexthops.groups(gid)
-        routes = _Routes(prefixes, index, ppod, ptor, by_pod, by_tor, own)
-        devices[name] = DevicePlan(groups=groups, routes=routes)
-        n_groups += len(groups)
-        n_routes += len(routes)
+                by_pod = {p: gid([(m.spine_down[(v, p)], 1)]) for p in m.pods
+                          if (v, p) in m.spine_down and (v, p) not in lost}
+            groups = self.nexthops.groups(gid)
+        return DevicePlan(groups=groups, routes=_Routes(self.prefixes, self.index, self.ppod, self.ptor, by_pod,
+                                                        by_tor, own))
+
+
+def _device_plans(asm: Assembly, tor_w: dict[tuple[int, int], _Members], leaf_w: dict[tuple[int, int], _Members]
+                  ) -> tuple[dict[str, DevicePlan], int, int]:
+    """Every device's groups and (lazy) routes; also the number of groups and routes."""
+    devices: dict[str, DevicePlan] = {}
+    n_groups = n_routes = 0
+    for v, name in enumerate(asm.fab.names):
+        devices[name] = dp = asm.device(v, tor_w, leaf_w)
+        n_groups += len(dp.groups)
+        n_routes += len(dp.routes)
     return devices, n_groups, n_routes

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ClosOptions", "RobustOptions"]
+__all__ = ["ClosOptions", "ReactOptions", "RobustOptions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +113,24 @@ class RobustOptions:
     clos_margin: float = 0.01
     clos_penalty: float = 100.0
     clos_floor_slack: float = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class ReactOptions:
+    """Knobs of a failure reaction made from the full plan (:mod:`solver.clos.react`).
+
+    ``hot_rows``: the LP starts with the capacity rows of the touched leaf groups' arcs and of every arc
+    its columns load whose utilization is at least this fraction of the hottest one's (the others join when
+    the answer overloads them, with those at least this fraction of its utilization); ``slack``: the second
+    LP (the ``a`` columns moved as little as possible) may end this much (relative) above the first's
+    utilization, or the utilization of the arcs it leaves alone if that is higher; ``within``: the plan is
+    made so only when its utilization (after rounding) is at most this much (relative) above the full plan's
+    LP optimum, a lower bound of the degraded fabric's, hence of its cold plan's (else the caller compiles);
+    ``every_group``: when the touched leaf groups alone do not get there, every leaf group of the pod pairs
+    is split again too, if they have at most this many spine columns.
+    """
+
+    hot_rows: float = 0.98
+    slack: float = 1e-4
+    within: float = 0.01
+    every_group: int = 4000
