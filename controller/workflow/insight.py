@@ -98,7 +98,11 @@ class Insight:
         return intent, plan
 
     async def tick(self, now: float | None = None) -> float:
-        """One observation (the leader only); returns the seconds until the next one. ``now``: the clock's."""
+        """One observation (the leader only); returns the seconds until the next one: what is left of the
+        telemetry interval, so that the observations keep its cadence however long one takes (two intervals
+        are two observations). ``now``: the clock's, read as the tick starts."""
+        started = time.monotonic()
+        now = self.clock() if now is None else now
         rt, tel = self.runtime, self.runtime.telemetry
         if tel is None or not rt.is_leader():
             self.baselines = None
@@ -110,7 +114,6 @@ class Insight:
         if active is None or (policy is not None and not policy.enabled):
             return IDLE_S
         intent, plan = active
-        now = self.clock() if now is None else now
         th = thresholds(intent, tel)
         jobs, links = await asyncio.to_thread(observe, tel, intent, plan, now)
         if self.baselines is None:
@@ -131,7 +134,7 @@ class Insight:
                     ev.document.evidence, extra={"event": ev.kind, "subject": ev.subject})
             if rt.metrics is not None:
                 rt.metrics.insight_events.labels(kind=ev.kind, state=state).inc()
-        return th.interval_s
+        return max(0.0, th.interval_s - (time.monotonic() - started))
 
     @staticmethod
     def _record(docs: dict[str, Any], events: list[InsightEvent], now: float, s: Session) -> None:

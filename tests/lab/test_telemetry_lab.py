@@ -17,16 +17,20 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from controller.model.intent import load_intent
 from labs import runner
+from labs.traffic import SENDER, lab_hosts
 from tests.labkit import REPO, ServedLab, served_lab
 from tests.serving import LOOM
 
@@ -213,3 +217,109 @@ def test_a_jobs_rate_and_period_are_read_from_its_counters_within_5_percent(lab:
     assert perf["expected_gbps"] == pytest.approx(0.032, rel=1e-6)
     assert perf["slowdown"] is not None and perf["slowdown"] >= 1.0 and perf["bottlenecks"], perf
     assert shown.returncode == 0 and "lab-ring" in shown.stdout, shown.stdout + shown.stderr
+
+
+#: a job in each pod (a ring of the pod's two ToRs), steady, 6 Mb/s from each member: pod 0's crosses the links
+#: between its ToRs and leaves, pod 1's none of them
+POD_JOBS = [{"name": f"pod{p}-ring", "tors": [f"tor-{p}-0", f"tor-{p}-1"], "collective": "ring_allreduce",
+             "bytes_per_iter": 0.006e9 / 8, "iter_s": 1.0} for p in (0, 1)]  # 2 (n-1)/n B a second from each
+POD_TRAFFIC = [{"from": f"tor-{p}-{i}", "to": f"10.{p}.{1 - i}.0/24", "gbps": 0.006} for p in (0, 1) for i in (0, 1)]
+#: the background: from leaf-0-0 to a host of tor-0-1, so it crosses one fabric link (leaf-0-0→tor-0-1) and no
+#: ToR's per-prefix counter tells it from the jobs' (it enters no ToR from a host)
+HOT_GBPS = 0.04
+HOT_FROM, HOT_PORT = "leaf-0-0", "eth2"
+
+
+def background(lab: Lab, to: str, *, start_at: float, duration: float) -> subprocess.Popen[str]:
+    """:data:`HOT_GBPS` of UDP from :data:`HOT_FROM`'s namespace to ``to``, by the labs' own paced sender (its spec
+    in the lab's run directory, so ``loom lab down`` stops it if the test does not)."""
+    spec = runner.run_dir(LAB) / "background.json"
+    flows = [[to, port] for port in range(runner.SINK_PORTS[1] - 3, runner.SINK_PORTS[1] + 1)]
+    spec.write_text(json.dumps({"start_at": start_at, "duration": duration, "packet_bytes": 1300, "streams": [
+        {"demand": 0, "bps": HOT_GBPS * 1e9, "flows": flows}]}))
+    return subprocess.Popen(["ip", "netns", "exec", runner.namespace(LAB, HOT_FROM), sys.executable, str(SENDER),
+                             str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def insight_audit(lab: Lab, kind: str) -> list[dict[str, Any]]:
+    return [a for a in lab.get("/v1/audit?limit=200")["items"] if a["action"] == f"insight.{kind}"]
+
+
+def slowdown_events(lab: Lab, job: str, timeout: float) -> list[dict[str, Any]]:
+    """``job``'s ``job.slowdown`` events on ``/v1/events`` (every event kept, replayed), once one arrived."""
+    got: list[dict[str, Any]] = []
+    headers = {"Authorization": f"Bearer {TOKEN}", "Last-Event-ID": "0"}
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=timeout) as client, client.stream("GET", f"{lab.url}/v1/events",
+                                                                headers=headers) as r:
+        kind = None
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: ") and kind == "job.slowdown":
+                data = json.loads(line[6:])
+                if data.get("job") == job:
+                    got.append(data)
+            if got or time.monotonic() > deadline:
+                return got
+    return got
+
+
+def test_a_link_made_hot_raises_job_slowdown_for_the_job_crossing_it_naming_it(lab: Lab, tmp_path: Path) -> None:
+    """Two jobs, one per pod, their hosts sending their rings' traffic; the insight (baselines over 10 s, the
+    least it takes) learns them quiet. Then background traffic from a leaf makes one link of pod 0 hot: within
+    two telemetry intervals of the first interval whose counters show it hot, pod 0's job has a ``job.slowdown``
+    on the event stream, in the audit log and in ``/metrics``, naming that link; pod 1's job, which does not cross
+    it, has none."""
+    policy = {"kind": "insight", "baseline_s": 10, "slowdown_threshold": 1.2}
+    assert lab.apply({**lab.doc, "jobs": POD_JOBS, "policies": [*lab.doc["policies"], policy]})["state"] == "committed"
+    hot = next(lk for lk in lab.doc["links"] if (lk["a"], lk["b"]) == ("tor-0-1", HOT_FROM))
+    hot_id, hot_name = min(f"{hot['a']}:{hot['a_port']}", f"{hot['b']}:{hot['b_port']}"), f"{hot['a']}–{hot['b']}"
+    assert lab.topo is not None
+    sink = sorted(h.address for h in lab_hosts(lab.topo).values() if h.tor == "tor-0-1")[0]
+    matrix = tmp_path / "pods.yaml"
+    matrix.write_text(yaml.safe_dump(POD_TRAFFIC))
+    jobs = subprocess.Popen([*LOOM, "lab", "traffic", str(lab.path), "--matrix", str(matrix), "--duration", "40",
+                             "--flows", "64", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO)
+    hot_sender: subprocess.Popen[str] | None = None
+    try:
+        deadline = time.monotonic() + 20  # the senders' start, and the jobs' first measured interval
+        while not (lab.get("/v1/jobs/pod0-ring/performance?window_s=2")["measured_gbps"] or 0) > 0.006:
+            assert time.monotonic() < deadline and jobs.poll() is None, "the jobs' traffic never showed"
+            time.sleep(0.5)
+        time.sleep(12)  # the baselines learn (10 s of observations)
+        quiet = {j["name"]: lab.get(f"/v1/jobs/{j['name']}/performance?window_s=4")["slowdown"] for j in POD_JOBS}
+        assert all(s is not None and s < 1.2 for s in quiet.values()), quiet
+        assert not [a for a in insight_audit(lab, "job.slowdown") if "pod" in a["path"]]
+
+        hot_sender = background(lab, sink, start_at=time.time() + 0.5, duration=10)
+        seen = None  # when the controller's counters first show the link hot over one interval
+        deadline = time.monotonic() + 15
+        while seen is None:
+            assert time.monotonic() < deadline and hot_sender.poll() is None, "the link never showed hot"
+            link = next(x for x in lab.get("/v1/telemetry/links?window_s=1")["links"]
+                        if (x["a"], x["b"]) == ("tor-0-1", HOT_FROM))
+            if (link["gbps_ba"] or 0) > 0.5 * HOT_GBPS:
+                seen = time.time()
+            time.sleep(0.1)
+        events = slowdown_events(lab, "pod0-ring", timeout=10)
+        audit = insight_audit(lab, "job.slowdown")
+        metrics = lab.server("GET", "/metrics").text
+    finally:
+        for p in (hot_sender, jobs):
+            if p is not None and p.poll() is None:
+                p.terminate()
+            if p is not None:
+                p.communicate(timeout=60)
+    assert events, "no job.slowdown for pod0-ring on the event stream"
+    ev = events[0]
+    assert not ev["cleared"] and hot_id in ev["links"] and hot_name in ev["evidence"], ev
+    mine = [a for a in audit if a["path"] == "insight/pod0-ring"]
+    assert mine and hot_name in mine[-1]["detail"], audit
+    raised = datetime.fromisoformat(mine[-1]["at"]).timestamp()
+    interval = 1.0  # LOOM_TELEMETRY_INTERVAL_S
+    print(f"\njob.slowdown for pod0-ring {raised - seen:+.2f} s after the link first showed hot: {ev['evidence']}")
+    assert raised - seen <= 2 * interval, (raised, seen, ev)
+    assert not [a for a in audit if a["path"] == "insight/pod1-ring"], audit  # it does not cross the link
+    assert 'loom_insight_events_total{kind="job.slowdown",state="raised"}' in metrics
