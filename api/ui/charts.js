@@ -58,33 +58,29 @@ export function histogram(series, { step = 0.1, width = 560, height = 220, id = 
   return svg;
 }
 
-/** A link's utilization over time (GET /v1/telemetry/links/{link}/history): one line per direction, a gap where
- * an interval has no rate. ``history.points`` are oldest first. */
-export function historyChart(history, { width = 420, height = 160, id = "link-history" } = {}) {
-  const cap = history.capacity_gbps || 1;
-  // from the first interval with a rate (the window may reach back past what was ever measured) to now
-  const first = history.points.findIndex((p) => p.gbps_ab !== null || p.gbps_ba !== null);
-  const pts = first < 0 ? [] : history.points.slice(first);
-  const dirs = [["gbps_ab", "#1a73e8", `${history.a} → ${history.b}`], ["gbps_ba", "#e37400", `${history.b} → ${history.a}`]];
-  const known = pts.flatMap((p) => dirs.map(([k]) => p[k])).filter((v) => v !== null && v !== undefined);
-  const top = Math.max(0.01, ...known.map((v) => (v / cap) * 1.25));  // scaled to the load, at least 1%
-  const L = 48, R = 10, T = 22, B = 26;
+const L = 48, R = 10, B = 26;
+
+/** A time chart of ``pts`` (oldest first, ``t`` in seconds since the epoch, drawn from the first to the last):
+ * one line per ``series`` entry ({key, colour, label}; a gap where its value is null), values over ``scale``,
+ * the y axis from 0 to ``top`` with ``tick(value)`` labels; returns the svg and its y scale. */
+function timeChart(pts, series, { top, tick, scale = 1, width, height, id, aria, T }) {
   const pw = width - L - R, ph = height - T - B;
   const t0 = pts.length ? pts[0].t : 0;
   const span = Math.max(1, pts.length ? pts[pts.length - 1].t - t0 : 1);
   const x = (t) => L + ((t - t0) / span) * pw;
-  const y = (u) => T + ph - (u / top) * ph;
+  const y = (v) => T + ph - (v / top) * ph;
+  const known = pts.flatMap((p) => series.map(({ key }) => p[key])).filter((v) => v !== null && v !== undefined);
   const svg = s("svg", { id, class: "history", viewBox: `0 0 ${width} ${height}`, width, height, style: "width:100%;height:auto",
-    role: "img", "aria-label": "link utilization over time", "data-points": String(known.length) });
+    role: "img", "aria-label": aria, "data-points": String(known.length) });
   svg.append(s("line", { x1: L, y1: T + ph, x2: L + pw, y2: T + ph, class: "axis" }));
   svg.append(s("line", { x1: L, y1: T, x2: L, y2: T + ph, class: "axis" }));
   for (const frac of [0, 0.5, 1]) {
-    svg.append(s("text", { x: L - 6, y: y(top * frac) + 4, class: "tick", "text-anchor": "end" }, `${(top * frac * 100).toFixed(top < 0.1 ? 1 : 0)}%`));
+    svg.append(s("text", { x: L - 6, y: y(top * frac) + 4, class: "tick", "text-anchor": "end" }, tick(top * frac)));
   }
   const ago = span >= 120 ? `${Math.round(span / 60)} min ago` : `${Math.round(span)} s ago`;
   svg.append(s("text", { x: L, y: height - 6, class: "tick" }, pts.length ? ago : "nothing measured yet"));
   svg.append(s("text", { x: L + pw, y: height - 6, class: "tick", "text-anchor": "end" }, "now"));
-  dirs.forEach(([key, colour, label], j) => {
+  series.forEach(({ key, colour, label }, j) => {
     let run = [];
     const flush = () => {
       if (run.length) svg.append(s("polyline", { points: run.join(" "), fill: "none", stroke: colour, "stroke-width": 1.5, class: `line ${key}` }));
@@ -92,49 +88,45 @@ export function historyChart(history, { width = 420, height = 160, id = "link-hi
     };
     for (const p of pts) {
       if (p[key] === null || p[key] === undefined) { flush(); continue; }
-      run.push(`${x(p.t).toFixed(1)},${y(p[key] / cap).toFixed(1)}`);
+      run.push(`${x(p.t).toFixed(1)},${y(p[key] / scale).toFixed(1)}`);
     }
     flush();
-    svg.append(s("rect", { x: L + 6 + j * 150, y: 4, width: 10, height: 10, fill: colour }));
-    svg.append(s("text", { x: L + 20 + j * 150, y: 13, class: "tick" }, label));
+    if (label) {
+      svg.append(s("rect", { x: L + 6 + j * 150, y: 4, width: 10, height: 10, fill: colour }));
+      svg.append(s("text", { x: L + 20 + j * 150, y: 13, class: "tick" }, label));
+    }
   });
-  return svg;
+  return { svg, y, pw };
+}
+
+/** The points from the first with a value under one of ``keys`` (a window may reach back past what was ever
+ * measured). */
+function measured(points, keys) {
+  const first = points.findIndex((p) => keys.some((k) => p[k] !== null && p[k] !== undefined));
+  return first < 0 ? [] : points.slice(first);
+}
+
+/** A link's utilization over time (GET /v1/telemetry/links/{link}/history): one line per direction, a gap where
+ * an interval has no rate. ``history.points`` are oldest first. */
+export function historyChart(history, { width = 420, height = 160, id = "link-history" } = {}) {
+  const cap = history.capacity_gbps || 1;
+  const pts = measured(history.points, ["gbps_ab", "gbps_ba"]);
+  const known = pts.flatMap((p) => [p.gbps_ab, p.gbps_ba]).filter((v) => v !== null && v !== undefined);
+  const top = Math.max(0.01, ...known.map((v) => (v / cap) * 1.25));  // scaled to the load, at least 1%
+  return timeChart(pts, [{ key: "gbps_ab", colour: "#1a73e8", label: `${history.a} → ${history.b}` },
+    { key: "gbps_ba", colour: "#e37400", label: `${history.b} → ${history.a}` }],
+  { top, scale: cap, tick: (u) => `${(u * 100).toFixed(top < 0.1 ? 1 : 0)}%`, width, height, id, T: 22,
+    aria: "link utilization over time" }).svg;
 }
 
 /** A job's measured rate per interval (GET /v1/jobs/{name}/history), with its template's expectation dashed. */
 export function rateChart(history, { width = 420, height = 160, id = "job-history" } = {}) {
-  const first = history.points.findIndex((p) => p.gbps !== null);
-  const pts = first < 0 ? [] : history.points.slice(first);
-  const known = pts.map((p) => p.gbps).filter((v) => v !== null);
-  const top = Math.max(1e-6, history.expected_gbps, ...known) * 1.2;
-  const L = 48, R = 10, T = 12, B = 26;
-  const pw = width - L - R, ph = height - T - B;
-  const t0 = pts.length ? pts[0].t : 0;
-  const span = Math.max(1, pts.length ? pts[pts.length - 1].t - t0 : 1);
-  const x = (t) => L + ((t - t0) / span) * pw;
-  const y = (g) => T + ph - (g / top) * ph;
-  const svg = s("svg", { id, class: "history", viewBox: `0 0 ${width} ${height}`, width, height, style: "width:100%;height:auto",
-    role: "img", "aria-label": "the job's rate over time", "data-points": String(known.length) });
-  svg.append(s("line", { x1: L, y1: T + ph, x2: L + pw, y2: T + ph, class: "axis" }));
-  svg.append(s("line", { x1: L, y1: T, x2: L, y2: T + ph, class: "axis" }));
-  for (const frac of [0, 0.5, 1]) {
-    svg.append(s("text", { x: L - 6, y: y(top * frac) + 4, class: "tick", "text-anchor": "end" }, `${(top * frac).toPrecision(2)}`));
-  }
-  svg.append(s("text", { x: 4, y: T + 8, class: "tick" }, "Gb/s"));
+  const pts = measured(history.points, ["gbps"]);
+  const top = Math.max(1e-6, history.expected_gbps, ...pts.map((p) => p.gbps).filter((v) => v !== null)) * 1.2;
+  const { svg, y, pw } = timeChart(pts, [{ key: "gbps", colour: "#1a73e8" }],
+    { top, tick: (g) => g.toPrecision(2), width, height, id, T: 12, aria: "the job's rate over time" });
+  svg.append(s("text", { x: 4, y: 20, class: "tick" }, "Gb/s"));
   svg.append(s("line", { x1: L, x2: L + pw, y1: y(history.expected_gbps), y2: y(history.expected_gbps), class: "expected" },
     s("title", {}, `expected ${history.expected_gbps.toPrecision(3)} Gb/s (the collective's template)`)));
-  let run = [];
-  const flush = () => {
-    if (run.length) svg.append(s("polyline", { points: run.join(" "), fill: "none", stroke: "#1a73e8", "stroke-width": 1.5, class: "line" }));
-    run = [];
-  };
-  for (const p of pts) {
-    if (p.gbps === null) { flush(); continue; }
-    run.push(`${x(p.t).toFixed(1)},${y(p.gbps).toFixed(1)}`);
-  }
-  flush();
-  const ago = span >= 120 ? `${Math.round(span / 60)} min ago` : `${Math.round(span)} s ago`;
-  svg.append(s("text", { x: L, y: height - 6, class: "tick" }, pts.length ? ago : "nothing measured yet"));
-  svg.append(s("text", { x: L + pw, y: height - 6, class: "tick", "text-anchor": "end" }, "now"));
   return svg;
 }

@@ -42,7 +42,7 @@ from solver.clos.warm import STARTS, signature
 from solver.core.fabric import Fabric, build_fabric
 from solver.core.lp import AUTO_PDLP_VARIABLES, LpResult, solve_lp, solve_pdlp
 from solver.core.options import ClosOptions
-from solver.core.weights import device_budget, reduce_weights
+from solver.core.weights import cached_reducer, device_budget
 
 __all__ = ["Assembly", "Solved", "clos_plan", "split_weights"]
 
@@ -365,14 +365,7 @@ def _weights(m: PodModel, x: np.ndarray, fib: bool
              ) -> tuple[dict[tuple[int, int], _Members], dict[tuple[int, int], _Members], np.ndarray]:
     """Integer weights per (source pod, destination pod) for ToRs and per (leaf, destination pod),
     and the variables (``a`` then ``g``) implied by the rounded splits."""
-    cache: dict[tuple[tuple[float, ...], int], tuple[int, ...]] = {}
-
-    def reduce(r: np.ndarray, budget: int) -> tuple[int, ...]:
-        key = (tuple(np.round(r, 9).tolist()), budget)
-        hit = cache.get(key)
-        if hit is None:
-            hit = cache[key] = tuple(reduce_weights(r, max(budget, len(r))))
-        return hit
+    reduce = cached_reducer()
 
     tor_budget, leaf_budget = pod_budgets(m)
     x_round = np.zeros_like(x)

@@ -43,7 +43,7 @@ from solver.clos.model import pod_budgets
 from solver.clos.plan import Solved, split_weights
 from solver.core.lp import solve_lp_lex
 from solver.core.options import ReactOptions
-from solver.core.weights import reduce_weights
+from solver.core.weights import cached_reducer
 
 __all__ = ["KEPT", "Kept", "reaction_plan", "remember"]
 
@@ -306,14 +306,7 @@ def _round(s: Solved, sc: _Scope, x: np.ndarray) -> tuple[np.ndarray, _Weights, 
     rounded variables and the changed ToR and leaf groups."""
     m = s.model
     tor_budget, leaf_budget = pod_budgets(m)
-    cache: dict[tuple[tuple[float, ...], int], tuple[int, ...]] = {}
-
-    def reduce(r: np.ndarray, budget: int) -> tuple[int, ...]:
-        key = (tuple(np.round(r, 9).tolist()), budget)
-        hit = cache.get(key)
-        if hit is None:
-            hit = cache[key] = tuple(reduce_weights(r, max(budget, len(r))))
-        return hit
+    reduce = cached_reducer()
 
     n_a = len(m.a_col)
     out = s.x_round.copy()

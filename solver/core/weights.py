@@ -16,13 +16,13 @@ total; the best total wins, ties going to the smaller total.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from controller.model import Intent, WcmpRealization
 
-__all__ = ["LINK_BANDWIDTH_BUDGET", "device_budget", "oversubscription", "reduce_weights"]
+__all__ = ["LINK_BANDWIDTH_BUDGET", "cached_reducer", "device_budget", "oversubscription", "reduce_weights"]
 
 #: FRR scales BGP link-bandwidths to kernel weights out of 100: the largest group sum it can express
 LINK_BANDWIDTH_BUDGET = 100
@@ -127,3 +127,18 @@ def reduce_weights(ratios: Sequence[float] | np.ndarray, budget: int) -> list[in
     out = np.ones(n, dtype=np.int64)
     out[pos] = best
     return [int(x) for x in out]
+
+
+def cached_reducer() -> Callable[[np.ndarray, int], tuple[int, ...]]:
+    """:func:`reduce_weights` of a split within a budget (at least one weight per member), remembered by the
+    split (to 9 decimals) and the budget: a plan rounds the same split for many groups."""
+    cache: dict[tuple[tuple[float, ...], int], tuple[int, ...]] = {}
+
+    def reduce(r: np.ndarray, budget: int) -> tuple[int, ...]:
+        key = (tuple(np.round(r, 9).tolist()), budget)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = tuple(reduce_weights(r, max(budget, len(r))))
+        return hit
+
+    return reduce
