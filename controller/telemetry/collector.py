@@ -63,6 +63,13 @@ def aft_path(prefix: str, counter: str = "octets-forwarded") -> str:
             f"ipv{v}-entry[prefix={prefix}]/state/counters/{counter}")
 
 
+def _link_counters(lk: Link) -> list[tuple[str, str]]:
+    """The four counters a link's load is read from: ``a``'s out-octets and ``b``'s in-octets (a to b), then
+    ``b``'s out-octets and ``a``'s in-octets (b to a)."""
+    return [(lk.a, interface_path(lk.a_port, "out-octets")), (lk.b, interface_path(lk.b_port, "in-octets")),
+            (lk.b, interface_path(lk.b_port, "out-octets")), (lk.a, interface_path(lk.a_port, "in-octets"))]
+
+
 @dataclass(frozen=True, slots=True)
 class LinkView:
     """One link's observed load: ``None`` where no rate is known (never zero for unknown)."""
@@ -223,10 +230,7 @@ class Telemetry:
         """Each link of ``intent``: ``a``'s out-octets rate (``b``'s in-octets when missing) and back."""
         if stat not in STATS:
             raise ValueError(f"unknown statistic {stat!r}")
-        keys: list[tuple[str, str]] = []
-        for lk in intent.links:
-            keys += [(lk.a, interface_path(lk.a_port, "out-octets")), (lk.b, interface_path(lk.b_port, "in-octets")),
-                     (lk.b, interface_path(lk.b_port, "out-octets")), (lk.a, interface_path(lk.a_port, "in-octets"))]
+        keys = [k for lk in intent.links for k in _link_counters(lk)]
         with self._lock:
             st = self._stats(keys, now, window_s)
         val = st.stat(stat) / _OCTETS_PER_GBPS
@@ -318,12 +322,14 @@ class Telemetry:
         bins = max(1, int(np.ceil(window_s / step - 1e-9)))
         with self._lock:
             s = self.store
+            if not len(s.ring_t):  # nothing collected yet
+                return np.full((bins, len(keys)), np.nan)
             idx = np.array([s.rows.get(k, -1) for k in keys], dtype=np.int64)
             known = idx >= 0
             rows = np.where(known, idx, 0)
-            tt = s.ring_t[rows] if len(s.ring_t) else np.full((len(keys), 1), -np.inf)
-            dt = s.ring_dt[rows].astype(np.float64) if len(s.ring_t) else np.zeros((len(keys), 1))
-            rate = s.ring_rate[rows].astype(np.float64) if len(s.ring_t) else np.zeros((len(keys), 1))
+            tt = s.ring_t[rows]
+            dt = s.ring_dt[rows].astype(np.float64)
+            rate = s.ring_rate[rows].astype(np.float64)
         inside = (tt > now - window_s) & (tt <= now) & known[:, None]
         b = np.clip(((now - np.where(inside, tt, now)) // step).astype(np.int64), 0, bins - 1)
         b = bins - 1 - b  # oldest first
@@ -339,9 +345,7 @@ class Telemetry:
     def link_history(self, link: Link, now: float, window_s: float) -> list[HistoryPoint]:
         """``link``'s load per interval over the window, oldest first: ``a``'s out-octets (``b``'s in-octets
         where ``a``'s has no rate in an interval) and back, and the busier direction over capacity."""
-        keys = [(link.a, interface_path(link.a_port, "out-octets")), (link.b, interface_path(link.b_port, "in-octets")),
-                (link.b, interface_path(link.b_port, "out-octets")), (link.a, interface_path(link.a_port, "in-octets"))]
-        g = self.series(keys, now, window_s)
+        g = self.series(_link_counters(link), now, window_s)
         step = self.options.interval_s
         ab = np.where(np.isnan(g[:, 0]), g[:, 1], g[:, 0])
         ba = np.where(np.isnan(g[:, 2]), g[:, 3], g[:, 2])
