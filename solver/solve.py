@@ -32,6 +32,7 @@ from solver.core.lp import BACKENDS, DEFAULT_BACKEND
 from solver.core.options import ClosOptions
 from solver.core.routing import route_classes
 from solver.core.weights import device_budget, reduce_weights
+from solver.flowround import round_by_flow
 from solver.wcmp import Commodities, build_commodities, ecmp_ratios, make_loop_free, propagate, solve_wcmp
 
 __all__ = ["solve"]
@@ -75,12 +76,13 @@ def _link_loads(fab: Fabric, loads: np.ndarray) -> tuple[tuple[LinkLoad, ...], f
 
 def _groups(
     fab: Fabric, com: Commodities, lp_ratio: np.ndarray | None, fib: bool, budgets: list[int], progress: Progress,
-    fallback: dict[int, tuple[int, ...]],
+    fallback: dict[int, tuple[int, ...]], fixed: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] | None = None,
 ) -> tuple[dict[str, DevicePlan], np.ndarray, int]:
     """Weighted groups and routes per device, and the rounded ratio per commodity edge.
 
     A device without LP flow splits equally over ``fallback[node]`` if given
-    (``paths: loop_free``), else over the routing's next hops."""
+    (``paths: loop_free``), else over the routing's next hops. ``fixed``: per node, member
+    edges and weights rounded already (:func:`solver.flowround.round_by_flow`)."""
     names, port, head = fab.names, fab.arc_port, fab.arc_head
     weigh = _Weights()
     group_ids: list[dict[tuple[tuple[str, str, int], ...], str]] = [{} for _ in names]
@@ -110,9 +112,13 @@ def _groups(
         for v, arcs in rc.nexthops.items():
             k = node_of.get((ci, v))
             members: tuple[tuple[str, str, int], ...]
-            if k is None or ratio is None or ratio[starts[k]] != ratio[starts[k]]:  # NaN: no LP flow
-                hop_arcs: tuple[int, ...] = arcs if k is None else fallback.get(k, arcs)
-                weights: tuple[int, ...] = (1,) * len(hop_arcs)
+            hop_arcs: tuple[int, ...]
+            weights: tuple[int, ...]
+            if fixed is not None and k is not None and k in fixed:
+                hop_arcs, weights = tuple(e_arc[j] for j in fixed[k][0]), fixed[k][1]
+            elif k is None or ratio is None or ratio[starts[k]] != ratio[starts[k]]:  # NaN: no LP flow
+                hop_arcs = arcs if k is None else fallback.get(k, arcs)
+                weights = (1,) * len(hop_arcs)
             else:
                 s, e = starts[k], starts[k + 1]
                 r = ratio[s:e]
@@ -262,6 +268,15 @@ def _generic_plan(intent: Intent, backend: str, say: Progress, t0: float) -> Pla
     say("loads", 0.0)
     _, loads = propagate(com, rounded)
     links, mlu = _link_loads(fab, loads)
+    if fib and lp_ratio is not None and mlu > lp_bound * (1 + 1e-6):
+        by_flow = round_by_flow(com, lp_ratio, _budgets(intent), lp_bound)
+        _, flow_loads = propagate(com, by_flow.ratio)
+        if float((flow_loads / fab.arc_cap).max()) < mlu:  # the rounding of each group alone overloads downstream
+            devices, rounded, n_routes = _groups(fab, com, lp_ratio, fib, _budgets(intent), say, fallback,
+                                                 by_flow.members)
+            _, loads = propagate(com, rounded)
+            links, mlu = _link_loads(fab, loads)
+            extra["rounding"] = "by flow"
     say("loads", 1.0)
     n_groups = sum(len(dp.groups) for dp in devices.values())
     summary = PlanSummary(max_utilization=mlu, lp_bound=lp_bound, ecmp_max_utilization=ecmp_mlu,

@@ -1,0 +1,45 @@
+"""Rounding a general network's splits in flow order (solver.flowround), issue 35's ASN2k blow-up in small.
+
+A hub splits its traffic over a direct link and thin detours through stubs. With a budget of 4
+entries the LP's split (0.6 direct, 0.1 over each of four stubs) cannot be written: rounding
+each group alone kept every member at weight 1, five entries over a budget of four, and sent
+twice the LP's share down each thin detour."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.model.intent import validate_intent
+from solver import solve
+
+
+def hub_intent(stubs: int = 4, budget: int = 4, gbps: float = 9.0) -> dict:  # type: ignore[type-arg]
+    links = [{"a": "s", "a_port": "e1", "b": "h", "b_port": "e1", "capacity_gbps": 100},
+             {"a": "h", "a_port": "e2", "b": "d", "b_port": "e1", "capacity_gbps": 6}]
+    for i in range(stubs):
+        links.append({"a": "h", "a_port": f"e{3 + i}", "b": f"x{i}", "b_port": "e1", "capacity_gbps": 1})
+        links.append({"a": f"x{i}", "a_port": "e2", "b": "d", "b_port": f"e{2 + i}", "capacity_gbps": 1})
+    return {"name": "hub", "routing": "isis",
+            "devices": [{"name": "s"}, {"name": "h", "max_ecmp_entries": budget}, {"name": "d"}]
+            + [{"name": f"x{i}"} for i in range(stubs)],
+            "links": links, "prefixes": [{"prefix": "10.0.0.0/24", "origins": ["d"]}],
+            "policies": [{"kind": "paths", "mode": "loop_free"}],
+            "demands": [{"from": "s", "to": "10.0.0.0/24", "gbps": gbps}]}
+
+
+def test_a_split_finer_than_the_budget_is_rounded_within_it_and_as_well_as_it_allows() -> None:
+    plan = solve(validate_intent(hub_intent()))
+    assert plan.summary.lp_bound == pytest.approx(0.9)
+    for name, dp in plan.devices.items():
+        for hops in dp.groups.values():
+            assert sum(h.weight for h in hops) <= (4 if name == "h" else 128)
+            assert all(h.weight >= 1 for h in hops)
+    # four entries: all on the direct link (9/6 = 1.5) beats any entry on a 1 Gb/s detour (2.25)
+    assert plan.summary.max_utilization == pytest.approx(1.5)
+    assert plan.summary.extra.get("rounding") == "by flow"
+
+
+def test_a_split_the_budget_writes_exactly_is_left_to_the_group_rounding() -> None:
+    plan = solve(validate_intent(hub_intent(budget=10)))
+    assert plan.summary.max_utilization == pytest.approx(0.9)
+    assert "rounding" not in plan.summary.extra
