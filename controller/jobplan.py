@@ -82,7 +82,9 @@ def _edge_times(intent: Intent, plan: Plan, loads: np.ndarray | None = None
     if not intent.jobs:
         return {}, {}
     members = sorted({t for job in intent.jobs for t in job.tors})
-    rm = routing_matrix(intent, plan, ingresses=members)  # the jobs' pairs only: a fabric's all would cost seconds
+    origins = originated_prefixes(intent)
+    # the jobs' pairs only (from a member to a member's prefix): a fabric's all would cost seconds
+    rm = routing_matrix(intent, plan, ingresses=members, prefixes={p for t in members for p in origins.get(t, ())})
     loads, cap = (link_loads(intent, plan) if loads is None else loads), _capacity(intent)
     times, edges = {}, {}
     for job in intent.jobs:

@@ -105,25 +105,31 @@ def edge_devices(intent: Intent) -> tuple[str, ...]:
     return tuple(d.name for d in intent.devices if d.name in origins or d.role == "tor")
 
 
-def _all_prefix_table(intent: Intent, plan: Plan, topo: Topology) -> Table:
-    """The plan's forwarding table with a class for every prefix that has a non-origin device."""
+def _all_prefix_table(intent: Intent, plan: Plan, topo: Topology, prefixes: frozenset[str] | None = None) -> Table:
+    """The plan's forwarding table with a class for every prefix (of ``prefixes``, all by default) that has
+    a non-origin device."""
     names = [d.name for d in intent.devices]
     unit: dict[tuple[str, str], float] = {}
     for p in intent.prefixes:
+        if prefixes is not None and p.prefix not in prefixes:
+            continue
         src = next((n for n in names if n not in p.origins), None)
         if src is not None:
             unit[(src, p.prefix)] = 1.0
     return plan_table(with_demands(intent, unit), plan, topo)
 
 
-def routing_matrix(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | None = None) -> RoutingMatrix:
+def routing_matrix(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | None = None,
+                   prefixes: Iterable[str] | None = None) -> RoutingMatrix:
     """``A[e, j]``: the fraction of pair ``j``'s demand on directed edge ``e`` under ``plan``.
 
-    ``ingresses`` defaults to the edge devices (prefix origins and ToRs). Traffic
-    in a forwarding loop is cut after as many hops as there are devices.
+    ``ingresses`` defaults to the edge devices (prefix origins and ToRs), ``prefixes`` to every prefix
+    of ``intent`` (fewer make it faster: each prefix's columns are computed alone, so they are the same
+    as the full matrix's for the same pairs). Traffic in a forwarding loop is cut after as many hops as
+    there are devices.
     """
     topo = build_topology(intent)
-    table = _all_prefix_table(intent, plan, topo)
+    table = _all_prefix_table(intent, plan, topo, None if prefixes is None else frozenset(prefixes))
     n, n_edges = topo.n, topo.n_edges
     sources = list(ingresses) if ingresses is not None else list(edge_devices(intent))
     src_idx = np.array([topo.index[s] for s in sources], dtype=np.int64)

@@ -235,6 +235,23 @@ def test_the_matrix_free_routing_operator_is_the_routing_matrix() -> None:
     assert np.allclose(tomogravity(rm, y).gbps, tomogravity(ro, y).gbps, atol=1e-4)
 
 
+def test_a_routing_matrix_over_some_prefixes_is_the_full_ones_columns_for_them() -> None:
+    intent = validate_intent(clos_document(pods=4, tors=4, planes=2, spines=2, seed=5, demand="gravity",
+                                           hetero=0.3))
+    plan = compile_plan(intent)
+    tors = [d.name for d in intent.devices if d.role == "tor"]
+    members, targets = tors[1:12:3], tors[0:16:5]
+    prefixes = [p.prefix for p in intent.prefixes if set(p.origins) & set(targets)]
+    full = routing_matrix(intent, plan, ingresses=members)
+    part = routing_matrix(intent, plan, ingresses=members, prefixes=prefixes)
+    want = [(s, p) for s, p in full.pairs if p in prefixes]
+    assert want and sorted(part.pairs) == sorted(want)  # a member's own prefix has no pair from it
+    at = {p: j for j, p in enumerate(full.pairs)}
+    cols = [at[p] for p in part.pairs]
+    assert (abs(part.matrix - full.matrix[:, cols]) > 0).nnz == 0  # the same numbers, not only close ones
+    assert part.matrix.nnz > 0 and routing_matrix(intent, plan, prefixes=[]).matrix.shape[1] == 0
+
+
 def test_an_hour_long_window_sees_the_whole_hour_and_a_longer_one_is_refused() -> None:
     """Issue 31.2: an hour at 90 Gbps then 6 minutes at 9 Gbps; the 3600 s window's mean is 81.9 and its
     max 90 (with 36 rates kept it answered 9.0 for both); a window past what is kept is refused by name."""
