@@ -35,11 +35,13 @@ from controller.model.plan import LinkLoad, Plan
 from controller.telemetry.jobperf import comm_time, phase_bits
 from safety.estimate import RoutingMatrix, link_loads, routing_matrix
 
-__all__ = ["STEERING", "JobTime", "job_time_rows", "job_times", "plan_for_jobs", "worst_slowdown"]
+__all__ = ["STEERING", "TIE", "JobTime", "job_time_rows", "job_times", "plan_for_jobs", "worst_slowdown"]
 
 #: the fractions of a job link's capacity the solver is told is taken, per round (scaled by how much of the
 #: worst weighted slowdown the link explains)
 STEERING = (0.2, 0.4, 0.6, 0.8)
+#: relative difference under which two candidates' worst slowdowns (then maximum utilizations) are a tie
+TIE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,18 @@ def _blame(times: Mapping[str, JobTime], edges: Mapping[str, np.ndarray]) -> np.
     return out if out is not None else np.zeros(0)
 
 
+def _better(key: tuple[float, float], than: tuple[float, float]) -> bool:
+    """Whether ``key`` (worst weighted slowdown, maximum utilization) beats ``than``: the first lower by more
+    than :data:`TIE` (relative), or a tie there and the second lower by more than that. Noise in the last
+    digits of a sum does not make a candidate win."""
+    for a, b in zip(key, than, strict=True):
+        if a < b - TIE * max(abs(b), 1.0):
+            return True
+        if a > b + TIE * max(abs(b), 1.0):
+            return False
+    return False
+
+
 def plan_for_jobs(intent: Intent, base: Plan, compile_plan: Callable[[Intent], Plan], *, rounds: int = 3) -> Plan:
     """The plan of least worst priority-weighted job slowdown among ``base`` (the maximum-utilization plan)
     and the steered candidates ``compile_plan`` gives (see the module docstring); every candidate keeps
@@ -170,7 +184,7 @@ def plan_for_jobs(intent: Intent, base: Plan, compile_plan: Callable[[Intent], P
                 continue
             got, got_edges = _edge_times(intent, candidate, loads)
             key = (worst_slowdown(got), candidate.summary.max_utilization)
-            if key < best_key:
+            if _better(key, best_key):
                 best, best_key, times, edges, improved = candidate, key, got, got_edges, True
         if not improved:
             break

@@ -79,3 +79,14 @@ def test_the_review_and_the_evaluation_show_each_jobs_time_before_and_after() ->
     assert ev.objective == "jobs" and len(ev.jobs) == 5
     assert ev.active_predicted == worst_slowdown(job_times(it2, p1)) > ev.candidate_predicted
     assert abs(ev.candidate_predicted - worst_slowdown(job_times(it2, p2))) < 1e-6
+
+
+def test_a_candidate_wins_only_by_more_than_noise() -> None:
+    from controller.jobplan import TIE, _better
+
+    best = (3.5, 0.6)
+    noise = (3.5 * (1 - 1e-14), 0.6)  # lower in the last digits only (``<`` on the tuples took it)
+    assert noise < best and not _better(noise, best) and not _better(best, best)
+    assert _better((noise[0], 0.5), best) and not _better((noise[0], 0.7), best)  # a tie: the utilization decides
+    assert _better((3.5 - 1e-6, 0.9), best) and not _better((3.5 + 1e-6, 0.1), best)
+    assert not _better((3.5, 0.6 * (1 - TIE / 10)), best) and _better((3.5, 0.6 - 2 * TIE), best)
