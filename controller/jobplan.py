@@ -33,7 +33,7 @@ from controller.model.documents import JobTimeDocument
 from controller.model.jobs import job_demands, originated_prefixes
 from controller.model.plan import LinkLoad, Plan
 from controller.telemetry.jobperf import comm_time, phase_bits
-from safety.estimate import RoutingMatrix, link_loads, routing_matrix
+from safety.estimate import RoutingMatrix, link_loader, link_loads, routing_matrix
 
 __all__ = ["STEERING", "TIE", "JobTime", "job_time_rows", "job_times", "plan_for_jobs", "worst_slowdown"]
 
@@ -169,16 +169,17 @@ def plan_for_jobs(intent: Intent, base: Plan, compile_plan: Callable[[Intent], P
     and the steered candidates ``compile_plan`` gives (see the module docstring); every candidate keeps
     every link under the utilization limit (or under ``base``'s maximum when that is over the limit). Up to
     ``rounds`` rounds, each steering from the best plan so far, while a round improves on it."""
-    times, edges = _edge_times(intent, base)
-    if not times:
+    if not intent.jobs:
         return base
+    loads_of = link_loader(intent)  # every candidate's loads under the real intent: one topology, one demand
+    times, edges = _edge_times(intent, base, loads_of(base))
     cap_ok = max(_limit(intent), base.summary.max_utilization) + 1e-9
     best, best_key = base, (worst_slowdown(times), base.summary.max_utilization)
     for _ in range(rounds):
         blame, improved = _blame(times, edges), False
         for strength in STEERING:
             steered = compile_plan(_steered(intent, blame, strength))
-            loads = link_loads(intent, steered)
+            loads = loads_of(steered)
             candidate = on_real_capacities(intent, steered, loads)
             if candidate.summary.max_utilization > cap_ok:
                 continue

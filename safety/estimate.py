@@ -44,7 +44,7 @@ True
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,10 +54,10 @@ from scipy.sparse.linalg import LinearOperator, aslinearoperator, lsqr
 from controller.model import Intent
 from controller.model.domain import Demand
 from controller.model.plan import Plan
-from safety.forwarding import Table, Topology, build_topology, plan_table, propagate, ranges
+from safety.forwarding import Table, Topology, build_topology, demand_classes, plan_table, propagate, ranges
 
-__all__ = ["Estimate", "RoutingMatrix", "edge_devices", "edge_totals", "gravity", "link_loads", "routing_matrix",
-           "routing_operator", "tomogravity", "with_demands"]
+__all__ = ["Estimate", "RoutingMatrix", "edge_devices", "edge_totals", "gravity", "link_loader", "link_loads",
+           "routing_matrix", "routing_operator", "tomogravity", "with_demands"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +93,14 @@ def with_demands(intent: Intent, demands: Mapping[tuple[str, str], float]) -> In
 
 def link_loads(intent: Intent, plan: Plan, demands: Mapping[tuple[str, str], float] | None = None) -> np.ndarray:
     """Load (gbps) of every directed edge under ``demands`` (the intent's by default), by safety's propagation."""
-    if demands is not None:
-        intent = with_demands(intent, demands)
-    topo = build_topology(intent)
-    return propagate(plan_table(intent, plan, topo), topo).load
+    return link_loader(intent if demands is None else with_demands(intent, demands))(plan)
+
+
+def link_loader(intent: Intent) -> Callable[[Plan], np.ndarray]:
+    """:func:`link_loads` of ``intent`` as a function of the plan, for a caller that weighs many plans of one
+    intent: its topology and demand classes are built once."""
+    topo, classes = build_topology(intent), demand_classes(intent)
+    return lambda plan: propagate(plan_table(intent, plan, topo, classes), topo).load
 
 
 def edge_devices(intent: Intent) -> tuple[str, ...]:

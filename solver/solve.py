@@ -34,7 +34,7 @@ from solver.core.routing import route_classes
 from solver.core.weights import device_budget, reduce_weights
 from solver.wcmp import Commodities, build_commodities, ecmp_ratios, make_loop_free, propagate, solve_wcmp
 
-__all__ = ["solve"]
+__all__ = ["collector_paused", "solve"]
 
 Progress = Callable[[str, float], None]
 
@@ -179,7 +179,7 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     >>> solve(it).summary.max_utilization
     0.5
     """
-    with _collector_paused():
+    with collector_paused():
         canonical = canonical_order(intent)
         kept: list[Solved] = []
         plan = as_written(_solve(canonical, backend=backend, progress=progress, method=method, options=options,
@@ -190,7 +190,7 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector held off while a plan is built. A plan allocates
     millions of small objects that stay alive (its groups, next hops, the model's tables), and
     each collection they trigger walks every live object of the process: on Clos L that was
