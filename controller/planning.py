@@ -80,7 +80,8 @@ def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
     plan = solve(intent, backend=options.backend, progress=progress, options=ClosOptions(warm_start=options.warm_start))
     if _for_jobs(intent):  # DESIGN.md ML workloads: auto_te objective
         with collector_paused():  # its candidates' forwarding tables and job times allocate as a plan does
-            plan = plan_for_jobs(intent, plan, lambda steered: solve(steered, backend=options.backend))
+            base = plan  # the steered candidates differ from intent in capacities only: its pod model serves
+            plan = plan_for_jobs(intent, base, lambda steered: solve(steered, backend=options.backend, like=base))
     return plan
 
 

@@ -24,8 +24,9 @@ import numpy as np
 
 from controller.model import Intent, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
+from solver.clos.model import PodModel
 from solver.clos.plan import Solved, clos_plan
-from solver.clos.react import remember
+from solver.clos.react import kept_model, remember
 from solver.core.canonical import as_written, canonical_order
 from solver.core.fabric import Fabric, build_fabric
 from solver.core.lp import BACKENDS, DEFAULT_BACKEND
@@ -144,7 +145,7 @@ def _groups(
 
 
 def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress | None = None,
-          method: str = "auto", options: ClosOptions = ClosOptions()) -> Plan:
+          method: str = "auto", options: ClosOptions = ClosOptions(), like: Plan | None = None) -> Plan:
     """Compile ``intent`` into a forwarding plan.
 
     Parameters
@@ -155,6 +156,9 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     method : ``auto`` uses the pod-level LP of :mod:`solver.clos.model` on a clean
         3-tier Clos with demand and the route-class LP otherwise; ``generic`` always the latter.
     options : the tuning knobs of the Clos pipeline (:class:`solver.core.options.ClosOptions`).
+    like : a plan this process compiled for an intent that differs from ``intent`` in its links'
+        capacities only (as auto-TE's steered candidates do): a Clos's pod model is taken from it instead
+        of built again (the same plan, sooner; ignored when ``intent`` differs in more).
 
     Returns
     -------
@@ -182,8 +186,9 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     with collector_paused():
         canonical = canonical_order(intent)
         kept: list[Solved] = []
+        reuse = kept_model(intent, like) if like is not None else None
         plan = as_written(_solve(canonical, backend=backend, progress=progress, method=method, options=options,
-                                 keep=kept.append), intent)
+                                 keep=kept.append, reuse=reuse), intent)
         if kept and not options.warm_start:  # a cold plan: a failure reaction may start from it (solver.clos.react)
             remember(intent, plan, kept[0])
         return plan
@@ -207,7 +212,7 @@ def collector_paused() -> Iterator[None]:
 
 
 def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: str, options: ClosOptions,
-           keep: Callable[[Solved], None] | None = None) -> Plan:
+           keep: Callable[[Solved], None] | None = None, reuse: PodModel | None = None) -> Plan:
     t0 = time.perf_counter()
     say: Progress = progress or (lambda stage, frac: None)
     if backend not in BACKENDS:
@@ -216,7 +221,7 @@ def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: s
     if method not in ("auto", "generic"):
         raise ValueError(f"unknown method {method!r}: auto or generic")
     if method == "auto" and intent.effective_demands:  # with no demand there is nothing to balance: plain routes
-        plan = clos_plan(intent, backend=backend, progress=say, t0=t0, options=options, keep=keep)
+        plan = clos_plan(intent, backend=backend, progress=say, t0=t0, options=options, keep=keep, reuse=reuse)
         if plan is not None:
             return plan
     return _generic_plan(intent, backend, say, t0)

@@ -5,6 +5,7 @@ the auto-TE evaluation show each job's predicted communication time before and a
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,6 +17,7 @@ from controller.workflow.autote import evaluate
 from controller.workflow.changes import ReviewInputs
 from controller.workflow.review import build_review
 from safety.estimate import link_loads
+from solver.clos.react import kept_model
 from solver.solve import solve
 
 
@@ -90,3 +92,24 @@ def test_a_candidate_wins_only_by_more_than_noise() -> None:
     assert _better((noise[0], 0.5), best) and not _better((noise[0], 0.7), best)  # a tie: the utilization decides
     assert _better((3.5 - 1e-6, 0.9), best) and not _better((3.5 + 1e-6, 0.1), best)
     assert not _better((3.5, 0.6 * (1 - TIE / 10)), best) and _better((3.5, 0.6 - 2 * TIE), best)
+
+
+def test_a_steered_candidate_reusing_the_base_pod_model_is_the_plan_compiled_afresh() -> None:
+    """auto-TE's candidates differ from the intent in link capacities only: ``solve(..., like=base)`` takes
+    the base plan's pod model instead of building it, and the plan is the one a fresh compile gives; an
+    intent that differs in more (here its demand) is not given that model."""
+    it = validate_intent(jobs_doc(seed=4))
+    base = solve(it)
+    rng = random.Random(4)
+    links = tuple(lk.model_copy(update={"capacity_gbps": lk.capacity_gbps * rng.choice((0.5, 0.8, 1.0))})
+                  for lk in it.links)
+    steered = it.model_copy(update={"links": links})
+    assert kept_model(steered, base) is not None
+    reused, fresh = solve(steered, like=base), solve(steered)
+    assert reused.devices == fresh.devices and reused.links == fresh.links
+    untimed = [replace(p.summary, solve_seconds=0.0, extra={**p.summary.extra, "lp_seconds": 0.0}) for p in (reused, fresh)]
+    assert untimed[0] == untimed[1]
+    assert fresh.links != base.links  # the capacities did change the plan
+    other = it.model_copy(update={"links": links, "demands": it.demands[1:]})
+    assert kept_model(other, base) is None
+    assert solve(other, like=base).devices == solve(other).devices
