@@ -107,7 +107,8 @@ def test_a_steered_candidate_reusing_the_base_pod_model_is_the_plan_compiled_afr
     assert kept_model(steered, base) is not None
     reused, fresh = solve(steered, like=base), solve(steered)
     assert reused.devices == fresh.devices and reused.links == fresh.links
-    untimed = [replace(p.summary, solve_seconds=0.0, extra={**p.summary.extra, "lp_seconds": 0.0}) for p in (reused, fresh)]
+    untimed = [replace(p.summary, solve_seconds=0.0, extra={**p.summary.extra, "lp_seconds": 0.0})
+               for p in (reused, fresh)]
     assert untimed[0] == untimed[1]
     assert fresh.links != base.links  # the capacities did change the plan
     other = it.model_copy(update={"links": links, "demands": it.demands[1:]})
