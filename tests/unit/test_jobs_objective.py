@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from controller.gen import clos_document
-from controller.jobplan import job_times, plan_for_jobs, worst_slowdown
+from controller.jobplan import TIE, _better, job_times, plan_for_jobs, worst_slowdown
 from controller.model.intent import validate_intent
 from controller.planning import compile_plan
 from controller.workflow.autote import evaluate
@@ -84,8 +84,6 @@ def test_the_review_and_the_evaluation_show_each_jobs_time_before_and_after() ->
 
 
 def test_a_candidate_wins_only_by_more_than_noise() -> None:
-    from controller.jobplan import TIE, _better
-
     best = (3.5, 0.6)
     noise = (3.5 * (1 - 1e-14), 0.6)  # lower in the last digits only (``<`` on the tuples took it)
     assert noise < best and not _better(noise, best) and not _better(best, best)
