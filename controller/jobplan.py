@@ -33,7 +33,7 @@ from controller.model.documents import JobTimeDocument
 from controller.model.jobs import job_demands, originated_prefixes
 from controller.model.plan import LinkLoad, Plan
 from controller.telemetry.jobperf import comm_time, phase_bits
-from safety.estimate import RoutingMatrix, link_loader, link_loads, routing_matrix
+from safety.estimate import Loaded, RoutingMatrix, link_loader, routing_matrix
 
 __all__ = ["STEERING", "TIE", "JobTime", "job_time_rows", "job_times", "plan_for_jobs", "worst_slowdown"]
 
@@ -77,17 +77,20 @@ def _own_load(job: Job, intent: Intent, rm: RoutingMatrix) -> np.ndarray:
     return np.asarray(rm.matrix @ x, dtype=np.float64)
 
 
-def _edge_times(intent: Intent, plan: Plan, loads: np.ndarray | None = None
+def _edge_times(intent: Intent, plan: Plan, loaded: Loaded | None = None
                 ) -> tuple[dict[str, JobTime], dict[str, np.ndarray]]:
     """Each job's time, and the time per iteration it spends on each directed edge (summed over phases);
-    ``loads``: the plan's directed-edge loads when the caller has them already."""
+    ``loaded``: the plan's table and directed-edge loads (:func:`~safety.estimate.link_loader`) when the
+    caller has them already."""
     if not intent.jobs:
         return {}, {}
     members = sorted({t for job in intent.jobs for t in job.tors})
     origins = originated_prefixes(intent)
+    loaded = link_loader(intent)(plan) if loaded is None else loaded
     # the jobs' pairs only (from a member to a member's prefix): a fabric's all would cost seconds
-    rm = routing_matrix(intent, plan, ingresses=members, prefixes={p for t in members for p in origins.get(t, ())})
-    loads, cap = (link_loads(intent, plan) if loads is None else loads), _capacity(intent)
+    rm = routing_matrix(intent, plan, ingresses=members, prefixes={p for t in members for p in origins.get(t, ())},
+                        loaded=loaded)
+    loads, cap = loaded.load, _capacity(intent)
     times, edges = {}, {}
     for job in intent.jobs:
         bits = phase_bits(job, intent, rm)
@@ -179,11 +182,11 @@ def plan_for_jobs(intent: Intent, base: Plan, compile_plan: Callable[[Intent], P
         blame, improved = _blame(times, edges), False
         for strength in STEERING:
             steered = compile_plan(_steered(intent, blame, strength))
-            loads = loads_of(steered)
-            candidate = on_real_capacities(intent, steered, loads)
+            loaded = loads_of(steered)
+            candidate = on_real_capacities(intent, steered, loaded.load)
             if candidate.summary.max_utilization > cap_ok:
                 continue
-            got, got_edges = _edge_times(intent, candidate, loads)
+            got, got_edges = _edge_times(intent, candidate, loaded)
             key = (worst_slowdown(got), candidate.summary.max_utilization)
             if _better(key, best_key):
                 best, best_key, times, edges, improved = candidate, key, got, got_edges, True

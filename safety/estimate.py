@@ -56,7 +56,7 @@ from controller.model.domain import Demand
 from controller.model.plan import Plan
 from safety.forwarding import Table, Topology, build_topology, demand_classes, plan_table, propagate, ranges
 
-__all__ = ["Estimate", "RoutingMatrix", "edge_devices", "edge_totals", "gravity", "link_loader", "link_loads",
+__all__ = ["Estimate", "Loaded", "RoutingMatrix", "edge_devices", "edge_totals", "gravity", "link_loader", "link_loads",
            "routing_matrix", "routing_operator", "tomogravity", "with_demands"]
 
 
@@ -91,16 +91,32 @@ def with_demands(intent: Intent, demands: Mapping[tuple[str, str], float]) -> In
     return intent.model_copy(update={"demands": ds})
 
 
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A plan's forwarding table under an intent's demand, the intent's topology and the plan's directed-edge
+    loads (:func:`link_loader`)."""
+
+    topo: Topology
+    table: Table
+    load: np.ndarray
+
+
 def link_loads(intent: Intent, plan: Plan, demands: Mapping[tuple[str, str], float] | None = None) -> np.ndarray:
     """Load (gbps) of every directed edge under ``demands`` (the intent's by default), by safety's propagation."""
-    return link_loader(intent if demands is None else with_demands(intent, demands))(plan)
+    return link_loader(intent if demands is None else with_demands(intent, demands))(plan).load
 
 
-def link_loader(intent: Intent) -> Callable[[Plan], np.ndarray]:
-    """:func:`link_loads` of ``intent`` as a function of the plan, for a caller that weighs many plans of one
-    intent: its topology and demand classes are built once."""
+def link_loader(intent: Intent) -> Callable[[Plan], Loaded]:
+    """:func:`link_loads` of ``intent`` as a function of the plan, with the plan's table (which
+    :func:`routing_matrix` can take), for a caller that weighs many plans of one intent: its topology and
+    demand classes are built once."""
     topo, classes = build_topology(intent), demand_classes(intent)
-    return lambda plan: propagate(plan_table(intent, plan, topo, classes), topo).load
+
+    def load(plan: Plan) -> Loaded:
+        table = plan_table(intent, plan, topo, classes)
+        return Loaded(topo, table, propagate(table, topo).load)
+
+    return load
 
 
 def edge_devices(intent: Intent) -> tuple[str, ...]:
@@ -123,17 +139,28 @@ def _all_prefix_table(intent: Intent, plan: Plan, topo: Topology, prefixes: froz
     return plan_table(with_demands(intent, unit), plan, topo)
 
 
+def _table(intent: Intent, plan: Plan, wanted: frozenset[str] | None, loaded: Loaded | None
+           ) -> tuple[Topology, Table]:
+    """The topology and a table of ``plan`` with a class for each prefix of ``wanted`` (every prefix by
+    default): ``loaded``'s when it has them all, else one built for them."""
+    if loaded is not None and wanted is not None and wanted <= set(loaded.table.prefixes):
+        return loaded.topo, loaded.table
+    topo = build_topology(intent)
+    return topo, _all_prefix_table(intent, plan, topo, wanted)
+
+
 def routing_matrix(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | None = None,
-                   prefixes: Iterable[str] | None = None) -> RoutingMatrix:
+                   prefixes: Iterable[str] | None = None, loaded: Loaded | None = None) -> RoutingMatrix:
     """``A[e, j]``: the fraction of pair ``j``'s demand on directed edge ``e`` under ``plan``.
 
     ``ingresses`` defaults to the edge devices (prefix origins and ToRs), ``prefixes`` to every prefix
     of ``intent`` (fewer make it faster: each prefix's columns are computed alone, so they are the same
-    as the full matrix's for the same pairs). Traffic in a forwarding loop is cut after as many hops as
-    there are devices.
+    as the full matrix's for the same pairs). ``loaded``: :func:`link_loader`'s answer for ``plan`` under
+    ``intent`` when the caller has it (its table is taken where it has every prefix asked for: the same
+    numbers). Traffic in a forwarding loop is cut after as many hops as there are devices.
     """
-    topo = build_topology(intent)
-    table = _all_prefix_table(intent, plan, topo, None if prefixes is None else frozenset(prefixes))
+    wanted = None if prefixes is None else frozenset(prefixes)
+    topo, table = _table(intent, plan, wanted, loaded)
     n, n_edges = topo.n, topo.n_edges
     sources = list(ingresses) if ingresses is not None else list(edge_devices(intent))
     src_idx = np.array([topo.index[s] for s in sources], dtype=np.int64)
@@ -143,6 +170,8 @@ def routing_matrix(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | Non
     vals: list[np.ndarray] = []
     pairs: list[tuple[str, str]] = []
     for c, prefix in enumerate(table.prefixes):
+        if wanted is not None and prefix not in wanted:
+            continue
         keep = ~np.isin(src_idx, list(table.origins[c]))
         si = src_idx[keep]
         if not len(si):

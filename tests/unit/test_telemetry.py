@@ -16,7 +16,7 @@ from controller.model.intent import validate_intent
 from controller.model.plan import Plan
 from controller.planning import compile_plan
 from controller.telemetry import CounterStore, Options, Sample, Telemetry, interface_path
-from safety.estimate import link_loads, routing_matrix, routing_operator, tomogravity
+from safety.estimate import link_loader, link_loads, routing_matrix, routing_operator, tomogravity, with_demands
 from tests.telemetry_synth import Fabric
 
 P = interface_path("eth1", "out-octets")
@@ -250,6 +250,15 @@ def test_a_routing_matrix_over_some_prefixes_is_the_full_ones_columns_for_them()
     cols = [at[p] for p in part.pairs]
     assert (abs(part.matrix - full.matrix[:, cols]) > 0).nnz == 0  # the same numbers, not only close ones
     assert part.matrix.nnz > 0 and routing_matrix(intent, plan, prefixes=[]).matrix.shape[1] == 0
+    # from the table link_loader compiled for the loads (every prefix has demand here), or where that table
+    # lacks a prefix asked for (its demand is one pair), from one of its own: the same pairs and numbers
+    one = next((d.from_, d.to) for d in intent.demands if d.to not in prefixes)
+    full_table, one_pair = link_loader(intent)(plan), link_loader(with_demands(intent, {one: 1.0}))(plan)
+    assert set(prefixes) <= set(full_table.table.prefixes) and one_pair.table.prefixes == [one[1]]
+    for loaded in (full_table, one_pair):
+        got = routing_matrix(intent, plan, ingresses=members, prefixes=prefixes, loaded=loaded)
+        assert got.pairs == part.pairs and (abs(got.matrix - part.matrix) > 0).nnz == 0
+    assert np.array_equal(full_table.load, link_loads(intent, plan))
 
 
 def test_an_hour_long_window_sees_the_whole_hour_and_a_longer_one_is_refused() -> None:
