@@ -27,7 +27,7 @@ from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSumma
 from solver.clos.model import PodModel
 from solver.clos.plan import Solved, clos_plan
 from solver.clos.react import kept_model, remember
-from solver.core.canonical import as_written, canonical_order
+from solver.core.canonical import as_written, canonical_links, canonical_order
 from solver.core.fabric import Fabric, build_fabric
 from solver.core.lp import BACKENDS, DEFAULT_BACKEND
 from solver.core.options import ClosOptions
@@ -184,9 +184,11 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     0.5
     """
     with collector_paused():
-        canonical = canonical_order(intent)
-        kept: list[Solved] = []
         reuse = kept_model(intent, like) if like is not None else None
+        # like's canonical intent but for the links: the other lists are the same, so their order is too
+        canonical = canonical_order(intent) if reuse is None else \
+            reuse.fab.intent.model_copy(update={"links": canonical_links(intent)})
+        kept: list[Solved] = []
         plan = as_written(_solve(canonical, backend=backend, progress=progress, method=method, options=options,
                                  keep=kept.append, reuse=reuse), intent)
         if kept and not options.warm_start:  # a cold plan: a failure reaction may start from it (solver.clos.react)
