@@ -17,7 +17,7 @@ from controller.workflow.autote import evaluate
 from controller.workflow.changes import ReviewInputs
 from controller.workflow.review import build_review
 from safety.estimate import link_loads
-from solver.clos.react import kept_model
+from solver.clos.react import KEPT, kept_model
 from solver.solve import solve
 
 
@@ -96,7 +96,10 @@ def test_a_steered_candidate_reusing_the_base_pod_model_is_the_plan_compiled_afr
     """auto-TE's candidates differ from the intent in link capacities only: ``solve(..., like=base)`` takes
     the base plan's pod model instead of building it, and the plan is the one a fresh compile gives; an
     intent that differs in more (here its demand) is not given that model."""
-    it = validate_intent(jobs_doc(seed=4))
+    doc = jobs_doc(seed=4)
+    doc["links"] = [{**lk, "a": lk["b"], "a_port": lk["b_port"], "b": lk["a"], "b_port": lk["a_port"]}
+                    for lk in reversed(doc["links"])]  # written in another order than the solver's
+    it = validate_intent(doc)
     base = solve(it)
     rng = random.Random(4)
     links = tuple(lk.model_copy(update={"capacity_gbps": lk.capacity_gbps * rng.choice((0.5, 0.8, 1.0))})
@@ -104,6 +107,10 @@ def test_a_steered_candidate_reusing_the_base_pod_model_is_the_plan_compiled_afr
     steered = it.model_copy(update={"links": links})
     assert kept_model(steered, base) is not None
     reused, fresh = solve(steered, like=base), solve(steered)
+    made_of = [KEPT.of_plan(p) for p in (base, reused, fresh)]
+    assert all(m is not None for m in made_of)
+    rows = [m.solved.model.load_matrix for m in made_of if m is not None]
+    assert rows[1] is rows[0] and rows[2] is not rows[0]  # taken from the base plan, not built again
     assert reused.devices == fresh.devices and reused.links == fresh.links
     untimed = [replace(p.summary, solve_seconds=0.0, extra={**p.summary.extra, "lp_seconds": 0.0})
                for p in (reused, fresh)]
