@@ -15,10 +15,14 @@ found by the LP itself, steered. Starting from the maximum-utilization plan, eac
 jobs cross, weighed by how much of the worst weighted slowdown each explains, and compiles the intent again
 with those links' capacities scaled down for the solver (the LP then moves other traffic off them, where
 the fabric has room); the candidate is judged on the real capacities. Rounds try the steering strengths
-of :data:`STEERING`; the best candidate whose every link stays under the limit is kept, the
-maximum-utilization plan when none beats it (so the objective never does worse than ``mlu`` under its own
-measure). The returned plan's loads and summary are recomputed on the real capacities. Deterministic: the
-same intent gives the same plan.
+of :data:`STEERING`; the best candidate whose every link stays under the limit is kept (better by more
+than :data:`TIE`, relative: a difference in the last digits is a tie), the maximum-utilization plan when
+none beats it (so the objective never does worse than ``mlu`` under its own measure). The returned plan's
+loads and summary are recomputed on the real capacities. Deterministic: the same intent gives the same plan.
+But the path is sensitive to the last bits of the blame: a steered capacity one part in 1e13 off can make
+the LP pick another of its optimal vertices and the search another path (on the Clos M bench, summing the
+same loads in another order moved the worst weighted slowdown between 3.5 and 4.2), so a change that keeps
+the plans must keep the arithmetic, not only the value.
 """
 
 from __future__ import annotations
