@@ -15,10 +15,14 @@ found by the LP itself, steered. Starting from the maximum-utilization plan, eac
 jobs cross, weighed by how much of the worst weighted slowdown each explains, and compiles the intent again
 with those links' capacities scaled down for the solver (the LP then moves other traffic off them, where
 the fabric has room); the candidate is judged on the real capacities. Rounds try the steering strengths
-of :data:`STEERING`; the best candidate whose every link stays under the limit is kept, the
-maximum-utilization plan when none beats it (so the objective never does worse than ``mlu`` under its own
-measure). The returned plan's loads and summary are recomputed on the real capacities. Deterministic: the
-same intent gives the same plan.
+of :data:`STEERING`; the best candidate whose every link stays under the limit is kept (better by more
+than :data:`TIE`, relative: a difference in the last digits is a tie), the maximum-utilization plan when
+none beats it (so the objective never does worse than ``mlu`` under its own measure). The returned plan's
+loads and summary are recomputed on the real capacities. Deterministic: the same intent gives the same plan.
+But the path is sensitive to the last bits of the blame: a steered capacity one part in 1e13 off can make
+the LP pick another of its optimal vertices and the search another path (on the Clos M bench, summing the
+same loads in another order moved the worst weighted slowdown between 3.5 and 4.2), so a change that keeps
+the plans must keep the arithmetic, not only the value.
 """
 
 from __future__ import annotations
@@ -33,13 +37,15 @@ from controller.model.documents import JobTimeDocument
 from controller.model.jobs import job_demands, originated_prefixes
 from controller.model.plan import LinkLoad, Plan
 from controller.telemetry.jobperf import comm_time, phase_bits
-from safety.estimate import RoutingMatrix, link_loads, routing_matrix
+from safety.estimate import Loaded, RoutingMatrix, link_loader, routing_matrix
 
-__all__ = ["STEERING", "JobTime", "job_time_rows", "job_times", "plan_for_jobs", "worst_slowdown"]
+__all__ = ["STEERING", "TIE", "JobTime", "job_time_rows", "job_times", "plan_for_jobs", "worst_slowdown"]
 
 #: the fractions of a job link's capacity the solver is told is taken, per round (scaled by how much of the
 #: worst weighted slowdown the link explains)
 STEERING = (0.2, 0.4, 0.6, 0.8)
+#: relative difference under which two candidates' worst slowdowns (then maximum utilizations) are a tie
+TIE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,15 +81,20 @@ def _own_load(job: Job, intent: Intent, rm: RoutingMatrix) -> np.ndarray:
     return np.asarray(rm.matrix @ x, dtype=np.float64)
 
 
-def _edge_times(intent: Intent, plan: Plan, loads: np.ndarray | None = None
+def _edge_times(intent: Intent, plan: Plan, loaded: Loaded | None = None
                 ) -> tuple[dict[str, JobTime], dict[str, np.ndarray]]:
     """Each job's time, and the time per iteration it spends on each directed edge (summed over phases);
-    ``loads``: the plan's directed-edge loads when the caller has them already."""
+    ``loaded``: the plan's table and directed-edge loads (:func:`~safety.estimate.link_loader`) when the
+    caller has them already."""
     if not intent.jobs:
         return {}, {}
     members = sorted({t for job in intent.jobs for t in job.tors})
-    rm = routing_matrix(intent, plan, ingresses=members)  # the jobs' pairs only: a fabric's all would cost seconds
-    loads, cap = (link_loads(intent, plan) if loads is None else loads), _capacity(intent)
+    origins = originated_prefixes(intent)
+    loaded = link_loader(intent)(plan) if loaded is None else loaded
+    # the jobs' pairs only (from a member to a member's prefix): a fabric's all would cost seconds
+    rm = routing_matrix(intent, plan, ingresses=members, prefixes={p for t in members for p in origins.get(t, ())},
+                        loaded=loaded)
+    loads, cap = loaded.load, _capacity(intent)
     times, edges = {}, {}
     for job in intent.jobs:
         bits = phase_bits(job, intent, rm)
@@ -148,27 +159,40 @@ def _blame(times: Mapping[str, JobTime], edges: Mapping[str, np.ndarray]) -> np.
     return out if out is not None else np.zeros(0)
 
 
+def _better(key: tuple[float, float], than: tuple[float, float]) -> bool:
+    """Whether ``key`` (worst weighted slowdown, maximum utilization) beats ``than``: the first lower by more
+    than :data:`TIE` (relative), or a tie there and the second lower by more than that. Noise in the last
+    digits of a sum does not make a candidate win."""
+    for a, b in zip(key, than, strict=True):
+        if a < b - TIE * max(abs(b), 1.0):
+            return True
+        if a > b + TIE * max(abs(b), 1.0):
+            return False
+    return False
+
+
 def plan_for_jobs(intent: Intent, base: Plan, compile_plan: Callable[[Intent], Plan], *, rounds: int = 3) -> Plan:
     """The plan of least worst priority-weighted job slowdown among ``base`` (the maximum-utilization plan)
     and the steered candidates ``compile_plan`` gives (see the module docstring); every candidate keeps
     every link under the utilization limit (or under ``base``'s maximum when that is over the limit). Up to
     ``rounds`` rounds, each steering from the best plan so far, while a round improves on it."""
-    times, edges = _edge_times(intent, base)
-    if not times:
+    if not intent.jobs:
         return base
+    loads_of = link_loader(intent)  # every candidate's loads under the real intent: one topology, one demand
+    times, edges = _edge_times(intent, base, loads_of(base))
     cap_ok = max(_limit(intent), base.summary.max_utilization) + 1e-9
     best, best_key = base, (worst_slowdown(times), base.summary.max_utilization)
     for _ in range(rounds):
         blame, improved = _blame(times, edges), False
         for strength in STEERING:
             steered = compile_plan(_steered(intent, blame, strength))
-            loads = link_loads(intent, steered)
-            candidate = on_real_capacities(intent, steered, loads)
+            loaded = loads_of(steered)
+            candidate = on_real_capacities(intent, steered, loaded.load)
             if candidate.summary.max_utilization > cap_ok:
                 continue
-            got, got_edges = _edge_times(intent, candidate, loads)
+            got, got_edges = _edge_times(intent, candidate, loaded)
             key = (worst_slowdown(got), candidate.summary.max_utilization)
-            if key < best_key:
+            if _better(key, best_key):
                 best, best_key, times, edges, improved = candidate, key, got, got_edges, True
         if not improved:
             break

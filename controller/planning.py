@@ -27,6 +27,7 @@ from solver import solve
 from solver.clos.react import reaction_plan
 from solver.core.lp import DEFAULT_BACKEND
 from solver.core.options import ClosOptions
+from solver.solve import collector_paused
 
 __all__ = ["CompileOptions", "compile_plan", "compile_reaction"]
 
@@ -78,7 +79,9 @@ def compile_plan(intent: Intent, options: CompileOptions = CompileOptions(), *,
         return solve_robust(intent, peaks, backend=options.backend, progress=progress)
     plan = solve(intent, backend=options.backend, progress=progress, options=ClosOptions(warm_start=options.warm_start))
     if _for_jobs(intent):  # DESIGN.md ML workloads: auto_te objective
-        plan = plan_for_jobs(intent, plan, lambda steered: solve(steered, backend=options.backend))
+        with collector_paused():  # its candidates' forwarding tables and job times allocate as a plan does
+            base = plan  # the steered candidates differ from intent in capacities only: its pod model serves
+            plan = plan_for_jobs(intent, base, lambda steered: solve(steered, backend=options.backend, like=base))
     return plan
 
 

@@ -44,7 +44,7 @@ True
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,10 +54,10 @@ from scipy.sparse.linalg import LinearOperator, aslinearoperator, lsqr
 from controller.model import Intent
 from controller.model.domain import Demand
 from controller.model.plan import Plan
-from safety.forwarding import Table, Topology, build_topology, plan_table, propagate, ranges
+from safety.forwarding import Table, Topology, build_topology, demand_classes, plan_table, propagate, ranges
 
-__all__ = ["Estimate", "RoutingMatrix", "edge_devices", "edge_totals", "gravity", "link_loads", "routing_matrix",
-           "routing_operator", "tomogravity", "with_demands"]
+__all__ = ["Estimate", "Loaded", "RoutingMatrix", "edge_devices", "edge_totals", "gravity", "link_loader", "link_loads",
+           "routing_matrix", "routing_operator", "tomogravity", "with_demands"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +91,32 @@ def with_demands(intent: Intent, demands: Mapping[tuple[str, str], float]) -> In
     return intent.model_copy(update={"demands": ds})
 
 
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A plan's forwarding table under an intent's demand, the intent's topology and the plan's directed-edge
+    loads (:func:`link_loader`)."""
+
+    topo: Topology
+    table: Table
+    load: np.ndarray
+
+
 def link_loads(intent: Intent, plan: Plan, demands: Mapping[tuple[str, str], float] | None = None) -> np.ndarray:
     """Load (gbps) of every directed edge under ``demands`` (the intent's by default), by safety's propagation."""
-    if demands is not None:
-        intent = with_demands(intent, demands)
-    topo = build_topology(intent)
-    return propagate(plan_table(intent, plan, topo), topo).load
+    return link_loader(intent if demands is None else with_demands(intent, demands))(plan).load
+
+
+def link_loader(intent: Intent) -> Callable[[Plan], Loaded]:
+    """:func:`link_loads` of ``intent`` as a function of the plan, with the plan's table (which
+    :func:`routing_matrix` can take), for a caller that weighs many plans of one intent: its topology and
+    demand classes are built once."""
+    topo, classes = build_topology(intent), demand_classes(intent)
+
+    def load(plan: Plan) -> Loaded:
+        table = plan_table(intent, plan, topo, classes)
+        return Loaded(topo, table, propagate(table, topo).load)
+
+    return load
 
 
 def edge_devices(intent: Intent) -> tuple[str, ...]:
@@ -105,25 +125,42 @@ def edge_devices(intent: Intent) -> tuple[str, ...]:
     return tuple(d.name for d in intent.devices if d.name in origins or d.role == "tor")
 
 
-def _all_prefix_table(intent: Intent, plan: Plan, topo: Topology) -> Table:
-    """The plan's forwarding table with a class for every prefix that has a non-origin device."""
+def _all_prefix_table(intent: Intent, plan: Plan, topo: Topology, prefixes: frozenset[str] | None = None) -> Table:
+    """The plan's forwarding table with a class for every prefix (of ``prefixes``, all by default) that has
+    a non-origin device."""
     names = [d.name for d in intent.devices]
     unit: dict[tuple[str, str], float] = {}
     for p in intent.prefixes:
+        if prefixes is not None and p.prefix not in prefixes:
+            continue
         src = next((n for n in names if n not in p.origins), None)
         if src is not None:
             unit[(src, p.prefix)] = 1.0
     return plan_table(with_demands(intent, unit), plan, topo)
 
 
-def routing_matrix(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | None = None) -> RoutingMatrix:
+def _table(intent: Intent, plan: Plan, wanted: frozenset[str] | None, loaded: Loaded | None
+           ) -> tuple[Topology, Table]:
+    """The topology and a table of ``plan`` with a class for each prefix of ``wanted`` (every prefix by
+    default): ``loaded``'s when it has them all, else one built for them."""
+    if loaded is not None and wanted is not None and wanted <= set(loaded.table.prefixes):
+        return loaded.topo, loaded.table
+    topo = build_topology(intent)
+    return topo, _all_prefix_table(intent, plan, topo, wanted)
+
+
+def routing_matrix(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | None = None,
+                   prefixes: Iterable[str] | None = None, loaded: Loaded | None = None) -> RoutingMatrix:
     """``A[e, j]``: the fraction of pair ``j``'s demand on directed edge ``e`` under ``plan``.
 
-    ``ingresses`` defaults to the edge devices (prefix origins and ToRs). Traffic
-    in a forwarding loop is cut after as many hops as there are devices.
+    ``ingresses`` defaults to the edge devices (prefix origins and ToRs), ``prefixes`` to every prefix
+    of ``intent`` (fewer make it faster: each prefix's columns are computed alone, so they are the same
+    as the full matrix's for the same pairs). ``loaded``: :func:`link_loader`'s answer for ``plan`` under
+    ``intent`` when the caller has it (its table is taken where it has every prefix asked for: the same
+    numbers). Traffic in a forwarding loop is cut after as many hops as there are devices.
     """
-    topo = build_topology(intent)
-    table = _all_prefix_table(intent, plan, topo)
+    wanted = None if prefixes is None else frozenset(prefixes)
+    topo, table = _table(intent, plan, wanted, loaded)
     n, n_edges = topo.n, topo.n_edges
     sources = list(ingresses) if ingresses is not None else list(edge_devices(intent))
     src_idx = np.array([topo.index[s] for s in sources], dtype=np.int64)
@@ -133,6 +170,8 @@ def routing_matrix(intent: Intent, plan: Plan, *, ingresses: Iterable[str] | Non
     vals: list[np.ndarray] = []
     pairs: list[tuple[str, str]] = []
     for c, prefix in enumerate(table.prefixes):
+        if wanted is not None and prefix not in wanted:
+            continue
         keep = ~np.isin(src_idx, list(table.origins[c]))
         si = src_idx[keep]
         if not len(si):

@@ -26,7 +26,8 @@ from controller.model import Intent
 from controller.model.plan import Plan
 from safety.kernels import csr
 
-__all__ = ["Flow", "Table", "Topology", "build_topology", "looped", "plan_table", "propagate", "ranges"]
+__all__ = ["DemandClasses", "Flow", "Table", "Topology", "build_topology", "demand_classes", "looped", "plan_table",
+           "propagate", "ranges"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +116,13 @@ class Table:
     budget_errors: list[str]
 
 
-def _demand_classes(
-    intent: Intent,
-) -> tuple[list[str], list[frozenset[int]], dict[str, int], dict[tuple[int, int], float]]:
+#: an intent's destination classes: prefixes, their origins (device indexes), class by prefix, and the
+#: demand ``{(class, device): gbps}``
+DemandClasses = tuple[list[str], list[frozenset[int]], dict[str, int], dict[tuple[int, int], float]]
+
+
+def demand_classes(intent: Intent) -> DemandClasses:
+    """The destination classes of ``intent``'s demand (the same for every plan of the intent)."""
     index = {d.name: i for i, d in enumerate(intent.devices)}
     total: dict[tuple[str, int], float] = defaultdict(float)
     for dm in intent.effective_demands:
@@ -149,13 +154,14 @@ def _coded_row(route: np.ndarray, u: int, coded: tuple[list[str], np.ndarray, li
     route[have, u] = lut[code[where]]
 
 
-def plan_table(intent: Intent, plan: Plan, topo: Topology) -> Table:
-    """Compile ``plan`` (for ``intent``'s topology) into a :class:`Table`.
+def plan_table(intent: Intent, plan: Plan, topo: Topology, classes: DemandClasses | None = None) -> Table:
+    """Compile ``plan`` (for ``intent``'s topology) into a :class:`Table`; ``classes``:
+    :func:`demand_classes` of ``intent`` when the caller has them (it compiles many plans of one intent).
 
     Raises ``ValueError`` when the plan names an unknown device, a port the
     device does not have, or a neighbor that is not behind that port.
     """
-    prefixes, origins, cls, demand = _demand_classes(intent)
+    prefixes, origins, cls, demand = demand_classes(intent) if classes is None else classes
     n = topo.n
     route = np.full((len(prefixes), n), -1, dtype=np.int32)
     g_edges: list[int] = []

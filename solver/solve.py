@@ -24,9 +24,10 @@ import numpy as np
 
 from controller.model import Intent, WcmpRealization
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
+from solver.clos.model import PodModel
 from solver.clos.plan import Solved, clos_plan
-from solver.clos.react import remember
-from solver.core.canonical import as_written, canonical_order
+from solver.clos.react import kept_model, remember
+from solver.core.canonical import as_written, canonical_links, canonical_order
 from solver.core.fabric import Fabric, build_fabric
 from solver.core.lp import BACKENDS, DEFAULT_BACKEND
 from solver.core.options import ClosOptions
@@ -35,7 +36,7 @@ from solver.core.weights import device_budget, reduce_weights
 from solver.flowround import round_by_flow
 from solver.wcmp import Commodities, build_commodities, ecmp_ratios, make_loop_free, propagate, solve_wcmp
 
-__all__ = ["solve"]
+__all__ = ["collector_paused", "solve"]
 
 Progress = Callable[[str, float], None]
 
@@ -150,7 +151,7 @@ def _groups(
 
 
 def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress | None = None,
-          method: str = "auto", options: ClosOptions = ClosOptions()) -> Plan:
+          method: str = "auto", options: ClosOptions = ClosOptions(), like: Plan | None = None) -> Plan:
     """Compile ``intent`` into a forwarding plan.
 
     Parameters
@@ -161,6 +162,9 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     method : ``auto`` uses the pod-level LP of :mod:`solver.clos.model` on a clean
         3-tier Clos with demand and the route-class LP otherwise; ``generic`` always the latter.
     options : the tuning knobs of the Clos pipeline (:class:`solver.core.options.ClosOptions`).
+    like : a plan this process compiled for an intent that differs from ``intent`` in its links'
+        capacities only (as auto-TE's steered candidates do): a Clos's pod model is taken from it instead
+        of built again (the same plan, sooner; ignored when ``intent`` differs in more).
 
     Returns
     -------
@@ -185,18 +189,21 @@ def solve(intent: Intent, *, backend: str = DEFAULT_BACKEND, progress: Progress 
     >>> solve(it).summary.max_utilization
     0.5
     """
-    with _collector_paused():
-        canonical = canonical_order(intent)
+    with collector_paused():
+        reuse = kept_model(intent, like) if like is not None else None
+        # like's canonical intent but for the links: the other lists are the same, so their order is too
+        canonical = canonical_order(intent) if reuse is None else \
+            reuse.fab.intent.model_copy(update={"links": canonical_links(intent)})
         kept: list[Solved] = []
         plan = as_written(_solve(canonical, backend=backend, progress=progress, method=method, options=options,
-                                 keep=kept.append), intent)
+                                 keep=kept.append, reuse=reuse), intent)
         if kept and not options.warm_start:  # a cold plan: a failure reaction may start from it (solver.clos.react)
             remember(intent, plan, kept[0])
         return plan
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector held off while a plan is built. A plan allocates
     millions of small objects that stay alive (its groups, next hops, the model's tables), and
     each collection they trigger walks every live object of the process: on Clos L that was
@@ -213,7 +220,7 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: str, options: ClosOptions,
-           keep: Callable[[Solved], None] | None = None) -> Plan:
+           keep: Callable[[Solved], None] | None = None, reuse: PodModel | None = None) -> Plan:
     t0 = time.perf_counter()
     say: Progress = progress or (lambda stage, frac: None)
     if backend not in BACKENDS:
@@ -222,7 +229,7 @@ def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: s
     if method not in ("auto", "generic"):
         raise ValueError(f"unknown method {method!r}: auto or generic")
     if method == "auto" and intent.effective_demands:  # with no demand there is nothing to balance: plain routes
-        plan = clos_plan(intent, backend=backend, progress=say, t0=t0, options=options, keep=keep)
+        plan = clos_plan(intent, backend=backend, progress=say, t0=t0, options=options, keep=keep, reuse=reuse)
         if plan is not None:
             return plan
     return _generic_plan(intent, backend, say, t0)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Any
 
@@ -100,6 +100,17 @@ class PodModel:
     _shift: sp.csr_matrix | None = None  # LP columns -> variables, when least shares are substituted
     _g_a: np.ndarray | None = None  # g_owner's cache
     _g_arcs: tuple[np.ndarray, np.ndarray] | None = None  # g_arcs' cache
+
+    def with_fabric(self, fab: Fabric) -> PodModel | None:
+        """This model on ``fab``, the same fabric but for its arcs' capacities (routes, columns and load rows
+        do not depend on them), or None when ``fab`` differs in more than its capacities."""
+        old = self.fab
+        if (old.names != fab.names or old.arc_port != fab.arc_port or old.asn != fab.asn
+                or not all(np.array_equal(getattr(old, k), getattr(fab, k))
+                           for k in ("alive", "drained", "arc_tail", "arc_head", "arc_metric", "adj_indptr",
+                                     "adj_arc"))):
+            return None
+        return replace(self, fab=fab, scale=_scale(fab), _shift=None, _g_a=None, _g_arcs=None)
 
     def g_owner(self) -> np.ndarray:
         """Per ``g`` column (in column order), its ``a`` column: a leaf group's columns follow one
@@ -582,8 +593,13 @@ def build_pod_model(fab: Fabric) -> PodModel | None:
         fab=fab, pods=pods, tor_pod=tor_pod, tors_of=st["tors_of"], leaf_at=st["leaf_at"], leaf_pp=st["leaf_pp"],
         tor_arc=st["tor_arc"], down_arc=st["down_arc"], spine_down=spine_down, allowed_planes=allowed_planes,
         allowed_spines=allowed_spines, d_qp=dict(d_qp), a_col=a_col, g_col=g_col, load_matrix=load_matrix,
-        scale=float(np.median(fab.arc_cap)) if fab.n_arcs else 1.0,
+        scale=_scale(fab),
     )
+
+
+def _scale(fab: Fabric) -> float:
+    """The gbps the LP's variables are counted in: the median arc capacity."""
+    return float(np.median(fab.arc_cap)) if fab.n_arcs else 1.0
 
 
 def pod_budgets(m: PodModel) -> tuple[dict[int, int], dict[int, int]]:

@@ -117,11 +117,16 @@ class Solved:
 
 
 def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
-              options: ClosOptions = ClosOptions(), keep: Callable[[Solved], None] | None = None) -> Plan | None:
+              options: ClosOptions = ClosOptions(), keep: Callable[[Solved], None] | None = None,
+              reuse: PodModel | None = None) -> Plan | None:
     """The plan of a clean 3-tier Clos, or ``None`` when the fabric is not one (use the generic path);
-    ``keep`` is given what it was made of (:class:`Solved`) when WCMP planned it."""
+    ``keep`` is given what it was made of (:class:`Solved`) when WCMP planned it; ``reuse``: the pod model
+    of an intent that differs from ``intent`` in its links' capacities only (its routes and demands are
+    not built again, :meth:`PodModel.with_fabric`)."""
     fab = build_fabric(intent)
-    model = build_pod_model(fab)
+    model = reuse.with_fabric(fab) if reuse is not None else None
+    if model is None:
+        model = build_pod_model(fab)
     if model is None:
         return None
     progress("routes", 1.0)

@@ -39,13 +39,13 @@ import scipy.sparse as sp
 
 from controller.model import Intent
 from controller.model.plan import LinkLoad, Plan
-from solver.clos.model import pod_budgets
+from solver.clos.model import PodModel, pod_budgets
 from solver.clos.plan import Solved, split_weights
 from solver.core.lp import solve_lp_lex
 from solver.core.options import ReactOptions
 from solver.core.weights import cached_reducer
 
-__all__ = ["KEPT", "Kept", "reaction_plan", "remember"]
+__all__ = ["KEPT", "Kept", "kept_model", "reaction_plan", "remember"]
 
 log = logging.getLogger("loom.solver.react")
 
@@ -89,6 +89,12 @@ class Kept:
             got = self._by.get(id(plan))
         return got if got is not None and got.plan() is plan and got.intent is intent else None
 
+    def of_plan(self, plan: Plan) -> _Entry | None:
+        """The entry of ``plan``, whatever intent it was compiled from (None when not kept)."""
+        with self._lock:
+            got = self._by.get(id(plan))
+        return got if got is not None and got.plan() is plan else None
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._by)
@@ -100,6 +106,29 @@ class Kept:
 
 #: this process's cold Clos plans
 KEPT = Kept()
+
+
+def kept_model(intent: Intent, like: Plan) -> PodModel | None:
+    """The pod model ``like`` (a cold Clos plan of this process) was made of, when ``intent`` is ``like``'s
+    intent but for its links' capacities (the model's routes and demands hold for it: only its arcs'
+    capacities are ``intent``'s, :meth:`~solver.clos.model.PodModel.with_fabric`); else None."""
+    entry = KEPT.of_plan(like)
+    if entry is None or not _capacities_only(entry.intent, intent):
+        return None
+    return entry.solved.model
+
+
+def _capacities_only(a: Intent, b: Intent) -> bool:
+    """Whether intents ``a`` and ``b`` differ at most in their links' capacities (a copy of ``a`` with other
+    links shares its other fields: those compare by identity first)."""
+    for name in type(a).model_fields:
+        x, y = getattr(a, name), getattr(b, name)
+        if name != "links" and x is not y and x != y:
+            return False
+    if len(a.links) != len(b.links):
+        return False
+    return all(la is lb or {**la.__dict__, "capacity_gbps": 0} == {**lb.__dict__, "capacity_gbps": 0}
+               for la, lb in zip(a.links, b.links, strict=True))
 
 
 def remember(intent: Intent, plan: Plan, solved: Solved) -> None:

@@ -104,6 +104,17 @@ class _Owners:
         return g, g.cols.index(c), demand
 
 
+def _column_change(lcsc: sp.csc_matrix, cols: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows ``lcsc[:, cols] @ vals`` touches (ascending) and its value there, read straight from the CSC
+    arrays (scipy's slicing costs more than the product: this runs once per priced move). Summed column by
+    column in ``cols``'s order, as scipy's product does, so the numbers are the same."""
+    starts, ends = lcsc.indptr[cols], lcsc.indptr[cols + 1]
+    lens = ends - starts
+    at = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
+    touched, inverse = np.unique(lcsc.indices[at], return_inverse=True)
+    return touched, np.bincount(inverse, weights=lcsc.data[at] * np.repeat(vals, lens), minlength=len(touched))
+
+
 def _best_move(m: PodModel, row: np.ndarray, col_owner: _Owners, x: np.ndarray, loads: np.ndarray,
                lcsc: sp.csc_matrix, mlu: float) -> tuple[_Move | None, int]:
     """The unit move, among the groups with a column on the hot arc's row ``row``, that lowers the
@@ -125,9 +136,7 @@ def _best_move(m: PodModel, row: np.ndarray, col_owner: _Owners, x: np.ndarray, 
             dx = _delta(m, g, i, j, x, demand)
             cols = np.fromiter(dx, dtype=np.int64)
             vals = np.fromiter(dx.values(), dtype=np.float64)
-            sub = lcsc[:, cols]
-            touched = np.unique(sub.indices)
-            dl = sub[touched] @ vals
+            touched, dl = _column_change(lcsc, cols, vals)
             after = float(((loads[touched] + dl) / cap[touched]).max()) if touched.size else mlu
             if after < mlu - 1e-12 and (best is None or after < best[0]):
                 best = (after, g, i, j, cols, vals)

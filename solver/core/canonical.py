@@ -20,7 +20,7 @@ from dataclasses import replace
 from controller.model import Intent, Link
 from controller.model.plan import LinkLoad, Plan
 
-__all__ = ["as_written", "canonical_order"]
+__all__ = ["as_written", "canonical_links", "canonical_order"]
 
 
 def _net(prefix: str) -> tuple[int, int, int]:
@@ -50,12 +50,17 @@ def canonical_order(intent: Intent) -> Intent:
     nets = {p: _net(p) for p in {*(p.prefix for p in intent.prefixes), *(x.to for x in intent.demands)}}
     return intent.model_copy(update={
         "devices": tuple(sorted(intent.devices, key=lambda d: d.name)),
-        "links": tuple(sorted((_turned(lk) for lk in intent.links), key=lambda lk: lk.key)),
+        "links": canonical_links(intent),
         "failure_domains": tuple(sorted(intent.failure_domains, key=lambda f: f.name)),
         "prefixes": tuple(sorted(intent.prefixes, key=lambda p: nets[p.prefix])),
         "demands": tuple(sorted(intent.demands, key=lambda x: (x.from_, nets[x.to], x.gbps))),
         "jobs": tuple(sorted(intent.jobs, key=lambda j: j.name)),
     })
+
+
+def canonical_links(intent: Intent) -> tuple[Link, ...]:
+    """``intent``'s links as :func:`canonical_order` lists them: each turned to run from its lower end, by key."""
+    return tuple(sorted((_turned(lk) for lk in intent.links), key=lambda lk: lk.key))
 
 
 def as_written(plan: Plan, intent: Intent) -> Plan:

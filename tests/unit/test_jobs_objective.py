@@ -5,17 +5,19 @@ the auto-TE evaluation show each job's predicted communication time before and a
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 from controller.gen import clos_document
-from controller.jobplan import job_times, plan_for_jobs, worst_slowdown
+from controller.jobplan import TIE, _better, job_times, plan_for_jobs, worst_slowdown
 from controller.model.intent import validate_intent
 from controller.planning import compile_plan
 from controller.workflow.autote import evaluate
 from controller.workflow.changes import ReviewInputs
 from controller.workflow.review import build_review
 from safety.estimate import link_loads
+from solver.clos.react import KEPT, kept_model
 from solver.solve import solve
 
 
@@ -79,3 +81,41 @@ def test_the_review_and_the_evaluation_show_each_jobs_time_before_and_after() ->
     assert ev.objective == "jobs" and len(ev.jobs) == 5
     assert ev.active_predicted == worst_slowdown(job_times(it2, p1)) > ev.candidate_predicted
     assert abs(ev.candidate_predicted - worst_slowdown(job_times(it2, p2))) < 1e-6
+
+
+def test_a_candidate_wins_only_by_more_than_noise() -> None:
+    best = (3.5, 0.6)
+    noise = (3.5 * (1 - 1e-14), 0.6)  # lower in the last digits only (``<`` on the tuples took it)
+    assert noise < best and not _better(noise, best) and not _better(best, best)
+    assert _better((noise[0], 0.5), best) and not _better((noise[0], 0.7), best)  # a tie: the utilization decides
+    assert _better((3.5 - 1e-6, 0.9), best) and not _better((3.5 + 1e-6, 0.1), best)
+    assert not _better((3.5, 0.6 * (1 - TIE / 10)), best) and _better((3.5, 0.6 - 2 * TIE), best)
+
+
+def test_a_steered_candidate_reusing_the_base_pod_model_is_the_plan_compiled_afresh() -> None:
+    """auto-TE's candidates differ from the intent in link capacities only: ``solve(..., like=base)`` takes
+    the base plan's pod model instead of building it, and the plan is the one a fresh compile gives; an
+    intent that differs in more (here its demand) is not given that model."""
+    doc = jobs_doc(seed=4)
+    doc["links"] = [{**lk, "a": lk["b"], "a_port": lk["b_port"], "b": lk["a"], "b_port": lk["a_port"]}
+                    for lk in reversed(doc["links"])]  # written in another order than the solver's
+    it = validate_intent(doc)
+    base = solve(it)
+    rng = random.Random(4)
+    links = tuple(lk.model_copy(update={"capacity_gbps": lk.capacity_gbps * rng.choice((0.5, 0.8, 1.0))})
+                  for lk in it.links)
+    steered = it.model_copy(update={"links": links})
+    assert kept_model(steered, base) is not None
+    reused, fresh = solve(steered, like=base), solve(steered)
+    made_of = [KEPT.of_plan(p) for p in (base, reused, fresh)]
+    assert all(m is not None for m in made_of)
+    rows = [m.solved.model.load_matrix for m in made_of if m is not None]
+    assert rows[1] is rows[0] and rows[2] is not rows[0]  # taken from the base plan, not built again
+    assert reused.devices == fresh.devices and reused.links == fresh.links
+    untimed = [replace(p.summary, solve_seconds=0.0, extra={**p.summary.extra, "lp_seconds": 0.0})
+               for p in (reused, fresh)]
+    assert untimed[0] == untimed[1]
+    assert fresh.links != base.links  # the capacities did change the plan
+    other = it.model_copy(update={"links": links, "demands": it.demands[1:]})
+    assert kept_model(other, base) is None
+    assert solve(other, like=base).devices == solve(other).devices

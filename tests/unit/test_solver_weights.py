@@ -152,3 +152,24 @@ def test_repair_moves_units_within_groups_and_lowers_the_mlu() -> None:
             tot = sum(w for _a, w in mem)
             for arc, w in mem:
                 assert xr2[m.g_col[(q, p, pl, arc)]] == pytest.approx(xr2[m.a_col[(q, p, pl)]] * w / tot, rel=1e-9)
+
+
+def test_the_repairs_column_change_is_scipys_product_to_the_last_bit() -> None:
+    """The repair prices a move from the load matrix's CSC arrays instead of scipy's slicing: the same rows
+    and the same numbers (summed in the same order), so repaired plans do not change."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from solver.clos.repair import _column_change
+
+    rng = np.random.default_rng(3)
+    a = sp.random(60, 40, density=0.15, random_state=4, format="csc") * 7.3
+    for _ in range(200):
+        cols = rng.choice(40, size=int(rng.integers(1, 9)), replace=False)
+        vals = rng.normal(size=len(cols)) / 3.0
+        touched, dl = _column_change(a, cols, vals)
+        sub = a[:, cols]
+        want = np.unique(sub.indices)
+        assert np.array_equal(touched, want) and np.array_equal(dl, sub[want] @ vals)
+    empty = np.flatnonzero(np.diff(a.indptr) == 0)[:1]  # a column without entries touches nothing
+    assert all(len(v) == 0 for v in _column_change(a, empty, np.ones(len(empty))))

@@ -16,7 +16,7 @@ from controller.model.intent import validate_intent
 from controller.model.plan import Plan
 from controller.planning import compile_plan
 from controller.telemetry import CounterStore, Options, Sample, Telemetry, interface_path
-from safety.estimate import link_loads, routing_matrix, routing_operator, tomogravity
+from safety.estimate import link_loader, link_loads, routing_matrix, routing_operator, tomogravity, with_demands
 from tests.telemetry_synth import Fabric
 
 P = interface_path("eth1", "out-octets")
@@ -233,6 +233,32 @@ def test_the_matrix_free_routing_operator_is_the_routing_matrix() -> None:
     assert np.allclose(rm.matrix @ x, ro.matrix @ x) and np.allclose(rm.matrix.T @ r, ro.matrix.T @ r)
     y = link_loads(intent, plan)
     assert np.allclose(tomogravity(rm, y).gbps, tomogravity(ro, y).gbps, atol=1e-4)
+
+
+def test_a_routing_matrix_over_some_prefixes_is_the_full_ones_columns_for_them() -> None:
+    intent = validate_intent(clos_document(pods=4, tors=4, planes=2, spines=2, seed=5, demand="gravity",
+                                           hetero=0.3))
+    plan = compile_plan(intent)
+    tors = [d.name for d in intent.devices if d.role == "tor"]
+    members, targets = tors[1:12:3], tors[0:16:5]
+    prefixes = [p.prefix for p in intent.prefixes if set(p.origins) & set(targets)]
+    full = routing_matrix(intent, plan, ingresses=members)
+    part = routing_matrix(intent, plan, ingresses=members, prefixes=prefixes)
+    want = [(s, p) for s, p in full.pairs if p in prefixes]
+    assert want and sorted(part.pairs) == sorted(want)  # a member's own prefix has no pair from it
+    at = {p: j for j, p in enumerate(full.pairs)}
+    cols = [at[p] for p in part.pairs]
+    assert (abs(part.matrix - full.matrix[:, cols]) > 0).nnz == 0  # the same numbers, not only close ones
+    assert part.matrix.nnz > 0 and routing_matrix(intent, plan, prefixes=[]).matrix.shape[1] == 0
+    # from the table link_loader compiled for the loads (every prefix has demand here), or where that table
+    # lacks a prefix asked for (its demand is one pair), from one of its own: the same pairs and numbers
+    one = next((d.from_, d.to) for d in intent.demands if d.to not in prefixes)
+    full_table, one_pair = link_loader(intent)(plan), link_loader(with_demands(intent, {one: 1.0}))(plan)
+    assert set(prefixes) <= set(full_table.table.prefixes) and one_pair.table.prefixes == [one[1]]
+    for loaded in (full_table, one_pair):
+        got = routing_matrix(intent, plan, ingresses=members, prefixes=prefixes, loaded=loaded)
+        assert got.pairs == part.pairs and (abs(got.matrix - part.matrix) > 0).nnz == 0
+    assert np.array_equal(full_table.load, link_loads(intent, plan))
 
 
 def test_an_hour_long_window_sees_the_whole_hour_and_a_longer_one_is_refused() -> None:
