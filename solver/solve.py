@@ -284,6 +284,11 @@ def _generic_plan(intent: Intent, backend: str, say: Progress, t0: float) -> Pla
             _, loads = propagate(com, rounded)
             links, mlu = _link_loads(fab, loads)
             extra["rounding"] = "by flow"
+    if lp_ratio is not None and mlu > ecmp_mlu:  # the LP gained less than rounding lost: equal weights
+        devices, rounded, n_routes = _groups(fab, com, None, fib, _budgets(intent), say, {})
+        _, loads = propagate(com, rounded)
+        links, mlu = _link_loads(fab, loads)
+        extra["rounding"] = "ecmp"
     say("loads", 1.0)
     n_groups = sum(len(dp.groups) for dp in devices.values())
     summary = PlanSummary(max_utilization=mlu, lp_bound=lp_bound, ecmp_max_utilization=ecmp_mlu,

@@ -157,6 +157,12 @@ def clos_plan(intent: Intent, *, backend: str, progress: Progress, t0: float,
     loads = model.loads(x_round)
     util = loads / fab.arc_cap
     mlu = float(util.max()) if len(util) else 0.0
+    if intent.wcmp_enabled and mlu > ecmp_mlu:  # the LP gained less than rounding lost: equal weights
+        tor_w, leaf_w, x_round = _weights(model, ecmp_x, fib)
+        loads = model.loads(x_round)
+        util = loads / fab.arc_cap
+        mlu = float(util.max()) if len(util) else 0.0
+        extra["rounding"] = "ecmp"
     progress("loads", 1.0)
     asm = Assembly(intent, fab, model)
     devices, n_groups, n_routes = _device_plans(asm, tor_w, leaf_w)

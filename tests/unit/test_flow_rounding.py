@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.gen import clos_document
 from controller.model.intent import validate_intent
 from solver import solve
 
@@ -43,3 +44,14 @@ def test_a_split_the_budget_writes_exactly_is_left_to_the_group_rounding() -> No
     plan = solve(validate_intent(hub_intent(budget=10)))
     assert plan.summary.max_utilization == pytest.approx(0.9)
     assert "rounding" not in plan.summary.extra
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 2, 2), (2, 3, 2, 2), (3, 2, 1, 4)])
+def test_a_plan_is_never_worse_than_equal_weights(shape: tuple[int, int, int, int]) -> None:
+    """Where the LP gains nothing over ECMP, rounding's noise must not make the plan worse than
+    ECMP (a 2x2x2x2 Clos rounded to 0.50005 against ECMP's 0.5)."""
+    pods, tors, planes, spines = shape
+    plan = solve(validate_intent(clos_document(pods=pods, tors=tors, planes=planes, spines=spines)))
+    assert plan.summary.max_utilization <= plan.summary.ecmp_max_utilization
+    hub = solve(validate_intent(hub_intent(budget=2)))
+    assert hub.summary.max_utilization <= hub.summary.ecmp_max_utilization
