@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from controller.model import Intent, WcmpRealization
+from controller.model.errors import Infeasible
 from controller.model.plan import DevicePlan, LinkLoad, NextHop, Plan, PlanSummary
 from solver.clos.model import PodModel
 from solver.clos.plan import Solved, clos_plan
@@ -34,7 +35,16 @@ from solver.core.options import ClosOptions
 from solver.core.routing import route_classes
 from solver.core.weights import device_budget, reduce_weights
 from solver.flowround import round_by_flow
-from solver.wcmp import Commodities, build_commodities, ecmp_ratios, make_loop_free, propagate, solve_wcmp
+from solver.wcmp import (
+    Commodities,
+    WcmpSolution,
+    build_commodities,
+    ecmp_ratios,
+    make_loop_free,
+    propagate,
+    solve_wcmp,
+    solve_without,
+)
 
 __all__ = ["collector_paused", "solve"]
 
@@ -236,7 +246,7 @@ def _solve(intent: Intent, *, backend: str, progress: Progress | None, method: s
 
 
 def _route_class_lp(intent: Intent, com: Commodities, backend: str, say: Progress
-                    ) -> tuple[np.ndarray, float, dict[int, tuple[int, ...]], dict[str, Any]]:
+                    ) -> tuple[np.ndarray, float, dict[int, tuple[int, ...]], dict[str, Any], WcmpSolution]:
     """The route-class LP's split ratios, its optimum, the ``loop_free`` fallback next hops and what
     the plan's ``extra`` says about the solve."""
     say("lp", 0.0)
@@ -252,7 +262,49 @@ def _route_class_lp(intent: Intent, com: Commodities, backend: str, say: Progres
     if sol.backend:
         extra["backend"] = sol.backend
     say("lp", 1.0)
-    return lp_ratio, sol.mlu, fallback, extra
+    return lp_ratio, sol.mlu, fallback, extra, sol
+
+
+#: how many times the LP is solved again without the members rounding left out (:func:`_by_flow`)
+PRUNE_ROUNDS = 3
+
+_Chosen = tuple[np.ndarray, dict[int, tuple[int, ...]], dict[int, tuple[tuple[int, ...], tuple[int, ...]]]]
+
+
+def _by_flow(com: Commodities, sol: WcmpSolution, lp_ratio: np.ndarray, fallback: dict[int, tuple[int, ...]],
+             budgets: list[int], mlu: float, extra: dict[str, Any]) -> _Chosen | None:
+    """Groups rounded in flow order (:func:`solver.flowround.round_by_flow`) when that beats ``mlu``:
+    the split ratios, fallback next hops and members to build the groups from, or None.
+
+    A member the rounding leaves out is one the budget cannot write (a share finer than one
+    entry of its group). Where the rounded plan stays above the LP's optimum, the LP is solved
+    again without those members (from its basis), so that upstream the traffic is sent where
+    it can be split, and the new split is rounded; up to :data:`PRUNE_ROUNDS` times."""
+    best: _Chosen | None = None
+    dropped = np.zeros(len(com.e_arc), dtype=bool)
+    current: WcmpSolution | None = sol
+    ratio, fb = lp_ratio, fallback
+    for attempt in range(PRUNE_ROUNDS + 1):
+        assert current is not None
+        fr = round_by_flow(com, ratio, budgets, current.mlu)
+        _, loads = propagate(com, fr.ratio)
+        util = float((loads / com.fab.arc_cap).max())
+        if util < mlu:
+            mlu, best = util, (ratio, fb, fr.members)
+            extra.update(rounding="by flow", lp_pruned_edges=int(dropped.sum()))
+        left_out = (np.nan_to_num(ratio) > 1e-9) & (fr.ratio == 0)
+        if util <= sol.mlu * (1 + 1e-3) or attempt == PRUNE_ROUNDS or not left_out.any():
+            break
+        dropped |= left_out
+        try:
+            current = solve_without(com, current, np.flatnonzero(dropped))
+        except Infeasible:  # the edges left out were needed: keep the best so far
+            break
+        if current is None:
+            break
+        extra["lp_seconds"] = round(extra.get("lp_seconds", 0.0) + current.seconds, 3)
+        ratio, fb = make_loop_free(com, current)
+    return best
 
 
 def _generic_plan(intent: Intent, backend: str, say: Progress, t0: float) -> Plan:
@@ -265,8 +317,9 @@ def _generic_plan(intent: Intent, backend: str, say: Progress, t0: float) -> Pla
     ecmp_mlu = float((ecmp_loads / fab.arc_cap).max()) if fab.n_arcs else 0.0
     lp_ratio: np.ndarray | None = None
     fallback: dict[int, tuple[int, ...]] = {}
+    sol: WcmpSolution | None = None
     if intent.wcmp_enabled:
-        lp_ratio, lp_bound, fallback, extra = _route_class_lp(intent, com, backend, say)
+        lp_ratio, lp_bound, fallback, extra, sol = _route_class_lp(intent, com, backend, say)
     else:
         lp_bound = ecmp_mlu
         extra = {"backend": backend, "wcmp": False}
@@ -275,15 +328,15 @@ def _generic_plan(intent: Intent, backend: str, say: Progress, t0: float) -> Pla
     say("loads", 0.0)
     _, loads = propagate(com, rounded)
     links, mlu = _link_loads(fab, loads)
-    if fib and lp_ratio is not None and mlu > lp_bound * (1 + 1e-6):
-        by_flow = round_by_flow(com, lp_ratio, _budgets(intent), lp_bound)
-        _, flow_loads = propagate(com, by_flow.ratio)
-        if float((flow_loads / fab.arc_cap).max()) < mlu:  # the rounding of each group alone overloads downstream
-            devices, rounded, n_routes = _groups(fab, com, lp_ratio, fib, _budgets(intent), say, fallback,
-                                                 by_flow.members)
+    if fib and sol is not None and lp_ratio is not None and mlu > lp_bound * (1 + 1e-6):
+        # the rounding of each group alone overloads a link downstream of it
+        chosen = _by_flow(com, sol, lp_ratio, fallback, _budgets(intent), mlu, extra)
+        if chosen is not None:
+            devices, rounded, n_routes = _groups(fab, com, chosen[0], fib, _budgets(intent), say, chosen[1],
+                                                 chosen[2])
             _, loads = propagate(com, rounded)
             links, mlu = _link_loads(fab, loads)
-            extra["rounding"] = "by flow"
+    sol = None  # the LP's model is freed with it
     if lp_ratio is not None and mlu > ecmp_mlu:  # the LP gained less than rounding lost: equal weights
         devices, rounded, n_routes = _groups(fab, com, None, fib, _budgets(intent), say, {})
         _, loads = propagate(com, rounded)

@@ -34,10 +34,10 @@ import scipy.sparse as sp
 from controller.model import Intent, Routing
 from controller.model.errors import Infeasible
 from solver.core.fabric import Fabric
-from solver.core.lp import DEFAULT_BACKEND, solve_lp, solve_lp_lex
+from solver.core.lp import DEFAULT_BACKEND, LexModel, solve_lp, solve_lp_lex
 from solver.core.routing import RouteClass
 
-__all__ = ["Commodities", "build_commodities", "ecmp_ratios", "propagate", "solve_wcmp"]
+__all__ = ["Commodities", "build_commodities", "ecmp_ratios", "propagate", "solve_wcmp", "solve_without"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +187,8 @@ class WcmpSolution:
     ratio: np.ndarray
     seconds: float
     backend: str = ""
+    model: LexModel | None = None  # the HiGHS model, kept to solve again without some edges
+    scale: float = 1.0
 
 
 def _min_share_rows(com: Commodities, min_share: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -263,23 +265,41 @@ def solve_wcmp(com: Commodities, *, backend: str = DEFAULT_BACKEND, detours: boo
     c[n_e] = 1.0
     if detours is None:
         detours = fab.intent.paths_mode == "loop_free"
+    kept: list[LexModel] = []
     if detours:
         c2 = np.zeros(n_e + 1)
         c2[:n_e] = fab.arc_metric[com.e_arc] / float(np.mean(fab.arc_metric[used]))
         first, second = solve_lp_lex(c, c2, n_e, a, row_lb, row_ub, col_lb, col_ub, backend=backend,
-                                     initial=np.append(_downhill(com), True))
+                                     initial=np.append(_downhill(com), True), keep=kept)
         mlu = float(first.x[n_e])
         x, seconds = second.x, first.seconds + second.seconds
     else:
         first = solve_lp(c, a, row_lb, row_ub, col_lb, col_ub, backend=backend)
         x, seconds = first.x, first.seconds
         mlu = float(x[n_e])
+    return _solution(com, x, mlu, seconds, first.backend, scale, kept[0] if kept else None)
+
+
+def _solution(com: Commodities, x: np.ndarray, mlu: float, seconds: float, backend: str, scale: float,
+              model: LexModel | None) -> WcmpSolution:
+    n_e = len(com.e_arc)
     flow = np.maximum(x[:n_e], 0.0) * scale
-    out = np.bincount(com.e_node, weights=flow, minlength=n_nodes)
+    out = np.bincount(com.e_node, weights=flow, minlength=com.n_nodes)
     tot = out[com.e_node]
     tiny = 1e-9 * max(float(com.node_demand.max()), 1e-12)
     ratio = np.where(tot > tiny, flow / np.where(tot > tiny, tot, 1.0), np.nan)
-    return WcmpSolution(flow, mlu, ratio, seconds, first.backend)
+    return WcmpSolution(flow, mlu, ratio, seconds, backend, model, scale)
+
+
+def solve_without(com: Commodities, sol: WcmpSolution, edges: np.ndarray) -> WcmpSolution | None:
+    """The LP of ``sol`` solved again with ``edges`` carrying nothing (from its last basis), or None
+    when its model was not kept (another backend than HiGHS, or no second stage)."""
+    if sol.model is None:
+        return None
+    first, second = sol.model.without(edges)
+    n_e = len(com.e_arc)
+    return _solution(com, second.x, float(first.x[n_e]), first.seconds + second.seconds, "highs", sol.scale,
+                     sol.model)
 
 
 def _cancel_cycles(succ: dict[int, dict[int, float]], edge_of: dict[tuple[int, int], int], flow: np.ndarray) -> None:

@@ -31,7 +31,8 @@ import scipy.sparse as sp
 
 from controller.model.errors import Infeasible
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "LpResult", "solve_lp", "solve_lp_lex", "solve_milp", "solve_pdlp"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "LexModel", "LpResult", "solve_lp", "solve_lp_lex", "solve_milp",
+           "solve_pdlp"]
 
 #: a column prices into a restricted LP when its reduced cost is below minus this (HiGHS'
 #: own dual feasibility tolerance: the restricted optimum is then the full one to that tolerance)
@@ -297,7 +298,8 @@ def solve_lp(c: np.ndarray, a: sp.spmatrix, row_lb: np.ndarray, row_ub: np.ndarr
 
 def solve_lp_lex(c: np.ndarray, then: np.ndarray, fix: int, a: sp.spmatrix, row_lb: np.ndarray,
                  row_ub: np.ndarray, col_lb: np.ndarray, col_ub: np.ndarray, *, backend: str = DEFAULT_BACKEND,
-                 slack: float = 1e-6, initial: np.ndarray | None = None) -> tuple[LpResult, LpResult]:
+                 slack: float = 1e-6, initial: np.ndarray | None = None, keep: list[LexModel] | None = None
+                 ) -> tuple[LpResult, LpResult]:
     """Minimize ``c.x``, then ``then.x`` with column ``fix`` at most its first optimum times ``1 + slack``.
 
     ``c`` must be the objective of that one column (``c[fix] = 1``, zero elsewhere: the
@@ -313,6 +315,8 @@ def solve_lp_lex(c: np.ndarray, then: np.ndarray, fix: int, a: sp.spmatrix, row_
     these columns and pricing the others in (:func:`_priced_run`) at each stage, so the
     answer is the full LP's optimum while the LP held is often much smaller. A column left
     out must have lower bound 0.
+
+    ``keep`` (HiGHS only): receives the :class:`LexModel`, to solve again without some columns.
 
     Raises ``ValueError`` (unknown backend, ``c`` not a unit objective) and ``Infeasible``.
     """
@@ -342,14 +346,84 @@ def solve_lp_lex(c: np.ndarray, then: np.ndarray, fix: int, a: sp.spmatrix, row_
     csc = csr.tocsc()
     h = _highs_model(c[cols], csc[:, cols].tocsr(), np.asarray(row_lb, np.float64), np.asarray(row_ub, np.float64),
                      col_lb[cols], col_ub[cols])
-    first, cols = _priced_run(h, c, csc, cols, col_lb, col_ub, "objective")
-    col_ub[fix] = first.x[fix] * (1 + slack) + 1e-9
-    h.changeColBounds(j, float(col_lb[fix]), float(col_ub[fix]))
-    h.changeColsCost(len(cols), np.arange(len(cols), dtype=np.int32), then[cols])
-    h.setOptionValue("simplex_strategy", 4)  # primal: the basis stays feasible
-    second, _ = _priced_run(h, then, csc, cols, col_lb, col_ub, "tie-break",
-                            interior_first=len(cols) > TIE_BREAK_IPM_COLUMNS)
+    lex = LexModel(h, csc, c, then, fix, j, cols, col_lb, col_ub, slack)
+    first, second = lex.run(TIE_BREAK_IPM_COLUMNS)
+    if keep is not None:
+        keep.append(lex)
     return first, second
+
+
+@dataclass(slots=True)
+class LexModel:
+    """A lexicographic LP kept in HiGHS after :func:`solve_lp_lex` (``keep``), to be solved again
+    without some columns (:meth:`without`) from the basis it ended on."""
+
+    h: Any
+    csc: sp.csc_matrix
+    c: np.ndarray
+    then: np.ndarray
+    fix: int
+    j: int  # the place of column ``fix`` in the HiGHS model
+    cols: np.ndarray  # the full LP's columns the HiGHS model holds, in its order
+    col_lb: np.ndarray
+    col_ub: np.ndarray
+    slack: float
+
+    def run(self, ipm_columns: int | None = None) -> tuple[LpResult, LpResult]:
+        """Minimize ``c`` (column ``fix``), then ``then`` with ``fix`` held at its optimum (plus slack);
+        the second stage starts by the interior point method when the model holds over ``ipm_columns``."""
+        h = self.h
+        first, self.cols = _priced_run(h, self.c, self.csc, self.cols, self.col_lb, self.col_ub, "objective")
+        self.col_ub[self.fix] = first.x[self.fix] * (1 + self.slack) + 1e-9
+        h.changeColBounds(self.j, float(self.col_lb[self.fix]), float(self.col_ub[self.fix]))
+        h.changeColsCost(len(self.cols), np.arange(len(self.cols), dtype=np.int32), self.then[self.cols])
+        h.setOptionValue("simplex_strategy", 4)  # primal: the basis stays feasible
+        second, self.cols = _priced_run(h, self.then, self.csc, self.cols, self.col_lb, self.col_ub, "tie-break",
+                                        interior_first=ipm_columns is not None and len(self.cols) > ipm_columns)
+        return first, second
+
+    def without(self, columns: np.ndarray) -> tuple[LpResult, LpResult]:
+        """Both stages again with ``columns`` (indices of the full LP, lower bound 0) held at 0, from
+        the current basis: the dual simplex for the first (only bounds and the objective change),
+        the primal for the second."""
+        h = self.h
+        columns = np.asarray(columns, dtype=np.int64)
+        self.col_ub[columns] = 0.0
+        place = np.full(self.csc.shape[1], -1, dtype=np.int64)
+        place[self.cols] = np.arange(len(self.cols))
+        held = place[columns]
+        held = held[held >= 0].astype(np.int32)
+        if held.size:
+            h.changeColsBounds(len(held), held, np.zeros(len(held)), np.zeros(len(held)))
+        self.col_ub[self.fix] = np.inf
+        h.changeColBounds(self.j, float(self.col_lb[self.fix]), float("inf"))
+        # what stood in for them: every column sharing a row with them but ``fix``'s (by pricing alone
+        # the restricted LP may have no feasible point left)
+        csr = self.csc.tocsr()
+        rows = np.setdiff1d(np.unique(self.csc[:, columns].indices), self.csc[:, self.fix].indices)
+        self._add(np.unique(csr[rows].indices))
+        try:
+            return self._rerun()
+        except Infeasible:  # a way around needs columns farther off: hold every column
+            self._add(np.arange(self.csc.shape[1]))
+            return self._rerun()
+
+    def _rerun(self) -> tuple[LpResult, LpResult]:
+        self.h.changeColsCost(len(self.cols), np.arange(len(self.cols), dtype=np.int32), self.c[self.cols])
+        self.h.setOptionValue("simplex_strategy", 1)  # dual: from the old basis, whose bounds changed
+        return self.run()
+
+    def _add(self, candidates: np.ndarray) -> None:
+        """Hold the ``candidates`` the HiGHS model does not hold yet (and that may be positive)."""
+        out = np.ones(self.csc.shape[1], dtype=bool)
+        out[self.cols] = False
+        enter = candidates[out[candidates] & (self.col_ub[candidates] > self.col_lb[candidates])]
+        if not enter.size:
+            return
+        sub = self.csc[:, enter]
+        self.h.addCols(len(enter), self.c[enter], self.col_lb[enter], self.col_ub[enter], sub.nnz,
+                       sub.indptr[:-1].astype(np.int32), sub.indices.astype(np.int32), sub.data)
+        self.cols = np.concatenate([self.cols, enter])
 
 
 def _priced_run(h: Any, cost: np.ndarray, csc: sp.csc_matrix, cols: np.ndarray, col_lb: np.ndarray,

@@ -411,3 +411,47 @@ def test_pdlp_with_a_warm_start_reaches_the_same_optimum_as_cold(seed: int) -> N
     again = solve_pdlp(c, a, row_lb, row_ub, col_lb, col_ub, tolerance=1e-8, start=(cold.x, cold.y))
     assert again.objective == pytest.approx(exact, rel=1e-6)
     assert again.iterations < cold.iterations
+
+
+@pytest.mark.parametrize("priced", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_kept_lexicographic_lp_solved_again_without_columns_matches_cold_solves(seed: int, priced: bool) -> None:
+    """``LexModel.without`` (the general planner's LP again without the members rounding left out)
+    re-optimizes both stages from the kept basis; both objectives must equal two cold solves by
+    SciPy's HiGHS with those columns held at 0, and the columns must carry nothing."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from solver.core.lp import LexModel, solve_lp, solve_lp_lex
+
+    rng = np.random.default_rng(seed)
+    n_dem, n_path, n_arc = 12, 4, 15
+    n_x = n_dem * n_path
+    uses = rng.random((n_arc, n_x)) < 0.25
+    cap = rng.uniform(5, 20, n_arc)
+    dem = rng.uniform(1, 10, n_dem)
+    a = sp.csr_matrix(np.vstack([np.hstack([np.kron(np.eye(n_dem), np.ones(n_path)), np.zeros((n_dem, 1))]),
+                                 np.hstack([uses.astype(float), -cap[:, None]])]))
+    row_lb = np.concatenate([dem, np.full(n_arc, -np.inf)])
+    row_ub = np.concatenate([dem, np.zeros(n_arc)])
+    col_lb, col_ub = np.zeros(n_x + 1), np.full(n_x + 1, np.inf)
+    c = np.zeros(n_x + 1)
+    c[n_x] = 1.0
+    then = np.concatenate([rng.uniform(1, 3, n_x), [0.0]])
+    kept: list[LexModel] = []
+    first, second = solve_lp_lex(c, then, n_x, a, row_lb, row_ub, col_lb, col_ub, backend="highs",
+                                 initial=(np.arange(n_x + 1) % n_path == 0) if priced else None, keep=kept)
+    used = np.flatnonzero(second.x[:n_x] > 1e-9)
+    # per demand, its most used path goes (the others stay: every demand keeps a way)
+    drop = np.array(sorted({int(d * n_path + np.argmax(second.x[d * n_path:(d + 1) * n_path]))
+                            for d in range(n_dem)} & set(used.tolist())))
+    again1, again2 = kept[0].without(drop)
+    zero_ub = col_ub.copy()
+    zero_ub[drop] = 0.0
+    cold1 = solve_lp(c, a, row_lb, row_ub, col_lb, zero_ub, backend="scipy-highs")
+    assert again1.objective == pytest.approx(cold1.objective, rel=1e-7)
+    assert again1.objective >= first.objective - 1e-9
+    zero_ub[n_x] = cold1.objective * (1 + 1e-6) + 1e-9
+    cold2 = solve_lp(then, a, row_lb, row_ub, col_lb, zero_ub, backend="scipy-highs")
+    assert again2.objective == pytest.approx(cold2.objective, rel=1e-6)
+    assert np.abs(again2.x[drop]).max() <= 1e-9
