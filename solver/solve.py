@@ -267,6 +267,8 @@ def _route_class_lp(intent: Intent, com: Commodities, backend: str, say: Progres
 
 #: how many times the LP is solved again without the members rounding left out (:func:`_by_flow`)
 PRUNE_ROUNDS = 3
+#: and in all for at most this many times the first solve's seconds (HiGHS' time limit)
+PRUNE_SECONDS_FACTOR = 1.0
 
 _Chosen = tuple[np.ndarray, dict[int, tuple[int, ...]], dict[int, tuple[tuple[int, ...], tuple[int, ...]]]]
 
@@ -279,11 +281,13 @@ def _by_flow(com: Commodities, sol: WcmpSolution, lp_ratio: np.ndarray, fallback
     A member the rounding leaves out is one the budget cannot write (a share finer than one
     entry of its group). Where the rounded plan stays above the LP's optimum, the LP is solved
     again without those members (from its basis), so that upstream the traffic is sent where
-    it can be split, and the new split is rounded; up to :data:`PRUNE_ROUNDS` times."""
+    it can be split, and the new split is rounded; up to :data:`PRUNE_ROUNDS` times, within
+    :data:`PRUNE_SECONDS_FACTOR` times the first solve's time."""
     best: _Chosen | None = None
     dropped = np.zeros(len(com.e_arc), dtype=bool)
     current: WcmpSolution | None = sol
     ratio, fb = lp_ratio, fallback
+    allowed = PRUNE_SECONDS_FACTOR * sol.seconds + 1.0  # the re-solves may cost at most about the LP once more
     for attempt in range(PRUNE_ROUNDS + 1):
         assert current is not None
         fr = round_by_flow(com, ratio, budgets, current.mlu)
@@ -297,12 +301,13 @@ def _by_flow(com: Commodities, sol: WcmpSolution, lp_ratio: np.ndarray, fallback
             break
         dropped |= left_out
         try:
-            current = solve_without(com, current, np.flatnonzero(dropped))
+            current = solve_without(com, current, np.flatnonzero(dropped), max(allowed, 0.0))
         except Infeasible:  # the edges left out were needed: keep the best so far
             break
         if current is None:
             break
         extra["lp_seconds"] = round(extra.get("lp_seconds", 0.0) + current.seconds, 3)
+        allowed -= current.seconds
         ratio, fb = make_loop_free(com, current)
     return best
 

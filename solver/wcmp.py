@@ -34,7 +34,7 @@ import scipy.sparse as sp
 from controller.model import Intent, Routing
 from controller.model.errors import Infeasible
 from solver.core.fabric import Fabric
-from solver.core.lp import DEFAULT_BACKEND, LexModel, solve_lp, solve_lp_lex
+from solver.core.lp import DEFAULT_BACKEND, LexModel, LpTimeLimit, solve_lp, solve_lp_lex
 from solver.core.routing import RouteClass
 
 __all__ = ["Commodities", "build_commodities", "ecmp_ratios", "propagate", "solve_wcmp", "solve_without"]
@@ -291,12 +291,17 @@ def _solution(com: Commodities, x: np.ndarray, mlu: float, seconds: float, backe
     return WcmpSolution(flow, mlu, ratio, seconds, backend, model, scale)
 
 
-def solve_without(com: Commodities, sol: WcmpSolution, edges: np.ndarray) -> WcmpSolution | None:
+def solve_without(com: Commodities, sol: WcmpSolution, edges: np.ndarray,
+                  seconds: float = float("inf")) -> WcmpSolution | None:
     """The LP of ``sol`` solved again with ``edges`` carrying nothing (from its last basis), or None
-    when its model was not kept (another backend than HiGHS, or no second stage)."""
+    when its model was not kept (another backend than HiGHS, or no second stage) or the solve
+    passed ``seconds``."""
     if sol.model is None:
         return None
-    first, second = sol.model.without(edges)
+    try:
+        first, second = sol.model.without(edges, seconds)
+    except LpTimeLimit:
+        return None
     n_e = len(com.e_arc)
     return _solution(com, second.x, float(first.x[n_e]), first.seconds + second.seconds, "highs", sol.scale,
                      sol.model)

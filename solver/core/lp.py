@@ -31,8 +31,8 @@ import scipy.sparse as sp
 
 from controller.model.errors import Infeasible
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "LexModel", "LpResult", "solve_lp", "solve_lp_lex", "solve_milp",
-           "solve_pdlp"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "LexModel", "LpResult", "LpTimeLimit", "solve_lp", "solve_lp_lex",
+           "solve_milp", "solve_pdlp"]
 
 #: a column prices into a restricted LP when its reduced cost is below minus this (HiGHS'
 #: own dual feasibility tolerance: the restricted optimum is then the full one to that tolerance)
@@ -225,6 +225,8 @@ def _highs_run(h: Any, stage: str) -> LpResult:
     h.run()
     seconds = time.perf_counter() - t0
     status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kTimeLimit:
+        raise LpTimeLimit(f"the LP backend highs reached its time limit ({stage})")
     if status != highspy.HighsModelStatus.kOptimal:
         name = h.modelStatusToString(status)
         raise Infeasible(f"the LP backend highs stopped with status {name} ({stage})",
@@ -353,6 +355,10 @@ def solve_lp_lex(c: np.ndarray, then: np.ndarray, fix: int, a: sp.spmatrix, row_
     return first, second
 
 
+class LpTimeLimit(Exception):
+    """HiGHS stopped at the time limit it was given (:meth:`LexModel.without`)."""
+
+
 @dataclass(slots=True)
 class LexModel:
     """A lexicographic LP kept in HiGHS after :func:`solve_lp_lex` (``keep``), to be solved again
@@ -382,10 +388,18 @@ class LexModel:
                                         interior_first=ipm_columns is not None and len(self.cols) > ipm_columns)
         return first, second
 
-    def without(self, columns: np.ndarray) -> tuple[LpResult, LpResult]:
+    def without(self, columns: np.ndarray, seconds: float = float("inf")) -> tuple[LpResult, LpResult]:
         """Both stages again with ``columns`` (indices of the full LP, lower bound 0) held at 0, from
-        the current basis: the dual simplex for the first (only bounds and the objective change),
-        the primal for the second."""
+        the current basis: the tie-break alone while ``fix`` can keep its optimum, else both stages.
+        Raises :class:`LpTimeLimit` past ``seconds`` in all (the model is then left as it stopped)."""
+        h = self.h
+        h.setOptionValue("time_limit", float(seconds))
+        try:
+            return self._without(columns)
+        finally:
+            h.setOptionValue("time_limit", float("inf"))
+
+    def _without(self, columns: np.ndarray) -> tuple[LpResult, LpResult]:
         h = self.h
         columns = np.asarray(columns, dtype=np.int64)
         self.col_ub[columns] = 0.0
@@ -395,13 +409,19 @@ class LexModel:
         held = held[held >= 0].astype(np.int32)
         if held.size:
             h.changeColsBounds(len(held), held, np.zeros(len(held)), np.zeros(len(held)))
-        self.col_ub[self.fix] = np.inf
-        h.changeColBounds(self.j, float(self.col_lb[self.fix]), float("inf"))
         # what stood in for them: every column sharing a row with them but ``fix``'s (by pricing alone
         # the restricted LP may have no feasible point left)
         csr = self.csc.tocsr()
         rows = np.setdiff1d(np.unique(self.csc[:, columns].indices), self.csc[:, self.fix].indices)
         self._add(np.unique(csr[rows].indices))
+        h.setOptionValue("simplex_strategy", 1)  # dual: only bounds changed, the basis stays dual feasible
+        try:  # the tie-break alone, ``fix`` still held at its optimum: if that stays feasible, so does the optimum
+            second, self.cols = _priced_run(h, self.then, self.csc, self.cols, self.col_lb, self.col_ub, "tie-break")
+            return LpResult(second.x, float(second.x[self.fix]), 0.0, "highs"), second
+        except Infeasible:
+            pass
+        self.col_ub[self.fix] = np.inf
+        h.changeColBounds(self.j, float(self.col_lb[self.fix]), float("inf"))
         try:
             return self._rerun()
         except Infeasible:  # a way around needs columns farther off: hold every column

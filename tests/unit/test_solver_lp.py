@@ -449,7 +449,7 @@ def test_a_kept_lexicographic_lp_solved_again_without_columns_matches_cold_solve
     zero_ub = col_ub.copy()
     zero_ub[drop] = 0.0
     cold1 = solve_lp(c, a, row_lb, row_ub, col_lb, zero_ub, backend="scipy-highs")
-    assert again1.objective == pytest.approx(cold1.objective, rel=1e-7)
+    assert again1.objective == pytest.approx(cold1.objective, rel=2e-6)  # within the tie-break's slack
     assert again1.objective >= first.objective - 1e-9
     zero_ub[n_x] = cold1.objective * (1 + 1e-6) + 1e-9
     cold2 = solve_lp(then, a, row_lb, row_ub, col_lb, zero_ub, backend="scipy-highs")
