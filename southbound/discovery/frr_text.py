@@ -35,7 +35,8 @@ class InterfaceConf:
     advertisements sent: ``no ipv6 nd suppress-ra``), OSPF ``ospf_cost``/``ospf_area``/``ospf_passive``,
     ``ospf_network`` (``point-to-point``, ``broadcast``, ...; ``None``: FRR's default for the interface,
     broadcast on Ethernet), ``ospf_hello``/``ospf_dead``/``ospf_retransmit`` seconds (``None``: FRR's
-    defaults, 10, four hellos and 5; ``ospf_dead`` is ``"minimal"`` for sub-second hellos), ``ospf_active``: ``no ip ospf passive`` (active under ``passive-interface default``), IS-IS ``isis``
+    defaults, 10, four hellos and 5; ``ospf_dead`` is ``"minimal"`` for sub-second hellos),
+    ``ospf_active``: ``no ip ospf passive`` (active under ``passive-interface default``), IS-IS ``isis``
     (enabled for IPv4: ``ip router isis``; ``isis6``: for IPv6), ``isis_metric`` and ``isis_passive``."""
 
     name: str
@@ -78,7 +79,8 @@ class BgpConf:
 @dataclass
 class OspfConf:
     """``router ospf``: ``networks`` as ``(prefix, area)``, ``passive`` interfaces (``passive_default``:
-    ``passive-interface default``; ``active``: ``no passive-interface IF`` under it), ``reference_mbps``: ``auto-cost reference-bandwidth`` (``None``: not
+    ``passive-interface default``; ``active``: ``no passive-interface IF`` under it), ``reference_mbps``:
+    ``auto-cost reference-bandwidth`` (``None``: not
     set, discovery takes the reference it assumes for FRR's profile)."""
 
     router_id: str | None = None
