@@ -489,6 +489,16 @@ def _ask_peer_group(fab: _Fabric, device: str, run: FrrRunning, peer: str) -> No
                 "reset this session")
 
 
+def _ask_remote_as_kind(fab: _Fabric, device: str, run: FrrRunning) -> None:
+    """Sessions with ``remote-as external`` (or ``internal``): Loom renders the peer's ASN, and FRR 8.4 resets
+    a session whose ``remote-as`` changes from the kind to a number (seen on a lab: connectionsDropped + 1)."""
+    kinds = sorted(p for p, r in (run.bgp.neighbors.items() if run.bgp is not None else ()) if r == "external")
+    if kinds:
+        fab.ask(f"device {device}", f"BGP neighbor{'s' if len(kinds) > 1 else ''} {', '.join(kinds)}: remote-as "
+                "external; Loom renders the peer's ASN, and FRR resets a session whose remote-as changes from "
+                "external to a number, so adopting would reset them")
+
+
 def _check_sessions(fab: _Fabric, routing: str) -> None:
     """BGP sessions that are not one per discovered link (Loom renders exactly those: to the peer's
     address on a numbered link, on the interface of an unnumbered one): they would go."""
@@ -499,6 +509,7 @@ def _check_sessions(fab: _Fabric, routing: str) -> None:
         for here, there in ((a, b), (b, a)):
             across.add((here.device, here.port) if there.address is None else (here.device, str(there.address.ip)))
     for device, run in fab.running.items():
+        _ask_remote_as_kind(fab, device, run)
         for peer, remote in (run.bgp.neighbors if run.bgp is not None else {}).items():
             _ask_peer_group(fab, device, run, peer)
             if remote == "internal" or (run.bgp is not None and remote == str(run.bgp.asn)):

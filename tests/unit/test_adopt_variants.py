@@ -100,12 +100,27 @@ def test_an_unnumbered_peer_group_fabric_is_discovered_as_the_plain_one(remote):
     grouped = discover(_unnumbered(edit), name="unnumbered")
     assert grouped.valid, grouped.questions
     assert grouped.intent == plain.intent
-    rest = [q.to_document() for q in grouped.questions if "peer-group" not in q.question]
-    assert rest == [q.to_document() for q in plain.questions]
+    def rest(qs):
+        return [q.to_document() for q in qs
+                if "peer-group" not in q.question and "remote-as external" not in q.question]
+    assert rest(grouped.questions) == rest(plain.questions)
+    external = {q.where for q in grouped.questions if "remote-as external" in q.question}
+    everyone = {"device leaf1", "device leaf2", "device spine1"}
+    assert external == ({"device spine1"} if remote != "external" else everyone)
     # what discovery cannot keep: Loom renders no peer-groups, and a peer leaving its group resets
     assert sorted((q.where, q.question.split(" is ")[0]) for q in grouped.questions if "peer-group" in q.question) \
         == [("device leaf1", "BGP neighbor eth1"), ("device leaf2", "BGP neighbor eth1"),
             ("device spine1", "BGP neighbor eth1"), ("device spine1", "BGP neighbor eth2")]
+
+
+def test_remote_as_external_is_a_question_as_adopting_resets_the_session():
+    """Measured on FRR 8.4 (adopt_unnumbered lab): ``neighbor eth1 interface remote-as external`` changed to
+    ``... v6only remote-as 65000`` (or ``remote-as 65000``) drops and re-establishes the session."""
+    found = discover(_unnumbered(lambda t: t), name="unnumbered")
+    asked = {q.where: q.question for q in found.questions if "remote-as external" in q.question}
+    assert set(asked) == {"device leaf1", "device leaf2", "device spine1"}
+    assert asked["device spine1"].startswith("BGP neighbors eth1, eth2: remote-as external")
+    assert "would reset" in asked["device leaf1"]
 
 
 def test_an_ibgp_peer_group_is_a_question():
