@@ -94,8 +94,11 @@ class OspfConf:
 
 @dataclass
 class IsisConf:
+    """``router isis TAG``: its ``net`` and ``is_type`` (``None``: FRR's default, ``level-1-2``)."""
+
     tag: str
     net: str | None = None
+    is_type: str | None = None
     redistribute: list[str] = field(default_factory=list)
 
 
@@ -187,7 +190,7 @@ def _interface(run: FrrRunning, name: str, body: list[str]) -> None:
             itf.isis_metric = int(w[-1])
         elif line == "isis passive":
             itf.isis_passive = True
-        elif not line.startswith(("isis network", "isis hello", "isis circuit-type")):
+        elif not line.startswith(("isis network", "isis hello")):
             run.other.append(f"interface {name}: {line}")
 
 
@@ -303,8 +306,10 @@ def _isis(run: FrrRunning, tag: str, body: list[str]) -> None:
         w = line.split()
         if w[0] == "net":
             isis.net = w[1]
+        elif w[0] == "is-type" and len(w) == 2:
+            isis.is_type = w[1]
         elif w[0] == "redistribute":
             isis.redistribute.append(" ".join(w[1:]))
-        elif not line.startswith(("is-type", "metric-style", "lsp-gen-interval", "spf-interval",
+        elif not line.startswith(("metric-style", "lsp-gen-interval", "spf-interval",
                                   "log-adjacency-changes")):
             run.other.append(f"router isis {tag}: {line}")

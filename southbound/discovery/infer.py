@@ -392,6 +392,9 @@ def _device(fab: _Fabric, device: str, role: str | None, routing: str,
             fab.ask(f"device {device}", "runs no BGP in a BGP fabric: which ASN should it have?")
         else:
             out["asn"] = run.bgp.asn
+    if routing == "isis" and run.isis is not None and run.isis.is_type != "level-2-only":
+        fab.ask(f"device {device}", f"IS-IS runs as {run.isis.is_type or 'level-1-2 (the default)'}; Loom renders "
+                "is-type level-2-only, so its level-1 adjacencies and routes would go: keep the levels?")
     rid = _router_id(fab, device, routing)
     if rid is not None:
         out["router_id"] = rid

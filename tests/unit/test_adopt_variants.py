@@ -212,3 +212,26 @@ def test_frr8_writes_no_passive_interface_on_the_interface():
     found = discover(devs, name="ospf-passive")
     assert parse_running(text).other == []
     assert not [q for q in found.questions if "passive" in q.question]
+
+
+def _isis(edit) -> list[ObservedDevice]:
+    d = SAMPLES / "adopt_isis"
+    return [ObservedDevice(n, edit((d / f"{n}.running.txt").read_text()), interfaces_from_ip_json(
+        (d / f"{n}.addr.json").read_text())) for n in ("leaf1", "leaf2", "spine1", "spine2")]
+
+
+@pytest.mark.parametrize(("is_type", "asked"), [("level-2-only", False), ("level-1", True), (None, True)])
+def test_isis_levels_other_than_loom_s_are_a_question(is_type, asked):
+    def edit(text: str) -> str:
+        return text.replace(" is-type level-2-only\n", f" is-type {is_type}\n" if is_type else "")
+    found = discover(_isis(edit), name="isis-levels")
+    levels = [q for q in found.questions if "IS-IS runs as" in q.question]
+    assert bool(levels) == asked and (not asked or len(levels) == 4)
+    run = parse_running(edit((SAMPLES / "adopt_isis" / "leaf1.running.txt").read_text()))
+    assert run.isis is not None and run.isis.is_type == is_type and run.other == []
+
+
+def test_an_isis_circuit_type_is_kept_as_foreign_configuration():
+    text = (SAMPLES / "adopt_isis" / "leaf1.running.txt").read_text().replace(
+        " isis metric 15\n", " isis metric 15\n isis circuit-type level-1\n")
+    assert parse_running(text).other == ["interface eth1: isis circuit-type level-1"]
