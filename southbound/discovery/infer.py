@@ -569,6 +569,11 @@ def _check_igp(fab: _Fabric, routing: str, router_ids: Mapping[str, Any]) -> Non
             if areas - {"0", "0.0.0.0"}:
                 fab.ask(f"device {device}", f"OSPF areas {', '.join(sorted(areas))}: which area should each "
                         "interface be in (Loom's fabric is one backbone area)?")
+            if run.ospf.networks:
+                fab.ask(f"device {device}", f"OSPF runs on its interfaces by 'network ... area' statements "
+                        f"({', '.join(n for n, _a in run.ospf.networks)}); Loom writes 'ip ospf area' on each "
+                        "interface, and FRR takes one form only, so the statements go before the interfaces "
+                        "join again: its adjacencies may reset")
     if routing == "ospf":
         _check_ospf_links(fab)
 

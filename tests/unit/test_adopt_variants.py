@@ -185,7 +185,22 @@ def test_ospf_costs_follow_auto_cost_reference_bandwidth(extra, metric):
     found = discover(devs, name="ospf-ref")
     assert [lk["metric"] for lk in found.intent["links"]] == [metric]
     assert not any(q.where.startswith("link") and "passive" in q.question for q in found.questions)
+    assert [q.where for q in found.questions if "'network ... area' statements" in q.question] == [
+        "device r1", "device r2"]
     validate_intent(found.intent)
+
+
+def test_ospf_enabled_per_interface_is_no_question_of_form():
+    def per_interface(d: ObservedDevice) -> ObservedDevice:
+        text = re.sub(r"^ network \S+ area 0\n", "", d.running_config, flags=re.M)
+        text = text.replace("ip ospf network point-to-point\n", "ip ospf network point-to-point\n ip ospf area 0\n")
+        text = text.replace("interface lo\n", "interface lo\n ip ospf area 0\n")
+        return ObservedDevice(d.name, text, d.interfaces)
+    devs = [per_interface(_ospf_router("r1", "192.168.1.0", "10.0.0.1", "")),
+            per_interface(_ospf_router("r2", "192.168.1.1", "10.0.0.2", ""))]
+    found = discover(devs, name="ospf-area")
+    assert not [q for q in found.questions if "statements" in q.question]
+    assert {p["prefix"] for p in found.intent["prefixes"]} == {"10.0.0.1/32", "10.0.0.2/32"}
 
 
 @pytest.mark.parametrize("how", ["default", "router", "interface"])
