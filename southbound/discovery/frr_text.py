@@ -35,7 +35,8 @@ class InterfaceConf:
     advertisements sent: ``no ipv6 nd suppress-ra``), OSPF ``ospf_cost``/``ospf_area``/``ospf_passive``,
     ``ospf_network`` (``point-to-point``, ``broadcast``, ...; ``None``: FRR's default for the interface,
     broadcast on Ethernet), ``ospf_hello``/``ospf_dead``/``ospf_retransmit`` seconds (``None``: FRR's
-    defaults, 10, four hellos and 5; ``ospf_dead`` is ``"minimal"`` for sub-second hellos), IS-IS ``isis``
+    defaults, 10, four hellos and 5; ``ospf_dead`` is ``"minimal"`` for sub-second hellos),
+    ``ospf_active``: ``no ip ospf passive`` (active under ``passive-interface default``), IS-IS ``isis``
     (enabled for IPv4: ``ip router isis``; ``isis6``: for IPv6), ``isis_metric`` and ``isis_passive``."""
 
     name: str
@@ -46,6 +47,7 @@ class InterfaceConf:
     ospf_cost: int | None = None
     ospf_area: str | None = None
     ospf_passive: bool = False
+    ospf_active: bool = False
     ospf_network: str | None = None
     ospf_hello: int | None = None
     ospf_dead: int | str | None = None
@@ -59,12 +61,15 @@ class InterfaceConf:
 @dataclass
 class BgpConf:
     """``router bgp ASN``: ``neighbors`` maps FRR's name for a neighbor (address, IPv6 in canonical text,
-    or interface: an unnumbered session) to its ``remote-as`` text (a number, ``external`` or ``internal``);
-    ``networks`` of both address families, as written."""
+    or interface: an unnumbered session) to its ``remote-as`` text (a number, ``external`` or ``internal``),
+    its own or its peer-group's; ``groups`` maps each peer-group to its ``remote-as`` (``None``: set on the
+    members), ``member_of`` a neighbor to its group; ``networks`` of both address families, as written."""
 
     asn: int
     router_id: str | None = None
     neighbors: dict[str, str] = field(default_factory=dict)
+    groups: dict[str, str | None] = field(default_factory=dict)
+    member_of: dict[str, str] = field(default_factory=dict)
     networks: list[str] = field(default_factory=list)
     redistribute: list[str] = field(default_factory=list)
     maximum_paths: int | None = None
@@ -74,19 +79,26 @@ class BgpConf:
 @dataclass
 class OspfConf:
     """``router ospf``: ``networks`` as ``(prefix, area)``, ``passive`` interfaces (``passive_default``:
-    ``passive-interface default``)."""
+    ``passive-interface default``; ``active``: ``no passive-interface IF`` under it), ``reference_mbps``:
+    ``auto-cost reference-bandwidth`` (``None``: not
+    set, discovery takes the reference it assumes for FRR's profile)."""
 
     router_id: str | None = None
     networks: list[tuple[str, str]] = field(default_factory=list)
     passive: set[str] = field(default_factory=set)
     passive_default: bool = False
+    active: set[str] = field(default_factory=set)
     redistribute: list[str] = field(default_factory=list)
+    reference_mbps: int | None = None
 
 
 @dataclass
 class IsisConf:
+    """``router isis TAG``: its ``net`` and ``is_type`` (``None``: FRR's default, ``level-1-2``)."""
+
     tag: str
     net: str | None = None
+    is_type: str | None = None
     redistribute: list[str] = field(default_factory=list)
 
 
@@ -164,6 +176,9 @@ def _interface(run: FrrRunning, name: str, body: list[str]) -> None:
             itf.ospf_area = w[3]
         elif line == "ip ospf passive":
             itf.ospf_passive = True
+        elif line == "no ip ospf passive":
+            itf.ospf_passive = False  # FRR 8's form of "no passive-interface IF" under "passive-interface default"
+            itf.ospf_active = True
         elif line.startswith(("ip ospf network ", "ip ospf hello-interval ", "ip ospf dead-interval ",
                                "ip ospf retransmit-interval ")):
             _ospf_interface(itf, w[2], w[3])
@@ -175,7 +190,7 @@ def _interface(run: FrrRunning, name: str, body: list[str]) -> None:
             itf.isis_metric = int(w[-1])
         elif line == "isis passive":
             itf.isis_passive = True
-        elif not line.startswith(("isis network", "isis hello", "isis circuit-type")):
+        elif not line.startswith(("isis network", "isis hello")):
             run.other.append(f"interface {name}: {line}")
 
 
@@ -197,9 +212,12 @@ def _bgp(run: FrrRunning, head: str, body: list[str]) -> None:
         run.other.append(head)
         return
     bgp = run.bgp = BgpConf(int(w[2]))
+    bgp.groups = {line.split()[1]: None for line in body if re.fullmatch(r"neighbor \S+ peer-group", line)}
     for line in body:
         w = line.split()
-        if line.startswith("bgp router-id "):
+        if w[0] == "neighbor" and len(w) >= 3 and (w[1] in bgp.groups or "peer-group" in w[2:]):
+            _bgp_group_line(run, bgp, line, w)
+        elif line.startswith("bgp router-id "):
             bgp.router_id = w[2]
         elif w[0] == "neighbor" and len(w) >= 4 and w[2] == "remote-as":
             bgp.neighbors[_peer(w[1])] = w[3]
@@ -215,6 +233,27 @@ def _bgp(run: FrrRunning, head: str, body: list[str]) -> None:
             bgp.multipath_relax = True
         elif not _bgp_cosmetic(line, w):
             run.other.append(f"router bgp {bgp.asn}: {line}")
+    for peer, group in bgp.member_of.items():
+        remote = bgp.groups.get(group)
+        if peer not in bgp.neighbors and remote is not None:
+            bgp.neighbors[peer] = remote
+
+
+def _bgp_group_line(run: FrrRunning, bgp: BgpConf, line: str, w: list[str]) -> None:
+    """A peer-group's own line (``neighbor G peer-group``, ``neighbor G remote-as X``, its settings) or a
+    member's (``neighbor 10.0.0.1 peer-group G``, ``neighbor eth1 interface [v6only] peer-group G``)."""
+    if w[1] in bgp.groups:
+        if len(w) == 4 and w[2] == "remote-as":
+            bgp.groups[w[1]] = w[3]
+        elif w[2:] != ["peer-group"] and not _bgp_cosmetic(line, w):
+            run.other.append(f"router bgp {bgp.asn}: {line}")
+        return
+    if w[-2] != "peer-group" or w[-1] not in bgp.groups:
+        run.other.append(f"router bgp {bgp.asn}: {line}")
+        return
+    bgp.member_of[_peer(w[1])] = w[-1]
+    if "remote-as" in w:  # "neighbor eth1 interface remote-as external peer-group G" is not FRR's syntax
+        run.other.append(f"router bgp {bgp.asn}: {line}")
 
 
 def _bgp_cosmetic(line: str, w: list[str]) -> bool:
@@ -249,11 +288,15 @@ def _ospf(run: FrrRunning, body: list[str]) -> None:
             ospf.networks.append((w[1], w[3]))
         elif line == "passive-interface default":
             ospf.passive_default = True
+        elif w[:2] == ["no", "passive-interface"] and len(w) == 3:
+            ospf.active.add(w[2])
         elif w[0] == "passive-interface":
             ospf.passive.add(w[1])
         elif w[0] == "redistribute":
             ospf.redistribute.append(" ".join(w[1:]))
-        elif not line.startswith(("log-adjacency-changes", "timers throttle", "auto-cost")):
+        elif w[:2] == ["auto-cost", "reference-bandwidth"] and len(w) == 3:
+            ospf.reference_mbps = int(w[2])
+        elif not line.startswith(("log-adjacency-changes", "timers throttle")):
             run.other.append(f"router ospf: {line}")
 
 
@@ -263,8 +306,10 @@ def _isis(run: FrrRunning, tag: str, body: list[str]) -> None:
         w = line.split()
         if w[0] == "net":
             isis.net = w[1]
+        elif w[0] == "is-type" and len(w) == 2:
+            isis.is_type = w[1]
         elif w[0] == "redistribute":
             isis.redistribute.append(" ".join(w[1:]))
-        elif not line.startswith(("is-type", "metric-style", "lsp-gen-interval", "spf-interval",
+        elif not line.startswith(("metric-style", "lsp-gen-interval", "spf-interval",
                                   "log-adjacency-changes")):
             run.other.append(f"router isis {tag}: {line}")

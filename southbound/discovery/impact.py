@@ -46,6 +46,8 @@ _EFFECTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(no )?ipv6 nd suppress-ra$"), "IPv6 router advertisements (an unnumbered BGP session needs them)"),
     (re.compile(r"^neighbor \S+ capability extended-nexthop$"), "a session's IPv4 routes over IPv6 next hops"),
     (re.compile(r"^neighbor \S+ (interface )?remote-as "), "a BGP session"),
+    (re.compile(r"^neighbor \S+ ((interface (v6only )?)?peer-group \S+|peer-group)$"),
+     "a BGP session (FRR deletes a peer-group's members with the group, and a member leaving it)"),
     (re.compile(r"^(bgp router-id|ospf router-id|router-id|net) "), "the router id (sessions or adjacencies reset)"),
     (re.compile(r"^router (bgp|ospf|isis)"), "a routing protocol instance"),
     (re.compile(r"^(ip ospf (cost|area)|isis metric|network \S+ area|ip(?:v6)? router isis|isis passive|"

@@ -289,6 +289,7 @@ def _prefixes(fab: _Fabric, routing: str) -> dict[str, set[str]]:
         for port, addr in own:
             if _advertised(fab, device, run, routing, port, addr):
                 out[str(addr.network)].add(device)
+        _ask_filtered_redistribution(fab, device, run, routing)
         if routing == "bgp" and run.bgp is not None:
             connected = {str(a.network) for _p, a in own}
             for net in run.bgp.networks:
@@ -296,6 +297,18 @@ def _prefixes(fab: _Fabric, routing: str) -> dict[str, set[str]]:
                     fab.ask(f"router {device}", f"BGP announces {net}, which is no subnet of {device}'s "
                             "interfaces: Loom originates only connected subnets; keep it (a static route?)")
     return out
+
+
+def _ask_filtered_redistribution(fab: _Fabric, device: str, run: FrrRunning, routing: str) -> None:
+    """``redistribute connected route-map X``: discovery does not evaluate route maps, so every connected
+    subnet is taken as originated; the operator is asked which the map lets through."""
+    proto = {"bgp": run.bgp, "ospf": run.ospf, "isis": run.isis}.get(routing)
+    for r in proto.redistribute if proto is not None else []:
+        w = r.split()
+        if "connected" in w and "route-map" in w[:-1]:
+            fab.ask(f"router {device}", f"redistributes connected subnets through route-map "
+                    f"{w[w.index('route-map') + 1]}: taken as originating all of {device}'s non-transit subnets "
+                    "and its loopback; which of them does the map let through?")
 
 
 def _advertised(fab: _Fabric, device: str, run: FrrRunning, routing: str, port: str, addr: Address) -> bool:
@@ -379,6 +392,9 @@ def _device(fab: _Fabric, device: str, role: str | None, routing: str,
             fab.ask(f"device {device}", "runs no BGP in a BGP fabric: which ASN should it have?")
         else:
             out["asn"] = run.bgp.asn
+    if routing == "isis" and run.isis is not None and run.isis.is_type != "level-2-only":
+        fab.ask(f"device {device}", f"IS-IS runs as {run.isis.is_type or 'level-1-2 (the default)'}; Loom renders "
+                "is-type level-2-only, so its level-1 adjacencies and routes would go: keep the levels?")
     rid = _router_id(fab, device, routing)
     if rid is not None:
         out["router_id"] = rid
@@ -394,8 +410,23 @@ def _cost(fab: _Fabric, end: _End, routing: str) -> int | None:
             return conf.ospf_cost
         itf = fab.devices[end.device].interface(end.port)
         speed = itf.speed_mbps if itf is not None and itf.speed_mbps else 10_000
-        return max(1, _FRR_OSPF_REFERENCE_MBPS // speed)
+        ospf = fab.running[end.device].ospf
+        ref = ospf.reference_mbps if ospf is not None and ospf.reference_mbps else _FRR_OSPF_REFERENCE_MBPS
+        return max(1, ref // speed)
     return None
+
+
+def _ospf_passive(run: FrrRunning, port: str) -> bool:
+    """Whether OSPF is passive on ``port``: the interface's own ``ip ospf passive`` or ``no ip ospf passive``,
+    then ``passive-interface IF`` or ``no passive-interface IF``, then ``passive-interface default``."""
+    conf, ospf = run.interfaces.get(port), run.ospf
+    if conf is not None and (conf.ospf_passive or conf.ospf_active):
+        return conf.ospf_passive
+    if ospf is None:
+        return False
+    if port in ospf.passive or port in ospf.active:
+        return port in ospf.passive
+    return ospf.passive_default
 
 
 def _speeds(fab: _Fabric, a: _End, b: _End) -> list[int]:
@@ -416,6 +447,10 @@ def _capacity(fab: _Fabric, a: _End, b: _End, default_gbps: float) -> float:
 def _link(fab: _Fabric, a: _End, b: _End, routing: str, default_gbps: float, underlay: str) -> dict[str, Any]:
     out: dict[str, Any] = {"a": a.device, "a_port": a.port, "b": b.device, "b_port": b.port,
                            "capacity_gbps": _capacity(fab, a, b, default_gbps)}
+    for end in (a, b):
+        if routing == "ospf" and _ospf_passive(fab.running[end.device], end.port):
+            fab.ask(f"link {end.device}:{end.port}", f"OSPF is passive on {end.device}:{end.port}, so no "
+                    "adjacency runs over this link; Loom would form one: keep the link out of the fabric?")
     ca, cb = _cost(fab, a, routing), _cost(fab, b, routing)
     if ca is not None and cb is not None:
         if ca != cb:
@@ -447,6 +482,26 @@ def _group_by_asn(doc: dict[str, Any], routing: str) -> None:
                 d["plane"] = plane
 
 
+def _ask_peer_group(fab: _Fabric, device: str, run: FrrRunning, peer: str) -> None:
+    """A session configured through a peer-group: Loom renders each session on its own lines, and FRR deletes
+    a peer when it leaves its group (or the group goes), so adopting would reset it."""
+    group = run.bgp.member_of.get(peer) if run.bgp is not None else None
+    if group is not None:
+        fab.ask(f"device {device}", f"BGP neighbor {peer} is configured through peer-group {group}: Loom renders "
+                "each session on its own lines, and FRR deletes a peer that leaves its group, so adopting would "
+                "reset this session")
+
+
+def _ask_remote_as_kind(fab: _Fabric, device: str, run: FrrRunning) -> None:
+    """Sessions with ``remote-as external`` (or ``internal``): Loom renders the peer's ASN, and FRR 8.4 resets
+    a session whose ``remote-as`` changes from the kind to a number (seen on a lab: connectionsDropped + 1)."""
+    kinds = sorted(p for p, r in (run.bgp.neighbors.items() if run.bgp is not None else ()) if r == "external")
+    if kinds:
+        fab.ask(f"device {device}", f"BGP neighbor{'s' if len(kinds) > 1 else ''} {', '.join(kinds)}: remote-as "
+                "external; Loom renders the peer's ASN, and FRR resets a session whose remote-as changes from "
+                "external to a number, so adopting would reset them")
+
+
 def _check_sessions(fab: _Fabric, routing: str) -> None:
     """BGP sessions that are not one per discovered link (Loom renders exactly those: to the peer's
     address on a numbered link, on the interface of an unnumbered one): they would go."""
@@ -457,7 +512,12 @@ def _check_sessions(fab: _Fabric, routing: str) -> None:
         for here, there in ((a, b), (b, a)):
             across.add((here.device, here.port) if there.address is None else (here.device, str(there.address.ip)))
     for device, run in fab.running.items():
-        for peer in (run.bgp.neighbors if run.bgp is not None else {}):
+        _ask_remote_as_kind(fab, device, run)
+        for peer, remote in (run.bgp.neighbors if run.bgp is not None else {}).items():
+            _ask_peer_group(fab, device, run, peer)
+            if remote == "internal" or (run.bgp is not None and remote == str(run.bgp.asn)):
+                fab.ask(f"device {device}", f"BGP neighbor {peer} is an iBGP session (remote-as {remote}): Loom "
+                        "renders eBGP between routers of different ASNs, so adopting would replace this session")
             if (device, peer) in across:
                 continue
             how = "not across a discovered link"
@@ -509,6 +569,11 @@ def _check_igp(fab: _Fabric, routing: str, router_ids: Mapping[str, Any]) -> Non
             if areas - {"0", "0.0.0.0"}:
                 fab.ask(f"device {device}", f"OSPF areas {', '.join(sorted(areas))}: which area should each "
                         "interface be in (Loom's fabric is one backbone area)?")
+            if run.ospf.networks:
+                fab.ask(f"device {device}", f"OSPF runs on its interfaces by 'network ... area' statements "
+                        f"({', '.join(n for n, _a in run.ospf.networks)}); Loom writes 'ip ospf area' on each "
+                        "interface, and FRR takes one form only, so the statements go before the interfaces "
+                        "join again: its adjacencies may reset")
     if routing == "ospf":
         _check_ospf_links(fab)
 

@@ -297,7 +297,8 @@ def test_parser_reads_an_unnumbered_running_config():
 def test_an_unnumbered_fabric_is_discovered_with_its_underlay_and_no_link_pins():
     found = discover(_observed_unnumbered(), name="unnumbered")
     assert found.valid, found.questions
-    assert [q.where for q in found.questions] == ["links"]  # only: veth links have no physical speed
+    # veth links have no physical speed; remote-as external becomes the peer's ASN (a session reset)
+    assert [q.where for q in found.questions] == ["device leaf1", "device leaf2", "device spine1", "links"]
     doc = found.intent
     assert doc["defaults"] == {"underlay": "unnumbered"}
     assert [(lk["a"], lk["a_port"], lk["b"], lk["b_port"]) for lk in doc["links"]] == [
