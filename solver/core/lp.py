@@ -416,7 +416,9 @@ class LexModel:
         self._add(np.unique(csr[rows].indices))
         h.setOptionValue("simplex_strategy", 1)  # dual: only bounds changed, the basis stays dual feasible
         try:  # the tie-break alone, ``fix`` still held at its optimum: if that stays feasible, so does the optimum
-            second, self.cols = _priced_run(h, self.then, self.csc, self.cols, self.col_lb, self.col_ub, "tie-break")
+            # by the interior point method first: on ASN2k the dual simplex from the old basis ran for minutes
+            second, self.cols = _priced_run(h, self.then, self.csc, self.cols, self.col_lb, self.col_ub, "tie-break",
+                                            interior_first=True)
             return LpResult(second.x, float(second.x[self.fix]), 0.0, "highs"), second
         except Infeasible:
             pass

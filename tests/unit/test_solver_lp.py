@@ -378,23 +378,12 @@ def test_pdlp_with_a_warm_start_reaches_the_same_optimum_as_cold(seed: int) -> N
     started from that answer (the new rows' duals 0), which must reach the same optimum as the
     cold solve in fewer iterations; and started from its own optimum, it stops at once."""
     import numpy as np
-    import scipy.sparse as sp
 
     from solver.core.lp import solve_lp, solve_pdlp
 
     rng = np.random.default_rng(seed)
-    n_dem, n_path, n_arc = 12, 4, 15
-    n_x = n_dem * n_path
-    uses = rng.random((n_arc, n_x)) < 0.25
-    cap = rng.uniform(5, 20, n_arc)
-    dem = rng.uniform(1, 10, n_dem)
-    a = sp.csr_matrix(np.vstack([np.hstack([np.kron(np.eye(n_dem), np.ones(n_path)), np.zeros((n_dem, 1))]),
-                                 np.hstack([uses.astype(float), -cap[:, None]])]))
-    row_lb = np.concatenate([dem, np.full(n_arc, -np.inf)])
-    row_ub = np.concatenate([dem, np.zeros(n_arc)])
-    col_lb, col_ub = np.zeros(n_x + 1), np.full(n_x + 1, np.inf)
-    c = np.zeros(n_x + 1)
-    c[n_x] = 1.0
+    a, row_lb, row_ub, col_lb, col_ub, c = _paths_lp(rng)
+    n_dem, _, n_arc = PATHS_LP
     exact = solve_lp(c, a, row_lb, row_ub, col_lb, col_ub, backend="scipy-highs").objective
     cold = solve_pdlp(c, a, row_lb, row_ub, col_lb, col_ub, tolerance=1e-8)
     assert cold.objective == pytest.approx(exact, rel=1e-6)
@@ -420,23 +409,13 @@ def test_a_kept_lexicographic_lp_solved_again_without_columns_matches_cold_solve
     re-optimizes both stages from the kept basis; both objectives must equal two cold solves by
     SciPy's HiGHS with those columns held at 0, and the columns must carry nothing."""
     import numpy as np
-    import scipy.sparse as sp
 
     from solver.core.lp import LexModel, solve_lp, solve_lp_lex
 
     rng = np.random.default_rng(seed)
-    n_dem, n_path, n_arc = 12, 4, 15
+    a, row_lb, row_ub, col_lb, col_ub, c = _paths_lp(rng)
+    n_dem, n_path, _ = PATHS_LP
     n_x = n_dem * n_path
-    uses = rng.random((n_arc, n_x)) < 0.25
-    cap = rng.uniform(5, 20, n_arc)
-    dem = rng.uniform(1, 10, n_dem)
-    a = sp.csr_matrix(np.vstack([np.hstack([np.kron(np.eye(n_dem), np.ones(n_path)), np.zeros((n_dem, 1))]),
-                                 np.hstack([uses.astype(float), -cap[:, None]])]))
-    row_lb = np.concatenate([dem, np.full(n_arc, -np.inf)])
-    row_ub = np.concatenate([dem, np.zeros(n_arc)])
-    col_lb, col_ub = np.zeros(n_x + 1), np.full(n_x + 1, np.inf)
-    c = np.zeros(n_x + 1)
-    c[n_x] = 1.0
     then = np.concatenate([rng.uniform(1, 3, n_x), [0.0]])
     kept: list[LexModel] = []
     first, second = solve_lp_lex(c, then, n_x, a, row_lb, row_ub, col_lb, col_ub, backend="highs",
@@ -455,3 +434,27 @@ def test_a_kept_lexicographic_lp_solved_again_without_columns_matches_cold_solve
     cold2 = solve_lp(then, a, row_lb, row_ub, col_lb, zero_ub, backend="scipy-highs")
     assert again2.objective == pytest.approx(cold2.objective, rel=1e-6)
     assert np.abs(again2.x[drop]).max() <= 1e-9
+
+
+#: demands, paths per demand and arcs of :func:`_paths_lp`
+PATHS_LP = (12, 4, 15)
+
+
+def _paths_lp(rng: Any) -> tuple[Any, ...]:
+    """A random min-max load LP: 12 demands split over 4 paths each (columns), 15 arcs crossed by
+    each path with probability 1/4; the last column is ``U``. Returns (A, row bounds, column
+    bounds, the objective ``min U``)."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    n_dem, n_path, n_arc = PATHS_LP
+    n_x = n_dem * n_path
+    uses = rng.random((n_arc, n_x)) < 0.25
+    cap = rng.uniform(5, 20, n_arc)
+    dem = rng.uniform(1, 10, n_dem)
+    a = sp.csr_matrix(np.vstack([np.hstack([np.kron(np.eye(n_dem), np.ones(n_path)), np.zeros((n_dem, 1))]),
+                                 np.hstack([uses.astype(float), -cap[:, None]])]))
+    c = np.zeros(n_x + 1)
+    c[n_x] = 1.0
+    return (a, np.concatenate([dem, np.full(n_arc, -np.inf)]), np.concatenate([dem, np.zeros(n_arc)]),
+            np.zeros(n_x + 1), np.full(n_x + 1, np.inf), c)
