@@ -278,8 +278,8 @@ def _by_flow(com: Commodities, sol: WcmpSolution, lp_ratio: np.ndarray, fallback
     """Groups rounded in flow order (:func:`solver.flowround.round_by_flow`) when that beats ``mlu``:
     the split ratios, fallback next hops and members to build the groups from, or None.
 
-    A member the rounding leaves out is one the budget cannot write (a share finer than one
-    entry of its group). Where the rounded plan stays above the LP's optimum, the LP is solved
+    A member the rounding leaves out, or whose share is under half an entry of its group, is one
+    the budget cannot write. Where the rounded plan stays above the LP's optimum, the LP is solved
     again without those members (from its basis), so that upstream the traffic is sent where
     it can be split, and the new split is rounded; up to :data:`PRUNE_ROUNDS` times, within
     :data:`PRUNE_SECONDS_FACTOR` times the first solve's time."""
@@ -287,6 +287,7 @@ def _by_flow(com: Commodities, sol: WcmpSolution, lp_ratio: np.ndarray, fallback
     dropped = np.zeros(len(com.e_arc), dtype=bool)
     current: WcmpSolution | None = sol
     ratio, fb = lp_ratio, fallback
+    edge_budget = np.asarray(budgets, dtype=np.float64)[com.node_v[com.e_node]]
     allowed = PRUNE_SECONDS_FACTOR * sol.seconds + 1.0  # the re-solves may cost at most about the LP once more
     for attempt in range(PRUNE_ROUNDS + 1):
         assert current is not None
@@ -296,7 +297,9 @@ def _by_flow(com: Commodities, sol: WcmpSolution, lp_ratio: np.ndarray, fallback
         if util < mlu:
             mlu, best = util, (ratio, fb, fr.members)
             extra.update(rounding="by flow", lp_pruned_edges=int(dropped.sum()))
-        left_out = (np.nan_to_num(ratio) > 1e-9) & (fr.ratio == 0)
+        # members the rounding left out, and shares finer than half an entry of their group
+        lp_share = np.nan_to_num(ratio)
+        left_out = (lp_share > 1e-9) & ((fr.ratio == 0) | (lp_share * edge_budget < 0.5))
         if util <= sol.mlu * (1 + 1e-3) or attempt == PRUNE_ROUNDS or not left_out.any():
             break
         dropped |= left_out
