@@ -413,7 +413,7 @@ class LexModel:
         # the restricted LP may have no feasible point left)
         csr = self.csc.tocsr()
         rows = np.setdiff1d(np.unique(self.csc[:, columns].indices), self.csc[:, self.fix].indices)
-        self._add(np.unique(csr[rows].indices))
+        self._add(np.unique(csr[rows].indices), self.then)  # the model holds the tie-break's costs
         h.setOptionValue("simplex_strategy", 1)  # dual: only bounds changed, the basis stays dual feasible
         try:  # the tie-break alone, ``fix`` still held at its optimum: if that stays feasible, so does the optimum
             # by the interior point method first: on ASN2k the dual simplex from the old basis ran for minutes
@@ -427,7 +427,7 @@ class LexModel:
         try:
             return self._rerun()
         except Infeasible:  # a way around needs columns farther off: hold every column
-            self._add(np.arange(self.csc.shape[1]))
+            self._add(np.arange(self.csc.shape[1]), self.c)
             return self._rerun()
 
     def _rerun(self) -> tuple[LpResult, LpResult]:
@@ -435,17 +435,25 @@ class LexModel:
         self.h.setOptionValue("simplex_strategy", 1)  # dual: from the old basis, whose bounds changed
         return self.run()
 
-    def _add(self, candidates: np.ndarray) -> None:
-        """Hold the ``candidates`` the HiGHS model does not hold yet (and that may be positive)."""
+    def _add(self, candidates: np.ndarray, cost: np.ndarray) -> None:
+        """Hold the ``candidates`` the HiGHS model does not hold yet (and that may be positive), at
+        ``cost``: the objective the model holds now."""
         out = np.ones(self.csc.shape[1], dtype=bool)
         out[self.cols] = False
         enter = candidates[out[candidates] & (self.col_ub[candidates] > self.col_lb[candidates])]
-        if not enter.size:
-            return
-        sub = self.csc[:, enter]
-        self.h.addCols(len(enter), self.c[enter], self.col_lb[enter], self.col_ub[enter], sub.nnz,
-                       sub.indptr[:-1].astype(np.int32), sub.indices.astype(np.int32), sub.data)
-        self.cols = np.concatenate([self.cols, enter])
+        self.cols = _add_columns(self.h, self.csc, cost, self.col_lb, self.col_ub, self.cols, enter)
+
+
+def _add_columns(h: Any, csc: sp.csc_matrix, cost: np.ndarray, col_lb: np.ndarray, col_ub: np.ndarray,
+                 cols: np.ndarray, enter: np.ndarray) -> np.ndarray:
+    """Add the full LP's columns ``enter`` to the HiGHS model ``h`` (after ``cols``, the ones it holds);
+    returns the columns it now holds, in its order."""
+    if not enter.size:
+        return cols
+    sub = csc[:, enter]
+    h.addCols(len(enter), cost[enter], col_lb[enter], col_ub[enter], sub.nnz,
+              sub.indptr[:-1].astype(np.int32), sub.indices.astype(np.int32), sub.data)
+    return np.concatenate([cols, enter])
 
 
 def _priced_run(h: Any, cost: np.ndarray, csc: sp.csc_matrix, cols: np.ndarray, col_lb: np.ndarray,
@@ -482,10 +490,7 @@ def _priced_run(h: Any, cost: np.ndarray, csc: sp.csc_matrix, cols: np.ndarray, 
         enter = np.flatnonzero(out & (reduced < -PRICING_TOLERANCE) & (col_ub > col_lb))
         if not enter.size:
             break
-        sub = csc[:, enter]
-        h.addCols(len(enter), cost[enter], col_lb[enter], col_ub[enter], sub.nnz,
-                  sub.indptr[:-1].astype(np.int32), sub.indices.astype(np.int32), sub.data)
-        cols = np.concatenate([cols, enter])
+        cols = _add_columns(h, csc, cost, col_lb, col_ub, cols, enter)
         h.setOptionValue("simplex_strategy", 4)  # primal: the basis stays feasible
     x = np.zeros(n)
     x[cols] = res.x

@@ -402,9 +402,11 @@ def test_pdlp_with_a_warm_start_reaches_the_same_optimum_as_cold(seed: int) -> N
     assert again.iterations < cold.iterations
 
 
+@pytest.mark.parametrize("drop_used", [True, False])
 @pytest.mark.parametrize("priced", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_kept_lexicographic_lp_solved_again_without_columns_matches_cold_solves(seed: int, priced: bool) -> None:
+def test_a_kept_lexicographic_lp_solved_again_without_columns_matches_cold_solves(seed: int, priced: bool,
+                                                                                 drop_used: bool) -> None:
     """``LexModel.without`` (the general planner's LP again without the members rounding left out)
     re-optimizes both stages from the kept basis; both objectives must equal two cold solves by
     SciPy's HiGHS with those columns held at 0, and the columns must carry nothing."""
@@ -421,9 +423,11 @@ def test_a_kept_lexicographic_lp_solved_again_without_columns_matches_cold_solve
     first, second = solve_lp_lex(c, then, n_x, a, row_lb, row_ub, col_lb, col_ub, backend="highs",
                                  initial=(np.arange(n_x + 1) % n_path == 0) if priced else None, keep=kept)
     used = np.flatnonzero(second.x[:n_x] > 1e-9)
-    # per demand, its most used path goes (the others stay: every demand keeps a way)
-    drop = np.array(sorted({int(d * n_path + np.argmax(second.x[d * n_path:(d + 1) * n_path]))
-                            for d in range(n_dem)} & set(used.tolist())))
+    if drop_used:  # per demand, its most used path goes (the others stay: every demand keeps a way)
+        drop = np.array(sorted({int(d * n_path + np.argmax(second.x[d * n_path:(d + 1) * n_path]))
+                                for d in range(n_dem)} & set(used.tolist())))
+    else:  # paths that carry nothing: U keeps its optimum, and only the tie-break runs again
+        drop = np.setdiff1d(np.arange(n_x), used)[::2]
     again1, again2 = kept[0].without(drop)
     zero_ub = col_ub.copy()
     zero_ub[drop] = 0.0
@@ -433,6 +437,7 @@ def test_a_kept_lexicographic_lp_solved_again_without_columns_matches_cold_solve
     zero_ub[n_x] = cold1.objective * (1 + 1e-6) + 1e-9
     cold2 = solve_lp(then, a, row_lb, row_ub, col_lb, zero_ub, backend="scipy-highs")
     assert again2.objective == pytest.approx(cold2.objective, rel=1e-6)
+    assert again2.objective == pytest.approx(float(then @ again2.x), rel=1e-9)  # every column at its own cost
     assert np.abs(again2.x[drop]).max() <= 1e-9
 
 
