@@ -285,12 +285,11 @@ def _by_flow(com: Commodities, sol: WcmpSolution, lp_ratio: np.ndarray, fallback
     :data:`PRUNE_SECONDS_FACTOR` times the first solve's time."""
     best: _Chosen | None = None
     dropped = np.zeros(len(com.e_arc), dtype=bool)
-    current: WcmpSolution | None = sol
+    current = sol
     ratio, fb = lp_ratio, fallback
     edge_budget = np.asarray(budgets, dtype=np.float64)[com.node_v[com.e_node]]
     allowed = PRUNE_SECONDS_FACTOR * sol.seconds + 1.0  # the re-solves may cost at most about the LP once more
     for attempt in range(PRUNE_ROUNDS + 1):
-        assert current is not None
         fr = round_by_flow(com, ratio, budgets, current.mlu)
         _, loads = propagate(com, fr.ratio)
         util = float((loads / com.fab.arc_cap).max())
@@ -304,11 +303,12 @@ def _by_flow(com: Commodities, sol: WcmpSolution, lp_ratio: np.ndarray, fallback
             break
         dropped |= left_out
         try:
-            current = solve_without(com, current, np.flatnonzero(dropped), max(allowed, 0.0))
+            again = solve_without(com, current, np.flatnonzero(dropped), max(allowed, 0.0))
         except Infeasible:  # the edges left out were needed: keep the best so far
             break
-        if current is None:
+        if again is None:
             break
+        current = again
         extra["lp_seconds"] = round(extra.get("lp_seconds", 0.0) + current.seconds, 3)
         allowed -= current.seconds
         ratio, fb = make_loop_free(com, current)
@@ -332,21 +332,22 @@ def _generic_plan(intent: Intent, backend: str, say: Progress, t0: float) -> Pla
         lp_bound = ecmp_mlu
         extra = {"backend": backend, "wcmp": False}
     fib = intent.wcmp_realization == WcmpRealization.FIB
-    devices, rounded, n_routes = _groups(fab, com, lp_ratio, fib, _budgets(intent), say, fallback)
+    budgets = _budgets(intent)
+    devices, rounded, n_routes = _groups(fab, com, lp_ratio, fib, budgets, say, fallback)
     say("loads", 0.0)
     _, loads = propagate(com, rounded)
     links, mlu = _link_loads(fab, loads)
     if fib and sol is not None and lp_ratio is not None and mlu > lp_bound * (1 + 1e-6):
         # the rounding of each group alone overloads a link downstream of it
-        chosen = _by_flow(com, sol, lp_ratio, fallback, _budgets(intent), mlu, extra)
+        chosen = _by_flow(com, sol, lp_ratio, fallback, budgets, mlu, extra)
         if chosen is not None:
-            devices, rounded, n_routes = _groups(fab, com, chosen[0], fib, _budgets(intent), say, chosen[1],
+            devices, rounded, n_routes = _groups(fab, com, chosen[0], fib, budgets, say, chosen[1],
                                                  chosen[2])
             _, loads = propagate(com, rounded)
             links, mlu = _link_loads(fab, loads)
     sol = None  # the LP's model is freed with it
     if lp_ratio is not None and mlu > ecmp_mlu:  # the LP gained less than rounding lost: equal weights
-        devices, rounded, n_routes = _groups(fab, com, None, fib, _budgets(intent), say, {})
+        devices, rounded, n_routes = _groups(fab, com, None, fib, budgets, say, {})
         _, loads = propagate(com, rounded)
         links, mlu = _link_loads(fab, loads)
         extra["rounding"] = "ecmp"
