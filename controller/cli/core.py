@@ -197,8 +197,10 @@ def serve(
     _seed(database, settings, example, info)
     _banner(info, as_json)
     # access lines come from api.metrics, with the request id
+    # a response's head and body leave in one write: a replica killed mid-answer leaves nothing half sent
+    from api.wire import WholeResponseH11
     uvicorn.run(create_app(settings, database=database, driver=driver, cluster=cluster), host=host, port=port,
-                log_level=log_level.lower(), log_config=None, access_log=False)
+                log_level=log_level.lower(), log_config=None, access_log=False, http=WholeResponseH11)
 
 
 @app.command()

@@ -38,5 +38,7 @@ def make_app(directory: Path) -> FastAPI:
 if __name__ == "__main__":
     import uvicorn
 
+    from api.wire import WholeResponseH11
+
     uvicorn.run(make_app(Path(sys.argv[1])), host="127.0.0.1", port=int(sys.argv[2]), log_level="info",
-                log_config=None, access_log=False)
+                log_config=None, access_log=False, http=WholeResponseH11)
