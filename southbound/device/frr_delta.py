@@ -21,6 +21,7 @@ version``, ``exit`` and ``exit-address-family`` are structure, not content.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -60,6 +61,10 @@ def parse_config(text: str) -> ConfigTree:
     return {k: v for k, v in tree.items() if v or k == ()}
 
 
+#: a line that defines a BGP neighbor (its ``remote-as``), naming it
+_PEER = re.compile(r"neighbor (\S+) (?:interface (?:v6only )?)?remote-as ")
+
+
 def _exit_of(line: str) -> str:
     return _EXITS.get(line.split(" ", 1)[0], "exit")
 
@@ -73,10 +78,32 @@ def _add(tree: ConfigTree, ctx: tuple[str, ...], line: str) -> list[str]:
     if not _opens(ctx, line, tree):
         return [line]
     inner = ctx + (line,)
-    out = [line]
+    out: list[str] = []
     for child in tree.get(inner, {}):
         out += _add(tree, inner, child)
-    return [*out, _exit_of(line)]
+    return [line, *_held(tree, inner, out, list(tree.get(inner, {}))), _exit_of(line)]
+
+
+def _held(new: ConfigTree, ctx: tuple[str, ...], commands: list[str], created: list[str]) -> list[str]:
+    """``commands`` (run inside ``ctx``) with each BGP neighbor they define held shut down until its address
+    families are configured: ``neighbor X shutdown`` right after its ``remote-as``, ``no neighbor X shutdown``
+    last. bgpd starts a session once one family is activated, and vtysh sends the commands one by one: a
+    session that came up between two families' ``activate`` would be reset by the second (FRR renegotiates
+    the families only by a new session; a bridge adding interface sessions with IPv4 and IPv6 lost one
+    session in six so under load). A neighbor ``new`` itself holds shut down is left as it is."""
+    if not (len(ctx) == 1 and ctx[0].startswith("router bgp ")):
+        return commands
+    lines = new.get(ctx, {})
+    peers = [m.group(1) for ln in created if (m := _PEER.match(ln)) and f"neighbor {m.group(1)} shutdown" not in lines]
+    if not peers:
+        return commands
+    out: list[str] = []
+    for c in commands:
+        out.append(c)
+        m = _PEER.match(c)
+        if m and m.group(1) in peers:
+            out.append(f"neighbor {m.group(1)} shutdown")
+    return out + [f"no neighbor {p} shutdown" for p in peers]
 
 
 def _differs(old: ConfigTree, new: ConfigTree, ctx: tuple[str, ...]) -> bool:
@@ -123,7 +150,7 @@ def _additions(old: ConfigTree, new: ConfigTree, ctx: tuple[str, ...]) -> list[s
             out += _add(new, ctx, line)
         elif _differs(old, new, ctx + (line,)):
             out += _entered(line, _additions(old, new, ctx + (line,)))
-    return out
+    return _held(new, ctx, out, [ln for ln in after if ln not in before])
 
 
 def _entered(line: str, inner: list[str]) -> list[str]:

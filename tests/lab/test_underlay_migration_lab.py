@@ -101,16 +101,19 @@ def stream(src_ns: str, dst_ns: str, dst: str, stop: Path, result: dict[str, Any
             recv.wait(10)
 
 
-def interface_drops(nodes: list[str]) -> dict[str, int]:
-    """Per ``node:port``, how many times FRR's interface session there went down once Established."""
-    out = {}
+def interface_drops(nodes: list[str]) -> tuple[dict[str, int], dict[str, Any]]:
+    """Per ``node:port``, how many times FRR's interface session there went down once Established; and, for those
+    that did, FRR's account of the last reset (its reason, code and notification), for the failure's message."""
+    out, why = {}, {}
     for node in nodes:
         text = runner.node_exec(LAB, node, ["vtysh", "--vty_socket", str(runner.run_dir(LAB) / node),
                                             "-c", "show bgp neighbors json"])
         for name, peer in json.loads(text).items():
             if not name[0].isdigit():  # an interface peer (eth1), not an address
                 out[f"{node}:{name}"] = int(peer.get("connectionsDropped", 0))
-    return out
+                if out[f"{node}:{name}"]:
+                    why[f"{node}:{name}"] = {k: v for k, v in peer.items() if k.startswith("last")}
+    return out, why
 
 
 def test_numbered_to_unnumbered_under_traffic_loses_nothing(ctl: ServedLab) -> None:
@@ -149,8 +152,8 @@ def test_numbered_to_unnumbered_under_traffic_loses_nothing(ctl: ServedLab) -> N
     assert sent > 5_000 and len(received) >= DELIVERED * sent, (sent, len(received), lost[:50])
 
     nodes = [d["name"] for d in doc["devices"]]
-    drops = interface_drops(nodes)
-    assert len(drops) == 2 * len(doc["links"]) and not any(drops.values()), drops  # no session reset
+    drops, why = interface_drops(nodes)
+    assert len(drops) == 2 * len(doc["links"]) and not any(drops.values()), (drops, why)  # no session reset
     state = ctl.get("/v1/devices/tor-0-0/state")
     assert {s["neighbor"] for s in state["sessions"]} == {"eth1", "eth2"}, state["sessions"]
     assert all(s["state"] == "Established" for s in state["sessions"])
