@@ -619,7 +619,8 @@ def kernel_route_from_ip_json(r: Mapping[str, Any], version: int | None = None) 
     """One ``ip -j route`` (``version`` 4) or ``ip -j -6 route`` (6) entry as a :class:`KernelRoute`, its prefix
     canonical (:func:`~controller.model.domain.canonical_prefix`), or ``None`` if neither BGP, IS-IS, OSPF nor
     Loom made it (connected, ``fe80::/64``, multicast, ``proto kernel`` and ``ra`` routes are the kernel's).
-    Each next hop is its port (``dev``) whatever the gateway: ``gateway`` of the route's own family, or
+    A next hop the kernel flags ``dead`` (its port is down) is left out. Each next hop is its port (``dev``)
+    whatever the gateway: ``gateway`` of the route's own family, or
     ``via`` another (an IPv4 route over an IPv6 next hop, RFC 8950: ``via inet6 fe80::.. dev eth1``; FRR
     8.4's other form, ``via 169.254.0.1 dev eth1 onlink``, is an IPv4 gateway). ``version`` None: guessed
     from the entry (``default`` with no IPv6 gateway is IPv4)."""
@@ -628,6 +629,7 @@ def kernel_route_from_ip_json(r: Mapping[str, Any], version: int | None = None) 
         return None
     raw = r.get("nexthops")
     hops = [h for h in raw if isinstance(h, Mapping)] if isinstance(raw, list) else [r]
+    hops = [h for h in hops if "dead" not in (h.get("flags") or ())]  # an inline next hop over a port that is down
     prefix = _route_prefix(str(r.get("dst", "")), version or _route_version(r, hops))
     if prefix is None:
         return None

@@ -76,6 +76,20 @@ def test_ipv6_routes_are_canonical_and_the_kernels_own_are_left_out() -> None:
         assert route is not None and route.prefix == "::/0"
 
 
+def test_an_inline_next_hop_flagged_dead_is_not_read_as_forwarding() -> None:
+    """zebra installs multipath routes with inline next hops (``no zebra nexthop kernel enable``): over a port
+    that is down the kernel keeps the next hop, flagged ``dead``, until the route is replaced. It forwards
+    nothing: the reading leaves it out (as it did with nexthop groups, where the kernel drops it)."""
+    r = {"dst": "10.0.0.0/24", "protocol": "bgp", "metric": 20, "flags": [],
+         "nexthops": [{"gateway": "100.0.0.1", "dev": "eth4", "weight": 50, "flags": []},
+                      {"gateway": "100.0.0.3", "dev": "eth3", "weight": 50, "flags": ["dead", "linkdown"]}]}
+    route = kernel_route_from_ip_json(r, 4)
+    assert route is not None and route.weights() == {"eth4": 50}
+    r["nexthops"][1]["flags"] = ["onlink"]
+    route = kernel_route_from_ip_json(r, 4)
+    assert route is not None and route.weights() == {"eth4": 50, "eth3": 50}
+
+
 def test_a_dry_agent_reads_back_ipv6_prefixes_asked_for_in_any_spelling(tmp_path: Path) -> None:
     hop = FibHop("eth1", "g1", 3)
     rendered = Rendered("tor-0-0", "", {"2001:db8::/64": (hop,), "10.0.0.0/24": (hop,)})
