@@ -41,6 +41,7 @@ from controller.model.documents import JsonObject
 from controller.model.plan import Plan
 from controller.operations.overlay import Overlay, normal
 from controller.operations.view import OperationalView
+from controller.store.workflow_repo import CommitBusy
 from safety.replay import Replayer
 from safety.report import StageResult
 from safety.scenarios import Scenario
@@ -301,7 +302,10 @@ class FailureReaction:
         seen = Seen(event, sorted(p for p in changed if not p.startswith("device:")),
                     sorted(p.removeprefix("device:") for p in changed if p.startswith("device:")),
                     _iso(min(since)) if since else None)
-        done = await self.ops.react(overlay_of(desired), seen)
+        try:
+            done = await self.ops.react(overlay_of(desired), seen)
+        except CommitBusy:  # another change took the commit between the look and the reaction's: next tick
+            return
         if done:
             self.recent.append(now)
             self._refused = None

@@ -418,6 +418,16 @@ def finish_commit(change_id: int, outcome: ChangeState, *, session: Session, ctx
     return wrepo.get_change(change_id, session=session)
 
 
+def withdraw(change_id: int, *, session: Session, ctx: WriteContext, reason: str) -> None:
+    """A change that Loom made to commit at once (a drift repair, a failure reaction) and whose commit found
+    another change committing (:class:`~controller.store.workflow_repo.CommitBusy`): ``failed``, saying why,
+    so that no such change is left waiting for a commit nobody will ask (the loop that made it tries again)."""
+    with write_transaction(session):
+        wrepo.update_change(change_id, session=session, state=ChangeState.FAILED, error=reason)
+        wrepo.add_transition(change_id, ChangeState.FAILED, session=session, actor=ctx.actor.name, now=_now(),
+                             reason=reason)
+
+
 def settle_document(*, target_revision: int | None, transaction: str, undo: bool, pending: dict[str, str],
                     attempts: int = 0, note: str | None = None) -> SettleDocument:
     """What is left to settle of a final change: ``pending`` (device -> why it is not yet on

@@ -36,6 +36,7 @@ from controller.model.plan import Plan
 from controller.service import Actor, WriteContext
 from controller.store import workflow_repo as wrepo
 from controller.store.db import write_transaction
+from controller.store.workflow_repo import CommitBusy
 from controller.workflow import changes
 from controller.workflow.review import expected_hashes
 from controller.workflow.runtime import Commit, Runtime
@@ -144,7 +145,10 @@ class Drift:
             if left:  # settling drives those devices first; a repair now would find them busy
                 doc.repair_note = f"not repaired: change(s) {', '.join(str(u.change) for u in left)} settle"
             else:
-                doc.repair = await self.repair(drifted)
+                try:
+                    doc.repair = await self.repair(drifted)
+                except CommitBusy as exc:
+                    doc.repair_note = f"not repaired: {exc}"
         return doc
 
     async def _hold(self, active: int) -> dict[str, DeviceDriftDocument]:
@@ -194,5 +198,10 @@ class Drift:
                                       message=why, author=ctx.actor.name, now=_now())
             return ch.id
         change_id = await self.rt.in_session(make)
-        ch = await self._commit(change_id, ctx, skip_gate=True)
+        try:
+            ch = await self._commit(change_id, ctx, skip_gate=True)
+        except CommitBusy as exc:  # another change (a reaction) took the commit between the look and now
+            why = f"not committed: {exc}; the next drift check repairs"
+            await self.rt.in_session(lambda s: changes.withdraw(change_id, session=s, ctx=ctx, reason=why))
+            raise
         return RepairDocument(change=ch.id, revision=active)

@@ -332,6 +332,28 @@ def test_drift_is_reported_and_repaired(api: Api, fleet: Fleet) -> None:
     assert fleet.hashes() == want(DOC)
 
 
+def test_a_repair_that_finds_another_commit_is_failed_with_why_not_left_waiting(api: Api, fleet: Fleet) -> None:
+    """A repair (or a failure reaction) is a change Loom makes to commit at once. When another change took
+    the one commit slot between the look and the commit (seen in the chaos run: a reaction and a drift repair
+    at the same moment), the new change is failed saying why, not left reviewed for a commit nobody will ask."""
+    api.initial()
+    ctx = service.WriteContext(actor=service.Actor("op", "operator"))
+    with api.db.session() as s:
+        other = changes.create_change(session=s, ctx=ctx, base_revision=1, patch=DRAIN, intent=None)
+        changes.record_review(other.id, {"verdict": "safe", "active_revision": 1}, session=s, ctx=ctx)
+        changes.begin_commit(other.id, session=s, ctx=ctx, transaction="t-other")  # holds the slot, not run
+    r = api("POST", "/v1/drift/repair")
+    assert r.status_code == 409 and "committing" in r.text, r.text
+    repair = api("GET", "/v1/changes?limit=1", role="viewer").json()["items"][0]
+    assert repair["kind"] == "repair" and repair["state"] == "failed", repair
+    assert f"change {other.id} is committing" in repair["error"] and "next drift check" in repair["error"]
+    with api.db.session() as s:
+        changes.finish_commit(other.id, "failed", session=s, ctx=ctx, reason="test: never run")
+    r = api("POST", "/v1/drift/repair")  # the slot free again: the next repair commits
+    assert r.status_code == 202, r.text
+    assert api.wait(r.json()["change"])["state"] == "committed"
+
+
 # -- crash safety: a real `loom serve` killed with SIGKILL mid-commit ------------------
 def workflow_server(tmp: Path, db_url: str, agents: dict[str, str], token: str) -> LoomServer:
     """``loom serve`` on ``db_url`` with ``agents`` (written to ``tmp/agents.json``), periodic drift checks off."""
