@@ -137,13 +137,17 @@ class Drift:
                 doc.note = "no devices attached" if rt.driver is None else "no revision is active yet"
                 await self._save(doc, active)
                 return doc
-            doc.devices = await self._hold(active)
+            doc.devices, down = await self._hold(active)
             await self._save(doc, active)
             drifted = [d for d, r in doc.devices.items() if r.status == "drift"]
         if repair and drifted:
             left = await rt.in_session(lambda s: changes.unsettled(session=s))
             if left:  # settling drives those devices first; a repair now would find them busy
                 doc.repair_note = f"not repaired: change(s) {', '.join(str(u.change) for u in left)} settle"
+            elif down:  # a failure, not an edit: pushing the revision again cannot bring a link up, and would hold
+                # the commit slot while the failure reaction needs it (its overlay is what the kernels then match)
+                doc.repair_note = f"not repaired: links of {', '.join(down)} are down where the plan expects them " \
+                                  "up: the failure reaction acts first"
             else:
                 try:
                     doc.repair = await self.repair(drifted)
@@ -151,8 +155,9 @@ class Drift:
                     doc.repair_note = f"not repaired: {exc}"
         return doc
 
-    async def _hold(self, active: int) -> dict[str, DeviceDriftDocument]:
-        """Every attached device of the active revision: ok, drift or unreachable, with the details."""
+    async def _hold(self, active: int) -> tuple[dict[str, DeviceDriftDocument], list[str]]:
+        """Every attached device of the active revision: ok, drift or unreachable, with the details; and the
+        devices at the ends of links that are down where the plan expects them up."""
         rt = self.rt
         assert rt.driver is not None
         overlay = await rt.in_session(lambda s: wrepo.active_overlay(session=s))
@@ -174,7 +179,8 @@ class Drift:
                 continue
             details = _device_drift(st, want[d], intent, plan, d, configs[d], fabric) + operational.get(d, [])
             out[d] = DeviceDriftDocument(status="drift" if details else "ok", details=details)
-        return out
+        # a link down (not a session or adjacency: a daemon restarted empty is what a repair brings back)
+        return out, sorted(d for d, why in operational.items() if any(w.startswith("link ") for w in why))
 
     async def _save(self, doc: DriftReportDocument, active: int | None) -> None:
         def save(s: Session) -> None:
