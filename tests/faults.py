@@ -34,7 +34,7 @@ import yaml
 
 from tests.serving import LOOM, LoomServer
 
-__all__ = ["KERNEL_CHECKED", "KINDS", "FaultLab", "Round"]
+__all__ = ["KERNEL_CHECKED", "KINDS", "FaultLab", "Round", "restart_daemon"]
 
 REPO = Path(__file__).resolve().parent.parent
 KINDS = ("agent", "frr", "controller", "link")
@@ -102,6 +102,7 @@ class FaultLab:
                               request_timeout=60)
         self.topo: Any = None
         self.commit_estimate = 5.0
+        self.kernels_checked: tuple[str, ...] = KERNEL_CHECKED
 
     # -- life cycle ----------------------------------------------------------------
     def up(self) -> None:
@@ -135,7 +136,7 @@ class FaultLab:
 
     def _apply(self, path: Path) -> dict[str, Any]:
         """``loom apply`` of the intent at ``path`` (review, commit, wait), as an operator would."""
-        env = {**os.environ, "LOOM_TOKEN": TOKEN, "LOOM_SERVER": self.ctl.url}
+        env = {**os.environ, "LOOM_TOKEN": self.ctl.token, "LOOM_SERVER": self.ctl.url}
         done = subprocess.run([*LOOM, "apply", str(path), "--json", "-m", "the lab's intent"], capture_output=True,
                               text=True, env=env, cwd=REPO, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -181,7 +182,7 @@ class FaultLab:
             rnd.state = ch["state"]
             want = ch["proposed_revision"] if ch["state"] == "committed" else active
             rnd.unsettled_seen, rnd.kernel_drift = self._wait_fabric(
-                cid, ch["state"], deadline, want_active=want, kernels=kind in KERNEL_CHECKED)
+                cid, ch["state"], deadline, want_active=want, kernels=kind in self.kernels_checked)
             rnd.settled, rnd.ok = True, True
             rnd.settle_s = round(time.monotonic() - t_back, 2)
         except AssertionError as exc:
@@ -213,18 +214,22 @@ class FaultLab:
             runner.start_agents(self.topo)
             return node
         if kind == "frr":
-            pid = int((ndir / "bgpd.pid").read_text().split()[0])
-            os.kill(pid, signal.SIGKILL)
+            os.kill(int((ndir / "bgpd.pid").read_text().split()[0]), signal.SIGKILL)
             time.sleep(outage)
-            (ndir / "bgpd.vty").unlink(missing_ok=True)
-            opts = (f"-d -P 0 --vty_socket {ndir} -z {ndir}/zserv.api -i {ndir}/bgpd.pid -f /dev/null "
-                    f"--log file:{ndir}/bgpd.log")
-            subprocess.run(["ip", "netns", "exec", runner.namespace(self.name, node), "unshare", "--uts", "sh", "-c",
-                            f"hostname {node}; {runner.FRR_BIN / 'bgpd'} {opts}"], check=True, timeout=30)
-            deadline = time.monotonic() + 15
-            while not (ndir / "bgpd.vty").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            restart_daemon(self.name, node, "bgpd")
             return f"{node}/bgpd"
+        if kind == "zebra":  # FRR's clients do not resync with a new zebra: watchfrr restarts them all with it
+            os.kill(int((ndir / "zebra.pid").read_text().split()[0]), signal.SIGKILL)
+            time.sleep(outage)
+            others = [p.stem for p in sorted(ndir.glob("*.pid")) if p.stem not in ("zebra", "agent")]
+            for daemon in others:
+                try:
+                    os.kill(int((ndir / f"{daemon}.pid").read_text().split()[0]), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            for daemon in ["zebra", *others]:
+                restart_daemon(self.name, node, daemon)
+            return f"{node}/zebra"
         assert kind == "link", kind
         link = self.rng.choice([x for x in self.intent["links"] if x["a"] in self.nodes and x["b"] in self.nodes])
         runner.node_exec(self.name, link["a"], ["ip", "link", "set", link["a_port"], "down"])
@@ -267,6 +272,22 @@ class FaultLab:
                 f"settle {ch.get('settle')} status {st} drift "
                 f"{ {d: r for d, r in ((last or {}).get('devices') or {}).items() if r['status'] != 'ok'} }")
             time.sleep(0.5)
+
+
+def restart_daemon(lab: str, node: str, daemon: str) -> None:
+    """Start FRR's ``daemon`` on ``node`` again as the runner starts it, empty as after a crash (its pid file
+    and vty socket replaced), and wait for its vty."""
+    from labs import runner
+
+    ndir = runner.run_dir(lab) / node
+    (ndir / f"{daemon}.vty").unlink(missing_ok=True)
+    opts = (f"-d -P 0 --vty_socket {ndir} -z {ndir}/zserv.api -i {ndir}/{daemon}.pid -f /dev/null "
+            f"--log file:{ndir}/{daemon}.log" + (" -s 90000000" if daemon == "zebra" else ""))
+    subprocess.run(["ip", "netns", "exec", runner.namespace(lab, node), "unshare", "--uts", "sh", "-c",
+                    f"hostname {node}; {runner.FRR_BIN / daemon} {opts}"], check=True, timeout=30)
+    deadline = time.monotonic() + 15
+    while not (ndir / f"{daemon}.vty").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _kernel_only(detail: str) -> bool:

@@ -1,0 +1,207 @@
+"""A chaos run on a real FRR lab (#31): faults of every kind, during commits, failure reactions and writes.
+
+:class:`ChaosLab` is the settle harness (:class:`tests.faults.FaultLab`: clos3-small in network namespaces, its
+``loom serve --lab``) run as production would run it: failure reaction on (``detect_s`` 1, ``hold_down_s`` 2,
+doubling for a part that flaps), drift repair on (every 2 s), and writers PATCHing two links' capacity the whole
+time (:class:`tests.ha_cluster.Traffic`, half of them with an ``Idempotency-Key`` retried after a 503). A round is
+one fault of :data:`CHAOS_KINDS`: during the commit of a drain toggle, a SIGKILL of a device agent, of a node's
+``bgpd`` or ``zebra`` (started again empty, as after a crash; a ``zebra`` with the node's other daemons, as
+FRR's watchfrr restarts them), of the controller (the leader: it recovers the commit in flight), or a fabric
+link set down; or, with no commit of its own, a link flap (down until the failure reaction has committed an
+overlay around it, then up: the full plan returns after the hold-down). After each round the run
+waits, with a bound, until the fabric is quiet (nothing committing, every change settled, no link down, no
+overlay left) and then requires every device to run the configuration of the active plan with kernels that
+match it (a drift check: a device on a mixed or stale configuration, or whose kernel is off the plan, fails the
+round). At the end every acknowledged write must be in the history exactly once, where its answer said
+(:func:`tests.ha_cluster.check_history`). Draws come from one ``random.Random(seed)``; rounds are logged.
+
+``python -m tests.chaos --faults 120`` runs it long (outside CI); ``tests/lab/test_chaos_lab.py`` runs one round
+of each kind in CI. Store failovers and leader changes among replicas are not in the mix: the lab has one
+controller on SQLite (``tests/component/test_store_ha.py`` and ``test_ha_kills.py`` kill those, twenty times each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tests.faults import REPO, FaultLab, Round, lab_intent
+from tests.ha_cluster import TOKEN as TRAFFIC_TOKEN
+from tests.ha_cluster import Traffic, check_history
+from tests.serving import LoomServer
+
+__all__ = ["CHAOS_KINDS", "ChaosLab", "main"]
+
+#: the faults of a round: the settle harness's during a commit (``frr`` is ``bgpd``), ``zebra``, and ``flap``
+CHAOS_KINDS = ("agent", "frr", "zebra", "controller", "link", "flap")
+
+
+def chaos_intent(name: str) -> dict[str, Any]:
+    doc = lab_intent(name)
+    doc["policies"] = [{"kind": "utilization_limit", "max": 0.35},
+                       {"kind": "failure_reaction", "enabled": True, "detect_s": 1, "hold_down_s": 2,
+                        "max_per_hour": 1000}]
+    return doc
+
+
+class ChaosLab(FaultLab):
+    """The settle harness with failure reaction, drift repair and writers on: :meth:`up`, rounds, :meth:`down`."""
+
+    def __init__(self, base: Path, seed: int, *, name: str = "chaos", settle_timeout: float = 150.0,
+                 say: Any = None):
+        super().__init__(base, seed, name=name, settle_timeout=settle_timeout, say=say)
+        self.intent = chaos_intent(name)
+        self.ctl = LoomServer(base, ["--db", str(base / "loom.db"), "--lab", str(self.lab_dir)], TRAFFIC_TOKEN,
+                              cwd=REPO, env={"LOOM_DRIFT_INTERVAL": "2", "LOOM_DRIFT_REPAIR": "true",
+                                             "LOOM_CONFIRM_WITHIN": "30", "LOOM_VERIFY_TIMEOUT": "20",
+                                             "LOOM_SETTLE_INTERVAL": "0.5", "LOOM_COMMIT_POLL_INTERVAL": "0.2"},
+                              request_timeout=60)
+        self.kernels_checked = CHAOS_KINDS
+        self.traffic: Traffic | None = None
+        self.since = 0
+
+    def start_writes(self) -> None:
+        links = [x["id"] for x in self.get("/v1/links?limit=8")["items"]][4:6]
+        self.since = self.get("/v1/status")["head_revision"]
+        self.traffic = Traffic(self.ctl.url, links, pause=0.5, readers=0, seed=self.seed)
+        self.traffic.start()
+
+    def round(self, index: int, kind: str) -> Round:
+        rnd = super().round(index, kind) if kind != "flap" else self._flap(index)
+        t0 = time.monotonic()
+        if rnd.ok:  # the change settled (or the link is back): now the whole fabric, reactions and kernels too
+            try:
+                self._wait_quiet(time.monotonic() + self.settle_timeout)
+                rnd.settle_s = round(rnd.settle_s + time.monotonic() - t0, 2)
+            except AssertionError as exc:
+                rnd.ok, rnd.detail = False, str(exc)[:3000]
+        self.say(f"round {index} {kind} {rnd.target}: {'quiet and on the plan' if rnd.ok else 'FAILED'} "
+                 f"{rnd.settle_s} s after the fault {rnd.detail[:500]}")
+        return rnd
+
+    def _flap(self, index: int) -> Round:
+        """A link down until the failure reaction has committed its overlay (20 s at most), then up again: the
+        full plan returns after the hold-down. ``state`` says whether the reaction was seen."""
+        from labs import runner
+
+        rnd = Round(index, "flap")
+        self._wait_idle(time.monotonic() + self.settle_timeout)
+        before = self._last_reaction()
+        link = self.rng.choice([x for x in self.intent["links"] if x["a"] in self.nodes and x["b"] in self.nodes])
+        rnd.target = f"{link['a']}:{link['a_port']}"
+        t0 = time.monotonic()
+        runner.node_exec(self.name, link["a"], ["ip", "link", "set", link["a_port"], "down"])
+        try:
+            while time.monotonic() - t0 < 20 and self._last_reaction() == before:
+                time.sleep(0.2)
+            time.sleep(self.rng.uniform(0.0, 1.0))
+        finally:
+            runner.node_exec(self.name, link["a"], ["ip", "link", "set", link["a_port"], "up"])
+        rnd.outage_s = round(time.monotonic() - t0, 2)
+        rnd.state = "reacted" if self._last_reaction() != before else "no reaction"
+        rnd.ok = True
+        return rnd
+
+    def _last_reaction(self) -> int:
+        """The id of the newest failure reaction change (0: none yet)."""
+        items = self.get("/v1/changes?limit=20")["items"]
+        return max((c["id"] for c in items if c.get("kind") == "reaction"), default=0)
+
+    def _wait_quiet(self, deadline: float) -> None:
+        """Until nothing commits, every change is settled, every link is up, no overlay is left, and a drift
+        check finds every device on the active plan with its kernel as planned."""
+        why: Any = None
+        while time.monotonic() < deadline:
+            st = self.get("/v1/status")
+            unsettled = [c["id"] for c in self.get("/v1/changes?limit=10")["items"] if c.get("settled") is False]
+            down = [x["id"] for x in self.get("/v1/state/links")["links"] if x["oper"] != "up"]
+            overlay = self.get("/v1/plans/active").get("overlay") or {}
+            overlaid = (overlay.get("links") or []) + (overlay.get("devices") or [])
+            why = {"committing": st["committing_change"], "unsettled": unsettled, "down": down,
+                   "overlay": overlaid}
+            if st["committing_change"] is None and not unsettled and not down and not overlaid:
+                drift = self.get("/v1/drift?refresh=true")
+                off = {d: r["details"] for d, r in drift["devices"].items() if r["status"] != "ok"}
+                if not off and drift["devices"] and drift.get("active_revision") == st["active_revision"]:
+                    return
+                why["drift"] = off
+            time.sleep(0.5)
+        raise AssertionError(f"the fabric is not quiet and on its plan: {why}")
+
+    def writes_report(self) -> dict[str, Any]:
+        """Stop the writers and hold their writes against the history: every acknowledged one exactly once."""
+        assert self.traffic is not None
+        self.traffic.stop()
+        writes = [o for o in self.traffic.outcomes if o.kind == "write"]
+        assert [o for o in writes if o.status >= 500 and o.status != 503] == [], \
+            [o for o in writes if o.status >= 500 and o.status != 503][:5]
+        report = check_history(self.ctl, writes, since=self.since)
+        return {"writes": len(writes), **asdict(report)}
+
+
+def run(base: Path, seed: int, faults: int, say: Any = print) -> tuple[list[Round], dict[str, Any]]:
+    """``faults`` rounds, every kind in turn (shuffled each turn), stopping at the first round that fails."""
+    lab = ChaosLab(base, seed, say=say)
+    rounds: list[Round] = []
+    writes: dict[str, Any] = {}
+    try:
+        lab.up()
+        lab.start_writes()
+        order = list(CHAOS_KINDS)
+        for i in range(faults):
+            if i % len(order) == 0:
+                lab.rng.shuffle(order)
+            rounds.append(lab.round(i, order[i % len(order)]))
+            if not rounds[-1].ok:
+                break
+        writes = lab.writes_report()
+    finally:
+        if lab.traffic is not None:
+            lab.traffic.stop()
+        lab.down()
+    return rounds, writes
+
+
+def summary(rounds: list[Round], writes: dict[str, Any]) -> dict[str, Any]:
+    per_kind = {}
+    for kind in CHAOS_KINDS:
+        rs = [r for r in rounds if r.kind == kind]
+        times = [r.settle_s for r in rs if r.ok]
+        per_kind[kind] = {"rounds": len(rs), "ok": sum(r.ok for r in rs),
+                          "outcomes": dict(Counter(r.state or "-" for r in rs)),
+                          "settle_s_median": round(statistics.median(times), 1) if times else None,
+                          "settle_s_worst": round(max(times), 1) if times else None}
+    return {"faults": len(rounds), "ok": sum(r.ok for r in rounds),
+            "failed": [asdict(r) for r in rounds if not r.ok], "per_kind": per_kind, "writes": writes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--faults", type=int, default=120)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else int(time.time()) % (1 << 31)
+    with tempfile.TemporaryDirectory(prefix="loom-chaos-") as tmp:
+        rounds, writes = run(Path(tmp), seed, args.faults, say=lambda m: print(m, file=sys.stderr, flush=True))
+        out = {"seed": seed, **summary(rounds, writes)}
+        kept = Path(tempfile.gettempdir()) / f"loom-chaos-{seed}"
+        kept.mkdir(exist_ok=True)
+        for name in ("rounds.jsonl", "serve.log"):
+            if (Path(tmp) / name).exists():
+                (kept / name).write_bytes((Path(tmp) / name).read_bytes())
+        out["kept"] = str(kept)
+    print(json.dumps(out, indent=None if args.json else 2))
+    return 0 if out["ok"] == out["faults"] == args.faults else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
