@@ -464,16 +464,17 @@ class AgentCore:
         while a transaction is applying or rolling back (it applies what it applies). The daemons restarted."""
         pids = await asyncio.to_thread(self.backend.daemon_pids)
         restarted = sorted(d for d, pid in pids.items() if self._pids.get(d, pid) != pid)
-        self._pids.update(pids)
         if not restarted or self.running is None or not self.running.frr_text:
+            self._pids.update(pids)
             return []
         async with self._lock:
             j = self._journal()
             if j is not None and j.phase in ("applying", "rolling_back"):
-                return []
+                return []  # looked at again once the transaction is done (the new pids are not taken yet)
             log.warning("FRR daemon(s) restarted (%s): applying the running config %s again", ", ".join(restarted),
                         self.running.hash[:12])
             await self._apply(self.running, self.running)
+        self._pids.update(pids)  # only once applied: a daemon still starting fails the apply, tried again
         return restarted
 
     async def watch_daemons(self, every_s: float = 1.0) -> None:

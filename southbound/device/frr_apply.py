@@ -427,6 +427,17 @@ class FrrReload:
         self._record_shown(target, after)
         return f"applied {len(commands)} command(s) of the difference through vtysh"
 
+    def _check_taken(self, target: Rendered) -> None:
+        """After a reload: FRR runs every routing process of ``target`` (its ``router ...`` blocks), else
+        :class:`FrrError`. A daemon that was down or starting during the reload took nothing (``frr-reload.py``
+        skips what no daemon answers for), and recording how FRR shows such a state as ``target``'s would make
+        every later apply a no-op (seen in the chaos run: a bgpd restarted mid-commit stayed empty for good)."""
+        running = self.running_tree()  # FrrError when a daemon does not answer
+        missing = [ln for ln in parse_config(target.frr_text).get((), {})
+                   if ln.startswith("router ") and ln not in running.get((), {})]
+        if missing:
+            raise FrrError(f"FRR does not run {', '.join(missing)} after the reload (a daemon down or starting?)")
+
     def _wait_unrouted(self, cidrs: list[str], timeout: float = 3.0) -> None:
         """Until no route FRR installed has a gateway in ``cidrs`` (the withdrawals of the sessions removed
         just before reach the kernel in tens of milliseconds), at most ``timeout`` seconds."""
@@ -449,6 +460,7 @@ class FrrReload:
         if out is None:
             self._shown_path.unlink(missing_ok=True)
             out = self._reload(target, "--reload")
+            self._check_taken(target)
             self._record_shown(target)
             if clears:  # one vtysh for all of them
                 self.vtysh_cmd(*clears, check=False)

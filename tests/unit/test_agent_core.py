@@ -14,7 +14,7 @@ import pytest
 
 from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
 from southbound.device.agent import AgentCore, serve
-from southbound.device.frr_apply import DryFrr
+from southbound.device.frr_apply import DryFrr, FrrError
 from southbound.driver import AgentDriver
 from southbound.grpc_adapter import config_from_proto, config_to_proto
 from southbound.render import build_rendered
@@ -206,8 +206,13 @@ async def test_a_restarted_frr_daemon_gets_the_running_config_again(tmp_path: Pa
         def daemon_pids(self) -> dict[str, int]:
             return dict(self.pids)
 
+        failing = 0
+
         def apply(self, current: Rendered | None, target: Rendered) -> str:
             self.applied.append((current.hash if current else "", target.hash))
+            if self.failing:
+                self.failing -= 1
+                raise FrrError("FRR does not run router bgp 65000 after the reload (a daemon down or starting?)")
             return super().apply(current, target)
 
     backend = Restarting(tmp_path / "dry")
@@ -227,3 +232,32 @@ async def test_a_restarted_frr_daemon_gets_the_running_config_again(tmp_path: Pa
     assert backend.applied == [(running.hash, running.hash)]
     assert (tmp_path / "dry" / "frr.conf").read_text() == running.frr_text
     assert await core.heal_restarted() == [] and len(backend.applied) == 1  # once per restart
+    # a daemon still starting fails the apply (FrrReload's check after the reload): the next look applies again
+    backend.pids = {"zebra": 10, "bgpd": 100}
+    backend.failing = 1
+    with pytest.raises(FrrError):
+        await core.heal_restarted()
+    assert await core.heal_restarted() == ["bgpd"] and len(backend.applied) == 3
+    assert await core.heal_restarted() == [] and len(backend.applied) == 3
+
+
+def test_a_reload_that_a_daemon_missed_fails_and_is_not_recorded_as_the_candidate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``frr-reload.py`` skips what no daemon answers for: a bgpd down or starting during the reload takes
+    nothing. The apply fails (the transaction's step, or the restart heal that tries again) instead of recording
+    how FRR shows that state as the candidate's, which made every later apply a no-op (the chaos run)."""
+    from southbound.device.frr_apply import FrrReload
+    from southbound.device.frr_delta import parse_config
+
+    target = build_rendered(make_config(weight=1))
+    frr = FrrReload(tmp_path / "vty", tmp_path / "work")
+    (tmp_path / "work").mkdir()
+    monkeypatch.setattr(frr, "_reload", lambda rendered, mode: "reloaded")
+    without_bgp = "\n".join(ln for ln in target.frr_text.splitlines() if not ln.startswith(("router bgp", " ")))
+    monkeypatch.setattr(frr, "running_tree", lambda: parse_config(without_bgp))
+    with pytest.raises(FrrError, match="router bgp"):
+        frr.apply(None, target)
+    assert not frr._shown_path.exists()
+    monkeypatch.setattr(frr, "running_tree", lambda: parse_config(target.frr_text))
+    monkeypatch.setattr(frr, "_install_fib", lambda before, fib: [])
+    assert frr.apply(None, target) == "reloaded" and frr._shown_path.exists()
