@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still takes its lab down
     seed = args.seed if args.seed is not None else int(time.time()) % (1 << 31)
     with tempfile.TemporaryDirectory(prefix="loom-chaos-") as tmp:
         rounds, writes = run(Path(tmp), seed, args.faults, say=lambda m: print(m, file=sys.stderr, flush=True))

@@ -40,10 +40,11 @@ REPO = Path(__file__).resolve().parent.parent
 KINDS = ("agent", "frr", "controller", "link")
 #: Faults after which the kernels must match the plan too (``LOOM_FAULT_KERNELS``, comma-separated; default none).
 #: The rounds always hold revisions (every device on the final state's config hash, nothing pending); kernels are
-#: recorded in ``Round.kernel_drift``, because FRR 8.4 does not always restore its kernel state by itself: a veth
-#: set down loses its next hop from the kernel's nexthop group while zebra still lists it and never reinstalls it
-#: (reproduced without Loom), a restarted bgpd is empty, and BGP sessions reset by a bgpd or agent restart have
-#: left a neighbour's kernel off the plan; drift repair, off under faults, is what answers those.
+#: recorded in ``Round.kernel_drift``: with drift repair off (as here) a restarted bgpd is empty, and BGP sessions
+#: reset by a bgpd or agent restart can leave a neighbour's kernel off the plan until something re-pushes it.
+#: The chaos run (:mod:`tests.chaos`) turns drift repair on and checks kernels after every kind of fault. (A veth
+#: set down used to lose its next hop from zebra's kernel nexthop groups for good, an FRR 8.4 bug; Loom renders
+#: ``no zebra nexthop kernel enable`` since, and inline next hops come back with the link.)
 KERNEL_CHECKED = tuple(k for k in os.environ.get("LOOM_FAULT_KERNELS", "").split(",") if k)
 TOKEN = "faults-" + "Qm8Zt2Lx5Wc9Vb4Nh7Jd3Ks6Pf1Rg0Ya"
 
