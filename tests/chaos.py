@@ -156,13 +156,7 @@ def run(base: Path, seed: int, faults: int, say: Any = print) -> tuple[list[Roun
     try:
         lab.up()
         lab.start_writes()
-        order = list(CHAOS_KINDS)
-        for i in range(faults):
-            if i % len(order) == 0:
-                lab.rng.shuffle(order)
-            rounds.append(lab.round(i, order[i % len(order)]))
-            if not rounds[-1].ok:
-                break
+        lab.run_rounds(CHAOS_KINDS, faults, rounds)
         writes = lab.writes_report()
     finally:
         if lab.traffic is not None:

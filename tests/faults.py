@@ -196,6 +196,18 @@ class FaultLab:
                  f"{sorted(rnd.kernel_drift) or '-'})")
         return rnd
 
+    def run_rounds(self, kinds: tuple[str, ...], count: int, into: list[Round]) -> list[Round]:
+        """``count`` rounds appended to ``into``, every kind in turn (the order shuffled at each turn),
+        stopping at the first round that does not end settled (later rounds would start from a broken state)."""
+        order = list(kinds)
+        for i in range(count):
+            if i % len(order) == 0:
+                self.rng.shuffle(order)
+            into.append(self.round(i, order[i % len(order)]))
+            if not into[-1].ok:
+                break
+        return into
+
     def _fault(self, kind: str, outage: float) -> str:
         from labs import runner
 

@@ -50,13 +50,7 @@ def run(args: Any) -> Table:
         rounds = []
         try:
             lab.up()
-            order = list(KINDS)
-            for i in range(rounds_wanted):
-                if i % len(KINDS) == 0:
-                    lab.rng.shuffle(order)
-                rounds.append(lab.round(i, order[i % len(KINDS)]))
-                if not rounds[-1].ok:
-                    break
+            lab.run_rounds(KINDS, rounds_wanted, rounds)
         finally:
             lab.down()
             kept.mkdir(exist_ok=True)
