@@ -259,8 +259,8 @@ class AgentCore:
             self._timer = None
             try:
                 await self._restore(j)
-            except Exception as exc:  # the journal stays: a restart retries the rollback
-                log.error("automatic rollback of %s failed: %s (will retry on restart)", change, exc)
+            except Exception as exc:  # the journal stays: the watch loop (or a restart) retries the rollback
+                log.error("automatic rollback of %s failed: %s (retried every second)", change, exc)
 
     # -- calls --------------------------------------------------------------------
     async def info(self, *, epoch: int | None = None) -> AgentInfo:
@@ -477,11 +477,26 @@ class AgentCore:
         self._pids.update(pids)  # only once applied: a daemon still starting fails the apply, tried again
         return restarted
 
+    async def finish_rollback(self) -> str | None:
+        """Try again a rollback that failed (a daemon down or starting: FRR refused the previous config), which
+        left the journal ``rolling_back``: until it is done the agent refuses every change as busy, so the
+        controller's repairs could never reach the device (seen in the chaos run). The change rolled back."""
+        async with self._lock:
+            j = self._journal()
+            if j is None or j.phase != "rolling_back":
+                return None
+            log.warning("retrying the rollback of change %s", j.change)
+            await self._restore(j)
+            log.info("rolled back change %s", j.change)
+            return j.change
+
     async def watch_daemons(self, every_s: float = 1.0) -> None:
-        """:meth:`heal_restarted` every ``every_s`` (the agent's server runs it while it serves)."""
+        """:meth:`finish_rollback` and :meth:`heal_restarted` every ``every_s`` (the agent's server runs it
+        while it serves)."""
         while True:
             await asyncio.sleep(every_s)
             try:
+                await self.finish_rollback()
                 await self.heal_restarted()
             except asyncio.CancelledError:
                 raise

@@ -261,3 +261,41 @@ def test_a_reload_that_a_daemon_missed_fails_and_is_not_recorded_as_the_candidat
     monkeypatch.setattr(frr, "running_tree", lambda: parse_config(target.frr_text))
     monkeypatch.setattr(frr, "_install_fib", lambda before, fib: [])
     assert frr.apply(None, target) == "reloaded" and frr._shown_path.exists()
+
+
+async def test_a_rollback_that_failed_is_tried_again_until_the_agent_takes_changes(tmp_path: Path) -> None:
+    """A commit whose apply fails restores the previous config; when that fails too (the daemon is down), the
+    journal stays ``rolling_back`` and every Prepare is refused as busy. The watch loop's
+    :meth:`finish_rollback` tries it again: once FRR takes it, the device is on its previous config and
+    takes changes again (the chaos run had an agent refuse every repair for good)."""
+
+    class Down(DryFrr):
+        failing = 0
+
+        def apply(self, current: Rendered | None, target: Rendered) -> str:
+            if self.failing:
+                self.failing -= 1
+                raise FrrError("bgpd.vty: [Errno 111] Connection refused")
+            return super().apply(current, target)
+
+    backend = Down(tmp_path / "dry")
+    core = AgentCore(backend, tmp_path / "state", "tor-0")
+    await core.start()
+    await core.prepare("c1", make_config(weight=1))
+    await core.commit("c1", 0)
+    first = core.running
+    assert first is not None and await core.finish_rollback() is None  # nothing to finish
+    await core.prepare("c2", make_config(weight=2))
+    backend.failing = 2  # the apply, then the restore
+    with pytest.raises(AgentError, match="so did the restore"):
+        await core.commit("c2", 0)
+    with pytest.raises(AgentError, match="busy: change c2 is rolling_back"):
+        await core.prepare("c3", make_config(weight=3))
+    backend.failing = 1  # still down at the first try
+    with pytest.raises(FrrError):
+        await core.finish_rollback()
+    assert await core.finish_rollback() == "c2"
+    assert core.running is not None and core.running.hash == first.hash
+    assert (tmp_path / "dry" / "frr.conf").read_text() == first.frr_text
+    await core.prepare("c3", make_config(weight=3))
+    await core.commit("c3", 0)
