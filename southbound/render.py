@@ -348,13 +348,6 @@ def render_frr(config: DeviceConfig) -> str:
     (RFC 6987: ``max-metric router-lsa administrative``), a drained link has no
     adjacency. With OSPF or IS-IS, a device that originates its router id's /32 has
     its loopback in the IGP (BGP announces it with a ``network``).
-
-    zebra installs multipath routes with their next hops inline (``no zebra
-    nexthop kernel enable``), not as shared kernel nexthop groups: when a port
-    goes down the kernel drops its next hop from every group, and FRR 8.4's
-    zebra, which still lists it, never puts it back once the port is up again
-    (a flapped link stayed out of every WCMP group for good, measured on the
-    chaos lab); inline next hops are reinstalled with the route within seconds.
     """
     lines = _global_lines(config) + _interface_lines(config)
     if config.routing == Routing.ISIS.value:
@@ -403,7 +396,6 @@ def _global_lines(config: DeviceConfig) -> list[str]:
         "ip forwarding",
         *(["ipv6 forwarding"] if six else []),
         "service integrated-vtysh-config",
-        "no zebra nexthop kernel enable",
         "!",
         "interface lo",
         f" ip address {config.router_id}/32",

@@ -63,6 +63,8 @@ __all__ = ["AGENT_VERSION", "AgentCore", "default_counters", "serve"]
 AGENT_VERSION = "0.1.0"
 HISTORY = 16
 EPOCH_LOG = 100  # entries kept of each list of the epoch log
+#: seconds after a port comes up during which the watch loop puts lost members back in zebra's nexthop groups
+REGROUP_S = 30.0
 log = logging.getLogger("loom.agent")
 
 
@@ -98,6 +100,8 @@ class AgentCore:
         self.clock = clock
         self._lock = asyncio.Lock()
         self._pids: dict[str, int] = {}  # the FRR daemons' process ids last seen (heal_restarted)
+        self._down: frozenset[str] = frozenset()  # the ports last seen not up (repair_links)
+        self._regroup_until = 0.0  # until when the watch loop looks for nexthop groups to put back (regroup)
         self._timer: asyncio.Task[None] | None = None
         self.running: Rendered | None = None
         self.port = 0  # the TCP port :func:`serve` bound (for HOST:0)
@@ -453,6 +457,9 @@ class AgentCore:
         controller's reaction follows). Under the agent's lock, so it never interleaves with a commit."""
         async with self._lock:
             changed = await asyncio.to_thread(self.backend.repair_fib, self.running, down)
+        if self._down - down:  # a port came up: zebra's groups may have lost its next hops (regroup)
+            self._regroup_until = self.clock() + REGROUP_S
+        self._down = down
         if changed:
             log.info("fib repaired for ports not up (%s): %s", ", ".join(sorted(down)) or "none",
                      ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else ""))
@@ -490,14 +497,24 @@ class AgentCore:
             log.info("rolled back change %s", j.change)
             return j.change
 
+    async def regroup(self) -> list[int]:
+        """For :data:`REGROUP_S` after a port came up: the kernel nexthop groups that lost the next hops over
+        it while zebra lists them as installed, given them back (FRR 8.4 does not:
+        :mod:`southbound.device.nhgroups`). Under the lock: never beside a transaction's apply."""
+        if self.clock() >= self._regroup_until:
+            return []
+        async with self._lock:
+            return await asyncio.to_thread(self.backend.resync_groups)
+
     async def watch_daemons(self, every_s: float = 1.0) -> None:
-        """:meth:`finish_rollback` and :meth:`heal_restarted` every ``every_s`` (the agent's server runs it
-        while it serves)."""
+        """:meth:`finish_rollback`, :meth:`heal_restarted` and :meth:`regroup` every ``every_s`` (the agent's
+        server runs it while it serves)."""
         while True:
             await asyncio.sleep(every_s)
             try:
                 await self.finish_rollback()
                 await self.heal_restarted()
+                await self.regroup()
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - FRR busy or half started: the next look tries again

@@ -49,6 +49,7 @@ from southbound.device.frr_delta import (
     tree_of_document,
 )
 from southbound.device.linklocal import LinkLocals, UnresolvedNextHop
+from southbound.device.nhgroups import group_argument, group_fixes
 from southbound.device.opstate import bgp_sessions
 from southbound.device.vty import VTY_OK, daemons, vty_run
 from southbound.discovery.observed import ObservedDevice, interfaces_from_ip_json
@@ -184,6 +185,11 @@ class FrrBackend(Protocol):
         """The process id of each FRR daemon running now (a daemon that restarted has a new one)."""
         ...
 
+    def resync_groups(self) -> list[int]:
+        """The kernel nexthop groups that lost members zebra still lists as installed, given those members
+        back (:mod:`southbound.device.nhgroups`); returns the groups fixed."""
+        ...
+
     def read_running(self, hostname: str) -> ObservedDevice:
         """What discovery reads of the switch: FRR's running configuration and the kernel's interfaces."""
         ...
@@ -263,6 +269,9 @@ class DryFrr:
 
     def daemon_pids(self) -> dict[str, int]:
         return {}  # no daemons: nothing restarts
+
+    def resync_groups(self) -> list[int]:
+        return []  # no kernel
 
     def read_running(self, hostname: str) -> ObservedDevice:
         return ObservedDevice(hostname, self.snapshot(hostname).frr_text)
@@ -535,6 +544,18 @@ class FrrReload:
             except (OSError, ValueError, IndexError):
                 continue
         return out
+
+    def resync_groups(self) -> list[int]:
+        nexthops = json.loads(_run(["ip", "-j", "nexthop", "show"], timeout=10).stdout or "[]")
+        zebra: dict[str, Any] = {}
+        for family in ("ip", "ipv6"):
+            zebra.update(json.loads(self.vtysh_cmd(f"show {family} route json") or "{}"))
+        fixes = group_fixes(nexthops, zebra)
+        for gid, members in fixes.items():
+            _run(["ip", "nexthop", "replace", "id", str(gid), "group", group_argument(members)], timeout=10)
+            log.warning("nexthop group %s had lost members zebra installed: given back (%s)", gid,
+                        group_argument(members))
+        return sorted(fixes)
 
     def read_running(self, hostname: str) -> ObservedDevice:
         """``show running-config``, and the interfaces of ``ip -j -d addr`` with their ``/sys`` speeds, their
