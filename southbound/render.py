@@ -348,6 +348,12 @@ def render_frr(config: DeviceConfig) -> str:
     (RFC 6987: ``max-metric router-lsa administrative``), a drained link has no
     adjacency. With OSPF or IS-IS, a device that originates its router id's /32 has
     its loopback in the IGP (BGP announces it with a ``network``).
+
+    zebra frees a nexthop group a second after no route uses it (``zebra
+    nexthop-group keep 1``, not 180 s): a group whose next hop over a port
+    the kernel deleted when the port went down would otherwise be reused,
+    still without it, when the routes come back over that port (FRR 8.4;
+    :mod:`southbound.device.nhgroups` mends a group that stayed in use).
     """
     lines = _global_lines(config) + _interface_lines(config)
     if config.routing == Routing.ISIS.value:
@@ -396,6 +402,7 @@ def _global_lines(config: DeviceConfig) -> list[str]:
         "ip forwarding",
         *(["ipv6 forwarding"] if six else []),
         "service integrated-vtysh-config",
+        "zebra nexthop-group keep 1",
         "!",
         "interface lo",
         f" ip address {config.router_id}/32",

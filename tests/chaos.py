@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import statistics
 import sys
@@ -148,9 +149,11 @@ class ChaosLab(FaultLab):
         return {"writes": len(writes), **asdict(report)}
 
 
-def run(base: Path, seed: int, faults: int, say: Any = print) -> tuple[list[Round], dict[str, Any]]:
-    """``faults`` rounds, every kind in turn (shuffled each turn), stopping at the first round that fails."""
-    lab = ChaosLab(base, seed, say=say)
+def run(base: Path, seed: int, faults: int, say: Any = print, *, name: str = "chaos"
+        ) -> tuple[list[Round], dict[str, Any]]:
+    """``faults`` rounds on lab ``name``, every kind in turn (shuffled each turn), stopping at the first round
+    that fails."""
+    lab = ChaosLab(base, seed, name=name, say=say)
     rounds: list[Round] = []
     writes: dict[str, Any] = {}
     try:
@@ -161,8 +164,21 @@ def run(base: Path, seed: int, faults: int, say: Any = print) -> tuple[list[Roun
     finally:
         if lab.traffic is not None:
             lab.traffic.stop()
+        if not rounds or not all(r.ok for r in rounds):
+            keep_logs(lab.name, lab.nodes, base / "logs")  # the agents' and daemons' side of a failure
         lab.down()
     return rounds, writes
+
+
+def keep_logs(name: str, nodes: list[str], into: Path) -> None:
+    """Copy every node's agent and FRR logs of lab ``name`` under ``into`` (the lab's run directory goes
+    with it)."""
+    from labs import runner
+
+    for node in nodes:
+        for log_file in sorted((runner.run_dir(name) / node).glob("*.log")):
+            (into / node).mkdir(parents=True, exist_ok=True)
+            (into / node / log_file.name).write_bytes(log_file.read_bytes())
 
 
 def summary(rounds: list[Round], writes: dict[str, Any]) -> dict[str, Any]:
@@ -187,13 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still takes its lab down
     seed = args.seed if args.seed is not None else int(time.time()) % (1 << 31)
     with tempfile.TemporaryDirectory(prefix="loom-chaos-") as tmp:
-        rounds, writes = run(Path(tmp), seed, args.faults, say=lambda m: print(m, file=sys.stderr, flush=True))
+        rounds, writes = run(Path(tmp), seed, args.faults, say=lambda m: print(m, file=sys.stderr, flush=True),
+                             name="chaosrun")  # not the CI test's lab: both may run at once
         out = {"seed": seed, **summary(rounds, writes)}
         kept = Path(tempfile.gettempdir()) / f"loom-chaos-{seed}"
         kept.mkdir(exist_ok=True)
         for name in ("rounds.jsonl", "serve.log"):
             if (Path(tmp) / name).exists():
                 (kept / name).write_bytes((Path(tmp) / name).read_bytes())
+        if (Path(tmp) / "logs").exists():
+            shutil.copytree(Path(tmp) / "logs", kept / "logs", dirs_exist_ok=True)
         out["kept"] = str(kept)
     print(json.dumps(out, indent=None if args.json else 2))
     return 0 if out["ok"] == out["faults"] == args.faults else 1

@@ -198,7 +198,7 @@ def serve(
     _banner(info, as_json)
     # access lines come from api.metrics, with the request id
     # a response's head and body leave in one write: a replica killed mid-answer leaves nothing half sent
-    from api.wire import WholeResponseH11
+    from api.wire import WholeResponseH11  # lazy: uvicorn, for serve only
     uvicorn.run(create_app(settings, database=database, driver=driver, cluster=cluster), host=host, port=port,
                 log_level=log_level.lower(), log_config=None, access_log=False, http=WholeResponseH11)
 

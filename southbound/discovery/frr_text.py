@@ -24,7 +24,7 @@ __all__ = ["BgpConf", "FrrRunning", "InterfaceConf", "IsisConf", "OspfConf", "pa
 _COSMETIC = re.compile(
     r"^(frr version|frr defaults|hostname|log |no log|service |no service|password|enable password|"
     r"no ipv6 forwarding|ipv6 forwarding|ip forwarding|line vty|agentx|debug |end$|Building configuration|"
-    r"zebra nexthop kernel enable|no zebra nexthop kernel enable|"
+    r"zebra nexthop kernel enable|no zebra nexthop kernel enable|zebra nexthop-group keep |"
     r"Current configuration)")
 _CONTEXT = re.compile(r"^(interface|router|route-map|key chain|vrf|line|segment-routing|bfd|mpls|"
                       r"address-family|ip prefix-list|ipv6 prefix-list|bgp as-path|ip community-list)\b")

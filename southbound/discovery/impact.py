@@ -33,7 +33,7 @@ _COSMETIC = re.compile(
     r"timers bgp |bgp log-neighbor-changes|no bgp ebgp-requires-policy|no bgp default ipv4-unicast|"
     r"bgp bestpath as-path multipath-relax|maximum-paths |address-family ipv4 unicast|address-family ipv6 unicast|"
     r"ipv6 nd ra-interval |ipv6 prefix-list LOOM-|"
-    r"(no )?zebra nexthop kernel enable$|"  # how zebra writes routes (inline next hops), not where they go
+    r"(no )?zebra nexthop kernel enable$|zebra nexthop-group keep |"  # how zebra writes routes, not where
     r"neighbor \S+ (description|timers|advertisement-interval|activate)\b|"
     r"neighbor \S+ route-map LOOM-|route-map LOOM-|ip prefix-list LOOM-|bgp as-path access-list LOOM-|"
     r"match |set extcommunity bandwidth|exit|!|"
