@@ -232,6 +232,8 @@ class Outcome:
     key: str | None = None  # the client's Idempotency-Key (None: the balancer gives the write one)
     attempts: int = 1  # sent this many times with that key (a 503 is retried after its Retry-After)
     replayed: bool = False  # answered with Idempotent-Replayed: an earlier attempt had been applied
+    in_doubt: bool = False  # an earlier attempt's outcome is unknown (no answer, its replica lost, its COMMIT cut)
+    earlier: tuple[str, ...] = ()  # the earlier attempts' answers (status and the start of the error), for a report
 
     @property
     def replica_lost(self) -> bool:
@@ -278,7 +280,7 @@ class Traffic:
             headers["If-Match"] = f'"{if_match}"'
         if keyed:
             headers["Idempotency-Key"] = f"k-{rid}"
-        t0 = time.monotonic()
+        t0, doubt, seen = time.monotonic(), False, []
         for attempt in range(1, tries + 1):
             try:
                 r = client.patch(f"/v1/links/{link}", json={"capacity_gbps": value}, headers=headers)
@@ -290,9 +292,13 @@ class Traffic:
                             revision=int(etag) if r.is_success and etag.isdigit() else None,
                             retry_after=r.headers.get("retry-after"), error="" if r.is_success else r.text[:300],
                             replayed=r.headers.get("idempotent-replayed") == "true")
-            o.key, o.attempts = headers.get("Idempotency-Key"), attempt
+            o.key, o.attempts, o.in_doubt, o.earlier = headers.get("Idempotency-Key"), attempt, doubt, tuple(seen)
             if not (keyed and o.status == 503 and attempt < tries):
                 break
+            # this attempt may have been applied: a later answer that did not reach Loom (the balancer's "no
+            # replica available") says nothing about it, and the write's outcome stays unknown
+            doubt = doubt or o.replica_lost or "may or may not have been applied" in o.error
+            seen.append(f"{o.status}: {o.error[:120]}")
             time.sleep(float(o.retry_after or 1))
         self._record(o)
         return o
@@ -420,11 +426,13 @@ def check_history(api: Call, writes: Iterable[Outcome], *, since: int,
             nxt = by_id.get(after.get(o.if_match, -1))  # what made it stale
             assert nxt is not None and _unix(nxt["created_at"]) <= o.wall_ended + 0.5, \
                 f"If-Match {o.if_match} refused while it named the head: {o}, next {nxt}"
-        elif o.status == 503 and not o.replica_lost:  # Loom's own 503: nothing was written
+        elif o.status == 503 and not o.replica_lost and not o.in_doubt:  # Loom's own 503: nothing was written
             report.unavailable += 1
             assert o.retry_after and found == [], f"a 503 without Retry-After, or one that wrote: {o}"
-        else:  # no answer (0), or the balancer's 503 (502 without it): the replica died with it; the store says
-            assert o.status in (0, 502) or (o.replica_lost and o.retry_after), f"unexpected answer to a write: {o}"
+        else:  # no answer (0), the balancer's 503 (502 without it): the replica died with it; or a 503 after an
+            # attempt whose outcome is unknown: the store says
+            assert o.status in (0, 502) or ((o.replica_lost or o.in_doubt) and o.retry_after), \
+                f"unexpected answer to a write: {o}"
             if found:
                 report.unknown_applied += 1
             else:
