@@ -480,7 +480,7 @@ class AgentCore:
                 return []  # looked at again once the transaction is done (the new pids are not taken yet)
             log.warning("FRR daemon(s) restarted (%s): applying the running config %s again", ", ".join(restarted),
                         self.running.hash[:12])
-            await self._apply(self.running, self.running)
+            await asyncio.to_thread(self.backend.heal, self.running, restarted)
         self._pids.update(pids)  # only once applied: a daemon still starting fails the apply, tried again
         return restarted
 

@@ -299,3 +299,24 @@ async def test_a_rollback_that_failed_is_tried_again_until_the_agent_takes_chang
     assert (tmp_path / "dry" / "frr.conf").read_text() == first.frr_text
     await core.prepare("c3", make_config(weight=3))
     await core.commit("c3", 0)
+
+
+def test_a_restarted_daemon_is_reloaded_against_what_it_alone_runs(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reload against the merged view skips the lines another daemon still shows (a restarted bgpd got no
+    prefix-list, zebra still held them): the heal reloads each restarted daemon with ``--daemon``."""
+    from southbound.device.frr_apply import FrrReload
+    from southbound.device.frr_delta import parse_config
+
+    target = build_rendered(make_config(weight=1))
+    vty = tmp_path / "vty"
+    vty.mkdir()
+    for d in ("zebra", "bgpd"):
+        (vty / f"{d}.vty").touch()
+    frr = FrrReload(vty, tmp_path / "work")
+    calls: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(frr, "_reload", lambda rendered, mode, daemon=None: calls.append((mode, daemon)) or "")
+    monkeypatch.setattr(frr, "running_tree", lambda: parse_config(target.frr_text))
+    frr.heal(target, ["bgpd", "staticd"])  # staticd has no vty socket: not running, nothing to reload
+    assert calls == [("--reload", "bgpd")]
+    assert frr._shown_path.exists()
