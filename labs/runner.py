@@ -75,6 +75,7 @@ __all__ = [
     "Observation",
     "UpReport",
     "check_prerequisites",
+    "daemon_command",
     "down",
     "existing_namespaces",
     "namespace",
@@ -334,6 +335,17 @@ class UpReport:
 ProgressFn = Callable[[str, int, int], None]
 
 
+def daemon_command(directory: Path, daemon: str) -> str:
+    """The command that starts FRR's ``daemon`` of the node whose run directory is ``directory``, in its
+    namespace: in the background, empty (``-f /dev/null``: the agent applies the configuration), its vty
+    socket, pid file and log in ``directory`` (zebra with a netlink buffer for large tables)."""
+    opts = (f"-d -P 0 --vty_socket {directory} -z {directory}/zserv.api -i {directory}/{daemon}.pid "
+            f"-f /dev/null --log file:{directory}/{daemon}.log")
+    if daemon == "zebra":
+        opts += " -s 90000000"
+    return f"{FRR_BIN / daemon} {opts}"
+
+
 def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[str, str], str],
                  directory: Path, daemons: list[str]) -> str:
     before, after = sysctl_lines(topo.node_map[node], {**IPV6_SYSCTLS, **ROUTER_SYSCTLS})
@@ -353,13 +365,7 @@ def _node_script(lab: str, topo: Topology, node: str, temp_names: Mapping[tuple[
     # a per-node hash seed (kernel 6.11+) keeps nodes from hashing alike: no polarization
     seed = zlib.crc32(node.encode()) or 1
     lines.append(f"if [ -e {HASH_SEED} ]; then echo {seed} > {HASH_SEED}; fi")
-    starts = []
-    for d in daemons:
-        opts = (f"-d -P 0 --vty_socket {directory} -z {directory}/zserv.api -i {directory}/{d}.pid "
-                f"-f /dev/null --log file:{directory}/{d}.log")
-        if d == "zebra":
-            opts += " -s 90000000"
-        starts.append(f"{FRR_BIN / d} {opts}")
+    starts = [daemon_command(directory, d) for d in daemons]
     inner = f"hostname {shlex.quote(node)}; " + "; ".join(starts)
     lines.append(f"unshare --uts sh -c {shlex.quote(inner)}")
     return "\n".join(lines) + "\n"

@@ -294,10 +294,8 @@ def restart_daemon(lab: str, node: str, daemon: str) -> None:
 
     ndir = runner.run_dir(lab) / node
     (ndir / f"{daemon}.vty").unlink(missing_ok=True)
-    opts = (f"-d -P 0 --vty_socket {ndir} -z {ndir}/zserv.api -i {ndir}/{daemon}.pid -f /dev/null "
-            f"--log file:{ndir}/{daemon}.log" + (" -s 90000000" if daemon == "zebra" else ""))
     subprocess.run(["ip", "netns", "exec", runner.namespace(lab, node), "unshare", "--uts", "sh", "-c",
-                    f"hostname {node}; {runner.FRR_BIN / daemon} {opts}"], check=True, timeout=30)
+                    f"hostname {node}; {runner.daemon_command(ndir, daemon)}"], check=True, timeout=30)
     deadline = time.monotonic() + 15
     while not (ndir / f"{daemon}.vty").exists() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -518,7 +518,7 @@ class AgentCore:
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - FRR busy or half started: the next look tries again
-                log.exception("re-applying the config after a daemon restart failed")
+                log.exception("the daemon watch failed (a rollback, a restarted daemon or a nexthop group)")
 
     async def read_running(self, *, epoch: int | None = None) -> ObservedDevice:
         """What discovery reads of the switch (``GetRunning``): FRR's running configuration, the interfaces."""

@@ -454,8 +454,13 @@ class FrrReload:
         matched nothing, so the fabric ran wrong WCMP weights that no repair could see (chaos lab: tors at
         97:2 where the plan said 67:33; measured: 10 prefix-lists in bgpd before, 0 after the old heal, 10 with
         this one)."""
+        return self._reload_checked(target, [d for d in daemons if (self.vty_dir / f"{d}.vty").exists()])
+
+    def _reload_checked(self, target: Rendered, daemons: list[str] | None = None) -> str:
+        """``frr-reload.py --reload`` of ``target`` (against the merged view, or each of ``daemons`` against
+        what it alone runs), checked (:meth:`_check_taken`), and how FRR then shows it recorded."""
         self._shown_path.unlink(missing_ok=True)
-        out = [self._reload(target, "--reload", daemon=d) for d in daemons if (self.vty_dir / f"{d}.vty").exists()]
+        out = [self._reload(target, "--reload", daemon=d) for d in (daemons if daemons is not None else [None])]
         self._check_taken(target)
         self._record_shown(target)
         return "\n".join(o.strip() for o in out if o.strip())
@@ -491,10 +496,7 @@ class FrrReload:
         clears = soft_clears(current, target)
         out = self._apply_delta(current, target, clears)
         if out is None:
-            self._shown_path.unlink(missing_ok=True)
-            out = self._reload(target, "--reload")
-            self._check_taken(target)
-            self._record_shown(target)
+            out = self._reload_checked(target)
             if clears:  # one vtysh for all of them
                 self.vtysh_cmd(*clears, check=False)
         self._install_fib(current.fib if current else {}, target.fib)

@@ -193,27 +193,34 @@ async def test_rollback_of_an_older_change_waits_for_the_pending_one(tmp_path: P
     await core.close()
 
 
+class FailingFrr(DryFrr):
+    """A dry backend that records what it applies and fails its next ``failing`` applies, as FRR does while a
+    daemon is down or starting."""
+
+    def __init__(self, record_dir: Path) -> None:
+        super().__init__(record_dir)
+        self.applied: list[tuple[str, str]] = []
+        self.failing = 0
+
+    def apply(self, current: Rendered | None, target: Rendered) -> str:
+        self.applied.append((current.hash if current else "", target.hash))
+        if self.failing:
+            self.failing -= 1
+            raise FrrError("bgpd.vty: [Errno 111] Connection refused")
+        return super().apply(current, target)
+
+
 async def test_a_restarted_frr_daemon_gets_the_running_config_again(tmp_path: Path) -> None:
     """A routing daemon that restarts starts from its own file, not from what the agent applied: when a
     daemon's process id changes, the agent applies its running config again (the backend's reload makes
     FRR run it); a look that finds the same daemons does nothing, and an edit behind Loom (no restart)
     is left for drift to report."""
 
-    class Restarting(DryFrr):
+    class Restarting(FailingFrr):
         pids = {"zebra": 10, "bgpd": 11}
-        applied: list[tuple[str, str]] = []
 
         def daemon_pids(self) -> dict[str, int]:
             return dict(self.pids)
-
-        failing = 0
-
-        def apply(self, current: Rendered | None, target: Rendered) -> str:
-            self.applied.append((current.hash if current else "", target.hash))
-            if self.failing:
-                self.failing -= 1
-                raise FrrError("FRR does not run router bgp 65000 after the reload (a daemon down or starting?)")
-            return super().apply(current, target)
 
     backend = Restarting(tmp_path / "dry")
     core = AgentCore(backend, tmp_path / "state", "tor-0")
@@ -252,7 +259,7 @@ def test_a_reload_that_a_daemon_missed_fails_and_is_not_recorded_as_the_candidat
     target = build_rendered(make_config(weight=1))
     frr = FrrReload(tmp_path / "vty", tmp_path / "work")
     (tmp_path / "work").mkdir()
-    monkeypatch.setattr(frr, "_reload", lambda rendered, mode: "reloaded")
+    monkeypatch.setattr(frr, "_reload", lambda rendered, mode, daemon=None: "reloaded")
     without_bgp = "\n".join(ln for ln in target.frr_text.splitlines() if not ln.startswith(("router bgp", " ")))
     monkeypatch.setattr(frr, "running_tree", lambda: parse_config(without_bgp))
     with pytest.raises(FrrError, match="router bgp"):
@@ -269,16 +276,7 @@ async def test_a_rollback_that_failed_is_tried_again_until_the_agent_takes_chang
     :meth:`finish_rollback` tries it again: once FRR takes it, the device is on its previous config and
     takes changes again (the chaos run had an agent refuse every repair for good)."""
 
-    class Down(DryFrr):
-        failing = 0
-
-        def apply(self, current: Rendered | None, target: Rendered) -> str:
-            if self.failing:
-                self.failing -= 1
-                raise FrrError("bgpd.vty: [Errno 111] Connection refused")
-            return super().apply(current, target)
-
-    backend = Down(tmp_path / "dry")
+    backend = FailingFrr(tmp_path / "dry")
     core = AgentCore(backend, tmp_path / "state", "tor-0")
     await core.start()
     await core.prepare("c1", make_config(weight=1))
