@@ -52,12 +52,10 @@ from controller.service import Actor, WriteContext
 from controller.store import events_repo, repo
 from controller.store import workflow_repo as wrepo
 from controller.store.db import write_transaction
-from controller.store.workflow_repo import CommitBusy
 from controller.workflow.agents import client_tls
-from controller.workflow.changes import withdraw
 from controller.workflow.plans import PlanSource, overlay_plan, plan_source
 from controller.workflow.proposals import validated
-from controller.workflow.runtime import Commit, Runtime
+from controller.workflow.runtime import Commit, Runtime, commit_at_once
 
 __all__ = ["Operations", "OperationsOptions", "state_document", "stored_view"]
 
@@ -327,12 +325,7 @@ class Operations:
         self.reaction.last = {"event": "reaction.committing", "change": change, **data}
         log.warning("failure reaction: change %s leaves out %s (%s, %s plan)", change, desired.to_document(),
                     judgement.verdict, source)
-        try:
-            await self._commit(change, CTX, skip_gate=True)
-        except CommitBusy as exc:  # a drift repair or a change took the commit since the look: the next tick
-            why = f"not committed: {exc}; the reaction is tried again"
-            await self.runtime.in_session(lambda s: withdraw(change, session=s, ctx=CTX, reason=why))
-            raise
+        await commit_at_once(self.runtime, self._commit, change, CTX, then="the reaction is tried again")
         return True
 
     async def _plan_reaction(self, desired: Overlay) -> tuple[int, Judgement, PlanFrom] | None:

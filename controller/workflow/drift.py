@@ -39,7 +39,7 @@ from controller.store.db import write_transaction
 from controller.store.workflow_repo import CommitBusy
 from controller.workflow import changes
 from controller.workflow.review import expected_hashes
-from controller.workflow.runtime import Commit, Runtime
+from controller.workflow.runtime import Commit, Runtime, commit_at_once
 from southbound.config import DeviceConfig
 from southbound.driver import error_text
 from southbound.render import device_configs
@@ -204,10 +204,5 @@ class Drift:
                                       message=why, author=ctx.actor.name, now=_now())
             return ch.id
         change_id = await self.rt.in_session(make)
-        try:
-            ch = await self._commit(change_id, ctx, skip_gate=True)
-        except CommitBusy as exc:  # another change (a reaction) took the commit between the look and now
-            why = f"not committed: {exc}; the next drift check repairs"
-            await self.rt.in_session(lambda s: changes.withdraw(change_id, session=s, ctx=ctx, reason=why))
-            raise
+        ch = await commit_at_once(self.rt, self._commit, change_id, ctx, then="the next drift check repairs")
         return RepairDocument(change=ch.id, revision=active)

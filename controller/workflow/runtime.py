@@ -25,14 +25,15 @@ from controller.model.plan import Plan
 from controller.service import WriteContext
 from controller.settings import Settings
 from controller.store.db import Database
-from controller.store.workflow_repo import Change
+from controller.store.workflow_repo import Change, CommitBusy
 from controller.telemetry import Telemetry
+from controller.workflow.changes import withdraw
 from controller.workflow.cluster import Cluster
 from controller.workflow.plans import PlanSource, keep, plan_source, solve
 from southbound.driver import DeviceDriver
 from southbound.state import DeviceState
 
-__all__ = ["Commit", "Runtime"]
+__all__ = ["Commit", "Runtime", "commit_at_once"]
 
 T = TypeVar("T")
 
@@ -42,6 +43,18 @@ class Commit(Protocol):
     the use cases that commit on their own: a drift repair, a failure reaction."""
 
     async def __call__(self, change_id: int, ctx: WriteContext, *, skip_gate: bool = False) -> Change: ...
+
+
+async def commit_at_once(rt: Runtime, commit: Commit, change_id: int, ctx: WriteContext, *, then: str) -> Change:
+    """Commit a change Loom made to commit at once (a drift repair, a failure reaction). When another change
+    took the one commit slot since the look (:class:`CommitBusy`), the change is failed saying why and
+    ``then`` (what tries again), not left waiting for a commit nobody will ask, and the error raised."""
+    try:
+        return await commit(change_id, ctx, skip_gate=True)
+    except CommitBusy as exc:
+        why = f"not committed: {exc}; {then}"
+        await rt.in_session(lambda s: withdraw(change_id, session=s, ctx=ctx, reason=why))
+        raise
 
 
 class Runtime:
