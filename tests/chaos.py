@@ -40,10 +40,15 @@ from tests.ha_cluster import TOKEN as TRAFFIC_TOKEN
 from tests.ha_cluster import Traffic, check_history
 from tests.serving import LoomServer
 
-__all__ = ["CHAOS_KINDS", "ChaosLab", "main"]
+__all__ = ["CHAOS_ENV", "CHAOS_KINDS", "ChaosLab", "main", "run", "summary"]
 
 #: the faults of a round: the settle harness's during a commit (``frr`` is ``bgpd``), ``zebra``, and ``flap``
 CHAOS_KINDS = ("agent", "frr", "zebra", "controller", "link", "flap")
+
+
+#: the controller's settings: drift checked (and repaired) every 2 s, changes settled every half second
+CHAOS_ENV = {"LOOM_DRIFT_INTERVAL": "2", "LOOM_DRIFT_REPAIR": "true", "LOOM_CONFIRM_WITHIN": "30",
+             "LOOM_VERIFY_TIMEOUT": "20", "LOOM_SETTLE_INTERVAL": "0.5", "LOOM_COMMIT_POLL_INTERVAL": "0.2"}
 
 
 def chaos_intent(name: str) -> dict[str, Any]:
@@ -62,10 +67,7 @@ class ChaosLab(FaultLab):
         super().__init__(base, seed, name=name, settle_timeout=settle_timeout, say=say)
         self.intent = chaos_intent(name)
         self.ctl = LoomServer(base, ["--db", str(base / "loom.db"), "--lab", str(self.lab_dir)], TRAFFIC_TOKEN,
-                              cwd=REPO, env={"LOOM_DRIFT_INTERVAL": "2", "LOOM_DRIFT_REPAIR": "true",
-                                             "LOOM_CONFIRM_WITHIN": "30", "LOOM_VERIFY_TIMEOUT": "20",
-                                             "LOOM_SETTLE_INTERVAL": "0.5", "LOOM_COMMIT_POLL_INTERVAL": "0.2"},
-                              request_timeout=60)
+                              cwd=REPO, env=CHAOS_ENV, request_timeout=60)
         self.kernels_checked = CHAOS_KINDS
         self.traffic: Traffic | None = None
         self.since = 0
@@ -77,7 +79,7 @@ class ChaosLab(FaultLab):
         self.traffic.start()
 
     def round(self, index: int, kind: str) -> Round:
-        rnd = super().round(index, kind) if kind != "flap" else self._flap(index)
+        rnd = self.fault_round(index, kind)
         t0 = time.monotonic()
         if rnd.ok:  # the change settled (or the link is back): now the whole fabric, reactions and kernels too
             try:
@@ -88,6 +90,10 @@ class ChaosLab(FaultLab):
         self.say(f"round {index} {kind} {rnd.target}: {'quiet and on the plan' if rnd.ok else 'FAILED'} "
                  f"{rnd.settle_s} s after the fault {rnd.detail[:500]}")
         return rnd
+
+    def fault_round(self, index: int, kind: str) -> Round:
+        """The round's fault and the end of what it disturbed (the quiet fabric is waited for after it)."""
+        return super().round(index, kind) if kind != "flap" else self._flap(index)
 
     def _flap(self, index: int) -> Round:
         """A link down until the failure reaction has committed its overlay (20 s at most), then up again: the
@@ -148,19 +154,40 @@ class ChaosLab(FaultLab):
         report = check_history(self.ctl, writes, since=self.since)
         return {"writes": len(writes), **asdict(report)}
 
+    def changes_report(self) -> dict[str, int]:
+        """How many changes of each kind, author and final state the run made (``kind author state``)."""
+        seen: Counter[str] = Counter()
+        offset = 0
+        while True:
+            page = self.get(f"/v1/changes?limit=100&offset={offset}")["items"]
+            seen.update(f"{c.get('kind')} {c.get('author')} {c['state']}" for c in page)
+            if len(page) < 100:
+                return dict(sorted(seen.items()))
+            offset += 100
 
-def run(base: Path, seed: int, faults: int, say: Any = print, *, name: str = "chaos"
+
+def run(base: Path, seed: int, faults: int, say: Any = print, *, name: str = "chaos", full: bool = False
         ) -> tuple[list[Round], dict[str, Any]]:
     """``faults`` rounds on lab ``name``, every kind in turn (shuffled each turn), stopping at the first round
-    that fails."""
-    lab = ChaosLab(base, seed, name=name, say=say)
+    that fails. ``full``: Loom as production runs it (:class:`tests.chaos_ha.FullChaosLab`: replicas on a
+    replicated store, auto-TE, the store and auto-TE kinds too); the writes' report then says how many leaders
+    and store primaries were killed and how auto-TE's struck changes ended."""
+    if full:
+        from tests.chaos_ha import FULL_KINDS, FullChaosLab  # lazy: tests.chaos_ha builds on this module
+
+        lab: ChaosLab = FullChaosLab(base, seed, name=name, say=say)
+        kinds = FULL_KINDS
+    else:
+        lab, kinds = ChaosLab(base, seed, name=name, say=say), CHAOS_KINDS
     rounds: list[Round] = []
     writes: dict[str, Any] = {}
     try:
         lab.up()
         lab.start_writes()
-        lab.run_rounds(CHAOS_KINDS, faults, rounds)
-        writes = lab.writes_report()
+        lab.run_rounds(kinds, faults, rounds)
+        writes = {**lab.writes_report(), "changes": lab.changes_report()}
+        if full:
+            writes.update(leader_kills=lab.ctl.leader_kills, store_kills=lab.ctl.store_kills)  # type: ignore[attr-defined]
     finally:
         if lab.traffic is not None:
             lab.traffic.stop()
@@ -183,7 +210,7 @@ def keep_logs(name: str, nodes: list[str], into: Path) -> None:
 
 def summary(rounds: list[Round], writes: dict[str, Any]) -> dict[str, Any]:
     per_kind = {}
-    for kind in CHAOS_KINDS:
+    for kind in dict.fromkeys(r.kind for r in rounds):
         rs = [r for r in rounds if r.kind == kind]
         times = [r.settle_s for r in rs if r.ok]
         per_kind[kind] = {"rounds": len(rs), "ok": sum(r.ok for r in rs),
@@ -199,18 +226,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, default=120)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--single", action="store_true",
+                        help="one controller on SQLite, no hosts' traffic (default: replicas on a replicated "
+                             "store behind HAProxy, auto-TE on the hosts' traffic, store and auto-TE faults)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still takes its lab down
     seed = args.seed if args.seed is not None else int(time.time()) % (1 << 31)
     with tempfile.TemporaryDirectory(prefix="loom-chaos-") as tmp:
         rounds, writes = run(Path(tmp), seed, args.faults, say=lambda m: print(m, file=sys.stderr, flush=True),
-                             name="chaosrun")  # not the CI test's lab: both may run at once
+                             name="chaosrun", full=not args.single)  # not the CI test's lab: both may run
         out = {"seed": seed, **summary(rounds, writes)}
         kept = Path(tempfile.gettempdir()) / f"loom-chaos-{seed}"
         kept.mkdir(exist_ok=True)
-        for name in ("rounds.jsonl", "serve.log"):
+        for name in ("rounds.jsonl", "serve.log", "haproxy.log", *(f"r{i}/serve.log" for i in range(4))):
             if (Path(tmp) / name).exists():
-                (kept / name).write_bytes((Path(tmp) / name).read_bytes())
+                (kept / name.replace("/", "-")).write_bytes((Path(tmp) / name).read_bytes())
         if (Path(tmp) / "logs").exists():
             shutil.copytree(Path(tmp) / "logs", kept / "logs", dirs_exist_ok=True)
         out["kept"] = str(kept)

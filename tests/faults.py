@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from labs.clab import Topology
+from tests.labkit import lab_up
 from tests.serving import LOOM, LoomServer
 
 __all__ = ["KERNEL_CHECKED", "KINDS", "FaultLab", "Round", "restart_daemon"]
@@ -86,8 +88,6 @@ class FaultLab:
 
     def __init__(self, base: Path, seed: int, *, name: str = "settle", settle_timeout: float = 90.0,
                  say: Callable[[str], None] | None = None):
-        from labs.clab import load_topology  # noqa: F401 - fail early where the lab harness is missing
-
         self.base, self.name, self.seed = base, name, seed
         self.rng = random.Random(seed)
         self.settle_timeout = settle_timeout
@@ -101,22 +101,14 @@ class FaultLab:
                                    "LOOM_CONFIRM_WITHIN": "30", "LOOM_VERIFY_TIMEOUT": "20",
                                    "LOOM_SETTLE_INTERVAL": "0.5", "LOOM_COMMIT_POLL_INTERVAL": "0.2"},
                               request_timeout=60)
-        self.topo: Any = None
+        self.topo: Topology | None = None
         self.commit_estimate = 5.0
         self.kernels_checked: tuple[str, ...] = KERNEL_CHECKED
+        self.hosts = 0  # hosts per ToR in the lab
 
     # -- life cycle ----------------------------------------------------------------
     def up(self) -> None:
-        from labs import runner
-        from labs.clab import load_topology
-
-        (self.base / "intent.yaml").write_text(yaml.safe_dump(self.intent, sort_keys=False))
-        gen = subprocess.run([*LOOM, "lab", "gen", str(self.base / "intent.yaml"), "--out", str(self.lab_dir)],
-                             capture_output=True, text=True, timeout=120, cwd=REPO)
-        assert gen.returncode == 0, gen.stdout + gen.stderr
-        self.topo = load_topology(self.lab_dir)
-        report = runner.up(self.topo, timeout=90)
-        assert report.converged, report.problems
+        self.topo = lab_up(self.base, self.name, self.intent, hosts=self.hosts)
         self.ctl.start()
         ch = self._apply(self.base / "intent.yaml")
         assert ch["state"] == "committed", ch

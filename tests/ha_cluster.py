@@ -258,6 +258,9 @@ class Traffic:
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
+        self._go = threading.Event()  # cleared by hold(): writers wait before their next write
+        self._go.set()
+        self._in_flight = 0
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
@@ -308,8 +311,18 @@ class Traffic:
             etag: int | None = None
             n = 0
             while not self._stop.is_set():
+                with self._lock:  # go and in-flight read and counted together: hold() sees every write begun
+                    go = self._go.is_set()
+                    self._in_flight += go
+                if not go:
+                    self._go.wait(0.5)
+                    continue
                 n += 1
-                o = self.write(c, link, etag if n % 2 == 0 else None, keyed=keyed)
+                try:
+                    o = self.write(c, link, etag if n % 2 == 0 else None, keyed=keyed)
+                finally:
+                    with self._lock:
+                        self._in_flight -= 1
                 if o.revision is not None:
                     etag = o.revision
                 elif o.status == 409:  # stale: read the head again
@@ -343,8 +356,22 @@ class Traffic:
         for t in self._threads:
             t.start()
 
+    def hold(self, timeout: float = 120.0) -> None:
+        """The writers stop before their next write; returns once none is in flight (a keyed write retrying
+        after 503s finishes first)."""
+        with self._lock:
+            self._go.clear()
+        deadline = time.monotonic() + timeout
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not self._in_flight, f"{self._in_flight} writes still in flight after {timeout} s"
+
+    def resume(self) -> None:
+        self._go.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._go.set()
         for t in self._threads:
             t.join(90)
 

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,9 +27,10 @@ import yaml
 
 from labs import runner
 from labs.clab import Topology, load_topology
+from labs.traffic import TrafficOptions, lab_hosts, send, validate_matrix
 from tests.serving import LOOM, LoomServer, settled_change, stop_processes
 
-__all__ = ["REPO", "LabAgents", "ServedLab", "lab_down", "lab_up", "served_lab"]
+__all__ = ["REPO", "HostTraffic", "LabAgents", "ServedLab", "lab_down", "lab_up", "served_lab"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -175,3 +177,32 @@ def served_lab(lab: ServedLab, timeout: float = 90) -> Iterator[ServedLab]:
         yield lab
     finally:
         lab.down()
+
+
+class HostTraffic:
+    """The lab's hosts send one matrix at a time (``labs.traffic.send`` in a thread, 512 flows) for at most
+    ``duration`` seconds; :meth:`run` swaps it, :meth:`stop` ends it."""
+
+    def __init__(self, topo: Topology, duration: float = 600.0):
+        self.topo, self.hosts, self.duration = topo, lab_hosts(topo), duration
+        self.options = TrafficOptions(flows=512)
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self.reports: list[Any] = []
+
+    def run(self, matrix: list[dict[str, Any]]) -> None:
+        self.stop()
+        demands = validate_matrix(matrix, self.hosts, self.options)
+        stop = threading.Event()
+        self._stop = stop
+        self._thread = threading.Thread(
+            target=lambda: self.reports.append(send(self.topo, demands, self.duration, options=self.options,
+                                                            stop=stop)),
+            daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._stop is not None and self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=30)
+            self._stop = self._thread = None

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +23,7 @@ from typing import Any
 import pytest
 
 from controller.model.intent import load_intent
-from labs.traffic import TrafficOptions, lab_hosts, send, validate_matrix
-from tests.labkit import REPO, ServedLab, served_lab
+from tests.labkit import REPO, HostTraffic, ServedLab, served_lab
 
 LAB = "cl-t"
 TOKEN = "clt-" + "Qm4Zx8Nv2Lw6Rt0Yb3Hk7Jp1Fs5Dc9Ga"
@@ -37,33 +35,6 @@ RING = [{"from": f, "to": p, "gbps": 0.008} for f, p in (("tor-0-0", "10.1.0.0/2
                                                         ("tor-0-1", "10.1.1.0/24"), ("tor-1-1", "10.0.0.0/24"))]
 POLICY = {"kind": "auto_te", "interval_s": 3, "window_s": 4, "stat": "mean", "headroom": 1.1, "min_gain": 0.05}
 WINDOW_S = 4
-
-
-class Traffic:
-    """The hosts send one matrix at a time (``labs.traffic.send`` in a thread); :meth:`run` swaps it."""
-
-    def __init__(self, topo: Any):
-        self.topo, self.hosts = topo, lab_hosts(topo)
-        self.options = TrafficOptions(flows=512)
-        self._stop: threading.Event | None = None
-        self._thread: threading.Thread | None = None
-        self.reports: list[Any] = []
-
-    def run(self, matrix: list[dict[str, Any]]) -> None:
-        self.stop()
-        demands = validate_matrix(matrix, self.hosts, self.options)
-        stop = threading.Event()
-        self._stop = stop
-        self._thread = threading.Thread(
-            target=lambda: self.reports.append(send(self.topo, demands, 600, options=self.options, stop=stop)),
-            daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._stop is not None and self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=30)
-            self._stop = self._thread = None
 
 
 class Lab(ServedLab):
@@ -80,13 +51,13 @@ class Lab(ServedLab):
         doc["policies"] = [POLICY]
         super().__init__(base, LAB, doc, TOKEN, hosts=2, lab_doc=lab_doc,
                          env={"LOOM_TELEMETRY_INTERVAL_S": "1", "LOOM_AUTO_TE_CONFIRM": "2"})
-        self._traffic: Traffic | None = None
+        self._traffic: HostTraffic | None = None
 
     @property
-    def traffic(self) -> Traffic:
+    def traffic(self) -> HostTraffic:
         if self._traffic is None:
             assert self.topo is not None, "the lab is not up"
-            self._traffic = Traffic(self.topo)
+            self._traffic = HostTraffic(self.topo)
         return self._traffic
 
     def down(self) -> None:
