@@ -187,7 +187,8 @@ def run(base: Path, seed: int, faults: int, say: Any = print, *, name: str = "ch
         lab.run_rounds(kinds, faults, rounds)
         writes = {**lab.writes_report(), "changes": lab.changes_report()}
         if full:
-            writes.update(leader_kills=lab.ctl.leader_kills, store_kills=lab.ctl.store_kills)  # type: ignore[attr-defined]
+            writes.update(leader_kills=lab.ctl.leader_kills, follower_kills=lab.ctl.follower_kills,  # type: ignore[attr-defined]
+                          store_kills=lab.ctl.store_kills)  # type: ignore[attr-defined]
     finally:
         if lab.traffic is not None:
             lab.traffic.stop()

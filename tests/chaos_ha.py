@@ -9,6 +9,8 @@ run, the writers' included, goes through the balancer. The hosts send UDP the wh
 
 * ``controller`` kills the **leader** replica during a commit (the follower takes the lease over and recovers
   the commit in flight); it is started again after the outage;
+* ``replica`` kills a follower during a commit (the requests it had are cut: the balancer replays the reads
+  and the keyed writes on the leader), started again after the outage;
 * ``store``: the store's primary machine dies during a commit (:meth:`tests.pgha.Formation.kill_primary`: its
   keeper and PostgreSQL together) and comes back after the outage as the new standby; the round ends only once
   the formation is a primary and a synchronous standby again;
@@ -40,9 +42,9 @@ from tests.serving import LoomServer, request
 
 __all__ = ["AUTOTE_FAULTS", "FULL_KINDS", "FullChaosLab", "Replicated"]
 
-FULL_KINDS = (*CHAOS_KINDS, "store", "autote")
+FULL_KINDS = (*CHAOS_KINDS, "replica", "store", "autote")
 #: what strikes an auto-TE commit
-AUTOTE_FAULTS = ("agent", "frr", "controller", "store", "link")
+AUTOTE_FAULTS = ("agent", "frr", "controller", "replica", "store", "link")
 #: two ToR uplinks at half capacity: the first plan leaves the heavy demand of either matrix on one of them
 HALF = {("tor-0-0", "eth2"), ("tor-0-1", "eth1")}
 MATRICES = (
@@ -84,8 +86,7 @@ class Replicated:
         self.servers: list[LoomServer] = []
         self.balancer: Balancer | None = None
         self.url = ""
-        self.leader_kills = 0
-        self.store_kills = 0
+        self.leader_kills = self.follower_kills = self.store_kills = 0
 
     def start(self) -> None:
         if self.formation is not None:
@@ -131,6 +132,14 @@ class Replicated:
         victim = self.leader()
         victim.kill9()
         self.leader_kills += 1
+        return f"r{self.servers.index(victim)}"
+
+    def kill_follower(self) -> str:
+        """A replica that is not the leader dies at once: its name."""
+        leader = self.leader()
+        victim = next(s for s in self.servers if s is not leader)
+        victim.kill9()
+        self.follower_kills += 1
         return f"r{self.servers.index(victim)}"
 
     def kill_store(self) -> pgha.Node:
@@ -195,11 +204,11 @@ class FullChaosLab(ChaosLab):
         return self._autote(index) if kind == "autote" else super().fault_round(index, kind)
 
     def _fault(self, kind: str, outage: float) -> str:
-        if kind == "controller":
-            name = self.ctl.kill9()
+        if kind in ("controller", "replica"):
+            name = self.ctl.kill9() if kind == "controller" else self.ctl.kill_follower()
             time.sleep(outage)
             self.ctl.start()
-            return f"leader {name}"
+            return f"{'leader' if kind == 'controller' else 'follower'} {name}"
         if kind != "store":
             return super()._fault(kind, outage)
         assert self.ctl.formation is not None

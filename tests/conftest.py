@@ -111,7 +111,7 @@ LONG_MODULES = {
     # lab and browser (phase 2)
     "test_settle_lab.py": 90, "test_agent_lab.py": 70, "test_lab_fabric.py": 60, "test_adopt_lab.py": 45,
     "test_e2e_lab.py": 40, "test_clab_labs.py": 40, "test_dualstack_e2e_lab.py": 50, "test_isis_dualstack_lab.py": 30,
-    "test_underlay_migration_lab.py": 45, "test_chaos_lab.py": 75,
+    "test_underlay_migration_lab.py": 45, "test_chaos_lab.py": 150,
 }
 
 

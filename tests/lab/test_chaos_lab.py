@@ -1,9 +1,9 @@
 """The chaos run, short (#31): one fault of each kind, Loom deployed as production runs it (two replicas on a
 pg_auto_failover store behind HAProxy, :mod:`tests.chaos_ha`) on clos3-hosts with the hosts' traffic, auto-TE,
 failure reaction, drift repair and writers on (``python -m tests.chaos --faults 120`` runs it long). The kinds:
-a device agent, a node's bgpd, its zebra, the leader replica, the store's primary machine and a link, each
-killed (or set down) during a commit; a link flap; and one of those striking auto-TE's own commit after the
-hosts' traffic shifted.
+a device agent, a node's bgpd, its zebra, the leader replica, the follower, the store's primary machine and a
+link, each killed (or set down) during a commit; a link flap; and one of those striking auto-TE's own commit
+after the hosts' traffic shifted.
 
 After every round the fabric must end quiet (nothing committing, every change settled, every link up, no
 overlay left) with every device on the active plan and every kernel as planned; at the end, every acknowledged
