@@ -8,16 +8,18 @@ one fault of :data:`CHAOS_KINDS`: during the commit of a drain toggle, a SIGKILL
 ``bgpd`` or ``zebra`` (started again empty, as after a crash; a ``zebra`` with the node's other daemons, as
 FRR's watchfrr restarts them), of the controller (the leader: it recovers the commit in flight), or a fabric
 link set down; or, with no commit of its own, a link flap (down until the failure reaction has committed an
-overlay around it, then up: the full plan returns after the hold-down). After each round the run
+overlay around it, then up: the full plan returns after the hold-down); or a link down whose failure reaction
+is struck, while it commits, by one of :data:`STRIKES` (``reaction``). After each round the run
 waits, with a bound, until the fabric is quiet (nothing committing, every change settled, no link down, no
 overlay left) and then requires every device to run the configuration of the active plan with kernels that
 match it (a drift check: a device on a mixed or stale configuration, or whose kernel is off the plan, fails the
 round). At the end every acknowledged write must be in the history exactly once, where its answer said
 (:func:`tests.ha_cluster.check_history`). Draws come from one ``random.Random(seed)``; rounds are logged.
 
-``python -m tests.chaos --faults 120`` runs it long (outside CI); ``tests/lab/test_chaos_lab.py`` runs one round
-of each kind in CI. Store failovers and leader changes among replicas are not in the mix: the lab has one
-controller on SQLite (``tests/component/test_store_ha.py`` and ``test_ha_kills.py`` kill those, twenty times each).
+``python -m tests.chaos --faults 120`` runs it long (outside CI), by default as production runs Loom
+(:mod:`tests.chaos_ha`: replicas on a replicated store behind HAProxy, auto-TE on the hosts' traffic, the leader,
+the follower and the store's primary killed too); ``--single`` runs this module's lab alone (one controller on
+SQLite). ``tests/lab/test_chaos_lab.py`` runs one round of each kind of the full mix in CI.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ from tests.ha_cluster import TOKEN as TRAFFIC_TOKEN
 from tests.ha_cluster import Traffic, check_history
 from tests.serving import LoomServer
 
-__all__ = ["CHAOS_ENV", "CHAOS_KINDS", "ChaosLab", "main", "run", "summary"]
+__all__ = ["CHAOS_ENV", "CHAOS_KINDS", "STRIKES", "ChaosLab", "main", "run", "summary"]
 
 #: the faults of a round: the settle harness's during a commit (``frr`` is ``bgpd``), ``zebra``, and ``flap``
-CHAOS_KINDS = ("agent", "frr", "zebra", "controller", "link", "flap")
+CHAOS_KINDS = ("agent", "frr", "zebra", "controller", "link", "flap", "reaction")
+#: what strikes the failure reaction's own commit in a ``reaction`` round
+STRIKES = ("agent", "frr", "zebra", "controller")
 
 
 #: the controller's settings: drift checked (and repaired) every 2 s, changes settled every half second
@@ -69,6 +73,7 @@ class ChaosLab(FaultLab):
         self.ctl = LoomServer(base, ["--db", str(base / "loom.db"), "--lab", str(self.lab_dir)], TRAFFIC_TOKEN,
                               cwd=REPO, env=CHAOS_ENV, request_timeout=60)
         self.kernels_checked = CHAOS_KINDS
+        self.strikes = STRIKES
         self.traffic: Traffic | None = None
         self.since = 0
 
@@ -93,7 +98,9 @@ class ChaosLab(FaultLab):
 
     def fault_round(self, index: int, kind: str) -> Round:
         """The round's fault and the end of what it disturbed (the quiet fabric is waited for after it)."""
-        return super().round(index, kind) if kind != "flap" else self._flap(index)
+        if kind == "flap":
+            return self._flap(index)
+        return self._reaction(index) if kind == "reaction" else super().round(index, kind)
 
     def _flap(self, index: int) -> Round:
         """A link down until the failure reaction has committed its overlay (20 s at most), then up again: the
@@ -118,10 +125,46 @@ class ChaosLab(FaultLab):
         rnd.ok = True
         return rnd
 
+    def _reaction(self, index: int) -> Round:
+        """A link down and, once the failure reaction's change is committing, one of :attr:`strikes` (the
+        link comes up again after that change is final): ``state`` is how the struck reaction ended."""
+        from labs import runner
+
+        rnd = Round(index, "reaction")
+        self._wait_idle(time.monotonic() + self.settle_timeout)
+        before = self._last_reaction()
+        link = self.rng.choice([x for x in self.intent["links"] if x["a"] in self.nodes and x["b"] in self.nodes])
+        runner.node_exec(self.name, link["a"], ["ip", "link", "set", link["a_port"], "down"])
+        try:
+            cid = self._new_change(lambda c: c.get("kind") == "reaction", before, time.monotonic() + 20)
+            time.sleep(self.rng.uniform(0.0, 0.5))
+            kind = self.rng.choice(self.strikes)
+            rnd.outage_s = round(self.rng.uniform(1.0, 3.0), 2)
+            rnd.target = f"{link['a']}:{link['a_port']} then {kind} {self._fault(kind, rnd.outage_s)}"
+            rnd.change = cid
+            rnd.state = self._final(cid, time.monotonic() + self.settle_timeout)["state"] if cid else "no reaction"
+            rnd.ok = True
+        except AssertionError as exc:
+            rnd.detail = str(exc)[:3000]
+        finally:
+            runner.node_exec(self.name, link["a"], ["ip", "link", "set", link["a_port"], "up"])
+        return rnd
+
     def _last_reaction(self) -> int:
         """The id of the newest failure reaction change (0: none yet)."""
         items = self.get("/v1/changes?limit=20")["items"]
         return max((c["id"] for c in items if c.get("kind") == "reaction"), default=0)
+
+    def _new_change(self, match: Any, after: int, deadline: float) -> int:
+        """The id of the first change after ``after`` that ``match``es once it has left review (committing or
+        final), or 0 when none has by ``deadline``."""
+        while time.monotonic() < deadline:
+            going = [c["id"] for c in self.get("/v1/changes?limit=20")["items"]
+                     if c["id"] > after and match(c) and c["state"] not in ("draft", "reviewed")]
+            if going:
+                return int(min(going))
+            time.sleep(0.1)
+        return 0
 
     def _wait_quiet(self, deadline: float) -> None:
         """Until nothing commits, every change is settled, every link is up, no overlay is left, and a drift

@@ -16,7 +16,8 @@ run, the writers' included, goes through the balancer. The hosts send UDP the wh
   the formation is a primary and a synchronous standby again;
 * ``autote``: the operator's edits are committed first (the writers are held: auto-TE never commits over
   uncommitted edits), the hosts switch to the other matrix, and once auto-TE's own change is committing, one of
-  :data:`AUTOTE_FAULTS` strikes it.
+  :data:`AUTOTE_FAULTS` strikes it;
+* ``reaction`` (the chaos run's) strikes the failure reaction's commit with the follower and the store too.
 
 The checks are the chaos run's: after every round the fabric is quiet with every device and kernel on the
 active plan; at the end every acknowledged write is in the history exactly once.
@@ -34,7 +35,7 @@ import httpx
 from controller.model.intent import load_intent
 from tests import pgha
 from tests.balancer import Balancer
-from tests.chaos import CHAOS_ENV, CHAOS_KINDS, ChaosLab
+from tests.chaos import CHAOS_ENV, CHAOS_KINDS, STRIKES, ChaosLab
 from tests.faults import REPO, Round
 from tests.ha_cluster import TOKEN as TRAFFIC_TOKEN
 from tests.labkit import HostTraffic
@@ -44,7 +45,7 @@ __all__ = ["AUTOTE_FAULTS", "FULL_KINDS", "FullChaosLab", "Replicated"]
 
 FULL_KINDS = (*CHAOS_KINDS, "replica", "store", "autote")
 #: what strikes an auto-TE commit
-AUTOTE_FAULTS = ("agent", "frr", "controller", "replica", "store", "link")
+AUTOTE_FAULTS = (*STRIKES, "replica", "store", "link")
 #: two ToR uplinks at half capacity: the first plan leaves the heavy demand of either matrix on one of them
 HALF = {("tor-0-0", "eth2"), ("tor-0-1", "eth1")}
 MATRICES = (
@@ -184,6 +185,7 @@ class FullChaosLab(ChaosLab):
             base, ["--lab", str(self.lab_dir)], TRAFFIC_TOKEN,
             env={**CHAOS_ENV, "LOOM_TELEMETRY_INTERVAL_S": "1", "LOOM_AUTO_TE_CONFIRM": "2"})
         self.kernels_checked = FULL_KINDS
+        self.strikes = (*STRIKES, "replica", "store")
         self.host_traffic: HostTraffic | None = None
         self.matrix = 0
         self.autote_outcomes: list[str] = []
@@ -229,7 +231,7 @@ class FullChaosLab(ChaosLab):
             before = self._last_auto_te()
             self.matrix = 1 - self.matrix
             self.host_traffic.run(MATRICES[self.matrix])
-            cid = self._auto_te_committing(before, time.monotonic() + AUTOTE_WAIT)
+            cid = self._new_change(lambda c: c.get("author") == "auto-te", before, time.monotonic() + AUTOTE_WAIT)
             time.sleep(self.rng.uniform(0.0, self.commit_estimate) if cid else 0.0)
             kind = self.rng.choice(AUTOTE_FAULTS)
             rnd.outage_s = round(self.rng.uniform(1.0, 3.0), 2)
@@ -268,18 +270,6 @@ class FullChaosLab(ChaosLab):
     def _last_auto_te(self) -> int:
         items = self.get("/v1/changes?limit=20")["items"]
         return max((c["id"] for c in items if c.get("author") == "auto-te"), default=0)
-
-    def _auto_te_committing(self, after: int, deadline: float) -> int:
-        """The id of auto-TE's first change after ``after`` once it is committing (0: none before
-        ``deadline``; one already final is returned too)."""
-        while time.monotonic() < deadline:
-            mine = [c for c in self.get("/v1/changes?limit=20")["items"]
-                    if c.get("author") == "auto-te" and c["id"] > after]
-            going = [c for c in mine if c["state"] not in ("draft", "reviewed")]
-            if going:
-                return int(min(c["id"] for c in going))
-            time.sleep(0.1)
-        return 0
 
     def _wait_quiet(self, deadline: float) -> None:
         assert self.ctl.formation is not None

@@ -2,8 +2,8 @@
 pg_auto_failover store behind HAProxy, :mod:`tests.chaos_ha`) on clos3-hosts with the hosts' traffic, auto-TE,
 failure reaction, drift repair and writers on (``python -m tests.chaos --faults 120`` runs it long). The kinds:
 a device agent, a node's bgpd, its zebra, the leader replica, the follower, the store's primary machine and a
-link, each killed (or set down) during a commit; a link flap; and one of those striking auto-TE's own commit
-after the hosts' traffic shifted.
+link, each killed (or set down) during a commit; a link flap; a link down whose failure reaction is struck by
+one of those while it commits; and one of those striking auto-TE's own commit after the hosts' traffic shifted.
 
 After every round the fabric must end quiet (nothing committing, every change settled, every link up, no
 overlay left) with every device on the active plan and every kernel as planned; at the end, every acknowledged
@@ -37,4 +37,5 @@ def test_one_fault_of_each_kind_leaves_every_device_on_the_plan_and_loses_no_wri
     autote = [r for r in rounds if r.kind == "autote"]
     assert autote[0].change, f"auto-TE committed nothing after the traffic shifted: {autote[0]}"
     assert all(r.state == "reacted" for r in rounds if r.kind == "flap"), [r for r in rounds if r.kind == "flap"]
+    assert all(r.change for r in rounds if r.kind == "reaction"), [r for r in rounds if r.kind == "reaction"]
     assert writes["acknowledged"] > 0, writes
