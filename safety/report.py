@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.model.documents import SafetyReportDocument
+from controller.model.documents.base import JsonObject
 
 __all__ = [
     "INVARIANTS",
@@ -72,7 +73,7 @@ class LinkUse(Shipped):
     capacity_gbps: float
     utilization: float
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"link": self.link, "from": self.src, "to": self.dst, "gbps": _r(self.gbps),
                 "capacity_gbps": _r(self.capacity_gbps), "utilization": _r(self.utilization)}
 
@@ -85,7 +86,7 @@ class DroppedDemand(Shipped):
     device: str
     gbps: float
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"prefix": self.prefix, "device": self.device, "gbps": _r(self.gbps)}
 
 
@@ -99,7 +100,7 @@ class InvariantResult(Shipped):
     detail: str = ""
     gating: bool = True
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "gating": self.gating}
 
 
@@ -129,7 +130,7 @@ class StageResult(Shipped):
     def invariant(self, name: str) -> InvariantResult | None:
         return next((i for i in self.invariants if i.name == name), None)
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {
             "ok": self.ok,
             "invariants": {i.name: {"ok": i.ok, "gating": i.gating, "detail": i.detail} for i in self.invariants},
@@ -162,7 +163,7 @@ class ScenarioResult(Shipped):
     def stages(self) -> tuple[StageResult, StageResult]:
         return (self.immediate, self.reconverged)
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"name": self.name, "kind": self.kind, "ok": self.ok,
                 "failed": {"devices": list(self.failed_devices), "links": list(self.failed_links)},
                 "immediate": self.immediate.to_document(), "reconverged": self.reconverged.to_document()}
@@ -177,7 +178,7 @@ class Failure(Shipped):
     invariant: str
     detail: str
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"scenario": self.scenario, "stage": self.stage, "invariant": self.invariant, "detail": self.detail}
 
 
@@ -229,8 +230,8 @@ class SafetyReport:
                         best[key] = (s.name, st.stage, h)
         return sorted(best.values(), key=lambda r: -r[2].utilization)[:k]
 
-    def to_document(self) -> dict[str, Any]:
-        doc = {
+    def to_document(self) -> JsonObject:
+        doc: JsonObject = {
             "fabric": self.fabric,
             "verdict": self.verdict,
             "scope": self.scope,

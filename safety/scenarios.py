@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
 
 from controller.model import FailureDomain, FailureToleranceScope, Intent
+from controller.model.documents.base import JsonObject
 from safety.report import Shipped
 
 __all__ = ["Scenario", "count_scenarios", "pair", "scenario_scope", "scenarios", "singles"]
@@ -46,9 +46,9 @@ class Scenario(Shipped):
     def is_baseline(self) -> bool:
         return not self.devices and not self.links
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"name": self.name, "kind": self.kind,
-                "devices": sorted(self.devices), "links": sorted(self.links)}
+                "devices": [d for d in sorted(self.devices)], "links": [x for x in sorted(self.links)]}
 
 
 def scenario_scope(intent: Intent) -> FailureToleranceScope | None:

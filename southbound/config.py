@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from controller.model.documents.base import JsonObject
+
 __all__ = [
     "BgpNeighbor",
     "DeviceConfig",
@@ -50,7 +52,7 @@ class Interface:
     drained: bool = False
     address6: str | None = None
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         doc: dict[str, Any] = {"name": self.name, "address": self.address, "peer": self.peer,
                                "peer_port": self.peer_port, "host": self.host, "metric": self.metric,
                                "drained": self.drained}
@@ -76,7 +78,7 @@ class BgpNeighbor:
         """How FRR names the neighbor: its address, or the interface when unnumbered."""
         return self.address if self.address is not None else self.port
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"port": self.port, "peer": self.peer, "remote_asn": self.remote_asn,
                 "address": self.address, "drained": self.drained}
 
@@ -91,7 +93,7 @@ class LinkBandwidth:
     prefix: str
     mbps: int
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"port": self.port, "prefix": self.prefix, "mbps": self.mbps}
 
 
@@ -103,7 +105,7 @@ class FibNexthop:
     gateway: str
     weight: int
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"port": self.port, "gateway": self.gateway, "weight": self.weight}
 
 
@@ -116,7 +118,7 @@ class FibRoute:
     group: str
     nexthops: tuple[FibNexthop, ...]
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"prefix": self.prefix, "group": self.group,
                 "nexthops": [h.to_document() for h in self.nexthops]}
 
@@ -172,7 +174,7 @@ class DeviceConfig:
     def fabric_ports(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.interfaces if i.peer is not None)
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         """A JSON-ready mapping (stable order), for golden files and the wire."""
         return {
             "hostname": self.hostname,
@@ -233,7 +235,7 @@ class SessionReset:
     port: str
     reason: str
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"device": self.device, "neighbor": self.neighbor, "peer": self.peer, "port": self.port,
                 "reason": self.reason}
 
@@ -298,7 +300,7 @@ class SessionMove:
     before: str
     after: str
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"device": self.device, "port": self.port, "peer": self.peer, "from": self.before, "to": self.after}
 
 

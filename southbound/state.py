@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
 
+from controller.model.documents.base import JsonObject
 from controller.model.errors import AgentError
 
 __all__ = ["CALLER", "AgentError", "AgentInfo", "BgpSession", "DeviceState", "KernelNextHop", "KernelRoute",
@@ -79,7 +79,7 @@ class DeviceState:
     pending_change: str = ""
     confirm_deadline: float = 0.0
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         """JSON form, routes as ``{"PREFIX": [{"port": .., "weight": ..}]}`` like ``loom lab routes``."""
         return {
             "hostname": self.hostname,
@@ -116,7 +116,7 @@ class StepResult:
     error: str = ""
     config_hash: str = ""
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"device": self.device, "step": self.step, "changed": self.changed, "diff": self.diff,
                 "failed": self.failed, "error": self.error, "config_hash": self.config_hash}
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.model import Intent, prefix_version
+from controller.model.documents.base import JsonObject
 from controller.model.plan import DevicePlan, Plan
 from southbound.config import DeviceConfig
 from southbound.driver import DeviceDriver, error_text, is_retryable
@@ -101,10 +102,10 @@ class TransactionResult:
     def changed_devices(self) -> list[str]:
         return sorted(d for d, r in self.steps.get("prepare", {}).items() if r.changed)
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"change": self.change, "ok": self.ok, "stage": self.stage, "dry_run": self.dry_run,
                 "error": self.error, "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
-                "stages": self.stages, "stages_done": self.stages_done,
+                "stages": [[d for d in st] for st in self.stages], "stages_done": self.stages_done,
                 "steps": {s: {d: r.to_document() for d, r in sorted(per.items())} for s, per in self.steps.items()}}
 
 

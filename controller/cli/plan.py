@@ -95,7 +95,7 @@ def plan_cmd(
     doc = plan.to_document()
     if out is not None:
         out.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
-    summary = dict(doc["summary"])
+    summary: dict[str, object] = {**plan.summary.to_document()}
     summary["validate_seconds"] = round(validate_s, 3)
     if as_json:
         emit_json({"fabric": plan.fabric, "summary": summary, "out": str(out) if out else None})

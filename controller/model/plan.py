@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.model.documents.base import JsonObject
+
 __all__ = ["DevicePlan", "LinkLoad", "NextHop", "Plan", "PlanSummary"]
 
 
@@ -28,7 +30,7 @@ class NextHop:
     neighbor: str
     weight: int
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"port": self.port, "neighbor": self.neighbor, "weight": self.weight}
 
 
@@ -44,7 +46,7 @@ class DevicePlan:
         gid = self.routes.get(prefix)
         return self.groups[gid] if gid is not None else ()
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {
             "groups": {g: [h.to_document() for h in hops] for g, hops in self.groups.items()},
             "routes": dict(self.routes),
@@ -63,7 +65,7 @@ class LinkLoad:
     gbps_ba: float
     utilization: float
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"a": self.a, "a_port": self.a_port, "b": self.b, "b_port": self.b_port,
                 "gbps_ab": round(self.gbps_ab, 6), "gbps_ba": round(self.gbps_ba, 6),
                 "utilization": round(self.utilization, 6)}
@@ -83,7 +85,7 @@ class PlanSummary:
     routes: int
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         doc: dict[str, Any] = {
             "max_utilization": round(self.max_utilization, 6),
             "lp_bound": round(self.lp_bound, 6),
@@ -108,7 +110,7 @@ class Plan:
     devices: Mapping[str, DevicePlan]
     links: tuple[LinkLoad, ...]
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {
             "fabric": self.fabric,
             "summary": self.summary.to_document(),

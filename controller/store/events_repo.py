@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from controller.model.documents.base import JsonObject
 from controller.store.repo import utc
 from controller.store.workflow_models import EventRow, InsightBaselineRow, OpStateRow
 
@@ -37,7 +38,7 @@ class Event:
     kind: str
     data: dict[str, Any]
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"id": self.id, "at": self.at.isoformat(), "event": self.kind, "data": self.data}
 
 

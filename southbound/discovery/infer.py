@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.model.documents.base import JsonObject
 from controller.model.domain import prefix_order
 from controller.model.errors import InvalidIntent
 from controller.model.intent import validate_intent
@@ -60,7 +61,7 @@ class Question:
     where: str
     question: str
 
-    def to_document(self) -> dict[str, str]:
+    def to_document(self) -> JsonObject:
         return {"where": self.where, "question": self.question}
 
 
@@ -72,7 +73,7 @@ class Discovery:
     questions: list[Question] = field(default_factory=list)
     valid: bool = False
 
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         return {"intent": self.intent, "questions": [q.to_document() for q in self.questions]}
 
 
