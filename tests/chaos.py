@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import statistics
@@ -209,21 +210,24 @@ class ChaosLab(FaultLab):
             offset += 100
 
 
-def run(base: Path, seed: int, faults: int, say: Any = print, *, name: str = "chaos", full: bool = False
-        ) -> tuple[list[Round], dict[str, Any]]:
+def run(base: Path, seed: int, faults: int, say: Any = print, *, name: str = "chaos", full: bool = False,
+        kinds: tuple[str, ...] | None = None) -> tuple[list[Round], dict[str, Any]]:
     """``faults`` rounds on lab ``name``, every kind in turn (shuffled each turn), stopping at the first round
     that fails. ``full``: Loom as production runs it (:class:`tests.chaos_ha.FullChaosLab`: replicas on a
     replicated store, auto-TE, the store and auto-TE kinds too); the writes' report then says how many leaders
-    and store primaries were killed and how auto-TE's struck changes ended."""
+    and store primaries were killed and how auto-TE's struck changes ended. ``kinds``: only those (default:
+    every kind of the mode). On a failure the nodes' logs are kept in ``base/logs`` (and the store's formation,
+    whose directory :mod:`tests.pgha` then names)."""
     if full:
         from tests.chaos_ha import FULL_KINDS, FullChaosLab  # lazy: tests.chaos_ha builds on this module
 
         lab: ChaosLab = FullChaosLab(base, seed, name=name, say=say)
-        kinds = FULL_KINDS
+        kinds = kinds or FULL_KINDS
     else:
-        lab, kinds = ChaosLab(base, seed, name=name, say=say), CHAOS_KINDS
+        lab, kinds = ChaosLab(base, seed, name=name, say=say), kinds or CHAOS_KINDS
     rounds: list[Round] = []
     writes: dict[str, Any] = {}
+    ok = False
     try:
         lab.up()
         lab.start_writes()
@@ -232,11 +236,13 @@ def run(base: Path, seed: int, faults: int, say: Any = print, *, name: str = "ch
         if full:
             writes.update(leader_kills=lab.ctl.leader_kills, follower_kills=lab.ctl.follower_kills,  # type: ignore[attr-defined]
                           store_kills=lab.ctl.store_kills)  # type: ignore[attr-defined]
+        ok = bool(rounds) and all(r.ok for r in rounds)
     finally:
         if lab.traffic is not None:
             lab.traffic.stop()
-        if not rounds or not all(r.ok for r in rounds):
+        if not ok:
             keep_logs(lab.name, lab.nodes, base / "logs")  # the agents' and daemons' side of a failure
+            os.environ["LOOM_KEEP_PGHA"] = "1"  # and the store's
         lab.down()
     return rounds, writes
 
@@ -250,6 +256,16 @@ def keep_logs(name: str, nodes: list[str], into: Path) -> None:
         for log_file in sorted((runner.run_dir(name) / node).glob("*.log")):
             (into / node).mkdir(parents=True, exist_ok=True)
             (into / node / log_file.name).write_bytes(log_file.read_bytes())
+
+
+def _keep_run(tmp: Path, kept: Path) -> None:
+    """The run's round log, the controllers' and the balancer's logs and the nodes' kept ones, into ``kept``."""
+    kept.mkdir(exist_ok=True)
+    for name in ("rounds.jsonl", "serve.log", "haproxy.log", *(f"r{i}/serve.log" for i in range(4))):
+        if (tmp / name).exists():
+            (kept / name.replace("/", "-")).write_bytes((tmp / name).read_bytes())
+    if (tmp / "logs").exists():
+        shutil.copytree(tmp / "logs", kept / "logs", dirs_exist_ok=True)
 
 
 def summary(rounds: list[Round], writes: dict[str, Any]) -> dict[str, Any]:
@@ -273,21 +289,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single", action="store_true",
                         help="one controller on SQLite, no hosts' traffic (default: replicas on a replicated "
                              "store behind HAProxy, auto-TE on the hosts' traffic, store and auto-TE faults)")
+    parser.add_argument("--kinds", default="", help="only these kinds of fault, comma-separated")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still takes its lab down
     seed = args.seed if args.seed is not None else int(time.time()) % (1 << 31)
+    kinds = tuple(k for k in args.kinds.split(",") if k) or None
+    kept = Path(tempfile.gettempdir()) / f"loom-chaos-{seed}"
     with tempfile.TemporaryDirectory(prefix="loom-chaos-") as tmp:
-        rounds, writes = run(Path(tmp), seed, args.faults, say=lambda m: print(m, file=sys.stderr, flush=True),
-                             name="chaosrun", full=not args.single)  # not the CI test's lab: both may run
-        out = {"seed": seed, **summary(rounds, writes)}
-        kept = Path(tempfile.gettempdir()) / f"loom-chaos-{seed}"
-        kept.mkdir(exist_ok=True)
-        for name in ("rounds.jsonl", "serve.log", "haproxy.log", *(f"r{i}/serve.log" for i in range(4))):
-            if (Path(tmp) / name).exists():
-                (kept / name.replace("/", "-")).write_bytes((Path(tmp) / name).read_bytes())
-        if (Path(tmp) / "logs").exists():
-            shutil.copytree(Path(tmp) / "logs", kept / "logs", dirs_exist_ok=True)
-        out["kept"] = str(kept)
+        try:
+            rounds, writes = run(Path(tmp), seed, args.faults, say=lambda m: print(m, file=sys.stderr, flush=True),
+                                 name="chaosrun", full=not args.single, kinds=kinds)  # not the CI test's lab
+        finally:  # the logs, whatever happened (a failed check of the history raises)
+            _keep_run(Path(tmp), kept)
+        out = {"seed": seed, **summary(rounds, writes), "kept": str(kept)}
     print(json.dumps(out, indent=None if args.json else 2))
     return 0 if out["ok"] == out["faults"] == args.faults else 1
 
