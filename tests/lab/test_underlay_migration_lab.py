@@ -7,14 +7,24 @@ datagrams over 64 flows to the host behind ``tor-1-0``, ``loom apply`` commits t
 active plan with the interface sessions beside the numbered ones; it ends once the kernels' routes go over
 both), then the proposed configs, which take the numbered sessions away and, once no route goes through
 them, the links' addresses. The datagrams arrive (all of them in every run measured since; the bound, 99.9 %,
-leaves a loaded machine a datagram or two), no
-interface session is ever reset (FRR's ``connectionsDropped`` stays 0 on every router), every session ends on
-the interfaces, and every kernel holds the plan. The lab and the controller are torn down in the finalizer.
+leaves a loaded machine a datagram or two), no interface session that carried routes is ever reset (none goes
+down once it has received its peer's End-of-RIB, by every router's bgpd log, and FRR's ``connectionsDropped``
+counts no drop the log does not show), every session ends on the interfaces, and every kernel holds the plan.
+The lab and the controller are torn down in the finalizer.
+
+A new interface session may flap once as it starts, before any route: both ends of a link leave it shut down
+until its address families are configured (``southbound.device.frr_delta``) and then start it at the same
+moment, and FRR 8.4 resolves the two connections' collision (RFC 4271 6.8, Cease/Connection Collision
+Resolution) by closing the one already Established now and then; the session is up again within a second and
+its routes come over that one (seen in 3 of 34 runs beside a chaos run; bgpd's log then reads "Down No AFI/SAFI
+activated for peer", the reason it set when the neighbor was created and never replaced). Those flaps are
+printed and counted, not failed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -116,6 +126,32 @@ def interface_drops(nodes: list[str]) -> tuple[dict[str, int], dict[str, Any]]:
     return out, why
 
 
+_ADJ = re.compile(r"%ADJCHANGE: neighbor (\S+?)\(.*\) in vrf \S+ (Up|Down)")
+_EOR = re.compile(r"rcvd End-of-RIB for .* from (\S+) in vrf")
+
+
+def session_history(nodes: list[str]) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """From every router's bgpd log, per ``node:port`` interface session: the drops of a session that had carried
+    routes (its peer's End-of-RIB received since it came up), as logged; and how many drops came before any
+    route (a session flapping as it starts)."""
+    carried: dict[str, list[str]] = {}
+    early: dict[str, int] = {}
+    for node in nodes:
+        routed: dict[str, bool] = {}
+        for line in (runner.run_dir(LAB) / node / "bgpd.log").read_text().splitlines():
+            if (m := _ADJ.search(line)) and not m.group(1)[0].isdigit():
+                peer, key = m.group(1), f"{node}:{m.group(1)}"
+                if m.group(2) == "Up":
+                    routed[peer] = False
+                elif routed.get(peer):
+                    carried.setdefault(key, []).append(line)
+                else:
+                    early[key] = early.get(key, 0) + 1
+            elif (m := _EOR.search(line)) and not m.group(1)[0].isdigit():
+                routed[m.group(1)] = True
+    return carried, early
+
+
 def test_numbered_to_unnumbered_under_traffic_loses_nothing(ctl: ServedLab) -> None:
     first = ctl.apply(ctl.doc, "-m", "numbered")
     assert first["state"] == "committed", first
@@ -153,7 +189,11 @@ def test_numbered_to_unnumbered_under_traffic_loses_nothing(ctl: ServedLab) -> N
 
     nodes = [d["name"] for d in doc["devices"]]
     drops, why = interface_drops(nodes)
-    assert len(drops) == 2 * len(doc["links"]) and not any(drops.values()), (drops, why)  # no session reset
+    carried, early = session_history(nodes)
+    print(f"interface sessions that flapped as they started, before any route: {early or 'none'}")
+    assert len(drops) == 2 * len(doc["links"]), drops
+    assert not carried, (carried, why)  # no session that carried routes was reset
+    assert sum(drops.values()) == sum(early.values()), (drops, early, why)  # FRR counts no drop the log hides
     state = ctl.get("/v1/devices/tor-0-0/state")
     assert {s["neighbor"] for s in state["sessions"]} == {"eth1", "eth2"}, state["sessions"]
     assert all(s["state"] == "Established" for s in state["sessions"])
