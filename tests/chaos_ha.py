@@ -3,7 +3,8 @@
 :class:`FullChaosLab` is :class:`tests.chaos.ChaosLab` on clos3-hosts (two hosts per ToR, two ToR uplinks at
 half capacity, as in the closed-loop lab test) whose controller is :class:`Replicated`: two ``loom serve
 --lab`` replicas (leases of 3 s renewed every 0.5 s) on a pg_auto_failover formation (:mod:`tests.pgha`: a
-monitor, a primary and a synchronous standby) behind HAProxy (:mod:`tests.balancer`). Every API call of the
+monitor and three data nodes with ``number-sync-standbys`` 1, so that a commit is on two nodes even while one
+is down, as ``docs/store-ha.md`` says to run it) behind HAProxy (:mod:`tests.balancer`). Every API call of the
 run, the writers' included, goes through the balancer. The hosts send UDP the whole time (one of two matrices,
 :data:`MATRICES`) and the intent runs auto-TE. The mix is :data:`FULL_KINDS`, the chaos kinds and two more:
 
@@ -13,7 +14,7 @@ run, the writers' included, goes through the balancer. The hosts send UDP the wh
   and the keyed writes on the leader), started again after the outage;
 * ``store``: the store's primary machine dies during a commit (:meth:`tests.pgha.Formation.kill_primary`: its
   keeper and PostgreSQL together) and comes back after the outage as the new standby; the round ends only once
-  the formation is a primary and a synchronous standby again;
+  the formation is a primary with synchronous standbys again;
 * ``autote``: the operator's edits are committed first (the writers are held: auto-TE never commits over
   uncommitted edits), the hosts switch to the other matrix, and once auto-TE's own change is committing, one of
   :data:`AUTOTE_FAULTS` strikes it;
@@ -95,7 +96,7 @@ class Replicated:
                 if s.proc is None or s.proc.poll() is not None:
                     s.start()
             return
-        self.formation = self.stack.enter_context(pgha.formation())
+        self.formation = self.stack.enter_context(pgha.formation(data_nodes=3, sync_standbys=1))
         for i in range(self.n):
             (self.base / f"r{i}").mkdir(exist_ok=True)
             self.servers.append(LoomServer(

@@ -138,13 +138,17 @@ class Node:
 
 
 class Formation:
-    """A monitor and two data nodes under ``root``; see the module's docstring."""
+    """A monitor and ``data_nodes`` data nodes under ``root`` (two by default; see the module's docstring).
+    ``sync_standbys``: the formation's ``number-sync-standbys``. With three data nodes and 1, a commit waits
+    for one standby even while the other is gone, so every acknowledged write is on two nodes at all times
+    (``docs/store-ha.md``); with two and 0 the primary commits alone in ``wait_primary``."""
 
-    def __init__(self, root: Path, bindir: Path):
+    def __init__(self, root: Path, bindir: Path, *, data_nodes: int = 2, sync_standbys: int = 0):
         self.root, self.bindir = root, bindir
+        self.sync_standbys = sync_standbys
         self.created = time.monotonic()
         self.monitor = Node("monitor", root / "monitor", _free_port())
-        self.nodes = [Node(f"node{i + 1}", root / f"node{i + 1}", _free_port()) for i in range(2)]
+        self.nodes = [Node(f"node{i + 1}", root / f"node{i + 1}", _free_port()) for i in range(data_nodes)]
         pw = pwd.getpwnam("postgres")
         self.uid, self.gid = pw.pw_uid, pw.pw_gid
         self.env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(root), "XDG_CONFIG_HOME": str(root / "config"),
@@ -210,6 +214,10 @@ class Formation:
             self.start(node)
             self.wait_states({n.name: ("single",) for n in self.nodes[:1]} if i == 0 else
                              {self.nodes[0].name: ("primary",), node.name: ("secondary",)}, timeout=180)
+        if self.sync_standbys:
+            self._run("pg_autoctl", "set", "formation", "number-sync-standbys", str(self.sync_standbys),
+                      "--pgdata", str(self.nodes[0].pgdata))
+            self.wait_healthy(timeout=180)
 
     def _tune(self, pgdata: Path) -> None:
         with open(pgdata / "postgresql.conf", "a") as conf:
@@ -267,7 +275,8 @@ class Formation:
         return next(n for n in self.nodes if states[n.name][0] == "primary")
 
     def wait_healthy(self, timeout: float = 120) -> dict[str, tuple[str, str]]:
-        """Wait for one primary and one secondary, both reported and assigned (synchronous again)."""
+        """Wait for one primary and every other data node a secondary, reported and assigned (synchronous
+        again)."""
         return self.wait_states({n.name: ("primary", "secondary") for n in self.nodes}, timeout=timeout)
 
     def kill_primary(self) -> Node:
@@ -285,16 +294,16 @@ def write_outage(writes: Iterable[Any], t_kill: float) -> float | None:
 
 
 @contextlib.contextmanager
-def formation() -> Iterator[Formation]:
-    """A running formation (monitor, primary, synchronous standby) with database ``loom``; killed and removed
-    on exit. Skips where it cannot run (a failure in CI, by ``tests/conftest.py``)."""
+def formation(*, data_nodes: int = 2, sync_standbys: int = 0) -> Iterator[Formation]:
+    """A running formation (monitor, primary, synchronous standbys: :class:`Formation`) with database ``loom``;
+    killed and removed on exit. Skips where it cannot run (a failure in CI, by ``tests/conftest.py``)."""
     reason = missing()
     if reason:
         pytest.skip(reason)
     bindir = pg.find_pg_bin()
     assert bindir is not None
     root = Path(tempfile.mkdtemp(prefix="loom-pgha-"))
-    f = Formation(root, bindir)
+    f = Formation(root, bindir, data_nodes=data_nodes, sync_standbys=sync_standbys)
     try:
         f.create()
         yield f
