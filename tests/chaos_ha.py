@@ -252,16 +252,7 @@ class FullChaosLab(ChaosLab):
 
     def _commit_head(self) -> None:
         """A drain toggle on the head, committed: the writers' edits are active, auto-TE is free to act."""
-        head = self.get("/v1/status")["head_revision"]
-        doc = self.get(f"/v1/revisions/{head}/intent")
-        drained = [i for i, p in enumerate(doc["policies"]) if p.get("kind") == "drain"]
-        patch = ([{"op": "remove", "path": f"/policies/{drained[0]}"}] if drained else
-                 [{"op": "add", "path": "/policies/-", "value": {"kind": "drain", "target": "spine-0-0"}}])
-        r = self.ctl("POST", "/v1/changes", json={"base_revision": head, "patch": patch})
-        assert r.status_code == 201, r.text
-        cid = r.json()["id"]
-        rv = self.ctl("POST", f"/v1/changes/{cid}/review")
-        assert rv.status_code == 200 and rv.json()["verdict"] == "safe", rv.text
+        cid = self.reviewed_toggle(self.get("/v1/status")["head_revision"])
         c = self.ctl("POST", f"/v1/changes/{cid}/commit", json={})
         assert c.status_code == 202, c.text
         ch = self._final(cid, time.monotonic() + self.settle_timeout)

@@ -151,15 +151,7 @@ class FaultLab:
         rnd = Round(index, kind)
         self._wait_idle(time.monotonic() + self.settle_timeout)
         active = self.get("/v1/status")["active_revision"]
-        doc = self.get(f"/v1/revisions/{active}/intent")
-        drained = [i for i, p in enumerate(doc["policies"]) if p.get("kind") == "drain"]
-        patch = ([{"op": "remove", "path": f"/policies/{drained[0]}"}] if drained else
-                 [{"op": "add", "path": "/policies/-", "value": {"kind": "drain", "target": "spine-0-0"}}])
-        r = self.ctl("POST", "/v1/changes", json={"base_revision": active, "patch": patch})
-        assert r.status_code == 201, r.text
-        cid = rnd.change = r.json()["id"]
-        rv = self.ctl("POST", f"/v1/changes/{cid}/review")
-        assert rv.status_code == 200 and rv.json()["verdict"] == "safe", rv.text
+        cid = rnd.change = self.reviewed_toggle(active)
         rnd.delay_s = round(self.rng.uniform(0.0, self.commit_estimate), 2)
         rnd.outage_s = round(self.rng.uniform(1.0, 3.0), 2)
         t_commit = time.monotonic()
@@ -187,6 +179,19 @@ class FaultLab:
                  f"(unsettled on the way: {rnd.unsettled_seen or '-'}; kernels off the plan: "
                  f"{sorted(rnd.kernel_drift) or '-'})")
         return rnd
+
+    def reviewed_toggle(self, base: int) -> int:
+        """A change toggling the drain of spine-0-0 on revision ``base``, reviewed safe: its id."""
+        doc = self.get(f"/v1/revisions/{base}/intent")
+        drained = [i for i, p in enumerate(doc["policies"]) if p.get("kind") == "drain"]
+        patch = ([{"op": "remove", "path": f"/policies/{drained[0]}"}] if drained else
+                 [{"op": "add", "path": "/policies/-", "value": {"kind": "drain", "target": "spine-0-0"}}])
+        r = self.ctl("POST", "/v1/changes", json={"base_revision": base, "patch": patch})
+        assert r.status_code == 201, r.text
+        cid = int(r.json()["id"])
+        rv = self.ctl("POST", f"/v1/changes/{cid}/review")
+        assert rv.status_code == 200 and rv.json()["verdict"] == "safe", rv.text
+        return cid
 
     def run_rounds(self, kinds: tuple[str, ...], count: int, into: list[Round]) -> list[Round]:
         """``count`` rounds appended to ``into``, every kind in turn (the order shuffled at each turn),
