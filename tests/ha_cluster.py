@@ -236,6 +236,11 @@ class Outcome:
     earlier: tuple[str, ...] = ()  # the earlier attempts' answers (status and the start of the error), for a report
 
     @property
+    def outcome_unknown(self) -> bool:
+        """Loom's own 503 for a write whose COMMIT the store cut: applied or not, only the store can say."""
+        return self.status == 503 and "may or may not have been applied" in self.error
+
+    @property
     def replica_lost(self) -> bool:
         """The balancer's 503 for a request whose replica died and that it could not replay elsewhere."""
         return self.status == 503 and REPLICA_LOST in self.error
@@ -453,12 +458,12 @@ def check_history(api: Call, writes: Iterable[Outcome], *, since: int,
             nxt = by_id.get(after.get(o.if_match, -1))  # what made it stale
             assert nxt is not None and _unix(nxt["created_at"]) <= o.wall_ended + 0.5, \
                 f"If-Match {o.if_match} refused while it named the head: {o}, next {nxt}"
-        elif o.status == 503 and not o.replica_lost and not o.in_doubt:  # Loom's own 503: nothing was written
+        elif o.status == 503 and not (o.replica_lost or o.in_doubt or o.outcome_unknown):  # nothing was written
             report.unavailable += 1
             assert o.retry_after and found == [], f"a 503 without Retry-After, or one that wrote: {o}"
-        else:  # no answer (0), the balancer's 503 (502 without it): the replica died with it; or a 503 after an
-            # attempt whose outcome is unknown: the store says
-            assert o.status in (0, 502) or ((o.replica_lost or o.in_doubt) and o.retry_after), \
+        else:  # no answer (0), the balancer's 503 (502 without it): the replica died with it; a 503 after an
+            # attempt whose outcome is unknown, or Loom's 503 for a COMMIT the store cut: the store says
+            assert o.status in (0, 502) or ((o.replica_lost or o.in_doubt or o.outcome_unknown) and o.retry_after), \
                 f"unexpected answer to a write: {o}"
             if found:
                 report.unknown_applied += 1
@@ -466,7 +471,8 @@ def check_history(api: Call, writes: Iterable[Outcome], *, since: int,
                 report.unknown_not_applied += 1
     strangers = [r for r in revs if r["request_id"] in mine and r["id"] not in
                  {o.revision for o in writes if o.revision is not None} and
-                 not any(o.request_id == r["request_id"] and (o.status in (0, 502) or o.replica_lost)
+                 not any(o.request_id == r["request_id"] and (o.status in (0, 502) or o.replica_lost or
+                                                              o.outcome_unknown)
                          for o in writes)]
     assert strangers == [], f"revisions of writes that were refused: {strangers}"
 
