@@ -19,6 +19,7 @@ the same seed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -219,7 +220,8 @@ class FaultLab:
             needle = f"{ndir / 'agent.sock'}".encode()
             pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).count(needle)]
             for pid in pids:
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # one that ended since it was listed
+                    os.kill(pid, signal.SIGKILL)
             time.sleep(outage)
             runner.start_agents(self.topo)
             return node
