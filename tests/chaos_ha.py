@@ -166,13 +166,6 @@ class Replicated:
                     raise
             time.sleep(0.5)
 
-    def logs(self) -> dict[str, Path]:
-        """Each replica's log and the balancer's, by name."""
-        out = {f"r{i}.log": s.log for i, s in enumerate(self.servers)}
-        if self.balancer is not None:
-            out["haproxy.log"] = self.balancer.log
-        return out
-
 
 class FullChaosLab(ChaosLab):
     """The chaos lab with :class:`Replicated` for a controller, hosts sending traffic and auto-TE on."""
@@ -189,7 +182,6 @@ class FullChaosLab(ChaosLab):
         self.strikes = (*STRIKES, "replica", "store")
         self.host_traffic: HostTraffic | None = None
         self.matrix = 0
-        self.autote_outcomes: list[str] = []
 
     def up(self) -> None:
         super().up()
@@ -242,7 +234,6 @@ class FullChaosLab(ChaosLab):
                 rnd.state = self._final(cid, time.monotonic() + self.settle_timeout)["state"]
             else:
                 rnd.state = "no auto-te change"
-            self.autote_outcomes.append(rnd.state)
             rnd.ok = True
         except AssertionError as exc:
             rnd.detail = str(exc)[:3000]
