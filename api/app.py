@@ -140,7 +140,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     workflow, so a lone replica leads, and recovers, before it serves."""
     settings = settings or Settings()  # type: ignore[call-arg]  # fields come from the environment
     owned = database is None
-    db = database or Database(settings.db_url)
+    db = database or Database(settings.db_url, ack_standbys=settings.store_ack_standbys)
     # a replica paused inside a write transaction loses it well after its lease, never keeps its locks for good
     db.write_idle_timeout_s = max(10.0, 5 * settings.lease_ttl)
     driver = driver if driver is not None else make_driver(settings)

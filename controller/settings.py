@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOOM_", extra="ignore")
 
     db_url: str = Field(DEFAULT_URL, description="SQLAlchemy URL of the store (or a SQLite file path)")
+    store_ack_standbys: int | None = Field(
+        None, ge=0, le=16, description="standbys of a replicated PostgreSQL that must have flushed a write before "
+                                       "it is acknowledged (default: 1 when db_url names several hosts, else 0)")
     admin_token: SecretStr | None = Field(
         None, description="a bootstrap admin bearer token (at least 32 characters); optional")
     host: str = "127.0.0.1"

@@ -60,7 +60,7 @@ def _settings(as_json: bool, **overrides: Any) -> Settings:
 
 
 def _open_store(settings: Settings, as_json: bool) -> Database:
-    db = Database(settings.db_url)
+    db = Database(settings.db_url, ack_standbys=settings.store_ack_standbys)
     try:
         db.migrate()
     except Exception as exc:  # noqa: BLE001 - any failure to open the store is told, not traced

@@ -52,6 +52,7 @@ from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 
 from controller.model.errors import StoreContention, StoreOutcomeUnknown, StoreUnavailable
 from controller.store.content import HeadCache, SnapshotCache, StoreOptions, install_cache_hooks
+from controller.store.replication import auto_ack_standbys, await_standbys, server_identity
 
 __all__ = ["DEFAULT_URL", "Database", "RetryOptions", "lock_revisions", "normalize_url", "retrying", "store_error",
            "switching", "write_transaction"]
@@ -155,16 +156,22 @@ class Database:
     free connection of the pool; past either the request is :class:`StoreUnavailable`.
     ``write_idle_timeout_s`` bounds how long a PostgreSQL write transaction may wait between two
     statements: PostgreSQL ends one idle longer (``idle_in_transaction_session_timeout``), so a process
-    paused inside one (SIGSTOP, a frozen VM) does not keep its row locks from a new leader."""
+    paused inside one (SIGSTOP, a frozen VM) does not keep its row locks from a new leader.
+    ``ack_standbys``: how many standbys must have flushed a committed write before it is acknowledged
+    (:mod:`controller.store.replication`; None: one on a multi-host PostgreSQL URL, none otherwise), waited
+    for up to ``ack_timeout_s``."""
 
     def __init__(self, url: str = DEFAULT_URL, *, echo: bool = False, lock_timeout_s: float = 15.0,
                  pool_timeout_s: float = 30.0, options: StoreOptions | None = None,
-                 write_idle_timeout_s: float = 60.0):
+                 write_idle_timeout_s: float = 60.0, ack_standbys: int | None = None, ack_timeout_s: float = 1.0):
         self.url = normalize_url(url)
         parsed = make_url(self.url)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         self.lock_timeout_s = lock_timeout_s
         self.write_idle_timeout_s = write_idle_timeout_s
+        self.ack_standbys = (auto_ack_standbys(self.url) if ack_standbys is None else ack_standbys) \
+            if not self.is_sqlite else 0
+        self.ack_timeout_s = ack_timeout_s
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         pooled = {"poolclass": _QueuePool, "pool_timeout": pool_timeout_s}
         if self.is_sqlite:
@@ -296,16 +303,22 @@ def write_transaction(session: Session) -> Iterator[Session]:
     if session.in_transaction():
         session.rollback()
     committing = False
+    db: Database | None = session.info.get(_DATABASE)
+    replicated = db is not None and db.ack_standbys > 0
     try:
         with session.begin():
             session.connection(execution_options={_WRITE: True})
-            db = session.info.get(_DATABASE)
             if db is not None and not db.is_sqlite and db.write_idle_timeout_s > 0:
                 ms = int(db.write_idle_timeout_s * 1000)  # (SET LOCAL takes no bind parameter)
                 session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {ms}"))
+            primary = server_identity(session) if replicated else ()
             yield session
             session.flush()  # every statement before the COMMIT: a failure up to here wrote nothing
             committing = True
+        if replicated and db is not None:  # acknowledged once a standby holds it, whatever the failover manager does
+            await_standbys(db.engine, primary, db.ack_standbys, db.ack_timeout_s)
+    except StoreOutcomeUnknown:
+        raise
     except StoreUnavailable as exc:
         if committing and not isinstance(exc, StoreContention):
             raise StoreOutcomeUnknown(f"the store failed while committing, the write may or may not have been "

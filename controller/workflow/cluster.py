@@ -125,7 +125,8 @@ class Cluster:
         # test, where a replica taking over under load reported no leader for a minute.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loom-lease")
         self._lease_db = database if database.is_sqlite else Database(
-            database.url, lock_timeout_s=max(0.2, self.ttl / 2), pool_timeout_s=max(0.2, self.ttl / 2))
+            database.url, lock_timeout_s=max(0.2, self.ttl / 2), pool_timeout_s=max(0.2, self.ttl / 2),
+            ack_standbys=database.ack_standbys, ack_timeout_s=min(database.ack_timeout_s, self.ttl / 4))
         self._valid_until = -math.inf
         self._held = False  # the last attempt left this replica holding the lease
         self._started_at = time.time()

@@ -30,6 +30,7 @@ from sqlalchemy import text
 
 from controller.model.errors import StoreOutcomeUnknown, StoreUnavailable
 from controller.store.db import Database, store_error, switching
+from controller.store.replication import auto_ack_standbys, url_hosts
 from tests import pgha
 from tests.ha_cluster import Traffic, check_history, settle, wait_step
 from tests.ha_fixture import HA, KILLS, ha_cluster
@@ -66,6 +67,16 @@ def test_the_errors_of_a_switch_over_are_unavailable_and_discard_the_connection(
     assert issubclass(StoreOutcomeUnknown, StoreUnavailable)  # the same 503 with Retry-After
 
 
+def test_a_store_named_by_several_hosts_asks_a_standby_for_every_write() -> None:
+    pg = "postgresql+psycopg://loom@/loom"
+    assert url_hosts(f"{pg}?host=db1,db2&port=5432,5432&target_session_attrs=read-write") == 2
+    assert url_hosts(f"{pg}?host=db1&host=db2&host=db3") == 3
+    assert url_hosts("postgresql://loom@db1/loom") == url_hosts(f"{pg}?host=/run/pg") == 1
+    assert url_hosts("sqlite:///loom.db") == 0
+    assert [auto_ack_standbys(u) for u in (f"{pg}?host=a,b", f"{pg}?host=a", "sqlite:///x.db")] == [1, 0, 0]
+    assert Database("sqlite:///:memory:", ack_standbys=1).ack_standbys == 0  # nothing to ask
+
+
 def test_a_standby_refuses_a_write_as_unavailable(formation: pgha.Formation) -> None:
     """A connection that reaches a standby (no ``target_session_attrs``, or a primary demoted under it) is
     refused a write with 25006: a 503, not a 500."""
@@ -99,6 +110,37 @@ def test_a_commit_cut_by_the_store_is_never_acknowledged(formation: pgha.Formati
             assert s.execute(text("SELECT array_agg(a) FROM cut_commit")).scalar_one() == [2]
     finally:
         db.dispose()
+
+
+def test_a_write_no_standby_holds_is_never_acknowledged(formation: pgha.Formation) -> None:
+    """The standby's node dies: pg_auto_failover puts the primary in ``wait_primary``, which commits alone.
+    Such a write is applied on the primary only and would be lost with it: Loom answers it as an unknown
+    outcome (503) until the standby is back, then acknowledges again. The same write with a store that asks
+    no standby (``ack_standbys=0``) is acknowledged: the case Loom guards against."""
+    states = formation.wait_healthy()
+    standby = next(n for n in formation.nodes if states[n.name][0] == "secondary")
+    db, bare = Database(formation.url), Database(formation.url, ack_standbys=0)
+    assert (db.ack_standbys, bare.ack_standbys) == (1, 0)  # a multi-host URL asks one standby by default
+    try:
+        with db.write() as s:
+            s.execute(text("CREATE TABLE IF NOT EXISTS lone_commit (a int)"))
+        standby.kill9()
+        formation.wait_states({n.name: ("wait_primary",) for n in formation.nodes if n is not standby}, timeout=60)
+        with pytest.raises(StoreOutcomeUnknown, match="may or may not have been applied") as caught, \
+                db.write() as s:
+            s.execute(text("INSERT INTO lone_commit VALUES (1)"))
+        assert "not yet on a standby" in str(caught.value), caught.value
+        with bare.write() as s:  # acknowledged by the primary alone
+            s.execute(text("INSERT INTO lone_commit VALUES (2)"))
+        with db.session() as s:  # both applied on the primary: the 503 was right not to say "not applied"
+            assert s.execute(text("SELECT array_agg(a ORDER BY a) FROM lone_commit")).scalar_one() == [1, 2]
+        formation.restart(standby)
+        formation.wait_healthy()
+        with db.write() as s:
+            s.execute(text("INSERT INTO lone_commit VALUES (3)"))
+    finally:
+        db.dispose()
+        bare.dispose()
 
 
 def _kill_during_commit(ha: HA, formation: pgha.Formation, active: int, rng: random.Random) -> dict[str, Any]:
