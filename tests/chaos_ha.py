@@ -58,6 +58,8 @@ AUTO_TE = {"kind": "auto_te", "interval_s": 3, "window_s": 4, "stat": "mean", "h
 AUTOTE_WAIT = 90.0
 #: the answers a read through the balancer is retried after (a failover: no leader, no store, no replica)
 RETRIED = {502, 503, 504}
+#: the problem type of HAProxy's own 503 (no replica up: the request went nowhere), tests.balancer
+BALANCER_503 = "urn:loom:problem:balancer-503"
 
 
 def full_intent(name: str) -> dict[str, Any]:
@@ -152,19 +154,31 @@ class Replicated:
 
     def __call__(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """An API call through the balancer with the admin token; a read answered 502-504 or not at all (a
-        failover) is asked again for up to a minute."""
+        failover) is asked again for up to a minute, and so is any call the balancer refused itself, sent to
+        no replica (its 503 while health checks have every replica down: on a loaded machine a replica's
+        ``/readyz`` can outlast the check's timeout, as it did in a CI run)."""
         headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
         kw.setdefault("timeout", self.request_timeout)
         deadline = time.monotonic() + 60
         while True:
             try:
                 r = request(method, self.url + path, headers=headers, **kw)
-                if method != "GET" or r.status_code not in RETRIED or time.monotonic() > deadline:
+                again = (method == "GET" and r.status_code in RETRIED) or _unsent(r)
+                if not again or time.monotonic() > deadline:
                     return r
             except httpx.TransportError:
                 if method != "GET" or time.monotonic() > deadline:
                     raise
             time.sleep(0.5)
+
+
+def _unsent(r: httpx.Response) -> bool:
+    """``r`` is the balancer's own 503 for a request it sent to no replica (every one was down)."""
+    if r.status_code != 503 or "json" not in r.headers.get("content-type", ""):
+        return False
+    with contextlib.suppress(ValueError):
+        return bool(r.json().get("type") == BALANCER_503)
+    return False
 
 
 class FullChaosLab(ChaosLab):
