@@ -172,6 +172,7 @@ class Database:
         self.ack_standbys = (auto_ack_standbys(self.url) if ack_standbys is None else ack_standbys) \
             if not self.is_sqlite else 0
         self.ack_timeout_s = ack_timeout_s
+        self._head: tuple[str | None] | None = None  # (head_migration(),) once read
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         pooled = {"poolclass": _QueuePool, "pool_timeout": pool_timeout_s}
         if self.is_sqlite:
@@ -227,7 +228,11 @@ class Database:
             command.upgrade(cfg, "head")
 
     def head_migration(self) -> str | None:
-        return ScriptDirectory.from_config(self._alembic_config()).get_current_head()
+        """The newest migration of this code (read from the scripts once: ``/readyz`` asks on every probe,
+        several times a second behind a balancer, and parsing them costs milliseconds of CPU each time)."""
+        if self._head is None:
+            self._head = (ScriptDirectory.from_config(self._alembic_config()).get_current_head(),)
+        return self._head[0]
 
     def current_migration(self) -> str | None:
         """The schema's migration, read from alembic's version table (not through a MigrationContext, which
