@@ -42,7 +42,7 @@ class Event:
         return {"id": self.id, "at": self.at.isoformat(), "event": self.kind, "data": self.data}
 
 
-def add_event(kind: str, data: dict[str, Any], *, session: Session, now: datetime) -> int:
+def add_event(kind: str, data: JsonObject, *, session: Session, now: datetime) -> int:
     """Append an event (in the caller's transaction); returns its id."""
     row = EventRow(at=now, kind=kind, data=json.dumps(data, separators=(",", ":"), default=str))
     session.add(row)
@@ -71,7 +71,7 @@ def last_event_id(*, session: Session) -> int:
     return int(session.scalar(select(func.max(EventRow.id))) or 0)
 
 
-def save_opstate(document: dict[str, Any], *, session: Session, now: datetime) -> None:
+def save_opstate(document: JsonObject, *, session: Session, now: datetime) -> None:
     row = session.get(OpStateRow, 1)
     text = json.dumps(document, separators=(",", ":"))
     if row is None:
@@ -88,7 +88,7 @@ def load_opstate(*, session: Session) -> tuple[datetime, dict[str, Any]] | None:
     return utc(row.at) or row.at, json.loads(row.document)
 
 
-def save_baselines(documents: dict[str, dict[str, Any]], *, session: Session, now: datetime) -> None:
+def save_baselines(documents: dict[str, JsonObject], *, session: Session, now: datetime) -> None:
     """Store the insight's baselines (in the caller's transaction): ``documents`` replaces what was stored."""
     rows = {r.key: r for r in session.scalars(select(InsightBaselineRow))}
     for key in set(rows) - set(documents):

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from controller.model.documents import ChangeState
+from controller.model.documents.base import JsonObject
 from controller.model.errors import Conflict, NotFound
 from controller.store.events_repo import add_event
 from controller.store.lease_repo import holds
@@ -106,8 +107,8 @@ def _transitions(session: Session, ids: list[int]) -> dict[int, tuple[Transition
 
 # -- changes ------------------------------------------------------------------
 def add_change(*, session: Session, kind: str, base_revision: int | None, proposed_revision: int | None,
-               message: str, author: str, now: datetime, trigger: dict[str, Any] | None = None,
-               overlay: dict[str, Any] | None = None) -> Change:
+               message: str, author: str, now: datetime, trigger: JsonObject | None = None,
+               overlay: JsonObject | None = None) -> Change:
     row = ChangeRow(kind=kind, state=ChangeState.DRAFT, base_revision=base_revision,
                     proposed_revision=proposed_revision, message=message, author=author, created_at=now,
                     trigger=json.dumps(trigger, separators=(",", ":")) if trigger is not None else None,
@@ -151,7 +152,7 @@ def list_changes(*, session: Session, limit: int, offset: int, state: ChangeStat
 _JSON_FIELDS = ("review", "progress", "trigger", "settle")
 
 
-def set_overlay(change_id: int, overlay: dict[str, Any] | None, *, session: Session) -> None:
+def set_overlay(change_id: int, overlay: JsonObject | None, *, session: Session) -> None:
     """The overlay the change's plan leaves out (None or empty: none)."""
     session.execute(update(ChangeRow).where(ChangeRow.id == change_id).values(overlay=_overlay_json(overlay)))
     session.flush()
@@ -215,7 +216,7 @@ def release_commit(change_id: int, *, session: Session) -> None:
 
 
 # -- plans --------------------------------------------------------------------
-def put_plan(revision: int, document: dict[str, Any], *, session: Session, now: datetime) -> None:
+def put_plan(revision: int, document: JsonObject, *, session: Session, now: datetime) -> None:
     if session.get(PlanRow, revision) is not None:
         return
     blob = zlib.compress(json.dumps(document, separators=(",", ":")).encode(), 6)
@@ -242,21 +243,23 @@ def active_overlay(*, session: Session) -> dict[str, Any] | None:
     return json.loads(row[0]) if row is not None and row[0] else None
 
 
-def _overlay_json(overlay: dict[str, Any] | None) -> str | None:
-    if not overlay or not (overlay.get("links") or overlay.get("devices")):
+def _overlay_json(overlay: JsonObject | None) -> str | None:
+    links, devices = (overlay.get("links") or [], overlay.get("devices") or []) if overlay else ([], [])
+    if not isinstance(links, list) or not isinstance(devices, list):
+        raise TypeError(f"an overlay's links and devices are lists: {overlay!r}")
+    if not (links or devices):
         return None
-    return json.dumps({"links": sorted(overlay.get("links") or []), "devices": sorted(overlay.get("devices") or [])},
-                      separators=(",", ":"))
+    return json.dumps({"links": sorted(map(str, links)), "devices": sorted(map(str, devices))}, separators=(",", ":"))
 
 
 def add_deployment(revision: int, change_id: int | None, *, session: Session, now: datetime,
-                   overlay: dict[str, Any] | None = None) -> None:
+                   overlay: JsonObject | None = None) -> None:
     session.add(DeploymentRow(revision_id=revision, change_id=change_id, at=now, overlay=_overlay_json(overlay)))
     session.flush()
 
 
 # -- drift ----------------------------------------------------------------------
-def add_drift(document: dict[str, Any], *, session: Session, now: datetime, active: int | None) -> None:
+def add_drift(document: JsonObject, *, session: Session, now: datetime, active: int | None) -> None:
     session.add(DriftRow(checked_at=now, active_revision=active, document=json.dumps(document)))
     session.flush()
     # keep the last 100 reports
