@@ -81,7 +81,7 @@ def save_opstate(document: JsonObject, *, session: Session, now: datetime) -> No
     session.flush()
 
 
-def load_opstate(*, session: Session) -> tuple[datetime, dict[str, Any]] | None:
+def load_opstate(*, session: Session) -> tuple[datetime, JsonObject] | None:
     row = session.get(OpStateRow, 1)
     if row is None:
         return None
@@ -103,6 +103,6 @@ def save_baselines(documents: dict[str, JsonObject], *, session: Session, now: d
     session.flush()
 
 
-def load_baselines(*, session: Session) -> dict[str, dict[str, Any]]:
+def load_baselines(*, session: Session) -> dict[str, JsonObject]:
     """The insight's stored baselines by key."""
     return {r.key: json.loads(r.document) for r in session.scalars(select(InsightBaselineRow))}

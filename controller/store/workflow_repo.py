@@ -224,7 +224,7 @@ def put_plan(revision: int, document: JsonObject, *, session: Session, now: date
     session.flush()
 
 
-def get_plan(revision: int, *, session: Session) -> dict[str, Any] | None:
+def get_plan(revision: int, *, session: Session) -> JsonObject | None:
     blob = session.scalar(select(PlanRow.data).where(PlanRow.revision_id == revision))
     if blob is None:
         return None
@@ -237,7 +237,7 @@ def active_revision(*, session: Session) -> int | None:
     return session.scalar(select(DeploymentRow.revision_id).order_by(DeploymentRow.id.desc()).limit(1))
 
 
-def active_overlay(*, session: Session) -> dict[str, Any] | None:
+def active_overlay(*, session: Session) -> JsonObject | None:
     """The overlay the fabric runs with its active revision (the newest deployment's), None for none."""
     row = session.execute(select(DeploymentRow.overlay).order_by(DeploymentRow.id.desc()).limit(1)).first()
     return json.loads(row[0]) if row is not None and row[0] else None
@@ -268,7 +268,7 @@ def add_drift(document: JsonObject, *, session: Session, now: datetime, active: 
         session.query(DriftRow).filter(DriftRow.id <= old).delete()
 
 
-def latest_drift(*, session: Session) -> dict[str, Any] | None:
+def latest_drift(*, session: Session) -> JsonObject | None:
     doc = session.scalar(select(DriftRow.document).order_by(DriftRow.id.desc()).limit(1))
     return json.loads(doc) if doc else None
 
