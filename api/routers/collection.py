@@ -74,7 +74,7 @@ def collection_router(name: str, filters: Callable[..., Awaitable[Filters]], *, 
         obj, result = service.create_object(name, element, session=session,
                                             ctx=with_status(fingerprinted(ctx, _canonical(element)), 201))
         set_etag(response, result.revision)
-        response.headers["Location"] = _location(request, coll.kind, obj["id"])
+        response.headers["Location"] = _location(request, coll.kind, str(obj["id"]))
         response.headers.update(replay_headers(result))
         return obj
 

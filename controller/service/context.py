@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.model.documents.base import JsonObject
 from controller.model.errors import LoomError
 from controller.service.idempotency import IdempotentWrite
 from controller.store.models import ROLES
@@ -81,7 +82,7 @@ class WriteResult:
     replayed: bool = False  # the answer of an earlier request with the same Idempotency-Key, nothing written
 
     @property
-    def document(self) -> Doc:
+    def document(self) -> JsonObject:
         """The resulting intent document (shared element dicts: never change them)."""
         return self.snapshot.document()
 

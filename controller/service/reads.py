@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
+from controller.model.documents.base import JsonObject
 from controller.model.errors import NotFound
 from controller.service.context import Doc, Listing, Page
 from controller.store import content, objects, repo
@@ -45,7 +46,7 @@ def revision_snapshot(revision: int, *, session: Session) -> tuple[Revision, Sna
     return rev, repo.revision_snapshot(rev.id, session=session, content_hash=rev.hash)
 
 
-def get_intent(*, session: Session, revision: int | None = None) -> tuple[Revision, Doc]:
+def get_intent(*, session: Session, revision: int | None = None) -> tuple[Revision, JsonObject]:
     """The document of ``revision`` (the head by default); :class:`NotFound` on an empty store.
     The element dicts are the store's cached ones: read them, never change them."""
     rev, snap = head_snapshot(session=session) if revision is None else revision_snapshot(revision, session=session)
@@ -143,7 +144,7 @@ def list_revisions(*, session: Session, limit: int, offset: int) -> Page:
     return Page(items, total, limit, offset, repo.head_revision(session=session))
 
 
-def diff_revisions(a: int, b: int, *, session: Session) -> Doc:
+def diff_revisions(a: int, b: int, *, session: Session) -> JsonObject:
     """Objects added, removed and changed from revision ``a`` to revision ``b``."""
     old = repo.revision_snapshot(a, session=session)
     new = repo.revision_snapshot(b, session=session)

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from controller.model import Intent
+from controller.model.documents.base import JsonObject
 from controller.model.errors import (
     Conflict,
     IntentError,
@@ -210,7 +211,8 @@ def _what(coll: objects.Collection) -> str:
     return coll.kind.replace("_", " ")
 
 
-def create_object(kind: str, element: Doc, *, session: Session, ctx: WriteContext) -> tuple[Doc, WriteResult]:
+def create_object(kind: str, element: JsonObject, *, session: Session,
+                  ctx: WriteContext) -> tuple[JsonObject, WriteResult]:
     coll = objects.collection(kind)
     result, ident = apply_draft(lambda draft: draft.insert(coll.key, element), session=session, ctx=ctx,
                                 action=f"{coll.kind}.create",
@@ -218,8 +220,8 @@ def create_object(kind: str, element: Doc, *, session: Session, ctx: WriteContex
     return _public_of(coll, result, ident), result
 
 
-def update_object(kind: str, raw_ident: str, patch: Doc, *, session: Session,
-                  ctx: WriteContext) -> tuple[Doc, WriteResult]:
+def update_object(kind: str, raw_ident: str, patch: JsonObject, *, session: Session,
+                  ctx: WriteContext) -> tuple[JsonObject, WriteResult]:
     coll = objects.collection(kind)
     ident = objects.parse_object_id(coll, raw_ident)
 

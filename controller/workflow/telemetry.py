@@ -99,7 +99,8 @@ def capture_document(result: WriteResult, *, window_s: float, stat: Stat, headro
                      method: Method) -> DemandCaptureDocument:
     """``POST /v1/demands/from-telemetry``'s answer: the revision :func:`capture_demands` wrote (or found
     written) and the demands it holds."""
-    rows = result.document.get("demands", [])
+    rows = result.document.get("demands") or []
+    assert isinstance(rows, list), "an intent's demands are a list"
     return DemandCaptureDocument(revision=result.revision.id, changed=result.changed, window_s=window_s, stat=stat,
                                  headroom=headroom, method=method,
                                  demands=[MeasuredDemandDocument.model_validate(r) for r in rows])
