@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller.model.documents.base import JsonObject
 from controller.model.errors import IntentError, MergeConflict
 from controller.store.snapshot import SECTIONS, Element, Section, Snapshot
 
@@ -27,7 +28,7 @@ Doc = dict[str, Any]
 _MISSING = object()
 
 
-def merge_onto_head(base: Snapshot, head: Snapshot, proposal: Snapshot, *, what: str = "the change") -> Doc:
+def merge_onto_head(base: Snapshot, head: Snapshot, proposal: Snapshot, *, what: str = "the change") -> JsonObject:
     """The head's document with the edits that ``proposal`` makes on ``base``.
 
     Parameters: ``base``, the revision the change was made on; ``head``, the intent now;

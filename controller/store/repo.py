@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from controller.model import Intent
 from controller.model.addressing import Allocation, allocate
+from controller.model.documents.base import JsonObject
 from controller.model.errors import Conflict, NotFound
 from controller.store import content
 from controller.store.content import ConcurrentWrite, WriteStats
@@ -168,9 +169,9 @@ def revision_snapshot(rev_id: int, *, session: Session, content_hash: str | None
     return content.load_snapshot(session.connection(), rev_id, content.cache_of(session), content_hash)
 
 
-def revision_document(rev_id: int, *, session: Session) -> dict[str, Any]:
+def revision_document(rev_id: int, *, session: Session) -> JsonObject:
     """Revision ``rev_id``'s document, a copy of the caller's own."""
-    result: dict[str, Any] = json.loads(revision_snapshot(rev_id, session=session).json())
+    result: JsonObject = json.loads(revision_snapshot(rev_id, session=session).json())
     return result
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from controller.model import Defaults, Intent, Routing
 from controller.model.addressing import Allocation
+from controller.model.documents.base import JsonObject, JsonValue
 from controller.model.intent import validate_intent
 from controller.model.revalidate import Context, shape
 from controller.store.objects import COLLECTIONS
@@ -307,7 +308,7 @@ class Snapshot:
     def element(self, section: str, ident: str) -> Element | None:
         return self.sections[section].get(ident)
 
-    def document(self) -> Doc:
+    def document(self) -> JsonObject:
         """The intent document (a new dict and new lists; the element dicts are shared: never change them)."""
         return {k: ([e.doc for e in self.sections[k].elements] if _is_section(k, v) else v)
                 for k, v in self.frame.items()}
@@ -506,15 +507,15 @@ def _positions(elements: list[Element], old: Section) -> list[int] | None:
 
 
 # -- diffs ----------------------------------------------------------------------------------------
-def diff_snapshots(old: Snapshot | None, new: Snapshot | None) -> dict[str, Any]:
+def diff_snapshots(old: Snapshot | None, new: Snapshot | None) -> JsonObject:
     """What changed from ``old`` to ``new``, as :func:`controller.store.objects.diff_documents`
     answers it, comparing stored JSON before looking into fields."""
     of = old.frame if old is not None else {}
     nf = new.frame if new is not None else {}
-    fields = {f: [of.get(f), nf.get(f)] for f in (*TOP_FIELDS, "collectives") if of.get(f) != nf.get(f)}
-    added: list[dict[str, Any]] = []
-    removed: list[dict[str, Any]] = []
-    changed: list[dict[str, Any]] = []
+    fields: JsonObject = {f: [of.get(f), nf.get(f)] for f in (*TOP_FIELDS, "collectives") if of.get(f) != nf.get(f)}
+    added: list[JsonValue] = []
+    removed: list[JsonValue] = []
+    changed: list[JsonValue] = []
     for coll in COLLECTIONS.values():
         a = old.sections[coll.key] if old is not None else EMPTY
         b = new.sections[coll.key] if new is not None else EMPTY
@@ -527,7 +528,7 @@ def diff_snapshots(old: Snapshot | None, new: Snapshot | None) -> dict[str, Any]
             if ea is eb or ea.body == eb.body:
                 continue
             x, y = ea.doc, eb.doc
-            delta = {k: [x.get(k), y.get(k)] for k in sorted(x.keys() | y.keys()) if x.get(k) != y.get(k)}
+            delta: JsonObject = {k: [x.get(k), y.get(k)] for k in sorted(x.keys() | y.keys()) if x.get(k) != y.get(k)}
             if delta:
                 changed.append({"kind": coll.kind, "name": name, "fields": delta})
     return {"fields": fields, "added": added, "removed": removed, "changed": changed}
