@@ -81,7 +81,7 @@ def _validated(document: Any) -> Intent:
         raise InvalidIntent([IntentError(format_loc(list(e["loc"])), str(e["msg"])) for e in exc.errors()]) from None
 
 
-def apply_edit(edit: Callable[[Doc | None], Doc], *, session: Session, ctx: WriteContext, action: str,
+def apply_edit(edit: Callable[[JsonObject | None], JsonObject], *, session: Session, ctx: WriteContext, action: str,
                retry: RetryOptions = RetryOptions()) -> WriteResult:
     """Apply ``edit`` (head document, or ``None`` on an empty store -> new
     document; it must not change the head document in place) as one transaction:

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from controller.model import Routing
+from controller.model.documents.base import JsonObject
 from controller.model.errors import Conflict, NotFound
 from controller.model.intent import validate_intent
 from controller.model.revalidate import Change, cross_object_valid, proven_valid, shape
@@ -34,7 +35,6 @@ from controller.store.snapshot import (
     IDENTITY,
     TOP_FIELDS,
     Delta,
-    Doc,
     Element,
     Section,
     SectionDelta,
@@ -88,7 +88,7 @@ class Draft:
     def _what(self, section: str) -> str:
         return _BY_KEY[section].kind.replace("_", " ")
 
-    def get(self, section: str, ident: str) -> Doc:
+    def get(self, section: str, ident: str) -> JsonObject:
         """The element's document as the draft has it now (raw if edited)."""
         w = self.work.get(section)
         if w is not None:
@@ -102,7 +102,7 @@ class Draft:
             raise NotFound(f"{self._what(section)} {ident!r} does not exist")
         return el.doc
 
-    def insert(self, section: str, raw: Doc) -> str:
+    def insert(self, section: str, raw: JsonObject) -> str:
         """Append ``raw``; its identity must be free. Returns the identity."""
         ident = IDENTITY[section](raw)
         w = self._section(section)
@@ -115,7 +115,7 @@ class Draft:
         w.pending[ident] = raw
         return ident
 
-    def replace(self, section: str, ident: str, raw: Doc) -> str:
+    def replace(self, section: str, ident: str, raw: JsonObject) -> str:
         """Put ``raw`` in the place of element ``ident`` (same position); returns its identity,
         which a rename changes (it must be free)."""
         w = self._section(section)
@@ -157,7 +157,7 @@ class Draft:
         del w.pos[i]
         w.index = {k: n for n, k in enumerate(keys)}
 
-    def document(self) -> Doc:
+    def document(self) -> JsonObject:
         """The edited document, raw elements as given (for the whole-document check)."""
         doc = self.base.document()
         for s, w in self.work.items():
