@@ -47,8 +47,9 @@ class HA:
 
 
 @contextmanager
-def ha_cluster(base: Path, postgres_url: str) -> Iterator[HA]:
-    """The cluster in ``base`` on the database of ``postgres_url`` (its schema dropped and migrated first)."""
+def ha_cluster(base: Path, postgres_url: str, *, env: dict[str, str] | None = None) -> Iterator[HA]:
+    """The cluster in ``base`` on the database of ``postgres_url`` (its schema dropped and migrated first);
+    ``env``: more settings of the replicas."""
     db = Database(postgres_url)
     drop_schema(db)
     db.migrate()
@@ -56,7 +57,7 @@ def ha_cluster(base: Path, postgres_url: str) -> Iterator[HA]:
         service.replace_intent(DOC, session=s, ctx=SETUP)
     fleet = Fleet(base / "agents", delay=1.0)  # every apply takes a second: time to kill or freeze mid-commit
     fleet.base.mkdir()
-    replicas = Replicas(base, postgres_url, fleet, 3, ttl=TTL, renew=RENEW)
+    replicas = Replicas(base, postgres_url, fleet, 3, ttl=TTL, renew=RENEW, env=env)
     balancer = Balancer(base, replicas.ports())
     try:
         fleet.start()
