@@ -85,6 +85,7 @@ def _measure(base: Path, nodes: int, sync: int, env: dict[str, str], leader_too:
     from tests.ha_cluster import Traffic
     from tests.ha_fixture import ha_cluster
 
+    base.mkdir(parents=True)
     with pgha.formation(data_nodes=nodes, sync_standbys=sync) as formation, \
             ha_cluster(base, formation.url, env=env) as ha:
         links = [item["id"] for item in ha.lb("GET", "/v1/links?limit=4").json()["items"]]
