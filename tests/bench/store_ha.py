@@ -40,7 +40,11 @@ def _load() -> str:
 def _store_kill(ha: Any, formation: Any) -> tuple[float, float]:
     """Kill the primary's node; (its kill time, seconds to the standby's promotion). Starts it again."""
     victim = formation.kill_primary()
-    formation.wait_states({n.name: ("wait_primary", "primary") for n in formation.nodes if n is not victim})
+    deadline = time.monotonic() + 120
+    while not any(formation.states().get(n.name, ("", ""))[0] in ("wait_primary", "primary")
+                  for n in formation.nodes if n is not victim):
+        assert time.monotonic() < deadline, f"no standby promoted in 120 s: {formation.states()}"
+        time.sleep(0.1)  # (one of the standbys: with three data nodes the other one follows it)
     promoted = time.monotonic() - victim.killed_at
     formation.restart(victim)
     formation.wait_healthy()
