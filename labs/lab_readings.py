@@ -13,15 +13,26 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from controller.model import canonical_prefix, prefix_order
 
-__all__ = ["ROUTES_BOTH", "NodeObservation", "Observation", "bgp_sessions", "parse_routes", "routes_of_both"]
+__all__ = ["ROUTES_BOTH", "NextHop", "NodeObservation", "Observation", "bgp_sessions", "parse_routes", "routes_of_both"]
 
 #: routes that no routing daemon made: the kernel's own (connected subnets, IPv6's ``fe80::/64``) and those
 #: learnt from router advertisements
 _ROUTE_PROTOCOLS_SKIPPED = ("kernel", "ra")
+
+
+class NextHop(TypedDict):
+    """One next hop of a kernel route: the port it leaves on and its weight (1 unless WCMP set one)."""
+
+    port: str
+    weight: int
+
+
+#: prefix -> its next hops, sorted by port
+Routes = dict[str, list[NextHop]]
 
 
 @dataclass
@@ -32,7 +43,7 @@ class NodeObservation:
     daemons_alive: int = 0
     daemons: int = 0
     sessions: dict[str, str] = field(default_factory=dict)  # peer -> state
-    routes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # prefix -> [{port, weight}]
+    routes: Routes = field(default_factory=dict)  # prefix -> [{port, weight}]
     error: str | None = None
 
     @property
@@ -52,7 +63,7 @@ class Observation:
     def route_count(self) -> int:
         return sum(len(n.routes) for n in self.nodes.values())
 
-    def routes(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    def routes(self) -> dict[str, Routes]:
         """node -> prefix -> next hops, nodes by name, prefixes IPv4 first then by address."""
         return {name: dict(sorted(n.routes.items(), key=lambda kv: prefix_order(kv[0])))
                 for name, n in sorted(self.nodes.items())}
@@ -61,7 +72,7 @@ class Observation:
         return json.dumps({k: (n.sessions, n.routes) for k, n in sorted(self.nodes.items())}, sort_keys=True)
 
 
-def parse_routes(ip_json: str, family: int = 4) -> dict[str, list[dict[str, Any]]]:
+def parse_routes(ip_json: str, family: int = 4) -> Routes:
     """``ip -j route`` output (``ip -j -6 route`` with ``family=6``) -> canonical prefix -> sorted
     ``[{"port", "weight"}]``. Routes the kernel made (connected subnets, IPv6's ``fe80::/64``, routes from
     router advertisements) and routes that are not unicast (multicast, local, unreachable) are left out. A
@@ -70,8 +81,8 @@ def parse_routes(ip_json: str, family: int = 4) -> dict[str, list[dict[str, Any]
     return _routes(json.loads(ip_json or "[]"), family)
 
 
-def _routes(entries: list[dict[str, Any]], family: int) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
+def _routes(entries: list[dict[str, Any]], family: int) -> Routes:
+    out: Routes = {}
     for r in entries:
         if r.get("protocol") in _ROUTE_PROTOCOLS_SKIPPED or r.get("type", "unicast") != "unicast":
             continue
@@ -86,9 +97,9 @@ def _routes(entries: list[dict[str, Any]], family: int) -> dict[str, list[dict[s
             continue
         hops = r.get("nexthops")
         if hops:
-            members = [{"port": h.get("dev", ""), "weight": int(h.get("weight", 1))} for h in hops]
+            members = [NextHop(port=str(h.get("dev", "")), weight=int(h.get("weight", 1))) for h in hops]
         elif r.get("dev"):
-            members = [{"port": r["dev"], "weight": 1}]
+            members = [NextHop(port=str(r["dev"]), weight=1)]
         else:
             continue
         out[dst] = sorted(members, key=lambda m: m["port"])
@@ -99,7 +110,7 @@ def _routes(entries: list[dict[str, Any]], family: int) -> dict[str, list[dict[s
 ROUTES_BOTH = "ip -j -4 route show table main; echo; ip -j -6 route show table main"
 
 
-def routes_of_both(text: str) -> dict[str, list[dict[str, Any]]]:
+def routes_of_both(text: str) -> Routes:
     """:data:`ROUTES_BOTH`'s output (two ``ip -j`` documents, IPv4's then IPv6's) -> :func:`parse_routes` of
     both, IPv4 prefixes first."""
     decoder, at = json.JSONDecoder(), 0
