@@ -32,6 +32,7 @@ is never acknowledged; a retry with the same ``Idempotency-Key`` finds it if it 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -169,10 +170,9 @@ class Database:
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         self.lock_timeout_s = lock_timeout_s
         self.write_idle_timeout_s = write_idle_timeout_s
-        self.ack_standbys = (auto_ack_standbys(self.url) if ack_standbys is None else ack_standbys) \
-            if not self.is_sqlite else 0
+        self.ack_standbys = 0 if self.is_sqlite else \
+            auto_ack_standbys(self.url) if ack_standbys is None else ack_standbys
         self.ack_timeout_s = ack_timeout_s
-        self._head: tuple[str | None] | None = None  # (head_migration(),) once read
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         pooled = {"poolclass": _QueuePool, "pool_timeout": pool_timeout_s}
         if self.is_sqlite:
@@ -215,8 +215,7 @@ class Database:
 
     # -- migrations ---------------------------------------------------------
     def _alembic_config(self) -> Config:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg = _scripts_config()
         cfg.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
         return cfg
 
@@ -228,11 +227,7 @@ class Database:
             command.upgrade(cfg, "head")
 
     def head_migration(self) -> str | None:
-        """The newest migration of this code (read from the scripts once: ``/readyz`` asks on every probe,
-        several times a second behind a balancer, and parsing them costs milliseconds of CPU each time)."""
-        if self._head is None:
-            self._head = (ScriptDirectory.from_config(self._alembic_config()).get_current_head(),)
-        return self._head[0]
+        return _head_migration()
 
     def current_migration(self) -> str | None:
         """The schema's migration, read from alembic's version table (not through a MigrationContext, which
@@ -248,6 +243,20 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+@functools.cache
+def _head_migration() -> str | None:
+    """The newest migration of this code, read from the scripts once per process: ``/readyz`` asks on every
+    probe, several times a second behind a balancer, and parsing them costs milliseconds of CPU each time."""
+    return ScriptDirectory.from_config(_scripts_config()).get_current_head()
+
+
+def _scripts_config() -> Config:
+    """Alembic's configuration naming this package's migration scripts (no database yet)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
 
 
 def _postgres_setup(engine: Engine, lock_timeout_s: float) -> None:
@@ -309,19 +318,19 @@ def write_transaction(session: Session) -> Iterator[Session]:
         session.rollback()
     committing = False
     db: Database | None = session.info.get(_DATABASE)
-    replicated = db is not None and db.ack_standbys > 0
+    acks = db if db is not None and db.ack_standbys > 0 else None  # the store whose standbys must hold it
     try:
         with session.begin():
             session.connection(execution_options={_WRITE: True})
             if db is not None and not db.is_sqlite and db.write_idle_timeout_s > 0:
                 ms = int(db.write_idle_timeout_s * 1000)  # (SET LOCAL takes no bind parameter)
                 session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {ms}"))
-            primary = server_identity(session) if replicated else ()
+            primary = server_identity(session) if acks is not None else ()
             yield session
             session.flush()  # every statement before the COMMIT: a failure up to here wrote nothing
             committing = True
-        if replicated and db is not None:  # acknowledged once a standby holds it, whatever the failover manager does
-            await_standbys(db.engine, primary, db.ack_standbys, db.ack_timeout_s)
+        if acks is not None:  # acknowledged once a standby holds it, whatever the failover manager does
+            await_standbys(acks.engine, primary, acks.ack_standbys, acks.ack_timeout_s)
     except StoreOutcomeUnknown:
         raise
     except StoreUnavailable as exc:
