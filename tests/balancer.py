@@ -52,6 +52,8 @@ REPLAYABLE_WRITES = (r"^/v1/(intent|devices|links|failure-domains|prefixes|polic
                      r"(/|$)|^/v1/revisions/[0-9]+/rollback$")
 #: the problem type of the balancer's 503 for a request whose replica died and that it could not replay
 REPLICA_LOST = "urn:loom:problem:balancer-replica-lost"
+#: the problem type of the balancer's own 503 (every replica down): the request was sent to none (_problem)
+NO_REPLICA = "urn:loom:problem:balancer-503"
 
 
 @functools.cache

@@ -35,7 +35,7 @@ import httpx
 
 from controller.model.intent import load_intent
 from tests import pgha
-from tests.balancer import Balancer
+from tests.balancer import NO_REPLICA, Balancer
 from tests.chaos import CHAOS_ENV, CHAOS_KINDS, STRIKES, ChaosLab
 from tests.faults import REPO, Round
 from tests.ha_cluster import TOKEN as TRAFFIC_TOKEN
@@ -58,8 +58,6 @@ AUTO_TE = {"kind": "auto_te", "interval_s": 3, "window_s": 4, "stat": "mean", "h
 AUTOTE_WAIT = 90.0
 #: the answers a read through the balancer is retried after (a failover: no leader, no store, no replica)
 RETRIED = {502, 503, 504}
-#: the problem type of HAProxy's own 503 (no replica up: the request went nowhere), tests.balancer
-BALANCER_503 = "urn:loom:problem:balancer-503"
 
 
 def full_intent(name: str) -> dict[str, Any]:
@@ -177,7 +175,7 @@ def _unsent(r: httpx.Response) -> bool:
     if r.status_code != 503 or "json" not in r.headers.get("content-type", ""):
         return False
     with contextlib.suppress(ValueError):
-        return bool(r.json().get("type") == BALANCER_503)
+        return bool(r.json().get("type") == NO_REPLICA)
     return False
 
 

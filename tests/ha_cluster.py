@@ -237,7 +237,8 @@ class Outcome:
 
     @property
     def outcome_unknown(self) -> bool:
-        """Loom's own 503 for a write whose COMMIT the store cut: applied or not, only the store can say."""
+        """Loom's own 503 for a write whose COMMIT the store cut, or that no standby holds yet: applied or not,
+        only the store can say."""
         return self.status == 503 and "may or may not have been applied" in self.error
 
     @property

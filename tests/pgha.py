@@ -255,19 +255,35 @@ class Formation:
         rows = self.monitor_sql("SELECT nodename, reportedstate::text, goalstate::text FROM pgautofailover.node")
         return {str(n): (str(r), str(g)) for n, r, g in rows}
 
-    def wait_states(self, want: dict[str, tuple[str, ...]], timeout: float = 120) -> dict[str, tuple[str, str]]:
-        """Wait until each named node reports, and is assigned, one of its wanted states."""
+    def _wait(self, done: Any, what: str, timeout: float) -> dict[str, tuple[str, str]]:
+        """The nodes' states once ``done(name -> in_one_of(states))`` holds, asked every 0.1 s."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 now = self.states()
             except Exception:  # noqa: BLE001 - the monitor restarting: ask again
                 now = {}
-            if all(now.get(n, ("", ""))[0] in w and now.get(n, ("", ""))[1] in w for n, w in want.items()):
+
+            def in_one_of(node: str, wanted: tuple[str, ...], now: dict[str, tuple[str, str]] = now) -> bool:
+                reported, goal = now.get(node, ("", ""))  # reported, and assigned
+                return reported in wanted and goal in wanted
+
+            if done(in_one_of):
                 return now
             if time.monotonic() > deadline:
-                raise TimeoutError(f"formation not in {want} after {timeout} s: {now}; logs in {self.root}")
+                raise TimeoutError(f"formation not {what} after {timeout} s: {now}; logs in {self.root}")
             time.sleep(0.1)
+
+    def wait_states(self, want: dict[str, tuple[str, ...]], timeout: float = 120) -> dict[str, tuple[str, str]]:
+        """Wait until each named node reports, and is assigned, one of its wanted states."""
+        return self._wait(lambda in_one_of: all(in_one_of(n, w) for n, w in want.items()), f"in {want}", timeout)
+
+    def wait_promoted(self, victim: Node, timeout: float = 120) -> dict[str, tuple[str, str]]:
+        """Wait until a data node other than ``victim`` takes writes (``wait_primary`` or ``primary``): with
+        three data nodes the other standby goes on as a secondary, of the new primary."""
+        others = [n.name for n in self.nodes if n is not victim]
+        return self._wait(lambda in_one_of: any(in_one_of(n, ("wait_primary", "primary")) for n in others),
+                          f"promoting one of {others}", timeout)
 
     def primary(self) -> Node:
         """The data node the monitor holds as primary (waiting for a healthy pair)."""
