@@ -29,6 +29,7 @@ from controller.model.documents import (
 )
 from controller.model.errors import IntentError, InvalidRequest, NotFound
 from controller.telemetry import Telemetry
+from controller.telemetry.discovery import explaining_jobs
 from controller.workflow.telemetry import active_context, active_intent, capture_demands, capture_document
 
 router = APIRouter(tags=["telemetry"], route_class=GuardedRoute)
@@ -104,7 +105,8 @@ def patterns(request: Request, _actor: Viewer, window_s: WindowS = 300.0) -> Pat
     tel = telemetry(request, window_s)
     _rev, intent, plan = active_context(tel, sessions=request.app.state.database.session)
     method, groups = tel.patterns(intent, plan, time.time(), window_s)
-    return PatternsDocument(window_s=window_s, method=method, groups=[g.to_model() for g in groups])
+    return PatternsDocument(window_s=window_s, method=method, groups=[
+        g.to_model(() if g.is_background else explaining_jobs(g.members, intent)) for g in groups])
 
 
 class DemandCapture(BaseModel):

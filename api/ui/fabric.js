@@ -229,9 +229,10 @@ function patternsCard(patterns) {
     h("h2", {}, "Traffic patterns"),
     !patterns ? h("p", { class: "muted" }, "no measured traffic to classify yet")
       : !groups.length ? h("p", { class: "muted" }, `no traffic between ToRs over the last ${patterns.window_s} s`)
-        : table(["pattern", "collective", "members", "confidence", "Gb/s", "period"], groups.map((g) => [
+        : table(["pattern", "collective", "job", "members", "confidence", "Gb/s", "period"], groups.map((g) => [
           h("span", { class: `pattern ${g.pattern}` }, PATTERN_LABEL[g.pattern] || g.pattern),
           g.collective ? [g.collective, ...(g.alternatives || [])].join(" / ") : "–",
+          g.jobs && g.jobs.length ? g.jobs.join(", ") : "–",
           g.members.length > 8 ? `${g.members.slice(0, 8).join(", ")} … (${g.members.length})` : g.members.join(", "),
           pct(g.confidence), fmt(g.gbps, 2), g.period_s == null ? "–" : `${fmt(g.period_s, 0)} s`]),
         { class: "compact" }),

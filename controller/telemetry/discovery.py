@@ -42,7 +42,7 @@ from controller.telemetry.patterns import Group, Series, classify
 from controller.telemetry.period import recover_period
 from controller.telemetry.signatures import template_matrix
 
-__all__ = ["EXACT_ORDER", "discovered_jobs", "member_order"]
+__all__ = ["EXACT_ORDER", "discovered_jobs", "explaining_jobs", "member_order"]
 
 #: groups up to this size are ordered by trying every permutation (7! = 5,040)
 EXACT_ORDER = 7
@@ -90,9 +90,26 @@ def _confidence(group: Group) -> float:
     return max(group.confidence if group.pattern != "background" else 0.0, group.collective_confidence)
 
 
+def explaining_jobs(members: tuple[str, ...] | list[str], intent: Intent) -> list[str]:
+    """The declared jobs that explain a group of ``members``: those whose ToRs overlap its by half or more
+    (Jaccard ``>= 0.5``), the nearest first (then by name).
+
+    >>> from controller.model.intent import validate_intent
+    >>> from controller.gen import clos_document
+    >>> doc = clos_document(pods=1, tors=4, planes=1, spines=1, seed=0)
+    >>> doc["jobs"] = [{"name": "r", "tors": ["tor-0-0", "tor-0-1", "tor-0-2"], "collective": "ring_allreduce",
+    ...                 "bytes_per_iter": 1e6, "iter_s": 1.0}]
+    >>> intent = validate_intent(doc)
+    >>> explaining_jobs(("tor-0-0", "tor-0-1"), intent), explaining_jobs(("tor-0-3",), intent)
+    (['r'], [])
+    """
+    mine = set(members)
+    overlap = ((len(mine & set(j.tors)) / len(mine | set(j.tors)), j.name) for j in intent.jobs)
+    return [name for share, name in sorted(overlap, key=lambda x: (-x[0], x[1])) if share >= 0.5]
+
+
 def _explained(group: Group, intent: Intent) -> bool:
-    mine = set(group.members)
-    return any(len(mine & set(j.tors)) / len(mine | set(j.tors)) >= 0.5 for j in intent.jobs)
+    return bool(explaining_jobs(group.members, intent))
 
 
 def _name(collective: str, first: str, taken: set[str]) -> str:

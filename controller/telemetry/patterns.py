@@ -136,7 +136,9 @@ class Group:
     collective_confidence: float = 0.0
     alternatives: tuple[str, ...] = ()  # templates whose traffic matrix is the same shape
 
-    def to_model(self) -> PatternGroupDocument:
+    def to_model(self, jobs: Sequence[str] = ()) -> PatternGroupDocument:
+        """As the API reports it; ``jobs``: the declared jobs it is tied to
+        (:func:`~controller.telemetry.discovery.explaining_jobs`)."""
         return PatternGroupDocument(
             members=list(self.members), pattern=cast(PatternName, self.pattern), confidence=round(self.confidence, 4),
             gbps=round(self.gbps, 6), score=round(self.score, 4), fit=round(self.fit, 4),
@@ -144,7 +146,12 @@ class Group:
             periodicity=round(self.periodicity, 4), period_s=None if self.period_s is None else round(self.period_s, 3),
             scores={k: round(v, 4) for k, v in self.scores.items()}, collective=self.collective,
             collective_confidence=round(self.collective_confidence, 4) if self.collective else None,
-            alternatives=list(self.alternatives) if self.collective else None)
+            alternatives=list(self.alternatives) if self.collective else None, jobs=list(jobs))
+
+    @property
+    def is_background(self) -> bool:
+        """Background and matching no template: traffic no job is made of."""
+        return self.pattern == "background" and self.collective is None
 
 
 # -- from the measured matrix to ToR-to-ToR series ---------------------------------------------

@@ -188,8 +188,9 @@ def test_a_jobs_rate_and_period_are_read_from_its_counters_within_5_percent(lab:
     """The job declared over the ring's ToRs (in ring order), its hosts sending on/off for five whole periods;
     ``GET /v1/jobs/{name}/performance`` over a window that holds all of it and quiet seconds at both ends (the
     counters' one-second samples then cut no burst short): its measured gigabits within 5% of what the senders
-    sent, its period within 5% of theirs. (A window of four periods inside the traffic was off by up to a
-    burst's worth wherever its edges fell within a sample.)"""
+    sent, its period within 5% of theirs (a window of four periods inside the traffic was off by up to a burst's
+    worth wherever its edges fell within a sample); the classifier finds the ring in the same counters and ties
+    it to the job."""
     job = {"name": "lab-ring", "tors": ["tor-0-0", "tor-1-0", "tor-0-1", "tor-1-1"], "collective": "ring_allreduce",
            "bytes_per_iter": 0.032e9 / 8 * RING_PERIOD_S / 6, "iter_s": RING_PERIOD_S}  # 2 (n-1)/n B from each of 4
     assert lab.apply({**lab.doc, "jobs": [job]})["state"] == "committed"
@@ -217,6 +218,12 @@ def test_a_jobs_rate_and_period_are_read_from_its_counters_within_5_percent(lab:
     assert perf["expected_gbps"] == pytest.approx(0.032, rel=1e-6)
     assert perf["slowdown"] is not None and perf["slowdown"] >= 1.0 and perf["bottlenecks"], perf
     assert shown.returncode == 0 and "lab-ring" in shown.stdout, shown.stdout + shown.stderr
+    # the classifier finds the ring in the same counters and ties it to the job declared over its ToRs
+    groups = lab.get(f"/v1/telemetry/patterns?window_s={window:g}")["groups"]
+    ring = [g for g in groups if set(g["members"]) == set(job["tors"])]
+    print(f"job lab-ring's group: {ring}")
+    assert ring and ring[0]["jobs"] == ["lab-ring"], groups
+    assert "ring_allreduce" in (ring[0]["pattern"], ring[0]["collective"]), ring
 
 
 #: a job in each pod (a ring of the pod's two ToRs), steady, 6 Mb/s from each member: pod 0's crosses the links

@@ -174,13 +174,17 @@ def test_patterns_endpoint_names_the_running_collectives(served: tuple[Api, Tele
 
 #: a collective only the intent below defines: workers push to member 0, which pushes back
 STAR = {"phases": [{"from": "range(1, n)", "to": 0, "bytes": "B"}, {"from": 0, "to": "range(1, n)", "bytes": "B"}]}
+#: the star's members; a job of the intent runs on all but the last of them
+STAR_MEMBERS = (2, 5, 8, 11, 1)
+STAR_JOB = {"name": "star-1", "tors": [TORS[i] for i in STAR_MEMBERS[:-1]], "collective": "star",
+            "bytes_per_iter": 1e6, "iter_s": 4.0}
 
 
 @pytest.fixture
 def served_star(tmp_path: Path) -> Iterator[tuple[Api, Telemetry]]:
     tel = Telemetry()
     driver = DryDriver([d.name for d in INTENT.devices], tmp_path / "dry")
-    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent={**DOC, "collectives": {"star": STAR}},
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent={**DOC, "collectives": {"star": STAR}, "jobs": [STAR_JOB]},
                      driver=driver, telemetry=tel, drift_interval=0, verify_timeout=5) as api:
         yield api, tel
 
@@ -189,7 +193,7 @@ def test_patterns_endpoint_recognizes_a_collective_only_the_intent_defines(
         served_star: tuple[Api, Telemetry]) -> None:
     api, tel = served_star
     assert api.initial()["state"] == "committed"
-    members = (2, 5, 8, 11, 1)
+    members = STAR_MEMBERS
     _feed(tel, [Job("star", members, 10.0, period=4), Job("ring_allreduce", (0, 3, 6, 9), 10.0, period=4)],
           now=time.time(), registry=BUILTINS.extended({"star": STAR}))
     r = api("GET", "/v1/telemetry/patterns?window_s=300", role="viewer")
@@ -200,6 +204,8 @@ def test_patterns_endpoint_recognizes_a_collective_only_the_intent_defines(
     ring = got[frozenset(TORS[i] for i in (0, 3, 6, 9))]
     assert ring["pattern"] == "ring_allreduce" and ring["collective"] == "ring_allreduce"
     assert set(ring["alternatives"]) == {"reduce_scatter", "all_gather"}
+    # each group is tied to the declared job it overlaps by half or more (4 of the star's 5 ToRs), or to none
+    assert star["jobs"] == ["star-1"] and ring["jobs"] == []
     # the same counters read against an intent without the template: no group is called 'star'
     method, groups = tel.patterns(INTENT, None, time.time(), 300.0)
     assert all(g.collective != "star" for g in groups)

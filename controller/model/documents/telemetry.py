@@ -132,6 +132,10 @@ class PatternGroupDocument(Closed):
     collective_confidence: float | None = Field(None, ge=0, le=1, description="the confidence of that match")
     alternatives: list[str] | None = Field(None, description=(
         "templates whose traffic matrix has the same shape as the collective's: counters cannot tell them apart"))
+    jobs: list[str] = Field(default_factory=list, description=(
+        "the declared jobs this group's traffic is tied to: those whose ToRs overlap the group's by half or more "
+        "(Jaccard >= 0.5), nearest first; empty for background and for a group no job explains (GET "
+        "/v1/jobs/discovered offers those)"))
 
 
 class PatternsDocument(Closed):
