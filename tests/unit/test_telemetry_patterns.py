@@ -184,8 +184,9 @@ STAR_JOB = {"name": "star-1", "tors": [TORS[i] for i in STAR_MEMBERS[:-1]], "col
 def served_star(tmp_path: Path) -> Iterator[tuple[Api, Telemetry]]:
     tel = Telemetry()
     driver = DryDriver([d.name for d in INTENT.devices], tmp_path / "dry")
-    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent={**DOC, "collectives": {"star": STAR}, "jobs": [STAR_JOB]},
-                     driver=driver, telemetry=tel, drift_interval=0, verify_timeout=5) as api:
+    intent = {**DOC, "collectives": {"star": STAR}, "jobs": [STAR_JOB]}
+    with running_api(f"sqlite:///{tmp_path / 'loom.db'}", intent=intent, driver=driver, telemetry=tel,
+                     drift_interval=0, verify_timeout=5) as api:
         yield api, tel
 
 
