@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 from typing import Any, Literal
 
+from controller.model.documents.base import JsonObject
 from controller.model.intent import validate_intent
 
 __all__ = ["ALL_PAIRS_MAX_TORS", "DEFAULT_FANOUT", "FAMILIES", "MAX_TORS", "clos_document", "tor_prefix",
@@ -79,13 +80,14 @@ def tor_prefix6(p: int, t: int) -> str:
     return f"2001:db8:{p:x}:{t:x}::/64"
 
 
-def with_family(doc: dict[str, Any], family: str, underlay: str | None = None) -> dict[str, Any]:
+def with_family(clos: JsonObject, family: str, underlay: str | None = None) -> JsonObject:
     """``doc`` (a :func:`clos_document`) with its ToRs' prefixes in ``family``: ``ipv4`` as it is, ``ipv6``
     each /24 (or /26) replaced by the ToR's :func:`tor_prefix6`, ``dual`` both, each demand split evenly over
     the two (the same load). ``underlay`` sets ``defaults.underlay``; absent, ``unnumbered`` wherever there is
     IPv6 (BGP over IPv4-numbered links carries IPv4 only)."""
     if family not in FAMILIES:
         raise ValueError(f"family: expected one of {', '.join(FAMILIES)}, got {family!r}")
+    doc: dict[str, Any] = clos  # its sections as clos_document writes them
     out = dict(doc)
     if underlay is not None or family != "ipv4":
         out["defaults"] = {**doc.get("defaults", {}), "underlay": underlay or "unnumbered"}
@@ -161,7 +163,7 @@ def clos_document(
     *, pods: int, tors: int, planes: int, spines: int, seed: int = 0, missing: float = 0.0, hetero: float = 0.0,
     demand: DemandKind = "uniform", load: float = 0.5, fanout: int | None = None, srlgs: int | None = None,
     max_ecmp_entries: int = 128, scale_to_ecmp: bool = True,
-) -> dict[str, Any]:
+) -> JsonObject:
     """A 3-tier Clos intent document (see the module docstring).
 
     ``scale_to_ecmp`` (default) routes the unit matrix with plain ECMP through the

@@ -132,7 +132,7 @@ def _loads(intent: Intent, plan: Plan) -> np.ndarray:
 
 def failed_topology_intent(intent: Intent, devices: frozenset[str], links: frozenset[str]) -> Intent:
     """``intent`` with the failed parts removed (and what only they originated or sent)."""
-    doc = intent.to_document()
+    doc: dict[str, Any] = intent.to_document()  # taken apart section by section below
     dead_links = set(links)
     for link in intent.links:
         if link.a in devices or link.b in devices:

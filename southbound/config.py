@@ -197,8 +197,9 @@ class DeviceConfig:
         }
 
     @classmethod
-    def from_document(cls, doc: dict[str, Any]) -> DeviceConfig:
+    def from_document(cls, document: JsonObject) -> DeviceConfig:
         """The inverse of :meth:`to_document`."""
+        doc: dict[str, Any] = document  # read field by field into the typed dataclasses below
         return cls(
             hostname=doc["hostname"],
             asn=doc.get("asn"),

@@ -153,5 +153,5 @@ def gen_clos(
         sys.stdout.write(text)
     else:
         out.write_text(text)
-        err_console.print(f"wrote {out}: {len(doc['devices'])} devices, {len(doc['links'])} links, "
-                          f"{len(doc['demands'])} demands")
+        n = {k: len(v) if isinstance(v := doc.get(k), list) else 0 for k in ("devices", "links", "demands")}
+        err_console.print(f"wrote {out}: {n['devices']} devices, {n['links']} links, {n['demands']} demands")

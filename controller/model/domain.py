@@ -30,6 +30,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -38,6 +39,9 @@ from pydantic import (
 from controller.model.collectives import Registry
 from controller.model.collectives_builtin import BUILTINS
 from controller.model.jobs import job_matrix
+
+#: a JSON object (:data:`controller.model.documents.base.JsonObject`, which imports this module's package)
+JsonObject = dict[str, JsonValue]
 
 __all__ = [
     "AutoTePolicy",
@@ -693,7 +697,7 @@ class Intent(_Frozen):
         return d.max_ecmp_entries if d.max_ecmp_entries is not None else self.defaults.max_ecmp_entries
 
     # -- serialization ------------------------------------------------------
-    def to_document(self) -> dict[str, Any]:
+    def to_document(self) -> JsonObject:
         """The canonical document: every field, defaults included, ``None`` left out; ``jobs`` and
         ``collectives`` only when there are any, so that an intent without them reads, exports and hashes
         as it did before they existed (stored revisions keep their content hashes)."""

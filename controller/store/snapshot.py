@@ -367,7 +367,7 @@ class Snapshot:
 
     # -- building ---------------------------------------------------------------------
     @classmethod
-    def from_document(cls, doc: Doc, base: Snapshot | None = None, *,
+    def from_document(cls, doc: JsonObject, base: Snapshot | None = None, *,
                       objects: Mapping[str, Sequence[Any]] | None = None, content_hash: str | None = None,
                       validated: bool = False, intent: Intent | None = None) -> Snapshot:
         """``doc`` taken apart, reusing ``base``'s elements whose documents are equal and keeping their
