@@ -432,11 +432,11 @@ def reaction_plan(intent: Intent, plan: Plan, links: Iterable[str], options: Rea
         x, u, more = _resplit(s, sc, options)
         lp_s += more
     x, tor_moved, leaf_moved = _round(s, sc, x)
-    if float((m.loads(x) / m.fab.arc_cap).max(initial=0.0)) > s.lp_bound * (1 + options.within):
-        log.info("reaction of %s: %.4f over the full plan's optimum %.4f: compiled instead", sorted(links),
-                 float((m.loads(x) / m.fab.arc_cap).max(initial=0.0)), s.lp_bound)
+    worst = float((m.loads(x) / m.fab.arc_cap).max(initial=0.0))
+    if worst > s.lp_bound * (1 + options.within):
+        log.info("reaction of %s: %.4f over the full plan's optimum %.4f: compiled instead", links, worst,
+                 s.lp_bound)
         return None
-    x, tor_moved, leaf_moved = _round(s, sc, x)
     tor_w, leaf_w = {**s.tor_w, **tor_moved}, {**s.leaf_w, **leaf_moved}
     old = m.loads(s.x_round)
     loads = m.loads(x)
