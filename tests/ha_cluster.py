@@ -242,6 +242,13 @@ class Outcome:
         return self.status == 503 and "may or may not have been applied" in self.error
 
     @property
+    def unknown(self) -> bool:
+        """Whether the write may have been applied without being acknowledged: no answer (0), the balancer's
+        502, its 503 for a lost replica, Loom's in-doubt 503, or a last answer after an attempt that was one of
+        these (its retries with the same key got only 503s that wrote nothing): only the store can say."""
+        return self.status in (0, 502) or self.replica_lost or self.in_doubt or self.outcome_unknown
+
+    @property
     def replica_lost(self) -> bool:
         """The balancer's 503 for a request whose replica died and that it could not replay elsewhere."""
         return self.status == 503 and REPLICA_LOST in self.error
@@ -459,7 +466,7 @@ def check_history(api: Call, writes: Iterable[Outcome], *, since: int,
             nxt = by_id.get(after.get(o.if_match, -1))  # what made it stale
             assert nxt is not None and _unix(nxt["created_at"]) <= o.wall_ended + 0.5, \
                 f"If-Match {o.if_match} refused while it named the head: {o}, next {nxt}"
-        elif o.status == 503 and not (o.replica_lost or o.in_doubt or o.outcome_unknown):  # nothing was written
+        elif o.status == 503 and not o.unknown:  # nothing was written
             report.unavailable += 1
             assert o.retry_after and found == [], f"a 503 without Retry-After, or one that wrote: {o}"
         else:  # no answer (0), the balancer's 503 (502 without it): the replica died with it; a 503 after an
@@ -470,11 +477,12 @@ def check_history(api: Call, writes: Iterable[Outcome], *, since: int,
                 report.unknown_applied += 1
             else:
                 report.unknown_not_applied += 1
+    # a write's revision that its answer did not name, and whose outcome it did not leave unknown (the loop
+    # above and this list judge unknown outcomes alike: a keyed write whose first attempt was cut and whose
+    # retries all found the store away is one, applied or not)
     strangers = [r for r in revs if r["request_id"] in mine and r["id"] not in
                  {o.revision for o in writes if o.revision is not None} and
-                 not any(o.request_id == r["request_id"] and (o.status in (0, 502) or o.replica_lost or
-                                                              o.outcome_unknown)
-                         for o in writes)]
+                 not any(o.request_id == r["request_id"] and o.unknown for o in writes)]
     assert strangers == [], f"revisions of writes that were refused: {strangers}"
 
     def diff_of(o: Outcome) -> None:  # the write's revision changes that write alone
