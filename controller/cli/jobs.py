@@ -42,8 +42,8 @@ from controller.model.intent import parse_intent_text
 
 __all__ = ["adopt", "discovered", "jobs_app", "performance", "placement", "what_if"]
 
-jobs_app = typer.Typer(help="ML jobs on a running controller: performance, discovered jobs, what-if, placement.",
-                       no_args_is_help=True)
+jobs_app = typer.Typer(help="ML jobs on a running controller: performance, traffic patterns, discovered jobs, "
+                       "what-if, placement.", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
 
 WindowOption = Annotated[float, typer.Option("--window-s", min=0.001, help="the window in seconds")]
@@ -105,6 +105,30 @@ def discovered(
         j = d["job"]
         t.add_row(j["name"], j["collective"], " ".join(j["tors"]), f"{d['confidence']:.2f}", f"{d['gbps']:.3f}",
                   f"{j['iter_s']:g}")
+    console.print(t)
+
+
+@jobs_app.command("patterns")
+def patterns(
+    server: ServerOption = DEFAULT_SERVER,
+    window_s: WindowOption = 300.0,
+    as_json: JsonOption = False,
+) -> None:
+    """The communication groups of the measured traffic: pattern, collective and the declared job each is tied
+    to ('-': none; loom jobs discovered offers those a template matches)."""
+    with remote(server, as_json) as client:
+        found = client.raw.patterns(window_s=window_s)
+    if as_json:
+        emit_json(found)
+        return
+    t = Table(title=f"traffic patterns ({found['method']}, {found['window_s']:g} s)", title_justify="left")
+    for col in ("pattern", "collective", "job", "members", "confidence", "gbps", "period_s"):
+        t.add_column(col, justify="right" if col in ("confidence", "gbps", "period_s") else "left")
+    for g in found["groups"]:
+        collective = " / ".join([g["collective"], *(g.get("alternatives") or [])]) if g.get("collective") else "-"
+        period = g.get("period_s")
+        t.add_row(g["pattern"], collective, ", ".join(g.get("jobs") or []) or "-", " ".join(g["members"]),
+                  f"{g['confidence']:.2f}", f"{g['gbps']:.3f}", "-" if period is None else f"{period:g}")
     console.print(t)
 
 

@@ -162,7 +162,7 @@ def test_an_undeclared_collective_is_offered_as_a_job_and_adopted_by_a_reviewed_
     assert perf["period_s"] == pytest.approx(43.0, rel=0.05)
 
 
-def test_loom_jobs_performance_discovered_and_adopt(served: tuple[Api, Telemetry],
+def test_loom_jobs_performance_patterns_discovered_and_adopt(served: tuple[Api, Telemetry],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
@@ -203,6 +203,12 @@ def test_loom_jobs_performance_discovered_and_adopt(served: tuple[Api, Telemetry
 
     monkeypatch.setattr(console, "_width", 200)  # whatever width an earlier test of this process left
     assert name in runner.invoke(cli, ["jobs", "discovered", *server]).output
+    # the same groups as patterns: the declared job's tied to it, the offered one to none
+    groups = json.loads(runner.invoke(cli, ["jobs", "patterns", *server, "--json"]).output)["groups"]
+    tied = {tuple(sorted(g["members"])): g["jobs"] for g in groups if g["pattern"] != "background"}
+    assert tied[tuple(sorted(offer["job"]["tors"]))] == [] and ["llm-7"] in tied.values(), groups
+    shown = runner.invoke(cli, ["jobs", "patterns", *server])
+    assert shown.exit_code == 0 and "llm-7" in shown.output and "traffic patterns" in shown.output, shown.output
     missing = runner.invoke(cli, ["jobs", "adopt", "nope", *server])
     assert missing.exit_code == 2 and name in missing.output
     adopted = runner.invoke(cli, ["jobs", "adopt", name, *server, "--json"])
