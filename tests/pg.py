@@ -71,8 +71,9 @@ class Cluster:
         _as_postgres(str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E",
                      "UTF8", "--no-sync")
 
-    def start(self) -> None:
-        opts = f"-c listen_addresses='' -k {self.root} -c fsync=off -c full_page_writes=off"
+    def start(self, settings: str = "") -> None:
+        """``settings``: more server options (``-c name=value ...``)."""
+        opts = f"-c listen_addresses='' -k {self.root} -c fsync=off -c full_page_writes=off {settings}".strip()
         _as_postgres(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l",
                      str(self.root / "server.log"), "-w", "-t", "60", "start")
 
@@ -83,8 +84,9 @@ class Cluster:
 
 
 @contextmanager
-def private_cluster() -> Iterator[Cluster]:
-    """A fresh server with database ``loomtest``, stopped and removed on exit (skips where it cannot run)."""
+def private_cluster(settings: str = "") -> Iterator[Cluster]:
+    """A fresh server with database ``loomtest``, stopped and removed on exit (skips where it cannot run);
+    ``settings``: more server options (``-c name=value ...``)."""
     reason = missing()
     if reason:
         pytest.skip(reason)
@@ -97,7 +99,7 @@ def private_cluster() -> Iterator[Cluster]:
     try:
         try:
             cluster.init()
-            cluster.start()
+            cluster.start(settings)
             _as_postgres(str(bindir / "createdb"), "-h", str(root), "-U", "postgres", DBNAME)
         except subprocess.CalledProcessError as exc:
             pytest.fail(f"could not start PostgreSQL: {exc.cmd[3:]}: {exc.stderr or exc.stdout}")

@@ -64,13 +64,15 @@ def server_identity(session: Session) -> tuple[Any, ...]:
 #: the server, and how many of its standbys are connected, have flushed past ``:lsn`` (the server's own WAL
 #: position when it is NULL), and show their positions at all. A standby counts while it streams or catches
 #: up, not while a base backup or a start is under way (a state it hides from a role without pg_monitor: such
-#: a row counts as connected, with no position, and the answer says to grant it)
+#: a row counts as connected, with no position, and the answer says to grant it). A logical replication's
+#: walsender (a subscriber's, on a logical slot) is no standby: a failover cannot promote it
 _POSITIONS = text(
     f"WITH w AS (SELECT COALESCE(CAST(:lsn AS pg_lsn), CASE WHEN pg_is_in_recovery() THEN NULL "
     f"ELSE pg_current_wal_lsn() END) AS lsn) "
     f"SELECT {_IDENTITY}, w.lsn::text, count(r.pid) FILTER (WHERE r.flush_lsn >= w.lsn), count(r.pid), "
     f"count(r.flush_lsn) FROM w LEFT JOIN pg_stat_replication r "
-    f"ON r.state IS NULL OR r.state IN ('streaming', 'catchup') GROUP BY w.lsn")
+    f"ON (r.state IS NULL OR r.state IN ('streaming', 'catchup')) AND NOT EXISTS (SELECT 1 FROM "
+    f"pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical') GROUP BY w.lsn")
 
 
 def await_standbys(engine: Engine, identity: tuple[Any, ...], wanted: int, timeout_s: float, *,
