@@ -86,6 +86,16 @@ def performance(
         console.print(f"  {field}: {why}", highlight=False, markup=False)
 
 
+def _table(title: str, text: tuple[str, ...], figures: tuple[str, ...]) -> Table:
+    """A table titled ``title`` with the columns ``text`` (left) then ``figures`` (right-justified)."""
+    t = Table(title=title, title_justify="left")
+    for col in text:
+        t.add_column(col)
+    for col in figures:
+        t.add_column(col, justify="right")
+    return t
+
+
 @jobs_app.command("discovered")
 def discovered(
     server: ServerOption = DEFAULT_SERVER,
@@ -98,9 +108,8 @@ def discovered(
     if as_json:
         emit_json(found)
         return
-    t = Table(title=f"discovered jobs ({found['method']}, {found['window_s']:g} s)", title_justify="left")
-    for col in ("name", "collective", "tors", "confidence", "gbps", "iter_s"):
-        t.add_column(col, justify="right" if col in ("confidence", "gbps", "iter_s") else "left")
+    t = _table(f"discovered jobs ({found['method']}, {found['window_s']:g} s)",
+               ("name", "collective", "tors"), ("confidence", "gbps", "iter_s"))
     for d in found["jobs"]:
         j = d["job"]
         t.add_row(j["name"], j["collective"], " ".join(j["tors"]), f"{d['confidence']:.2f}", f"{d['gbps']:.3f}",
@@ -121,9 +130,8 @@ def patterns(
     if as_json:
         emit_json(found)
         return
-    t = Table(title=f"traffic patterns ({found['method']}, {found['window_s']:g} s)", title_justify="left")
-    for col in ("pattern", "collective", "job", "members", "confidence", "gbps", "period_s"):
-        t.add_column(col, justify="right" if col in ("confidence", "gbps", "period_s") else "left")
+    t = _table(f"traffic patterns ({found['method']}, {found['window_s']:g} s)",
+               ("pattern", "collective", "job", "members"), ("confidence", "gbps", "period_s"))
     for g in found["groups"]:
         collective = " / ".join([g["collective"], *(g.get("alternatives") or [])]) if g.get("collective") else "-"
         period = g.get("period_s")
