@@ -30,7 +30,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    JsonValue,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -38,10 +37,8 @@ from pydantic import (
 
 from controller.model.collectives import Registry
 from controller.model.collectives_builtin import BUILTINS
+from controller.model.documents.base import JsonObject
 from controller.model.jobs import job_matrix
-
-#: a JSON object (:data:`controller.model.documents.base.JsonObject`, which imports this module's package)
-JsonObject = dict[str, JsonValue]
 
 __all__ = [
     "AutoTePolicy",
