@@ -471,7 +471,7 @@ def check_history(api: Call, writes: Iterable[Outcome], *, since: int,
             assert o.retry_after and found == [], f"a 503 without Retry-After, or one that wrote: {o}"
         else:  # no answer (0), the balancer's 503 (502 without it): the replica died with it; a 503 after an
             # attempt whose outcome is unknown, or Loom's 503 for a COMMIT the store cut: the store says
-            assert o.status in (0, 502) or ((o.replica_lost or o.in_doubt or o.outcome_unknown) and o.retry_after), \
+            assert o.status in (0, 502) or (o.unknown and o.retry_after), \
                 f"unexpected answer to a write: {o}"
             if found:
                 report.unknown_applied += 1
