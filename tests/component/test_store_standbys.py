@@ -15,9 +15,10 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 from controller.model.errors import StoreOutcomeUnknown
-from controller.store.replication import await_standbys
+from controller.store.replication import await_standbys, server_identity
 from tests.pg import Cluster, private_cluster
 
 
@@ -56,12 +57,10 @@ def subscribed(publisher: Cluster) -> Iterator[Engine]:
 
 
 def _write(engine: Engine, k: int) -> tuple[object, ...]:
-    """A committed write on ``engine``'s server, and that server's identity."""
-    with engine.connect() as conn:
-        conn.execute(text("INSERT INTO t VALUES (:k)"), {"k": k})
-        row = conn.execute(text("SELECT inet_server_addr()::text, inet_server_port(), "
-                                "pg_postmaster_start_time()::text")).one()
-    return tuple(row)
+    """A committed write on ``engine``'s server, and that server's identity (as a write transaction notes it)."""
+    with Session(engine) as session:
+        session.execute(text("INSERT INTO t VALUES (:k)"), {"k": k})
+        return server_identity(session)
 
 
 def test_a_logical_subscriber_is_no_standby(subscribed: Engine) -> None:
