@@ -27,6 +27,7 @@ __all__ = [
     "FibRoute",
     "Interface",
     "LinkBandwidth",
+    "SessionForm",
     "SessionMove",
     "SessionReset",
     "bgp_session_resets",
@@ -123,6 +124,23 @@ class FibRoute:
                 "nexthops": [h.to_document() for h in self.nexthops]}
 
 
+@dataclass(frozen=True, slots=True)
+class SessionForm:
+    """How a device's BGP sessions are written (the intent's ``devices[].bgp``): ``peer_group`` (every session
+    a member of it), ``remote_as_external`` (``remote-as external``, on the group when there is one),
+    ``v6only`` (an unnumbered session is ``interface v6only``), ``redistribute_connected`` (instead of a
+    ``network`` per originated prefix). The default is Loom's own form."""
+
+    peer_group: str | None = None
+    remote_as_external: bool = False
+    v6only: bool = True
+    redistribute_connected: bool = False
+
+    def to_document(self) -> JsonObject:
+        return {"peer_group": self.peer_group, "remote_as_external": self.remote_as_external,
+                "v6only": self.v6only, "redistribute_connected": self.redistribute_connected}
+
+
 #: BGP keepalive and hold seconds of every device (OSPF's and IS-IS's hellos follow them)
 DEFAULT_TIMERS = (1, 3)
 
@@ -140,7 +158,7 @@ class DeviceConfig:
     ``unnumbered``, ``ipv6-numbered``: DESIGN.md "Underlay"); ``loopback6``: the
     device's IPv6 loopback address, if any (its IPv4 one is ``router_id``); ``ipv6``:
     the fabric carries IPv6, so the device runs it on its links (IS-IS transit)
-    even when it has no IPv6 of its own.
+    even when it has no IPv6 of its own; ``session_form``: how its BGP sessions are written.
     """
 
     hostname: str
@@ -159,6 +177,7 @@ class DeviceConfig:
     underlay: str = "ipv4-numbered"
     loopback6: str | None = None
     ipv6: bool = False
+    session_form: SessionForm = SessionForm()
 
     def interface(self, name: str) -> Interface:
         for i in self.interfaces:
@@ -194,6 +213,7 @@ class DeviceConfig:
             **({"underlay": self.underlay} if self.underlay != "ipv4-numbered" else {}),
             **({"loopback6": self.loopback6} if self.loopback6 is not None else {}),
             **({"ipv6": True} if self.ipv6 else {}),
+            **({"session_form": self.session_form.to_document()} if self.session_form != SessionForm() else {}),
         }
 
     @classmethod
@@ -220,6 +240,7 @@ class DeviceConfig:
             underlay=doc.get("underlay", "ipv4-numbered"),
             loopback6=doc.get("loopback6"),
             ipv6=bool(doc.get("ipv6", False)),
+            session_form=SessionForm(**doc["session_form"]) if "session_form" in doc else SessionForm(),
         )
 
 
@@ -228,7 +249,8 @@ class SessionReset:
     """One end of a BGP session a change tears down: on ``device``, the neighbor ``neighbor`` (FRR's
     name for it: the peer's address, or the port when unnumbered) toward ``peer`` over ``port``.
     ``reason``: ``removed`` (the session is gone: its link, its device or BGP itself), ``address``
-    (the peer's address changed), ``remote-as``, ``local-as`` or ``router-id`` (the device's own)."""
+    (the peer's address changed), ``remote-as``, ``local-as`` or ``router-id`` (the device's own), ``form``
+    (its peer-group, ``remote-as external`` or ``v6only``: :class:`SessionForm`)."""
 
     device: str
     neighbor: str
@@ -265,7 +287,16 @@ def _reset_reason(before: DeviceConfig, after: DeviceConfig | None, n: BgpNeighb
         return "address"
     if all(m.remote_asn != n.remote_asn for m in kept):
         return "remote-as"
+    if _form_of(before, n) != _form_of(after, n):
+        return "form"
     return None
+
+
+def _form_of(config: DeviceConfig, n: BgpNeighbor) -> tuple[str | None, bool, bool]:
+    """What of a session's form FRR resets it for: its peer-group, ``remote-as external`` and (unnumbered)
+    ``v6only``."""
+    f = config.session_form
+    return f.peer_group, f.remote_as_external, f.v6only or n.address is not None
 
 
 def bgp_session_resets(old: Mapping[str, DeviceConfig], new: Mapping[str, DeviceConfig]) -> list[SessionReset]:

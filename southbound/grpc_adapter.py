@@ -21,7 +21,15 @@ import grpc
 from google.protobuf import json_format
 from grpc.aio import ServicerContext as Context
 
-from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
+from southbound.config import (
+    BgpNeighbor,
+    DeviceConfig,
+    FibNexthop,
+    FibRoute,
+    Interface,
+    LinkBandwidth,
+    SessionForm,
+)
 from southbound.discovery.observed import ObservedDevice, ObservedInterface
 from southbound.state import (
     CALLER,
@@ -81,6 +89,11 @@ def config_to_proto(c: DeviceConfig) -> pb.DeviceConfig:
     )
     if c.asn is not None:
         msg.asn = c.asn
+    f = c.session_form
+    if f != SessionForm():
+        msg.session_form.CopyFrom(pb.SessionForm(
+            peer_group=f.peer_group or "", remote_as_external=f.remote_as_external, not_v6only=not f.v6only,
+            redistribute_connected=f.redistribute_connected))
     return msg
 
 
@@ -109,7 +122,15 @@ def config_from_proto(m: pb.DeviceConfig) -> DeviceConfig:
         fib_routes=tuple(FibRoute(r.prefix, r.group, tuple(FibNexthop(h.port, h.gateway, h.weight)
                                                            for h in r.nexthops)) for r in m.fib_routes),
         underlay=m.underlay or "ipv4-numbered", loopback6=_opt(m, "loopback6"), ipv6=m.ipv6,
+        session_form=_session_form(m),
     )
+
+
+def _session_form(m: pb.DeviceConfig) -> SessionForm:
+    if not m.HasField("session_form"):
+        return SessionForm()
+    f = m.session_form
+    return SessionForm(f.peer_group or None, f.remote_as_external, not f.not_v6only, f.redistribute_connected)
 
 
 # -- state -----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from collections import defaultdict
 
 from controller.model import (
     DEFAULT_METRIC,
+    BgpForm,
     Intent,
     Link,
     Routing,
@@ -39,6 +40,7 @@ from southbound.config import (
     FibRoute,
     Interface,
     LinkBandwidth,
+    SessionForm,
     bridge_config,
 )
 from southbound.rendered import FibHop, Rendered
@@ -166,8 +168,17 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
             underlay=underlay.value,
             loopback6=None if loopback6 is None else str(loopback6),
             ipv6=six,
+            session_form=_session_form(d.bgp) if intent.routing == Routing.BGP else SessionForm(),
         )
     return out
+
+
+def _session_form(form: BgpForm | None) -> SessionForm:
+    """The southbound form of a device's ``bgp`` (Loom's own when absent)."""
+    if form is None:
+        return SessionForm()
+    return SessionForm(form.peer_group, form.remote_as == "external", form.v6only,
+                       form.originate == "redistribute-connected")
 
 
 def _host_ports(originated: list[str], router_id: str, loopback6: ipaddress.IPv6Address | None
@@ -523,12 +534,10 @@ def _bgp_lines(config: DeviceConfig) -> list[str]:
     if config.multipath_relax:
         lines.append(" bgp bestpath as-path multipath-relax")
     lines.append(f" timers bgp {keepalive} {hold}")
+    lines += _peer_group_lines(config)
     for n in config.neighbors:
         key = n.key
-        if n.address is None:  # over the port's IPv6 link-local address, whatever IPv4 the port has too
-            lines.append(f" neighbor {key} interface v6only remote-as {n.remote_asn}")
-        else:
-            lines.append(f" neighbor {key} remote-as {n.remote_asn}")
+        lines += _session_lines(config.session_form, n)
         lines += [f" neighbor {key} description {n.peer} via {n.port}",
                   f" neighbor {key} timers connect 1",
                   f" neighbor {key} advertisement-interval 0"]
@@ -537,6 +546,30 @@ def _bgp_lines(config: DeviceConfig) -> list[str]:
     for family in _bgp_families(config):
         lines += _address_family(config, family, out_maps)
     return lines + ["exit", "!"]
+
+
+def _peer_group_lines(config: DeviceConfig) -> list[str]:
+    """The device's peer-group, when its sessions are written through one (before its members, as FRR shows
+    it), with ``remote-as external`` on the group when the form says so."""
+    form = config.session_form
+    if form.peer_group is None:
+        return []
+    return [f" neighbor {form.peer_group} peer-group",
+            *([f" neighbor {form.peer_group} remote-as external"] if form.remote_as_external else [])]
+
+
+def _session_lines(form: SessionForm, n: BgpNeighbor) -> list[str]:
+    """The lines that define session ``n`` in the device's form, as FRR shows them: an unnumbered one on the
+    interface (``v6only`` unless the form says otherwise: over the port's IPv6 link-local address, whatever
+    IPv4 the port has too), its ``remote-as`` the peer's ASN or ``external``, through the peer-group if any
+    (whose ``remote-as external`` the member then takes)."""
+    remote = "external" if form.remote_as_external else str(n.remote_asn)
+    group, key = form.peer_group, n.key
+    own = [] if group is not None and form.remote_as_external else [f" neighbor {key} remote-as {remote}"]
+    if n.address is None:
+        head = f" neighbor {key} interface{' v6only' if form.v6only else ''}"
+        return [f"{head} remote-as {remote}"] if group is None else [f"{head} peer-group {group}", *own]
+    return own if group is None else [*own, f" neighbor {key} peer-group {group}"]
 
 
 def _bgp_families(config: DeviceConfig) -> tuple[int, ...]:
@@ -549,7 +582,12 @@ def _address_family(config: DeviceConfig, family: int, out_maps: dict[str, str])
     """One unicast address family: its originated prefixes, its sessions activated, the drains (a drained
     link neither sends nor accepts), the outbound route maps (drained device, link-bandwidth)."""
     lines = [" !", f" address-family {'ipv4' if family == 4 else 'ipv6'} unicast"]
-    lines += [f"  network {p}" for p in config.originated if prefix_version(p) == family]
+    if config.session_form.redistribute_connected:
+        lines.append("  redistribute connected")
+    else:
+        lines += [f"  network {p}" for p in config.originated if prefix_version(p) == family]
+    if config.session_form.peer_group is not None:
+        lines.append(f"  neighbor {config.session_form.peer_group} activate")
     for n in config.neighbors:
         if family == 6 and n.address is not None and "." in n.address:
             continue  # an IPv4 session (a bridge's old leg) carries no IPv6: its next hops would be IPv4-mapped

@@ -30,6 +30,7 @@ from controller.model.domain import (
     POLICY_KINDS,
     TIER,
     AutoTePolicy,
+    BgpForm,
     Collective,
     Defaults,
     Demand,
@@ -61,6 +62,7 @@ from controller.model.domain import (
 
 __all__ = [
     "AutoTePolicy",
+    "BgpForm",
     "FailureReactionPolicy",
     "InsightPolicy",
     "ASN_MAX",

@@ -42,6 +42,7 @@ from controller.model.jobs import job_matrix
 
 __all__ = [
     "AutoTePolicy",
+    "BgpForm",
     "InsightPolicy",
     "ASN_MAX",
     "MAX_GBPS",
@@ -226,6 +227,23 @@ class Defaults(_Frozen):
     underlay: Underlay = Underlay.IPV4_NUMBERED
 
 
+class BgpForm(_Frozen):
+    """How a device's BGP sessions are written, as a running fabric writes them (DESIGN.md "Adoption"): FRR
+    resets a session whose form changes, so an adopted device keeps its own. ``peer_group``: every session is
+    a member of this peer-group (``neighbor G peer-group``), which carries ``remote-as`` when that is
+    ``external``; ``remote_as``: the peer's ASN (``asn``, Loom's default) or ``external``; ``v6only``: an
+    unnumbered session is ``interface v6only`` (Loom's default: it never runs over IPv4) or plain
+    ``interface``; ``originate``: ``network`` statements for the device's prefixes (default) or
+    ``redistribute-connected``, which announces every connected subnet of the device (its prefixes are
+    connected, and so are its numbered links' subnets, which it then announces too). Only for
+    ``routing: bgp``. Absent, Loom's own form."""
+
+    peer_group: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")
+    remote_as: Literal["asn", "external"] = "asn"
+    v6only: bool = True
+    originate: Literal["network", "redistribute-connected"] = "network"
+
+
 class Device(_Frozen):
     """A switch. ``pod`` groups ToRs and leaves, ``plane`` groups leaves and
     spines; ``asn`` is required for ``routing: bgp``; ``loopback`` is the router
@@ -234,7 +252,8 @@ class Device(_Frozen):
     then also holds the loopback address unless ``loopback`` names another one
     (DESIGN.md "Adoption"); absent, it is the IPv4 loopback or allocated. ``loopback``
     takes either family; ``loopback6`` gives an IPv4-looped device its IPv6 loopback too
-    (dual stack); a device has at most one loopback of each family."""
+    (dual stack); a device has at most one loopback of each family. ``bgp`` keeps the form its sessions
+    run in (:class:`BgpForm`)."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     role: Role = Role.ROUTER
@@ -245,6 +264,7 @@ class Device(_Frozen):
     loopback6: ipaddress.IPv6Address | None = None
     router_id: ipaddress.IPv4Address | None = None
     max_ecmp_entries: EcmpEntries | None = None
+    bgp: BgpForm | None = None
 
     @field_validator("loopback6")
     @classmethod

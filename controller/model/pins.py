@@ -19,11 +19,19 @@ from typing import Any
 from controller.model.addressing import DEVICE_SLOTS, LINK_POOL, LINK_SLOTS, LOOPBACK_POOL
 from controller.model.errors import IntentError
 
-__all__ = ["check_pins", "check_pools"]
+__all__ = ["check_bgp_forms", "check_pins", "check_pools"]
 
 _Pin = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _Subnet = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def check_bgp_forms(bgp: bool, devices: list[tuple[int, Any]], errors: list[IntentError]) -> None:
+    """A device's BGP session form (``devices[i].bgp``) is only for ``routing: bgp`` (``bgp`` False: another
+    routing): elsewhere there is no session to write in it."""
+    if not bgp:
+        errors += [IntentError(f"devices[{i}].bgp", "only for routing: bgp (the form of the device's BGP sessions)")
+                   for i, d in devices if getattr(d, "bgp", None) is not None]
 
 
 def check_pins(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], errors: list[IntentError]) -> None:

@@ -61,8 +61,10 @@ def parse_config(text: str) -> ConfigTree:
     return {k: v for k, v in tree.items() if v or k == ()}
 
 
-#: a line that defines a BGP neighbor (its ``remote-as``), naming it
-_PEER = re.compile(r"neighbor (\S+) (?:interface (?:v6only )?)?remote-as ")
+#: a line that defines a BGP neighbor (its ``remote-as``, or its peer-group as a member), naming it
+_PEER = re.compile(r"neighbor (\S+) (?:interface (?:v6only )?)?(?:remote-as|peer-group) \S")
+#: a peer-group's own definition
+_GROUP = re.compile(r"neighbor \S+ peer-group")
 
 
 def _exit_of(line: str) -> str:
@@ -94,16 +96,20 @@ def _held(new: ConfigTree, ctx: tuple[str, ...], commands: list[str], created: l
     if not (len(ctx) == 1 and ctx[0].startswith("router bgp ")):
         return commands
     lines = new.get(ctx, {})
-    peers = [m.group(1) for ln in created if (m := _PEER.match(ln)) and f"neighbor {m.group(1)} shutdown" not in lines]
+    groups = {ln.split()[1] for ln in lines if _GROUP.fullmatch(ln)}  # shutting a group down shuts its members
+    peers = [m.group(1) for ln in created if (m := _PEER.match(ln)) and m.group(1) not in groups
+             and f"neighbor {m.group(1)} shutdown" not in lines]
     if not peers:
         return commands
     out: list[str] = []
+    held: set[str] = set()
     for c in commands:
         out.append(c)
         m = _PEER.match(c)
-        if m and m.group(1) in peers:
+        if m and m.group(1) in peers and m.group(1) not in held:  # a member's remote-as follows its group line
+            held.add(m.group(1))
             out.append(f"neighbor {m.group(1)} shutdown")
-    return out + [f"no neighbor {p} shutdown" for p in peers]
+    return out + [f"no neighbor {p} shutdown" for p in dict.fromkeys(peers)]
 
 
 def _differs(old: ConfigTree, new: ConfigTree, ctx: tuple[str, ...]) -> bool:
@@ -118,9 +124,9 @@ def _undo(line: str) -> str:
 
 
 def _removals_last(lines: Iterable[str]) -> list[str]:
-    """Removals in an order FRR takes: a neighbor's ``remote-as`` (which removes the neighbor) after its
-    other lines."""
-    return sorted(lines, key=lambda ln: " remote-as " in ln)
+    """Removals in an order FRR takes: a neighbor's ``remote-as`` or peer-group membership (either removes the
+    neighbor) after its other lines."""
+    return sorted(lines, key=lambda ln: " remote-as " in ln or " peer-group" in ln)
 
 
 def _change(old: ConfigTree, new: ConfigTree, ctx: tuple[str, ...]) -> list[str]:
@@ -167,6 +173,41 @@ def _slot(line: str) -> str | None:
     return None
 
 
+def _definitions(lines: Iterable[str]) -> dict[str, set[str]]:
+    """Per BGP neighbor (or peer-group) of a ``router bgp`` context, the lines that define it."""
+    out: dict[str, set[str]] = {}
+    for ln in lines:
+        m = _PEER.match(ln)
+        name = m.group(1) if m else (ln.split()[1] if _GROUP.fullmatch(ln) else None)
+        if name is not None:
+            out.setdefault(name, set()).add(ln)
+    return out
+
+
+def _redefined(old: ConfigTree, new: ConfigTree) -> dict[tuple[str, ...], set[str]]:
+    """Per ``router bgp`` context both trees have, the neighbors both define in another form (another
+    ``remote-as``, peer-group membership, ``v6only``), with the members of a peer-group so redefined: FRR
+    deletes such a neighbor (and all its lines) before it defines it again."""
+    out: dict[tuple[str, ...], set[str]] = {}
+    for ctx, lines in old.items():
+        if len(ctx) == 1 and ctx[0].startswith("router bgp ") and ctx in new:
+            was, now = _definitions(lines), _definitions(new[ctx])
+            peers = {p for p in was.keys() & now.keys() if was[p] != now[p]}
+            peers |= {ln.split()[1] for ln in lines for g in peers if ln.endswith(f" peer-group {g}")}
+            if peers:
+                out[ctx] = peers
+    return out
+
+
+def _without(tree: ConfigTree, redefined: dict[tuple[str, ...], set[str]]) -> ConfigTree:
+    """``tree`` without any line of the ``redefined`` neighbors, in their router's context and below."""
+    out: ConfigTree = {}
+    for ctx, lines in tree.items():
+        peers = redefined.get(ctx[:1], set())
+        out[ctx] = {ln: None for ln in lines if not (peers and ln.startswith("neighbor ") and ln.split()[1] in peers)}
+    return {k: v for k, v in out.items() if v or k == ()}  # as parse_config leaves a context nothing is in
+
+
 def delta_commands(old: ConfigTree, new: ConfigTree) -> list[str]:
     """The vtysh commands (to run after ``configure terminal``) that make FRR, running ``old``, run ``new``.
 
@@ -176,7 +217,16 @@ def delta_commands(old: ConfigTree, new: ConfigTree) -> list[str]:
     the top (prefix-lists, route-maps, interfaces: before anything refers to them); what comes inside the
     contexts both have, the routers' last (an interface has its address before a session over it starts);
     then a router that goes (before one that comes: FRR runs one ``router bgp``), a router that comes, and
-    last the other top-level removals (what the routers referred to)."""
+    last the other top-level removals (what the routers referred to). A neighbor defined in another form is
+    removed with all its lines, then made again (:func:`_redefined`)."""
+    redefined = _redefined(old, new)
+    if redefined:
+        mid = _without(old, redefined)
+        return _delta(old, mid) + _delta(mid, new)
+    return _delta(old, new)
+
+
+def _delta(old: ConfigTree, new: ConfigTree) -> list[str]:
     before, after = old.get((), {}), new.get((), {})
     added = [ln for ln in after if ln not in before]
     # sequenced entries that go, first: FRR refuses a new entry whose seq, or whose rule, an old one holds

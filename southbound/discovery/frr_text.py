@@ -64,13 +64,15 @@ class BgpConf:
     """``router bgp ASN``: ``neighbors`` maps FRR's name for a neighbor (address, IPv6 in canonical text,
     or interface: an unnumbered session) to its ``remote-as`` text (a number, ``external`` or ``internal``),
     its own or its peer-group's; ``groups`` maps each peer-group to its ``remote-as`` (``None``: set on the
-    members), ``member_of`` a neighbor to its group; ``networks`` of both address families, as written."""
+    members), ``member_of`` a neighbor to its group; ``v6only`` the unnumbered neighbors written
+    ``interface v6only``; ``networks`` of both address families, as written."""
 
     asn: int
     router_id: str | None = None
     neighbors: dict[str, str] = field(default_factory=dict)
     groups: dict[str, str | None] = field(default_factory=dict)
     member_of: dict[str, str] = field(default_factory=dict)
+    v6only: set[str] = field(default_factory=set)
     networks: list[str] = field(default_factory=list)
     redistribute: list[str] = field(default_factory=list)
     maximum_paths: int | None = None
@@ -216,6 +218,8 @@ def _bgp(run: FrrRunning, head: str, body: list[str]) -> None:
     bgp.groups = {line.split()[1]: None for line in body if re.fullmatch(r"neighbor \S+ peer-group", line)}
     for line in body:
         w = line.split()
+        if w[0] == "neighbor" and w[2:4] == ["interface", "v6only"]:
+            bgp.v6only.add(w[1])
         if w[0] == "neighbor" and len(w) >= 3 and (w[1] in bgp.groups or "peer-group" in w[2:]):
             _bgp_group_line(run, bgp, line, w)
         elif line.startswith("bgp router-id "):

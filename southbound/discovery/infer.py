@@ -42,6 +42,7 @@ from controller.model.domain import prefix_order
 from controller.model.errors import InvalidIntent
 from controller.model.intent import validate_intent
 from southbound.config import DEFAULT_TIMERS
+from southbound.discovery.forms import session_form
 from southbound.discovery.frr_text import FrrRunning, InterfaceConf, parse_running
 from southbound.discovery.observed import ObservedDevice
 from southbound.render import host_address, isis_net, ospf_intervals
@@ -137,7 +138,7 @@ def discover(devices: Iterable[ObservedDevice], *, name: str, default_gbps: floa
         doc = {"name": name, "routing": routing, "defaults": {"underlay": underlay},
                **{k: v for k, v in doc.items() if k not in ("name", "routing")}}
     _group_by_asn(doc, routing)
-    _check_sessions(fab, routing)
+    _check_sessions(fab, routing, doc)
     _check_ports(fab, doc)
     _check_igp(fab, routing, {d["name"]: d.get("router_id") for d in doc["devices"]})
     defaulted = [f"{a.device}:{a.port}" for a, b in fab.links if _speeds(fab, a, b) == []]
@@ -483,39 +484,25 @@ def _group_by_asn(doc: dict[str, Any], routing: str) -> None:
                 d["plane"] = plane
 
 
-def _ask_peer_group(fab: _Fabric, device: str, run: FrrRunning, peer: str) -> None:
-    """A session configured through a peer-group: Loom renders each session on its own lines, and FRR deletes
-    a peer when it leaves its group (or the group goes), so adopting would reset it."""
-    group = run.bgp.member_of.get(peer) if run.bgp is not None else None
-    if group is not None:
-        fab.ask(f"device {device}", f"BGP neighbor {peer} is configured through peer-group {group}: Loom renders "
-                "each session on its own lines, and FRR deletes a peer that leaves its group, so adopting would "
-                "reset this session")
-
-
-def _ask_remote_as_kind(fab: _Fabric, device: str, run: FrrRunning) -> None:
-    """Sessions with ``remote-as external`` (or ``internal``): Loom renders the peer's ASN, and FRR 8.4 resets
-    a session whose ``remote-as`` changes from the kind to a number (seen on a lab: connectionsDropped + 1)."""
-    kinds = sorted(p for p, r in (run.bgp.neighbors.items() if run.bgp is not None else ()) if r == "external")
-    if kinds:
-        fab.ask(f"device {device}", f"BGP neighbor{'s' if len(kinds) > 1 else ''} {', '.join(kinds)}: remote-as "
-                "external; Loom renders the peer's ASN, and FRR resets a session whose remote-as changes from "
-                "external to a number, so adopting would reset them")
-
-
-def _check_sessions(fab: _Fabric, routing: str) -> None:
-    """BGP sessions that are not one per discovered link (Loom renders exactly those: to the peer's
-    address on a numbered link, on the interface of an unnumbered one): they would go."""
+def _check_sessions(fab: _Fabric, routing: str, doc: Mapping[str, Any]) -> None:
+    """Each router's session form (``bgp``, :func:`~southbound.discovery.forms.session_form`), and BGP sessions
+    that are not one per discovered link (Loom renders exactly those: to the peer's address on a numbered link,
+    on the interface of an unnumbered one): they would go."""
     if routing != "bgp":
         return
     across: set[tuple[str, str]] = set()
     for a, b in fab.links:
         for here, there in ((a, b), (b, a)):
             across.add((here.device, here.port) if there.address is None else (here.device, str(there.address.ip)))
+    devices = {d["name"]: d for d in doc["devices"]}
     for device, run in fab.running.items():
-        _ask_remote_as_kind(fab, device, run)
+        if run.bgp is not None and device in devices:
+            form, questions = session_form(run.bgp, (p for p in run.bgp.neighbors if (device, p) in across))
+            if form is not None:
+                devices[device]["bgp"] = form
+            for q in questions:
+                fab.ask(f"device {device}", q)
         for peer, remote in (run.bgp.neighbors if run.bgp is not None else {}).items():
-            _ask_peer_group(fab, device, run, peer)
             if remote == "internal" or (run.bgp is not None and remote == str(run.bgp.asn)):
                 fab.ask(f"device {device}", f"BGP neighbor {peer} is an iBGP session (remote-as {remote}): Loom "
                         "renders eBGP between routers of different ASNs, so adopting would replace this session")

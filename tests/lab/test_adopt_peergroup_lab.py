@@ -1,11 +1,13 @@
-"""Discovery and the adoption review of an unnumbered eBGP leaf-spine written with peer-groups.
+"""Discovery and adoption of an unnumbered eBGP leaf-spine written with peer-groups, without a blip.
 
 ``tests/lab/fixtures/adopt_peergroup``: every session is ``neighbor ethN interface peer-group FABRIC`` with
-``remote-as external`` on the group, the leaves originate by ``redistribute connected``. Discovery gives the
-intent it gives for the same fabric written session by session, and asks about every session configured
-through the group: Loom renders each session on its own lines and FRR deletes a peer that leaves its group,
-so adopting would reset it. The review of the adoption names those lines before anything is pushed, and a
-review pushes nothing (every router's kernel routes and every session's counters are as before).
+``remote-as external`` on the group (not ``v6only``), and the leaves originate by ``redistribute connected``.
+Discovery gives the intent it gives for the same fabric written session by session, and keeps the form each
+router runs (``devices[].bgp``: the peer-group, ``remote-as external``, not ``v6only``, redistribution): FRR
+deletes a peer that leaves its group, resets a session whose remote-as or v6only changes, and withdraws what
+``redistribute connected`` announced for the moment before a ``network`` replaces it. So the review of the
+adoption is cosmetic, and the adoption itself changes no router's kernel routes in either family (sampled
+every 50 ms), loses no ping and resets no session; a re-weighting and a drain then work through the group.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import yaml
 
 from controller.model.intent import validate_intent
 from labs import runner
-from tests.adoptkit import REPO, AdoptLab, Routes, hops, served
+from tests.adoptkit import REPO, AdoptLab, Routes, adopt_under_watch, check_drain, check_reweighting, hops, served
 
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_peergroup"
 LAB = "adopt-pg"
@@ -43,11 +45,12 @@ def sessions(lab: AdoptLab, node: str) -> dict[str, tuple[str, int, int]]:
     return {p: (v["state"], v["connectionsEstablished"], v["connectionsDropped"]) for p, v in peers.items()}
 
 
-def test_a_peer_group_fabric_is_discovered_and_its_adoption_reviewed(lab: AdoptLab) -> None:
+def all_routes() -> dict[str, Routes]:
+    return {n: routes(n) for n in NODES}
+
+
+def test_a_peer_group_fabric_is_discovered_in_its_own_form(lab: AdoptLab) -> None:
     assert lab.ping("h1", "172.16.2.10") and lab.ping("h1", "2001:db8:2::10")
-    before = {n: routes(n) for n in NODES}
-    established = {n: sessions(lab, n) for n in NODES}
-    assert all(s[0] == "Established" for n in NODES for s in established[n].values()), established
     out = lab.base / "intent.yaml"
     found = lab.discover(str(FIXTURE), "--out", str(out))
     intent = validate_intent(yaml.safe_load(out.read_text()))
@@ -57,18 +60,38 @@ def test_a_peer_group_fabric_is_discovered_and_its_adoption_reviewed(lab: AdoptL
         "10.0.0.12/32": ("leaf2",), "172.16.1.0/24": ("leaf1",), "172.16.2.0/24": ("leaf2",),
         "2001:db8:1::/64": ("leaf1",), "2001:db8:2::/64": ("leaf2",), "fd00::1/128": ("spine1",),
         "fd00::2/128": ("spine2",), "fd00::11/128": ("leaf1",), "fd00::12/128": ("leaf2",)}
-    grouped = sorted((q["where"], q["question"].split(" is ")[0]) for q in found["questions"]
-                     if "peer-group FABRIC" in q["question"])
-    assert grouped == sorted((f"device {n}", f"BGP neighbor eth{k}") for n in NODES for k in (1, 2)), grouped
-    dry = json.loads(lab.cli("apply", str(out), "--dry-run", "--json", check=True).stdout)
-    adoption = dry.get("review", dry)["adoption"]
-    assert adoption["cosmetic"] is False and adoption["devices"] == list(NODES), adoption
-    warned = {(w["device"], w["action"], w["line"]) for w in adoption["warnings"]}
-    # frr-reload removes the group (FRR takes its members with it) and writes each session on its own
-    assert {(n, "removes", "neighbor FABRIC peer-group") for n in NODES} <= warned, warned
-    assert {("leaf1", "adds", "neighbor eth1 interface v6only remote-as 65000"),
-            ("spine1", "adds", "neighbor eth1 interface v6only remote-as 65101")} <= warned, warned
-    assert {(n, "removes", "redistribute connected") for n in ("leaf1", "leaf2")} <= warned, warned
-    assert all("members" in w["effect"] for w in adoption["warnings"] if w["line"] == "neighbor FABRIC peer-group")
-    assert before == {n: routes(n) for n in NODES}  # a review pushes nothing
+    grouped = {"peer_group": "FABRIC", "remote_as": "external", "v6only": False}
+    assert {d["name"]: d.get("bgp") for d in found["intent"]["devices"]} == {
+        "leaf1": {**grouped, "originate": "redistribute-connected"},
+        "leaf2": {**grouped, "originate": "redistribute-connected"}, "spine1": grouped, "spine2": grouped}
+    assert [q["where"] for q in found["questions"]] == ["links"], found["questions"]  # veths report no speed
+
+
+def test_adoption_changes_no_forwarding_and_resets_no_session(lab: AdoptLab) -> None:
+    path = lab.base / "intent.yaml"
+    before = all_routes()
+    established = {n: sessions(lab, n) for n in NODES}
+    assert all(s[0] == "Established" for n in NODES for s in established[n].values()), established
+    dry = json.loads(lab.cli("apply", str(path), "--dry-run", "--json", check=True).stdout)
+    review = dry.get("review", dry)
+    assert review["adoption"] == {"devices": list(NODES), "cosmetic": True, "warnings": []}, review["adoption"]
+    assert before == all_routes()  # a review pushes nothing
+    seen = adopt_under_watch(lab, path, all_routes, "h1", "172.16.2.10")
+    assert seen.done["state"] == "committed", seen.done
+    assert seen.sent == 400 and seen.received == seen.sent, seen.summary()
+    assert all_routes() == before
+    differing = seen.differing(before)
+    assert len(seen.samples) > 20 and differing == [], differing[:10]
     assert {n: sessions(lab, n) for n in NODES} == established
+    running = lab.vtysh_text("leaf1", "show running-config")
+    assert "neighbor eth1 interface peer-group FABRIC" in running and "redistribute connected" in running, running
+    assert "neighbor eth1 description spine1 via eth1" in running, running  # Loom's rendering runs now
+    assert lab.ping("h1", "2001:db8:2::10")
+    print(f"peer-group adoption: {seen.summary()}; none differing, sessions unchanged")
+
+
+def test_reweighting_and_drain_after_adoption(lab: AdoptLab) -> None:
+    """Through the peer-group: each member's link-bandwidth route map, then a drained spine's deny maps."""
+    check_reweighting(lab, lambda: routes("leaf1"), fast="eth2", slow="eth1", spine="spine1", src="leaf1",
+                      prefix="172.16.2.0/24")
+    check_drain(lab, lambda: routes("leaf1"), spine="spine1", prefix="172.16.2.0/24", port_left="eth2")

@@ -16,6 +16,7 @@ it at its gNMI ``ipv6-entry``, as it counts the IPv4 demand's at the ``ipv4-entr
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -27,32 +28,34 @@ from labs.discover import observe_lab
 from labs.traffic import lab_hosts, send, validate_matrix
 from southbound.discovery.infer import discover
 from southbound.gnmi import GnmiClient
-from tests.adoptkit import REPO
+from tests.adoptkit import REPO, AdoptLab, Routes, adopt_under_watch, hops, served
 
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_unnumbered"
 LAB = "adopt-un"
 
 
+NODES = ("leaf1", "leaf2", "spine1", "spine2")
+HOSTS = ("h1", "h2")
+TOKEN = "adopt-" + "Un5Kq8Rw2Zt6Mx0Hb4Pv7Lc1Gd3Sj9Fy"
+
+
 @pytest.fixture(scope="module")
-def topo() -> Iterator[Topology]:
-    t = load_topology(FIXTURE)
-    names = [n.name for n in t.nodes]
-    runner.down(LAB, names)  # a lab left by an earlier run that was killed
-    try:
-        report = runner.up(t, timeout=90)
-        assert report.converged, report.problems
-        yield t
-    finally:
-        runner.down(LAB, names)
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdoptLab]:
+    yield from served(tmp_path_factory, LAB, FIXTURE, NODES, HOSTS, TOKEN)
+
+
+@pytest.fixture(scope="module")
+def topo(lab: AdoptLab) -> Topology:
+    return load_topology(FIXTURE)
 
 
 def test_an_unnumbered_lab_is_discovered_on_its_underlay(topo: Topology) -> None:
     found = discover(observe_lab(topo), name=LAB)
     assert found.valid, found.questions
-    # veth links have no physical speed; remote-as external becomes the peer's ASN (a session reset)
-    assert [q.where for q in found.questions] == ["device leaf1", "device leaf2", "device spine1", "device spine2",
-                                                  "links"]
+    # veth links have no physical speed; remote-as external on plain interface sessions is kept as the form
+    assert [q.where for q in found.questions] == ["links"], found.questions
     doc = found.intent
+    assert {d["bgp"]["remote_as"] for d in doc["devices"]} == {"external"}
     assert doc["defaults"] == {"underlay": "unnumbered"}
     got = {frozenset({(lk["a"], lk["a_port"]), (lk["b"], lk["b_port"])}) for lk in doc["links"]}
     routers = {n.name for n in topo.routers}
@@ -104,3 +107,41 @@ def test_ipv6_lab_traffic_is_counted_at_the_tors_ipv6_entry(topo: Topology) -> N
           f"{after[aft(4, '172.16.2.0/24')] - before[aft(4, '172.16.2.0/24')]} counted, {v4['bytes']} sent")
     assert after[aft(6, "2001:db8:2::/64")] - before[aft(6, "2001:db8:2::/64")] == v6["bytes"]
     assert after[aft(4, "172.16.2.0/24")] - before[aft(4, "172.16.2.0/24")] == v4["bytes"]
+
+
+def routes(node: str) -> Routes:
+    return {r["dst"]: (r.get("protocol", ""), hops(r)) for family in ("-4", "-6")
+            for r in json.loads(runner.node_exec(LAB, node, ["ip", family, "-j", "route", "show", "table", "main"]))}
+
+
+def all_routes() -> dict[str, Routes]:
+    return {n: routes(n) for n in NODES}
+
+
+def test_a_remote_as_external_fabric_is_adopted_without_a_blip(lab: AdoptLab) -> None:
+    """``neighbor ethN interface remote-as external`` (no v6only), the prefixes by ``network``: discovery keeps
+    that form, so the adoption review is cosmetic, and committing it changes no router's kernel routes in either
+    family, loses no ping and resets no BGP session (FRR 8.4 resets one whose remote-as external becomes a
+    number, or whose v6only changes)."""
+    path = lab.base / "intent.yaml"
+    lab.discover(str(FIXTURE), "--out", str(path))
+    before = all_routes()
+    established = {n: _sessions(lab, n) for n in NODES}
+    assert all(s[0] == "Established" for n in NODES for s in established[n].values()), established
+    dry = json.loads(lab.cli("apply", str(path), "--dry-run", "--json", check=True).stdout)
+    review = dry.get("review", dry)
+    assert review["adoption"] == {"devices": list(NODES), "cosmetic": True, "warnings": []}, review["adoption"]
+    seen = adopt_under_watch(lab, path, all_routes, "h1", "2001:db8:2::10")
+    assert seen.done["state"] == "committed", seen.done
+    assert seen.sent == 400 and seen.received == seen.sent, seen.summary()
+    differing = seen.differing(before)
+    assert len(seen.samples) > 20 and differing == [], differing[:10]
+    assert {n: _sessions(lab, n) for n in NODES} == established
+    running = lab.vtysh_text("spine1", "show running-config")
+    assert "neighbor eth1 interface remote-as external" in running and "description leaf1 via eth1" in running
+    print(f"remote-as external adoption: {seen.summary()}; none differing, sessions unchanged")
+
+
+def _sessions(lab: AdoptLab, node: str) -> dict[str, tuple[str, int, int]]:
+    peers = lab.vtysh(node, "show bgp ipv6 unicast summary json")["peers"]
+    return {p: (v["state"], v["connectionsEstablished"], v["connectionsDropped"]) for p, v in peers.items()}

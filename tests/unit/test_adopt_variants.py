@@ -81,10 +81,15 @@ def test_parser_reads_a_member_of_an_undeclared_group_as_foreign():
     assert run.other == ["router bgp 65001: neighbor 10.0.0.1 peer-group NOPE"]
 
 
+def _without_forms(doc: dict) -> dict:
+    return {**doc, "devices": [{k: v for k, v in d.items() if k != "bgp"} for d in doc["devices"]]}
+
+
 @pytest.mark.parametrize("remote", ["external", "internal-as-number"])
-def test_an_unnumbered_peer_group_fabric_is_discovered_as_the_plain_one(remote):
-    """The peer-group form gives the same intent as ``neighbor ethX interface remote-as external``; the
-    group's ``remote-as`` may be ``external`` or each router's peers' ASN."""
+def test_an_unnumbered_peer_group_fabric_is_discovered_as_the_plain_one_in_its_own_form(remote):
+    """The peer-group form gives the intent of ``neighbor ethX interface remote-as external`` but for each
+    device's ``bgp`` form, which keeps the group; a group whose ``remote-as`` is a number is a question (Loom
+    writes a group's remote-as only as ``external``, and FRR deletes the members with it)."""
     plain = discover(_unnumbered(lambda t: t), name="unnumbered")
     if remote == "external":
         edit = _as_peer_group
@@ -99,28 +104,42 @@ def test_an_unnumbered_peer_group_fabric_is_discovered_as_the_plain_one(remote):
             return _as_peer_group(text, remote=str(asn_of[host.group(1)]))
     grouped = discover(_unnumbered(edit), name="unnumbered")
     assert grouped.valid, grouped.questions
-    assert grouped.intent == plain.intent
-    def rest(qs):
-        return [q.to_document() for q in qs
-                if "peer-group" not in q.question and "remote-as external" not in q.question]
-    assert rest(grouped.questions) == rest(plain.questions)
-    external = {q.where for q in grouped.questions if "remote-as external" in q.question}
-    everyone = {"device leaf1", "device leaf2", "device spine1"}
-    assert external == ({"device spine1"} if remote != "external" else everyone)
-    # what discovery cannot keep: Loom renders no peer-groups, and a peer leaving its group resets
-    assert sorted((q.where, q.question.split(" is ")[0]) for q in grouped.questions if "peer-group" in q.question) \
-        == [("device leaf1", "BGP neighbor eth1"), ("device leaf2", "BGP neighbor eth1"),
-            ("device spine1", "BGP neighbor eth1"), ("device spine1", "BGP neighbor eth2")]
+    assert _without_forms(grouped.intent) == _without_forms(plain.intent)
+    forms = {d["name"]: d.get("bgp") for d in grouped.intent["devices"]}
+    if remote == "external":
+        assert forms == {n: {"peer_group": "FABRIC", "remote_as": "external", "v6only": False}
+                         for n in ("leaf1", "leaf2", "spine1")}
+        assert [q.where for q in grouped.questions] == [q.where for q in plain.questions] == ["links"]
+    else:
+        assert forms["spine1"] == {"peer_group": "FABRIC", "remote_as": "external", "v6only": False}
+        assert forms["leaf1"] == {"peer_group": "FABRIC", "v6only": False}
+        asked = sorted(q.where for q in grouped.questions if "carries remote-as 65000" in q.question)
+        assert asked == ["device leaf1", "device leaf2"]
 
 
-def test_remote_as_external_is_a_question_as_adopting_resets_the_session():
-    """Measured on FRR 8.4 (adopt_unnumbered lab): ``neighbor eth1 interface remote-as external`` changed to
-    ``... v6only remote-as 65000`` (or ``remote-as 65000``) drops and re-establishes the session."""
+def test_remote_as_external_is_kept_as_the_form_and_a_mix_is_a_question():
+    """FRR 8.4 resets a session whose ``remote-as`` goes from ``external`` to a number (adopt_unnumbered lab):
+    the form keeps ``external``; a device with both kinds cannot be written one way, which is a question."""
     found = discover(_unnumbered(lambda t: t), name="unnumbered")
-    asked = {q.where: q.question for q in found.questions if "remote-as external" in q.question}
-    assert set(asked) == {"device leaf1", "device leaf2", "device spine1"}
-    assert asked["device spine1"].startswith("BGP neighbors eth1, eth2: remote-as external")
-    assert "would reset" in asked["device leaf1"]
+    assert not [q for q in found.questions if "remote-as" in q.question]
+    assert {d["bgp"]["remote_as"] for d in found.intent["devices"]} == {"external"}
+    mixed = discover(_unnumbered(lambda t: t.replace("neighbor eth2 interface remote-as external",
+                                                      "neighbor eth2 interface remote-as 65102")), name="mixed")
+    asked = {q.where: q.question for q in mixed.questions if "remote-as external" in q.question}
+    assert list(asked) == ["device spine1"] and asked["device spine1"].startswith(
+        "BGP neighbors eth1 are remote-as external and eth2 name their peer's ASN"), asked
+    assert "remote_as" not in {d["name"]: d.get("bgp", {}) for d in mixed.intent["devices"]}["spine1"]
+
+
+def test_sessions_in_a_group_and_out_of_it_are_a_question():
+    def half(text: str) -> str:
+        text = _as_peer_group(text)
+        return text.replace(" neighbor eth2 interface peer-group FABRIC", " neighbor eth2 interface remote-as external")
+    found = discover(_unnumbered(half), name="half")
+    asked = [q for q in found.questions if "different peer-groups or none" in q.question]
+    assert [q.where for q in asked] == ["device spine1"]
+    assert "eth1 (FABRIC), eth2 (no peer-group)" in asked[0].question
+    assert "peer_group" not in {d["name"]: d.get("bgp", {}) for d in found.intent["devices"]}["spine1"]
 
 
 def test_an_ibgp_peer_group_is_a_question():
@@ -141,6 +160,7 @@ def test_redistribute_connected_originates_like_network_statements():
     found = discover(_unnumbered(redistributed), name="unnumbered")
     assert found.valid, found.questions
     assert found.intent["prefixes"] == plain.intent["prefixes"]
+    assert {d["bgp"]["originate"] for d in found.intent["devices"]} == {"redistribute-connected"}
 
 
 def test_redistribute_connected_through_a_route_map_is_a_question():

@@ -297,9 +297,11 @@ def test_parser_reads_an_unnumbered_running_config():
 def test_an_unnumbered_fabric_is_discovered_with_its_underlay_and_no_link_pins():
     found = discover(_observed_unnumbered(), name="unnumbered")
     assert found.valid, found.questions
-    # veth links have no physical speed; remote-as external becomes the peer's ASN (a session reset)
-    assert [q.where for q in found.questions] == ["device leaf1", "device leaf2", "device spine1", "links"]
+    # veth links have no physical speed; remote-as external on plain interface sessions is kept as the form
+    assert [q.where for q in found.questions] == ["links"]
     doc = found.intent
+    assert {d["name"]: d.get("bgp") for d in doc["devices"]} == {
+        n: {"remote_as": "external", "v6only": False} for n in ("leaf1", "leaf2", "spine1")}
     assert doc["defaults"] == {"underlay": "unnumbered"}
     assert [(lk["a"], lk["a_port"], lk["b"], lk["b_port"]) for lk in doc["links"]] == [
         ("leaf1", "eth1", "spine1", "eth1"), ("leaf2", "eth1", "spine1", "eth2")]

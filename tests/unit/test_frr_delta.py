@@ -51,11 +51,15 @@ def simulate(tree: ConfigTree, commands: list[str]) -> ConfigTree:
         ctx = tuple(path)
         if c.startswith("no "):
             line = c[3:]
-            m = re.match(r"neighbor (\S+) (?:interface (?:v6only )?)?remote-as ", line)
+            m = re.match(_DEFINES, line)
             if m and ctx and ctx[0].startswith("router bgp"):  # bgpd deletes the neighbor and all it has
+                gone = {m.group(1)}
+                if re.fullmatch(r"neighbor \S+ (peer-group|remote-as \S+)", line) and _is_group(out, ctx, m.group(1)):
+                    # a peer-group's definition (or its remote-as) goes with its members
+                    gone |= {ln.split()[1] for ln in out.get(ctx[:1], {}) if ln.endswith(f" peer-group {m.group(1)}")}
                 for key in [k for k in out if k[:1] == ctx[:1]]:
                     for ln in list(out[key]):
-                        if ln.startswith(f"neighbor {m.group(1)} "):
+                        if ln.split()[:2] in (["neighbor", g] for g in gone):
                             out[key].pop(ln)
                 continue
             if line in out.get(ctx, {}):
@@ -85,9 +89,17 @@ def simulate(tree: ConfigTree, commands: list[str]) -> ConfigTree:
     return {k: v for k, v in out.items() if v or k == ()}
 
 
+#: a line that defines a BGP neighbor: ``neighbor X remote-as N``, ``neighbor X interface ... remote-as N``, a
+#: peer-group (``neighbor G peer-group``) or a member of one (``neighbor X [interface [v6only]] peer-group G``)
+_DEFINES = re.compile(r"neighbor (\S+) (?:interface (?:v6only )?)?(?:remote-as \S|peer-group\b)")
+
+
 def _defines(line: str) -> bool:
-    """A line that defines a BGP neighbor (``neighbor X remote-as N``, ``neighbor X interface ... remote-as N``)."""
-    return re.match(r"neighbor \S+ (?:interface (?:v6only )?)?remote-as ", line) is not None
+    return _DEFINES.match(line) is not None
+
+
+def _is_group(tree: ConfigTree, ctx: tuple[str, ...], name: str) -> bool:
+    return f"neighbor {name} peer-group" in tree.get(ctx[:1], {})
 
 
 def resets_of_new_neighbors(commands: list[str]) -> list[str]:
@@ -162,9 +174,10 @@ def _edit(text: str, rng: random.Random) -> str:
     elif kind == "prefix-list" and any(ln.startswith("ip prefix-list") for ln in lines):
         i = rng.choice([i for i, ln in enumerate(lines) if ln.startswith("ip prefix-list")])
         del lines[i]
-    elif kind == "neighbor" and any(" remote-as " in ln for ln in lines):
-        peer = rng.choice([ln.split()[1] for ln in lines if " remote-as " in ln])
-        lines = [ln for ln in lines if not ln.strip().startswith(f"neighbor {peer} ")]
+    elif kind == "neighbor" and any(" remote-as " in ln or " peer-group " in ln for ln in lines):
+        peer = rng.choice([ln.split()[1] for ln in lines if " remote-as " in ln or " peer-group " in ln])
+        gone = {peer} | {ln.split()[1] for ln in lines if ln.endswith(f" peer-group {peer}")}  # a group's members
+        lines = [ln for ln in lines if ln.strip().split()[:2] not in (["neighbor", g] for g in gone)]
     elif kind == "neighbor-route-map":
         i = next((i for i, ln in enumerate(lines) if ln.strip().endswith(" activate")), None)
         if i is not None:
@@ -266,3 +279,23 @@ def test_a_prefix_list_whose_entries_move_loses_the_old_ones_first() -> None:
     commands = delta_commands(old, new)
     assert _same(simulate(old, commands), new), commands
     assert _same(simulate(new, delta_commands(new, old)), old)
+
+
+@pytest.mark.parametrize(("was", "now"), [
+    ("neighbor eth1 interface v6only remote-as 65000", "neighbor eth1 interface remote-as external"),
+    ("neighbor eth1 interface remote-as external", "neighbor eth1 interface peer-group FABRIC"),
+    ("neighbor 10.0.0.1 remote-as 65000", "neighbor 10.0.0.1 remote-as 65001")])
+def test_a_neighbor_defined_in_another_form_is_made_again_with_all_its_lines(was: str, now: str) -> None:
+    """FRR deletes a neighbor (every line of it) whose definition goes, so a form change removes it and makes
+    it again whole: its description, timers and activation come back (they were "unchanged" lines)."""
+    def conf(define: str) -> str:
+        peer = define.split()[1]
+        group = " neighbor FABRIC peer-group\n neighbor FABRIC remote-as external\n" if "FABRIC" in define else ""
+        return (f"router bgp 65010\n{group} {define}\n neighbor {peer} description spine via eth1\n"
+                f" neighbor {peer} timers connect 1\n !\n address-family ipv4 unicast\n  neighbor {peer} activate\n"
+                " exit-address-family\nexit\n")
+    old, new = parse_config(conf(was)), parse_config(conf(now))
+    commands = delta_commands(old, new)
+    assert _same(simulate(old, commands), new), commands
+    assert _same(simulate(new, delta_commands(new, old)), old)
+    assert resets_of_new_neighbors(commands) == [], commands

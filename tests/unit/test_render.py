@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from controller.model.errors import InvalidIntent
 from controller.model.intent import validate_intent
 from controller.model.plan import DevicePlan, NextHop, Plan, PlanSummary
 from labs.gen import clos3_document
 from southbound.config import DeviceConfig, bgp_session_resets, session_moves
+from southbound.grpc_adapter import config_from_proto, config_to_proto
 from southbound.render import bridged, device_configs, host_address, isis_net, render_frr
 from tests.golden_files import GOLDEN as GOLDEN_ROOT
 from tests.golden_files import assert_golden
@@ -88,6 +90,25 @@ def _isis_dual(underlay: str) -> dict:
 
 
 DUAL_CASES = {
+    # an adopted unnumbered fabric as operators write it: a peer-group with remote-as external, no v6only,
+    # redistribute connected; a drained link and link-bandwidth WCMP go on the members
+    "form-peer-group-external-leaf-0-0.conf": lambda: render_frr(device_configs(validate_intent(_formed(
+        _dual("unnumbered", policies=[{"kind": "drain", "target": "leaf-0-0:eth2"}]), peer_group="FABRIC",
+        remote_as="external", v6only=False, originate="redistribute-connected")), _dual_plan())["leaf-0-0"]),
+    # numbered sessions through a group that carries no remote-as: each member keeps its peer's ASN
+    "form-peer-group-asn-tor-0-0.conf": lambda: render_frr(device_configs(validate_intent(_formed(
+        _clos3(), peer_group="TORS")), _plan_for_wcmp())["tor-0-0"]),
+    "form-external-unnumbered-tor-0-0.conf": lambda: render_frr(device_configs(validate_intent(_formed(
+        _dual("unnumbered"), remote_as="external", v6only=False)))["tor-0-0"]),
+}
+
+def _formed(doc: dict, **form: object) -> dict:
+    """``doc`` with every device's sessions in ``form`` (``devices[].bgp``)."""
+    doc["devices"] = [{**d, "bgp": dict(form)} for d in doc["devices"]]
+    return doc
+
+
+FORM_CASES = {
     "unnumbered-tor-0-0.conf": lambda: _dual_render("unnumbered", "tor-0-0"),
     "unnumbered-wcmp-leaf-0-0.conf": lambda: _dual_render("unnumbered", "leaf-0-0", _dual_plan()),
     "unnumbered-drained-leaf.conf": lambda: _dual_render("unnumbered", "leaf-0-0", _dual_plan(), policies=[
@@ -122,6 +143,7 @@ CASES = {
         "prefixes": [{"prefix": "10.9.0.0/24", "origins": ["r1"]}],
         "policies": [{"kind": "drain", "target": "r1:eth2"}]}))["r1"]),
     **DUAL_CASES,
+    **FORM_CASES,
     "ospf-r1.conf": lambda: render_frr(device_configs(validate_intent({
         "name": "ring", "routing": "ospf",
         "devices": [{"name": "r1", "loopback": "10.255.0.1"}, {"name": "r2"}, {"name": "r3"}],
@@ -257,3 +279,32 @@ def test_an_underlay_change_reports_every_moved_session(before: str, after: str)
     for (device, port), (was, now) in moves.items():
         assert was != now and now == next(n.key for n in new[device].neighbors if n.port == port)
         assert (now == port) == (after == "unnumbered")
+
+
+def test_a_session_form_round_trips_and_changing_it_is_a_reset() -> None:
+    """The form goes through the config document and the agent's protobuf unchanged, and a change of it is
+    a reset of every session it writes (FRR deletes a member that leaves its group, restarts one whose
+    remote-as kind or v6only changes); Loom's own form is no field at all (documents read as before)."""
+    plain = device_configs(validate_intent(_dual("unnumbered")))
+    assert "session_form" not in plain["tor-0-0"].to_document()
+    assert not config_to_proto(plain["tor-0-0"]).HasField("session_form")
+    for form in ({"peer_group": "FABRIC"}, {"remote_as": "external"}, {"v6only": False},
+                 {"originate": "redistribute-connected"}):
+        formed = device_configs(validate_intent(_formed(_dual("unnumbered"), **form)))
+        cfg = formed["tor-0-0"]
+        assert DeviceConfig.from_document(copy.deepcopy(cfg.to_document())) == cfg
+        assert config_from_proto(config_to_proto(cfg)) == cfg
+        reasons = {r.reason for r in bgp_session_resets(plain, formed)}
+        assert reasons == (set() if "originate" in form else {"form"}), (form, reasons)
+
+
+def test_a_session_form_is_only_for_bgp() -> None:
+    doc = {"name": "ring", "routing": "ospf", "devices": [{"name": "r1", "bgp": {"remote_as": "external"}},
+                                                          {"name": "r2"}], "links": []}
+    with pytest.raises(InvalidIntent) as err:
+        validate_intent(doc)
+    assert [(e.loc, e.msg) for e in err.value.errors] == [
+        ("devices[0].bgp", "only for routing: bgp (the form of the device's BGP sessions)")]
+    with pytest.raises(InvalidIntent) as err:
+        validate_intent(_formed(_clos3(), peer_group="9bad", remote_as="internal"))
+    assert {e.loc for e in err.value.errors} >= {"devices[0].bgp.peer_group", "devices[0].bgp.remote_as"}

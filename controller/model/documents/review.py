@@ -58,7 +58,7 @@ class SessionResetDocument(Closed):
     neighbor: str = Field(description="FRR's name of the neighbor: the peer's address (or the port, unnumbered)")
     peer: str = Field(description="the device at the far end")
     port: str
-    reason: Literal["removed", "address", "remote-as", "local-as", "router-id"]
+    reason: Literal["removed", "address", "remote-as", "local-as", "router-id", "form"]
 
 
 class SessionResetsDocument(Closed):

@@ -1,0 +1,80 @@
+"""The form a running router writes its BGP sessions in, as the intent's ``devices[].bgp`` keeps it.
+
+FRR resets a session whose form changes: a neighbor that leaves its peer-group (or whose group goes) is
+deleted, a ``remote-as external`` that becomes a number restarts the session (FRR 8.4: seen on a lab), and
+so does an unnumbered session that gains or loses ``v6only``. Replacing ``redistribute connected`` with a
+``network`` per prefix withdraws the prefixes for the moment between the two. So adopting a router without a
+blip keeps the form it runs (:class:`controller.model.domain.BgpForm`), and :func:`session_form` reads it.
+What no form holds (sessions of one device written in different ways, a peer-group carrying an ASN) is a
+question: Loom writes all of a device's sessions one way. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from controller.model.documents.base import JsonObject
+from southbound.discovery.frr_text import BgpConf
+
+__all__ = ["session_form"]
+
+
+def session_form(bgp: BgpConf, sessions: Iterable[str]) -> tuple[JsonObject | None, list[str]]:
+    """The ``bgp`` form of a router whose sessions across the fabric's links are ``sessions`` (FRR's names for
+    them: an address, or an interface when unnumbered), or ``None`` for Loom's own form; and the questions
+    about what the form cannot hold, each saying which session adoption would reset."""
+    peers = sorted(set(sessions))
+    questions: list[str] = []
+    form: JsonObject = {}
+    group = _group(bgp, peers, questions)
+    if group is not None:
+        form["peer_group"] = group
+    if _remote_external(bgp, peers, questions):
+        form["remote_as"] = "external"
+    unnumbered = [p for p in peers if not p[:1].isdigit() and ":" not in p]
+    written = {p in bgp.v6only for p in unnumbered}
+    if written == {False}:
+        form["v6only"] = False
+    elif len(written) > 1:
+        questions.append(f"unnumbered BGP neighbors {_names(p for p in unnumbered if p in bgp.v6only)} are "
+                         f"'interface v6only' and {_names(p for p in unnumbered if p not in bgp.v6only)} are not: "
+                         "Loom writes a device's sessions one way and FRR resets a session whose v6only changes, "
+                         "so adopting would reset the ones written the other way")
+    if "connected" in bgp.redistribute:  # plain: with a route map it is a question of its own
+        form["originate"] = "redistribute-connected"
+    return (form or None), questions
+
+
+def _group(bgp: BgpConf, peers: list[str], questions: list[str]) -> str | None:
+    """The one peer-group every session is a member of (``None``: none is), else a question."""
+    groups = {bgp.member_of.get(p) for p in peers}
+    if len(groups) > 1:
+        by = sorted(f"{p} ({bgp.member_of.get(p) or 'no peer-group'})" for p in peers)
+        questions.append(f"BGP neighbors are written through different peer-groups or none: {', '.join(by)}; "
+                         "Loom writes all of a device's sessions through one peer-group or none, and FRR deletes "
+                         "a neighbor that leaves its peer-group, so adopting would reset the others")
+        return None
+    group = next(iter(groups), None)
+    remote = bgp.groups.get(group) if group is not None else None
+    if group is not None and remote not in (None, "external"):
+        questions.append(f"peer-group {group} carries remote-as {remote}: Loom writes a peer-group's remote-as "
+                         "only as 'external' (else each member's ASN on the member), and FRR deletes a peer-group's "
+                         "members with its remote-as, so adopting would reset them")
+    return group
+
+
+def _remote_external(bgp: BgpConf, peers: list[str], questions: list[str]) -> bool:
+    """Whether every session's ``remote-as`` (its own or its group's) is ``external``; a question when some are
+    and others are not."""
+    ebgp = [p for p in peers if bgp.neighbors.get(p) not in ("internal", str(bgp.asn))]  # iBGP: its own question
+    external = sorted(p for p in ebgp if bgp.neighbors.get(p) == "external")
+    if external and len(external) < len(ebgp):
+        questions.append(f"BGP neighbors {_names(external)} are remote-as external and "
+                         f"{_names(p for p in ebgp if p not in external)} name their peer's ASN: Loom writes a "
+                         "device's sessions one way and FRR 8.4 resets a session whose remote-as changes between "
+                         "'external' and a number, so adopting would reset the ones written the other way")
+    return bool(external) and len(external) == len(ebgp)
+
+
+def _names(peers: Iterable[str]) -> str:
+    return ", ".join(sorted(peers))
