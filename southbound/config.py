@@ -27,6 +27,7 @@ __all__ = [
     "FibRoute",
     "Interface",
     "LinkBandwidth",
+    "OspfForm",
     "SessionForm",
     "SessionMove",
     "SessionReset",
@@ -141,6 +142,23 @@ class SessionForm:
                 "v6only": self.v6only, "redistribute_connected": self.redistribute_connected}
 
 
+@dataclass(frozen=True, slots=True)
+class OspfForm:
+    """How a device runs OSPF on its links (the intent's ``devices[].ospf``): ``broadcast`` (network type,
+    else point-to-point), ``hello``/``dead`` seconds (``None``: from the BGP timers), ``networks`` (``None``:
+    ``ip ospf area`` on each interface; else these ``network ... area`` statements, and one for each subnet of
+    the device they do not cover). The default is Loom's own form."""
+
+    broadcast: bool = False
+    hello: int | None = None
+    dead: int | None = None
+    networks: tuple[str, ...] | None = None
+
+    def to_document(self) -> JsonObject:
+        return {"broadcast": self.broadcast, "hello": self.hello, "dead": self.dead,
+                "networks": None if self.networks is None else list(self.networks)}
+
+
 #: BGP keepalive and hold seconds of every device (OSPF's and IS-IS's hellos follow them)
 DEFAULT_TIMERS = (1, 3)
 
@@ -158,7 +176,8 @@ class DeviceConfig:
     ``unnumbered``, ``ipv6-numbered``: DESIGN.md "Underlay"); ``loopback6``: the
     device's IPv6 loopback address, if any (its IPv4 one is ``router_id``); ``ipv6``:
     the fabric carries IPv6, so the device runs it on its links (IS-IS transit)
-    even when it has no IPv6 of its own; ``session_form``: how its BGP sessions are written.
+    even when it has no IPv6 of its own; ``session_form``: how its BGP sessions are written; ``ospf_form``:
+    how it runs OSPF on its links.
     """
 
     hostname: str
@@ -178,6 +197,7 @@ class DeviceConfig:
     loopback6: str | None = None
     ipv6: bool = False
     session_form: SessionForm = SessionForm()
+    ospf_form: OspfForm = OspfForm()
 
     def interface(self, name: str) -> Interface:
         for i in self.interfaces:
@@ -214,6 +234,7 @@ class DeviceConfig:
             **({"loopback6": self.loopback6} if self.loopback6 is not None else {}),
             **({"ipv6": True} if self.ipv6 else {}),
             **({"session_form": self.session_form.to_document()} if self.session_form != SessionForm() else {}),
+            **({"ospf_form": self.ospf_form.to_document()} if self.ospf_form != OspfForm() else {}),
         }
 
     @classmethod
@@ -241,6 +262,7 @@ class DeviceConfig:
             loopback6=doc.get("loopback6"),
             ipv6=bool(doc.get("ipv6", False)),
             session_form=SessionForm(**doc["session_form"]) if "session_form" in doc else SessionForm(),
+            ospf_form=_ospf_form(doc.get("ospf_form")),
         )
 
 
@@ -261,6 +283,14 @@ class SessionReset:
     def to_document(self) -> JsonObject:
         return {"device": self.device, "neighbor": self.neighbor, "peer": self.peer, "port": self.port,
                 "reason": self.reason}
+
+
+def _ospf_form(doc: Any) -> OspfForm:
+    if doc is None:
+        return OspfForm()
+    networks = doc.get("networks")
+    return OspfForm(bool(doc.get("broadcast")), doc.get("hello"), doc.get("dead"),
+                    None if networks is None else tuple(networks))
 
 
 def _sessions(config: DeviceConfig | None) -> dict[str, list[BgpNeighbor]]:

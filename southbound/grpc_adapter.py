@@ -28,6 +28,7 @@ from southbound.config import (
     FibRoute,
     Interface,
     LinkBandwidth,
+    OspfForm,
     SessionForm,
 )
 from southbound.discovery.observed import ObservedDevice, ObservedInterface
@@ -94,6 +95,10 @@ def config_to_proto(c: DeviceConfig) -> pb.DeviceConfig:
         msg.session_form.CopyFrom(pb.SessionForm(
             peer_group=f.peer_group or "", remote_as_external=f.remote_as_external, not_v6only=not f.v6only,
             redistribute_connected=f.redistribute_connected))
+    o = c.ospf_form
+    if o != OspfForm():
+        msg.ospf_form.CopyFrom(pb.OspfForm(broadcast=o.broadcast, hello_seconds=o.hello or 0, dead_seconds=o.dead or 0,
+                                           by_networks=o.networks is not None, networks=list(o.networks or ())))
     return msg
 
 
@@ -123,7 +128,16 @@ def config_from_proto(m: pb.DeviceConfig) -> DeviceConfig:
                                                            for h in r.nexthops)) for r in m.fib_routes),
         underlay=m.underlay or "ipv4-numbered", loopback6=_opt(m, "loopback6"), ipv6=m.ipv6,
         session_form=_session_form(m),
+        ospf_form=_ospf_form(m),
     )
+
+
+def _ospf_form(m: pb.DeviceConfig) -> OspfForm:
+    if not m.HasField("ospf_form"):
+        return OspfForm()
+    o = m.ospf_form
+    return OspfForm(o.broadcast, o.hello_seconds or None, o.dead_seconds or None,
+                    tuple(o.networks) if o.by_networks else None)
 
 
 def _session_form(m: pb.DeviceConfig) -> SessionForm:

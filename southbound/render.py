@@ -23,6 +23,7 @@ from collections import defaultdict
 from controller.model import (
     DEFAULT_METRIC,
     BgpForm,
+    HostPort,
     Intent,
     Link,
     Routing,
@@ -31,6 +32,7 @@ from controller.model import (
     prefix_order,
     prefix_version,
 )
+from controller.model import OspfForm as OspfFormPin
 from controller.model.addressing import LINK_POOL, LOOPBACK_POOL, Allocation, allocate, carried
 from controller.model.plan import Plan
 from southbound.config import (
@@ -40,6 +42,7 @@ from southbound.config import (
     FibRoute,
     Interface,
     LinkBandwidth,
+    OspfForm,
     SessionForm,
     bridge_config,
 )
@@ -158,7 +161,7 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
             hostname=d.name,
             asn=d.asn if intent.routing == Routing.BGP else None,
             router_id=router_id,
-            interfaces=tuple(ports[d.name]) + _host_ports(originated[d.name], router_id, loopback6),
+            interfaces=tuple(ports[d.name]) + _host_ports(originated[d.name], router_id, loopback6, d.host_ports or ()),
             neighbors=tuple(neighbors[d.name]),
             originated=tuple(originated[d.name]),
             routing=intent.routing.value,
@@ -169,6 +172,7 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
             loopback6=None if loopback6 is None else str(loopback6),
             ipv6=six,
             session_form=_session_form(d.bgp) if intent.routing == Routing.BGP else SessionForm(),
+            ospf_form=_ospf_form(d.ospf) if intent.routing == Routing.OSPF else OspfForm(),
         )
     return out
 
@@ -181,17 +185,30 @@ def _session_form(form: BgpForm | None) -> SessionForm:
                        form.originate == "redistribute-connected")
 
 
-def _host_ports(originated: list[str], router_id: str, loopback6: ipaddress.IPv6Address | None
-                ) -> tuple[Interface, ...]:
-    """The host ports where a device's prefixes live: ``hostK`` holds its K-th IPv4 prefix and its K-th
-    IPv6 one (a dual-stack host subnet), each by its first address. A prefix that is the device's own
-    loopback (its router id's /32, its IPv6 loopback's /128) lives on the loopback, not on a host port."""
+def _ospf_form(form: OspfFormPin | None) -> OspfForm:
+    """The southbound form of a device's ``ospf`` (Loom's own when absent)."""
+    if form is None:
+        return OspfForm()
+    return OspfForm(form.network_type == "broadcast", form.hello_s, form.dead_s, form.networks)
+
+
+def _host_ports(originated: list[str], router_id: str, loopback6: ipaddress.IPv6Address | None,
+                pins: tuple[HostPort, ...] = ()) -> tuple[Interface, ...]:
+    """The host ports where a device's prefixes live: a pinned port (:class:`~controller.model.HostPort`)
+    holds the prefixes of its addresses, with those addresses; then ``hostK`` (a name no pin took) holds the
+    K-th other IPv4 prefix and the K-th other IPv6 one (a dual-stack host subnet), each by its first address.
+    A prefix that is the device's own loopback (its router id's /32, its IPv6 loopback's /128) lives on the
+    loopback, not on a host port."""
     own = {f"{router_id}/32"} | ({f"{loopback6}/128"} if loopback6 is not None else set())
-    v4 = [p for p in originated if p not in own and prefix_version(p) == 4]
-    v6 = [p for p in originated if p not in own and prefix_version(p) == 6]
-    return tuple(Interface(f"host{k}", host_address(v4[k]) if k < len(v4) else None, host=True,
-                           address6=host_address(v6[k]) if k < len(v6) else None)
-                 for k in range(max(len(v4), len(v6))))
+    pinned = [Interface(p.port, next((str(a) for a in p.addresses if a.version == 4), None), host=True,
+                        address6=next((str(a) for a in p.addresses if a.version == 6), None)) for p in pins]
+    taken = {str(a.network) for p in pins for a in p.addresses}
+    v4 = [p for p in originated if p not in own and p not in taken and prefix_version(p) == 4]
+    v6 = [p for p in originated if p not in own and p not in taken and prefix_version(p) == 6]
+    names = (n for k in range(len(v4) + len(v6) + len(pins) + 1) if (n := f"host{k}") not in {p.port for p in pins})
+    return tuple(pinned) + tuple(Interface(next(names), host_address(v4[k]) if k < len(v4) else None, host=True,
+                                           address6=host_address(v6[k]) if k < len(v6) else None)
+                                 for k in range(max(len(v4), len(v6))))
 
 
 def _link_ends(intent: Intent, allocation: Allocation) -> tuple[
@@ -429,8 +446,8 @@ def _loopback_igp(config: DeviceConfig) -> list[str]:
     ``network`` like any originated prefix; OSPF and IS-IS carry it as a passive interface)."""
     v4 = f"{config.router_id}/32" in config.originated
     v6 = config.loopback6 is not None and f"{config.loopback6}/128" in config.originated
-    if config.routing == Routing.OSPF.value:
-        return [f" ip ospf area {OSPF_AREA}"] if v4 else []
+    if config.routing == Routing.OSPF.value:  # by a network statement instead in that form (_ospf_networks)
+        return [f" ip ospf area {OSPF_AREA}"] if v4 and config.ospf_form.networks is None else []
     if config.routing == Routing.ISIS.value and (v4 or v6):
         return ([f" ip router isis {ISIS_TAG}"] if v4 else []) + \
             ([f" ipv6 router isis {ISIS_TAG}"] if v6 else []) + [" isis passive"]
@@ -468,6 +485,8 @@ def _interface_lines(config: DeviceConfig) -> list[str]:
                 lines += _isis_interface(config, itf)
             elif config.routing == Routing.OSPF.value:
                 lines += _ospf_interface(config, itf)
+        elif config.routing == Routing.OSPF.value and config.ospf_form.networks is not None:
+            lines.append(" ip ospf passive")  # a network statement would bring up its adjacency
         lines += ["exit", "!"]
     return lines
 
@@ -492,12 +511,15 @@ def _ospf_interface(config: DeviceConfig, itf: Interface) -> list[str]:
     rendered): network type, cost, hello, dead and retransmit intervals (the BGP timers, as IS-IS's hellos),
     area, passive. A host port's cost is IS-IS's default metric, whatever the port's speed (OSPF's own cost of
     a port follows its bandwidth), so that every origin of an anycast prefix adds the same."""
+    form = config.ospf_form
+    area = [f" ip ospf area {OSPF_AREA}"] if form.networks is None else []  # else by network statements
     if itf.host:
-        return [f" ip ospf cost {DEFAULT_METRIC}", f" ip ospf area {OSPF_AREA}", " ip ospf passive"]
+        return [f" ip ospf cost {DEFAULT_METRIC}", *area, " ip ospf passive"]
     hello, dead, retransmit = ospf_intervals(config.timers)
-    return [" ip ospf network point-to-point", f" ip ospf cost {itf.metric}",
+    hello, dead = form.hello or hello, form.dead or (4 * form.hello if form.hello else dead)
+    return [*([] if form.broadcast else [" ip ospf network point-to-point"]), f" ip ospf cost {itf.metric}",
             f" ip ospf hello-interval {hello}", f" ip ospf dead-interval {dead}",
-            f" ip ospf retransmit-interval {retransmit}", f" ip ospf area {OSPF_AREA}"]
+            f" ip ospf retransmit-interval {retransmit}", *area]
 
 
 def _isis_lines(config: DeviceConfig) -> list[str]:
@@ -516,7 +538,27 @@ def _ospf_lines(config: DeviceConfig) -> list[str]:
              " timers throttle lsa all 100", " timers lsa min-arrival 50"]
     if config.drained:
         lines.append(" max-metric router-lsa administrative")
-    return lines + ["exit", "!"]
+    return lines + [f" network {n} area {OSPF_AREA}" for n in _ospf_networks(config)] + ["exit", "!"]
+
+
+def _ospf_networks(config: DeviceConfig) -> list[str]:
+    """The ``network ... area`` statements of a device whose OSPF form runs by them: its own (kept as the
+    running device has them), then the subnet of each interface OSPF runs on that none of them covers (a
+    link's but a drained one's, a host port's, the loopback's when the device originates it), in interface
+    order. A drained link they cover is passive (:func:`_interface_lines`): no adjacency over it."""
+    own = config.ospf_form.networks
+    if own is None:
+        return []
+    covering = [ipaddress.IPv4Network(n) for n in own]  # OSPFv2: IPv4 (validated)
+    wanted = [itf.address for itf in config.interfaces if itf.address is not None and not itf.drained]
+    if f"{config.router_id}/32" in config.originated:
+        wanted.append(f"{config.router_id}/32")
+    extra: list[str] = []
+    for address in wanted:
+        net = ipaddress.IPv4Interface(address).network
+        if not any(net.subnet_of(c) for c in covering) and str(net) not in extra:
+            extra.append(str(net))
+    return [*own, *extra]
 
 
 def _bgp_lines(config: DeviceConfig) -> list[str]:

@@ -48,7 +48,7 @@ class AdoptLab(ServedLab):
 
     def up(self, timeout: float = 90) -> None:
         runner.down(self.name, self.nodes + self.host_nodes)  # a lab left by an earlier run that was killed
-        report = runner.up(load_topology(self.topology), timeout=timeout)
+        report = runner.up(load_topology(self.topology), timeout=timeout, settle=True)  # as `loom lab up` does
         assert report.converged, report.problems
         self.server.start()
 

@@ -43,6 +43,8 @@ from controller.model.jobs import job_matrix
 __all__ = [
     "AutoTePolicy",
     "BgpForm",
+    "HostPort",
+    "OspfForm",
     "InsightPolicy",
     "ASN_MAX",
     "MAX_GBPS",
@@ -244,6 +246,60 @@ class BgpForm(_Frozen):
     originate: Literal["network", "redistribute-connected"] = "network"
 
 
+class HostPort(_Frozen):
+    """A port where a device's own subnets live, as a running device has it (DESIGN.md "Adoption"): its name
+    and its addresses with their length, at most one per family, each in a prefix the device originates.
+    Loom puts such a prefix on this port with this address; the device's other prefixes go on ``host0``,
+    ``host1``, ... by their first address."""
+
+    port: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")
+    addresses: tuple[IpInterface, ...] = Field(min_length=1, max_length=2)
+
+    @field_validator("addresses")
+    @classmethod
+    def _one_per_family(cls, v: tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, ...]
+                        ) -> tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, ...]:
+        if len({a.version for a in v}) < len(v):
+            raise ValueError("at most one address of each family")
+        return v
+
+
+class OspfForm(_Frozen):
+    """How a device runs OSPF on its links, as a running device has it (DESIGN.md "Adoption"): FRR resets an
+    adjacency whose network type changes, and drops one while its two ends' hello or dead intervals differ.
+    ``network_type``: ``point-to-point`` (Loom's) or ``broadcast``; ``hello_s`` and ``dead_s``: the intervals
+    (absent: Loom's, from the BGP timers); ``networks``: OSPF runs by these ``network ... area 0.0.0.0``
+    statements (and one for each subnet of the device they do not cover) instead of ``ip ospf area`` on each
+    interface (FRR takes one form only; a drained link is then passive). Only for ``routing: ospf``."""
+
+    network_type: Literal["point-to-point", "broadcast"] = "point-to-point"
+    hello_s: Annotated[int, Field(ge=1, le=65535), _Number] | None = None
+    dead_s: Annotated[int, Field(ge=1, le=65535), _Number] | None = None
+    networks: tuple[PrefixText, ...] | None = None
+
+    @field_validator("networks")
+    @classmethod
+    def _networks(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if v is None:
+            return v
+        out = []
+        for text in v:
+            try:
+                net = ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                raise ValueError(f"'{text}' is not a prefix (expected one like '10.0.0.0/16')") from None
+            if net.version != 4:
+                raise ValueError(f"{text}: OSPF (v2) networks are IPv4")
+            out.append(str(net))
+        return tuple(out)
+
+    @model_validator(mode="after")
+    def _dead_after_hello(self) -> OspfForm:
+        if self.hello_s is not None and self.dead_s is not None and self.dead_s <= self.hello_s:
+            raise ValueError(f"dead_s {self.dead_s} must be longer than hello_s {self.hello_s}")
+        return self
+
+
 class Device(_Frozen):
     """A switch. ``pod`` groups ToRs and leaves, ``plane`` groups leaves and
     spines; ``asn`` is required for ``routing: bgp``; ``loopback`` is the router
@@ -253,7 +309,8 @@ class Device(_Frozen):
     (DESIGN.md "Adoption"); absent, it is the IPv4 loopback or allocated. ``loopback``
     takes either family; ``loopback6`` gives an IPv4-looped device its IPv6 loopback too
     (dual stack); a device has at most one loopback of each family. ``bgp`` keeps the form its sessions
-    run in (:class:`BgpForm`)."""
+    run in (:class:`BgpForm`), ``ospf`` its OSPF's (:class:`OspfForm`), ``host_ports`` the ports its
+    subnets are on (:class:`HostPort`)."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     role: Role = Role.ROUTER
@@ -265,6 +322,8 @@ class Device(_Frozen):
     router_id: ipaddress.IPv4Address | None = None
     max_ecmp_entries: EcmpEntries | None = None
     bgp: BgpForm | None = None
+    host_ports: tuple[HostPort, ...] | None = None
+    ospf: OspfForm | None = None
 
     @field_validator("loopback6")
     @classmethod

@@ -68,7 +68,7 @@ from controller.model.collectives_builtin import BUILTINS
 from controller.model.collectives_check import check_collectives, check_job_collective
 from controller.model.errors import IntentError, InvalidIntent
 from controller.model.families import check_families
-from controller.model.pins import check_bgp_forms, check_pins, check_pools
+from controller.model.pins import check_forms, check_host_ports, check_pins, check_pools
 from controller.model.text import DEFAULT_LIMITS, TextLimits, decode_utf8, format_loc, load_json, load_yaml
 
 __all__ = ["dump_intent", "load_intent", "parse_intent_text", "validate_intent", "validate_job", "format_loc",
@@ -365,7 +365,8 @@ def _check_meaning(
         errors += [IntentError(f"links[{i}].metric", f"{lk.metric} is over {MAX_OSPF_COST}, the largest OSPF "
                                "interface cost (routing: ospf)") for i, lk in good_links if lk.metric > MAX_OSPF_COST]
     check_pools(items["devices"], items["links"], errors)
-    check_bgp_forms(routing == Routing.BGP, items["devices"], errors)
+    check_forms(routing.value, items["devices"], errors)
+    check_host_ports(items["devices"], items["links"], items["prefixes"], errors)
     check_pins([(i, d) for i, d in items["devices"] if not isinstance(d, _Partial)],
                [(i, lk) for i, lk in items["links"] if not isinstance(lk, _Partial)], errors)
 

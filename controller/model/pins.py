@@ -19,19 +19,57 @@ from typing import Any
 from controller.model.addressing import DEVICE_SLOTS, LINK_POOL, LINK_SLOTS, LOOPBACK_POOL
 from controller.model.errors import IntentError
 
-__all__ = ["check_bgp_forms", "check_pins", "check_pools"]
+__all__ = ["check_forms", "check_host_ports", "check_pins", "check_pools"]
 
 _Pin = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _Subnet = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def check_bgp_forms(bgp: bool, devices: list[tuple[int, Any]], errors: list[IntentError]) -> None:
-    """A device's BGP session form (``devices[i].bgp``) is only for ``routing: bgp`` (``bgp`` False: another
-    routing): elsewhere there is no session to write in it."""
-    if not bgp:
-        errors += [IntentError(f"devices[{i}].bgp", "only for routing: bgp (the form of the device's BGP sessions)")
-                   for i, d in devices if getattr(d, "bgp", None) is not None]
+def check_forms(routing: str, devices: list[tuple[int, Any]], errors: list[IntentError]) -> None:
+    """A device's BGP session form (``devices[i].bgp``) is only for ``routing: bgp``, its OSPF form
+    (``devices[i].ospf``) only for ``routing: ospf``: elsewhere there is nothing to write in them."""
+    for field, wanted, what in (("bgp", "bgp", "the form of the device's BGP sessions"),
+                                ("ospf", "ospf", "the form of the device's OSPF")):
+        if routing != wanted:
+            errors += [IntentError(f"devices[{i}].{field}", f"only for routing: {wanted} ({what})")
+                       for i, d in devices if getattr(d, field, None) is not None]
+
+
+def check_host_ports(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], prefixes: list[tuple[int, Any]],
+                     errors: list[IntentError]) -> None:
+    """Each pinned host port (``devices[i].host_ports[j]``) is no link's port of its device and named once, and
+    each of its addresses is in a subnet the device originates (the address's own subnet, exactly), held by
+    no other of its ports and not its loopback's."""
+    link_ports = {(getattr(lk, end), getattr(lk, f"{end}_port", None)) for _i, lk in links for end in ("a", "b")}
+    origins: dict[str, set[str]] = {}
+    for _i, p in prefixes:
+        for o in getattr(p, "origins", None) or ():
+            origins.setdefault(o, set()).add(str(getattr(p, "prefix", "")))
+    for i, d in devices:
+        name, pins = getattr(d, "name", None), getattr(d, "host_ports", None)
+        if name is None or not pins:
+            continue
+        seen_ports: set[str] = set()
+        seen_nets: dict[str, str] = {}
+        loopbacks = {str(a) for a in (getattr(d, "loopback", None), getattr(d, "loopback6", None),
+                                      getattr(d, "router_id", None)) if a is not None}
+        for j, pin in enumerate(pins):
+            where = f"devices[{i}].host_ports[{j}]"
+            if pin.port in seen_ports or (name, pin.port) in link_ports:
+                errors.append(IntentError(f"{where}.port", f"{pin.port} is " + (
+                    "pinned twice" if pin.port in seen_ports else f"a link's port of '{name}'")))
+            seen_ports.add(pin.port)
+            for k, addr in enumerate(pin.addresses):
+                net = str(addr.network)
+                if str(addr.ip) in loopbacks:
+                    errors.append(IntentError(f"{where}.addresses[{k}]", f"{addr.ip} is '{name}''s loopback"))
+                elif net not in origins.get(name, set()):
+                    errors.append(IntentError(f"{where}.addresses[{k}]", f"{addr} is in no prefix '{name}' "
+                                              f"originates (its subnet {net} must be one)"))
+                elif net in seen_nets:
+                    errors.append(IntentError(f"{where}.addresses[{k}]", f"{net} is on {seen_nets[net]} already"))
+                seen_nets.setdefault(net, pin.port)
 
 
 def check_pins(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], errors: list[IntentError]) -> None:

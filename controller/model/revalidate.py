@@ -63,7 +63,8 @@ __all__ = ["BOUNDED_FIELDS", "LEAF_SECTIONS", "REFERENCE_FIELDS", "Change", "Con
 BOUNDED_FIELDS: dict[str, tuple[str, ...]] = {"links": ("metric",)}
 #: per section, the attributes of an object that the cross-object rules read (policies: every field they have)
 REFERENCE_FIELDS: dict[str, tuple[str, ...]] = {
-    "devices": ("name", "role", "pod", "plane", "asn", "loopback", "router_id", "bgp"),
+    "devices": ("name", "role", "pod", "plane", "asn", "loopback", "router_id", "bgp", "host_ports",
+                "ospf"),
     "links": ("a", "a_port", "b", "b_port", "a_address", "b_address"),
     "failure_domains": ("name", "devices", "links"),
     "prefixes": ("prefix", "origins"),

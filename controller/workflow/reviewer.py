@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 
-from controller.model.documents import ReviewDocument
+from controller.model.documents import AdoptionWarningDocument, ReviewDocument
 from controller.service import WriteContext
 from controller.store import workflow_repo as wrepo
 from controller.workflow import changes
@@ -25,6 +25,7 @@ from controller.workflow.review import local_config_diff, review_document, route
 from controller.workflow.runtime import Runtime
 from controller.workflow.settle import unsettled_note
 from safety.sweep import SweepPolicy
+from southbound.discovery.forms import unchanged_costs
 from southbound.render import device_configs
 from southbound.transaction import new_change_id
 
@@ -94,10 +95,28 @@ class Reviewer:
                       {p: frozenset(r.weights()) for p, r in s.routes.items() if r.protocol != "loom"})
                   for d, s in zip(doc.adoption.devices, got, strict=True)}
         extra = route_changes(inp.plan, kernel, _igp_link_subnets(inp))
-        if not extra:
+        warnings = await self._without_unchanged_costs(doc.adoption.warnings) + extra
+        if warnings == doc.adoption.warnings:
             return doc
-        adoption = doc.adoption.model_copy(update={"cosmetic": False, "warnings": doc.adoption.warnings + extra})
+        adoption = doc.adoption.model_copy(update={"cosmetic": not warnings, "warnings": warnings})
         return doc.model_copy(update={"adoption": adoption})
+
+    async def _without_unchanged_costs(self, warnings: list[AdoptionWarningDocument]) -> list[AdoptionWarningDocument]:
+        """``warnings`` but the ``ip ospf cost N`` an adoption adds where ospfd computes ``N`` already (a cost from
+        the interface's speed, written out: :func:`southbound.discovery.forms.unchanged_costs`), read from each
+        router's running configuration and interfaces (its agent's ``GetRunning``)."""
+        costs = {w.device for w in warnings if w.action == "adds" and w.line.startswith("ip ospf cost ")}
+        if not costs:
+            return warnings
+        devices = sorted(costs)
+        got = await asyncio.gather(*(self.rt.agents.running(d) for d in devices), return_exceptions=True)
+        same: set[tuple[str, str, str]] = set()
+        for device, observed in zip(devices, got, strict=True):
+            if isinstance(observed, BaseException):
+                continue  # unread: the warning stays
+            added = [(w.context, w.line) for w in warnings if w.device == device and w.action == "adds"]
+            same |= {(device, c, ln) for c, ln in unchanged_costs(observed, added)}
+        return [w for w in warnings if (w.device, w.context, w.line) not in same]
 
     async def _agent_diff(self, inp: changes.ReviewInputs) -> dict[str, str]:
         """Every device's diff from its agent's Prepare in preview: the agent stores nothing, so a review

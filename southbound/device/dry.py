@@ -21,6 +21,7 @@ from pathlib import Path
 from southbound.config import DeviceConfig
 from southbound.device.agent import AgentCore
 from southbound.device.frr_apply import DryFrr
+from southbound.discovery.observed import ObservedDevice
 from southbound.state import CALLER, AgentError, AgentInfo, DeviceState, Outcome, StepResult
 
 __all__ = ["DryDriver"]
@@ -104,6 +105,9 @@ class DryDriver:
 
     async def state(self, device: str, prefixes: tuple[str, ...] = ()) -> DeviceState:
         return await (await self._core(device)).state(prefixes, epoch=self.epoch)
+
+    async def running(self, device: str) -> ObservedDevice:
+        return await (await self._core(device)).read_running(epoch=self.epoch)
 
     async def close(self) -> None:
         if self._view:

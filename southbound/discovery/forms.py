@@ -14,9 +14,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from controller.model.documents.base import JsonObject
-from southbound.discovery.frr_text import BgpConf
+from southbound.discovery.frr_text import BgpConf, FrrRunning, InterfaceConf, parse_running
+from southbound.discovery.observed import ObservedDevice
 
-__all__ = ["session_form"]
+__all__ = ["auto_ospf_cost", "ospf_form", "session_form", "unchanged_costs"]
+
+#: ospfd's reference bandwidth without ``auto-cost reference-bandwidth`` (FRR 8.4, any profile:
+#: OSPF_DEFAULT_REF_BANDWIDTH), and the bandwidth it takes for an interface that reports no speed
+_OSPF_REFERENCE_MBPS = 100_000
+_OSPF_DEFAULT_MBPS = 10_000
+
+
+def auto_ospf_cost(device: ObservedDevice, run: FrrRunning, port: str) -> int:
+    """The cost ospfd computes for ``port`` without an ``ip ospf cost``: the reference bandwidth over the
+    interface's speed, rounded (``ospf_if_get_output_cost``), at least 1."""
+    itf = device.interface(port)
+    speed = itf.speed_mbps if itf is not None and itf.speed_mbps else _OSPF_DEFAULT_MBPS
+    ref = run.ospf.reference_mbps if run.ospf is not None and run.ospf.reference_mbps else _OSPF_REFERENCE_MBPS
+    return max(1, int(ref / speed + 0.5))
 
 
 def session_form(bgp: BgpConf, sessions: Iterable[str]) -> tuple[JsonObject | None, list[str]]:
@@ -78,3 +93,50 @@ def _remote_external(bgp: BgpConf, peers: list[str], questions: list[str]) -> bo
 
 def _names(peers: Iterable[str]) -> str:
     return ", ".join(sorted(peers))
+
+
+def unchanged_costs(device: ObservedDevice, added: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Of the ``(context, line)`` pairs ``interface X`` / ``ip ospf cost N`` an adoption adds, those that change
+    no cost: ``X`` has no ``ip ospf cost`` of its own, and ``N`` is what ospfd computes for it now."""
+    run = parse_running(device.running_config)
+    out = set()
+    for context, line in added:
+        port, words = context.removeprefix("interface "), line.split()
+        conf = run.interfaces.get(port)
+        if (context.startswith("interface ") and words[:3] == ["ip", "ospf", "cost"] and len(words) == 4
+                and words[3].isdigit() and (conf is None or conf.ospf_cost is None)
+                and int(words[3]) == auto_ospf_cost(device, run, port)):
+            out.add((context, line))
+    return out
+
+
+def ospf_form(run: FrrRunning, link_ports: Iterable[str], loom_intervals: tuple[int, int]) -> tuple[
+        JsonObject | None, list[str]]:
+    """The ``ospf`` form of a router whose fabric links are on ``link_ports`` (``None``: Loom's own, whose
+    hello and dead intervals are ``loom_intervals``), and the questions about what no form holds: a device's
+    links of several network types or intervals (Loom writes a device's links one way, and FRR resets an
+    adjacency whose type changes and drops one while its ends' intervals differ)."""
+    if run.ospf is None:
+        return None, []
+    confs = [run.interfaces.get(p) or InterfaceConf(p) for p in sorted(set(link_ports))]
+    questions: list[str] = []
+    form: JsonObject = {}
+    types = {c.ospf_network or "broadcast" for c in confs}
+    if types == {"broadcast"}:
+        form["network_type"] = "broadcast"
+    elif types - {"point-to-point"}:
+        questions.append(f"its links run OSPF network types {', '.join(sorted(types))}: Loom writes a device's "
+                         "links point-to-point or broadcast, and FRR resets an adjacency whose type changes")
+    intervals = {(c.ospf_hello or 10, c.ospf_dead if c.ospf_dead is not None else 4 * (c.ospf_hello or 10))
+                 for c in confs}
+    if len(intervals) == 1 and all(isinstance(x, int) for x in next(iter(intervals))):
+        hello, dead = next(iter(intervals))
+        if (hello, dead) != loom_intervals:
+            form["hello_s"], form["dead_s"] = hello, dead
+    elif intervals:
+        shown = ", ".join(f"{h}/{d}" for h, d in sorted(intervals, key=str))
+        questions.append(f"its links run OSPF hello/dead intervals {shown} s: Loom writes one pair for a device's "
+                         "links, and an adjacency drops while its two ends' intervals differ")
+    if run.ospf.networks:
+        form["networks"] = [n for n, _area in run.ospf.networks]
+    return (form or None), questions

@@ -42,8 +42,8 @@ from controller.model.domain import prefix_order
 from controller.model.errors import InvalidIntent
 from controller.model.intent import validate_intent
 from southbound.config import DEFAULT_TIMERS
-from southbound.discovery.forms import session_form
-from southbound.discovery.frr_text import FrrRunning, InterfaceConf, parse_running
+from southbound.discovery.forms import auto_ospf_cost, ospf_form, session_form
+from southbound.discovery.frr_text import FrrRunning, parse_running
 from southbound.discovery.observed import ObservedDevice
 from southbound.render import host_address, isis_net, ospf_intervals
 
@@ -52,7 +52,6 @@ __all__ = ["DEFAULT_GBPS", "Discovery", "Question", "discover"]
 #: capacity of a link whose interfaces report no usable speed (veth pairs report 10000 Mb/s or none)
 DEFAULT_GBPS = 10.0
 _ROLES = {1: ["leaf"], 2: ["leaf", "spine"], 3: ["tor", "leaf", "spine"], 4: ["tor", "leaf", "spine", "superspine"]}
-_FRR_OSPF_REFERENCE_MBPS = 100_000  # datacenter profile: auto-cost reference-bandwidth 100000
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +125,7 @@ def discover(devices: Iterable[ObservedDevice], *, name: str, default_gbps: floa
     routing = _routing(fab)
     underlay = _underlay(fab)
     prefixes = _prefixes(fab, routing)
-    roles = _roles(fab, prefixes)
+    roles = _roles(fab, prefixes, routing)
     doc: dict[str, Any] = {
         "name": name,
         "routing": routing,
@@ -140,7 +139,7 @@ def discover(devices: Iterable[ObservedDevice], *, name: str, default_gbps: floa
     _group_by_asn(doc, routing)
     _check_sessions(fab, routing, doc)
     _check_ports(fab, doc)
-    _check_igp(fab, routing, {d["name"]: d.get("router_id") for d in doc["devices"]})
+    _check_igp(fab, routing, doc)
     defaulted = [f"{a.device}:{a.port}" for a, b in fab.links if _speeds(fab, a, b) == []]
     if defaulted:
         fab.ask("links", f"{len(defaulted)} links' interfaces report no physical speed (virtual interfaces): "
@@ -331,8 +330,9 @@ def _advertised(fab: _Fabric, device: str, run: FrrRunning, routing: str, port: 
                                  or any(r.split()[1:2] == ["connected"] for r in isis.redistribute))
 
 
-def _roles(fab: _Fabric, prefixes: Mapping[str, set[str]]) -> dict[str, str]:
-    """Clos roles by distance from the routers that have host subnets (the bottom tier)."""
+def _roles(fab: _Fabric, prefixes: Mapping[str, set[str]], routing: str) -> dict[str, str]:
+    """Clos roles by distance from the routers that have host subnets (the bottom tier). A link-state fabric
+    that is no Clos (a link within a tier, or no 2 to 4 tiers) needs none: its routers are ``router``."""
     edge = {d for d, ends in fab.stubs.items() if any(d in prefixes.get(e.network, ()) for e in ends)}
     adj: dict[str, set[str]] = defaultdict(set)
     for a, b in fab.links:
@@ -353,14 +353,17 @@ def _roles(fab: _Fabric, prefixes: Mapping[str, set[str]]) -> dict[str, str]:
         fab.ask(f"device {d}", "not connected to any router with host subnets: which tier is it?")
     tiers = max(dist.values(), default=-1) + 1
     names = _ROLES.get(tiers)
+    flat = [(a, b) for a, b in fab.links if a.device in dist and b.device in dist
+            and abs(dist[a.device] - dist[b.device]) != 1]
+    if routing != "bgp" and (names is None or flat):
+        return {}  # shortest paths by metric: roles are labels, and this is no Clos
     if names is None:
         fab.ask("devices", f"{tiers} tiers from the host-facing routers: not a Clos of 2 to 4 tiers; roles left "
                 "'router'")
         return {}
-    for a, b in fab.links:
-        if a.device in dist and b.device in dist and abs(dist[a.device] - dist[b.device]) != 1:
-            fab.ask(f"link {a.device}:{a.port}", f"joins {a.device} and {b.device}, both in tier "
-                    f"{dist[a.device]}: a Clos links only adjacent tiers")
+    for a, b in flat:
+        fab.ask(f"link {a.device}:{a.port}", f"joins {a.device} and {b.device}, both in tier "
+                f"{dist[a.device]}: a Clos links only adjacent tiers")
     return {d: names[k] for d, k in dist.items()}
 
 
@@ -410,11 +413,7 @@ def _cost(fab: _Fabric, end: _End, routing: str) -> int | None:
     if routing == "ospf":
         if conf is not None and conf.ospf_cost is not None:
             return conf.ospf_cost
-        itf = fab.devices[end.device].interface(end.port)
-        speed = itf.speed_mbps if itf is not None and itf.speed_mbps else 10_000
-        ospf = fab.running[end.device].ospf
-        ref = ospf.reference_mbps if ospf is not None and ospf.reference_mbps else _FRR_OSPF_REFERENCE_MBPS
-        return max(1, ref // speed)
+        return auto_ospf_cost(fab.devices[end.device], fab.running[end.device], end.port)
     return None
 
 
@@ -517,9 +516,9 @@ def _check_sessions(fab: _Fabric, routing: str, doc: Mapping[str, Any]) -> None:
 
 
 def _check_ports(fab: _Fabric, doc: Mapping[str, Any]) -> None:
-    """Subnets Loom would render elsewhere: it puts a device's announced subnets on host ports ``host0``,
-    ``host1``, ... in prefix order, each holding the subnet's first address, the router id alone on the
-    loopback, and nothing else."""
+    """The ports a device's announced subnets are on, pinned (``host_ports``) where Loom would render them
+    elsewhere (on ``host0``, ``host1``, ... in prefix order, each by the subnet's first address); and what
+    Loom's rendering does not keep: a subnet not announced, loopback addresses besides the router id's."""
     rids = {d["name"]: d.get("router_id") for d in doc["devices"]}
     lo6 = {d["name"]: d.get("loopback6") for d in doc["devices"]}
     mine: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
@@ -527,17 +526,17 @@ def _check_ports(fab: _Fabric, doc: Mapping[str, Any]) -> None:
         for o in p["origins"]:
             if p["prefix"] not in (f"{rids.get(o)}/32", f"{lo6.get(o)}/128"):
                 mine[o][4 if ":" not in p["prefix"] else 6].append(p["prefix"])
+    devices = {d["name"]: d for d in doc["devices"]}
     for device in fab.devices:
         want = {net: (f"host{k}", host_address(net)) for nets in mine[device].values() for k, net in enumerate(nets)}
+        kept: dict[str, list[str]] = defaultdict(list)
         for e in fab.stubs.get(device, []):
-            net = e.network
-            if net not in want:
+            if e.network not in want:
                 fab.ask(f"device {device}", f"{e.port} has {e.address}, on no link and not announced: Loom's "
                         "rendering does not keep it; announce it (a prefix) or drop it?")
-            elif want[net] != (e.port, str(e.address)):
-                port, addr = want[net]
-                fab.ask(f"device {device}", f"{net} is on {e.port} as {e.address}; Loom renders it on {port} as "
-                        f"{addr}: renaming or renumbering that port changes forwarding")
+            else:
+                kept[e.port].append(str(e.address))
+        _pin_host_ports(fab, device, devices.get(device), kept, want)
         lo = [a for a in _addresses(fab, device).get("lo", []) if not a.ip.is_loopback]
         extra = [str(a) for a in lo if str(a.ip) not in (rids.get(device), lo6.get(device))]
         if extra:
@@ -545,10 +544,40 @@ def _check_ports(fab: _Fabric, doc: Mapping[str, Any]) -> None:
                     "rendering keeps only the router id on the loopback")
 
 
-def _check_igp(fab: _Fabric, routing: str, router_ids: Mapping[str, Any]) -> None:
-    """What an IS-IS or OSPF router runs that Loom would render otherwise (its adjacencies would reset)."""
+def _pin_host_ports(fab: _Fabric, device: str, doc: dict[str, Any] | None, kept: Mapping[str, list[str]],
+                    want: Mapping[str, tuple[str, str]]) -> None:
+    """``doc``'s ``host_ports``: every announced subnet's port and address as it runs, when any differs from
+    what Loom renders by itself (``want``); a port with two addresses of a family is a question instead."""
+    if doc is None or all(want[str(ipaddress.ip_interface(a).network)] == (port, a)
+                          for port, addrs in kept.items() for a in addrs):
+        return
+    pins = []
+    for port, addrs in sorted(kept.items(), key=lambda kv: _port_key(kv[0])):
+        if len({ipaddress.ip_interface(a).version for a in addrs}) < len(addrs):
+            fab.ask(f"device {device}", f"{port} has several announced addresses of one family ({', '.join(addrs)}): "
+                    "Loom's host port holds one of each; which one?")
+            continue
+        pins.append({"port": port, "addresses": addrs})
+    if pins:
+        doc["host_ports"] = pins
+
+
+def _port_key(name: str) -> tuple[str, int]:
+    head = name.rstrip("0123456789")
+    return head, int(name[len(head):] or -1)
+
+
+def _check_igp(fab: _Fabric, routing: str, doc: Mapping[str, Any]) -> None:
+    """What an IS-IS or OSPF router runs that Loom would render otherwise (its adjacencies would reset); an
+    OSPF router's form (``ospf``, :func:`~southbound.discovery.forms.ospf_form`) keeps what a form holds."""
+    devices = {d["name"]: d for d in doc["devices"]}
+    ports: dict[str, list[str]] = defaultdict(list)
+    for pair in fab.links:
+        for end in pair:
+            ports[end.device].append(end.port)
+    loom = ospf_intervals(DEFAULT_TIMERS)[:2]
     for device, run in fab.running.items():
-        rid = router_ids.get(device)
+        rid = devices.get(device, {}).get("router_id")
         if routing == "isis" and run.isis is not None and rid and run.isis.net != isis_net(rid):
             fab.ask(f"device {device}", f"IS-IS NET {run.isis.net}: Loom derives the NET from the router id "
                     f"({isis_net(rid)}), so adopting would change the system id and reset its adjacencies")
@@ -557,35 +586,11 @@ def _check_igp(fab: _Fabric, routing: str, router_ids: Mapping[str, Any]) -> Non
             if areas - {"0", "0.0.0.0"}:
                 fab.ask(f"device {device}", f"OSPF areas {', '.join(sorted(areas))}: which area should each "
                         "interface be in (Loom's fabric is one backbone area)?")
-            if run.ospf.networks:
-                fab.ask(f"device {device}", f"OSPF runs on its interfaces by 'network ... area' statements "
-                        f"({', '.join(n for n, _a in run.ospf.networks)}); Loom writes 'ip ospf area' on each "
-                        "interface, and FRR takes one form only, so the statements go before the interfaces "
-                        "join again: its adjacencies may reset")
-    if routing == "ospf":
-        _check_ospf_links(fab)
-
-
-def _check_ospf_links(fab: _Fabric) -> None:
-    """A link's OSPF network type and hello and dead intervals as Loom renders them (point-to-point, the
-    intervals of :func:`southbound.render.ospf_intervals`), else adopting touches its adjacency: a changed
-    network type resets it, and neighbours whose intervals differ drop it until both ends have the new ones."""
-    hello, dead, _retransmit = ospf_intervals(DEFAULT_TIMERS)
-    for end in [e for pair in fab.links for e in pair]:
-        run = fab.running[end.device]
-        if run.ospf is None:
-            continue
-        conf = run.interfaces.get(end.port) or InterfaceConf(end.port)
-        network = conf.ospf_network or "broadcast"
-        run_hello = conf.ospf_hello or 10
-        run_dead = conf.ospf_dead or 4 * run_hello
-        where = f"device {end.device}"
-        if network != "point-to-point":
-            fab.ask(where, f"{end.port} runs OSPF network type {network}; Loom renders point-to-point: adopting "
-                    "resets this adjacency (the routes through it move while it comes back)")
-        if (run_hello, run_dead) != (hello, dead):
-            fab.ask(where, f"{end.port} runs OSPF hello {run_hello} s and dead {run_dead} s; Loom renders {hello} "
-                    f"s and {dead} s: the adjacency drops while one end has the new intervals and the other not")
+            form, questions = ospf_form(run, ports[device], loom)
+            if form is not None and device in devices:
+                devices[device]["ospf"] = form
+            for q in questions:
+                fab.ask(f"device {device}", q)
 
 
 def _note_unmodelled(fab: _Fabric) -> None:

@@ -11,11 +11,12 @@ import pytest
 from controller.model.intent import validate_intent
 from controller.planning import compile_plan
 from controller.workflow.review import route_changes
+from southbound.discovery.forms import unchanged_costs
 from southbound.discovery.frr_text import parse_running
 from southbound.discovery.impact import forwarding_impact
 from southbound.discovery.infer import discover
 from southbound.discovery.observed import ObservedDevice, interfaces_from_ip_json
-from southbound.render import device_configs, ospf_intervals, render_frr
+from southbound.render import device_configs, render_frr
 
 SAMPLES = Path(__file__).parent / "samples" / "frr84" / "adopt_ospf"
 NODES = ("leaf1", "leaf2", "spine1", "spine2")
@@ -42,21 +43,28 @@ def test_parser_reads_ospf_network_type_and_intervals():
 
 
 def _ospf_questions(found) -> list[tuple[str, str]]:
-    return [(q.where, q.question) for q in found.questions if "OSPF network type" in q.question
-            or "OSPF hello" in q.question]
+    return [(q.where, q.question) for q in found.questions if "OSPF network types" in q.question
+            or "OSPF hello/dead" in q.question]
 
 
-def test_discovery_asks_where_the_network_type_or_intervals_differ_from_loom():
-    # the captured fabric: eth1 point-to-point, eth2 broadcast, FRR's default 10 s hellos everywhere
+def _ospf_forms(found) -> dict:
+    return {d["name"]: d.get("ospf") for d in found.intent["devices"]}
+
+
+def test_discovery_keeps_each_router_s_ospf_form_and_asks_what_no_form_holds():
+    """The captured fabric: eth1 point-to-point, eth2 broadcast, FRR's default 10 s hellos everywhere, OSPF by
+    'network ... area' statements. One device's links of two network types is a question (Loom writes a device's
+    links one way); the intervals and the statements are its form."""
     found = discover(_observed(), name="adopt-ospf")
     asked = _ospf_questions(found)
-    assert ("device leaf1", "eth2 runs OSPF network type broadcast; Loom renders point-to-point: adopting resets "
-            "this adjacency (the routes through it move while it comes back)") in asked
-    assert not any(w == "device leaf1" and q.startswith("eth1 runs OSPF network type") for w, q in asked)
-    hello, dead, _r = ospf_intervals((1, 3))
-    assert ("device leaf1", f"eth1 runs OSPF hello 10 s and dead 40 s; Loom renders {hello} s and {dead} s: the "
-            "adjacency drops while one end has the new intervals and the other not") in asked
+    assert ("device leaf1", "its links run OSPF network types broadcast, point-to-point: Loom writes a device's "
+            "links point-to-point or broadcast, and FRR resets an adjacency whose type changes") in asked
+    form = _ospf_forms(found)["leaf1"]
+    assert form["hello_s"] == 10 and form["dead_s"] == 40 and "network_type" not in form, form
     assert found.valid
+    alike = discover(_observed({n: (" ip ospf network point-to-point\n", "") for n in NODES}), name="x")
+    assert _ospf_questions(alike) == []
+    assert {f.get("network_type") for f in _ospf_forms(alike).values()} == {"broadcast"}
 
 
 def test_discovery_asks_nothing_of_a_fabric_that_runs_loom_s_ospf():
@@ -70,7 +78,9 @@ def test_discovery_asks_nothing_of_a_fabric_that_runs_loom_s_ospf():
             head = f"interface {port}\n"
             text = text.replace(head, head + fabric, 1)
         loomish.append(ObservedDevice(d.name, text, d.interfaces))
-    assert _ospf_questions(discover(loomish, name="x")) == []
+    found = discover(loomish, name="x")
+    assert _ospf_questions(found) == []
+    assert {n: set(f or ()) for n, f in _ospf_forms(found).items()} == {n: {"networks"} for n in NODES}
 
 
 @pytest.mark.parametrize(("deleted", "added", "expected"), [
@@ -109,6 +119,11 @@ def test_the_loopback_is_in_the_igp_when_the_router_id_is_originated():
     intent = validate_intent(found.intent)
     assert "10.0.0.11/32" in {p.prefix for p in intent.prefixes}
     text = render_frr(device_configs(intent)["leaf1"])
+    assert "interface lo\n ip address 10.0.0.11/32\nexit" in text  # by its network statement, in this form
+    assert " network 10.0.0.11/32 area 0.0.0.0\n" in text
+    found.intent["devices"] = [{k: v for k, v in d.items() if k != "ospf"} for d in found.intent["devices"]]
+    intent = validate_intent(found.intent)
+    text = render_frr(device_configs(intent)["leaf1"])
     assert "interface lo\n ip address 10.0.0.11/32\n ip ospf area 0.0.0.0\nexit" in text
     isis = validate_intent({**found.intent, "routing": "isis"})
     assert "interface lo\n ip address 10.0.0.11/32\n ip router isis loom\n isis passive\nexit" in render_frr(
@@ -127,3 +142,20 @@ def test_an_igp_s_link_subnets_in_the_kernel_are_no_route_change():
     kernel = {"leaf1": {**planned, "192.168.12.0/30": frozenset({"eth1"})}}
     assert [(w.context, w.line) for w in route_changes(plan, kernel)] == [("route 192.168.12.0/30", "next hop eth1")]
     assert route_changes(plan, kernel, frozenset({"192.168.12.0/30"})) == []
+
+
+def test_a_cost_written_out_as_ospfd_computes_it_changes_nothing():
+    """An adoption writes ``ip ospf cost N`` where the router runs without one: no change when ospfd computes
+    ``N`` already (the reference bandwidth over the speed, rounded), a change otherwise or where the router has
+    a cost of its own."""
+    text = "interface eth1\n ip address 10.0.0.1/30\nexit\ninterface eth2\n ip ospf cost 7\nexit\nrouter ospf\nexit\n"
+    addr = ('[{"ifname": "eth1", "link_type": "ether", "addr_info": []}, '
+            '{"ifname": "eth2", "link_type": "ether", "addr_info": []}]')
+    dev = ObservedDevice("r1", text, interfaces_from_ip_json(addr, {"eth1": 40_000, "eth2": 10_000}))
+    added = [("interface eth1", "ip ospf cost 3"), ("interface eth1", "ip ospf cost 2"),
+             ("interface eth2", "ip ospf cost 10"), ("interface eth3", "ip ospf cost 10"), ("router ospf", "x")]
+    # eth1: 100000 / 40000 = 2.5, which ospfd rounds to 3; eth2 has its own cost; eth3 reports no speed (10000)
+    assert unchanged_costs(dev, added) == {("interface eth1", "ip ospf cost 3"), ("interface eth3", "ip ospf cost 10")}
+    ref = ObservedDevice("r1", text.replace("router ospf\n", "router ospf\n auto-cost reference-bandwidth 400000\n"),
+                         dev.interfaces)
+    assert unchanged_costs(ref, added) == set()  # 10 and 40 now

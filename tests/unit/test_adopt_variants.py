@@ -205,8 +205,10 @@ def test_ospf_costs_follow_auto_cost_reference_bandwidth(extra, metric):
     found = discover(devs, name="ospf-ref")
     assert [lk["metric"] for lk in found.intent["links"]] == [metric]
     assert not any(q.where.startswith("link") and "passive" in q.question for q in found.questions)
-    assert [q.where for q in found.questions if "'network ... area' statements" in q.question] == [
-        "device r1", "device r2"]
+    # OSPF by "network ... area" statements, point-to-point, FRR's default intervals: kept as each router's form
+    forms = {d["name"]: d.get("ospf") for d in found.intent["devices"]}
+    assert forms["r1"] == forms["r2"] == {"hello_s": 10, "dead_s": 40, "networks": ["10.0.0.0/8", "192.168.0.0/16"]}
+    assert not [q for q in found.questions if "OSPF" in q.question], found.questions
     validate_intent(found.intent)
 
 

@@ -306,5 +306,10 @@ def test_a_session_form_is_only_for_bgp() -> None:
     assert [(e.loc, e.msg) for e in err.value.errors] == [
         ("devices[0].bgp", "only for routing: bgp (the form of the device's BGP sessions)")]
     with pytest.raises(InvalidIntent) as err:
+        validate_intent(_formed(_clos3(), peer_group="FABRIC") | {"devices": [
+            {**d, "ospf": {"hello_s": 2}} for d in _clos3()["devices"][:1]] + _clos3()["devices"][1:]})
+    assert ("devices[0].ospf", "only for routing: ospf (the form of the device's OSPF)") in [
+        (e.loc, e.msg) for e in err.value.errors]
+    with pytest.raises(InvalidIntent) as err:
         validate_intent(_formed(_clos3(), peer_group="9bad", remote_as="internal"))
     assert {e.loc for e in err.value.errors} >= {"devices[0].bgp.peer_group", "devices[0].bgp.remote_as"}
