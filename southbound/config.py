@@ -27,6 +27,7 @@ __all__ = [
     "FibRoute",
     "Interface",
     "LinkBandwidth",
+    "IsisForm",
     "OspfForm",
     "SessionForm",
     "SessionMove",
@@ -159,6 +160,25 @@ class OspfForm:
                 "networks": None if self.networks is None else list(self.networks)}
 
 
+@dataclass(frozen=True, slots=True)
+class IsisForm:
+    """How a device runs IS-IS (the intent's ``devices[].isis``): ``tag``, ``net`` (``None``: from the router
+    id), ``is_type``, ``metric_style``, ``broadcast`` (network type, else point-to-point), ``hello`` seconds and
+    ``multiplier`` (``None``: from the BGP timers). The default is Loom's own form."""
+
+    tag: str = "loom"
+    net: str | None = None
+    is_type: str = "level-2-only"
+    metric_style: str = "wide"
+    broadcast: bool = False
+    hello: int | None = None
+    multiplier: int | None = None
+
+    def to_document(self) -> JsonObject:
+        return {"tag": self.tag, "net": self.net, "is_type": self.is_type, "metric_style": self.metric_style,
+                "broadcast": self.broadcast, "hello": self.hello, "multiplier": self.multiplier}
+
+
 #: BGP keepalive and hold seconds of every device (OSPF's and IS-IS's hellos follow them)
 DEFAULT_TIMERS = (1, 3)
 
@@ -198,6 +218,7 @@ class DeviceConfig:
     ipv6: bool = False
     session_form: SessionForm = SessionForm()
     ospf_form: OspfForm = OspfForm()
+    isis_form: IsisForm = IsisForm()
 
     def interface(self, name: str) -> Interface:
         for i in self.interfaces:
@@ -235,6 +256,7 @@ class DeviceConfig:
             **({"ipv6": True} if self.ipv6 else {}),
             **({"session_form": self.session_form.to_document()} if self.session_form != SessionForm() else {}),
             **({"ospf_form": self.ospf_form.to_document()} if self.ospf_form != OspfForm() else {}),
+            **({"isis_form": self.isis_form.to_document()} if self.isis_form != IsisForm() else {}),
         }
 
     @classmethod
@@ -263,6 +285,7 @@ class DeviceConfig:
             ipv6=bool(doc.get("ipv6", False)),
             session_form=SessionForm(**doc["session_form"]) if "session_form" in doc else SessionForm(),
             ospf_form=_ospf_form(doc.get("ospf_form")),
+            isis_form=IsisForm(**doc["isis_form"]) if "isis_form" in doc else IsisForm(),
         )
 
 

@@ -27,6 +27,7 @@ from southbound.config import (
     FibNexthop,
     FibRoute,
     Interface,
+    IsisForm,
     LinkBandwidth,
     OspfForm,
     SessionForm,
@@ -99,6 +100,11 @@ def config_to_proto(c: DeviceConfig) -> pb.DeviceConfig:
     if o != OspfForm():
         msg.ospf_form.CopyFrom(pb.OspfForm(broadcast=o.broadcast, hello_seconds=o.hello or 0, dead_seconds=o.dead or 0,
                                            by_networks=o.networks is not None, networks=list(o.networks or ())))
+    i = c.isis_form
+    if i != IsisForm():
+        msg.isis_form.CopyFrom(pb.IsisForm(
+            tag=i.tag, net=i.net or "", is_type=i.is_type, metric_style=i.metric_style, broadcast=i.broadcast,
+            hello_seconds=i.hello or 0, hello_multiplier=i.multiplier or 0))
     return msg
 
 
@@ -129,7 +135,16 @@ def config_from_proto(m: pb.DeviceConfig) -> DeviceConfig:
         underlay=m.underlay or "ipv4-numbered", loopback6=_opt(m, "loopback6"), ipv6=m.ipv6,
         session_form=_session_form(m),
         ospf_form=_ospf_form(m),
+        isis_form=_isis_form(m),
     )
+
+
+def _isis_form(m: pb.DeviceConfig) -> IsisForm:
+    if not m.HasField("isis_form"):
+        return IsisForm()
+    i = m.isis_form
+    return IsisForm(i.tag or "loom", i.net or None, i.is_type or "level-2-only", i.metric_style or "wide", i.broadcast,
+                    i.hello_seconds or None, i.hello_multiplier or None)
 
 
 def _ospf_form(m: pb.DeviceConfig) -> OspfForm:

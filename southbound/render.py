@@ -32,6 +32,7 @@ from controller.model import (
     prefix_order,
     prefix_version,
 )
+from controller.model import IsisForm as IsisFormPin
 from controller.model import OspfForm as OspfFormPin
 from controller.model.addressing import LINK_POOL, LOOPBACK_POOL, Allocation, allocate, carried
 from controller.model.plan import Plan
@@ -41,6 +42,7 @@ from southbound.config import (
     FibNexthop,
     FibRoute,
     Interface,
+    IsisForm,
     LinkBandwidth,
     OspfForm,
     SessionForm,
@@ -173,6 +175,7 @@ def device_configs(intent: Intent, plan: Plan | None = None, *,
             ipv6=six,
             session_form=_session_form(d.bgp) if intent.routing == Routing.BGP else SessionForm(),
             ospf_form=_ospf_form(d.ospf) if intent.routing == Routing.OSPF else OspfForm(),
+            isis_form=_isis_form(d.isis) if intent.routing == Routing.ISIS else IsisForm(),
         )
     return out
 
@@ -190,6 +193,14 @@ def _ospf_form(form: OspfFormPin | None) -> OspfForm:
     if form is None:
         return OspfForm()
     return OspfForm(form.network_type == "broadcast", form.hello_s, form.dead_s, form.networks)
+
+
+def _isis_form(form: IsisFormPin | None) -> IsisForm:
+    """The southbound form of a device's ``isis`` (Loom's own when absent)."""
+    if form is None:
+        return IsisForm()
+    return IsisForm(form.tag or ISIS_TAG, form.net, form.is_type, form.metric_style, form.network_type == "broadcast",
+                    form.hello_s, form.hello_multiplier)
 
 
 def _host_ports(originated: list[str], router_id: str, loopback6: ipaddress.IPv6Address | None,
@@ -449,8 +460,9 @@ def _loopback_igp(config: DeviceConfig) -> list[str]:
     if config.routing == Routing.OSPF.value:  # by a network statement instead in that form (_ospf_networks)
         return [f" ip ospf area {OSPF_AREA}"] if v4 and config.ospf_form.networks is None else []
     if config.routing == Routing.ISIS.value and (v4 or v6):
-        return ([f" ip router isis {ISIS_TAG}"] if v4 else []) + \
-            ([f" ipv6 router isis {ISIS_TAG}"] if v6 else []) + [" isis passive"]
+        tag = config.isis_form.tag
+        return ([f" ip router isis {tag}"] if v4 else []) + ([f" ipv6 router isis {tag}"] if v6 else []) + \
+            [" isis passive"]
     return []
 
 
@@ -494,16 +506,20 @@ def _interface_lines(config: DeviceConfig) -> list[str]:
 def _isis_families(config: DeviceConfig) -> list[str]:
     """An IS-IS interface's families: IPv4 but on ``ipv6-numbered`` (whose links have no IPv4), IPv6 when the
     device has any IPv6 (its IPv6 routes over the links' IPv6 or link-local addresses); one topology."""
-    v4 = [f" ip router isis {ISIS_TAG}"] if config.underlay != "ipv6-numbered" else []
-    return v4 + ([f" ipv6 router isis {ISIS_TAG}"] if _has_ipv6(config) else [])
+    tag = config.isis_form.tag
+    v4 = [f" ip router isis {tag}"] if config.underlay != "ipv6-numbered" else []
+    return v4 + ([f" ipv6 router isis {tag}"] if _has_ipv6(config) else [])
 
 
 def _isis_interface(config: DeviceConfig, itf: Interface) -> list[str]:
     if itf.host:
         return [*_isis_families(config), " isis passive"]
     keepalive, hold = config.timers
-    return [*_isis_families(config), " isis network point-to-point", f" isis metric {itf.metric}",
-            f" isis hello-interval {keepalive}", f" isis hello-multiplier {max(2, hold // keepalive)}"]
+    form = config.isis_form
+    hello = form.hello or keepalive
+    multiplier = form.multiplier or (max(2, hold // keepalive) if form.hello is None else 10)
+    return [*_isis_families(config), *([] if form.broadcast else [" isis network point-to-point"]),
+            f" isis metric {itf.metric}", f" isis hello-interval {hello}", f" isis hello-multiplier {multiplier}"]
 
 
 def _ospf_interface(config: DeviceConfig, itf: Interface) -> list[str]:
@@ -523,8 +539,10 @@ def _ospf_interface(config: DeviceConfig, itf: Interface) -> list[str]:
 
 
 def _isis_lines(config: DeviceConfig) -> list[str]:
-    lines = [f"router isis {ISIS_TAG}", f" net {isis_net(config.router_id)}",
-             " is-type level-2-only", " metric-style wide", " lsp-gen-interval 1", " spf-interval 1"]
+    form = config.isis_form
+    lines = [f"router isis {form.tag}", f" net {form.net or isis_net(config.router_id)}",
+             f" is-type {form.is_type}", f" metric-style {form.metric_style}", " lsp-gen-interval 1",
+             " spf-interval 1"]
     if config.drained:
         lines.append(" set-overload-bit")
     return lines + ["exit", "!"]

@@ -26,9 +26,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -38,12 +35,17 @@ from pydantic import (
 from controller.model.collectives import Registry
 from controller.model.collectives_builtin import BUILTINS
 from controller.model.documents.base import JsonObject
+from controller.model.fields import NUMBER as _Number
+from controller.model.fields import Frozen as _Frozen
+from controller.model.fields import IpAddress, IpInterface
+from controller.model.forms import BgpForm, HostPort, IsisForm, OspfForm
 from controller.model.jobs import job_matrix
 
 __all__ = [
     "AutoTePolicy",
     "BgpForm",
     "HostPort",
+    "IsisForm",
     "OspfForm",
     "InsightPolicy",
     "ASN_MAX",
@@ -105,14 +107,6 @@ MAX_INDEX = 2**31 - 1
 MAX_METRIC = 16_777_214
 
 
-def _not_boolean(value: Any) -> Any:
-    """A number is not a boolean: JSON ``true`` would otherwise be read as 1."""
-    if isinstance(value, bool):
-        raise ValueError("expected a number, not a boolean")
-    return value
-
-
-_Number = BeforeValidator(_not_boolean)  # after the constraints in Annotated: it runs first, they stay in the schema
 EcmpEntries = Annotated[int, Field(ge=1, le=65536), _Number]
 Index = Annotated[int, Field(ge=0, le=MAX_INDEX), _Number]
 CapacityGbps = Annotated[float, Field(ge=MIN_CAPACITY_GBPS, le=MAX_GBPS, allow_inf_nan=False), _Number]
@@ -137,10 +131,6 @@ Utilization = Annotated[float, Field(ge=MIN_UTILIZATION, le=MAX_UTILIZATION, all
 DeviceRef = Annotated[str, Field(min_length=1, max_length=64)]
 TargetRef = Annotated[str, Field(min_length=1, max_length=80)]
 PrefixText = Annotated[str, Field(max_length=64)]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
 class Role(StrEnum):
@@ -182,32 +172,6 @@ class FailureToleranceScope(StrEnum):
     K2 = "k2"
 
 
-def _ip_value(kind: str, parse: Any, example: str) -> Any:
-    """A validator that parses either family with ``parse`` (``ipaddress.ip_address`` or ``ip_interface``):
-    one clean message for a bad value rather than one per family."""
-
-    def check(v: Any) -> Any:
-        if isinstance(v, (ipaddress.IPv4Address, ipaddress.IPv6Address, ipaddress.IPv4Interface,
-                          ipaddress.IPv6Interface)):
-            return v
-        if not isinstance(v, str):
-            raise ValueError(f"expected {kind} string like {example}")
-        try:
-            return parse(v)
-        except ValueError:
-            raise ValueError(f"'{v}' is not {kind} (expected one like {example})") from None
-
-    return BeforeValidator(check)
-
-
-#: An IPv4 or IPv6 address (a loopback).
-IpAddress = Annotated[ipaddress.IPv4Address | ipaddress.IPv6Address,
-                      _ip_value("an IPv4 or IPv6 address", ipaddress.ip_address, "'10.255.0.1' or '2001:db8::1'")]
-#: An interface address of either family with its length (a pinned link end).
-IpInterface = Annotated[ipaddress.IPv4Interface | ipaddress.IPv6Interface,
-                        _ip_value("an interface address", ipaddress.ip_interface, "'192.168.1.1/30' or 'fd00::1/127'")]
-
-
 class Underlay(StrEnum):
     """How fabric links are numbered and BGP sessions run (DESIGN.md "Underlay"):
     ``ipv4-numbered`` (a /31 per link, sessions to the peer's IPv4 address; the default),
@@ -229,77 +193,6 @@ class Defaults(_Frozen):
     underlay: Underlay = Underlay.IPV4_NUMBERED
 
 
-class BgpForm(_Frozen):
-    """How a device's BGP sessions are written, as a running fabric writes them (DESIGN.md "Adoption"): FRR
-    resets a session whose form changes, so an adopted device keeps its own. ``peer_group``: every session is
-    a member of this peer-group (``neighbor G peer-group``), which carries ``remote-as`` when that is
-    ``external``; ``remote_as``: the peer's ASN (``asn``, Loom's default) or ``external``; ``v6only``: an
-    unnumbered session is ``interface v6only`` (Loom's default: it never runs over IPv4) or plain
-    ``interface``; ``originate``: ``network`` statements for the device's prefixes (default) or
-    ``redistribute-connected``, which announces every connected subnet of the device (its prefixes are
-    connected, and so are its numbered links' subnets, which it then announces too). Only for
-    ``routing: bgp``. Absent, Loom's own form."""
-
-    peer_group: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")
-    remote_as: Literal["asn", "external"] = "asn"
-    v6only: bool = True
-    originate: Literal["network", "redistribute-connected"] = "network"
-
-
-class HostPort(_Frozen):
-    """A port where a device's own subnets live, as a running device has it (DESIGN.md "Adoption"): its name
-    and its addresses with their length, at most one per family, each in a prefix the device originates.
-    Loom puts such a prefix on this port with this address; the device's other prefixes go on ``host0``,
-    ``host1``, ... by their first address."""
-
-    port: str = Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")
-    addresses: tuple[IpInterface, ...] = Field(min_length=1, max_length=2)
-
-    @field_validator("addresses")
-    @classmethod
-    def _one_per_family(cls, v: tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, ...]
-                        ) -> tuple[ipaddress.IPv4Interface | ipaddress.IPv6Interface, ...]:
-        if len({a.version for a in v}) < len(v):
-            raise ValueError("at most one address of each family")
-        return v
-
-
-class OspfForm(_Frozen):
-    """How a device runs OSPF on its links, as a running device has it (DESIGN.md "Adoption"): FRR resets an
-    adjacency whose network type changes, and drops one while its two ends' hello or dead intervals differ.
-    ``network_type``: ``point-to-point`` (Loom's) or ``broadcast``; ``hello_s`` and ``dead_s``: the intervals
-    (absent: Loom's, from the BGP timers); ``networks``: OSPF runs by these ``network ... area 0.0.0.0``
-    statements (and one for each subnet of the device they do not cover) instead of ``ip ospf area`` on each
-    interface (FRR takes one form only; a drained link is then passive). Only for ``routing: ospf``."""
-
-    network_type: Literal["point-to-point", "broadcast"] = "point-to-point"
-    hello_s: Annotated[int, Field(ge=1, le=65535), _Number] | None = None
-    dead_s: Annotated[int, Field(ge=1, le=65535), _Number] | None = None
-    networks: tuple[PrefixText, ...] | None = None
-
-    @field_validator("networks")
-    @classmethod
-    def _networks(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if v is None:
-            return v
-        out = []
-        for text in v:
-            try:
-                net = ipaddress.ip_network(text, strict=False)
-            except ValueError:
-                raise ValueError(f"'{text}' is not a prefix (expected one like '10.0.0.0/16')") from None
-            if net.version != 4:
-                raise ValueError(f"{text}: OSPF (v2) networks are IPv4")
-            out.append(str(net))
-        return tuple(out)
-
-    @model_validator(mode="after")
-    def _dead_after_hello(self) -> OspfForm:
-        if self.hello_s is not None and self.dead_s is not None and self.dead_s <= self.hello_s:
-            raise ValueError(f"dead_s {self.dead_s} must be longer than hello_s {self.hello_s}")
-        return self
-
-
 class Device(_Frozen):
     """A switch. ``pod`` groups ToRs and leaves, ``plane`` groups leaves and
     spines; ``asn`` is required for ``routing: bgp``; ``loopback`` is the router
@@ -309,8 +202,8 @@ class Device(_Frozen):
     (DESIGN.md "Adoption"); absent, it is the IPv4 loopback or allocated. ``loopback``
     takes either family; ``loopback6`` gives an IPv4-looped device its IPv6 loopback too
     (dual stack); a device has at most one loopback of each family. ``bgp`` keeps the form its sessions
-    run in (:class:`BgpForm`), ``ospf`` its OSPF's (:class:`OspfForm`), ``host_ports`` the ports its
-    subnets are on (:class:`HostPort`)."""
+    run in (:class:`BgpForm`), ``ospf`` and ``isis`` its IGP's (:class:`OspfForm`, :class:`IsisForm`),
+    ``host_ports`` the ports its subnets are on (:class:`HostPort`)."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     role: Role = Role.ROUTER
@@ -322,8 +215,9 @@ class Device(_Frozen):
     router_id: ipaddress.IPv4Address | None = None
     max_ecmp_entries: EcmpEntries | None = None
     bgp: BgpForm | None = None
-    host_ports: tuple[HostPort, ...] | None = None
+    host_ports: tuple[HostPort, ...] | None = Field(default=None, max_length=1024)
     ospf: OspfForm | None = None
+    isis: IsisForm | None = None
 
     @field_validator("loopback6")
     @classmethod

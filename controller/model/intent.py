@@ -365,7 +365,7 @@ def _check_meaning(
         errors += [IntentError(f"links[{i}].metric", f"{lk.metric} is over {MAX_OSPF_COST}, the largest OSPF "
                                "interface cost (routing: ospf)") for i, lk in good_links if lk.metric > MAX_OSPF_COST]
     check_pools(items["devices"], items["links"], errors)
-    check_forms(routing.value, items["devices"], errors)
+    check_forms(routing.value, items["devices"], items["links"], errors)
     check_host_ports(items["devices"], items["links"], items["prefixes"], errors)
     check_pins([(i, d) for i, d in items["devices"] if not isinstance(d, _Partial)],
                [(i, lk) for i, lk in items["links"] if not isinstance(lk, _Partial)], errors)

@@ -26,14 +26,32 @@ _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 _Subnet = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def check_forms(routing: str, devices: list[tuple[int, Any]], errors: list[IntentError]) -> None:
-    """A device's BGP session form (``devices[i].bgp``) is only for ``routing: bgp``, its OSPF form
-    (``devices[i].ospf``) only for ``routing: ospf``: elsewhere there is nothing to write in them."""
-    for field, wanted, what in (("bgp", "bgp", "the form of the device's BGP sessions"),
-                                ("ospf", "ospf", "the form of the device's OSPF")):
-        if routing != wanted:
-            errors += [IntentError(f"devices[{i}].{field}", f"only for routing: {wanted} ({what})")
+def check_forms(routing: str, devices: list[tuple[int, Any]], links: list[tuple[int, Any]],
+                errors: list[IntentError]) -> None:
+    """A device's BGP session form (``devices[i].bgp``) is only for ``routing: bgp``, its OSPF and IS-IS forms
+    only for ``routing: ospf`` and ``isis``: elsewhere there is nothing to write in them. Pinned IS-IS system
+    ids are distinct, and the links of a device on ``narrow`` IS-IS metrics have metrics up to 63."""
+    for field, what in (("bgp", "the form of the device's BGP sessions"), ("ospf", "the form of the device's OSPF"),
+                        ("isis", "the form of the device's IS-IS")):
+        if routing != field:
+            errors += [IntentError(f"devices[{i}].{field}", f"only for routing: {field} ({what})")
                        for i, d in devices if getattr(d, field, None) is not None]
+    if routing != "isis":
+        return
+    forms = {getattr(d, "name", None): (i, f) for i, d in devices if (f := getattr(d, "isis", None)) is not None}
+    seen: dict[str, str] = {}
+    for name, (i, form) in forms.items():
+        sid = form.system_id
+        if sid is not None and sid in seen:
+            errors.append(IntentError(f"devices[{i}].isis.net", f"system id {sid} already used by '{seen[sid]}'"))
+        if sid is not None:
+            seen.setdefault(sid, str(name))
+    narrow = {n for n, (_i, f) in forms.items() if f.metric_style == "narrow"}
+    for i, lk in links:
+        ends = {getattr(lk, "a", None), getattr(lk, "b", None)} & narrow
+        if ends and getattr(lk, "metric", 0) > 63:
+            errors.append(IntentError(f"links[{i}].metric", f"{lk.metric} is over 63, the largest narrow IS-IS "
+                                      f"metric ('{sorted(map(str, ends))[0]}' runs metric-style narrow)"))
 
 
 def check_host_ports(devices: list[tuple[int, Any]], links: list[tuple[int, Any]], prefixes: list[tuple[int, Any]],
@@ -41,7 +59,7 @@ def check_host_ports(devices: list[tuple[int, Any]], links: list[tuple[int, Any]
     """Each pinned host port (``devices[i].host_ports[j]``) is no link's port of its device and named once, and
     each of its addresses is in a subnet the device originates (the address's own subnet, exactly), held by
     no other of its ports and not its loopback's."""
-    link_ports = {(getattr(lk, end), getattr(lk, f"{end}_port", None)) for _i, lk in links for end in ("a", "b")}
+    link_ports = {(getattr(lk, end, None), getattr(lk, f"{end}_port", None)) for _i, lk in links for end in ("a", "b")}
     origins: dict[str, set[str]] = {}
     for _i, p in prefixes:
         for o in getattr(p, "origins", None) or ():

@@ -64,7 +64,7 @@ BOUNDED_FIELDS: dict[str, tuple[str, ...]] = {"links": ("metric",)}
 #: per section, the attributes of an object that the cross-object rules read (policies: every field they have)
 REFERENCE_FIELDS: dict[str, tuple[str, ...]] = {
     "devices": ("name", "role", "pod", "plane", "asn", "loopback", "router_id", "bgp", "host_ports",
-                "ospf"),
+                "ospf", "isis"),
     "links": ("a", "a_port", "b", "b_port", "a_address", "b_address"),
     "failure_domains": ("name", "devices", "links"),
     "prefixes": ("prefix", "origins"),

@@ -17,7 +17,7 @@ from controller.model.documents.base import JsonObject
 from southbound.discovery.frr_text import BgpConf, FrrRunning, InterfaceConf, parse_running
 from southbound.discovery.observed import ObservedDevice
 
-__all__ = ["auto_ospf_cost", "ospf_form", "session_form", "unchanged_costs"]
+__all__ = ["auto_ospf_cost", "isis_form", "ospf_form", "session_form", "unchanged_costs"]
 
 #: ospfd's reference bandwidth without ``auto-cost reference-bandwidth`` (FRR 8.4, any profile:
 #: OSPF_DEFAULT_REF_BANDWIDTH), and the bandwidth it takes for an interface that reports no speed
@@ -139,4 +139,39 @@ def ospf_form(run: FrrRunning, link_ports: Iterable[str], loom_intervals: tuple[
                          "links, and an adjacency drops while its two ends' intervals differ")
     if run.ospf.networks:
         form["networks"] = [n for n, _area in run.ospf.networks]
+    return (form or None), questions
+
+
+def isis_form(run: FrrRunning, link_ports: Iterable[str], loom_net: str | None, loom_hello: tuple[int, int]
+              ) -> tuple[JsonObject | None, list[str]]:
+    """The ``isis`` form of a router whose fabric links are on ``link_ports`` (``None``: Loom's own, whose NET
+    would be ``loom_net`` and hello interval and multiplier ``loom_hello``), and the questions about what no
+    form holds (a device's links of several network types or hellos)."""
+    isis = run.isis
+    if isis is None:
+        return None, []
+    form: JsonObject = {}
+    if isis.tag != "loom":
+        form["tag"] = isis.tag
+    if isis.net is not None and isis.net.lower() != loom_net:
+        form["net"] = isis.net.lower()
+    if (isis.is_type or "level-1-2") != "level-2-only":
+        form["is_type"] = isis.is_type or "level-1-2"
+    if (isis.metric_style or "wide") != "wide":
+        form["metric_style"] = isis.metric_style
+    confs = [run.interfaces.get(p) or InterfaceConf(p) for p in sorted(set(link_ports))]
+    questions: list[str] = []
+    types = {c.isis_network or "broadcast" for c in confs}
+    if types == {"broadcast"}:
+        form["network_type"] = "broadcast"
+    elif types - {"point-to-point"}:
+        questions.append(f"its links run IS-IS network types {', '.join(sorted(types))}: Loom writes a device's "
+                         "links point-to-point or broadcast, and FRR resets an adjacency whose type changes")
+    hellos = {(c.isis_hello or 3, c.isis_multiplier or 10) for c in confs}
+    if len(hellos) == 1 and next(iter(hellos)) != loom_hello:
+        form["hello_s"], form["hello_multiplier"] = next(iter(hellos))
+    elif len(hellos) > 1:
+        shown = ", ".join(f"{h} s x{m}" for h, m in sorted(hellos))
+        questions.append(f"its links run IS-IS hellos {shown}: Loom writes one for a device's links, and an "
+                         "adjacency drops while its two ends' hold times differ")
     return (form or None), questions

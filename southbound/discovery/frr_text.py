@@ -38,7 +38,9 @@ class InterfaceConf:
     broadcast on Ethernet), ``ospf_hello``/``ospf_dead``/``ospf_retransmit`` seconds (``None``: FRR's
     defaults, 10, four hellos and 5; ``ospf_dead`` is ``"minimal"`` for sub-second hellos),
     ``ospf_active``: ``no ip ospf passive`` (active under ``passive-interface default``), IS-IS ``isis``
-    (enabled for IPv4: ``ip router isis``; ``isis6``: for IPv6), ``isis_metric`` and ``isis_passive``."""
+    (enabled for IPv4: ``ip router isis``; ``isis6``: for IPv6), ``isis_metric``, ``isis_passive``,
+    ``isis_network`` (``None``: FRR's default, broadcast), ``isis_hello`` and ``isis_multiplier``
+    (``None``: FRR's defaults, 3 s and 10)."""
 
     name: str
     addresses: list[str] = field(default_factory=list)
@@ -57,6 +59,9 @@ class InterfaceConf:
     isis6: bool = False
     isis_metric: int | None = None
     isis_passive: bool = False
+    isis_network: str | None = None
+    isis_hello: int | None = None
+    isis_multiplier: int | None = None
 
 
 @dataclass
@@ -97,11 +102,13 @@ class OspfConf:
 
 @dataclass
 class IsisConf:
-    """``router isis TAG``: its ``net`` and ``is_type`` (``None``: FRR's default, ``level-1-2``)."""
+    """``router isis TAG``: its ``net``, ``is_type`` (``None``: FRR's default, ``level-1-2``) and
+    ``metric_style`` (``None``: FRR's default, ``wide``)."""
 
     tag: str
     net: str | None = None
     is_type: str | None = None
+    metric_style: str | None = None
     redistribute: list[str] = field(default_factory=list)
 
 
@@ -193,7 +200,13 @@ def _interface(run: FrrRunning, name: str, body: list[str]) -> None:
             itf.isis_metric = int(w[-1])
         elif line == "isis passive":
             itf.isis_passive = True
-        elif not line.startswith(("isis network", "isis hello")):
+        elif w[:2] == ["isis", "network"] and len(w) == 3:
+            itf.isis_network = w[2]
+        elif w[:2] == ["isis", "hello-interval"] and len(w) == 3 and w[2].isdigit():
+            itf.isis_hello = int(w[2])
+        elif w[:2] == ["isis", "hello-multiplier"] and len(w) == 3 and w[2].isdigit():
+            itf.isis_multiplier = int(w[2])
+        else:
             run.other.append(f"interface {name}: {line}")
 
 
@@ -313,8 +326,9 @@ def _isis(run: FrrRunning, tag: str, body: list[str]) -> None:
             isis.net = w[1]
         elif w[0] == "is-type" and len(w) == 2:
             isis.is_type = w[1]
+        elif w[0] == "metric-style" and len(w) == 2:
+            isis.metric_style = w[1]
         elif w[0] == "redistribute":
             isis.redistribute.append(" ".join(w[1:]))
-        elif not line.startswith(("metric-style", "lsp-gen-interval", "spf-interval",
-                                  "log-adjacency-changes")):
+        elif not line.startswith(("lsp-gen-interval", "spf-interval", "log-adjacency-changes")):
             run.other.append(f"router isis {tag}: {line}")

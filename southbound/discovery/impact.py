@@ -118,6 +118,18 @@ def _effect(line: str) -> str | None:
     return "configuration Loom does not model"
 
 
+#: settings whose value here is FRR's default (FRR 8.4: an IS-IS circuit's metric, a level-1-2 instance): one
+#: written out where the router had none of that setting changes nothing
+_FRR_DEFAULTS = {"isis metric": "isis metric 10", "is-type": "is-type level-1-2"}
+
+
+def _default_written_out(ctx: tuple[str, ...], line: str, removed: dict[tuple[tuple[str, ...], str], None]) -> bool:
+    """Whether ``line`` (added in ``ctx``) writes out FRR's default for a setting the router did not have (no line
+    of that setting is removed in ``ctx``)."""
+    setting = next((k for k, v in _FRR_DEFAULTS.items() if v == line), None)
+    return setting is not None and not any(c == ctx and ln.startswith(setting + " ") for c, ln in removed)
+
+
 def forwarding_impact(diff: str) -> list[Impact] | None:
     """The non-cosmetic changes of ``diff`` (an agent's ``Prepare`` diff of a router that runs a
     configuration Loom did not write), or ``None`` when ``diff`` is not such a diff.
@@ -141,7 +153,7 @@ def forwarding_impact(diff: str) -> list[Impact] | None:
     out = []
     for action, lines, other in (("removes", removed, added), ("adds", added, removed)):
         for ctx, line in lines:
-            if (ctx, line) in other:
+            if (ctx, line) in other or (action == "adds" and _default_written_out(ctx, line, removed)):
                 continue
             effect = _effect(line)
             if effect is not None:

@@ -42,7 +42,7 @@ from controller.model.domain import prefix_order
 from controller.model.errors import InvalidIntent
 from controller.model.intent import validate_intent
 from southbound.config import DEFAULT_TIMERS
-from southbound.discovery.forms import auto_ospf_cost, ospf_form, session_form
+from southbound.discovery.forms import auto_ospf_cost, isis_form, ospf_form, session_form
 from southbound.discovery.frr_text import FrrRunning, parse_running
 from southbound.discovery.observed import ObservedDevice
 from southbound.render import host_address, isis_net, ospf_intervals
@@ -397,9 +397,6 @@ def _device(fab: _Fabric, device: str, role: str | None, routing: str,
             fab.ask(f"device {device}", "runs no BGP in a BGP fabric: which ASN should it have?")
         else:
             out["asn"] = run.bgp.asn
-    if routing == "isis" and run.isis is not None and run.isis.is_type != "level-2-only":
-        fab.ask(f"device {device}", f"IS-IS runs as {run.isis.is_type or 'level-1-2 (the default)'}; Loom renders "
-                "is-type level-2-only, so its level-1 adjacencies and routes would go: keep the levels?")
     rid = _router_id(fab, device, routing)
     if rid is not None:
         out["router_id"] = rid
@@ -544,6 +541,17 @@ def _check_ports(fab: _Fabric, doc: Mapping[str, Any]) -> None:
                     "rendering keeps only the router id on the loopback")
 
 
+def _check_isis_levels(fab: _Fabric) -> None:
+    """Routers with level-1 adjacencies in several areas route between areas through level-2 (and a default
+    route), not by the fabric-wide shortest paths Loom plans: a question."""
+    areas = {run.isis.net.rsplit(".", 4)[0] for run in fab.running.values() if run.isis is not None and run.isis.net}
+    level1 = sorted(n for n, run in fab.running.items()
+                    if run.isis is not None and (run.isis.is_type or "level-1-2") != "level-2-only")
+    if level1 and len(areas) > 1:
+        fab.ask("devices", f"IS-IS areas {', '.join(sorted(areas))} with level-1 routing on {', '.join(level1)}: "
+                "Loom plans one level's shortest paths; make them level-2-only, or one area?")
+
+
 def _pin_host_ports(fab: _Fabric, device: str, doc: dict[str, Any] | None, kept: Mapping[str, list[str]],
                     want: Mapping[str, tuple[str, str]]) -> None:
     """``doc``'s ``host_ports``: every announced subnet's port and address as it runs, when any differs from
@@ -576,11 +584,18 @@ def _check_igp(fab: _Fabric, routing: str, doc: Mapping[str, Any]) -> None:
         for end in pair:
             ports[end.device].append(end.port)
     loom = ospf_intervals(DEFAULT_TIMERS)[:2]
+    keepalive, hold = DEFAULT_TIMERS
+    loom_isis = (keepalive, max(2, hold // keepalive))  # as southbound.render writes IS-IS hellos
+    if routing == "isis":
+        _check_isis_levels(fab)
     for device, run in fab.running.items():
         rid = devices.get(device, {}).get("router_id")
-        if routing == "isis" and run.isis is not None and rid and run.isis.net != isis_net(rid):
-            fab.ask(f"device {device}", f"IS-IS NET {run.isis.net}: Loom derives the NET from the router id "
-                    f"({isis_net(rid)}), so adopting would change the system id and reset its adjacencies")
+        if routing == "isis" and run.isis is not None:
+            form, questions = isis_form(run, ports[device], isis_net(rid) if rid else None, loom_isis)
+            if form is not None and device in devices:
+                devices[device]["isis"] = form
+            for q in questions:
+                fab.ask(f"device {device}", q)
         if routing == "ospf" and run.ospf is not None:
             areas = {a for _n, a in run.ospf.networks} | {i.ospf_area for i in run.interfaces.values() if i.ospf_area}
             if areas - {"0", "0.0.0.0"}:

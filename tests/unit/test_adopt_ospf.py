@@ -159,3 +159,14 @@ def test_a_cost_written_out_as_ospfd_computes_it_changes_nothing():
     ref = ObservedDevice("r1", text.replace("router ospf\n", "router ospf\n auto-cost reference-bandwidth 400000\n"),
                          dev.interfaces)
     assert unchanged_costs(ref, added) == set()  # 10 and 40 now
+
+
+def test_frr_defaults_written_out_are_cosmetic_but_a_changed_setting_is_not():
+    """``isis metric 10`` and ``is-type level-1-2`` are FRR's defaults: written where the router had none, they
+    change nothing; replacing another value, they do."""
+    def diff(deleted: str, added: str) -> str:
+        return (f"Lines To Delete\n===============\n{deleted}\nLines To Add\n============\n"
+                f"interface eth1\n isis metric 10\nrouter isis core\n is-type level-1-2\n{added}")
+    assert forwarding_impact(diff("", "")) == []
+    changed = forwarding_impact(diff("interface eth1\n no isis metric 20\nrouter isis core\n no is-type level-1\n", ""))
+    assert {(i.action, i.line) for i in changed or []} >= {("adds", "isis metric 10"), ("adds", "is-type level-1-2")}

@@ -257,15 +257,20 @@ def _isis(edit) -> list[ObservedDevice]:
         (d / f"{n}.addr.json").read_text())) for n in ("leaf1", "leaf2", "spine1", "spine2")]
 
 
-@pytest.mark.parametrize(("is_type", "asked"), [("level-2-only", False), ("level-1", True), (None, True)])
-def test_isis_levels_other_than_loom_s_are_a_question(is_type, asked):
+@pytest.mark.parametrize(("is_type", "kept"), [("level-2-only", None), ("level-1", "level-1"), (None, "level-1-2")])
+def test_isis_levels_are_kept_as_the_form_and_several_areas_are_a_question(is_type, kept):
     def edit(text: str) -> str:
         return text.replace(" is-type level-2-only\n", f" is-type {is_type}\n" if is_type else "")
     found = discover(_isis(edit), name="isis-levels")
-    levels = [q for q in found.questions if "IS-IS runs as" in q.question]
-    assert bool(levels) == asked and (not asked or len(levels) == 4)
+    assert {(d.get("isis") or {}).get("is_type") for d in found.intent["devices"]} == {kept}
+    assert not [q for q in found.questions if "IS-IS" in q.question]
     run = parse_running(edit((SAMPLES / "adopt_isis" / "leaf1.running.txt").read_text()))
     assert run.isis is not None and run.isis.is_type == is_type and run.other == []
+    if kept:  # two areas with level-1 routing: Loom's one-level shortest paths would not hold
+        def two_areas(text: str) -> str:
+            return edit(text).replace("net 49.0002.0000.0000.0011.00", "net 49.0003.0000.0000.0011.00")
+        asked = [q for q in discover(_isis(two_areas), name="x").questions if "IS-IS areas" in q.question]
+        assert [q.where for q in asked] == ["devices"], asked
 
 
 def test_an_isis_circuit_type_is_kept_as_foreign_configuration():

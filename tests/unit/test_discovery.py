@@ -257,7 +257,7 @@ def test_route_changes_compare_planned_next_hops_with_the_kernels():
     assert [w.line for w in route_changes(plan, {"leaf2": None})] == ["its kernel routes"]
 
 
-def test_isis_discovery_keeps_metrics_and_asks_about_the_net():
+def test_isis_discovery_keeps_metrics_and_the_form_it_runs():
     found = discover(_observed("adopt_isis"), name="adopt-isis")
     assert found.valid, found.questions
     assert found.intent["routing"] == "isis"
@@ -266,9 +266,16 @@ def test_isis_discovery_keeps_metrics_and_asks_about_the_net():
     assert {d["name"]: d["router_id"] for d in found.intent["devices"]} == {
         "leaf1": "10.0.0.11", "leaf2": "10.0.0.12", "spine1": "10.0.0.1", "spine2": "10.0.0.2"}
     assert {p["prefix"] for p in found.intent["prefixes"]} >= {"172.16.1.0/24", "10.0.0.11/32"}
-    nets = [q for q in found.questions if "IS-IS NET" in q.question]
-    assert [q.where for q in nets] == ["device leaf1", "device leaf2", "device spine1", "device spine2"]
-    assert "49.0002.0000.0000.0011.00" in nets[0].question and "49.0001.0100.0000.0011.00" in nets[0].question
+    # the NET (not the one Loom derives from the router id, 49.0001.0100.0000.0011.00) and the tag are kept,
+    # so the system id and the instance stay; point-to-point links at FRR's default hellos (3 s, x10)
+    forms = {d["name"]: d.get("isis") for d in found.intent["devices"]}
+    assert forms["leaf1"] == {"tag": "core", "net": "49.0002.0000.0000.0011.00", "hello_s": 3,
+                              "hello_multiplier": 10}, forms
+    assert not [q for q in found.questions if "IS-IS" in q.question], found.questions
+    text = render_frr(device_configs(validate_intent(found.intent))["leaf1"])
+    assert "router isis core\n net 49.0002.0000.0000.0011.00\n is-type level-2-only\n" in text, text
+    assert "interface eth1\n description to spine1:eth1\n ip address 192.168.10.1/30\n ip router isis core\n" \
+           " isis network point-to-point\n isis metric 15\n isis hello-interval 3\n isis hello-multiplier 10\n" in text
 
 
 # -- unnumbered and IPv6 fabrics ---------------------------------------------------------------------------------

@@ -93,3 +93,31 @@ def test_bad_pins_are_located(mutate, expected):
     mutate(doc)
     errors = _errors(doc)
     assert len(errors) == 1 and errors[0].startswith(expected), errors
+
+
+@pytest.mark.parametrize(("pins", "expected"), [
+    ([{"port": "eth3", "addresses": ["10.0.0.9/24"]}], []),
+    ([{"port": "eth1", "addresses": ["10.0.0.9/24"]}],
+     ["devices[0].host_ports[0].port: eth1 is a link's port of 't0'"]),
+    ([{"port": "eth3", "addresses": ["10.0.1.1/24"]}],
+     ["devices[0].host_ports[0].addresses[0]: 10.0.1.1/24 is in no prefix 't0' originates (its subnet 10.0.1.0/24 "
+      "must be one)"]),
+    ([{"port": "eth3", "addresses": ["10.0.0.9/24"]}, {"port": "eth4", "addresses": ["10.0.0.7/24"]}],
+     ["devices[0].host_ports[1].addresses[0]: 10.0.0.0/24 is on eth3 already"]),
+    ([{"port": "eth3", "addresses": ["10.0.0.9/24"]}, {"port": "eth3", "addresses": ["10.0.0.7/24"]}],
+     ["devices[0].host_ports[1].port: eth3 is pinned twice", "devices[0].host_ports[1].addresses[0]: 10.0.0.0/24 "
+      "is on eth3 already"]),
+    ([{"port": "eth3", "addresses": ["10.0.0.9/24", "10.0.0.8/24"]}],
+     ["devices[0].host_ports[0].addresses: at most one address of each family"]),
+])
+def test_host_port_pins_are_located_and_kept(pins, expected):
+    doc = _doc()
+    doc["devices"][0]["host_ports"] = pins
+    if expected:
+        got = _errors(doc)
+        assert got == expected, got
+        return
+    text = render_frr(device_configs(validate_intent(doc))["t0"])
+    assert "interface eth3\n description host subnet\n ip address 10.0.0.9/24\n" in text and "host0" not in text
+    kept = validate_intent(doc).to_document()["devices"][0]["host_ports"]
+    assert kept == [{"port": "eth3", "addresses": ["10.0.0.9/24"]}]  # the document round-trips the pin
