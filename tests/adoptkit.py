@@ -7,6 +7,9 @@ build, ``loom serve --lab`` on it, and the checks every adoption makes whatever 
   split alike compare equal whatever the scale of their weights.
 * :func:`adopt_under_watch`: ``loom apply`` of the discovered intent while a :class:`Sampler` reads every
   router's routes every 50 ms and a host pings another across the fabric every 20 ms.
+* :func:`adopt_cleanly`: the review of the adoption is cosmetic, and the adoption under watch changes no route
+  sample and loses no ping.
+* :func:`best_routes`: what a router forwards on (the kernel's lowest-metric route per destination).
 * :func:`check_reweighting` and :func:`check_drain`: what a Loom-built lab does after the adoption.
 """
 
@@ -144,6 +147,35 @@ def adopt_under_watch(lab: AdoptLab, path: Path, read: Callable[[], dict[str, Ro
     counts = re.search(r"(\d+) packets transmitted, (\d+) received", pinged)
     assert counts is not None, pinged
     return Watched(done, int(counts.group(1)), int(counts.group(2)), sampler.samples)
+
+
+def adopt_cleanly(lab: AdoptLab, path: Path, read: Callable[[], dict[str, Routes]], src: str, dst: str) -> Watched:
+    """The review of ``loom apply PATH`` is a cosmetic adoption of every router of the lab and pushes nothing;
+    then :func:`adopt_under_watch` commits it with no sample of ``read()`` differing from before and no ping
+    from ``src`` to ``dst`` lost."""
+    before = read()
+    dry = json.loads(lab.cli("apply", str(path), "--dry-run", "--json", check=True).stdout)
+    adoption = dry.get("review", dry)["adoption"]
+    assert adoption == {"devices": list(lab.nodes), "cosmetic": True, "warnings": []}, adoption
+    assert before == read()  # a review pushes nothing
+    seen = adopt_under_watch(lab, path, read, src, dst)
+    assert seen.done["state"] == "committed", seen.done
+    assert seen.sent == 400 and seen.received == seen.sent, seen.summary()
+    differing = seen.differing(before)
+    assert len(seen.samples) > 20 and differing == [], differing[:10]
+    assert read() == before
+    return seen
+
+
+def best_routes(lab: str, node: str, family: str = "-4") -> Routes:
+    """What ``node`` forwards on per destination of ``family`` (``-4``, ``-6``): the route the kernel uses (the
+    lowest metric: Loom's ``fib`` routes sit above the IGP's with the same next hops), as next hops (gateway,
+    port, share of the weight)."""
+    best: dict[str, tuple[int, Any]] = {}
+    for r in json.loads(runner.node_exec(lab, node, ["ip", family, "-j", "route", "show", "table", "main"])):
+        if r["dst"] not in best or int(r.get("metric", 0)) < best[r["dst"]][0]:
+            best[r["dst"]] = (int(r.get("metric", 0)), r)
+    return {dst: ("", hops(r)) for dst, (_m, r) in best.items()}
 
 
 def until(read: Callable[[], Routes], prefix: str, want: Callable[[Any], bool], timeout: float = 20) -> Any:

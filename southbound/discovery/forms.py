@@ -121,12 +121,7 @@ def ospf_form(run: FrrRunning, link_ports: Iterable[str], loom_intervals: tuple[
     confs = [run.interfaces.get(p) or InterfaceConf(p) for p in sorted(set(link_ports))]
     questions: list[str] = []
     form: JsonObject = {}
-    types = {c.ospf_network or "broadcast" for c in confs}
-    if types == {"broadcast"}:
-        form["network_type"] = "broadcast"
-    elif types - {"point-to-point"}:
-        questions.append(f"its links run OSPF network types {', '.join(sorted(types))}: Loom writes a device's "
-                         "links point-to-point or broadcast, and FRR resets an adjacency whose type changes")
+    _network_type("OSPF", {c.ospf_network or "broadcast" for c in confs}, form, questions)
     intervals = {(c.ospf_hello or 10, c.ospf_dead if c.ospf_dead is not None else 4 * (c.ospf_hello or 10))
                  for c in confs}
     if len(intervals) == 1 and all(isinstance(x, int) for x in next(iter(intervals))):
@@ -161,12 +156,7 @@ def isis_form(run: FrrRunning, link_ports: Iterable[str], loom_net: str | None, 
         form["metric_style"] = isis.metric_style
     confs = [run.interfaces.get(p) or InterfaceConf(p) for p in sorted(set(link_ports))]
     questions: list[str] = []
-    types = {c.isis_network or "broadcast" for c in confs}
-    if types == {"broadcast"}:
-        form["network_type"] = "broadcast"
-    elif types - {"point-to-point"}:
-        questions.append(f"its links run IS-IS network types {', '.join(sorted(types))}: Loom writes a device's "
-                         "links point-to-point or broadcast, and FRR resets an adjacency whose type changes")
+    _network_type("IS-IS", {c.isis_network or "broadcast" for c in confs}, form, questions)
     hellos = {(c.isis_hello or 3, c.isis_multiplier or 10) for c in confs}
     if len(hellos) == 1 and next(iter(hellos)) != loom_hello:
         form["hello_s"], form["hello_multiplier"] = next(iter(hellos))
@@ -175,3 +165,13 @@ def isis_form(run: FrrRunning, link_ports: Iterable[str], loom_net: str | None, 
         questions.append(f"its links run IS-IS hellos {shown}: Loom writes one for a device's links, and an "
                          "adjacency drops while its two ends' hold times differ")
     return (form or None), questions
+
+
+def _network_type(igp: str, types: set[str], form: JsonObject, questions: list[str]) -> None:
+    """A device's links' network ``types`` into ``form`` (broadcast; point-to-point is Loom's), or a question when
+    they are several (or another kind): Loom writes a device's links one way."""
+    if types == {"broadcast"}:
+        form["network_type"] = "broadcast"
+    elif types - {"point-to-point"}:
+        questions.append(f"its links run {igp} network types {', '.join(sorted(types))}: Loom writes a device's "
+                         "links point-to-point or broadcast, and FRR resets an adjacency whose type changes")

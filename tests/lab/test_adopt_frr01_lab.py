@@ -15,16 +15,13 @@ work as on a Loom-built lab.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import yaml
 
 from controller.model.intent import validate_intent
-from labs import runner
-from tests.adoptkit import REPO, AdoptLab, Routes, adopt_under_watch, hops, served, until
+from tests.adoptkit import REPO, AdoptLab, Routes, adopt_cleanly, best_routes, served, until
 
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_frr01" / "topology.clab.yml"
 LAB = "adopt-frr01"
@@ -39,13 +36,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdoptLab]:
 
 
 def routes(node: str) -> Routes:
-    """What ``node`` forwards on per destination: the route the kernel uses (the lowest metric: Loom's ``fib``
-    routes sit above OSPF's with the same next hops), as next hops (gateway, port, share of the weight)."""
-    best: dict[str, tuple[int, Any]] = {}
-    for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", "route", "show", "table", "main"])):
-        if r["dst"] not in best or int(r.get("metric", 0)) < best[r["dst"]][0]:
-            best[r["dst"]] = (int(r.get("metric", 0)), r)
-    return {dst: ("", hops(r)) for dst, (_m, r) in best.items()}
+    return best_routes(LAB, node)
 
 
 def all_routes() -> dict[str, Routes]:
@@ -80,21 +71,11 @@ def test_an_ospf_lab_as_users_write_it_is_discovered_in_its_own_form(lab: AdoptL
 
 
 def test_adoption_changes_no_forwarding_and_drops_no_adjacency(lab: AdoptLab) -> None:
-    path = lab.base / "intent.yaml"
-    before = all_routes()
+    """Every difference is cosmetic, even the costs Loom writes out: they are what ospfd computes from the
+    speeds now."""
     up = {n: adjacencies(lab, n) for n in NODES}
     assert all(a[0] == "Full" for n in NODES for a in up[n].values()) and all(len(up[n]) == 2 for n in NODES), up
-    dry = json.loads(lab.cli("apply", str(path), "--dry-run", "--json", check=True).stdout)
-    adoption = dry.get("review", dry)["adoption"]
-    # every difference is cosmetic: even the costs Loom writes out are those ospfd computes from the speeds now
-    assert adoption == {"devices": list(NODES), "cosmetic": True, "warnings": []}, adoption
-    assert before == all_routes()  # a review pushes nothing
-    seen = adopt_under_watch(lab, path, all_routes, "pc1", "192.168.3.10")
-    assert seen.done["state"] == "committed", seen.done
-    assert seen.sent == 400 and seen.received == seen.sent, seen.summary()
-    differing = seen.differing(before)
-    assert len(seen.samples) > 20 and differing == [], differing[:10]
-    assert all_routes() == before
+    seen = adopt_cleanly(lab, lab.base / "intent.yaml", all_routes, "pc1", "192.168.3.10")
     after = {n: adjacencies(lab, n) for n in NODES}
     for n in NODES:  # the same neighbours, still Full, no state change, up all along
         assert {r: a[:2] for r, a in after[n].items()} == {r: a[:2] for r, a in up[n].items()}, (n, up[n], after[n])

@@ -12,17 +12,14 @@ adjacency; then a drain works as on a Loom-built lab.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import yaml
 
 from controller.model.intent import validate_intent
-from labs import runner
-from tests.adoptkit import REPO, AdoptLab, Routes, adopt_under_watch, hops, served, until
+from tests.adoptkit import REPO, AdoptLab, Routes, adopt_cleanly, best_routes, served, until
 
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_isis_clab"
 LAB = "adopt-isis"
@@ -37,13 +34,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdoptLab]:
 
 
 def routes(node: str) -> Routes:
-    """What ``node`` forwards on per destination: the route the kernel uses (the lowest metric: Loom's ``fib``
-    routes sit above IS-IS's with the same next hops), as next hops (gateway, port, share of the weight)."""
-    best: dict[str, tuple[int, Any]] = {}
-    for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", "route", "show", "table", "main"])):
-        if r["dst"] not in best or int(r.get("metric", 0)) < best[r["dst"]][0]:
-            best[r["dst"]] = (int(r.get("metric", 0)), r)
-    return {dst: ("", hops(r)) for dst, (_m, r) in best.items()}
+    return best_routes(LAB, node)
 
 
 def all_routes() -> dict[str, Routes]:
@@ -75,20 +66,9 @@ def test_an_isis_lab_as_users_write_it_is_discovered_in_its_own_form(lab: AdoptL
 
 
 def test_adoption_changes_no_forwarding_and_flaps_no_adjacency(lab: AdoptLab) -> None:
-    path = lab.base / "intent.yaml"
-    before = all_routes()
     up = {n: adjacencies(lab, n) for n in NODES}
     assert all(a[0] == "Up" for n in NODES for a in up[n].values()) and sum(len(a) for a in up.values()) == 16, up
-    dry = json.loads(lab.cli("apply", str(path), "--dry-run", "--json", check=True).stdout)
-    adoption = dry.get("review", dry)["adoption"]
-    assert adoption == {"devices": list(NODES), "cosmetic": True, "warnings": []}, adoption
-    assert before == all_routes()  # a review pushes nothing
-    seen = adopt_under_watch(lab, path, all_routes, "h1", "192.168.12.10")
-    assert seen.done["state"] == "committed", seen.done
-    assert seen.sent == 400 and seen.received == seen.sent, seen.summary()
-    differing = seen.differing(before)
-    assert len(seen.samples) > 20 and differing == [], differing[:10]
-    assert all_routes() == before
+    seen = adopt_cleanly(lab, lab.base / "intent.yaml", all_routes, "h1", "192.168.12.10")
     assert {n: adjacencies(lab, n) for n in NODES} == up  # the same adjacencies, Up, not one flap more
     running = lab.vtysh_text("leaf1", "show running-config")
     assert "description to spine1:eth1" in running and "router isis FABRIC" in running, running

@@ -20,14 +20,23 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import yaml
 
 from controller.model.intent import validate_intent
 from labs import runner
-from tests.adoptkit import REPO, AdoptLab, Routes, adopt_under_watch, check_drain, check_reweighting, hops, served
+from tests.adoptkit import (
+    REPO,
+    AdoptLab,
+    Routes,
+    adopt_under_watch,
+    best_routes,
+    check_drain,
+    check_reweighting,
+    hops,
+    served,
+)
 
 TOPOLOGY = REPO / "tests" / "lab" / "fixtures" / "adopt_ospf" / "adopt-ospf.clab.yml"
 LAB = "adopt-ospf"
@@ -42,14 +51,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdoptLab]:
 
 
 def routes(node: str) -> Routes:
-    """What ``node`` forwards on, per destination of its main table: the route the kernel uses (the lowest
-    metric: Loom's ``fib`` routes sit above OSPF's) as its next hops (gateway, port, share of the weight)."""
-    best: dict[str, tuple[int, Any]] = {}
-    for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", "route", "show", "table", "main"])):
-        metric = int(r.get("metric", 0))
-        if r["dst"] not in best or metric < best[r["dst"]][0]:
-            best[r["dst"]] = (metric, r)
-    return {dst: ("", hops(r)) for dst, (_m, r) in best.items()}
+    """What ``node`` forwards on (:func:`tests.adoptkit.best_routes`: Loom's ``fib`` routes sit above OSPF's)."""
+    return best_routes(LAB, node)
 
 
 def all_routes() -> dict[str, Routes]:

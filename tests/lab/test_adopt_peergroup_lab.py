@@ -20,7 +20,7 @@ import yaml
 
 from controller.model.intent import validate_intent
 from labs import runner
-from tests.adoptkit import REPO, AdoptLab, Routes, adopt_under_watch, check_drain, check_reweighting, hops, served
+from tests.adoptkit import REPO, AdoptLab, Routes, adopt_cleanly, check_drain, check_reweighting, hops, served
 
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_peergroup"
 LAB = "adopt-pg"
@@ -68,20 +68,9 @@ def test_a_peer_group_fabric_is_discovered_in_its_own_form(lab: AdoptLab) -> Non
 
 
 def test_adoption_changes_no_forwarding_and_resets_no_session(lab: AdoptLab) -> None:
-    path = lab.base / "intent.yaml"
-    before = all_routes()
     established = {n: sessions(lab, n) for n in NODES}
     assert all(s[0] == "Established" for n in NODES for s in established[n].values()), established
-    dry = json.loads(lab.cli("apply", str(path), "--dry-run", "--json", check=True).stdout)
-    review = dry.get("review", dry)
-    assert review["adoption"] == {"devices": list(NODES), "cosmetic": True, "warnings": []}, review["adoption"]
-    assert before == all_routes()  # a review pushes nothing
-    seen = adopt_under_watch(lab, path, all_routes, "h1", "172.16.2.10")
-    assert seen.done["state"] == "committed", seen.done
-    assert seen.sent == 400 and seen.received == seen.sent, seen.summary()
-    assert all_routes() == before
-    differing = seen.differing(before)
-    assert len(seen.samples) > 20 and differing == [], differing[:10]
+    seen = adopt_cleanly(lab, lab.base / "intent.yaml", all_routes, "h1", "172.16.2.10")
     assert {n: sessions(lab, n) for n in NODES} == established
     running = lab.vtysh_text("leaf1", "show running-config")
     assert "neighbor eth1 interface peer-group FABRIC" in running and "redistribute connected" in running, running

@@ -28,7 +28,7 @@ from labs.discover import observe_lab
 from labs.traffic import lab_hosts, send, validate_matrix
 from southbound.discovery.infer import discover
 from southbound.gnmi import GnmiClient
-from tests.adoptkit import REPO, AdoptLab, Routes, adopt_under_watch, hops, served
+from tests.adoptkit import REPO, AdoptLab, Routes, adopt_cleanly, hops, served
 
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_unnumbered"
 LAB = "adopt-un"
@@ -125,17 +125,9 @@ def test_a_remote_as_external_fabric_is_adopted_without_a_blip(lab: AdoptLab) ->
     number, or whose v6only changes)."""
     path = lab.base / "intent.yaml"
     lab.discover(str(FIXTURE), "--out", str(path))
-    before = all_routes()
     established = {n: _sessions(lab, n) for n in NODES}
     assert all(s[0] == "Established" for n in NODES for s in established[n].values()), established
-    dry = json.loads(lab.cli("apply", str(path), "--dry-run", "--json", check=True).stdout)
-    review = dry.get("review", dry)
-    assert review["adoption"] == {"devices": list(NODES), "cosmetic": True, "warnings": []}, review["adoption"]
-    seen = adopt_under_watch(lab, path, all_routes, "h1", "2001:db8:2::10")
-    assert seen.done["state"] == "committed", seen.done
-    assert seen.sent == 400 and seen.received == seen.sent, seen.summary()
-    differing = seen.differing(before)
-    assert len(seen.samples) > 20 and differing == [], differing[:10]
+    seen = adopt_cleanly(lab, path, all_routes, "h1", "2001:db8:2::10")
     assert {n: _sessions(lab, n) for n in NODES} == established
     running = lab.vtysh_text("spine1", "show running-config")
     assert "neighbor eth1 interface remote-as external" in running and "description leaf1 via eth1" in running
