@@ -138,10 +138,13 @@ def _summary(step: str, failed: list[StepResult]) -> str:
 
 async def _verify(driver: DeviceDriver, devices: list[str], hashes: Mapping[str, str], plan: Plan | None,
                   check: Callable[[str, DeviceState], list[str]], timeout: float, interval: float,
-                  progress: Progress | None, result: TransactionResult) -> dict[str, StepResult]:
+                  progress: Progress | None, result: TransactionResult,
+                  abandon: Callable[[], str | None] | None = None) -> dict[str, StepResult]:
     """Poll every device's state until it matches (config hash, and the plan where routes are observed):
     again after 50 ms, then twice as long each time up to ``interval`` (a kernel that converges in a
-    tenth of a second is seen then, not after a whole interval)."""
+    tenth of a second is seen then, not after a whole interval). ``abandon``: asked while devices are still
+    off; a reason (the fabric changed under the commit: a link went down, so the plan's routes cannot come)
+    fails them at once instead of at the timeout."""
     deadline = time.monotonic() + timeout
     wait = min(0.05, interval)
     pending = list(devices)
@@ -171,6 +174,11 @@ async def _verify(driver: DeviceDriver, devices: list[str], hashes: Mapping[str,
             else:
                 done[d] = StepResult(d, "verify", config_hash=hashes.get(d, ""))
         pending = still
+        why = abandon() if pending and abandon is not None else None
+        if why:
+            for d in pending:
+                done[d] = StepResult(d, "verify", failed=True, error=f"{done[d].error}; verify abandoned: {why}")
+            break
         if not pending or time.monotonic() >= deadline:
             break
         await asyncio.sleep(wait)
@@ -189,7 +197,8 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
                  dry_run: bool = False, progress: Progress | None = None,
                  stages: Sequence[Sequence[str]] | None = None,
                  on_stage: StageProgress | None = None,
-                 sessions: Mapping[str, Iterable[str]] | None = None) -> TransactionResult:
+                 sessions: Mapping[str, Iterable[str]] | None = None,
+                 abandon: Callable[[], str | None] | None = None) -> TransactionResult:
     """Push ``configs`` (device -> config) to their agents as one all-or-nothing change.
 
     Parameters: ``plan`` (optional) is what the kernels must show afterwards, compared with
@@ -201,8 +210,9 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
     (:func:`commit_order`; None: every device at once), ``on_stage`` hears each stage start,
     be read back and end; ``sessions``: per device, the ports whose BGP session the change resets: a
     stage before the last is read back only once those of its devices whose peer has moved too are
-    Established again (the schedule's states assume it). Returns a
-    :class:`TransactionResult`; never raises for a device's failure.
+    Established again (the schedule's states assume it); ``abandon``: asked during each read-back, a
+    reason fails it at once (:func:`_verify`). Returns a :class:`TransactionResult`; never raises for a
+    device's failure.
     """
     change = change or new_change_id()
     result = TransactionResult(change, dry_run=dry_run)
@@ -223,7 +233,7 @@ async def commit(driver: DeviceDriver, configs: Mapping[str, DeviceConfig], plan
                                            moved=moved)
     failed = await _staged(driver, result, hashes, plan, check, stage_check, confirm_within=confirm_within,
                            verify_timeout=verify_timeout, verify_interval=verify_interval, progress=progress,
-                           on_stage=on_stage, moved=moved)
+                           on_stage=on_stage, moved=moved, abandon=abandon)
     if not failed:
         result.stage = "confirm"
         confirmed = await _each("confirm", devices, lambda d: driver.confirm(d, change), progress, result)
@@ -311,7 +321,8 @@ def _unbridged(dp: DevicePlan, st: DeviceState, doubled: Mapping[str, int]) -> l
 async def _staged(driver: DeviceDriver, result: TransactionResult, hashes: Mapping[str, str], plan: Plan | None,
                   check: Callable[[str, DeviceState], list[str]], stage_check: Callable[[str, DeviceState], list[str]],
                   *, confirm_within: float, verify_timeout: float, verify_interval: float,
-                  progress: Progress | None, on_stage: StageProgress | None, moved: set[str]) -> list[StepResult]:
+                  progress: Progress | None, on_stage: StageProgress | None, moved: set[str],
+                  abandon: Callable[[], str | None] | None = None) -> list[StepResult]:
     """Commit ``result.stages`` one after the other, each read back before the next (the last one with the
     whole fabric held against ``plan``), adding each stage's devices to ``moved`` as it starts; the
     failures that stopped it, if any."""
@@ -333,7 +344,7 @@ async def _staged(driver: DeviceDriver, result: TransactionResult, hashes: Mappi
             if on_stage:
                 on_stage(i, "verify")
             verified = await _verify(driver, devices if last else stage, hashes, plan, check if last else stage_check,
-                                     verify_timeout, verify_interval, progress, result)
+                                     verify_timeout, verify_interval, progress, result, abandon)
             failed = [r for r in verified.values() if r.failed]
         if on_stage:
             on_stage(i, "failed" if failed else "done")

@@ -128,7 +128,9 @@ def gen(
 @lab_app.command("up")
 def up(
     lab: LabArg,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for BGP to converge")] = 60.0,
+    timeout: Annotated[float, typer.Option(
+        help="seconds to wait for the routing to converge (OSPF on broadcast links with FRR's default 40 s dead "
+             "interval elects its routers only after that wait)")] = 120.0,
     agents: Annotated[bool, typer.Option("--agents/--no-agents",
                                          help="start a Loom device agent per node (a unix socket)")] = True,
     as_json: JsonOpt = False,

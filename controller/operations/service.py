@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
@@ -106,6 +107,26 @@ class Operations:
         self._task: asyncio.Task[None] | None = None
         self.reacting = False  # a reaction is being planned or judged (the precomputation waits)
         self.precompute = Precompute(self, runtime.settings.reaction_precompute_s)
+
+    def failure_watch(self, intent: Intent) -> Callable[[], str | None]:
+        """A check for the read-back of a commit of ``intent`` (:attr:`Runtime.failure_watch`): while this
+        replica's view is the live one, the links down for the failure reaction's ``detect_s`` (a failure, not a
+        blip) that ``intent`` still routes over (neither drained nor on a drained device: a reaction's overlay
+        drains its failed parts). Such a commit cannot be read back as planned; failing it at once (it rolls
+        back) lets the failure reaction, which waits for the commit in progress, go at once too, not after the
+        read-back's timeout (a drift repair read back for 20 s while a link was down, and held a reaction past
+        the chaos run's 20 s)."""
+        drained, devices = intent.drained_links, intent.drained_devices
+
+        def check() -> str | None:
+            if not self.live:
+                return None
+            detect_s = self._topology[2].detect_s
+            gone = sorted(lid for lid in self.view.down_links(self.clock(), for_s=detect_s)
+                          if lid not in drained and not {self.view.links[lid].a, self.view.links[lid].b} & devices)
+            return (f"link {', '.join(gone)} is down (for {detect_s:g} s or more) and the plan routes over it"
+                    if gone else None)
+        return check
 
     # -- life cycle -----------------------------------------------------------------------
     async def start(self) -> None:

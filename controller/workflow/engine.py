@@ -94,6 +94,7 @@ class Workflow:
         self.commits = Commits(rt, recover=self.recovery.recover_change, after_commit=self._after_commit)
         self.settler = Settler(rt)
         self.operations = Operations(rt, commit=self.commit)
+        rt.failure_watch = self.operations.failure_watch
         self.drift = Drift(rt, operational=self.operations.drift, commit=self.commit)
         self.auto_te = AutoTe(rt, self)
         self.insight = Insight(rt)

@@ -56,7 +56,7 @@ async def transact(rt: Runtime, ch: wrepo.Change, intent: Intent, plan: Plan, na
                                      confirm_within=rt.settings.confirm_within,
                                      verify_timeout=rt.settings.verify_timeout, progress=tracker.on_step,
                                      stages=legs[0].stages, on_stage=tracker.on_stage,
-                                     sessions=reset_ports(ch.review))
+                                     sessions=reset_ports(ch.review), abandon=rt.failure_watch(intent))
     finally:
         flusher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -77,7 +77,8 @@ def _pusher(rt: Runtime, agents: DeviceDriver, tracker: PushProgress, review: Js
         return await commit_plan(agents, leg_intent, leg_plan, change=txn, only=[d for st in stages for d in st],
                                  confirm_within=rt.settings.confirm_within,
                                  verify_timeout=rt.settings.verify_timeout, progress=tracker.on_step,
-                                 stages=stages, on_stage=on_stage, sessions=sessions)
+                                 stages=stages, on_stage=on_stage, sessions=sessions,
+                                 abandon=rt.failure_watch(leg_intent))
     return push
 
 

@@ -72,6 +72,9 @@ class Runtime:
         self.is_leader: Callable[[], bool] = cluster.is_leader if cluster is not None else (lambda: True)
         self.southbound = asyncio.Lock()  # a transaction (push or recovery) of this process holds it
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: a watch of the fabric for the read-back of a commit of an intent: asked, what has failed that the intent
+        #: routes over (``None``: nothing). The engine's operational view sets it (:meth:`Operations.failure_watch`).
+        self.failure_watch: Callable[[Intent], Callable[[], str | None]] = lambda _intent: (lambda: None)
 
     # -- the store ---------------------------------------------------------------------
     async def in_session(self, fn: Callable[[Session], T]) -> T:

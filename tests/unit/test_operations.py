@@ -9,6 +9,7 @@ hold-down that doubles with each flap; the overlay intent to what it leaves out 
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from controller.model.errors import InvalidIntent
 from controller.model.intent import load_intent, validate_intent
 from controller.operations.overlay import Overlay, overlay_intent
 from controller.operations.reaction import Damping, judge
+from controller.operations.service import Operations
 from controller.operations.view import OperationalView
 from controller.planning import compile_plan
 from southbound.render import device_configs
@@ -286,3 +288,28 @@ def test_the_plan_in_force_is_compiled_for_replay_once_per_revision_and_plan(mon
     cache.get("rev-a", INTENT, again)
     assert cache.built == 4
     assert replay_key("rev-a") != replay_key("rev-a", Overlay(frozenset({LINK})))
+
+
+def test_a_commit_s_read_back_is_abandoned_for_a_failure_its_intent_routes_over() -> None:
+    """``Operations.failure_watch(intent)``: nothing while every link is up, or for a blip shorter than the
+    reaction's ``detect_s``; a link down that long which the intent routes over is a reason; the same link in the
+    intent's overlay (a reaction drains its failed parts), or behind a drained device, is none."""
+    now = [0.0]
+    rt: Any = SimpleNamespace(settings=SimpleNamespace(reaction_precompute_s=0.0))
+    ops = Operations(rt, commit=None, clock=lambda: now[0])  # type: ignore[arg-type]
+    ops.view = view_up()
+    ops.live = True
+    ops._topology = (1, INTENT, POLICY)
+    watch = ops.failure_watch(INTENT)
+    assert watch() is None
+    a, port = LINK.split(":")
+    ops.view.report_port(a, port, "DOWN", 10.0)
+    now[0] = 10.5
+    assert watch() is None  # down for 0.5 s: a blip, under detect_s
+    now[0] = 11.2
+    assert watch() == f"link {LINK} is down (for 1 s or more) and the plan routes over it"
+    assert ops.failure_watch(overlay_intent(INTENT, Overlay(links=(LINK,))))() is None
+    peer = next(ln.b if ln.a == a else ln.a for ln in INTENT.links if ln.key == LINK)
+    assert ops.failure_watch(overlay_intent(INTENT, Overlay(devices=(peer,))))() is None
+    ops.live = False
+    assert watch() is None  # a follower's view is not the one in force
