@@ -58,8 +58,10 @@ __all__ = [
     "config_hash",
     "device_configs",
     "host_address",
+    "isis_hellos",
     "isis_net",
     "ospf_intervals",
+    "port_order",
     "render_frr",
 ]
 
@@ -95,7 +97,15 @@ def ospf_intervals(timers: tuple[int, int]) -> tuple[int, int, int]:
     return keepalive, keepalive * max(2, hold // keepalive), keepalive
 
 
-def _port_order(name: str) -> tuple[str, int, str]:
+def isis_hellos(timers: tuple[int, int]) -> tuple[int, int]:
+    """The IS-IS hello interval and multiplier Loom renders on a fabric link for the BGP ``timers``
+    (keepalive, hold): hellos every keepalive, held for the hold rounded to hellos (two at least). Discovery
+    holds a running fabric's hellos to these."""
+    keepalive, hold = timers
+    return keepalive, max(2, hold // keepalive)
+
+
+def port_order(name: str) -> tuple[str, int, str]:
     """Ports in natural order: ``eth2`` before ``eth10``."""
     m = re.match(r"^(.*?)(\d+)$", name)
     return (m.group(1), int(m.group(2)), name) if m else (name, -1, name)
@@ -248,9 +258,9 @@ def _link_ends(intent: Intent, allocation: Allocation) -> tuple[
             neighbors[link.a].append(BgpNeighbor(link.a_port, link.b, asn_b, peer_of_a, drained))
             neighbors[link.b].append(BgpNeighbor(link.b_port, link.a, asn_a, peer_of_b, drained))
     for itfs in ports.values():
-        itfs.sort(key=lambda x: _port_order(x.name))
+        itfs.sort(key=lambda x: port_order(x.name))
     for peers in neighbors.values():
-        peers.sort(key=lambda x: _port_order(x.port))
+        peers.sort(key=lambda x: port_order(x.port))
     return ports, neighbors, gateway
 
 
@@ -514,10 +524,9 @@ def _isis_families(config: DeviceConfig) -> list[str]:
 def _isis_interface(config: DeviceConfig, itf: Interface) -> list[str]:
     if itf.host:
         return [*_isis_families(config), " isis passive"]
-    keepalive, hold = config.timers
     form = config.isis_form
-    hello = form.hello or keepalive
-    multiplier = form.multiplier or (max(2, hold // keepalive) if form.hello is None else 10)
+    hello, multiplier = isis_hellos(config.timers)
+    hello, multiplier = form.hello or hello, form.multiplier or (multiplier if form.hello is None else 10)
     return [*_isis_families(config), *([] if form.broadcast else [" isis network point-to-point"]),
             f" isis metric {itf.metric}", f" isis hello-interval {hello}", f" isis hello-multiplier {multiplier}"]
 

@@ -45,7 +45,7 @@ from southbound.config import DEFAULT_TIMERS
 from southbound.discovery.forms import auto_ospf_cost, isis_form, ospf_form, session_form
 from southbound.discovery.frr_text import FrrRunning, parse_running
 from southbound.discovery.observed import ObservedDevice
-from southbound.render import host_address, isis_net, ospf_intervals
+from southbound.render import host_address, isis_hellos, isis_net, ospf_intervals, port_order
 
 __all__ = ["DEFAULT_GBPS", "Discovery", "Question", "discover"]
 
@@ -560,7 +560,7 @@ def _pin_host_ports(fab: _Fabric, device: str, doc: dict[str, Any] | None, kept:
                           for port, addrs in kept.items() for a in addrs):
         return
     pins = []
-    for port, addrs in sorted(kept.items(), key=lambda kv: _port_key(kv[0])):
+    for port, addrs in sorted(kept.items(), key=lambda kv: port_order(kv[0])):
         if len({ipaddress.ip_interface(a).version for a in addrs}) < len(addrs):
             fab.ask(f"device {device}", f"{port} has several announced addresses of one family ({', '.join(addrs)}): "
                     "Loom's host port holds one of each; which one?")
@@ -568,11 +568,6 @@ def _pin_host_ports(fab: _Fabric, device: str, doc: dict[str, Any] | None, kept:
         pins.append({"port": port, "addresses": addrs})
     if pins:
         doc["host_ports"] = pins
-
-
-def _port_key(name: str) -> tuple[str, int]:
-    head = name.rstrip("0123456789")
-    return head, int(name[len(head):] or -1)
 
 
 def _check_igp(fab: _Fabric, routing: str, doc: Mapping[str, Any]) -> None:
@@ -584,8 +579,7 @@ def _check_igp(fab: _Fabric, routing: str, doc: Mapping[str, Any]) -> None:
         for end in pair:
             ports[end.device].append(end.port)
     loom = ospf_intervals(DEFAULT_TIMERS)[:2]
-    keepalive, hold = DEFAULT_TIMERS
-    loom_isis = (keepalive, max(2, hold // keepalive))  # as southbound.render writes IS-IS hellos
+    loom_isis = isis_hellos(DEFAULT_TIMERS)
     if routing == "isis":
         _check_isis_levels(fab)
     for device, run in fab.running.items():
