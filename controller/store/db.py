@@ -233,9 +233,13 @@ class Database:
         """The schema's migration, read from alembic's version table (not through a MigrationContext, which
         logs two info lines per call: ``/readyz`` asks on every probe)."""
         with self.engine.connect() as conn:
-            if not sa_inspect(conn).has_table("alembic_version"):
+            try:  # one statement on the probe's path; the catalog only when it fails (a store never migrated)
+                return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            except (sa_exc.DBAPIError, StoreUnavailable):  # the store's hook may have named it unavailable
+                conn.rollback()
+                if sa_inspect(conn).has_table("alembic_version"):
+                    raise
                 return None
-            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
     def schema_is_current(self) -> bool:
         """True when the database answers and its schema is at the newest migration."""

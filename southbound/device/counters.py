@@ -56,6 +56,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from southbound.device.netlink import dump_links
+
 __all__ = ["AFT_LEAVES", "INTERFACE_LEAVES", "CounterSnapshot", "CounterSource", "KernelCounters", "NftTable",
            "SyntheticCounters", "canonical", "config_ports", "config_prefixes", "fabric_ports", "family_of"]
 
@@ -145,18 +147,8 @@ MAIN_TABLE = 254
 
 def read_links() -> dict[str, dict[str, int]]:
     """Every interface's counters over netlink (``IFLA_STATS64``), ``lo`` excluded."""
-    # lazy: pyroute2 costs 0.4 s to import; only an agent beside a real kernel reads netlink (--dry-frr never)
-    from pyroute2 import IPRoute
-
-    out: dict[str, dict[str, int]] = {}
-    with IPRoute() as ipr:
-        for link in ipr.get_links():
-            name = str(link.get_attr("IFLA_IFNAME"))
-            if name == "lo":
-                continue
-            stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS") or {}
-            out[name] = {leaf: int(stats.get(k, 0)) for leaf, k in INTERFACE_LEAVES.items()}
-    return out
+    return {link.name: {leaf: int(link.stats.get(k, 0)) for leaf, k in INTERFACE_LEAVES.items()}
+            for link in dump_links() if link.name != "lo"}
 
 
 def read_fib_prefixes() -> frozenset[str]:

@@ -52,6 +52,7 @@ from typing import Protocol
 
 from controller.model.errors import FrrError
 from southbound.device.counters import config_ports
+from southbound.device.netlink import dump_links
 from southbound.device.vty import vty_run
 from southbound.state import BgpSession
 
@@ -75,7 +76,6 @@ BGP_FAMILIES = ("ipv4Unicast", "ipv6Unicast")
 #: FRR's IS-IS adjacency states as OpenConfig ``adjacency-state`` values (anything else: ``FAILED``)
 _ISIS = {"up": UP, "initializing": "INIT", "down": DOWN}
 _SYSTEM_ID = re.compile(r"^[0-9a-fA-F]{4}\.[0-9a-fA-F]{4}\.[0-9a-fA-F]{4}$")
-_IFF_UP = 1
 #: FRR's OSPF neighbor states (RFC 2328 section 10.1) as OpenConfig ``OSPF_NEIGHBOR_STATE`` values
 _OSPF = {"down": DOWN, "attempt": "ATTEMPT", "init": "INIT", "2-way": "TWO_WAY", "exstart": "EXSTART",
          "exchange": "EXCHANGE", "loading": "LOADING", "full": "FULL"}
@@ -143,18 +143,8 @@ def drain(sock: socket.socket) -> None:
 
 def read_interfaces() -> dict[str, dict[str, str]]:
     """Every interface but ``lo``: its oper-status (the kernel's operstate) and admin-status (``IFF_UP``)."""
-    # lazy: pyroute2 costs 0.4 s to import; only an agent beside a real kernel reads netlink (--dry-frr never)
-    from pyroute2 import IPRoute
-
-    out: dict[str, dict[str, str]] = {}
-    with IPRoute() as ipr:
-        for link in ipr.get_links():
-            name = str(link.get_attr("IFLA_IFNAME"))
-            if name == "lo":
-                continue
-            oper = _OPER.get(str(link.get_attr("IFLA_OPERSTATE") or "UNKNOWN").upper(), "UNKNOWN")
-            out[name] = {"oper-status": oper, "admin-status": UP if link["flags"] & _IFF_UP else DOWN}
-    return out
+    return {link.name: {"oper-status": _OPER.get(link.operstate, "UNKNOWN"), "admin-status": UP if link.admin_up
+                        else DOWN} for link in dump_links() if link.name != "lo"}
 
 
 def parse_bgp_summary(doc: object) -> tuple[BgpSession, ...]:

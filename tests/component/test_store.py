@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from pathlib import Path
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -57,6 +58,16 @@ def seed(db: Database) -> repo.Revision:
 def revision_ids(db: Database) -> list[int]:
     with db.session() as s:
         return [r.id for r in service.list_revisions(session=s, limit=100, offset=0).items]
+
+
+def test_a_store_never_migrated_has_no_schema_revision(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'empty.db'}")
+    try:
+        assert db.current_migration() is None and not db.schema_is_current()  # not an error: /readyz says 503
+        db.migrate()
+        assert db.current_migration() == db.head_migration() and db.schema_is_current()
+    finally:
+        db.dispose()
 
 
 def test_migrations_match_models_and_are_idempotent(database: Database) -> None:
