@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from pathlib import Path
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
