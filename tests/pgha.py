@@ -147,8 +147,13 @@ class Formation:
         self.root, self.bindir = root, bindir
         self.sync_standbys = sync_standbys
         self.created = time.monotonic()
-        self.monitor = Node("monitor", root / "monitor", _free_port())
-        self.nodes = [Node(f"node{i + 1}", root / f"node{i + 1}", _free_port()) for i in range(data_nodes)]
+        ports: list[int] = []
+        while len(ports) < data_nodes + 1:  # distinct: the kernel may hand a port it just freed out again
+            port = _free_port()
+            if port not in ports:
+                ports.append(port)
+        self.monitor = Node("monitor", root / "monitor", ports[0])
+        self.nodes = [Node(f"node{i + 1}", root / f"node{i + 1}", ports[i + 1]) for i in range(data_nodes)]
         pw = pwd.getpwnam("postgres")
         self.uid, self.gid = pw.pw_uid, pw.pw_gid
         self.env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(root), "XDG_CONFIG_HOME": str(root / "config"),

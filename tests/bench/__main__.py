@@ -4,7 +4,7 @@ Usage: ``python -m tests.bench [SECTION ...] [--sizes S,M,L,XL] [--backend auto]
 [--repetita all|none|NAME,...] [--repetita-dir DIR ...] [--topologies all|none|NAME,...]
 [--budgets 128,64] [--pairs-sample N] [--executor-sample N]``.
 Sections: solver, safety, executors, transition, labs, southbound, telemetry, patterns, closed_loop, api, reaction,
-settle, ha, store_ha, placement, jobs_objective (those whose module exists).
+settle, ha, store_ha, placement, jobs_objective, idle (those whose module exists).
 Timings are wall clock on the machine at hand; print them beside the machine's core count.
 """
 
@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 SECTIONS = ("solver", "safety", "executors", "transition", "labs", "southbound", "telemetry", "patterns",
-            "closed_loop", "api", "reaction", "settle", "ha", "store_ha", "placement", "jobs_objective")
+            "closed_loop", "api", "reaction", "settle", "ha", "store_ha", "placement", "jobs_objective", "idle")
 
 
 def _print(console: Console, name: str, result: Any) -> None:
