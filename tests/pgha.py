@@ -58,6 +58,7 @@ from typing import Any
 import pytest
 
 from tests import pg
+from tests.serving import Ports
 
 __all__ = ["MONITOR_SETTINGS", "Formation", "Node", "formation", "missing", "write_outage"]
 
@@ -91,12 +92,6 @@ def missing() -> str | None:
             EXTENSION).exists() and not list(Path("/usr/share/postgresql").glob(f"*/extension/{EXTENSION}")):
         return "the pgautofailover extension is missing (Debian package postgresql-15-auto-failover)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -147,13 +142,9 @@ class Formation:
         self.root, self.bindir = root, bindir
         self.sync_standbys = sync_standbys
         self.created = time.monotonic()
-        ports: list[int] = []
-        while len(ports) < data_nodes + 1:  # distinct: the kernel may hand a port it just freed out again
-            port = _free_port()
-            if port not in ports:
-                ports.append(port)
-        self.monitor = Node("monitor", root / "monitor", ports[0])
-        self.nodes = [Node(f"node{i + 1}", root / f"node{i + 1}", ports[i + 1]) for i in range(data_nodes)]
+        ports = Ports()
+        self.monitor = Node("monitor", root / "monitor", ports.take())
+        self.nodes = [Node(f"node{i + 1}", root / f"node{i + 1}", ports.take()) for i in range(data_nodes)]
         pw = pwd.getpwnam("postgres")
         self.uid, self.gid = pw.pw_uid, pw.pw_gid
         self.env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(root), "XDG_CONFIG_HOME": str(root / "config"),

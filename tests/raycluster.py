@@ -18,17 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.serving import Ports
+
 __all__ = ["RayNodes"]
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTH = '{"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_initial_delay_ms": 0}'
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 #: ``ray`` for the worker node, which must reach the head at 127.0.0.1: Ray replaces a loopback address
@@ -46,23 +41,14 @@ class RayNodes:
 
     def __init__(self) -> None:
         self.tmp = tempfile.mkdtemp(prefix="loom-ray-", dir="/tmp")
-        self._taken: set[int] = set()
-        self.gcs = self._port()
-        self.client_port = self._port()
+        self._ports = Ports()  # every component of both nodes a port of its own
+        self.gcs = self._ports.take()
+        self.client_port = self._ports.take()
         self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
                     "RAY_AUTH_MODE": "disabled",
                     "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
         self.head: subprocess.Popen[bytes] | None = None
         self.worker: subprocess.Popen[bytes] | None = None
-
-    def _port(self) -> int:
-        """A free port none of this cluster's components was given yet: the kernel may hand a port it just freed
-        out again, and Ray refuses to start a node whose two components share one (a CI run lost its head so)."""
-        while True:
-            port = _free_port()
-            if port not in self._taken:
-                self._taken.add(port)
-                return port
 
     def _node(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         log = open(Path(self.tmp) / f"{name}.log", "wb")  # noqa: SIM115 - the node's whole life
@@ -72,14 +58,14 @@ class RayNodes:
         ray = [sys.executable, "-c", WORKER_RAY] if name != "head" else [sys.executable, "-m", "ray.scripts.scripts"]
         return subprocess.Popen(
             [*ray, "start", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=1",
-             f"--temp-dir={self.tmp}", "--disable-usage-stats", f"--dashboard-agent-listen-port={self._port()}",
-             f"--dashboard-agent-grpc-port={self._port()}", f"--runtime-env-agent-port={self._port()}",
-             f"--metrics-export-port={self._port()}", *args],
+             f"--temp-dir={self.tmp}", "--disable-usage-stats", f"--dashboard-agent-listen-port={self._ports.take()}",
+             f"--dashboard-agent-grpc-port={self._ports.take()}", f"--runtime-env-agent-port={self._ports.take()}",
+             f"--metrics-export-port={self._ports.take()}", *args],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def start(self, timeout: float = 60.0) -> None:
         self.head = self._node("head", "--head", f"--port={self.gcs}", f"--ray-client-server-port={self.client_port}",
-                               "--include-dashboard=false", f"--dashboard-port={self._port()}",
+                               "--include-dashboard=false", f"--dashboard-port={self._ports.take()}",
                                f"--system-config={HEALTH}")
         self._wait_port(self.gcs, timeout)
         self.worker = self._node("worker", f"--address=127.0.0.1:{self.gcs}")

@@ -25,7 +25,8 @@ import httpx
 
 from controller.client import Client, ClientError
 
-__all__ = ["LOOM", "LoomServer", "example_server", "free_port", "request", "running", "stop_processes", "wait_ready"]
+__all__ = ["LOOM", "LoomServer", "Ports", "example_server", "free_port", "request", "running", "stop_processes",
+           "wait_ready"]
 
 #: the ``loom`` command of this interpreter's environment (works without the console script)
 LOOM = [sys.executable, "-c", "from controller.cli import main; main()"]
@@ -48,6 +49,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class Ports:
+    """Free ports for the components of one test cluster, no two the same: :func:`free_port` closes its socket, so
+    the kernel may hand the same port out again to the next ask (a Ray head was once given one port for two of its
+    components, and Ray refused to start)."""
+
+    def __init__(self) -> None:
+        self.taken: set[int] = set()
+
+    def take(self) -> int:
+        while True:
+            port = free_port()
+            if port not in self.taken:
+                self.taken.add(port)
+                return port
 
 
 def wait_ready(url: str, proc: subprocess.Popen[Any], log: Path, timeout: float = 120.0) -> None:
