@@ -29,7 +29,7 @@ from rich.table import Table
 
 from controller.store import workflow_repo as wrepo
 from tests.apps import seeded_store
-from tests.serving import LOOM, free_port, wait_ready
+from tests.serving import LoomServer
 
 GAPS = (0.1, 0.5, 2.0, 5.0)
 IDLE_S = 30.0
@@ -79,25 +79,21 @@ def _ticks(pid: int) -> float:
 
 
 def _idle_server_table() -> Table:
-    token = "Zq8-" + secrets.token_urlsafe(32)
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        log = Path(tmp) / "serve.log"
-        env = {**os.environ, "LOOM_ADMIN_TOKEN": token}
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([*LOOM, "serve", "--example", "--db", f"sqlite:///{Path(tmp) / 'loom.db'}",
-                                     "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp)
+        server = LoomServer(Path(tmp), ["--example", "--db", f"sqlite:///{Path(tmp) / 'loom.db'}"],
+                            "Zq8-" + secrets.token_urlsafe(32), cwd=Path(tmp))
         floor = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({IDLE_S + 15})"])
         try:
-            wait_ready(f"http://127.0.0.1:{port}", proc, log)
+            server.start()
+            assert server.proc is not None
             time.sleep(10)  # the startup's own work done
-            t0 = (_ticks(proc.pid), _ticks(floor.pid))
+            t0 = (_ticks(server.proc.pid), _ticks(floor.pid))
             time.sleep(IDLE_S)
-            served, slept = _ticks(proc.pid) - t0[0], _ticks(floor.pid) - t0[1]
+            served, slept = _ticks(server.proc.pid) - t0[0], _ticks(floor.pid) - t0[1]
         finally:
-            for p in (proc, floor):
-                p.terminate()
-                p.wait(30)
+            server.stop()
+            floor.terminate()
+            floor.wait(30)
     table = Table(title=f"an idle process over {IDLE_S:g} s: CPU")
     for col in ("process", "CPU (s)", "share of a core"):
         table.add_column(col, justify="right")
