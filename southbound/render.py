@@ -525,8 +525,9 @@ def _isis_interface(config: DeviceConfig, itf: Interface) -> list[str]:
     if itf.host:
         return [*_isis_families(config), " isis passive"]
     form = config.isis_form
-    hello, multiplier = isis_hellos(config.timers)
-    hello, multiplier = form.hello or hello, form.multiplier or (multiplier if form.hello is None else 10)
+    loom_hello, loom_multiplier = isis_hellos(config.timers)
+    hello = form.hello or loom_hello
+    multiplier = form.multiplier or (loom_multiplier if form.hello is None else 10)
     return [*_isis_families(config), *([] if form.broadcast else [" isis network point-to-point"]),
             f" isis metric {itf.metric}", f" isis hello-interval {hello}", f" isis hello-multiplier {multiplier}"]
 
