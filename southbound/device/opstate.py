@@ -53,8 +53,8 @@ from typing import Protocol
 from controller.model.errors import FrrError
 from southbound.device.counters import config_ports
 from southbound.device.netlink import dump_links
-from southbound.device.vty import vty_run
 from southbound.state import BgpSession
+from southbound.vty import vty_run
 
 __all__ = ["DOWN", "UP", "AdjKey", "AdjacencyMemory", "DryStatus", "KernelStatus", "LinkWatcher", "OperSnapshot",
            "OspfKey", "StatusSource", "bgp_sessions", "isis_circuits", "ospf_circuits", "parse_bgp_summary",

@@ -1,4 +1,4 @@
-"""The agent's vty client (:mod:`southbound.device.vty`) against a daemon that speaks FRR's vty shell protocol.
+"""The agent's vty client (:mod:`southbound.vty`) against a daemon that speaks FRR's vty shell protocol.
 
 A daemon reads NUL-terminated commands and answers each with its output, three
 NUL bytes and the return code. The lab tests (``test_agent_lab.py``) check the
@@ -18,7 +18,7 @@ import pytest
 
 from controller.model.errors import FrrError
 from southbound.device.frr_apply import FrrReload
-from southbound.device.vty import daemons, vty_run
+from southbound.vty import daemons, vty_run
 
 
 def serve(path: Path, answer: Callable[[str], tuple[int, bytes] | None]) -> threading.Thread:

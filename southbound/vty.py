@@ -10,7 +10,8 @@ sends each command to the daemons that implement it, and merges their
 what reading a configuration costs; this module is the cheap path for reads:
 one socket per daemon, about a millisecond per command.
 
-Only reads go this way. Configuration still goes through ``vtysh``, which
+The agent reads its switch's configuration and sessions this way, and ``loom lab`` its nodes' BGP
+sessions while a lab converges. Only reads go this way. Configuration still goes through ``vtysh``, which
 knows which daemon implements which command (``ip prefix-list`` goes to
 several, ``ip route`` to ``staticd``); the read-back after it is what tells
 whether the daemons took it.
