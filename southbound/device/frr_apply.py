@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -49,12 +50,13 @@ from southbound.device.frr_delta import (
     tree_of_document,
 )
 from southbound.device.linklocal import LinkLocals, UnresolvedNextHop
+from southbound.device.netlink import dump_links, dump_routes
 from southbound.device.nhgroups import group_argument, group_fixes
 from southbound.device.opstate import bgp_sessions
-from southbound.device.vty import VTY_OK, daemons, vty_run
 from southbound.discovery.observed import ObservedDevice, interfaces_from_ip_json
 from southbound.rendered import FibHop, Rendered
 from southbound.state import BgpSession, KernelNextHop, KernelRoute
+from southbound.vty import VTY_OK, daemons, vty_run
 
 __all__ = ["DryFrr", "FrrBackend", "FrrError", "FrrReload", "atomic_write_json", "live_fib", "read_json"]
 
@@ -367,7 +369,7 @@ class FrrReload:
     # -- the difference alone (frr_delta), where FRR runs what the agent applied ----------------------
     def running_tree(self) -> ConfigTree:
         """What the daemons run, as one tree: each daemon's ``show running-config`` read over its vty
-        socket (:mod:`southbound.device.vty`, a millisecond where ``vtysh`` costs 30 ms of CPU), merged as
+        socket (:mod:`southbound.vty`, a millisecond where ``vtysh`` costs 30 ms of CPU), merged as
         ``vtysh`` merges them. :class:`FrrError` if a daemon does not answer."""
         socks = daemons(self.vty_dir)
         if not socks:
@@ -529,8 +531,7 @@ class FrrReload:
         return list(json.loads(_run(["ip", "-j", "-6", "neigh", "show"], timeout=10).stdout or "[]"))
 
     def _ip_routes(self) -> list[dict[str, Any]]:
-        return [r for v in ("-6", "-4") for r in json.loads(
-            _run(["ip", "-j", v, "route", "show", "table", "main"], timeout=10).stdout or "[]")]
+        return kernel_routes(6) + kernel_routes(4)
 
     def _bgp_neighbors(self) -> dict[str, Any]:
         bgpd = self.vty_dir / "bgpd.vty"
@@ -619,15 +620,14 @@ class FrrReload:
 
     # -- reading state ----------------------------------------------------------
     def read_routes(self, prefixes: Iterable[str], recorded: Rendered | None) -> tuple[bool, dict[str, KernelRoute]]:
-        """The kernel's routes of both families (``ip -j route``, ``ip -j -6 route``; only the families of
+        """The kernel's routes of both families (:func:`kernel_routes`, over netlink; only the families of
         ``prefixes`` when given), the one of lowest metric per prefix (what the kernel forwards on)."""
         wanted = _wanted(prefixes)
         families = sorted({prefix_version(p) for p in wanted}) if wanted else [4, 6]
         routes: dict[str, KernelRoute] = {}
         metrics: dict[str, int] = {}
         for version in families:
-            proc = _run(["ip", "-j", f"-{version}", "route", "show", "table", "main"], check=True)
-            for r in json.loads(proc.stdout or "[]"):
+            for r in kernel_routes(version):
                 route = kernel_route_from_ip_json(r, version)
                 if route is None or (wanted and route.prefix not in wanted):
                     continue
@@ -672,6 +672,14 @@ _PROTO_NAMES = {"bgp": "bgp", "186": "bgp", "isis": "isis", "187": "isis", "ospf
                 str(LOOM_RT_PROTO): "loom", "loom": "loom"}
 #: route types that are not a forwarding route to a prefix (the kernel's own)
 _NOT_FORWARDING = frozenset({"multicast", "local", "broadcast", "anycast"})
+
+
+def kernel_routes(version: int) -> list[dict[str, Any]]:
+    """The main table's routes of IP ``version`` in this network namespace, as ``ip -j route show table main``
+    prints them (:meth:`southbound.device.netlink.Route.ip_json`), read over netlink: a read-back asks for them
+    until the plan is installed, and a process of ``ip`` for each family cost more than the read."""
+    names = {link.index: link.name for link in dump_links()}
+    return [r.ip_json(names) for r in dump_routes(socket.AF_INET if version == 4 else socket.AF_INET6)]
 
 
 def kernel_route_from_ip_json(r: Mapping[str, Any], version: int | None = None) -> KernelRoute | None:

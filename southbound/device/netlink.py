@@ -1,4 +1,5 @@
-"""The kernel's interfaces over rtnetlink, read directly: one ``RTM_GETLINK`` dump, parsed for what the agent uses.
+"""The kernel's interfaces and routes over rtnetlink, read directly: ``RTM_GETLINK`` and ``RTM_GETROUTE`` dumps,
+parsed for what the agent uses.
 
 The agent reads every interface's state once a second (its link watcher's safety net, :mod:`southbound.device.
 opstate`) and its counters at every telemetry sample (:mod:`southbound.device.counters`). pyroute2 decodes every
@@ -6,6 +7,12 @@ attribute of every link into Python objects: on an idle lab switch that was half
 py-spy: 172 of 362 samples). Here a dump is parsed for four things only: the name (``IFLA_IFNAME``), the
 ``IFF_UP`` flag of the ``ifinfomsg`` header, the operational state (``IFLA_OPERSTATE``, RFC 2863's values) and
 the counters (``IFLA_STATS64``, or the 32-bit ``IFLA_STATS`` of an old kernel).
+
+Routes: the agent reads its kernel's main table at every read-back of a commit (the controller asks until the
+plan is installed) and whenever it resolves an unnumbered next hop. ``ip -j route`` cost a process and a JSON
+text for each family; in the lab tests' phase that was about 12,000 processes. :func:`dump_routes` reads the
+same routes in one dump per family and gives each in the form ``ip -j route show table main`` prints it
+(:meth:`Route.ip_json`), so that the parsers of that form read either.
 
 The socket is opened in the calling process's network namespace: an agent runs in its switch's.
 """
@@ -16,12 +23,25 @@ import errno
 import itertools
 import socket
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-__all__ = ["IFF_UP", "OPERSTATES", "STATS_FIELDS", "Link", "dump_links", "parse_links"]
+__all__ = ["IFF_UP", "OPERSTATES", "STATS_FIELDS", "Link", "Route", "RouteHop", "dump_links", "dump_routes",
+           "parse_links", "parse_routes"]
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 RTM_NEWLINK, RTM_GETLINK = 16, 18
+RTM_NEWROUTE, RTM_GETROUTE = 24, 26
+RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_MULTIPATH, RTA_TABLE, RTA_VIA = 1, 4, 5, 6, 9, 15, 18
+RTNH_F_DEAD, RTNH_F_ONLINK, RTNH_F_LINKDOWN = 0x1, 0x4, 0x10
+RT_TABLE_MAIN = 254
+#: ``rtm_type`` as iproute2 names it
+ROUTE_TYPES = {1: "unicast", 2: "local", 3: "broadcast", 4: "anycast", 5: "multicast", 6: "blackhole",
+               7: "unreachable", 8: "prohibit", 9: "throw", 10: "nat"}
+#: ``rtm_protocol`` as iproute2 names it (``/etc/iproute2/rt_protos``); others print as their number
+ROUTE_PROTOCOLS = {2: "kernel", 3: "boot", 4: "static", 9: "ra", 11: "zebra", 186: "bgp", 187: "isis", 188: "ospf",
+                   189: "rip", 192: "eigrp"}
 NLM_F_REQUEST, NLM_F_DUMP, NLM_F_MULTI = 0x1, 0x300, 0x2
 IFLA_IFNAME, IFLA_STATS, IFLA_OPERSTATE, IFLA_STATS64 = 3, 7, 16, 23
 IFF_UP = 0x1
@@ -35,9 +55,12 @@ STATS_FIELDS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_errors",
 _NLMSGHDR = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
 _IFINFOMSG = struct.Struct("=BxHiII")  # family, (pad), device type, index, flags, change mask
 _NLATTR = struct.Struct("=HH")  # length, type
+_RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, protocol, scope, type, flags
+_RTNEXTHOP = struct.Struct("=HBBi")  # length, flags, hops (the weight less one), ifindex
 _STATS64 = struct.Struct(f"={len(STATS_FIELDS)}Q")
 _STATS32 = struct.Struct(f"={len(STATS_FIELDS)}I")
 _seq = itertools.count(1)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -88,42 +111,188 @@ def _link(buf: bytes, pos: int, end: int) -> Link | None:
                 OPERSTATES[state] if state < len(OPERSTATES) else "UNKNOWN", stats)
 
 
-def parse_links(buf: bytes) -> tuple[list[Link], bool]:
-    """The links of the netlink messages in ``buf``, and whether the dump's end (``NLMSG_DONE``) was among them.
-    Raises :class:`OSError` for an ``NLMSG_ERROR`` with an error code."""
-    links: list[Link] = []
+def _messages(buf: bytes, what: str) -> Iterator[tuple[int, int, int]]:
+    """Each netlink message of ``buf``: its type, where its body starts and where it ends; the end of a dump
+    (``NLMSG_DONE``) is the last. Raises :class:`OSError` for an ``NLMSG_ERROR`` with an error code (``what``: the
+    request, for its text) and for a message whose length does not fit."""
     pos = 0
     while pos + _NLMSGHDR.size <= len(buf):
         length, kind, _flags, _seq_no, _port = _NLMSGHDR.unpack_from(buf, pos)
         if length < _NLMSGHDR.size or pos + length > len(buf):
             raise OSError(f"a malformed netlink message (length {length} at {pos} of {len(buf)})")
         body = pos + _NLMSGHDR.size
-        if kind == NLMSG_DONE:
-            return links, True
         if kind == NLMSG_ERROR:
             code = struct.unpack_from("=i", buf, body)[0]
             if code:
-                raise OSError(-code, f"RTM_GETLINK: {errno.errorcode.get(-code, code)}")
-        elif kind == RTM_NEWLINK and length >= _NLMSGHDR.size + _IFINFOMSG.size:
-            link = _link(buf, body, pos + length)
+                raise OSError(-code, f"{what}: {errno.errorcode.get(-code, code)}")
+        else:
+            yield kind, body, pos + length
+            if kind == NLMSG_DONE:
+                return
+        pos += _align(length)
+
+
+def parse_links(buf: bytes) -> tuple[list[Link], bool]:
+    """The links of the netlink messages in ``buf``, and whether the dump's end (``NLMSG_DONE``) was among them.
+    Raises :class:`OSError` for an ``NLMSG_ERROR`` with an error code."""
+    links: list[Link] = []
+    for kind, body, end in _messages(buf, "RTM_GETLINK"):
+        if kind == NLMSG_DONE:
+            return links, True
+        if kind == RTM_NEWLINK and end - body >= _IFINFOMSG.size:
+            link = _link(buf, body, end)
             if link is not None:
                 links.append(link)
-        pos += _align(length)
     return links, False
 
 
-def dump_links(timeout: float = 5.0) -> list[Link]:
-    """Every interface of this network namespace (``lo`` included), in the kernel's order."""
+def _dump(kind: int, request: bytes, parse: Callable[[bytes], tuple[list[T], bool]], timeout: float) -> list[T]:
+    """Send the dump request ``kind`` with body ``request`` on a socket of this network namespace; what ``parse``
+    makes of every datagram of the answer, up to its end."""
     seq = next(_seq) & 0xFFFFFFFF
-    request = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
-    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
+    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), kind, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
+    out: list[T] = []
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
         sock.settimeout(timeout)
         sock.bind((0, 0))
         sock.send(header + request)
-        links: list[Link] = []
         done = False
         while not done:
-            part, done = parse_links(sock.recv(1 << 16))
-            links.extend(part)
-    return links
+            part, done = parse(sock.recv(1 << 16))
+            out += part
+    return out
+
+
+def dump_links(timeout: float = 5.0) -> list[Link]:
+    """Every interface of this network namespace (``lo`` included), in the kernel's order."""
+    return _dump(RTM_GETLINK, _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0), parse_links, timeout)
+
+
+# -- routes ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RouteHop:
+    """One next hop of a route: its port's interface index, its gateway (``RTA_GATEWAY`` of the route's family, or
+    ``RTA_VIA`` of the other: an IPv4 route over an IPv6 next hop), its weight and its ``RTNH_F_*`` flags."""
+
+    ifindex: int
+    gateway: str = ""
+    gateway_family: int = 0
+    weight: int = 1
+    flags: int = 0
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route as the dump gives it; ``hops`` is its ``RTA_MULTIPATH`` (several next hops) or its one next hop
+    (``multipath`` False: the route's own ``RTA_OIF`` and gateway)."""
+
+    family: int
+    dst: str  # the destination address ("" for a default route)
+    dst_len: int
+    table: int
+    protocol: int
+    kind: int  # rtm_type
+    flags: int
+    metric: int | None
+    hops: tuple[RouteHop, ...]
+    multipath: bool
+
+    def ip_json(self, names: dict[int, str]) -> dict[str, object]:
+        """This route as ``ip -j route show`` prints it (the fields Loom reads: ``type``, ``dst``, ``protocol``,
+        ``metric``, then ``dev``, ``gateway`` or ``via`` and ``flags`` inline, or ``nexthops`` each with its
+        ``weight``), its ports named by ``names`` (interface index -> name)."""
+        whole = 32 if self.family == socket.AF_INET else 128
+        out: dict[str, object] = {"type": ROUTE_TYPES.get(self.kind, str(self.kind))}
+        out["dst"] = ("default" if self.dst_len == 0 else
+                      self.dst if self.dst_len == whole else f"{self.dst}/{self.dst_len}")
+        out["protocol"] = ROUTE_PROTOCOLS.get(self.protocol, str(self.protocol))
+        if self.metric is not None:
+            out["metric"] = self.metric
+        if self.multipath:
+            out["nexthops"] = [self._hop(h, names, weight=True) for h in self.hops]
+        elif self.hops:
+            out.update(self._hop(self.hops[0], names, weight=False))
+        return out
+
+    def _hop(self, hop: RouteHop, names: dict[int, str], *, weight: bool) -> dict[str, object]:
+        out: dict[str, object] = {}
+        if hop.gateway and hop.gateway_family == self.family:
+            out["gateway"] = hop.gateway
+        elif hop.gateway:
+            out["via"] = {"family": "inet6" if hop.gateway_family == socket.AF_INET6 else "inet", "host": hop.gateway}
+        if hop.ifindex:
+            out["dev"] = names.get(hop.ifindex, f"if{hop.ifindex}")
+        if weight:
+            out["weight"] = hop.weight
+        flags = (self.flags if not self.multipath else 0) | hop.flags
+        out["flags"] = [name for bit, name in ((RTNH_F_DEAD, "dead"), (RTNH_F_ONLINK, "onlink"),
+                                               (RTNH_F_LINKDOWN, "linkdown")) if flags & bit]
+        return out
+
+
+def _address(family: int, raw: bytes) -> str:
+    return socket.inet_ntop(family, raw) if raw else ""
+
+
+def _via(raw: bytes) -> tuple[int, str]:
+    """``struct rtvia``: the gateway's family (two bytes) and its address."""
+    if len(raw) < 2:
+        return 0, ""
+    family = struct.unpack_from("=H", raw)[0]
+    return family, _address(family, raw[2:])
+
+
+def _gateway(family: int, attrs: dict[int, bytes]) -> tuple[int, str]:
+    if RTA_GATEWAY in attrs:
+        return family, _address(family, attrs[RTA_GATEWAY])
+    if RTA_VIA in attrs:
+        return _via(attrs[RTA_VIA])
+    return 0, ""
+
+
+def _multipath(family: int, raw: bytes) -> tuple[RouteHop, ...]:
+    hops: list[RouteHop] = []
+    pos = 0
+    while pos + _RTNEXTHOP.size <= len(raw):
+        length, flags, weight_less_one, ifindex = _RTNEXTHOP.unpack_from(raw, pos)
+        if length < _RTNEXTHOP.size:
+            break  # malformed: stop rather than loop
+        gw_family, gateway = _gateway(family, _attributes(raw, pos + _RTNEXTHOP.size, pos + length))
+        hops.append(RouteHop(ifindex, gateway, gw_family, weight_less_one + 1, flags))
+        pos += _align(length)
+    return tuple(hops)
+
+
+def _route(buf: bytes, pos: int, end: int) -> Route:
+    family, dst_len, _src_len, _tos, table, protocol, _scope, kind, flags = _RTMSG.unpack_from(buf, pos)
+    attrs = _attributes(buf, pos + _RTMSG.size, end)
+    if RTA_TABLE in attrs:
+        table = struct.unpack_from("=I", attrs[RTA_TABLE])[0]
+    metric = struct.unpack_from("=I", attrs[RTA_PRIORITY])[0] if RTA_PRIORITY in attrs else None
+    if RTA_MULTIPATH in attrs:
+        hops, multipath = _multipath(family, attrs[RTA_MULTIPATH]), True
+    else:
+        gw_family, gateway = _gateway(family, attrs)
+        oif = struct.unpack_from("=i", attrs[RTA_OIF])[0] if RTA_OIF in attrs else 0
+        hops = (RouteHop(oif, gateway, gw_family),) if oif or gateway else ()
+        multipath = False
+    return Route(family, _address(family, attrs.get(RTA_DST, b"")), dst_len, table, protocol, kind, flags, metric,
+                 hops, multipath)
+
+
+def parse_routes(buf: bytes) -> tuple[list[Route], bool]:
+    """The routes of the netlink messages in ``buf`` (every table), and whether the dump ended among them.
+    Raises :class:`OSError` for an ``NLMSG_ERROR`` with an error code."""
+    routes: list[Route] = []
+    for kind, body, end in _messages(buf, "RTM_GETROUTE"):
+        if kind == NLMSG_DONE:
+            return routes, True
+        if kind == RTM_NEWROUTE and end - body >= _RTMSG.size:
+            routes.append(_route(buf, body, end))
+    return routes, False
+
+
+def dump_routes(family: int, table: int = RT_TABLE_MAIN, timeout: float = 5.0) -> list[Route]:
+    """The routes of ``family`` (``socket.AF_INET`` or ``AF_INET6``) in ``table`` of this network namespace."""
+    routes = _dump(RTM_GETROUTE, _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0), parse_routes, timeout)
+    return [r for r in routes if r.table == table and r.family == family]
