@@ -56,7 +56,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from southbound.device.netlink import dump_links
+from southbound.device import nftables
+from southbound.device.netlink import RTN_UNICAST, RTPROT_KERNEL, dump_links, dump_routes
 
 __all__ = ["AFT_LEAVES", "INTERFACE_LEAVES", "CounterSnapshot", "CounterSource", "KernelCounters", "NftTable",
            "SyntheticCounters", "canonical", "config_ports", "config_prefixes", "fabric_ports", "family_of"]
@@ -141,8 +142,6 @@ def _prefix_order(prefix: str) -> tuple[int, int, int]:
 
 
 # -- the kernel ------------------------------------------------------------------------------------------
-RT_PROTO_KERNEL = 2
-MAIN_TABLE = 254
 
 
 def read_links() -> dict[str, dict[str, int]]:
@@ -155,17 +154,9 @@ def read_fib_prefixes() -> frozenset[str]:
     """The IPv4 and IPv6 destinations of the main table (canonical text): routes learned or installed
     (BGP, IS-IS, static, Loom), not the connected or link-scope routes of the node's own interfaces
     (IPv6's ``fe80::/64`` among them), not the default routes, not unreachable or multicast ones."""
-    # lazy: pyroute2 costs 0.4 s to import; only an agent beside a real kernel reads netlink (--dry-frr never)
-    from pyroute2 import IPRoute
-
-    found: set[str] = set()
-    with IPRoute() as ipr:
-        for family in (socket.AF_INET, socket.AF_INET6):
-            for r in ipr.get_routes(family=family, table=MAIN_TABLE):
-                if r["proto"] == RT_PROTO_KERNEL or r["scope"] != 0 or r["dst_len"] == 0 or r["type"] != 1:
-                    continue
-                found.add(canonical(f"{r.get_attr('RTA_DST')}/{r['dst_len']}"))
-    return frozenset(found)
+    return frozenset(canonical(f"{r.dst}/{r.dst_len}") for family in (socket.AF_INET, socket.AF_INET6)
+                     for r in dump_routes(family)
+                     if r.protocol != RTPROT_KERNEL and r.scope == 0 and r.dst_len and r.kind == RTN_UNICAST)
 
 
 @dataclass
@@ -183,6 +174,16 @@ class NftTable:
     _has_skip: bool = False
 
     def _run(self, args: list[str], stdin: str | None = None) -> str:
+        """``nft ARGS`` (``-f -`` reads ``stdin``): through libnftables in this process where the command is the
+        system's ``nft`` and the library loads (:mod:`southbound.device.nftables`), else the command."""
+        if self.nft == "nft" and nftables.available():
+            as_json = args[:1] == ["-j"]
+            rest = args[1:] if as_json else args
+            text = stdin if rest == ["-f", "-"] and stdin is not None else " ".join(rest)
+            try:
+                return nftables.run(text, json=as_json)
+            except nftables.NftError as exc:
+                raise OSError(f"nft {' '.join(args)}: {str(exc)[-500:]}") from exc
         proc = subprocess.run([self.nft, *args], input=stdin, capture_output=True, text=True, timeout=10)
         if proc.returncode != 0:
             raise OSError(f"nft {' '.join(args)}: {proc.stderr.strip()[-500:]}")

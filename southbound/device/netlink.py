@@ -36,6 +36,7 @@ RTM_NEWROUTE, RTM_GETROUTE = 24, 26
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_MULTIPATH, RTA_TABLE, RTA_VIA = 1, 4, 5, 6, 9, 15, 18
 RTNH_F_DEAD, RTNH_F_ONLINK, RTNH_F_LINKDOWN = 0x1, 0x4, 0x10
 RT_TABLE_MAIN = 254
+RTPROT_KERNEL, RTN_UNICAST = 2, 1
 #: ``rtm_type`` as iproute2 names it
 ROUTE_TYPES = {1: "unicast", 2: "local", 3: "broadcast", 4: "anycast", 5: "multicast", 6: "blackhole",
                7: "unreachable", 8: "prohibit", 9: "throw", 10: "nat"}
@@ -191,6 +192,7 @@ class Route:
     dst_len: int
     table: int
     protocol: int
+    scope: int  # rtm_scope: 0 universe (a route through a gateway), 253 link, 254 host
     kind: int  # rtm_type
     flags: int
     metric: int | None
@@ -264,7 +266,7 @@ def _multipath(family: int, raw: bytes) -> tuple[RouteHop, ...]:
 
 
 def _route(buf: bytes, pos: int, end: int) -> Route:
-    family, dst_len, _src_len, _tos, table, protocol, _scope, kind, flags = _RTMSG.unpack_from(buf, pos)
+    family, dst_len, _src_len, _tos, table, protocol, scope, kind, flags = _RTMSG.unpack_from(buf, pos)
     attrs = _attributes(buf, pos + _RTMSG.size, end)
     if RTA_TABLE in attrs:
         table = struct.unpack_from("=I", attrs[RTA_TABLE])[0]
@@ -276,8 +278,8 @@ def _route(buf: bytes, pos: int, end: int) -> Route:
         oif = struct.unpack_from("=i", attrs[RTA_OIF])[0] if RTA_OIF in attrs else 0
         hops = (RouteHop(oif, gateway, gw_family),) if oif or gateway else ()
         multipath = False
-    return Route(family, _address(family, attrs.get(RTA_DST, b"")), dst_len, table, protocol, kind, flags, metric,
-                 hops, multipath)
+    return Route(family, _address(family, attrs.get(RTA_DST, b"")), dst_len, table, protocol, scope, kind, flags,
+                 metric, hops, multipath)
 
 
 def parse_routes(buf: bytes) -> tuple[list[Route], bool]:

@@ -2,7 +2,10 @@
 ``ip -j route``, the form they replace: in a namespace of this test's own, with the routes FRR and Loom install
 (BGP's weighted multipath, IS-IS's IPv6 over link-local gateways, an IPv4 route over an IPv6 next hop as RFC 8950
 has it, Loom's own protocol, a host route, a blackhole, a next hop made dead by its port going down, a second
-table that the main table's reading leaves out). Both forms go through the same parsers: the read-back's
+table that the main table's reading leaves out). The telemetry counters' FIB prefixes
+(:func:`~southbound.device.counters.read_fib_prefixes`) are compared with pyroute2's decoding of the same
+dump, which they replace, and the counters' nftables commands run in process
+(:mod:`southbound.device.nftables`) with what ``nft -j`` prints. Both forms go through the same parsers: the read-back's
 :func:`~southbound.device.frr_apply.kernel_route_from_ip_json` and the link-local resolver's
 :func:`~southbound.device.linklocal.route_link_locals`, which must give the same answers."""
 
@@ -40,7 +43,7 @@ SETUP = [
 ]
 
 #: run inside the namespace: both readings through both parsers, and the agent's own read-back
-PROBE = """
+PROBE = r"""
 import json, subprocess
 from pathlib import Path
 from southbound.device.frr_apply import FrrReload, kernel_route_from_ip_json, kernel_routes
@@ -54,6 +57,25 @@ for v in (4, 6):
               "nl": [repr(kernel_route_from_ip_json(r, v)) for r in nl],
               "ip_ll": route_link_locals(ip), "nl_ll": route_link_locals(nl),
               "ip_dst": [r["dst"] for r in ip], "nl_dst": [r["dst"] for r in nl]}
+from pyroute2 import IPRoute
+from southbound.device.counters import canonical, read_fib_prefixes
+decoded = set()
+with IPRoute() as ipr:  # the prefixes counted, as pyroute2 decoded them before
+    for family in (2, 10):
+        for r in ipr.get_routes(family=family, table=254):
+            if r["proto"] != 2 and r["scope"] == 0 and r["dst_len"] and r["type"] == 1:
+                decoded.add(canonical(f"{r.get_attr('RTA_DST')}/{r['dst_len']}"))
+out["fib"] = [sorted(read_fib_prefixes()), sorted(decoded)]
+from southbound.device import nftables
+nftables.run("add table ip t\nadd chain ip t forward { type filter hook forward priority -150; policy accept; }\n"
+             'add rule ip t forward ip daddr 10.50.0.0/24 counter accept comment "10.50.0.0/24"\n')
+cli = subprocess.run(["nft", "-j", "list", "table", "ip", "t"], check=True, capture_output=True, text=True).stdout
+try:
+    nftables.run("list table ip nope", json=True)
+    refused = ""
+except nftables.NftError as exc:
+    refused = str(exc)
+out["nft"] = [nftables.run("list table ip t", json=True) == cli, refused]
 observed, routes = FrrReload(Path("/nonexistent"), Path("/nonexistent")).read_routes([], None)
 out["read"] = {p: [(h.port, h.via, h.weight) for h in r.nexthops] for p, r in routes.items()}
 print(json.dumps(out))
@@ -74,12 +96,19 @@ def namespace() -> Iterator[str]:
 
 def test_netlink_routes_read_as_ip_json_reads_them(namespace: str) -> None:
     proc = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", PROBE], capture_output=True,
-                          text=True, timeout=60, check=True)
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout)
     for v in ("4", "6"):
         assert got[v]["nl"] == got[v]["ip"], v
         assert got[v]["nl_ll"] == got[v]["ip_ll"], v
         assert got[v]["nl_dst"] == got[v]["ip_dst"], v  # the same routes, in the kernel's order
+    counted, decoded = got["fib"]
+    assert counted == decoded
+    assert "10.50.0.0/24" in counted and "2001:db8:50::/64" in counted and "0.0.0.0/0" not in counted
+    same, refused = got["nft"]
+    assert same  # libnftables in process prints what nft -j prints
+    assert "No such file or directory" in refused and "list table ip nope" in refused
     read = got["read"]
     assert read["10.50.0.0/24"] == [["v0a", "10.0.0.2", 3], ["v1a", "10.0.1.2", 1]]
     assert read["10.53.0.0/24"] == [["v0a", "10.0.0.2", 2]]  # the next hop over the port that is down: dead
