@@ -1,7 +1,8 @@
 """What a lab's nodes show, read into values: kernel routes of both families and BGP sessions.
 
-This module owns the parsing behind ``loom lab status`` and ``loom lab routes`` (:mod:`labs.runner` runs
-the commands): ``ip -j route`` of each family into canonical prefixes (IPv6 compressed, as the intent
+This module owns the parsing behind ``loom lab status`` and ``loom lab routes`` (:mod:`labs.runner` reads
+the nodes: their routes over netlink in each node's namespace, in ``ip -j route``'s form, and bgpd over its vty
+socket): ``ip -j route`` entries of each family into canonical prefixes (IPv6 compressed, as the intent
 writes them) with their next-hop ports and weights (:func:`parse_routes`, :func:`routes_of_both`), FRR's
 ``show bgp summary json`` of every address family into each peer's state (:func:`bgp_sessions`; a peer is
 an address, or the port of a session on an interface), and a node's and a lab's observation
@@ -11,13 +12,13 @@ an address, or the port of a session on an interface), and a node's and a lab's 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from controller.model import canonical_prefix, prefix_order
 
-__all__ = ["ROUTES_BOTH", "NextHop", "NodeObservation", "Observation", "bgp_sessions", "parse_routes", "routes_of_both"]
+__all__ = ["NextHop", "NodeObservation", "Observation", "bgp_sessions", "parse_routes", "routes_of_both"]
 
 #: routes that no routing daemon made: the kernel's own (connected subnets, IPv6's ``fe80::/64``) and those
 #: learnt from router advertisements
@@ -81,7 +82,7 @@ def parse_routes(ip_json: str, family: int = 4) -> Routes:
     return _routes(json.loads(ip_json or "[]"), family)
 
 
-def _routes(entries: list[dict[str, Any]], family: int) -> Routes:
+def _routes(entries: Sequence[Mapping[str, Any]], family: int) -> Routes:
     out: Routes = {}
     for r in entries:
         if r.get("protocol") in _ROUTE_PROTOCOLS_SKIPPED or r.get("type", "unicast") != "unicast":
@@ -106,25 +107,10 @@ def _routes(entries: list[dict[str, Any]], family: int) -> Routes:
     return out
 
 
-#: one process reads a node's routes of both families: the two documents, IPv4's first
-ROUTES_BOTH = "ip -j -4 route show table main; echo; ip -j -6 route show table main"
-
-
-def routes_of_both(text: str) -> Routes:
-    """:data:`ROUTES_BOTH`'s output (two ``ip -j`` documents, IPv4's then IPv6's) -> :func:`parse_routes` of
+def routes_of_both(v4: Sequence[Mapping[str, Any]], v6: Sequence[Mapping[str, Any]]) -> Routes:
+    """A node's routes of both families (``ip -j route`` entries: IPv4's, then IPv6's) -> :func:`parse_routes` of
     both, IPv4 prefixes first."""
-    decoder, at = json.JSONDecoder(), 0
-    docs: list[list[dict[str, Any]]] = []
-    while len(docs) < 2:
-        while at < len(text) and text[at].isspace():
-            at += 1
-        if at >= len(text):
-            break
-        doc, at = decoder.raw_decode(text, at)
-        docs.append(doc)
-    if len(docs) != 2:
-        raise ValueError(f"expected the IPv4 and the IPv6 routes, got {len(docs)} document(s)")
-    return {**_routes(docs[0], 4), **_routes(docs[1], 6)}
+    return {**_routes(v4, 4), **_routes(v6, 6)}
 
 
 def bgp_sessions(summary: Mapping[str, Any]) -> dict[str, str]:

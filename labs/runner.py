@@ -31,6 +31,7 @@ bridge over its members; otherwise it stays a veth kept inside the node.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import pwd
@@ -52,7 +53,7 @@ from controller.model.errors import FrrError, LoomError
 from labs.clab import ClabNode, Topology
 from labs.clab_spec import exec_env
 from labs.frr_daemons import cannot_run, plan_daemons
-from labs.lab_readings import ROUTES_BOTH, NodeObservation, Observation, bgp_sessions, parse_routes, routes_of_both
+from labs.lab_readings import NodeObservation, Observation, bgp_sessions, parse_routes, routes_of_both
 from labs.node_scripts import (
     IPV6_SYSCTLS,
     ROUTER_SYSCTLS,
@@ -62,6 +63,7 @@ from labs.node_scripts import (
     link_lines,
     sysctl_lines,
 )
+from southbound.netlink import routes_ip_json
 from southbound.vty import VTY_OK, vty_run
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "LabError",
     "agent_socket",
     "lab_agent_command",
+    "node_routes",
     "start_agents",
     "LabPrerequisiteError",
     "UnrunnableLab",
@@ -152,6 +155,24 @@ def _run(args: list[str], *, input: str | None = None, check: bool = True, timeo
 def node_exec(lab: str, node: str, args: list[str], *, check: bool = True, timeout: float = 30) -> str:
     """Run ``args`` inside ``node``'s namespace; return its standard output."""
     return _run(["ip", "netns", "exec", namespace(lab, node), *args], check=check, timeout=timeout)
+
+
+def node_routes(lab: str, node: str, version: int = 4, *, dst: str | None = None,
+                protocol: str | None = None) -> list[dict[str, Any]]:
+    """``ip -j -4|-6 route show table main [DST] [proto PROTOCOL]`` of ``node``: its main table's routes of IP
+    ``version`` in that form (:func:`southbound.netlink.routes_ip_json`), read over netlink in its namespace
+    (no process); ``dst``: only the routes to exactly that prefix (``default``, or a prefix of the family),
+    ``protocol``: only those of that protocol (its name, as ``ip`` prints it)."""
+    want = None if dst is None else _network(dst, version)
+    return [r for r in routes_ip_json(version, netns=namespace(lab, node))
+            if (want is None or _network(str(r["dst"]), version) == want)
+            and (protocol is None or r["protocol"] == protocol)]
+
+
+def _network(dst: str, version: int) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    if dst == "default":
+        return ipaddress.ip_network("::/0" if version == 6 else "0.0.0.0/0")
+    return ipaddress.ip_network(dst, strict=False)
 
 
 def plan_routers(topo: Topology) -> tuple[dict[str, list[str]], list[str]]:
@@ -288,13 +309,14 @@ def _observe_node(lab: str, node: str, state: Mapping[str, Any]) -> NodeObservat
     obs = NodeObservation(node, daemons=len(info.get("pids", {})))
     obs.daemons_alive = sum(1 for p in info.get("pids", {}).values() if _alive(int(p), run_dir(lab)))
     try:
-        obs.routes = routes_of_both(node_exec(lab, node, ["sh", "-c", ROUTES_BOTH]))
+        ns = namespace(lab, node)  # read over netlink in the node's namespace: no process per reading
+        obs.routes = routes_of_both(routes_ip_json(4, netns=ns), routes_ip_json(6, netns=ns))
         if "bgpd" in info.get("pids", {}):
             # bgpd's own vty socket, as vtysh would ask it: a millisecond, where starting vtysh costs 30 ms of CPU
             # (a lab coming up asks every node every half second until it converges)
             [(code, text)] = vty_run(directory / "bgpd.vty", "show bgp summary json", timeout=10)
             obs.sessions = bgp_sessions(json.loads(text or "{}") if code == VTY_OK else {})
-    except (LabError, FrrError, ValueError, subprocess.TimeoutExpired) as exc:
+    except (LabError, FrrError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
         obs.error = str(exc)
     return obs
 

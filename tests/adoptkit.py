@@ -172,10 +172,17 @@ def best_routes(lab: str, node: str, family: str = "-4") -> Routes:
     lowest metric: Loom's ``fib`` routes sit above the IGP's with the same next hops), as next hops (gateway,
     port, share of the weight)."""
     best: dict[str, tuple[int, Any]] = {}
-    for r in json.loads(runner.node_exec(lab, node, ["ip", family, "-j", "route", "show", "table", "main"])):
+    for r in runner.node_routes(lab, node, 6 if family == "-6" else 4):
         if r["dst"] not in best or int(r.get("metric", 0)) < best[r["dst"]][0]:
             best[r["dst"]] = (int(r.get("metric", 0)), r)
     return {dst: ("", hops(r)) for dst, (_m, r) in best.items()}
+
+
+def routes(lab: str, node: str) -> Routes:
+    """Every route of ``node``'s main table, both families: protocol and next hops (gateway, port, share of the
+    weight) by destination as ``ip`` prints it."""
+    return {str(r["dst"]): (str(r.get("protocol", "")), hops(r)) for version in (4, 6)
+            for r in runner.node_routes(lab, node, version)}
 
 
 def until(read: Callable[[], Routes], prefix: str, want: Callable[[Any], bool], timeout: float = 20) -> Any:

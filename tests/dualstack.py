@@ -9,7 +9,6 @@ one unit of FRR's link-bandwidth rounding); :func:`unreachable` pings across hos
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -26,8 +25,8 @@ __all__ = ["kernel", "mismatches", "ping", "unreachable", "until"]
 def kernel(lab: str, node: str) -> dict[str, dict[str, int]]:
     """prefix -> port -> weight of what ``node``'s kernel forwards on, both families (lowest metric)."""
     best: dict[str, tuple[int, dict[str, int]]] = {}
-    for family in ("-4", "-6"):
-        for r in json.loads(runner.node_exec(lab, node, ["ip", "-j", family, "route", "show", "table", "main"])):
+    for version in (4, 6):
+        for r in runner.node_routes(lab, node, version):
             route = kernel_route_from_ip_json(r)
             if route is None:
                 continue

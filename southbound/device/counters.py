@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from southbound.device import nftables
-from southbound.device.netlink import RTN_UNICAST, RTPROT_KERNEL, dump_links, dump_routes
+from southbound.netlink import RTN_UNICAST, RTPROT_KERNEL, dump_links, dump_routes
 
 __all__ = ["AFT_LEAVES", "INTERFACE_LEAVES", "CounterSnapshot", "CounterSource", "KernelCounters", "NftTable",
            "SyntheticCounters", "canonical", "config_ports", "config_prefixes", "fabric_ports", "family_of"]

@@ -26,7 +26,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -50,10 +49,10 @@ from southbound.device.frr_delta import (
     tree_of_document,
 )
 from southbound.device.linklocal import LinkLocals, UnresolvedNextHop
-from southbound.device.netlink import dump_links, dump_routes
 from southbound.device.nhgroups import group_argument, group_fixes
 from southbound.device.opstate import bgp_sessions
 from southbound.discovery.observed import ObservedDevice, interfaces_from_ip_json
+from southbound.netlink import routes_ip_json
 from southbound.rendered import FibHop, Rendered
 from southbound.state import BgpSession, KernelNextHop, KernelRoute
 from southbound.vty import VTY_OK, daemons, vty_run
@@ -676,10 +675,9 @@ _NOT_FORWARDING = frozenset({"multicast", "local", "broadcast", "anycast"})
 
 def kernel_routes(version: int) -> list[dict[str, Any]]:
     """The main table's routes of IP ``version`` in this network namespace, as ``ip -j route show table main``
-    prints them (:meth:`southbound.device.netlink.Route.ip_json`), read over netlink: a read-back asks for them
+    prints them (:func:`southbound.netlink.routes_ip_json`), read over netlink: a read-back asks for them
     until the plan is installed, and a process of ``ip`` for each family cost more than the read."""
-    names = {link.index: link.name for link in dump_links()}
-    return [r.ip_json(names) for r in dump_routes(socket.AF_INET if version == 4 else socket.AF_INET6)]
+    return routes_ip_json(version)
 
 
 def kernel_route_from_ip_json(r: Mapping[str, Any], version: int | None = None) -> KernelRoute | None:

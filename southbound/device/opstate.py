@@ -52,7 +52,7 @@ from typing import Protocol
 
 from controller.model.errors import FrrError
 from southbound.device.counters import config_ports
-from southbound.device.netlink import dump_links
+from southbound.netlink import dump_links
 from southbound.state import BgpSession
 from southbound.vty import vty_run
 

@@ -53,7 +53,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdoptLab]:
 def routes(node: str) -> Routes:
     """Every route of ``node``'s main table: protocol and next hops (gateway, port, share of the weight)."""
     return {r["dst"]: (r.get("protocol", ""), hops(r))
-            for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", "route", "show", "table", "main"]))}
+            for r in runner.node_routes(LAB, node)}
 
 
 def all_routes() -> dict[str, Routes]:
@@ -62,7 +62,7 @@ def all_routes() -> dict[str, Routes]:
 
 def raw_weights(node: str) -> dict[str, list[int]]:
     return {r["dst"]: sorted(int(h.get("weight", 1)) for h in r["nexthops"])
-            for r in json.loads(runner.node_exec(LAB, node, ["ip", "-j", "route"])) if r.get("nexthops")}
+            for r in runner.node_routes(LAB, node) if r.get("nexthops")}
 
 
 def sessions(lab: AdoptLab, node: str) -> dict[str, tuple[str, int, int]]:

@@ -61,8 +61,7 @@ def all_routes() -> dict[str, Routes]:
 
 def ospf_routes(node: str) -> Routes:
     """The routes OSPF installed in ``node``'s kernel (under any of Loom's), with their next hops."""
-    return {r["dst"]: ("ospf", hops(r)) for r in json.loads(runner.node_exec(
-        LAB, node, ["ip", "-j", "route", "show", "table", "main", "proto", "ospf"]))}
+    return {r["dst"]: ("ospf", hops(r)) for r in runner.node_routes(LAB, node, protocol="ospf")}
 
 
 def ospf_rib(lab: AdoptLab, node: str) -> dict[str, tuple[tuple[str, str], ...]]:

@@ -12,15 +12,14 @@ every 50 ms), loses no ping and resets no session; a re-weighting and a drain th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
 import yaml
 
 from controller.model.intent import validate_intent
-from labs import runner
-from tests.adoptkit import REPO, AdoptLab, Routes, adopt_cleanly, check_drain, check_reweighting, hops, served
+from tests import adoptkit
+from tests.adoptkit import REPO, AdoptLab, Routes, adopt_cleanly, check_drain, check_reweighting, served
 
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_peergroup"
 LAB = "adopt-pg"
@@ -35,8 +34,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdoptLab]:
 
 
 def routes(node: str) -> Routes:
-    return {r["dst"]: (r.get("protocol", ""), hops(r)) for family in ("-4", "-6")
-            for r in json.loads(runner.node_exec(LAB, node, ["ip", family, "-j", "route", "show", "table", "main"]))}
+    return adoptkit.routes(LAB, node)
 
 
 def sessions(lab: AdoptLab, node: str) -> dict[str, tuple[str, int, int]]:

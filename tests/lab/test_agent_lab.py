@@ -103,7 +103,7 @@ def wlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WcmpLab]:
 
 def kernel_weights(lab: str, node: str) -> dict[str, dict[str, int]]:
     """prefix -> port -> weight of the route the kernel forwards on (lowest metric), BGP's or Loom's."""
-    routes = json.loads(runner.node_exec(lab, node, ["ip", "-j", "route", "show", "table", "main"]))
+    routes = runner.node_routes(lab, node)
     best: dict[str, tuple[int, dict[str, int]]] = {}
     for r in routes:
         if str(r.get("protocol")) not in ("bgp", "250"):
@@ -340,7 +340,7 @@ async def test_fib_realization_installs_weighted_routes_over_bgp_and_rolls_back(
     plan, r = await push(wlab, fib)
     assert r.ok, r.error  # type: ignore[attr-defined]
     assert plan_mismatches(LAB, fib, plan) == []
-    kernel = json.loads(runner.node_exec(LAB, "tor-0-0", ["ip", "-j", "route", "show", "10.1.0.0/24"]))
+    kernel = runner.node_routes(LAB, "tor-0-0", dst="10.1.0.0/24")
     assert [str(x["protocol"]) for x in kernel] == ["250"], kernel  # Loom's route forwards
     assert "bgp" in rib_protocols("tor-0-0", "10.1.0.0/24")  # BGP's stays in zebra's RIB underneath
     async with AgentDriver(wlab.agents.endpoints(), timeout=20, commit_timeout=120) as drv:
@@ -348,7 +348,7 @@ async def test_fib_realization_installs_weighted_routes_over_bgp_and_rolls_back(
         assert not [b for b in back if b.failed]
     deadline = time.monotonic() + 20
     while True:  # zebra puts BGP's route back into the kernel once Loom's is gone
-        kernel = json.loads(runner.node_exec(LAB, "tor-0-0", ["ip", "-j", "route", "show", "10.1.0.0/24"]))
+        kernel = runner.node_routes(LAB, "tor-0-0", dst="10.1.0.0/24")
         if [str(x["protocol"]) for x in kernel] == ["bgp"] or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.3)

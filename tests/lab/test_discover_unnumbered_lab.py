@@ -16,7 +16,6 @@ it at its gNMI ``ipv6-entry``, as it counts the IPv4 demand's at the ``ipv4-entr
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -28,7 +27,8 @@ from labs.discover import observe_lab
 from labs.traffic import lab_hosts, send, validate_matrix
 from southbound.discovery.infer import discover
 from southbound.gnmi import GnmiClient
-from tests.adoptkit import REPO, AdoptLab, Routes, adopt_cleanly, hops, served
+from tests import adoptkit
+from tests.adoptkit import REPO, AdoptLab, Routes, adopt_cleanly, served
 
 FIXTURE = REPO / "tests" / "lab" / "fixtures" / "adopt_unnumbered"
 LAB = "adopt-un"
@@ -110,8 +110,7 @@ def test_ipv6_lab_traffic_is_counted_at_the_tors_ipv6_entry(topo: Topology) -> N
 
 
 def routes(node: str) -> Routes:
-    return {r["dst"]: (r.get("protocol", ""), hops(r)) for family in ("-4", "-6")
-            for r in json.loads(runner.node_exec(LAB, node, ["ip", family, "-j", "route", "show", "table", "main"]))}
+    return adoptkit.routes(LAB, node)
 
 
 def all_routes() -> dict[str, Routes]:

@@ -100,8 +100,8 @@ def test_every_kernel_routes_every_remote_prefix_of_both_families_over_bgps_ecmp
     for router, prefixes_ in want.items():  # the agent's reader of the kernel agrees
         kernel = dualstack.kernel(LAB, router)
         assert {p: sorted(kernel.get(p, {})) for p in prefixes_} == prefixes_, router
-    tor = runner.node_exec(LAB, "tor-0-0", ["ip", "-j", "-4", "route", "show", "10.1.1.0/24"])
-    gateways = {h.get("via", {}).get("host") or h.get("gateway") for h in json.loads(tor)[0]["nexthops"]}
+    tor = runner.node_routes(LAB, "tor-0-0", dst="10.1.1.0/24")
+    gateways = {h.get("via", {}).get("host") or h.get("gateway") for h in tor[0]["nexthops"]}
     assert all(g == "169.254.0.1" or g.startswith("fe80:") for g in gateways), gateways  # IPv4 over IPv6
 
 

@@ -152,7 +152,7 @@ def test_a_second_drain_over_the_limit_is_refused(ctl: Controller) -> None:
 def test_a_weight_changed_by_hand_is_drift_and_is_repaired(ctl: Controller) -> None:
     plan_weights = kernel("tor-0-0")["10.1.0.0/24"]
     assert len(plan_weights) == 2
-    route = json.loads(runner.node_exec(LAB, "tor-0-0", ["ip", "-j", "route", "show", "10.1.0.0/24"]))[0]
+    route = runner.node_routes(LAB, "tor-0-0", dst="10.1.0.0/24")[0]
     hops = [["nexthop", "via", h["gateway"], "dev", h["dev"], "weight", str(w)]
             for h, w in zip(route["nexthops"], (90, 10), strict=True)]
     runner.node_exec(LAB, "tor-0-0", ["ip", "route", "replace", "10.1.0.0/24", "proto", "bgp", "metric",

@@ -195,7 +195,7 @@ async def lost_during(lab: str, commit: Awaitable[None], *, seconds: float = 4.0
 
 def route_ports(lab: str, node: str, prefix: str) -> set[str]:
     """The ports of the route the kernel of ``node`` forwards ``prefix`` on (lowest metric)."""
-    routes = json.loads(runner.node_exec(lab, node, ["ip", "-j", "route", "show", prefix]))
+    routes = runner.node_routes(lab, node, 6 if ":" in prefix else 4, dst=prefix)
     if not routes:
         return set()
     best = min(routes, key=lambda r: int(r.get("metric", 0)))

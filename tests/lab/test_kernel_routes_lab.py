@@ -1,13 +1,20 @@
-"""The agent's kernel routes read over netlink (:func:`southbound.device.frr_apply.kernel_routes`) against
-``ip -j route``, the form they replace: in a namespace of this test's own, with the routes FRR and Loom install
-(BGP's weighted multipath, IS-IS's IPv6 over link-local gateways, an IPv4 route over an IPv6 next hop as RFC 8950
-has it, Loom's own protocol, a host route, a blackhole, a next hop made dead by its port going down, a second
-table that the main table's reading leaves out). The telemetry counters' FIB prefixes
-(:func:`~southbound.device.counters.read_fib_prefixes`) are compared with pyroute2's decoding of the same
-dump, which they replace, and the counters' nftables commands run in process
-(:mod:`southbound.device.nftables`) with what ``nft -j`` prints. Both forms go through the same parsers: the read-back's
-:func:`~southbound.device.frr_apply.kernel_route_from_ip_json` and the link-local resolver's
-:func:`~southbound.device.linklocal.route_link_locals`, which must give the same answers."""
+"""The kernel routes read over netlink against ``ip -j route``, the form they replace.
+
+In a namespace of this test's own, with the routes FRR and Loom install (BGP's weighted multipath, IS-IS's
+IPv6 over link-local gateways, an IPv4 route over an IPv6 next hop as RFC 8950 has it, Loom's own protocol, a
+host route, a blackhole, a next hop made dead by its port going down, a second table that the main table's
+reading leaves out):
+
+* the agent's reading (:func:`southbound.device.frr_apply.kernel_routes`) and ``ip -j route`` go through the
+  same parsers, the read-back's :func:`~southbound.device.frr_apply.kernel_route_from_ip_json` and the
+  link-local resolver's :func:`~southbound.device.linklocal.route_link_locals`, with the same answers;
+* the lab's reading from outside the namespace, over a socket opened in it
+  (:func:`southbound.netlink.routes_ip_json` with ``netns``), gives what the reading inside gives;
+* the telemetry counters' FIB prefixes (:func:`~southbound.device.counters.read_fib_prefixes`) are those
+  pyroute2 decodes from the same dump, which they replace;
+* the counters' nftables commands run in process (:mod:`southbound.device.nftables`) print what ``nft -j``
+  prints.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +25,9 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+
+from southbound import netlink
+from southbound.device.frr_apply import kernel_route_from_ip_json
 
 NS = f"loomnl-{os.getpid()}"
 
@@ -106,6 +116,14 @@ def test_netlink_routes_read_as_ip_json_reads_them(namespace: str) -> None:
     counted, decoded = got["fib"]
     assert counted == decoded
     assert "10.50.0.0/24" in counted and "2001:db8:50::/64" in counted and "0.0.0.0/0" not in counted
+    for v in (4, 6):  # read from outside, through a socket opened in the namespace: what the inside read
+        outside = [repr(kernel_route_from_ip_json(r, v)) for r in netlink.routes_ip_json(v, netns=namespace)]
+        assert outside == got[str(v)]["nl"], v
+    assert {x.name for x in netlink.dump_links(netns=namespace)} == {"lo", "v0a", "v0b", "v1a", "v1b", "v2a", "v2b"}
+    with pytest.raises(FileNotFoundError):
+        netlink.dump_links(netns=f"{namespace}-not-there")
+    with pytest.raises(ValueError, match="not a network namespace name"):
+        netlink.dump_links(netns="../x")
     same, refused = got["nft"]
     assert same  # libnftables in process prints what nft -j prints
     assert "No such file or directory" in refused and "list table ip nope" in refused

@@ -86,8 +86,7 @@ def test_hosts_json_lists_every_host_with_the_contract_keys(lab: tuple[Topology,
 def test_a_host_pings_a_host_behind_another_tor(lab: tuple[Topology, dict[str, Any]]) -> None:
     out = runner.node_exec(LAB, "tor-0-0-h0", ["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.1.11"], check=False)
     assert " 0% packet loss" in out, out
-    route = runner.node_exec(LAB, "tor-0-0-h0", ["ip", "-j", "route", "show", "default"])
-    assert json.loads(route)[0]["gateway"] == "10.0.0.1"
+    assert runner.node_routes(LAB, "tor-0-0-h0", dst="default")[0]["gateway"] == "10.0.0.1"
 
 
 MATRIX = [  # skewed: one demand per sending ToR and per destination prefix, so the ToRs' counters tell them apart

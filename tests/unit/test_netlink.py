@@ -1,4 +1,4 @@
-"""The agent's own rtnetlink link dump (:mod:`southbound.device.netlink`): messages packed by hand as the kernel
+"""The agent's own rtnetlink link dump (:mod:`southbound.netlink`): messages packed by hand as the kernel
 sends them, and a dump of this machine's namespace against ``ip -j link``."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from southbound.device import netlink as nl
+from southbound import netlink as nl
 
 
 def _attr(kind: int, payload: bytes) -> bytes:

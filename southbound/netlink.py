@@ -14,21 +14,27 @@ text for each family; in the lab tests' phase that was about 12,000 processes. :
 same routes in one dump per family and gives each in the form ``ip -j route show table main`` prints it
 (:meth:`Route.ip_json`), so that the parsers of that form read either.
 
-The socket is opened in the calling process's network namespace: an agent runs in its switch's.
+The socket is opened in the calling process's network namespace (an agent runs in its switch's), or in a named
+one (``netns``: ``/run/netns/NAME``, as ``ip netns`` makes them): a thread of its own enters that namespace,
+opens the socket and ends, and the socket stays in the namespace it was opened in. A lab reads its nodes'
+routes this way while it converges, where ``ip netns exec NODE ip -j route`` cost two processes and a shell.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import itertools
+import os
 import socket
 import struct
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 __all__ = ["IFF_UP", "OPERSTATES", "STATS_FIELDS", "Link", "Route", "RouteHop", "dump_links", "dump_routes",
-           "parse_links", "parse_routes"]
+           "parse_links", "parse_routes", "routes_ip_json"]
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 RTM_NEWLINK, RTM_GETLINK = 16, 18
@@ -61,6 +67,7 @@ _RTNEXTHOP = struct.Struct("=HBBi")  # length, flags, hops (the weight less one)
 _STATS64 = struct.Struct(f"={len(STATS_FIELDS)}Q")
 _STATS32 = struct.Struct(f"={len(STATS_FIELDS)}I")
 _seq = itertools.count(1)
+_CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
 
 
@@ -147,13 +154,42 @@ def parse_links(buf: bytes) -> tuple[list[Link], bool]:
     return links, False
 
 
-def _dump(kind: int, request: bytes, parse: Callable[[bytes], tuple[list[T], bool]], timeout: float) -> list[T]:
-    """Send the dump request ``kind`` with body ``request`` on a socket of this network namespace; what ``parse``
-    makes of every datagram of the answer, up to its end."""
+def _socket(netns: str | None) -> socket.socket:
+    """A route netlink socket of this network namespace, or of the named one (see the module's text)."""
+    if netns is None:
+        return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+    if "/" in netns or netns in ("", ".", ".."):
+        raise ValueError(f"not a network namespace name: {netns!r}")
+    made: list[socket.socket | BaseException] = []
+
+    def enter() -> None:  # this thread only: the namespace goes with it
+        try:
+            fd = os.open(f"/run/netns/{netns}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+                    code = ctypes.get_errno()
+                    raise OSError(code, f"setns {netns}: {os.strerror(code)}")
+            finally:
+                os.close(fd)
+            made.append(socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            made.append(exc)
+    thread = threading.Thread(target=enter, name=f"netns-{netns}")
+    thread.start()
+    thread.join()
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    return made[0]
+
+
+def _dump(kind: int, request: bytes, parse: Callable[[bytes], tuple[list[T], bool]], timeout: float,
+          netns: str | None = None) -> list[T]:
+    """Send the dump request ``kind`` with body ``request`` on a socket of this network namespace (or ``netns``);
+    what ``parse`` makes of every datagram of the answer, up to its end."""
     seq = next(_seq) & 0xFFFFFFFF
     header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), kind, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
     out: list[T] = []
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
+    with _socket(netns) as sock:
         sock.settimeout(timeout)
         sock.bind((0, 0))
         sock.send(header + request)
@@ -164,9 +200,9 @@ def _dump(kind: int, request: bytes, parse: Callable[[bytes], tuple[list[T], boo
     return out
 
 
-def dump_links(timeout: float = 5.0) -> list[Link]:
-    """Every interface of this network namespace (``lo`` included), in the kernel's order."""
-    return _dump(RTM_GETLINK, _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0), parse_links, timeout)
+def dump_links(timeout: float = 5.0, *, netns: str | None = None) -> list[Link]:
+    """Every interface of this network namespace (or ``netns``; ``lo`` included), in the kernel's order."""
+    return _dump(RTM_GETLINK, _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0), parse_links, timeout, netns)
 
 
 # -- routes ----------------------------------------------------------------------------------------------------
@@ -294,7 +330,16 @@ def parse_routes(buf: bytes) -> tuple[list[Route], bool]:
     return routes, False
 
 
-def dump_routes(family: int, table: int = RT_TABLE_MAIN, timeout: float = 5.0) -> list[Route]:
-    """The routes of ``family`` (``socket.AF_INET`` or ``AF_INET6``) in ``table`` of this network namespace."""
-    routes = _dump(RTM_GETROUTE, _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0), parse_routes, timeout)
+def dump_routes(family: int, table: int = RT_TABLE_MAIN, timeout: float = 5.0, *,
+                netns: str | None = None) -> list[Route]:
+    """The routes of ``family`` (``socket.AF_INET`` or ``AF_INET6``) in ``table`` of this network namespace (or
+    ``netns``)."""
+    routes = _dump(RTM_GETROUTE, _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0), parse_routes, timeout, netns)
     return [r for r in routes if r.table == table and r.family == family]
+
+
+def routes_ip_json(version: int, *, netns: str | None = None) -> list[dict[str, object]]:
+    """The main table's routes of IP ``version`` (4 or 6) as ``ip -j -4|-6 route show table main`` prints them
+    (:meth:`Route.ip_json`), in this network namespace or ``netns``."""
+    names = {link.index: link.name for link in dump_links(netns=netns)}
+    return [r.ip_json(names) for r in dump_routes(socket.AF_INET if version == 4 else socket.AF_INET6, netns=netns)]
