@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -286,6 +287,20 @@ class DryFrr:
         return ObservedDevice(hostname, self.snapshot(hostname).frr_text)
 
 
+def script_interpreter(script: str) -> str:
+    """The interpreter ``script``'s first line names (``#!/usr/bin/python3``: Debian's frr-reload.py) where it
+    exists, else this process's Python. Not ``python3`` looked up in ``PATH``: where that is a pyenv shim, each
+    reload started three bash processes first (0.1 s of CPU, nine times Python's own start)."""
+    try:
+        with open(script, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return sys.executable
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    return words[0] if words and words[0].startswith("/") and os.access(words[0], os.X_OK) \
+        and Path(words[0]).name.startswith("python") else sys.executable
+
+
 def _run(argv: list[str], *, timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
@@ -338,8 +353,8 @@ class FrrReload:
         conf = self.work_dir / "candidate.conf"
         conf.write_text(target.frr_text)
         bindir = str(Path(self.vtysh).parent)
-        argv = ["python3", self.frr_reload, mode, "--stdout", "--vty_socket", str(self.vty_dir),
-                "--bindir", bindir, "--confdir", str(self.work_dir), "--rundir", str(self.work_dir),
+        argv = [script_interpreter(self.frr_reload), self.frr_reload, mode, "--stdout", "--vty_socket",
+                str(self.vty_dir), "--bindir", bindir, "--confdir", str(self.work_dir), "--rundir", str(self.work_dir),
                 *(["--daemon", daemon] if daemon else []), str(conf)]
         proc = _run(argv, timeout=120, check=False)
         if proc.returncode != 0:

@@ -32,7 +32,7 @@ from controller.model.plan import Plan
 from labs import runner
 from labs.clab import Topology
 from solver import solve
-from southbound.device.frr_apply import FrrReload
+from southbound.device.frr_apply import FRR_RELOAD, FrrReload, script_interpreter
 from southbound.device.frr_delta import parse_config
 from southbound.driver import AgentDriver
 from southbound.state import StepResult
@@ -180,7 +180,7 @@ async def test_a_reweighting_goes_to_frr_as_the_difference_and_frr_runs_exactly_
         fast = parse_config(shown(n))
         conf = agent_dir[n] / "reload-check.conf"
         conf.write_text(json.loads((agent_dir[n] / "running.json").read_text())["frr_text"])
-        runner.node_exec(LAB, n, ["python3", "/usr/lib/frr/frr-reload.py", "--reload", "--stdout", "--bindir",
+        runner.node_exec(LAB, n, [script_interpreter(FRR_RELOAD), FRR_RELOAD, "--reload", "--stdout", "--bindir",
                                   "/usr/bin", "--vty_socket", str(runner.run_dir(LAB) / n), "--confdir",
                                   str(agent_dir[n]), "--rundir", str(agent_dir[n]), str(conf)], timeout=120)
         assert parse_config(shown(n)) == fast, n

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from southbound.config import BgpNeighbor, DeviceConfig, FibNexthop, FibRoute, Interface, LinkBandwidth
 from southbound.device.agent import AgentCore, serve
-from southbound.device.frr_apply import DryFrr, FrrError
+from southbound.device.frr_apply import DryFrr, FrrError, script_interpreter
 from southbound.driver import AgentDriver
 from southbound.grpc_adapter import config_from_proto, config_to_proto
 from southbound.render import build_rendered
@@ -318,3 +319,23 @@ def test_a_restarted_daemon_is_reloaded_against_what_it_alone_runs(tmp_path: Pat
     frr.heal(target, ["bgpd", "staticd"])  # staticd has no vty socket: not running, nothing to reload
     assert calls == [("--reload", "bgpd")]
     assert frr._shown_path.exists()
+
+
+def test_a_script_runs_with_the_interpreter_its_first_line_names(tmp_path: Path) -> None:
+    """frr-reload.py starts with the Python its ``#!`` names, not ``python3`` from PATH (a pyenv shim there cost
+    three bash processes a reload); a script that names none, or one not there, gets this process's Python."""
+    python = tmp_path / "python3.99"
+    python.symlink_to(sys.executable)
+    named = tmp_path / "named.py"
+    named.write_text(f"#!{python} -u\nprint(1)\n")
+    env = tmp_path / "env.py"
+    env.write_text("#!/usr/bin/env python3\n")
+    gone = tmp_path / "gone.py"
+    gone.write_text("#!/nonexistent/python3\n")
+    shell = tmp_path / "shell.sh"
+    shell.write_text("#!/bin/sh\n")
+    assert script_interpreter(str(named)) == str(python)
+    assert script_interpreter(str(env)) == sys.executable
+    assert script_interpreter(str(gone)) == sys.executable
+    assert script_interpreter(str(shell)) == sys.executable  # not a Python: frr-reload.py is one
+    assert script_interpreter(str(tmp_path / "missing.py")) == sys.executable
