@@ -140,18 +140,25 @@ def _messages(buf: bytes, what: str) -> Iterator[tuple[int, int, int]]:
         pos += _align(length)
 
 
+def _parse(buf: bytes, what: str, wanted: int, header: struct.Struct,
+           make: Callable[[bytes, int, int], T | None]) -> tuple[list[T], bool]:
+    """What ``make`` makes of each message of type ``wanted`` in ``buf`` (its body at least ``header`` long), and
+    whether the dump's end (``NLMSG_DONE``) was among them."""
+    out: list[T] = []
+    for kind, body, end in _messages(buf, what):
+        if kind == NLMSG_DONE:
+            return out, True
+        if kind == wanted and end - body >= header.size:
+            item = make(buf, body, end)
+            if item is not None:
+                out.append(item)
+    return out, False
+
+
 def parse_links(buf: bytes) -> tuple[list[Link], bool]:
     """The links of the netlink messages in ``buf``, and whether the dump's end (``NLMSG_DONE``) was among them.
     Raises :class:`OSError` for an ``NLMSG_ERROR`` with an error code."""
-    links: list[Link] = []
-    for kind, body, end in _messages(buf, "RTM_GETLINK"):
-        if kind == NLMSG_DONE:
-            return links, True
-        if kind == RTM_NEWLINK and end - body >= _IFINFOMSG.size:
-            link = _link(buf, body, end)
-            if link is not None:
-                links.append(link)
-    return links, False
+    return _parse(buf, "RTM_GETLINK", RTM_NEWLINK, _IFINFOMSG, _link)
 
 
 def _socket(netns: str | None) -> socket.socket:
@@ -321,13 +328,7 @@ def _route(buf: bytes, pos: int, end: int) -> Route:
 def parse_routes(buf: bytes) -> tuple[list[Route], bool]:
     """The routes of the netlink messages in ``buf`` (every table), and whether the dump ended among them.
     Raises :class:`OSError` for an ``NLMSG_ERROR`` with an error code."""
-    routes: list[Route] = []
-    for kind, body, end in _messages(buf, "RTM_GETROUTE"):
-        if kind == NLMSG_DONE:
-            return routes, True
-        if kind == RTM_NEWROUTE and end - body >= _RTMSG.size:
-            routes.append(_route(buf, body, end))
-    return routes, False
+    return _parse(buf, "RTM_GETROUTE", RTM_NEWROUTE, _RTMSG, _route)
 
 
 def dump_routes(family: int, table: int = RT_TABLE_MAIN, timeout: float = 5.0, *,

@@ -1,10 +1,12 @@
-"""The agent's own rtnetlink link dump (:mod:`southbound.netlink`): messages packed by hand as the kernel
-sends them, and a dump of this machine's namespace against ``ip -j link``."""
+"""Loom's own rtnetlink link and route dumps (:mod:`southbound.netlink`): messages packed by hand as the kernel
+sends them, and a dump of this machine's namespace against ``ip -j link`` (the routes against ``ip -j route`` in a
+namespace of their own: ``tests/lab/test_kernel_routes_lab.py``)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import socket
 import struct
 import subprocess
 
@@ -69,3 +71,44 @@ def test_a_dump_of_this_namespace_is_what_ip_link_shows() -> None:
         assert x.operstate == shown[name]["operstate"].replace("_", ""), name
         assert x.admin_up == ("UP" in shown[name]["flags"]), name
     assert links["lo"].stats["rx_packets"] > 0  # the machine has spoken to itself
+
+
+def _newroute(family: int, dst: bytes, dst_len: int, protocol: int, attrs: bytes, *, table: int = 254,
+              kind: int = 1, flags: int = 0) -> bytes:
+    body = struct.pack("=BBBBBBBBI", family, dst_len, 0, 0, table, protocol, 0, kind, flags)
+    if dst:
+        body += _attr(nl.RTA_DST, dst)
+    return _message(nl.RTM_NEWROUTE, body + attrs)
+
+
+def _hop(ifindex: int, weight: int, flags: int, attrs: bytes) -> bytes:
+    return struct.pack("=HBBi", 8 + len(attrs), flags, weight - 1, ifindex) + attrs
+
+
+def test_a_route_dump_is_parsed_into_ip_json_s_form() -> None:
+    v4 = socket.inet_pton(socket.AF_INET, "10.1.0.0")
+    gw1, gw2 = socket.inet_pton(socket.AF_INET, "10.0.0.2"), socket.inet_pton(socket.AF_INET, "10.0.1.2")
+    ll = struct.pack("=H", socket.AF_INET6) + socket.inet_pton(socket.AF_INET6, "fe80::1")
+    multipath = _hop(2, 3, 0, _attr(nl.RTA_GATEWAY, gw1)) + _hop(3, 1, nl.RTNH_F_DEAD | nl.RTNH_F_LINKDOWN,
+                                                                   _attr(nl.RTA_GATEWAY, gw2))
+    buf = (_newroute(socket.AF_INET, v4, 24, 186, _attr(nl.RTA_MULTIPATH, multipath)
+                     + _attr(nl.RTA_PRIORITY, struct.pack("=I", 20)))
+           + _newroute(socket.AF_INET, socket.inet_pton(socket.AF_INET, "10.2.0.1"), 32, 250,
+                       _attr(nl.RTA_OIF, struct.pack("=i", 2)) + _attr(nl.RTA_VIA, ll))
+           + _newroute(socket.AF_INET, b"", 0, 2, _attr(nl.RTA_OIF, struct.pack("=i", 3))
+                       + _attr(nl.RTA_GATEWAY, gw2), table=255, kind=2)
+           + _message(nl.NLMSG_DONE, b"\0" * 4))
+    routes, done = nl.parse_routes(buf)
+    assert done and len(routes) == 3
+    names = {2: "eth1", 3: "eth2"}
+    assert routes[0].ip_json(names) == {
+        "type": "unicast", "dst": "10.1.0.0/24", "protocol": "bgp", "metric": 20,
+        "nexthops": [{"gateway": "10.0.0.2", "dev": "eth1", "weight": 3, "flags": []},
+                     {"gateway": "10.0.1.2", "dev": "eth2", "weight": 1, "flags": ["dead", "linkdown"]}]}
+    assert routes[1].ip_json(names) == {  # RFC 8950: an IPv4 route over an IPv6 next hop; a host route
+        "type": "unicast", "dst": "10.2.0.1", "protocol": "250",
+        "via": {"family": "inet6", "host": "fe80::1"}, "dev": "eth1", "flags": []}
+    assert (routes[2].table, routes[2].ip_json(names)["type"], routes[2].ip_json(names)["dst"]) == (255, "local",
+                                                                                                   "default")
+    with pytest.raises(OSError, match="RTM_GETROUTE"):
+        nl.parse_routes(_message(nl.NLMSG_ERROR, struct.pack("=i", -13) + b"\0" * 16))
