@@ -545,7 +545,7 @@ class FrrReload:
         return list(json.loads(_run(["ip", "-j", "-6", "neigh", "show"], timeout=10).stdout or "[]"))
 
     def _ip_routes(self) -> list[dict[str, Any]]:
-        return kernel_routes(6) + kernel_routes(4)
+        return routes_ip_json(6) + routes_ip_json(4)
 
     def _bgp_neighbors(self) -> dict[str, Any]:
         bgpd = self.vty_dir / "bgpd.vty"
@@ -639,18 +639,19 @@ class FrrReload:
 
     # -- reading state ----------------------------------------------------------
     def read_routes(self, prefixes: Iterable[str], recorded: Rendered | None) -> tuple[bool, dict[str, KernelRoute]]:
-        """The kernel's routes of both families (:func:`kernel_routes`, over netlink; only the families of
-        ``prefixes`` when given), the one of lowest metric per prefix (what the kernel forwards on)."""
+        """The kernel's routes of both families (over netlink, :func:`southbound.netlink.routes_ip_json`; only the
+        families of ``prefixes`` when given), the one of lowest metric per prefix (what the kernel forwards on)."""
         wanted = _wanted(prefixes)
         families = sorted({prefix_version(p) for p in wanted}) if wanted else [4, 6]
         routes: dict[str, KernelRoute] = {}
         metrics: dict[str, int] = {}
         for version in families:
-            for r in kernel_routes(version):
+            for r in routes_ip_json(version):
                 route = kernel_route_from_ip_json(r, version)
                 if route is None or (wanted and route.prefix not in wanted):
                     continue
-                metric = int(r.get("metric", 0) or 0)
+                metric = r.get("metric")
+                metric = metric if isinstance(metric, int) else 0  # absent where the kernel gave none
                 if route.prefix not in routes or metric < metrics[route.prefix]:  # the kernel forwards on the lowest
                     routes[route.prefix] = route
                     metrics[route.prefix] = metric
@@ -691,13 +692,6 @@ _PROTO_NAMES = {"bgp": "bgp", "186": "bgp", "isis": "isis", "187": "isis", "ospf
                 str(LOOM_RT_PROTO): "loom", "loom": "loom"}
 #: route types that are not a forwarding route to a prefix (the kernel's own)
 _NOT_FORWARDING = frozenset({"multicast", "local", "broadcast", "anycast"})
-
-
-def kernel_routes(version: int) -> list[dict[str, Any]]:
-    """The main table's routes of IP ``version`` in this network namespace, as ``ip -j route show table main``
-    prints them (:func:`southbound.netlink.routes_ip_json`), read over netlink: a read-back asks for them
-    until the plan is installed, and a process of ``ip`` for each family cost more than the read."""
-    return routes_ip_json(version)
 
 
 def kernel_route_from_ip_json(r: Mapping[str, Any], version: int | None = None) -> KernelRoute | None:

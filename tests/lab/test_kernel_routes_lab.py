@@ -5,7 +5,7 @@ IPv6 over link-local gateways, an IPv4 route over an IPv6 next hop as RFC 8950 h
 host route, a blackhole, a next hop made dead by its port going down, a second table that the main table's
 reading leaves out):
 
-* the agent's reading (:func:`southbound.device.frr_apply.kernel_routes`) and ``ip -j route`` go through the
+* the agent's reading (:func:`southbound.netlink.routes_ip_json`) and ``ip -j route`` go through the
   same parsers, the read-back's :func:`~southbound.device.frr_apply.kernel_route_from_ip_json` and the
   link-local resolver's :func:`~southbound.device.linklocal.route_link_locals`, with the same answers;
 * the lab's reading from outside the namespace, over a socket opened in it
@@ -56,13 +56,14 @@ SETUP = [
 PROBE = r"""
 import json, subprocess
 from pathlib import Path
-from southbound.device.frr_apply import FrrReload, kernel_route_from_ip_json, kernel_routes
+from southbound.device.frr_apply import FrrReload, kernel_route_from_ip_json
+from southbound.netlink import routes_ip_json
 from southbound.device.linklocal import route_link_locals
 out = {}
 for v in (4, 6):
     ip = json.loads(subprocess.run(["ip", "-j", f"-{v}", "route", "show", "table", "main"], check=True,
                                    capture_output=True, text=True).stdout)
-    nl = kernel_routes(v)
+    nl = routes_ip_json(v)
     out[v] = {"ip": [repr(kernel_route_from_ip_json(r, v)) for r in ip],
               "nl": [repr(kernel_route_from_ip_json(r, v)) for r in nl],
               "ip_ll": route_link_locals(ip), "nl_ll": route_link_locals(nl),
@@ -116,9 +117,10 @@ def test_netlink_routes_read_as_ip_json_reads_them(namespace: str) -> None:
     counted, decoded = got["fib"]
     assert counted == decoded
     assert "10.50.0.0/24" in counted and "2001:db8:50::/64" in counted and "0.0.0.0/0" not in counted
-    for v in (4, 6):  # read from outside, through a socket opened in the namespace: what the inside read
-        outside = [repr(kernel_route_from_ip_json(r, v)) for r in netlink.routes_ip_json(v, netns=namespace)]
-        assert outside == got[str(v)]["nl"], v
+    for version in (4, 6):  # read from outside, through a socket opened in the namespace: what the inside read
+        outside = [repr(kernel_route_from_ip_json(r, version))
+                   for r in netlink.routes_ip_json(version, netns=namespace)]
+        assert outside == got[str(version)]["nl"], version
     assert {x.name for x in netlink.dump_links(netns=namespace)} == {"lo", "v0a", "v0b", "v1a", "v1b", "v2a", "v2b"}
     with pytest.raises(FileNotFoundError):
         netlink.dump_links(netns=f"{namespace}-not-there")
