@@ -189,27 +189,39 @@ def _socket(netns: str | None) -> socket.socket:
     return made[0]
 
 
-def _dump(kind: int, request: bytes, parse: Callable[[bytes], tuple[list[T], bool]], timeout: float,
-          netns: str | None = None) -> list[T]:
-    """Send the dump request ``kind`` with body ``request`` on a socket of this network namespace (or ``netns``);
-    what ``parse`` makes of every datagram of the answer, up to its end."""
-    seq = next(_seq) & 0xFFFFFFFF
-    header = _NLMSGHDR.pack(_NLMSGHDR.size + len(request), kind, NLM_F_REQUEST | NLM_F_DUMP, seq, 0)
-    out: list[T] = []
-    with _socket(netns) as sock:
+def _opened(netns: str | None, timeout: float) -> socket.socket:
+    """A bound route netlink socket of this network namespace or ``netns``, its reads bounded by ``timeout``."""
+    sock = _socket(netns)
+    try:
         sock.settimeout(timeout)
         sock.bind((0, 0))
-        sock.send(header + request)
-        done = False
-        while not done:
-            part, done = parse(sock.recv(1 << 16))
-            out += part
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _dump(sock: socket.socket, kind: int, request: bytes, parse: Callable[[bytes], tuple[list[T], bool]]) -> list[T]:
+    """Send the dump request ``kind`` with body ``request`` on ``sock`` (:func:`_opened`); what ``parse`` makes of
+    every datagram of the answer, up to its end. One socket serves several dumps, one after another."""
+    seq = next(_seq) & 0xFFFFFFFF
+    sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(request), kind, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + request)
+    out: list[T] = []
+    done = False
+    while not done:
+        part, done = parse(sock.recv(1 << 16))
+        out += part
     return out
+
+
+def _links(sock: socket.socket) -> list[Link]:
+    return _dump(sock, RTM_GETLINK, _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0), parse_links)
 
 
 def dump_links(timeout: float = 5.0, *, netns: str | None = None) -> list[Link]:
     """Every interface of this network namespace (or ``netns``; ``lo`` included), in the kernel's order."""
-    return _dump(RTM_GETLINK, _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0), parse_links, timeout, netns)
+    with _opened(netns, timeout) as sock:
+        return _links(sock)
 
 
 # -- routes ----------------------------------------------------------------------------------------------------
@@ -331,16 +343,24 @@ def parse_routes(buf: bytes) -> tuple[list[Route], bool]:
     return _parse(buf, "RTM_GETROUTE", RTM_NEWROUTE, _RTMSG, _route)
 
 
+def _routes(sock: socket.socket, family: int, table: int) -> list[Route]:
+    routes = _dump(sock, RTM_GETROUTE, _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0), parse_routes)
+    return [r for r in routes if r.table == table and r.family == family]
+
+
 def dump_routes(family: int, table: int = RT_TABLE_MAIN, timeout: float = 5.0, *,
                 netns: str | None = None) -> list[Route]:
     """The routes of ``family`` (``socket.AF_INET`` or ``AF_INET6``) in ``table`` of this network namespace (or
     ``netns``)."""
-    routes = _dump(RTM_GETROUTE, _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0), parse_routes, timeout, netns)
-    return [r for r in routes if r.table == table and r.family == family]
+    with _opened(netns, timeout) as sock:
+        return _routes(sock, family, table)
 
 
-def routes_ip_json(version: int, *, netns: str | None = None) -> list[dict[str, object]]:
+def routes_ip_json(version: int, *, netns: str | None = None, timeout: float = 5.0) -> list[dict[str, object]]:
     """The main table's routes of IP ``version`` (4 or 6) as ``ip -j -4|-6 route show table main`` prints them
-    (:meth:`Route.ip_json`), in this network namespace or ``netns``."""
-    names = {link.index: link.name for link in dump_links(netns=netns)}
-    return [r.ip_json(names) for r in dump_routes(socket.AF_INET if version == 4 else socket.AF_INET6, netns=netns)]
+    (:meth:`Route.ip_json`), in this network namespace or ``netns``: the links (for the ports' names) and the
+    routes read on one socket (one entry into ``netns``)."""
+    with _opened(netns, timeout) as sock:
+        names = {link.index: link.name for link in _links(sock)}
+        routes = _routes(sock, socket.AF_INET if version == 4 else socket.AF_INET6, RT_TABLE_MAIN)
+    return [r.ip_json(names) for r in routes]
