@@ -14,7 +14,6 @@ is False and the caller runs the ``nft`` command instead.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import threading
 
@@ -31,7 +30,7 @@ class NftError(OSError):
 @functools.cache
 def _library() -> ctypes.CDLL | None:
     try:
-        lib = ctypes.CDLL(ctypes.util.find_library("nftables") or "libnftables.so.1")
+        lib = ctypes.CDLL("libnftables.so.1")  # by its soname: find_library would run ldconfig first
     except OSError:
         return None
     ptr = ctypes.c_void_p
