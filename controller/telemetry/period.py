@@ -51,13 +51,16 @@ __all__ = ["Options", "PeriodFit", "recover_period"]
 class Options:
     """``min_intervals``: fewer samples give no period. ``grid``: frequencies tried. ``subharmonic``: the share
     of a peak's fit at half its frequency that makes the half the answer. ``harmonics``: the sinusoids of the
-    strength's fit. ``min_strength``: below it, no period."""
+    strength's fit. ``min_strength``: below it, no period. ``quiet``: a rate at most this share of the highest is
+    quiet, and the quiet intervals before the first busy one and after the last are left out (the job had not
+    started or had stopped)."""
 
     min_intervals: int = 8
     grid: int = 4000
     subharmonic: float = 0.5
     harmonics: int = 3
     min_strength: float = 0.5
+    quiet: float = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,18 @@ def _strength(x: np.ndarray, t: np.ndarray, f: float, harmonics: int) -> float:
     return float(np.clip(1.0 - float(resid @ resid) / float(x @ x), 0.0, 1.0))
 
 
+def _active(x: np.ndarray, t: np.ndarray, quiet: float) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` and ``t`` without the quiet intervals before the first busy one and after the last: a job not yet
+    started, or stopped, has no iteration, and the step of its start or stop is variance no period explains."""
+    if len(x) == 0:
+        return x, t
+    busy = np.flatnonzero(np.abs(x) > quiet * float(np.abs(x).max()))
+    if len(busy) == 0:
+        return x, t
+    first, last = int(busy[0]), int(busy[-1])
+    return x[first:last + 1], t[first:last + 1]
+
+
 def recover_period(rate: np.ndarray, interval_s: float, options: Options | None = None) -> PeriodFit:
     """The iteration period of ``rate`` (one mean rate per interval of ``interval_s`` seconds, oldest
     first; NaN where unknown) and the strength of the evidence (see the module docstring)."""
@@ -104,7 +119,7 @@ def recover_period(rate: np.ndarray, interval_s: float, options: Options | None 
     x = np.asarray(rate, dtype=np.float64)
     t = np.arange(len(x)) * interval_s
     known = ~np.isnan(x)
-    x, t = x[known], t[known]
+    x, t = _active(x[known], t[known], o.quiet)
     n = len(x)
     if n < o.min_intervals:
         return PeriodFit(None, 0.0, f"{n} intervals of {interval_s:g} s with a rate: a period needs "

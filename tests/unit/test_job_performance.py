@@ -55,6 +55,19 @@ def test_whole_interval_autocorrelation_would_miss_what_folding_finds() -> None:
     assert fit.period_s == pytest.approx(37.0, rel=0.02)
 
 
+@pytest.mark.parametrize("quiet", [(2, 3), (4, 2), (3, 6)])
+def test_the_quiet_before_a_job_starts_and_after_it_stops_is_not_part_of_its_period(quiet: tuple[int, int]) -> None:
+    """Five 3.5 s periods read every second inside a window with quiet intervals at both ends (the lab's
+    ring): the step of the job's start and stop is variance no period explains, and once it diluted the fit
+    under the strength threshold for some phases."""
+    before, after = quiet
+    for seed in range(12):
+        busy = on_off(3.5, 1.0, 18, noise=0.1, seed=seed)
+        rate = np.concatenate([np.zeros(before), busy, np.zeros(after)])
+        fit = recover_period(rate, 1.0)
+        assert fit.period_s == pytest.approx(3.5, rel=0.05), (seed, fit)
+
+
 def test_what_the_telemetry_interval_hides_is_no_period_with_the_reason() -> None:
     # a 1 s iteration under a 10 s interval: every interval holds whole iterations, the rate reads steady
     steady = recover_period(on_off(1.0, 10.0, 36, noise=0.0), 10.0)
