@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.model import Intent
-from controller.model.plan import Plan
+from controller.model.plan import DevicePlan, Plan
 from safety.kernels import csr
 
 __all__ = ["DemandClasses", "Flow", "Table", "Topology", "build_topology", "demand_classes", "looped", "plan_table",
@@ -154,32 +154,23 @@ def _coded_row(route: np.ndarray, u: int, coded: tuple[list[str], np.ndarray, li
     route[have, u] = lut[code[where]]
 
 
-def plan_table(intent: Intent, plan: Plan, topo: Topology, classes: DemandClasses | None = None) -> Table:
-    """Compile ``plan`` (for ``intent``'s topology) into a :class:`Table`; ``classes``:
-    :func:`demand_classes` of ``intent`` when the caller has them (it compiles many plans of one intent).
+class _Groups:
+    """The groups of a table as they are compiled: CSR rows of edges and weights, and the budget errors."""
 
-    Raises ``ValueError`` when the plan names an unknown device, a port the
-    device does not have, or a neighbor that is not behind that port.
-    """
-    prefixes, origins, cls, demand = demand_classes(intent) if classes is None else classes
-    n = topo.n
-    route = np.full((len(prefixes), n), -1, dtype=np.int32)
-    g_edges: list[int] = []
-    g_weights: list[int] = []
-    g_indptr = [0]
-    budget_errors: list[str] = []
-    at_cache: dict[int, tuple[list[str], np.ndarray, np.ndarray]] = {}
-    ports_of: list[dict[str, tuple[int, str]]] = [{} for _ in range(n)]  # port -> (edge, the neighbor behind)
-    dst = topo.edge_dst.tolist()
-    for (v, port), e in topo.port_edge.items():
-        ports_of[v][port] = (e, topo.names[dst[e]])
-    for name, dp in plan.devices.items():
-        u = topo.index.get(name)
-        if u is None:
-            raise ValueError(f"plan: unknown device '{name}'")
-        budget = intent.max_ecmp_entries(name)
+    def __init__(self, topo: Topology, like: Table | None = None):
+        self.edges: list[int] = [] if like is None else like.g_edge.tolist()
+        self.weights: list[float] = [] if like is None else like.g_weight.tolist()
+        self.indptr: list[int] = [0] if like is None else like.g_indptr.tolist()
+        self.errors: list[str] = []
+        self.ports_of: list[dict[str, tuple[int, str]]] = [{} for _ in range(topo.n)]  # port -> (edge, neighbor)
+        dst = topo.edge_dst.tolist()
+        for (v, port), e in topo.port_edge.items():
+            self.ports_of[v][port] = (e, topo.names[dst[e]])
+
+    def device(self, name: str, u: int, dp: DevicePlan, budget: int) -> dict[str, int]:
+        """Add device ``name``'s (index ``u``) groups; their indexes by group id."""
         gmap: dict[str, int] = {}
-        ports = ports_of[u]
+        ports = self.ports_of[u]
         for gid, hops in dp.groups.items():
             total = 0
             for h in hops:
@@ -192,15 +183,60 @@ def plan_table(intent: Intent, plan: Plan, topo: Topology, classes: DemandClasse
                                      f"'{behind}', not '{h.neighbor}'")
                 w = h.weight
                 if w <= 0:
-                    budget_errors.append(f"{name} group {gid}: weight {w} on {h.port} is not positive")
+                    self.errors.append(f"{name} group {gid}: weight {w} on {h.port} is not positive")
                     w = 0
-                g_edges.append(e)
-                g_weights.append(w)
+                self.edges.append(e)
+                self.weights.append(w)
                 total += h.weight
             if total > budget:
-                budget_errors.append(f"{name} group {gid}: weights sum to {total} > max_ecmp_entries {budget}")
-            gmap[gid] = len(g_indptr) - 1
-            g_indptr.append(len(g_edges))
+                self.errors.append(f"{name} group {gid}: weights sum to {total} > max_ecmp_entries {budget}")
+            gmap[gid] = len(self.indptr) - 1
+            self.indptr.append(len(self.edges))
+        return gmap
+
+
+def plan_table(intent: Intent, plan: Plan, topo: Topology, classes: DemandClasses | None = None, *,
+               like: tuple[Plan, Table] | None = None) -> Table:
+    """Compile ``plan`` (for ``intent``'s topology) into a :class:`Table`; ``classes``:
+    :func:`demand_classes` of ``intent`` when the caller has them (it compiles many plans of one intent).
+    ``like``: another plan on the same topology and its table (a failure reaction and the plan in force):
+    where the demand is the same, a device whose :class:`DevicePlan` is the very object of that plan keeps
+    its column of routes and its groups (their rows kept as they are, unused ones included), and only the
+    other devices are compiled (on Clos L, a reaction made from the full plan changes a quarter of them).
+
+    Raises ``ValueError`` when the plan names an unknown device, a port the
+    device does not have, or a neighbor that is not behind that port.
+    """
+    prefixes, origins, cls, demand = demand_classes(intent) if classes is None else classes
+    dkeys = sorted(demand)
+    d_class = np.array([k[0] for k in dkeys], dtype=np.int64)
+    d_device = np.array([k[1] for k in dkeys], dtype=np.int64)
+    d_gbps = np.array([demand[k] for k in dkeys], dtype=np.float64)
+    prev_plan, prev = like if like is not None else (None, None)
+    route = np.full((len(prefixes), topo.n), -1, dtype=np.int32)
+    if prev is not None and not (prev.prefixes == prefixes and prev.origins == origins
+                                 and np.array_equal(prev.demand_class, d_class)
+                                 and np.array_equal(prev.demand_device, d_device)
+                                 and np.array_equal(prev.demand_gbps, d_gbps)):
+        prev_plan = prev = None
+    groups = _Groups(topo, prev)
+    kept: set[str] = set()
+    if prev_plan is not None and prev is not None:
+        kept = {name for name, dp in plan.devices.items() if prev_plan.devices.get(name) is dp}
+        route = prev.route.copy()  # whole, then the columns not kept cleared: a gather of columns is slower
+        fresh = np.ones(topo.n, dtype=bool)
+        fresh[[topo.index[name] for name in kept if name in topo.index]] = False
+        route[:, fresh] = -1
+        groups.errors = [e for e in prev.budget_errors if e.split(" ", 1)[0] in kept]
+        order = {name: i for i, name in enumerate(plan.devices)}
+    at_cache: dict[int, tuple[list[str], np.ndarray, np.ndarray]] = {}
+    for name, dp in plan.devices.items():
+        u = topo.index.get(name)
+        if u is None:
+            raise ValueError(f"plan: unknown device '{name}'")
+        if name in kept:
+            continue
+        gmap = groups.device(name, u, dp, intent.max_ecmp_entries(name))
         coded = getattr(dp.routes, "coded", None)
         if coded is not None:  # a lazy mapping that hands over its arrays (solver.clos)
             _coded_row(route, u, coded(), gmap, cls, at_cache)
@@ -212,15 +248,15 @@ def plan_table(intent: Intent, plan: Plan, topo: Topology, classes: DemandClasse
                 row[c] = gmap[gid]
     for c, orig in enumerate(origins):
         route[c, list(orig)] = -1
-    indptr = np.asarray(g_indptr, dtype=np.int64)
-    weight = np.asarray(g_weights, dtype=np.float64)
+    if kept:  # in the plan's device order, as compiled from scratch
+        groups.errors.sort(key=lambda e: order.get(e.split(" ", 1)[0], -1))
+    indptr = np.asarray(groups.indptr, dtype=np.int64)
+    weight = np.asarray(groups.weights, dtype=np.float64)
     sums = np.add.reduceat(weight, indptr[:-1]) if len(weight) else np.empty(0)
     lens = np.diff(indptr)
     frac = weight / np.repeat(np.where(sums > 0, sums, 1.0), lens) if len(weight) else weight
-    dkeys = sorted(demand)
-    return Table(prefixes, origins, route, indptr, np.asarray(g_edges, dtype=np.int64), frac, weight,
-                 np.array([k[0] for k in dkeys], dtype=np.int64), np.array([k[1] for k in dkeys], dtype=np.int64),
-                 np.array([demand[k] for k in dkeys], dtype=np.float64), budget_errors)
+    return Table(prefixes, origins, route, indptr, np.asarray(groups.edges, dtype=np.int64), frac, weight,
+                 d_class, d_device, d_gbps, groups.errors)
 
 
 def ranges(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

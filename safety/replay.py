@@ -94,7 +94,8 @@ from safety.report import (
 from safety.scenarios import Scenario, scenario_scope, scenarios
 from solver.core.routing import next_hops  # the routing semantics of the solver, by design
 
-__all__ = ["Peaks", "Replayer", "assemble", "failures", "limits", "peaks", "replay", "reconvergence_model"]
+__all__ = ["Peaks", "Replayer", "assemble", "failures", "limits", "peaks", "replay", "reconvergence_model",
+           "stage_result"]
 
 EPS_GBPS = 1e-6
 _REMEMBERED = ("domain", "domain_pair")  # kinds whose stage results run() keeps for reuse
@@ -164,12 +165,15 @@ class Replayer:
     >>> r = Replayer(intent, plan); r.run(Scenario("baseline", "baseline")).ok
     """
 
-    def __init__(self, intent: Intent, plan: Plan, *, model: str | None = None, topo: Topology | None = None):
+    def __init__(self, intent: Intent, plan: Plan, *, model: str | None = None, topo: Topology | None = None,
+                 table: Table | None = None):
         """``topo``: the intent's topology when the caller has it (:func:`safety.forwarding.build_topology`,
-        which drains do not change: a plan around an overlay shares its revision's)."""
+        which drains do not change: a plan around an overlay shares its revision's); ``table``: the plan's
+        :func:`~safety.forwarding.plan_table` on it, likewise."""
         self.intent = intent
+        self.plan = plan
         self.topo: Topology = topo if topo is not None else build_topology(intent)
-        self.table: Table = plan_table(intent, plan, self.topo)
+        self.table: Table = table if table is not None else plan_table(intent, plan, self.topo)
         self.flow: Flow = propagate(self.table, self.topo, device_major=True)
         self.model = model or reconvergence_model(intent)
         self.limits = limits(intent)
@@ -356,42 +360,8 @@ class Replayer:
         return changed, out.load[changed]
 
     def _stage_result(self, stage: str, out: _Outcome, limit: float, baseline: bool) -> StageResult:
-        topo, names = self.topo, self.topo.names
-        cap = topo.edge_cap
-        top, top_load = kernels.hottest(self.flow.load, cap, *self._sparse(out), self._base_order, HOTTEST,
-                                        self._emark)
-        mlu = float(top_load[0] / cap[top[0]]) if len(top) else 0.0
-
-        def use(e: int, load: float) -> LinkUse:
-            return LinkUse(topo.link_keys[e // 2], names[topo.edge_src[e]], names[topo.edge_dst[e]],
-                           load, float(cap[e]), load / float(cap[e]))
-
-        hottest = tuple(use(e, x) for e, x in zip(top.tolist(), top_load.tolist(), strict=True) if x > 0)
-        over_detail = ""
-        if mlu > limit + 1e-9:  # only then are the loads made dense
-            util = out.load / cap
-            over = np.flatnonzero(util > limit + 1e-9)
-            over = over[np.argsort(-util[over], kind="stable")]
-            over_detail = "; ".join(
-                f"{names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]} at {util[e]:.6f} > {limit:g}"
-                for e in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5 else "")
-        inv: list[InvariantResult] = []
-        prefixes = self.table.prefixes
-        dropped = tuple(sorted((DroppedDemand(prefixes[c], names[v], g) for (c, v), g in out.drops.items()),
-                               key=lambda d: (-d.gbps, d.prefix, d.device)))
-        total = sum(d.gbps for d in dropped)
-        detail = "" if not dropped else (
-            f"{total:.6g} gbps black-holed: " + "; ".join(f"{d.prefix} at {d.device} ({d.gbps:.6g} gbps)"
-                                                          for d in dropped[:5])
-            + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""))
-        inv.append(InvariantResult("delivery", not dropped, detail, gating=(stage != "immediate" or baseline)))
-        loops = tuple(f"{prefixes[c]} via {', '.join(names[v] for v in devs[:6])}" for c, devs in out.loops)
-        inv.append(InvariantResult("loop", not loops, "; ".join(loops[:5])))
-        inv.append(InvariantResult("utilization", not over_detail, over_detail))
-        if baseline:
-            errs = self.table.budget_errors
-            inv.append(InvariantResult("group_budget", not errs, "; ".join(errs[:5])))
-        return StageResult(stage, tuple(inv), mlu, limit, hottest, dropped, loops, out.looped_gbps)
+        return stage_result(self.topo, self.table, self.flow.load, self._base_order, self._emark, stage, out, limit,
+                            baseline, sparse=self._sparse(out))
 
     def verdict(self, sc: Scenario) -> tuple[bool, bool]:
         """``(ok, transient)``: whether :meth:`run`'s result would be ok, and whether its
@@ -429,6 +399,51 @@ class Replayer:
             if sc.kind in _REMEMBERED:
                 self._known[key] = known
         return ScenarioResult(sc.name, sc.kind, tuple(sorted(sc.devices)), tuple(sorted(sc.links)), *known)
+
+
+def stage_result(topo: Topology, table: Table, base_load: np.ndarray, base_order: np.ndarray, emark: np.ndarray,
+                 stage: str, out: _Outcome, limit: float, baseline: bool, *,
+                 sparse: tuple[np.ndarray, np.ndarray] | None = None) -> StageResult:
+    """One stage's result: its hottest links, black holes, loops and every invariant. ``base_load`` is the
+    baseline's loads and ``base_order`` its edges hottest first; ``sparse`` the edges whose load ``out``
+    changes and their loads (none: ``out`` is the baseline's traffic); ``emark`` a scratch array of
+    ``False`` per edge (left as it came)."""
+    names = topo.names
+    cap = topo.edge_cap
+    changed = sparse if sparse is not None else (np.empty(0, dtype=np.int64), np.empty(0))
+    top, top_load = kernels.hottest(base_load, cap, *changed, base_order, HOTTEST, emark)
+    mlu = float(top_load[0] / cap[top[0]]) if len(top) else 0.0
+
+    def use(e: int, load: float) -> LinkUse:
+        return LinkUse(topo.link_keys[e // 2], names[topo.edge_src[e]], names[topo.edge_dst[e]],
+                       load, float(cap[e]), load / float(cap[e]))
+
+    hottest = tuple(use(e, x) for e, x in zip(top.tolist(), top_load.tolist(), strict=True) if x > 0)
+    over_detail = ""
+    if mlu > limit + 1e-9:  # only then are the loads made dense
+        util = out.load / cap
+        over = np.flatnonzero(util > limit + 1e-9)
+        over = over[np.argsort(-util[over], kind="stable")]
+        over_detail = "; ".join(
+            f"{names[topo.edge_src[e]]}->{names[topo.edge_dst[e]]} at {util[e]:.6f} > {limit:g}"
+            for e in over[:5]) + (f" and {len(over) - 5} more" if len(over) > 5 else "")
+    inv: list[InvariantResult] = []
+    prefixes = table.prefixes
+    dropped = tuple(sorted((DroppedDemand(prefixes[c], names[v], g) for (c, v), g in out.drops.items()),
+                           key=lambda d: (-d.gbps, d.prefix, d.device)))
+    total = sum(d.gbps for d in dropped)
+    detail = "" if not dropped else (
+        f"{total:.6g} gbps black-holed: " + "; ".join(f"{d.prefix} at {d.device} ({d.gbps:.6g} gbps)"
+                                                      for d in dropped[:5])
+        + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""))
+    inv.append(InvariantResult("delivery", not dropped, detail, gating=(stage != "immediate" or baseline)))
+    loops = tuple(f"{prefixes[c]} via {', '.join(names[v] for v in devs[:6])}" for c, devs in out.loops)
+    inv.append(InvariantResult("loop", not loops, "; ".join(loops[:5])))
+    inv.append(InvariantResult("utilization", not over_detail, over_detail))
+    if baseline:
+        errs = table.budget_errors
+        inv.append(InvariantResult("group_budget", not errs, "; ".join(errs[:5])))
+    return StageResult(stage, tuple(inv), mlu, limit, hottest, dropped, loops, out.looped_gbps)
 
 
 def replay(intent: Intent, plan: Plan, *, scope: str | None = None,

@@ -10,8 +10,8 @@ present this takes about 2 s.
 
 ``python -m tests.warm``: a replay of a small Clos under every single failure and under the pairs of
 single failures (the two kernel paths the safety sweep takes), on writable arrays and on read-only ones (as
-a Ray worker maps them from the object store: :mod:`safety.raysweep`), and the example fabric's plan (the
-solver's kernels).
+a Ray worker maps them from the object store: :mod:`safety.raysweep`); one failure pushed directly (a
+reaction's judgement, :mod:`safety.direct`); and the example fabric's plan (the solver's kernels).
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ import yaml
 
 import controller.examples
 from controller.model.intent import validate_intent
+from safety.direct import replay_scenario
 from safety.replay import Replayer
+from safety.scenarios import scenarios
 from safety.sweep import LocalExecutor, sweep
 from solver.solve import solve
 from tests.unit.test_safety_replay import routed_plan
@@ -48,6 +50,11 @@ def main() -> int:
     for rp in (Replayer(intent, plan), read_only(Replayer(intent, plan))):
         for scope in ("all_single", "single_pairs"):
             sweep(intent, plan, scope=scope, executor=LocalExecutor(workers=1), rp=rp)
+    # a ToR's failure leaves its rack's traffic uncounted and no other crosses it: the direct push of a
+    # reaction's judgement (safety.direct)
+    rack = next(sc for sc in scenarios(intent, "all_single") if sc.kind == "device" and
+                next(iter(sc.devices)).startswith("tor-"))
+    replay_scenario(intent, plan, rack)
     example = Path(controller.examples.__file__).with_name("dc1.yaml")
     solve(validate_intent(yaml.safe_load(example.read_text())))
     print(f"tests.warm: kernels compiled or loaded in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

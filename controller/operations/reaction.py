@@ -42,6 +42,7 @@ from controller.model.plan import Plan
 from controller.operations.overlay import Overlay, normal
 from controller.operations.view import OperationalView
 from controller.store.workflow_repo import CommitBusy
+from safety.direct import replay_scenario
 from safety.replay import Replayer
 from safety.report import StageResult
 from safety.scenarios import Scenario
@@ -199,16 +200,16 @@ def judge(current: tuple[Intent, Plan], failed: Overlay, reaction: tuple[Intent,
     when it loses no more traffic, loops no more and runs no hotter than the plan in force would, else
     ``worse``. The reconverged stage is what each leaves the fabric with (the static kernel repair
     under ``fib``). ``key`` (:func:`replay_key`) names the plan in force, whose replayer is then kept
-    (:data:`REPLAYERS`); the reaction's is built on the same topology (drains do not change it)."""
+    (:data:`REPLAYERS`); the reaction is replayed on the same topology (drains do not change it), pushed
+    directly where it routes nothing over the failed parts (:func:`safety.direct.replay_scenario`)."""
     intent = current[0]
-    present = {d.name for d in intent.devices}
-    links = {ln.key for ln in intent.links}
-    sc = Scenario("failure", "reaction", devices=frozenset(failed.devices & present),
-                  links=frozenset(failed.links & links))
     keeps = REPLAYERS.get(key, *current) if key is not None else Replayer(*current)
+    sc = Scenario("failure", "reaction", devices=frozenset(d for d in failed.devices if d in keeps.topo.index),
+                  links=frozenset(ln for ln in failed.links if ln in keeps.topo.link_index))
     same = reaction[0].links is intent.links and reaction[0].devices is intent.devices  # an overlay's copy
     keep = keeps.run(sc).reconverged
-    new = Replayer(*reaction, topo=keeps.topo if same else None).run(sc).reconverged
+    new = (replay_scenario(*reaction, sc, topo=keeps.topo, like=(keeps.plan, keeps.table)) if same
+           else replay_scenario(*reaction, sc)).reconverged
     cur, rea = _figures(keep), _figures(new)
     if new.ok:
         verdict = "safe"

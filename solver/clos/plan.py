@@ -87,16 +87,21 @@ class _Routes(Mapping[str, str]):
         gids = list(dict.fromkeys([*self._by_pod.values(), *self._by_tor.values()]))
         pos = {g: i for i, g in enumerate(gids)}
         code = np.full(len(self._prefixes), -1, dtype=np.int64)
-        if self._by_pod:
-            keys = np.array(sorted(self._by_pod), dtype=np.int64)  # pod labels, maybe far apart
-            vals = np.array([pos[self._by_pod[int(p)]] for p in keys], dtype=np.int64)
-            at = np.minimum(np.searchsorted(keys, self._pods), len(keys) - 1)
-            hit = keys[at] == self._pods
-            code[hit] = vals[at[hit]]
-        for t, g in self._by_tor.items():
-            code[self._tors == t] = pos[g]
+        _fill(code, self._pods, self._by_pod, pos)
+        _fill(code, self._tors, self._by_tor, pos)  # a ToR's own route overrides its pod's
         code[~self._n] = -1
         return self._prefixes, code, gids
+
+
+def _fill(code: np.ndarray, labels: np.ndarray, by: dict[int, str], pos: dict[str, int]) -> None:
+    """``code[i] = pos[by[labels[i]]]`` wherever ``by`` has ``labels[i]`` (labels maybe far apart)."""
+    if not by:
+        return
+    keys = np.array(sorted(by), dtype=np.int64)
+    vals = np.array([pos[by[int(k)]] for k in keys], dtype=np.int64)
+    at = np.minimum(np.searchsorted(keys, labels), len(keys) - 1)
+    hit = keys[at] == labels
+    code[hit] = vals[at[hit]]
 
 
 @dataclass(frozen=True)
