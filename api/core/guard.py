@@ -9,7 +9,8 @@ first instead:
 1. it authenticates and authorizes the caller for the route's role, the one its dependencies ask
    for (:func:`api.core.deps.required_role`): 401 or 403 with nothing of the body read;
 2. it refuses a query parameter the route does not declare (422 naming it, as FastAPI names a
-   misspelt value): ``?rol=spine`` is a mistake to report, not a filter to drop silently;
+   misspelt value): ``?rol=spine`` is a mistake to report, not a filter to drop silently; and a value
+   with a NUL character (422 naming it), which no filter can match and PostgreSQL refuses;
 3. on a write it refuses a declared ``Content-Length`` over the route's limit (413) at once;
 4. it hands FastAPI and the endpoint a :class:`BoundedRequest`, whose body is read up to the limit
    and no further (413 as soon as a chunked body passes it) and whose JSON is read by
@@ -157,13 +158,21 @@ def query_names(dependant: Dependant) -> frozenset[str]:
 
 
 def _refuse_unknown_query(request: Request, known: frozenset[str]) -> None:
-    """A 422 (``query.NAME: unknown query parameter``) for every query parameter the route does not declare."""
+    """A 422 (``query.NAME: unknown query parameter``) for every query parameter the route does not declare,
+    and one (``query.NAME: ... NUL``) for every value with a NUL character: no name, state or prefix a filter
+    matches holds one, and PostgreSQL refuses a string that does (an audit filter by such an actor was a
+    500 on a PostgreSQL store)."""
     unknown = sorted({k for k in request.query_params if k not in known})
     if unknown:
         accepted = ", ".join(sorted(known)) or "none"
         raise RequestValidationError([{"type": "extra_forbidden", "loc": ("query", k),
                                        "msg": f"unknown query parameter (this route accepts: {accepted})",
                                        "input": request.query_params.get(k)} for k in unknown])
+    nul = sorted({k for k, v in request.query_params.multi_items() if "\0" in v})
+    if nul:
+        raise RequestValidationError([{"type": "string_pattern_mismatch", "loc": ("query", k),
+                                       "msg": "must not contain a NUL character (U+0000)",
+                                       "input": request.query_params.get(k)} for k in nul])
 
 
 class EarlyAnswerMiddleware:
