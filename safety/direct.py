@@ -16,10 +16,7 @@ any model that keeps the plan's routes where they survive (``withdrawal``,
 ``static``): a next hop over a failed edge with no traffic on it carries
 nothing to renormalize, and a device that would withdraw or fall back receives
 nothing. Both stages are then this traffic, and the result is what
-:meth:`Replayer.run` gives (the tests compare them), with one difference: a loop
-of the plan itself that the failure leaves as it is is reported here, where the
-replayer's difference push, which sees only the loops a failure's push passes
-through, leaves it to the baseline scenario. Otherwise, and always under
+:meth:`Replayer.run` gives (the tests compare them). Otherwise, and always under
 ``routing`` (whose reconverged routes the protocol recomputes on the failed
 topology, where they may differ from the plan's even where it avoided the
 failed parts), the scenario goes to a :class:`~safety.replay.Replayer`.

@@ -301,20 +301,40 @@ class Replayer:
                 np.asarray(gone, dtype=np.int64), np.ascontiguousarray(fedges, dtype=np.int64), EPS_GBPS)
         finally:
             self._failed[fst] = False
-        imm = self._outcome(*imm_raw)
+        kept = self._untouched_loops(dead_t, fst, gone)
+        imm = self._outcome(*imm_raw, kept=kept)
         if withdrawal:
-            return imm, imm if same else self._outcome(*rec_raw)
+            return imm, imm if same else self._outcome(*rec_raw, kept=kept)
         rec = self._rerouted(sc, static=self.model == "static")
         rec.load[fedges] = 0.0
         return imm, rec
 
+    def _untouched_loops(self, dead_t: np.ndarray, fst: np.ndarray, gone: list[int]
+                         ) -> list[tuple[int, tuple[int, ...]]]:
+        """The plan's own loops (its baseline's) in the classes a scenario does not touch (no transition of
+        theirs dead, no state of theirs failed, their origins not all gone): they loop as before, and the
+        difference push, which sees only the loops its own traffic passes through, would not find them."""
+        if not self._base.loops:
+            return []
+        touched = set(self._tcls[dead_t].tolist()) | set(self._cls[fst].tolist()) | set(gone)
+        return [(c, devs) for c, devs in self._base.loops if c not in touched]
+
     def _outcome(self, changed: np.ndarray, values: np.ndarray, drop_s: np.ndarray, drop_a: np.ndarray,
-                 loop_s: np.ndarray) -> _Outcome:
+                 loop_s: np.ndarray, *, kept: list[tuple[int, tuple[int, ...]]] | None = None) -> _Outcome:
+        """A pushed stage's outcome; ``kept``: the plan's own loops it leaves as they are (weighed as the
+        baseline weighed them when the push found no loop of its own)."""
         f = self.flow
         drops = {(int(k) // f.n, int(k) % f.n): a for k, a in zip(f.keys[drop_s].tolist(), drop_a.tolist(),
                                                                    strict=True)}
-        return _Outcome(drops, self._loops_of(loop_s) if len(loop_s) else [], base=f.load, changed=changed,
-                        values=values)
+        loops = self._loops_of(loop_s) if len(loop_s) else []
+        weighed = None
+        if kept:
+            pushed = {c for c, _ in loops}
+            loops = sorted([*loops, *(x for x in kept if x[0] not in pushed)])
+            base = self._base.loop_gbps
+            if not pushed and base is not None:
+                weighed = {c: base[c] for c, _ in kept if c in base}
+        return _Outcome(drops, loops, base=f.load, changed=changed, values=values, loop_gbps=weighed)
 
     def _rerouted(self, sc: Scenario, *, static: bool = False) -> _Outcome:
         routes = next_hops(self.intent, failed_devices=sc.devices, failed_links=sc.links)
