@@ -115,14 +115,20 @@ def full_loads(intent: Intent, plan: Plan) -> tuple[np.ndarray, float]:
     return flow.load, sum(flow.drops().values())
 
 
-@pytest.fixture(scope="module")
-def fabric() -> Intent:
+def domains_fabric(max_utilization: float = 1.0) -> Intent:
+    """Three pods with a missing leaf-spine link, a power domain and an optics domain, uneven demands."""
     doc = clos_doc(3, 2, 2, 2, missing=("leaf-1-0:eth4",),
                    domains=[{"name": "plane-1-power", "kind": "power", "devices": ["spine-1-0", "spine-1-1"]},
                             {"name": "optics", "links": ["leaf-2-1:eth3", "tor-0-0:eth1"]}],
-                   policies=[{"kind": "failure_tolerance", "scope": "all_single", "max_utilization": 1.0}])
+                   policies=[{"kind": "failure_tolerance", "scope": "all_single",
+                              "max_utilization": max_utilization}])
     doc["demands"] = [dict(d, gbps=float(1 + (i * 7) % 13)) for i, d in enumerate(doc["demands"])]
     return validate_intent(doc)
+
+
+@pytest.fixture(scope="module")
+def fabric() -> Intent:
+    return domains_fabric()
 
 
 def test_scenario_names_and_counts(fabric: Intent) -> None:
