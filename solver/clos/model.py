@@ -60,6 +60,11 @@ class GColumns(Mapping[tuple[int, int, int, int], int]):
         self._first: list[int] = self.first.tolist()
         self._n = int(self.counts.sum())
 
+    def span(self, a: int) -> tuple[int, int]:
+        """The first ``g`` column of ``a`` column ``a``'s leaf group and how many it has (one per spine of
+        ``allowed_spines``, in its order)."""
+        return self._first[a], int(self.counts[a])
+
     def __getitem__(self, key: tuple[int, int, int, int]) -> int:
         group = key[:3]
         a = self._a_col.get(group)  # type: ignore[arg-type]

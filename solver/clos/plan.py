@@ -401,14 +401,13 @@ def _weights(m: PodModel, x: np.ndarray, fib: bool
     for (q, p, pl), arcs in m.allowed_spines.items():
         leaf = m.leaf_at[(q, pl)]
         ac = m.a_col.get((q, p, pl))
-        a_r = x_round[ac] if ac is not None else 0.0
-        cols = [m.g_col.get((q, p, pl, arc)) for arc in arcs]
-        vals = np.array([x[c] if c is not None else 0.0 for c in cols])
-        w = split_weights(reduce, vals, leaf_budget[leaf], fib, a_r > 0)
-        tot = sum(w)
-        for c, wi in zip(cols, w, strict=True):
-            if c is not None:
-                x_round[c] = a_r * wi / tot
+        if ac is None:  # no such group: no column, nothing flows
+            w = split_weights(reduce, np.zeros(len(arcs)), leaf_budget[leaf], fib, False)
+        else:  # the group's columns follow one another, in the order of its spines
+            lo, n = m.g_col.span(ac)
+            a_r = x_round[ac]
+            w = split_weights(reduce, x[lo:lo + n], leaf_budget[leaf], fib, a_r > 0)
+            x_round[lo:lo + n] = a_r * np.asarray(w, dtype=np.float64) / sum(w)
         leaf_w[(leaf, p)] = tuple((arc, wi) for arc, wi in zip(arcs, w, strict=True) if wi > 0)
     return tor_w, leaf_w, x_round
 
