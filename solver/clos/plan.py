@@ -415,13 +415,16 @@ def _weights(m: PodModel, x: np.ndarray, fib: bool
 def split_weights(reduce: Callable[[np.ndarray, int], tuple[int, ...]], vals: np.ndarray, budget: int, fib: bool,
            carries: bool) -> tuple[int, ...]:
     """Weights for one group: equal where nothing flows; zero-share members dropped under ``fib``."""
-    if not carries or len(vals) == 1 or vals.sum() <= 0:
+    total = float(vals.sum()) if carries and len(vals) > 1 else 0.0
+    if total <= 0:
         return (1,) * len(vals)
-    r = vals / vals.sum()
-    keep = r > 1e-9 if fib else np.ones(len(r), dtype=bool)
+    r = vals / total
+    if not fib:
+        return reduce(np.maximum(r, 0.0), budget)
+    keep = r > 1e-9
     full = np.zeros(len(r), dtype=np.int64)
     full[keep] = reduce(np.maximum(r[keep], 0.0), budget)
-    return tuple(int(v) for v in full)
+    return tuple(full.tolist())
 
 
 _Hops = tuple[tuple[int, int], ...]  # a group as (arc, weight) pairs in port order: its identity on a device
