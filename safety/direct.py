@@ -24,14 +24,12 @@ failed parts), the scenario goes to a :class:`~safety.replay.Replayer`.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from controller.model import Intent
 from controller.model.plan import Plan
 from safety.forwarding import Table, Topology, build_topology, looped, plan_table
-from safety.replay import Replayer, _Outcome, limits, reconvergence_model, stage_result
+from safety.replay import Replayer, _Outcome, counted, limits, reconverged_as, reconvergence_model, stage_result
 from safety.report import ScenarioResult
 from safety.scenarios import Scenario
 from solver.core.jit import compiled
@@ -152,18 +150,6 @@ def deliver(route: np.ndarray, g_indptr: np.ndarray, g_edge: np.ndarray, g_frac:
     return load, drop_c[:n_drop], drop_v[:n_drop], drop_a[:n_drop], loop_c[:n_loop], loop_v[:n_loop]
 
 
-def _counted(table: Table, topo: Topology, sc: Scenario) -> Table:
-    """``table`` with only the demand the scenario counts: none from a failed device, none to a prefix
-    whose origins all failed."""
-    failed = {topo.index[d] for d in sc.devices}
-    if not failed:
-        return table
-    gone = np.array([orig <= failed for orig in table.origins], dtype=bool)
-    keep = ~np.isin(table.demand_device, list(failed)) & ~gone[table.demand_class]
-    return replace(table, demand_class=table.demand_class[keep], demand_device=table.demand_device[keep],
-                   demand_gbps=table.demand_gbps[keep])
-
-
 def _push(table: Table, topo: Topology) -> tuple[np.ndarray, dict[tuple[int, int], float],
                                                   list[tuple[int, tuple[int, ...]]]]:
     """:func:`deliver` over ``table``: edge loads, black holes by (class, device), loops by class."""
@@ -198,17 +184,15 @@ def replay_scenario(intent: Intent, plan: Plan, sc: Scenario, *, topo: Topology 
     table = plan_table(intent, plan, topo, like=like)
     model = reconvergence_model(intent)
     if model != "routing" and not sc.is_baseline:
-        counted = _counted(table, topo, sc)
-        load, drops, loops = _push(counted, topo)
+        pushed = counted(table, topo, sc)
+        load, drops, loops = _push(pushed, topo)
         if not load[topo.failed_edges(sc.devices, sc.links)].any():
-            weighed = looped(counted, topo, {c for c, _ in loops}) if loops else None
+            weighed = looped(pushed, topo, {c for c, _ in loops}) if loops else None
             out = _Outcome({k: a for k, a in drops.items() if a > 0}, loops, load=load, loop_gbps=weighed)
             cap = topo.edge_cap
             order = np.argsort(-(load / cap), kind="stable")
             first = stage_result(topo, table, load, order, np.zeros(topo.n_edges, dtype=bool), "immediate", out,
                                  limits(intent)["failure"], baseline=False)
-            second = replace(first, stage="reconverged",
-                             invariants=tuple(replace(inv, gating=True) for inv in first.invariants))
             return ScenarioResult(sc.name, sc.kind, tuple(sorted(sc.devices)), tuple(sorted(sc.links)), first,
-                                  second)
+                                  reconverged_as(first))
     return Replayer(intent, plan, model=model, topo=topo, table=table).run(sc)

@@ -94,8 +94,8 @@ from safety.report import (
 from safety.scenarios import Scenario, scenario_scope, scenarios
 from solver.core.routing import next_hops  # the routing semantics of the solver, by design
 
-__all__ = ["Peaks", "Replayer", "assemble", "failures", "limits", "peaks", "replay", "reconvergence_model",
-           "stage_result"]
+__all__ = ["Peaks", "Replayer", "assemble", "counted", "failures", "limits", "peaks", "replay", "reconverged_as",
+           "reconvergence_model", "stage_result"]
 
 EPS_GBPS = 1e-6
 _REMEMBERED = ("domain", "domain_pair")  # kinds whose stage results run() keeps for reuse
@@ -340,13 +340,8 @@ class Replayer:
         routes = next_hops(self.intent, failed_devices=sc.devices, failed_links=sc.links)
         if static:
             routes = self._static_routes(sc, routes)
-        tab = table_from_routes(self.intent, self.topo, self.table, routes)
+        tab = counted(table_from_routes(self.intent, self.topo, self.table, routes), self.topo, sc)
         failed = {self.topo.index[d] for d in sc.devices}
-        keep = np.array([v not in failed and not (self.table.origins[c] <= failed)
-                         for c, v in zip(tab.demand_class.tolist(), tab.demand_device.tolist(), strict=True)],
-                        dtype=bool)
-        tab.demand_class, tab.demand_device, tab.demand_gbps = (
-            tab.demand_class[keep], tab.demand_device[keep], tab.demand_gbps[keep])
         fl = propagate(tab, self.topo)
         drops = {k: v for k, v in fl.drops().items() if k[1] not in failed and v > EPS_GBPS}
         weighed = looped(tab, self.topo, {c for c, _ in fl.loops}) if fl.loops else None
@@ -410,15 +405,33 @@ class Replayer:
             limit = self.limits["baseline"] if sc.is_baseline else self.limits["failure"]
             stages: list[StageResult] = []
             for name, out in (("immediate", imm), ("reconverged", rec)):
-                if out is imm and stages:  # nothing withdrew: the same traffic, every invariant gating
-                    stages.append(replace(stages[0], stage=name, invariants=tuple(
-                        replace(inv, gating=True) for inv in stages[0].invariants)))
+                if out is imm and stages:  # nothing withdrew: the same traffic
+                    stages.append(reconverged_as(stages[0]))
                     continue
                 stages.append(self._stage_result(name, out, limit, sc.is_baseline))
             known = (stages[0], stages[1])
             if sc.kind in _REMEMBERED:
                 self._known[key] = known
         return ScenarioResult(sc.name, sc.kind, tuple(sorted(sc.devices)), tuple(sorted(sc.links)), *known)
+
+
+def counted(table: Table, topo: Topology, sc: Scenario) -> Table:
+    """``table`` with only the demand scenario ``sc`` counts: none from a failed device, none to a prefix whose
+    origins all failed (that rack is down, not misrouted)."""
+    failed = {topo.index[d] for d in sc.devices}
+    if not failed:
+        return table
+    gone = np.array([orig <= failed for orig in table.origins], dtype=bool)
+    keep = ~np.isin(table.demand_device, list(failed)) & ~gone[table.demand_class]
+    return replace(table, demand_class=table.demand_class[keep], demand_device=table.demand_device[keep],
+                   demand_gbps=table.demand_gbps[keep])
+
+
+def reconverged_as(immediate: StageResult) -> StageResult:
+    """The reconverged stage of a scenario whose two stages carry the same traffic: the immediate stage's
+    result, every invariant gating (its black holes too, which no routing update will end)."""
+    return replace(immediate, stage="reconverged",
+                   invariants=tuple(replace(inv, gating=True) for inv in immediate.invariants))
 
 
 def stage_result(topo: Topology, table: Table, base_load: np.ndarray, base_order: np.ndarray, emark: np.ndarray,
